@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny random models (unit tests) and the real embedded assets (integration tests)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    # Two pytest workers on two cores: one torch thread each avoids costly oversubscription.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        try:
+            import torch
+
+            torch.set_num_threads(1)
+        except ImportError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory):
+    """Directory of a 2-layer random Llama + tiny BPE tokenizer with a chat template."""
+    from tests.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_no_template_dir(tmp_path_factory):
+    """Same tiny Llama, but its tokenizer has no chat template."""
+    from tests.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-plain"), chat_template=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory):
+    """Directory of a 2-layer random BERT encoder + WordPiece tokenizer (an embedder stand-in)."""
+    from tests.tiny_models import build_tiny_encoder
+
+    return build_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The real embedded SmolLM2-135M-Instruct, converted once into the workbench cache (integration tests)."""
+    from workbench.assets import resolve_generator
+
+    return resolve_generator("smollm2").path
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The real embedded all-MiniLM-L6-v2 directory (integration tests)."""
+    from workbench.assets import resolve_embedder
+
+    return resolve_embedder("minilm").path

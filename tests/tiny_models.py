@@ -1,0 +1,112 @@
+"""Tiny, randomly initialised models and tokenizers built from configs, for fast offline unit tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+_CORPUS = [
+    "The capital of France is Paris. Paris is a city on the Seine.",
+    "Question: who wrote Hamlet? Answer: William Shakespeare wrote Hamlet.",
+    "Albert Einstein developed the theory of relativity in 1905 and 1915.",
+    "The Nile is a river in Africa. It flows north into the Mediterranean Sea.",
+    "Context: a passage about a topic. Answer the question in a few words.",
+    "True False yes no maybe the a an of in on at to is was were be been 0 1 2 3 4 5 6 7 8 9",
+]
+
+
+def build_tiny_tokenizer(save_dir: str | Path | None = None, chat_template: bool = True):
+    """A byte-level BPE tokenizer (~400 tokens) trained on a few sentences, with pad/bos/eos and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<pad>", "<s>", "</s>", "<unk>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>"]
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    core.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    if chat_template:
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    if save_dir is not None:
+        tokenizer.save_pretrained(save_dir)
+    return tokenizer
+
+
+def build_tiny_llama(save_dir: str | Path, seed: int = 0, chat_template: bool = True, max_positions: int = 256):
+    """Save a 2-layer, 32-wide random Llama with the tiny tokenizer to ``save_dir``; return the directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tiny_tokenizer(save_dir, chat_template=chat_template)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(save_dir)
+    return Path(save_dir)
+
+
+def build_tiny_encoder(save_dir: str | Path, seed: int = 0, num_labels: int | None = None):
+    """Save a 2-layer, 32-wide random BERT (optionally with a classification head) and a WordPiece tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    core = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    core.normalizer = normalizers.BertNormalizer(lowercase=True)
+    core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    core.train_from_iterator(_CORPUS * 4, trainer=trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
+    from tokenizers.processors import TemplateProcessing
+
+    core.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", core.token_to_id("[CLS]")), ("[SEP]", core.token_to_id("[SEP]"))],
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    tokenizer.save_pretrained(save_dir)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(seed)
+    if num_labels:
+        config.num_labels = num_labels
+        model = BertForSequenceClassification(config)
+    else:
+        model = BertModel(config)
+    model.save_pretrained(save_dir)
+    return Path(save_dir)
