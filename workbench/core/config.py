@@ -34,9 +34,7 @@ def doc(text: str, default: Any = MISSING, **kwargs: Any) -> Any:
         return dataclasses.field(metadata=metadata, **kwargs)
     if isinstance(default, list | dict) or is_dataclass(default):
         value = default
-        return dataclasses.field(
-            default_factory=lambda: _copy_default(value), metadata=metadata, **kwargs
-        )
+        return dataclasses.field(default_factory=lambda: _copy_default(value), metadata=metadata, **kwargs)
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
@@ -271,9 +269,7 @@ def build_dataclass(cls: type[T], data: dict[str, Any], located: LocatedYAML, pa
             kwargs[name] = _coerce(value, tp, sub, located)
         except _Mismatch:
             shown = repr(value) if not isinstance(value, dict) else "a mapping"
-            raise ConfigError(
-                f"'{'.'.join(sub)}' expects {_type_name(tp)}, got {shown}", located.where(sub)
-            ) from None
+            raise ConfigError(f"'{'.'.join(sub)}' expects {_type_name(tp)}, got {shown}", located.where(sub)) from None
     try:
         obj = cls(**kwargs)
     except (ValueError, TypeError) as exc:

@@ -30,11 +30,7 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 def tree_sha256(root: str | Path) -> dict[str, str]:
     """Map every regular file below ``root`` (relative POSIX path) to its sha256, in sorted order."""
     root = Path(root)
-    return {
-        path.relative_to(root).as_posix(): file_sha256(path)
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-    }
+    return {path.relative_to(root).as_posix(): file_sha256(path) for path in sorted(root.rglob("*")) if path.is_file()}
 
 
 def tree_fingerprint(root: str | Path) -> str:

@@ -1,0 +1,68 @@
+"""Cost accounting shared by every backend: LM calls, prefill and decoded tokens, NLI pairs, retrieval calls."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+
+
+@dataclass
+class CostCounter:
+    """Additive cost counters. ``prefill_tokens`` counts prompt tokens encoded (shared prefills count once);
+    ``decoded_tokens`` counts tokens generated or teacher-forced one step at a time; ``seconds`` maps a step name
+    to accumulated wall time."""
+
+    lm_calls: int = 0
+    prefill_tokens: int = 0
+    decoded_tokens: int = 0
+    scored_tokens: int = 0
+    truncated_prompts: int = 0
+    nli_pairs: int = 0
+    embed_texts: int = 0
+    retrieval_calls: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, other: CostCounter) -> CostCounter:
+        """Add ``other``'s counts into this counter (in place) and return it."""
+        for f in fields(self):
+            if f.name == "seconds":
+                for key, value in other.seconds.items():
+                    self.seconds[key] = self.seconds.get(key, 0.0) + value
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def snapshot(self) -> CostCounter:
+        """An independent copy of the current counts."""
+        copy = CostCounter(**{k: v for k, v in asdict(self).items() if k != "seconds"})
+        copy.seconds = dict(self.seconds)
+        return copy
+
+    def since(self, earlier: CostCounter) -> CostCounter:
+        """The counts accumulated after ``earlier`` (a snapshot of this counter)."""
+        out = CostCounter()
+        for f in fields(self):
+            if f.name == "seconds":
+                out.seconds = {
+                    k: v - earlier.seconds.get(k, 0.0) for k, v in self.seconds.items() if v != earlier.seconds.get(k)
+                }
+            else:
+                setattr(out, f.name, getattr(self, f.name) - getattr(earlier, f.name))
+        return out
+
+    def as_dict(self) -> dict:
+        """Plain dict (JSON-ready)."""
+        return asdict(self)
+
+    @contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        """Accumulate the wall time of the ``with`` block under ``seconds[step]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
