@@ -1,6 +1,6 @@
 """Recipe configuration: typed, documented dataclass schemas; YAML loading with line numbers; validation.
 
-A recipe is a YAML mapping validated against :class:`workbench.config_schema.RecipeConfig` (a tree of plain
+A recipe is a YAML mapping validated against :class:`workbench.recipe.RecipeConfig` (a tree of plain
 dataclasses). Each dataclass field carries its documentation in ``field(metadata={"doc": ...})``; the same text
 is used by ``workbench validate`` errors and by the generated, commented recipe template.
 
@@ -51,13 +51,24 @@ def _copy_default(value: Any) -> Any:
 class LocatedYAML:
     """A parsed YAML document plus the line of every key path (``("answer", "max_new_tokens") -> 12``)."""
 
-    def __init__(self, data: Any, lines: dict[tuple[str, ...], int], source: str) -> None:
+    def __init__(
+        self,
+        data: Any,
+        lines: dict[tuple[str, ...], int],
+        source: str,
+        overridden: frozenset[tuple[str, ...]] = frozenset(),
+    ) -> None:
         self.data = data
         self.lines = lines
         self.source = source
+        self.overridden = overridden
 
     def where(self, path: tuple[str, ...]) -> str:
-        """``file:line`` of the deepest known prefix of ``path`` (the file alone when nothing is known)."""
+        """``file:line`` of the deepest known prefix of ``path`` (the file alone when nothing is known), or
+        ``command line`` when the value came from a ``key=value`` override."""
+        for end in range(len(path), 0, -1):
+            if tuple(path[:end]) in self.overridden:
+                return "command line"
         for end in range(len(path), 0, -1):
             line = self.lines.get(tuple(path[:end]))
             if line is not None:
@@ -141,6 +152,7 @@ def apply_overrides(located: LocatedYAML, overrides: list[str]) -> LocatedYAML:
 
     data = copy.deepcopy(located.data) if isinstance(located.data, dict) else {}
     lines = dict(located.lines)
+    overridden = set(located.overridden)
     for text in overrides:
         path, value = parse_override(text)
         node = data
@@ -152,11 +164,8 @@ def apply_overrides(located: LocatedYAML, overrides: list[str]) -> LocatedYAML:
                 raise ConfigError(f"cannot set '{'.'.join(path)}': '{part}' is not a section", "command line")
             node = child
         node[path[-1]] = value
-        for end in range(1, len(path) + 1):
-            lines.pop(path[:end], None)
-    out = LocatedYAML(data, lines, located.source)
-    out.overridden = [parse_override(t)[0] for t in overrides]  # type: ignore[attr-defined]
-    return out
+        overridden.add(path)
+    return LocatedYAML(data, lines, located.source, frozenset(overridden))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,27 @@
+"""Tiny stage functions for runner tests (they count their calls in a file next to the run directory)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _bump(ctx, name: str) -> None:
+    counter = Path(ctx.run_dir).parent / f"calls-{name}.txt"
+    counter.write_text(str(int(counter.read_text()) + 1 if counter.exists() else 1))
+
+
+def produce(ctx):
+    _bump(ctx, "produce")
+    (ctx.out_dir / "value.txt").write_text(str(ctx.config.answer.limit))
+    return {"value": ctx.config.answer.limit}
+
+
+def consume(ctx):
+    _bump(ctx, "consume")
+    if os.environ.get("WB_TEST_FAIL_CONSUME") == "1":
+        (ctx.out_dir / "partial.txt").write_text("half")
+        raise KeyboardInterrupt
+    value = int((ctx.inputs["produce"] / "value.txt").read_text())
+    (ctx.out_dir / "double.txt").write_text(str(2 * value))
+    return {"double": 2 * value}

@@ -1,0 +1,79 @@
+"""The CLI as a user sees it: one-line errors with exit status 2, ls / cp / validate / config / stages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def wb(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def test_help_lists_the_verbs():
+    out = wb("--help")
+    assert out.returncode == 0
+    for verb in ("ls", "cp", "validate", "run", "doctor"):
+        assert verb in out.stdout
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = (
+        "import sys; from typer.testing import CliRunner; from workbench.cli import app;"
+        "CliRunner().invoke(app, ['--help']);"
+        "print(sorted(m for m in ('torch', 'transformers', 'lightning', 'optuna', 'datasets') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+def test_ls_shows_quickstart():
+    out = wb("ls")
+    assert out.returncode == 0 and "quickstart" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: x\nstages: [build_data]\nanswer:\n  limt: 3\n", "bad.yaml:4: unknown key 'answer.limt'"),
+        ("name: x\nstages: [build_data\n", "malformed YAML"),
+        ("name: x\nstages: [build_data]\nseed: abc\n", "bad.yaml:3: 'seed' expects int"),
+        ("name: x\n", "missing required key 'stages'"),
+    ],
+)
+def test_validate_errors_are_one_line_exit_2(tmp_path, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    out = wb("validate", str(path))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], out.stderr
+
+
+def test_validate_ok_and_unknown_recipe():
+    assert wb("validate", "quickstart").returncode == 0
+    out = wb("run", "no-such-recipe")
+    assert out.returncode == 2 and "unknown recipe 'no-such-recipe'" in out.stderr
+
+
+def test_cp_copies_and_refuses_to_overwrite(tmp_path):
+    out = wb("cp", "quickstart", str(tmp_path))
+    assert out.returncode == 0 and (tmp_path / "quickstart.yaml").is_file()
+    again = wb("cp", "quickstart", str(tmp_path / "quickstart.yaml"))
+    assert again.returncode == 2 and "file exists" in again.stderr
+    assert wb("validate", str(tmp_path / "quickstart.yaml")).returncode == 0
+
+
+def test_bad_override_on_run_is_rejected_before_any_work(tmp_path):
+    out = wb("run", "quickstart", "retrieval.k=many", f"run_dir={tmp_path}/run")
+    assert out.returncode == 2 and "command line: 'retrieval.k' expects int" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_and_stages_print():
+    assert "retrieval:" in wb("config").stdout
+    assert "build_data" in wb("stages").stdout

@@ -1,0 +1,149 @@
+"""The ``workbench`` command: ls, cp, validate, config, stages, run, doctor.
+
+Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
+(:class:`WorkbenchError`) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from workbench.core.errors import EXIT_USER_ERROR, WorkbenchError
+
+app = typer.Typer(
+    name="workbench",
+    help="Calibrate, tune, distil and ship uncertainty-aware adaptive-RAG decision logic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Hide progress bars and info messages.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    from workbench.core.logs import set_quiet
+
+    set_quiet(quiet)
+    if version:
+        from workbench import __version__
+
+        typer.echo(f"workbench {__version__}")
+        raise typer.Exit(0)
+
+
+def _echo_table(rows: list[list[str]], header: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*header, box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+@app.command("ls")
+def ls_command() -> None:
+    """List the built-in recipes, one line each."""
+    from workbench.core.config import load_yaml_file
+    from workbench.recipe import builtin_recipes
+
+    rows = []
+    for name, path in builtin_recipes().items():
+        data = load_yaml_file(path).data or {}
+        stages = " → ".join(data.get("stages", []))
+        rows.append([name, str(data.get("description", "")), stages])
+    _echo_table(rows, ["recipe", "description", "stages"])
+
+
+@app.command("cp")
+def cp_command(
+    name: Annotated[str, typer.Argument(help="Built-in recipe name (see `workbench ls`).")],
+    dest: Annotated[Path, typer.Argument(help="Destination file or directory.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Copy a built-in recipe to DEST to customise it."""
+    from workbench.recipe import find_recipe
+
+    source = find_recipe(name)
+    target = dest / source.name if dest.is_dir() else dest
+    if target.exists() and not force:
+        raise WorkbenchError("file exists (use --force to overwrite)", str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    typer.echo(f"copied {source.name} → {target}")
+
+
+@app.command("validate")
+def validate_command(
+    recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides to check too.")] = None,
+) -> None:
+    """Check a recipe: YAML syntax, unknown keys, types, required values, stage names and order."""
+    from workbench.recipe import load_recipe
+
+    loaded = load_recipe(recipe, overrides or [])
+    typer.echo(f"ok: {loaded.source} (recipe '{loaded.config.name}', stages: {', '.join(loaded.config.stages)})")
+
+
+@app.command("config")
+def config_command() -> None:
+    """Print every recipe key with its type, default and meaning (a commented template)."""
+    from workbench.recipe import recipe_template
+
+    typer.echo(recipe_template())
+
+
+@app.command("stages")
+def stages_command() -> None:
+    """List the stages recipes can use, with their inputs."""
+    from workbench.stages.registry import STAGES
+
+    rows = [[s.name, ", ".join(s.inputs) or "-", s.summary] for s in STAGES.values()]
+    _echo_table(rows, ["stage", "reads", "what it does"])
+
+
+@app.command("run")
+def run_command(
+    recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. answer.limit=20.")] = None,
+    force: Annotated[list[str] | None, typer.Option("--force", help="Recompute this stage even if cached.")] = None,
+) -> None:
+    """Run a recipe; finished stages are reused from the run directory's cache."""
+    from workbench.recipe import load_recipe
+    from workbench.stages.runner import run_recipe
+
+    loaded = load_recipe(recipe, overrides or [])
+    result = run_recipe(loaded, force=force or [])
+    cached = sum(s.cached for s in result.stages)
+    typer.echo(
+        f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
+        f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"
+    )
+
+
+@app.command("doctor")
+def doctor_command() -> None:
+    """Print what is resolved (assets, versions, threads, devices, caches) and what is missing."""
+    from workbench.doctor import run_doctor
+
+    raise typer.Exit(run_doctor())
+
+
+def main() -> None:
+    """Console entry point: run the CLI, turning user errors into one line and exit status 2."""
+    try:
+        app()
+    except WorkbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print("interrupted: finished stages are kept; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,73 @@
+"""``workbench doctor``: what the workbench resolves on this machine, and what is missing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+
+from rich.console import Console
+from rich.table import Table
+
+REQUIRED = (
+    "torch",
+    "transformers",
+    "peft",
+    "lightning",
+    "scikit-learn",
+    "optuna",
+    "deepspeed",
+    "datasets",
+    "wandb",
+    "onnx",
+    "onnxruntime",
+    "faiss-cpu",
+    "bm25s",
+    "sentence-transformers",
+    "gguf",
+)
+
+
+def run_doctor() -> int:
+    """Print assets, library versions, threads, devices and caches; return 0 when nothing required is missing."""
+    from workbench.assets import asset_report
+    from workbench.core.paths import cache_dir
+
+    console = Console()
+    missing: list[str] = []
+
+    table = Table("asset", "package", "version", "status", "path", title="embedded assets", box=None)
+    for row in asset_report():
+        table.add_row(row["asset"], row["package"], row["version"], row["status"], row["path"])
+        if row["status"] != "ok":
+            missing.append(f"asset {row['asset']} ({row['package']})")
+    console.print(table)
+
+    versions = Table("library", "version", title="libraries", box=None)
+    for dist in REQUIRED:
+        try:
+            versions.add_row(dist, importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            versions.add_row(dist, "MISSING")
+            missing.append(dist)
+    console.print(versions)
+
+    import torch
+
+    env = Table("setting", "value", title="runtime", box=None)
+    env.add_row("python", platform.python_version())
+    env.add_row("cpu cores", str(os.cpu_count()))
+    env.add_row("torch threads", str(torch.get_num_threads()))
+    env.add_row("cuda", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "not available")
+    env.add_row("cache dir", str(cache_dir()))
+    for var in ("HF_HUB_OFFLINE", "WANDB_MODE", "WORKBENCH_CACHE_DIR", "OMP_NUM_THREADS"):
+        env.add_row(var, os.environ.get(var, "(unset)"))
+    converted = sorted(p.name for p in cache_dir("models").iterdir() if p.is_dir())
+    env.add_row("converted models", ", ".join(converted) or "none yet (converted on first use, ~35 s)")
+    console.print(env)
+
+    if missing:
+        console.print(f"[red]missing:[/red] {', '.join(missing)} — run `make setup`")
+        return 1
+    console.print("[green]everything required is installed[/green]")
+    return 0

@@ -1,0 +1,205 @@
+"""The recipe schema (every key, its type, default and meaning) and recipe loading.
+
+A recipe is one YAML file in ``recipes/`` (or anywhere, by path). It is validated against :class:`RecipeConfig`:
+unknown keys, wrong types and missing required values are errors that name the key, the file and the line.
+Every field's documentation lives here, next to its default, and ``workbench config`` prints it all as a
+commented YAML template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.core.config import (
+    LocatedYAML,
+    apply_overrides,
+    build_dataclass,
+    doc,
+    load_yaml_file,
+    to_plain,
+    type_name,
+)
+from workbench.core.errors import ConfigError
+from workbench.core.paths import recipes_dir
+
+
+@dataclass
+class GeneratorSection:
+    """The causal language model that answers questions."""
+
+    model: str = doc("embedded name 'smollm2', a local model directory, or an explicit HF hub id", "smollm2")
+    device: str = doc("torch device: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)", "cpu")
+    dtype: Literal["float32", "bfloat16", "float16"] = doc("weights and activations dtype", "float32")
+    batch_size: int = doc("prompts per forward batch", 8)
+    max_context: int | None = doc("context window in tokens (null: the model's own)", None)
+    cache: bool = doc("use the on-disk generation cache (never generate the same prompt twice)", True)
+
+
+@dataclass
+class EmbedderSection:
+    """The sentence embedder used for dense retrieval and similarity."""
+
+    model: str = doc("embedded name 'minilm', a local directory, or an explicit HF hub id", "minilm")
+    batch_size: int = doc("texts per encoding batch", 64)
+
+
+@dataclass
+class DataSection:
+    """The QA dataset and the passage corpus."""
+
+    dataset: str = doc(
+        "'wiki-qa' (built from the embedded Wikipedia summaries), a hub name (nq_open, trivia_qa, hotpot_qa,"
+        " medmcqa, pubmed_qa, fever; needs a hub), or a .jsonl/.parquet path in the workbench QA schema",
+        "wiki-qa",
+    )
+    templates: list[str] = doc(
+        "wiki-qa question templates: cloze, description, two_hop", ["cloze", "description", "two_hop"]
+    )
+    max_per_template: int | None = doc("wiki-qa: at most this many questions per template (null: all)", 800)
+    fractions: list[float] = doc("wiki-qa train / calib / val / test fractions (by article)", [0.5, 0.2, 0.1, 0.2])
+    ood_topics: list[str] = doc("wiki-qa topics held out entirely for the 'ood' split", ["Sports"])
+    corpus: str = doc(
+        "passage corpus: 'wiki' (the embedded summaries) or a .jsonl/.parquet path with doc_id, title, text", "wiki"
+    )
+    chunking: Literal["none", "fixed", "recursive"] = doc(
+        "how corpus documents are chunked ('none': one passage each)", "none"
+    )
+    chunk_size: int = doc("fixed / recursive chunking: maximum chunk length in characters", 600)
+    chunk_overlap: int = doc("fixed chunking: overlap between neighbouring chunks in characters", 100)
+
+
+@dataclass
+class RetrievalSection:
+    """How passages are retrieved."""
+
+    retriever: Literal["bm25", "dense", "hybrid"] = doc("retriever over the corpus", "bm25")
+    k: int = doc("passages placed in the prompt", 5)
+
+
+@dataclass
+class AnswerSection:
+    """The 'answer' stage: answer a split closed-book and with retrieval, and score the answers."""
+
+    split: str = doc("which split to answer (train, calib, val, test, ood)", "test")
+    limit: int | None = doc("answer only the first N questions of the split (null: all)", 50)
+    modes: list[Literal["closed_book", "rag"]] = doc("answering modes to run", ["closed_book", "rag"])
+    max_new_tokens: int = doc("answer length cap in tokens (answers stop at the first newline)", 16)
+    passage_chars: int = doc("each retrieved passage is cut to this many characters in the prompt", 400)
+
+
+@dataclass
+class ReportSection:
+    """Where the human-readable report goes."""
+
+    dir: str = doc("report directory; '{name}' is replaced by the recipe name", "reports/{name}")
+
+
+@dataclass
+class RecipeConfig:
+    """A whole recipe: identity, the stages to run, run settings, and one section per component."""
+
+    name: str = doc("recipe name: names the run and report directories")
+    stages: list[str] = doc("stages to run, in order (see `workbench stages`)")
+    description: str = doc("one line shown by `workbench ls`", "")
+    seed: int = doc("global seed: data splits, sampling, training", 0)
+    threads: int = doc("torch CPU threads (0: torch's default)", 0)
+    run_dir: str = doc(
+        "run directory (config, logs, stage outputs, manifest); '{name}' is replaced", "artifacts/runs/{name}"
+    )
+    tracker: Literal["wandb", "none"] = doc(
+        "experiment tracker: wandb (offline unless WANDB_MODE says otherwise) or none", "wandb"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = doc(
+        "logging level of the console and the run log", "info"
+    )
+    generator: GeneratorSection = doc("the answering language model", GeneratorSection())
+    embedder: EmbedderSection = doc("the sentence embedder", EmbedderSection())
+    data: DataSection = doc("the QA dataset and corpus", DataSection())
+    retrieval: RetrievalSection = doc("retrieval settings", RetrievalSection())
+    answer: AnswerSection = doc("the 'answer' stage", AnswerSection())
+    report: ReportSection = doc("the report", ReportSection())
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        """``run_dir`` with ``{name}`` substituted."""
+        return Path(self.run_dir.format(name=self.name))
+
+    @property
+    def resolved_report_dir(self) -> Path:
+        """``report.dir`` with ``{name}`` substituted."""
+        return Path(self.report.dir.format(name=self.name))
+
+
+@dataclass
+class LoadedRecipe:
+    """A validated recipe plus where it came from."""
+
+    config: RecipeConfig
+    source: Path
+    located: LocatedYAML
+
+
+def builtin_recipes() -> dict[str, Path]:
+    """Built-in recipe names (file stems in ``recipes/``) mapped to their files."""
+    root = recipes_dir()
+    return {path.stem: path for path in sorted(root.glob("*.yaml"))} if root.is_dir() else {}
+
+
+def find_recipe(name_or_path: str) -> Path:
+    """A built-in recipe name or a YAML path → the file; an unknown name raises :class:`ConfigError`."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError("recipe file not found", str(path))
+        return path
+    recipes = builtin_recipes()
+    if name_or_path not in recipes:
+        known = ", ".join(recipes) or "none"
+        raise ConfigError(f"unknown recipe '{name_or_path}' (built-in: {known})", "recipe")
+    return recipes[name_or_path]
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> LoadedRecipe:
+    """Find, parse, override and validate a recipe (stage names and their order included)."""
+    source = find_recipe(name_or_path)
+    located = load_yaml_file(source)
+    if not isinstance(located.data, dict):
+        raise ConfigError("a recipe must be a YAML mapping", str(source))
+    if overrides:
+        located = apply_overrides(located, overrides)
+    config = build_dataclass(RecipeConfig, located.data, located)
+    from workbench.stages.registry import validate_stage_list
+
+    validate_stage_list(config.stages, located.where(("stages",)))
+    return LoadedRecipe(config, source, located)
+
+
+def recipe_template(cls: type = RecipeConfig, indent: int = 0) -> str:
+    """Every key of the schema as commented YAML: ``key: default  # type — meaning``."""
+    import dataclasses
+    import typing
+
+    import yaml
+
+    lines: list[str] = []
+    pad = "  " * indent
+    hints = typing.get_type_hints(cls)
+    for fld in fields(cls):
+        text = fld.metadata.get("doc", "")
+        tp = hints[fld.name]
+        if is_dataclass(tp):
+            lines.append(f"{pad}{fld.name}:  # {text}")
+            lines.append(recipe_template(tp, indent + 1))
+            continue
+        if fld.default is not dataclasses.MISSING:
+            default: Any = fld.default
+        elif fld.default_factory is not dataclasses.MISSING:
+            default = to_plain(fld.default_factory())
+        else:
+            lines.append(f"{pad}{fld.name}:  # {type_name(tp)}, REQUIRED — {text}")
+            continue
+        shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+        lines.append(f"{pad}{fld.name}: {shown}  # {type_name(tp)} — {text}")
+    return "\n".join(lines)

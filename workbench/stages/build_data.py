@@ -1,0 +1,84 @@
+"""Stage ``build_data``: the QA splits and the passage corpus, saved as HF datasets on disk with fingerprints.
+
+Outputs: ``qa/`` (a DatasetDict: train / calib / val / test, plus ood for wiki-qa) and ``corpus/`` (a Dataset
+with chunk_id, doc_id, title, text, index, topic). Wikipedia-derived data is built at run time, never committed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import ConfigError
+from workbench.recipe import DataSection
+from workbench.stages.context import StageContext
+
+SPLITS = ("train", "calib", "val", "test")
+
+
+def make_chunker(section: DataSection):
+    """The corpus chunker the data section asks for (None: one passage per document)."""
+    from workbench.data.chunkers import FixedSizeChunker, RecursiveChunker
+
+    if section.chunking == "fixed":
+        return FixedSizeChunker(size=section.chunk_size, overlap=section.chunk_overlap, unit="chars")
+    if section.chunking == "recursive":
+        return RecursiveChunker(max_chars=section.chunk_size)
+    return None
+
+
+def _split_by_fractions(dataset, fractions: list[float], seed: int):
+    """Shuffle a single-split dataset by seed and cut it into train / calib / val / test."""
+    import datasets
+
+    if len(fractions) != 4 or abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
+        raise ConfigError("data.fractions must be four non-negative numbers summing to 1", "data.fractions")
+    shuffled = dataset.shuffle(seed=seed)
+    n = len(shuffled)
+    bounds = [0]
+    for fraction in fractions:
+        bounds.append(min(n, bounds[-1] + round(fraction * n)))
+    bounds[-1] = n
+    return datasets.DatasetDict(
+        {name: shuffled.select(range(bounds[i], bounds[i + 1])) for i, name in enumerate(SPLITS)}
+    )
+
+
+def _load_corpus(section: DataSection, articles):
+    from workbench.data.corpus import build_corpus
+
+    chunker = make_chunker(section)
+    if section.corpus == "wiki":
+        return build_corpus(articles, chunker=chunker)
+    from workbench.data.corpus import load_corpus_file
+
+    return load_corpus_file(Path(section.corpus), chunker=chunker)
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Build and save ``qa/`` and ``corpus/`` into the stage directory; return split sizes."""
+    from workbench.data.wikiqa import build_wikiqa, load_articles, save_dataset_dict
+
+    section = ctx.config.data
+    articles = load_articles() if section.dataset == "wiki-qa" or section.corpus == "wiki" else None
+    if section.dataset == "wiki-qa":
+        qa = build_wikiqa(
+            articles,
+            seed=ctx.config.seed,
+            templates=tuple(section.templates),
+            max_per_template=section.max_per_template,
+            fractions=tuple(section.fractions),
+            ood_topics=list(section.ood_topics),
+        )
+    else:
+        from workbench.data.loaders import load_qa_dataset
+
+        qa = _split_by_fractions(load_qa_dataset(section.dataset), section.fractions, ctx.config.seed)
+    qa_fingerprint = save_dataset_dict(qa, ctx.out_dir / "qa")
+    corpus = _load_corpus(section, articles)
+    corpus.save_to_disk(str(ctx.out_dir / "corpus"))
+    summary: dict[str, Any] = {f"n_{name}": len(split) for name, split in qa.items()}
+    summary["n_passages"] = len(corpus)
+    summary["qa_fingerprint"] = qa_fingerprint
+    ctx.log.info("built %s: %s", section.dataset, ", ".join(f"{k}={v}" for k, v in summary.items()))
+    return summary

@@ -1,0 +1,84 @@
+"""What a stage function receives: the config, where to write, its inputs, shared resources, tracking."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.backends.cost import CostCounter
+from workbench.recipe import RecipeConfig
+from workbench.stages.registry import StageSpec
+
+
+class Resources:
+    """Heavy objects shared by the stages of one run, built on first use (generator, embedder, corpus...)."""
+
+    def __init__(self, config: RecipeConfig, counter: CostCounter) -> None:
+        self.config = config
+        self.counter = counter
+        self._built: dict[str, Any] = {}
+
+    def get(self, name: str, factory) -> Any:
+        """Return the resource ``name``, building it with ``factory()`` the first time."""
+        if name not in self._built:
+            self._built[name] = factory()
+        return self._built[name]
+
+    def generator(self):
+        """The run's :class:`workbench.backends.generator.Generator` (with the generation cache if enabled)."""
+
+        def build():
+            from workbench.assets import resolve_generator
+            from workbench.backends.generator import Generator
+
+            section = self.config.generator
+            cache = None
+            if section.cache:
+                from workbench.backends.gencache import GenerationCache
+
+                cache = GenerationCache()
+            return Generator(
+                resolve_generator(section.model),
+                device=section.device,
+                dtype=section.dtype,
+                max_context=section.max_context,
+                cache=cache,
+                counter=self.counter,
+                seed=self.config.seed,
+            )
+
+        return self.get("generator", build)
+
+    def embedder(self):
+        """The run's :class:`workbench.backends.embedder.Embedder`."""
+
+        def build():
+            from workbench.assets import resolve_embedder
+            from workbench.backends.embedder import Embedder
+
+            section = self.config.embedder
+            return Embedder(resolve_embedder(section.model), batch_size=section.batch_size, counter=self.counter)
+
+        return self.get("embedder", build)
+
+
+@dataclass
+class StageContext:
+    """Everything a stage needs. ``out_dir`` is a fresh temporary directory that becomes the stage's output
+    when the stage returns; ``inputs`` maps each input stage's name to its finished output directory."""
+
+    config: RecipeConfig
+    spec: StageSpec
+    out_dir: Path
+    run_dir: Path
+    inputs: dict[str, Path]
+    resources: Resources
+    tracker: Any
+    counter: CostCounter = field(default_factory=CostCounter)
+
+    @property
+    def log(self) -> logging.Logger:
+        """The stage's logger (``workbench.stage.<name>``)."""
+        return logging.getLogger(f"workbench.stage.{self.spec.name}")

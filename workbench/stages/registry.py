@@ -1,0 +1,82 @@
+"""The stage registry: what each stage is called, what it reads, which config sections its output depends on."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One recipe step.
+
+    ``entry`` is ``"module:function"``, imported only when the stage runs; the function takes a
+    :class:`workbench.stages.context.StageContext` and returns a flat dict of summary values. The cache key of the
+    stage's output is the hash of ``name``, ``version``, the recipe seed, the config ``sections`` listed, the
+    fingerprints of the assets in ``uses``, and the keys of the ``inputs`` stages. ``cacheable=False`` stages
+    (cheap, with outputs outside the run directory) always run.
+    """
+
+    name: str
+    summary: str
+    entry: str
+    version: int = 1
+    sections: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    cacheable: bool = True
+
+    def load(self) -> Callable[[Any], dict[str, Any]]:
+        """Import and return the stage function."""
+        module, func = self.entry.split(":")
+        return getattr(importlib.import_module(module), func)
+
+
+STAGES: dict[str, StageSpec] = {
+    spec.name: spec
+    for spec in (
+        StageSpec(
+            "build_data",
+            "build the QA splits and the passage corpus as HF datasets on disk",
+            "workbench.stages.build_data:run",
+            sections=("data",),
+            uses=("data",),
+        ),
+        StageSpec(
+            "answer",
+            "answer a split closed-book and with retrieval; score EM / F1 / containment; count tokens",
+            "workbench.stages.answer:run",
+            sections=("generator", "embedder", "retrieval", "answer"),
+            inputs=("build_data",),
+            uses=("generator",),
+        ),
+        StageSpec(
+            "report",
+            "write the Markdown + PNG report of the run to the report directory",
+            "workbench.stages.report:run",
+            sections=("report",),
+            inputs=("answer",),
+            cacheable=False,
+        ),
+    )
+}
+
+
+def validate_stage_list(stages: list[str], where: str) -> None:
+    """Check that every stage exists, none repeats, and each stage's inputs run before it."""
+    if not stages:
+        raise ConfigError("'stages' is empty: name at least one stage", where)
+    seen: set[str] = set()
+    for name in stages:
+        if name not in STAGES:
+            raise ConfigError(f"unknown stage '{name}' (known: {', '.join(STAGES)})", where)
+        if name in seen:
+            raise ConfigError(f"stage '{name}' is listed twice", where)
+        missing = [dep for dep in STAGES[name].inputs if dep not in seen]
+        if missing:
+            raise ConfigError(f"stage '{name}' needs {', '.join(missing)} to run before it", where)
+        seen.add(name)

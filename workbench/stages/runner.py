@@ -1,0 +1,257 @@
+"""Run a recipe: stage by stage, each output cached by the hash of its inputs and config.
+
+Layout of a run directory::
+
+    <run_dir>/config.yaml        the resolved recipe (plain YAML, every default filled in)
+    <run_dir>/manifest.json      provenance: stage keys, file hashes, seconds, versions, seeds, fingerprints
+    <run_dir>/logs/run.log       the run's log
+    <run_dir>/stages/<stage>/    each stage's outputs, plus _stage.json (its cache key and summary)
+
+A stage whose ``_stage.json`` holds the current key is skipped. A stage writes into a temporary directory that
+replaces its output only when it finishes, so an interrupted run loses nothing and resumes at the stage it was in.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.backends.cost import CostCounter
+from workbench.core.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from workbench.core.config import dump_yaml, to_plain
+from workbench.core.errors import WorkbenchError
+from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
+from workbench.core.logs import setup_logging
+from workbench.core.seeding import seed_everything
+from workbench.core.tracking import make_tracker
+from workbench.recipe import LoadedRecipe, RecipeConfig
+from workbench.stages.context import Resources, StageContext
+from workbench.stages.registry import STAGES, StageSpec
+
+log = logging.getLogger("workbench.run")
+
+STAGE_MARKER = "_stage.json"
+TRACKED_PACKAGES = (
+    "workbench",
+    "torch",
+    "transformers",
+    "datasets",
+    "sentence-transformers",
+    "bm25s",
+    "faiss-cpu",
+    "scikit-learn",
+    "numpy",
+)
+
+
+@dataclass
+class StageResult:
+    """What happened to one stage in a run."""
+
+    name: str
+    key: str
+    cached: bool
+    seconds: float
+    summary: dict[str, Any]
+    out_dir: Path
+
+
+@dataclass
+class RunResult:
+    """The outcome of :func:`run_recipe`."""
+
+    run_dir: Path
+    stages: list[StageResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def stage(self, name: str) -> StageResult:
+        """The result of stage ``name``."""
+        return next(s for s in self.stages if s.name == name)
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of the libraries that shape results (no imports)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in TRACKED_PACKAGES:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
+    """Fingerprint of an asset a stage uses (``generator``, ``embedder``, ``data``) for its cache key."""
+    if kind == "generator":
+        from workbench.assets import resolve_generator
+
+        return resolve_generator(config.generator.model).fingerprint
+    if kind == "embedder":
+        from workbench.assets import resolve_embedder
+
+        return resolve_embedder(config.embedder.model).fingerprint
+    if kind == "data":
+        dataset = config.data.dataset
+        if dataset == "wiki-qa":
+            from workbench.assets import WIKI_PACKAGE, package_version, wiki_summaries_path
+
+            path = wiki_summaries_path()
+            return stable_hash([package_version(WIKI_PACKAGE[1]), path.stat().st_size])
+        path = Path(dataset)
+        return file_sha256(path)[:16] if path.is_file() else stable_hash(["hub", dataset])
+    raise ValueError(f"unknown asset kind {kind!r}")
+
+
+def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str]) -> str:
+    """The cache key of a stage's output (see :class:`StageSpec`)."""
+    plain = to_plain(config)
+    material = {
+        "stage": spec.name,
+        "version": spec.version,
+        "seed": config.seed,
+        "sections": {name: plain[name] for name in spec.sections},
+        "assets": {kind: asset_fingerprint(kind, config) for kind in spec.uses},
+        "inputs": {name: input_keys[name] for name in spec.inputs},
+    }
+    return stable_hash(material)
+
+
+def _read_marker(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / STAGE_MARKER).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _apply_threads(threads: int) -> None:
+    if threads > 0:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None) -> RunResult:
+    """Run every stage of ``recipe`` in order, skipping stages whose cached output matches; return the results.
+
+    ``force`` names stages to recompute even when cached. Raises :class:`WorkbenchError` when another process
+    holds the run directory.
+    """
+    from filelock import FileLock, Timeout
+
+    config = recipe.config
+    run_dir = config.resolved_run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(run_dir / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise WorkbenchError("another workbench process is using this run directory", str(run_dir)) from None
+    try:
+        return _run_locked(recipe, run_dir, set(force or ()))
+    finally:
+        lock.release()
+
+
+def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResult:
+    config = recipe.config
+    started = time.perf_counter()
+    setup_logging(config.log_level, run_dir / "logs" / "run.log")
+    atomic_write_text(run_dir / "config.yaml", f"# resolved from {recipe.source}\n" + dump_yaml(config))
+    seed_everything(config.seed)
+    _apply_threads(config.threads)
+    log.info("run %s → %s", config.name, run_dir)
+
+    counter = CostCounter()
+    resources = Resources(config, counter)
+    tracker = make_tracker(config.tracker, run_dir, config.name, to_plain(config))
+    result = RunResult(run_dir)
+    manifest: dict[str, Any] = {
+        "recipe": config.name,
+        "source": str(recipe.source),
+        "config_hash": stable_hash(to_plain(config)),
+        "seed": config.seed,
+        "argv": sys.argv[1:],
+        "versions": library_versions(),
+        "stages": {},
+    }
+    keys: dict[str, str] = {}
+    try:
+        for name in config.stages:
+            spec = STAGES[name]
+            stage_result = _run_stage(spec, config, run_dir, keys, resources, tracker, name in force)
+            keys[name] = stage_result.key
+            result.stages.append(stage_result)
+            manifest["stages"][name] = {
+                "key": stage_result.key,
+                "cached": stage_result.cached,
+                "seconds": round(stage_result.seconds, 3),
+                "summary": stage_result.summary,
+                "files": tree_sha256(stage_result.out_dir),
+            }
+            atomic_write_json(run_dir / "manifest.json", manifest)
+            tracker.log({f"{name}/{k}": v for k, v in stage_result.summary.items()})
+    finally:
+        tracker.finish()
+    result.seconds = time.perf_counter() - started
+    manifest["seconds"] = round(result.seconds, 3)
+    manifest["cost"] = counter.as_dict()
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    log.info("run %s finished in %.1f s", config.name, result.seconds)
+    return result
+
+
+def _run_stage(
+    spec: StageSpec,
+    config: RecipeConfig,
+    run_dir: Path,
+    keys: dict[str, str],
+    resources: Resources,
+    tracker: Any,
+    force: bool,
+) -> StageResult:
+    out_dir = run_dir / "stages" / spec.name
+    key = stage_key(spec, config, keys)
+    marker = _read_marker(out_dir)
+    if spec.cacheable and not force and marker is not None and marker.get("key") == key:
+        log.info("stage %s: cached (key %s)", spec.name, key)
+        return StageResult(spec.name, key, True, 0.0, marker.get("summary", {}), out_dir)
+
+    log.info("stage %s: running — %s", spec.name, spec.summary)
+    func = spec.load()
+    started = time.perf_counter()
+    with atomic_directory(out_dir) as tmp:
+        context = StageContext(
+            config=config,
+            spec=spec,
+            out_dir=tmp,
+            run_dir=run_dir,
+            inputs={name: run_dir / "stages" / name for name in spec.inputs},
+            resources=resources,
+            tracker=tracker,
+            counter=resources.counter,
+        )
+        before = resources.counter.snapshot()
+        summary = dict(func(context) or {})
+        seconds = time.perf_counter() - started
+        summary.setdefault("seconds", round(seconds, 3))
+        atomic_write_json(
+            tmp / STAGE_MARKER,
+            {
+                "key": key,
+                "stage": spec.name,
+                "version": spec.version,
+                "summary": summary,
+                "cost": resources.counter.since(before).as_dict(),
+            },
+        )
+    log.info("stage %s: done in %.1f s", spec.name, seconds)
+    return StageResult(spec.name, key, False, seconds, summary, out_dir)
