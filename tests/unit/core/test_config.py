@@ -52,7 +52,7 @@ def test_bool_is_not_an_int(tmp_path):
 
 
 def test_literal_choices_are_enforced(tmp_path):
-    with pytest.raises(ConfigError, match="'answer.modes' expects list\\['closed_book' \\| 'rag'\\]"):
+    with pytest.raises(ConfigError, match=r"'answer\.modes' expects list\['closed_book' \| 'rag'\]"):
         load_recipe(str(write(tmp_path, GOOD.replace("[rag]", "[web]"))))
 
 
@@ -80,7 +80,7 @@ def test_unknown_stage_and_order(tmp_path):
 
 
 def test_unknown_recipe_name_lists_builtins():
-    with pytest.raises(ConfigError, match="unknown recipe 'nope'.*quickstart"):
+    with pytest.raises(ConfigError, match=r"unknown recipe 'nope'.*quickstart"):
         load_recipe("nope")
 
 
@@ -88,7 +88,7 @@ def test_overrides_apply_and_are_validated(tmp_path):
     path = str(write(tmp_path, GOOD))
     cfg = load_recipe(path, ["answer.limit=3", "retrieval.retriever=dense", "data.ood_topics=[Arts, Science]"]).config
     assert cfg.answer.limit == 3 and cfg.retrieval.retriever == "dense" and cfg.data.ood_topics == ["Arts", "Science"]
-    with pytest.raises(ConfigError, match="command line: unknown key 'answer.limt'"):
+    with pytest.raises(ConfigError, match=r"command line: unknown key 'answer\.limt'"):
         load_recipe(path, ["answer.limt=3"])
     with pytest.raises(ConfigError, match="not of the form key=value"):
         load_recipe(path, ["answer.limit"])
