@@ -137,8 +137,22 @@ def doctor_command() -> None:
     raise typer.Exit(run_doctor())
 
 
+def _quiet_third_party_progress() -> None:
+    """The workbench draws its own progress bars; silence the libraries' per-file ones (before they are imported)."""
+    import os
+
+    for var in (
+        "HF_DATASETS_DISABLE_PROGRESS_BARS",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "TRANSFORMERS_NO_ADVISORY_WARNINGS",
+    ):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
 def main() -> None:
     """Console entry point: run the CLI, turning user errors into one line and exit status 2."""
+    _quiet_third_party_progress()
     try:
         app()
     except WorkbenchError as exc:

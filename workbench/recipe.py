@@ -57,9 +57,11 @@ class DataSection:
     templates: list[str] = doc(
         "wiki-qa question templates: cloze, description, two_hop", ["cloze", "description", "two_hop"]
     )
-    max_per_template: int | None = doc("wiki-qa: at most this many questions per template (null: all)", 800)
+    max_per_template: int | None = doc(
+        "wiki-qa: at most this many questions per template in each split (null: all)", 800
+    )
     fractions: list[float] = doc("wiki-qa train / calib / val / test fractions (by article)", [0.5, 0.2, 0.1, 0.2])
-    ood_topics: list[str] = doc("wiki-qa topics held out entirely for the 'ood' split", ["Sports"])
+    ood_topics: list[str] = doc("wiki-qa topics held out entirely for the 'ood' split", ["Arts"])
     corpus: str = doc(
         "passage corpus: 'wiki' (the embedded summaries) or a .jsonl/.parquet path with doc_id, title, text", "wiki"
     )

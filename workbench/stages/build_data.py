@@ -44,15 +44,27 @@ def _split_by_fractions(dataset, fractions: list[float], seed: int):
     )
 
 
+def read_corpus_documents(path: Path) -> list:
+    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns)."""
+    from workbench.core.errors import DataError
+    from workbench.data.loaders import read_rows
+    from workbench.data.wikiqa import WikiArticle
+
+    documents = []
+    for number, row in enumerate(read_rows(path), start=1):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("doc_id", "title", "text")):
+            raise DataError(f"row {number} needs string fields doc_id, title and text", str(path))
+        documents.append(WikiArticle(row["doc_id"], row["title"], row["text"], "", str(row.get("topic", ""))))
+    if not documents:
+        raise DataError("the corpus file holds no documents", str(path))
+    return documents
+
+
 def _load_corpus(section: DataSection, articles):
     from workbench.data.corpus import build_corpus
 
-    chunker = make_chunker(section)
-    if section.corpus == "wiki":
-        return build_corpus(articles, chunker=chunker)
-    from workbench.data.corpus import load_corpus_file
-
-    return load_corpus_file(Path(section.corpus), chunker=chunker)
+    documents = articles if section.corpus == "wiki" else read_corpus_documents(Path(section.corpus))
+    return build_corpus(documents, chunker=make_chunker(section))
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -44,6 +44,7 @@ class Resources:
                 device=section.device,
                 dtype=section.dtype,
                 max_context=section.max_context,
+                batch_size=section.batch_size,
                 cache=cache,
                 counter=self.counter,
                 seed=self.config.seed,
@@ -63,6 +64,22 @@ class Resources:
 
         return self.get("embedder", build)
 
+    def retriever(self, corpus):
+        """The run's retriever over ``corpus`` (a Dataset with ``chunk_id`` and ``text``), as ``retrieval`` says."""
+
+        def build():
+            from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+
+            kind = self.config.retrieval.retriever
+            if kind == "bm25":
+                return BM25Retriever(corpus, counter=self.counter)
+            dense = DenseRetriever(corpus, self.embedder(), counter=self.counter)
+            if kind == "dense":
+                return dense
+            return HybridRetriever({"bm25": BM25Retriever(corpus), "dense": dense}, counter=self.counter)
+
+        return self.get(f"retriever:{self.config.retrieval.retriever}", build)
+
 
 @dataclass
 class StageContext:
@@ -77,6 +94,7 @@ class StageContext:
     resources: Resources
     tracker: Any
     counter: CostCounter = field(default_factory=CostCounter)
+    run_started: float = 0.0  # time.perf_counter() when the run began (for wall-time reporting)
 
     @property
     def log(self) -> logging.Logger:

@@ -187,7 +187,7 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     try:
         for name in config.stages:
             spec = STAGES[name]
-            stage_result = _run_stage(spec, config, run_dir, keys, resources, tracker, name in force)
+            stage_result = _run_stage(spec, config, run_dir, keys, resources, tracker, name in force, started)
             keys[name] = stage_result.key
             result.stages.append(stage_result)
             manifest["stages"][name] = {
@@ -217,6 +217,7 @@ def _run_stage(
     resources: Resources,
     tracker: Any,
     force: bool,
+    run_started: float,
 ) -> StageResult:
     out_dir = run_dir / "stages" / spec.name
     key = stage_key(spec, config, keys)
@@ -238,6 +239,7 @@ def _run_stage(
             resources=resources,
             tracker=tracker,
             counter=resources.counter,
+            run_started=run_started,
         )
         before = resources.counter.snapshot()
         summary = dict(func(context) or {})

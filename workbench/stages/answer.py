@@ -1,0 +1,173 @@
+"""Stage ``answer``: answer a split closed-book and with retrieval, and score each answer against the gold aliases.
+
+Outputs: ``answers/`` (an HF dataset, one row per question and mode: prediction, EM, token F1, containment,
+prompt / answer tokens, retrieved passage ids, whether the gold passage was retrieved), ``summary.json`` (means per
+mode and per question template) and ``examples.json`` (the first questions with every mode's answer, for reports).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError
+from workbench.core.logs import track
+from workbench.metrics.qa import score_answer
+from workbench.stages.context import StageContext
+
+SYSTEM_PROMPT = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
+
+
+def format_passages(titles: list[str], texts: list[str], max_chars: int) -> str:
+    """Numbered passages for a prompt, each cut to ``max_chars`` characters at a word boundary."""
+    blocks = []
+    for i, (title, text) in enumerate(zip(titles, texts, strict=True), start=1):
+        if len(text) > max_chars:
+            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
+        blocks.append(f"[{i}] {title}: {text}")
+    return "\n".join(blocks)
+
+
+def _load_split(ctx: StageContext):
+    from workbench.data.wikiqa import load_saved_dataset_dict
+
+    section = ctx.config.answer
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    if section.split not in qa:
+        raise ConfigError(f"split '{section.split}' not in the dataset (has: {', '.join(qa)})", "answer.split")
+    split = qa[section.split]
+    if section.limit is not None:
+        split = split.select(range(min(section.limit, len(split))))
+    return split
+
+
+def _template_of(row: dict[str, Any]) -> str:
+    try:
+        return str(json.loads(row.get("metadata") or "{}").get("template", "unknown"))
+    except json.JSONDecodeError:
+        return "unknown"
+
+
+def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
+    """Answer ``rows`` in one mode; return one record per question."""
+    section = ctx.config.answer
+    contexts: list[str | None] = [None] * len(rows)
+    retrieved: list[list[str]] = [[] for _ in rows]
+    if mode == "rag":
+        retriever = ctx.resources.retriever(corpus)
+        results = retriever.search([r["question"] for r in rows], k=ctx.config.retrieval.k)
+        titles = corpus["title"]
+        texts = corpus["text"]
+        for i, result in enumerate(results):
+            retrieved[i] = list(result.ids)
+            idx = [int(j) for j in result.indices]
+            contexts[i] = format_passages([titles[j] for j in idx], [texts[j] for j in idx], section.passage_chars)
+    prompts = [
+        generator.build_prompt(row["question"], context, max_new_tokens=section.max_new_tokens, system=SYSTEM_PROMPT)
+        for row, context in zip(rows, contexts, strict=True)
+    ]
+    records: list[dict[str, Any]] = []
+    batch = ctx.config.generator.batch_size
+    starts = range(0, len(rows), batch)
+    for start in track(starts, f"answer ({mode})", total=len(starts)):
+        began = time.perf_counter()
+        chunk = prompts[start : start + batch]
+        outputs = generator.generate(
+            [p.text for p in chunk], max_new_tokens=section.max_new_tokens, temperature=0.0, stop=("\n",)
+        )
+        seconds = (time.perf_counter() - began) / len(chunk)
+        for offset, (prompt, output) in enumerate(zip(chunk, outputs, strict=True)):
+            row = rows[start + offset]
+            prediction = output.text.strip()
+            gold_docs = {p["doc_id"] for p in row["gold_passages"]}
+            hit_docs = {pid.split("#", 1)[0] for pid in retrieved[start + offset]}
+            records.append(
+                {
+                    "id": row["id"],
+                    "mode": mode,
+                    "question": row["question"],
+                    "answers": list(row["answers"]),
+                    "template": _template_of(row),
+                    "prediction": prediction,
+                    **score_answer(prediction, row["answers"]),
+                    "prompt_tokens": prompt.n_tokens,
+                    "new_tokens": len(output.token_ids),
+                    "truncated": prompt.truncated,
+                    "retrieved_ids": retrieved[start + offset],
+                    "gold_retrieved": float(bool(gold_docs & hit_docs)) if mode == "rag" and gold_docs else -1.0,
+                    "seconds": seconds,
+                }
+            )
+    return records
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means per mode (quality, tokens, time, retrieval recall) and containment / EM per mode and template."""
+    modes: dict[str, Any] = {}
+    by_template: dict[str, dict[str, Any]] = {}
+    for mode in dict.fromkeys(r["mode"] for r in records):
+        rows = [r for r in records if r["mode"] == mode]
+        recall = [r["gold_retrieved"] for r in rows if r["gold_retrieved"] >= 0]
+        modes[mode] = {
+            "n": len(rows),
+            **{k: float(np.mean([r[k] for r in rows])) for k in ("em", "f1", "contains")},
+            "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rows])),
+            "new_tokens": float(np.mean([r["new_tokens"] for r in rows])),
+            "seconds_per_question": float(np.mean([r["seconds"] for r in rows])),
+            "truncated": int(sum(r["truncated"] for r in rows)),
+            "recall_at_k": float(np.mean(recall)) if recall else None,
+        }
+        by_template[mode] = {}
+        for template in sorted({r["template"] for r in rows}):
+            sub = [r for r in rows if r["template"] == template]
+            by_template[mode][template] = {
+                "n": len(sub),
+                "em": float(np.mean([r["em"] for r in sub])),
+                "contains": float(np.mean([r["contains"] for r in sub])),
+            }
+    return {"modes": modes, "by_template": by_template}
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Answer the configured split in every mode; save answers, summary and examples; return headline scores."""
+    import datasets
+    import torch
+
+    section = ctx.config.answer
+    rows = list(_load_split(ctx))
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    generator = ctx.resources.generator()
+    records: list[dict[str, Any]] = []
+    for mode in section.modes:
+        records.extend(_answer_mode(ctx, mode, rows, corpus, generator))
+    datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "answers"))
+
+    summary = summarise(records)
+    summary.update(
+        split=section.split,
+        n_questions=len(rows),
+        n_passages=len(corpus),
+        generator=ctx.config.generator.model,
+        generator_source=generator.resolved.source,
+        retriever=ctx.config.retrieval.retriever,
+        k=ctx.config.retrieval.k,
+        max_new_tokens=section.max_new_tokens,
+        threads=torch.get_num_threads(),
+    )
+    atomic_write_json(ctx.out_dir / "summary.json", summary)
+    examples = []
+    for row in rows[:10]:
+        example = {"question": row["question"], "gold": row["answers"][0]}
+        for r in records:
+            if r["id"] == row["id"]:
+                example[f"pred_{r['mode']}"] = r["prediction"]
+        examples.append(example)
+    atomic_write_json(ctx.out_dir / "examples.json", examples)
+    out: dict[str, Any] = {"n_questions": len(rows)}
+    for mode, row in summary["modes"].items():
+        out.update({f"{mode}_{k}": round(row[k], 4) for k in ("em", "f1", "contains")})
+    return out

@@ -1,0 +1,158 @@
+"""Stage ``report``: a Markdown report with PNG plots, written to ``report.dir`` (e.g. ``reports/quickstart/``).
+
+It reads the ``answer`` stage's ``summary.json`` and ``examples.json`` and the run's stage markers (for timing), so
+it is cheap and always re-run. The report directory is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.core.atomic import atomic_directory
+from workbench.stages.context import StageContext
+
+TARGET_SECONDS = 600  # the quickstart's budget on 2 cores (issue: "under 10 minutes")
+MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG"}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _stage_times(run_dir: Path, stages: list[str]) -> list[tuple[str, float, bool]]:
+    """(stage, seconds when last computed, whether it was computed by this invocation) for finished stages."""
+    manifest_path = run_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"stages": {}}
+    rows = []
+    for name in stages:
+        marker = run_dir / "stages" / name / "_stage.json"
+        if not marker.exists():
+            continue
+        summary = json.loads(marker.read_text()).get("summary", {})
+        cached = manifest["stages"].get(name, {}).get("cached", False)
+        rows.append((name, float(summary.get("seconds", 0.0)), not cached))
+    return rows
+
+
+def quality_table(summary: dict[str, Any]) -> list[str]:
+    """Markdown rows: one per answering mode, with quality, retrieval recall and cost per question."""
+    lines = [
+        "| mode | questions | EM | token F1 | containment | gold passage in top-k | prompt tokens / q "
+        "| answer tokens / q | seconds / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, row in summary["modes"].items():
+        lines.append(
+            f"| {MODE_TITLES.get(mode, mode)} | {row['n']} | {_fmt(row['em'])} | {_fmt(row['f1'])} "
+            f"| {_fmt(row['contains'])} | {_fmt(row.get('recall_at_k'))} | {_fmt(row['prompt_tokens'], 1)} "
+            f"| {_fmt(row['new_tokens'], 1)} | {_fmt(row['seconds_per_question'], 2)} |"
+        )
+    return lines
+
+
+def template_table(summary: dict[str, Any]) -> list[str]:
+    """Markdown rows: containment accuracy per question template and mode."""
+    modes = list(summary["by_template"])
+    templates = sorted({t for per_mode in summary["by_template"].values() for t in per_mode})
+    lines = [
+        "| template | questions | " + " | ".join(f"{MODE_TITLES.get(m, m)} containment" for m in modes) + " |",
+        "|---|---:|" + "---:|" * len(modes),
+    ]
+    for template in templates:
+        counts = {summary["by_template"][m].get(template, {}).get("n", 0) for m in modes}
+        cells = [_fmt(summary["by_template"][m].get(template, {}).get("contains")) for m in modes]
+        lines.append(f"| {template} | {max(counts)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def example_table(examples: list[dict[str, Any]], limit: int = 6) -> list[str]:
+    """Markdown rows: a few questions with the gold answer and each mode's prediction."""
+    if not examples:
+        return []
+    modes = [m for m in MODE_TITLES if f"pred_{m}" in examples[0]]
+    lines = [
+        "| question | gold | " + " | ".join(MODE_TITLES[m] for m in modes) + " |",
+        "|---|---|" + "---|" * len(modes),
+    ]
+    for ex in examples[:limit]:
+        question = ex["question"].replace("|", "/")
+        question = question if len(question) <= 110 else question[:107] + "..."
+        preds = [str(ex.get(f"pred_{m}", "")).replace("|", "/") or "(empty)" for m in modes]
+        lines.append(f"| {question} | {ex['gold']} | " + " | ".join(preds) + " |")
+    return lines
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` and its plots to the report directory; return the report path and total seconds."""
+    from workbench.plots import grouped_bars
+
+    answer_dir = ctx.inputs["answer"]
+    summary = json.loads((answer_dir / "summary.json").read_text())
+    examples = json.loads((answer_dir / "examples.json").read_text())
+    config = ctx.config
+    report_dir = config.resolved_report_dir
+    times = _stage_times(ctx.run_dir, config.stages)
+    pipeline_seconds = sum(seconds for _, seconds, _ in times)
+    invocation_seconds = time.perf_counter() - ctx.run_started
+
+    with atomic_directory(report_dir) as tmp:
+        modes = list(summary["modes"])
+        grouped_bars(
+            tmp / "quality.png",
+            ["EM", "token F1", "containment"],
+            {MODE_TITLES.get(m, m): [summary["modes"][m][k] for k in ("em", "f1", "contains")] for m in modes},
+            title=f"{config.name}: answer quality on {summary['n_questions']} {summary['split']} questions",
+            ylabel="score",
+        )
+        lines = [
+            f"# {config.name} report",
+            "",
+            f"Regenerate with `workbench run {config.name}`; written {_dt.datetime.now():%Y-%m-%d %H:%M}.",
+            "",
+            f"- generator: `{summary['generator']}` ({summary['generator_source']}), greedy, "
+            f"at most {summary['max_new_tokens']} new tokens, stop at newline",
+            f"- data: `{config.data.dataset}`, split `{summary['split']}`, {summary['n_questions']} questions",
+            f"- retrieval: {summary['retriever']} top-{summary['k']} over {summary['n_passages']} passages",
+            f"- threads: {summary['threads']} torch thread(s)",
+            "",
+            "## Answer quality",
+            "",
+            *quality_table(summary),
+            "",
+            "![answer quality](quality.png)",
+            "",
+            "EM and token F1 compare the normalised answer with every gold alias; containment asks whether a gold "
+            "alias appears in the answer (the fairest score for a chatty 135M model). *Gold passage in top-k* is the "
+            "share of questions whose gold passage the retriever placed in the prompt.",
+            "",
+            "## By question template",
+            "",
+            *template_table(summary),
+            "",
+            "## Examples",
+            "",
+            *example_table(examples),
+            "",
+            "## Time",
+            "",
+            "| stage | seconds (when last computed) | computed in this invocation |",
+            "|---|---:|---|",
+            *[f"| {name} | {seconds:.1f} | {'yes' if fresh else 'no (cached)'} |" for name, seconds, fresh in times],
+            "",
+            f"Whole pipeline from scratch: **{pipeline_seconds:.0f} s** (budget {TARGET_SECONDS} s on 2 cores: "
+            f"{'within' if pipeline_seconds <= TARGET_SECONDS else 'OVER'}); this invocation so far: "
+            f"{invocation_seconds:.0f} s. A one-time model conversion (~35 s) happens outside the stages on a fresh "
+            "machine.",
+            "",
+        ]
+        (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    ctx.log.info("report written to %s", report_dir / "report.md")
+    return {"report": str(report_dir / "report.md"), "pipeline_seconds": round(pipeline_seconds, 1)}
