@@ -32,6 +32,14 @@ def tiny_lm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_lm_long_dir(tmp_path_factory):
+    """The tiny Llama with a 4096-token window (its byte-level tokenizer makes real-text prompts long)."""
+    from tests.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-long"), max_positions=4096)
+
+
+@pytest.fixture(scope="session")
 def tiny_lm_no_template_dir(tmp_path_factory):
     """Same tiny Llama, but its tokenizer has no chat template."""
     from tests.tiny_models import build_tiny_llama

@@ -1,0 +1,65 @@
+"""The quickstart pipeline end to end: build_data → answer → report, caching and resumption.
+
+Uses the real embedded Wikipedia summaries and BM25 with the tiny random Llama (fast), and once with the real
+SmolLM2 on two questions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+
+def quickstart(tmp_path, model, *extra):
+    overrides = [
+        f"generator.model={model}",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "tracker=none",
+        "threads=0",
+        "answer.limit=4",
+        "answer.max_new_tokens=6",
+        "data.max_per_template=40",
+        *extra,
+    ]
+    return run_recipe(load_recipe("quickstart", overrides))
+
+
+def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_dir):
+    first = quickstart(tmp_path, tiny_lm_long_dir)
+    assert [s.cached for s in first.stages] == [False, False, False]
+    summary = json.loads((tmp_path / "run" / "stages" / "answer" / "summary.json").read_text())
+    assert set(summary["modes"]) == {"closed_book", "rag"}
+    assert summary["modes"]["rag"]["prompt_tokens"] > summary["modes"]["closed_book"]["prompt_tokens"]
+    assert 0.0 <= summary["modes"]["rag"]["recall_at_k"] <= 1.0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "| closed-book | 4 |" in report and (tmp_path / "report" / "quality.png").stat().st_size > 1000
+
+    import datasets
+
+    answers = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "answer" / "answers"))
+    assert len(answers) == 8 and all(len(ids) == 5 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"])
+
+    second = quickstart(tmp_path, tiny_lm_long_dir)
+    assert [s.cached for s in second.stages] == [True, True, False]  # the report is always rewritten
+
+    third = quickstart(tmp_path, tiny_lm_long_dir, "retrieval.k=2")
+    assert [s.cached for s in third.stages] == [True, False, False]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["stages"]["answer"]["cached"] is False and "answers/dataset_info.json" in str(
+        manifest["stages"]["answer"]["files"]
+    )
+
+
+def test_quickstart_with_smollm2_answers(tmp_path, smollm2_dir):
+    result = quickstart(tmp_path, "smollm2", "answer.limit=2", "answer.max_new_tokens=12")
+    summary = result.stage("answer").summary
+    assert summary["n_questions"] == 2
+    examples = json.loads((tmp_path / "run" / "stages" / "answer" / "examples.json").read_text())
+    assert all(ex["pred_closed_book"] and ex["pred_rag"] for ex in examples)

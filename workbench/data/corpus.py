@@ -1,0 +1,89 @@
+"""Passage corpora for retrieval, built from Wikipedia articles.
+
+A corpus is a :class:`datasets.Dataset` with one row per chunk: ``chunk_id``, ``doc_id``, ``title``, ``text``,
+``index`` (position of the chunk in its document), ``start`` / ``end`` (character offsets in the summary) and
+``topic``. ``doc_id`` is the article key, the same id wiki-qa puts in its gold passages, so retrieval recall of
+the gold passage can be measured by doc id (or by chunk id ``<doc_id>#0`` for the default one-chunk-per-summary
+corpus).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from datasets import Features, Value
+
+from workbench.data.chunkers import Chunk, Chunker, chunk_documents, make_chunk_id
+
+if TYPE_CHECKING:
+    import datasets
+
+    from workbench.data.wikiqa import WikiArticle
+
+CORPUS_FEATURES = Features(
+    {
+        "chunk_id": Value("string"),
+        "doc_id": Value("string"),
+        "title": Value("string"),
+        "text": Value("string"),
+        "index": Value("int32"),
+        "start": Value("int32"),
+        "end": Value("int32"),
+        "topic": Value("string"),
+    }
+)
+
+
+def _whole_summaries(articles: Sequence[WikiArticle]) -> list[Chunk]:
+    return [Chunk(make_chunk_id(a.doc_id, 0), a.doc_id, 0, a.extract, 0, len(a.extract)) for a in articles]
+
+
+def build_corpus(articles: Sequence[WikiArticle], chunker: Chunker | None = None) -> datasets.Dataset:
+    """One row per chunk of each article's summary, in article order (see the module docstring for columns).
+
+    Without a ``chunker`` every summary is one chunk with ``chunk_id = f"{doc_id}#0"``. Duplicate doc ids
+    raise ``ValueError``.
+    """
+    from datasets import Dataset
+
+    by_id = {}
+    for article in articles:
+        if article.doc_id in by_id:
+            raise ValueError(f"articles: duplicate doc_id {article.doc_id!r}")
+        by_id[article.doc_id] = article
+    if chunker is None:
+        chunks = _whole_summaries(articles)
+    else:
+        chunks = chunk_documents(chunker, [(a.doc_id, a.extract) for a in articles])
+    columns: dict[str, list] = {name: [] for name in CORPUS_FEATURES}
+    for chunk in chunks:
+        article = by_id[chunk.doc_id]
+        for name, value in (
+            ("chunk_id", chunk.chunk_id),
+            ("doc_id", chunk.doc_id),
+            ("title", article.title),
+            ("text", chunk.text),
+            ("index", chunk.index),
+            ("start", chunk.start),
+            ("end", chunk.end),
+            ("topic", article.topic),
+        ):
+            columns[name].append(value)
+    return Dataset.from_dict(columns, features=CORPUS_FEATURES)
+
+
+def corpus_chunks(corpus: datasets.Dataset) -> list[Chunk]:
+    """The corpus rows back as :class:`Chunk` objects (e.g. for a :class:`~workbench.data.chunkers.ChunkIndex`)."""
+    return [
+        Chunk(row["chunk_id"], row["doc_id"], row["index"], row["text"], row["start"], row["end"]) for row in corpus
+    ]
+
+
+def corpus_fingerprint(corpus: datasets.Dataset) -> str:
+    """A content hash of the corpus's chunk ids and texts, in order (a cache key for embedding matrices)."""
+    digest = hashlib.sha256()
+    for chunk_id, text in zip(corpus["chunk_id"], corpus["text"], strict=True):
+        digest.update(chunk_id.encode("utf-8") + b"\x1f" + text.encode("utf-8") + b"\x1e")
+    return digest.hexdigest()[:16]

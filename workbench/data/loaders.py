@@ -1,0 +1,217 @@
+"""Loading QA datasets into the QA schema from local files, saved dataset dicts, the built-in wiki-qa, or the hub.
+
+``load_qa_dataset(source)`` accepts:
+
+* a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are already in the schema (validated row by row);
+* a directory written by :func:`workbench.data.wikiqa.save_dataset_dict` (pick the split);
+* ``wiki-qa``: the built-in dataset built from the embedded Wikipedia summaries (default seed and settings);
+* ``hub:<name>`` or a bare known name (``nq_open``, ``trivia_qa``, ``hotpot_qa``, ``medmcqa``, ``pubmed_qa``,
+  ``fever``; their hub paths work too): fetched with ``datasets.load_dataset`` and mapped by
+  :mod:`workbench.data.hub_formats`. This needs hub access (or the local datasets cache); with
+  ``HF_HUB_OFFLINE=1`` and no cache it fails at once with a :class:`DataError` saying so.
+
+``load_raw_local(name, path)`` reads a local file in a hub dataset's *raw* format and maps it the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.core.errors import DataError
+from workbench.data.hub_formats import HubFormat, get_format, known_names
+from workbench.data.schema import rows_to_dataset, validate_qa_row
+
+if TYPE_CHECKING:
+    import datasets
+
+LOCAL_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
+WIKIQA_SOURCE = "wiki-qa"
+_JSON_LIST_KEYS = ("data", "rows", "examples")
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+
+
+# --------------------------------------------------------------------------------------------- reading files
+
+
+def _read_jsonl(path: Path) -> Iterator[Any]:
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"line {line_number}: invalid JSON ({exc.msg})", str(path)) from exc
+
+
+def _read_json(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"invalid JSON at line {exc.lineno} ({exc.msg})", str(path)) from exc
+    if isinstance(data, dict):
+        for key in _JSON_LIST_KEYS:
+            if isinstance(data.get(key), list):
+                return data[key]
+    if not isinstance(data, list):
+        raise DataError(f"expected a JSON list of rows (or an object with one of {_JSON_LIST_KEYS})", str(path))
+    return data
+
+
+def _read_parquet(path: Path) -> list[Any]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise DataError(f"cannot read Parquet: {exc}".splitlines()[0], str(path)) from exc
+
+
+def read_rows(path: str | Path) -> list[Any]:
+    """All records of a ``.jsonl`` (one JSON value per non-blank line), ``.json`` (a list, or an object with a
+    ``data`` / ``rows`` / ``examples`` list) or ``.parquet`` file, in order.
+
+    Raises :class:`DataError` naming the file when it is missing, unreadable or not in that format.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in LOCAL_SUFFIXES:
+        raise DataError(f"unsupported file type {path.suffix!r}; use one of {', '.join(LOCAL_SUFFIXES)}", str(path))
+    if not path.is_file():
+        raise DataError("no such file", str(path))
+    try:
+        if path.suffix.lower() == ".jsonl":
+            return list(_read_jsonl(path))
+        if path.suffix.lower() == ".json":
+            return _read_json(path)
+        return _read_parquet(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read file: {exc.__class__.__name__}: {exc}".splitlines()[0], str(path)) from exc
+
+
+# --------------------------------------------------------------------------------------------- sources
+
+
+def load_local_qa(path: str | Path, *, limit: int | None = None) -> datasets.Dataset:
+    """A local file whose rows are already in the QA schema, validated row by row (first ``limit`` rows).
+
+    A bad row raises :class:`DataError` naming the file and the row number (1-based, counting records).
+    """
+    _check_limit(limit)
+    rows = read_rows(path)[:limit] if limit else read_rows(path)
+    clean = [validate_qa_row(row, f"{path}, row {number}") for number, row in enumerate(rows, start=1)]
+    if not clean:
+        raise DataError("file holds no rows", str(path))
+    return rows_to_dataset(clean, str(path))
+
+
+def load_raw_local(
+    name: str, path: str | Path, split: str | None = None, *, limit: int | None = None
+) -> datasets.Dataset:
+    """A local file in the raw hub format of dataset ``name``, mapped to the QA schema by that dataset's mapper.
+
+    ``split`` only labels ids and metadata (default: the dataset's default split). Errors name the file and row.
+    """
+    _check_limit(limit)
+    fmt = get_format(name, str(path))
+    return _map(fmt, read_rows(path), split or fmt.default_split, str(path), limit)
+
+
+def _map(fmt: HubFormat, rows: Any, split: str, where: str, limit: int | None) -> datasets.Dataset:
+    examples = list(islice(fmt.mapper(rows, split, where), limit))
+    if not examples:
+        raise DataError(f"no usable {fmt.name} examples", where)
+    return rows_to_dataset([example.to_row() for example in examples], where)
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``) is set to a true value."""
+    values = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("HF_DATASETS_OFFLINE", ""))
+    return any(v.strip().lower() in ("1", "true", "yes", "on") for v in values)
+
+
+def load_hub(name: str, split: str | None = None, *, limit: int | None = None) -> datasets.Dataset:
+    """Fetch a known dataset with ``datasets.load_dataset(path, config, split=...)`` and map it to the schema.
+
+    Fails with a :class:`DataError` (never a network traceback) when the hub cannot be reached; when
+    ``HF_HUB_OFFLINE`` is set the message says so (the local datasets cache is still tried first).
+    """
+    _check_limit(limit)
+    fmt = get_format(name)
+    split = split or fmt.default_split
+    where = f"hub:{fmt.name} {fmt.describe()} [{split}]"
+    import datasets
+
+    try:
+        raw = datasets.load_dataset(fmt.path, fmt.config, split=split)
+    except Exception as exc:  # ConnectionError, DatasetNotFoundError, ValueError (bad split), ...
+        detail = f"{exc.__class__.__name__}: {exc}".splitlines()[0][:200]
+        if hub_offline():
+            what = (
+                "HF_HUB_OFFLINE is set and the dataset is not in the local datasets cache, so the hub is not "
+                f"reachable; unset HF_HUB_OFFLINE on a machine with hub access, or pass a local file ({detail})"
+            )
+        else:
+            what = f"could not load from the hub (unreachable, or wrong split?): {detail}"
+        raise DataError(what, where) from exc
+    return _map(fmt, raw, split, where, limit)
+
+
+def _load_saved(path: Path, split: str | None) -> datasets.Dataset:
+    from workbench.data.wikiqa import load_saved_dataset_dict
+
+    dd = load_saved_dataset_dict(path)
+    if split is None and len(dd) == 1:
+        split = next(iter(dd))
+    if split not in dd:
+        raise DataError(f"choose a split: {split!r} is not one of {', '.join(dd)}", str(path))
+    return dd[split]
+
+
+def _load_wikiqa(split: str | None) -> datasets.Dataset:
+    from workbench.data.wikiqa import build_wikiqa, load_articles
+
+    dd = build_wikiqa(load_articles())
+    split = split or "test"
+    if split not in dd:
+        raise DataError(f"unknown split {split!r}; wiki-qa has {', '.join(dd)}", WIKIQA_SOURCE)
+    return dd[split]
+
+
+def load_qa_dataset(source: str, split: str | None = None, *, limit: int | None = None) -> datasets.Dataset:
+    """Load ``source`` as a dataset with :data:`~workbench.data.schema.QA_FEATURES` (see the module docstring).
+
+    ``split``: for the hub, the hub split (default: the dataset's evaluation split); for a saved directory or
+    ``wiki-qa``, the split name (``wiki-qa`` default: ``test``); ignored for a single local file. ``limit`` keeps
+    the first rows. Every failure is a one-line :class:`DataError` naming the source.
+    """
+    _check_limit(limit)
+    source = str(source).strip()
+    path = Path(source).expanduser()
+    if source.startswith("hub:"):
+        return load_hub(source[len("hub:") :], split, limit=limit)
+    if path.suffix.lower() in LOCAL_SUFFIXES:
+        return load_local_qa(path, limit=limit)
+    if path.is_dir():
+        ds = _load_saved(path, split)
+    elif source == WIKIQA_SOURCE:
+        ds = _load_wikiqa(split)
+    else:
+        try:
+            get_format(source)
+        except DataError:
+            raise DataError(
+                f"unknown dataset source {source!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file, not a saved "
+                f"dataset directory, not '{WIKIQA_SOURCE}', not a known hub dataset ({', '.join(known_names())})",
+                "dataset source",
+            ) from None
+        return load_hub(source, split, limit=limit)
+    return ds.select(range(min(limit, ds.num_rows))) if limit else ds

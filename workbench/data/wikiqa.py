@@ -1,0 +1,552 @@
+"""The built-in ``wiki-qa`` dataset: questions generated from the embedded Wikipedia lead summaries.
+
+Three templates, each with the article title as the gold answer:
+
+* ``cloze`` — the article's first sentence with every mention of the title (and of the title without its
+  parenthetical qualifier) replaced by a blank; the gold passage is the summary.
+* ``description`` — the article's short description plus a clue sentence from the summary that does not
+  mention the title.
+* ``two_hop`` — a bridge question: article A's summary mentions article B's title; the question names A only by
+  its (unique) short description and asks for the B it mentions by B's description. Gold passages: A and B.
+  One per source article A: the first mentioned B that gives a valid question.
+
+Articles, not questions, are assigned to splits (train / calib / val / test), so no article's text is the gold
+passage of questions in two splits; a two-hop question is only made when A and B share a split. Articles whose
+topic is one of ``ood_topics`` go only to the ``ood`` split. Everything is deterministic given the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import string
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.core.errors import DataError
+from workbench.core.hashing import canonical_json, tree_sha256
+from workbench.data.chunkers import split_sentences
+from workbench.data.schema import Passage, QAExample, examples_to_dataset, validate_qa_dataset
+
+if TYPE_CHECKING:
+    import datasets
+
+DATASET_NAME = "wiki-qa"
+BUILDER_VERSION = 1
+TEMPLATES: tuple[str, ...] = ("cloze", "description", "two_hop")
+SPLITS: tuple[str, ...] = ("train", "calib", "val", "test")
+OOD_SPLIT = "ood"
+DEFAULT_FRACTIONS: tuple[float, float, float, float] = (0.5, 0.2, 0.1, 0.2)
+DEFAULT_OOD_TOPICS: tuple[str, ...] = ("History",)
+FINGERPRINT_FILE = "fingerprint.json"
+BLANK = "___"
+
+_MIN_CLUE_WORDS = 6
+_MAX_CLUE_CHARS = 240
+_MAX_LINK_TOKENS = 6
+_TOKEN = re.compile(r"\w+(?:['’.-]\w+)*")
+_PUNCTUATION = frozenset(string.punctuation) | {"‘", "’", "“", "”", "–", "—", "…"}
+
+
+@dataclass(frozen=True)
+class WikiArticle:
+    """One Wikipedia lead summary: ``doc_id`` is its key in the summaries file (also the corpus doc id)."""
+
+    doc_id: str
+    title: str
+    extract: str
+    description: str
+    topic: str
+
+    def passage(self) -> Passage:
+        """The whole summary as a gold passage."""
+        return Passage(doc_id=self.doc_id, title=self.title, text=self.extract)
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def load_articles(path: str | Path | None = None) -> list[WikiArticle]:
+    """Read a summaries JSON file (``{key: {title, extract, description, topic}}``; default: the embedded one).
+
+    Articles with an empty extract are skipped; the rest are returned in file order. Raises :class:`DataError`
+    naming the file when it cannot be read or is not a JSON object of such entries.
+    """
+    if path is None:
+        from workbench.assets import wiki_summaries_path
+
+        path = wiki_summaries_path()
+    where = str(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read summaries: {exc}", where) from exc
+    if not isinstance(raw, dict):
+        raise DataError("expected a JSON object mapping keys to {title, extract, description, topic}", where)
+    articles = []
+    for key, entry in raw.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("title"), str):
+            raise DataError(f"entry {key!r} has no string 'title'", where)
+        extract = str(entry.get("extract") or "").strip()
+        if extract:
+            articles.append(
+                WikiArticle(
+                    doc_id=str(key),
+                    title=entry["title"].strip(),
+                    extract=extract,
+                    description=str(entry.get("description") or "").strip(),
+                    topic=str(entry.get("topic") or "Uncategorized"),
+                )
+            )
+    return articles
+
+
+# --------------------------------------------------------------------------------------------- text helpers
+
+
+def title_variants(title: str) -> list[str]:
+    """The title and its obvious variants (without a trailing parenthetical qualifier), longest first."""
+    variants = [title.strip()]
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+    if bare and bare != variants[0]:
+        variants.append(bare)
+    return sorted(dict.fromkeys(variants), key=len, reverse=True)
+
+
+def _variant_pattern(variants: Sequence[str]) -> re.Pattern[str]:
+    """Case-insensitive whole-word pattern for any variant (with an optional plural ending)."""
+    alternatives = "|".join(re.escape(v) for v in variants)
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?:e?s)?(?!\w)", re.IGNORECASE)
+
+
+def _normalise(text: str) -> str:
+    """Lower-case words only (punctuation dropped), space-joined, padded with spaces for whole-word search."""
+    return " " + " ".join(w.lower() for w in _TOKEN.findall(text)) + " "
+
+
+def mentions(text: str, phrase: str, *, prefix: bool = False) -> bool:
+    """True when ``phrase`` occurs in ``text`` as whole words, ignoring case and punctuation.
+
+    With ``prefix``, the phrase's last word may also be the start of a longer word ("America" in "American").
+    """
+    needle = _normalise(phrase)
+    if not needle.strip():
+        return False
+    return (needle.rstrip() if prefix else needle) in _normalise(text)
+
+
+def _mentions_any(text: str, phrases: Iterable[str], *, prefix: bool = False) -> bool:
+    return any(mentions(text, phrase, prefix=prefix) for phrase in phrases)
+
+
+def _answer_words(text: str) -> str:
+    """SQuAD-style normal form: lower case, punctuation deleted, articles a / an / the dropped, space-padded."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " " + " ".join(w for w in text.split() if w not in ("a", "an", "the")) + " "
+
+
+def answer_leaks(question: str, answers: Iterable[str]) -> bool:
+    """True when any answer occurs in the question as whole words after SQuAD-style normalisation (the way
+    answers are scored), e.g. "Centaurus A" leaks through "Centaurus"."""
+    haystack = _answer_words(question)
+    return any((needle := _answer_words(answer)).strip() and needle in haystack for answer in answers)
+
+
+def _shorten(text: str, limit: int = _MAX_CLUE_CHARS) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters (with an ellipsis when cut)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+
+
+def _example_id(template: str, *doc_ids: str) -> str:
+    digest = hashlib.sha256("\x1f".join(doc_ids).encode("utf-8")).hexdigest()[:12]
+    return f"wikiqa-{template}-{digest}"
+
+
+def _metadata(template: str, articles: Sequence[WikiArticle], split: str) -> dict[str, Any]:
+    return {
+        "dataset": DATASET_NAME,
+        "builder_version": BUILDER_VERSION,
+        "template": template,
+        "topic": articles[0].topic,
+        "topics": [a.topic for a in articles],
+        "doc_ids": [a.doc_id for a in articles],
+        "source_titles": [a.title for a in articles],
+        "split": split,
+    }
+
+
+# --------------------------------------------------------------------------------------------- templates
+
+
+def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
+    """A fill-in-the-blank question from the first sentence, or None when it does not mention the title.
+
+    Every mention of any title variant in the sentence is blanked; the question is dropped if the title still
+    shows through (see :func:`answer_leaks`) or fewer than four words remain besides the blank.
+    """
+    sentences = split_sentences(article.extract)
+    if not sentences:
+        return None
+    variants = title_variants(article.title)
+    pattern = _variant_pattern(variants)
+    first = sentences[0]
+    if not pattern.search(first):
+        return None
+    masked = pattern.sub(BLANK, first).rstrip(" .")
+    if _mentions_any(masked, variants) or len(_TOKEN.findall(masked)) < 4:
+        return None
+    question = f'Which name belongs in the blank? "{masked}."'
+    if answer_leaks(question, variants):
+        return None
+    return QAExample(
+        id=_example_id("cloze", article.doc_id),
+        question=question,
+        answers=list(variants),
+        gold_passages=[article.passage()],
+        supporting_facts=[article.title],
+        metadata=_metadata("cloze", [article], split),
+    )
+
+
+def _clue(article: WikiArticle, variants: Sequence[str]) -> str | None:
+    """The first non-opening sentence of the summary that avoids the title and has enough words."""
+    for sentence in split_sentences(article.extract)[1:]:
+        if len(_TOKEN.findall(sentence)) >= _MIN_CLUE_WORDS and not _mentions_any(sentence, variants, prefix=True):
+            return _shorten(sentence)
+    return None
+
+
+def make_description(article: WikiArticle, split: str = "") -> QAExample | None:
+    """A question from the short description plus one clue sentence, or None when either is unusable.
+
+    The description and the clue must not mention the title (or a variant, or a word extending its last word),
+    and the question must not leak it (:func:`answer_leaks`).
+    """
+    variants = title_variants(article.title)
+    if not article.description or _mentions_any(article.description, variants, prefix=True):
+        return None
+    clue = _clue(article, variants)
+    if clue is None:
+        return None
+    question = f'Which subject, described as "{article.description}", fits this clue: {clue}'
+    if answer_leaks(question, variants):
+        return None
+    return QAExample(
+        id=_example_id("description", article.doc_id),
+        question=question,
+        answers=list(variants),
+        gold_passages=[article.passage()],
+        supporting_facts=[article.title],
+        metadata=_metadata("description", [article], split),
+    )
+
+
+def _link_key(text: str) -> str:
+    return " ".join(_TOKEN.findall(text))
+
+
+def _sentence_start(text: str, position: int) -> bool:
+    before = text[:position].rstrip()
+    return not before or before[-1] in ".!?:\n"
+
+
+def _inside_longer_name(text: str, tokens: Sequence[re.Match[str]], first: int, stop: int) -> bool:
+    """True when tokens ``first..stop-1`` are glued (by white space only) to a capitalised neighbour, i.e. they are
+    part of a longer name ("Empire" in "Ottoman Empire"); a capitalised word opening a sentence does not count."""
+    if first > 0:
+        before = tokens[first - 1]
+        glued = text[before.end() : tokens[first].start()].isspace()
+        if glued and before.group(0)[0].isupper() and not _sentence_start(text, before.start()):
+            return True
+    if stop < len(tokens):
+        after = tokens[stop]
+        glued = text[tokens[stop - 1].end() : after.start()].isspace()
+        if glued and after.group(0)[0].isupper():
+            return True
+    return False
+
+
+class _LinkFinder:
+    """Finds, in a summary, the first case-sensitive whole-word mention of another article's title.
+
+    Candidate targets: titles without a parenthetical qualifier, of at most six words and four characters,
+    carried by exactly one article. A one-word title only counts when it is not at the start of a sentence, and
+    no mention counts when it is glued to a neighbouring capitalised word (part of a longer name).
+    """
+
+    def __init__(self, articles: Sequence[WikiArticle]) -> None:
+        counts: dict[str, int] = {}
+        for article in articles:
+            counts[_link_key(article.title)] = counts.get(_link_key(article.title), 0) + 1
+        self.targets: dict[str, WikiArticle] = {}
+        for article in articles:
+            key = _link_key(article.title)
+            words = key.split()
+            if "(" in article.title or not words or len(words) > _MAX_LINK_TOKENS or len(key) < 4:
+                continue
+            if counts[key] == 1:
+                self.targets[key] = article
+
+    def links(self, source: WikiArticle) -> Iterator[WikiArticle]:
+        """Other articles mentioned in ``source``'s summary, in order of mention (longest title first at one
+        position); titles that contain, or are contained in, ``source``'s title are skipped."""
+        tokens = list(_TOKEN.finditer(source.extract))
+        words = [t.group(0) for t in tokens]
+        own = {_link_key(v) for v in title_variants(source.title)}
+        for i, token in enumerate(tokens):
+            for n in range(min(_MAX_LINK_TOKENS, len(words) - i), 0, -1):
+                key = " ".join(words[i : i + n])
+                target = self.targets.get(key)
+                if target is None or key in own or target.doc_id == source.doc_id:
+                    continue
+                if n == 1 and _sentence_start(source.extract, token.start()):
+                    continue
+                if _inside_longer_name(source.extract, tokens, i, i + n):
+                    continue
+                if _mentions_any(source.title, [target.title]) or _mentions_any(target.title, [source.title]):
+                    continue
+                yield target
+
+
+def make_two_hop(a: WikiArticle, b: WikiArticle, split: str = "") -> QAExample | None:
+    """A bridge question asking for ``b`` through ``a`` (whose summary mentions ``b``), or None if unusable.
+
+    Both articles need a description; neither description may mention ``b``'s title, nor ``a``'s description
+    mention ``a``'s title (also as the start of a longer word, e.g. "American"); the descriptions must differ;
+    the question must not leak ``b``'s title (:func:`answer_leaks`).
+    """
+    b_variants = title_variants(b.title)
+    if not a.description or not b.description or a.description.lower() == b.description.lower():
+        return None
+    if _mentions_any(a.description, b_variants, prefix=True) or _mentions_any(b.description, b_variants, prefix=True):
+        return None
+    if _mentions_any(a.description, title_variants(a.title), prefix=True):
+        return None
+    question = (
+        f'The Wikipedia summary of the subject described as "{a.description}" mentions a subject described as '
+        f'"{b.description}". What is that second subject?'
+    )
+    if answer_leaks(question, b_variants):
+        return None
+    return QAExample(
+        id=_example_id("two_hop", a.doc_id, b.doc_id),
+        question=question,
+        answers=list(b_variants),
+        gold_passages=[a.passage(), b.passage()],
+        supporting_facts=[a.title, b.title],
+        metadata=_metadata("two_hop", [a, b], split),
+    )
+
+
+# --------------------------------------------------------------------------------------------- splitting
+
+
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
+    values = tuple(float(f) for f in fractions)
+    if len(values) != len(SPLITS) or any(f < 0 for f in values) or abs(sum(values) - 1.0) > 1e-6:
+        raise ValueError(f"fractions must be {len(SPLITS)} non-negative numbers summing to 1 {SPLITS}, got {fractions}")
+    return values
+
+
+def assign_splits(
+    articles: Sequence[WikiArticle],
+    *,
+    seed: int = 0,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    ood_topics: Iterable[str] = DEFAULT_OOD_TOPICS,
+) -> dict[str, str]:
+    """Map each article's doc id to a split: ``ood`` for OOD topics, else train / calib / val / test by a seeded
+    shuffle of the doc ids cut at the cumulative ``fractions`` (rounded; test takes the remainder)."""
+    values = _check_fractions(fractions)
+    ood = set(ood_topics)
+    assignment = {a.doc_id: OOD_SPLIT for a in articles if a.topic in ood}
+    rest = sorted({a.doc_id for a in articles if a.topic not in ood})
+    random.Random(seed).shuffle(rest)
+    bounds, total = [], 0.0
+    for fraction in values[:-1]:
+        total += fraction
+        bounds.append(round(total * len(rest)))
+    bounds.append(len(rest))
+    start = 0
+    for split, end in zip(SPLITS, bounds, strict=True):
+        for doc_id in rest[start:end]:
+            assignment[doc_id] = split
+        start = end
+    return assignment
+
+
+# --------------------------------------------------------------------------------------------- building
+
+
+def _description_counts(articles: Iterable[WikiArticle]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for article in articles:
+        key = article.description.lower()
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _questions_for_split(
+    articles: Sequence[WikiArticle], split: str, templates: Sequence[str], description_counts: dict[str, int]
+) -> dict[str, list[QAExample]]:
+    """All questions of each template whose articles all lie in ``articles`` (one split).
+
+    ``description_counts`` counts descriptions over *all* articles: a two-hop source must be unique there.
+    """
+    out: dict[str, list[QAExample]] = {t: [] for t in templates}
+    if "cloze" in out:
+        out["cloze"] = [q for a in articles if (q := make_cloze(a, split)) is not None]
+    if "description" in out:
+        out["description"] = [q for a in articles if (q := make_description(a, split)) is not None]
+    if "two_hop" in out:
+        finder = _LinkFinder(articles)
+        for a in articles:
+            if not a.description or description_counts.get(a.description.lower(), 0) != 1:
+                continue  # A must be identifiable from its description alone
+            question = next((q for b in finder.links(a) if (q := make_two_hop(a, b, split)) is not None), None)
+            if question is not None:
+                out["two_hop"].append(question)
+    return out
+
+
+def build_wikiqa(
+    articles: Sequence[WikiArticle],
+    *,
+    seed: int = 0,
+    templates: Sequence[str] = TEMPLATES,
+    max_per_template: int | None = None,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    ood_topics: Iterable[str] | None = None,
+) -> datasets.DatasetDict:
+    """Build the wiki-qa :class:`datasets.DatasetDict` with splits train / calib / val / test / ood.
+
+    Articles are assigned to splits by :func:`assign_splits` (``ood_topics`` default: ``["History"]``; pass
+    ``[]`` for none). ``max_per_template`` caps the questions of each template *in each split* (a seeded
+    sample). Rows of each split are shuffled by ``seed``. Same inputs and seed give identical rows.
+    """
+    unknown = [t for t in templates if t not in TEMPLATES]
+    if unknown or not templates:
+        raise ValueError(f"templates must be a non-empty subset of {TEMPLATES}, got {list(templates)}")
+    if max_per_template is not None and (not isinstance(max_per_template, int) or max_per_template <= 0):
+        raise ValueError(f"max_per_template must be a positive integer or None, got {max_per_template!r}")
+    ood_topics = DEFAULT_OOD_TOPICS if ood_topics is None else tuple(ood_topics)
+    assignment = assign_splits(articles, seed=seed, fractions=fractions, ood_topics=ood_topics)
+    from datasets import DatasetDict
+
+    description_counts = _description_counts(articles)
+    result = {}
+    for index, split in enumerate((*SPLITS, OOD_SPLIT)):
+        members = sorted((a for a in articles if assignment[a.doc_id] == split), key=lambda a: a.doc_id)
+        rng = random.Random(f"{seed}:{split}:{index}")
+        rows: list[QAExample] = []
+        for questions in _questions_for_split(members, split, templates, description_counts).values():
+            if max_per_template is not None and len(questions) > max_per_template:
+                questions = rng.sample(questions, max_per_template)
+            rows.extend(questions)
+        rows.sort(key=lambda q: q.id)
+        rng.shuffle(rows)
+        result[split] = examples_to_dataset(rows)
+    return DatasetDict(result)
+
+
+def template_counts(ds: datasets.Dataset) -> dict[str, int]:
+    """How many rows of ``ds`` come from each template (read from the metadata JSON)."""
+    counts: dict[str, int] = {}
+    for metadata in ds["metadata"]:
+        template = json.loads(metadata).get("template", "?")
+        counts[template] = counts.get(template, 0) + 1
+    return counts
+
+
+# --------------------------------------------------------------------------------------------- saving
+
+
+def dataset_dict_fingerprint(dd: datasets.DatasetDict) -> str:
+    """A content hash of every split's rows (in order) and features; independent of Arrow file layout."""
+    digest = hashlib.sha256()
+    for split in sorted(dd):
+        digest.update(f"\x1esplit:{split}:{canonical_json(dd[split].features.to_dict())}".encode())
+        for row in dd[split]:
+            digest.update(canonical_json(row).encode("utf-8"))
+            digest.update(b"\x1f")
+    return digest.hexdigest()[:16]
+
+
+def save_dataset_dict(dd: datasets.DatasetDict, path: str | Path) -> str:
+    """Write ``dd`` to ``path`` atomically (``save_to_disk`` in a temp dir, then one swap) with a ``fingerprint.json``.
+
+    ``fingerprint.json`` holds the content fingerprint, the row count per split and the sha256 of every file.
+    Returns the fingerprint.
+    """
+    from datasets import utils as hf_utils
+
+    fingerprint = dataset_dict_fingerprint(dd)
+    bars_were_on = not hf_utils.are_progress_bars_disabled()
+    hf_utils.disable_progress_bars()  # one bar per split is noise in logs
+    try:
+        with atomic_directory(path) as tmp:
+            dd.save_to_disk(str(tmp))
+            record = {
+                "fingerprint": fingerprint,
+                "splits": {split: dd[split].num_rows for split in dd},
+                "files": tree_sha256(tmp),
+            }
+            atomic_write_json(Path(tmp) / FINGERPRINT_FILE, record)
+    finally:
+        if bars_were_on:
+            hf_utils.enable_progress_bars()
+    return fingerprint
+
+
+def read_fingerprint(path: str | Path) -> str:
+    """The fingerprint recorded in a directory written by :func:`save_dataset_dict` (DataError if absent)."""
+    return _read_record(Path(path))["fingerprint"]
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise DataError("no saved dataset here (directory missing)", str(path))
+    try:
+        record = json.loads((path / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"missing or unreadable {FINGERPRINT_FILE}: {exc.__class__.__name__}", str(path)) from exc
+    if not isinstance(record, dict) or not {"fingerprint", "files"} <= record.keys():
+        raise DataError(f"{FINGERPRINT_FILE} lacks 'fingerprint' or 'files'", str(path))
+    return record
+
+
+def load_saved_dataset_dict(path: str | Path, *, verify: bool = True) -> datasets.DatasetDict:
+    """Load a directory written by :func:`save_dataset_dict`; each split is schema-checked.
+
+    With ``verify`` (default) every file's sha256 is compared with ``fingerprint.json`` first. Raises
+    :class:`DataError` naming ``path`` when the directory is missing, incomplete, altered or unreadable.
+    """
+    from datasets import DatasetDict, load_from_disk
+
+    path = Path(path)
+    record = _read_record(path)
+    if verify:
+        actual = {k: v for k, v in tree_sha256(path).items() if k != FINGERPRINT_FILE}
+        if actual != record["files"]:
+            changed = sorted(set(actual.items()) ^ set(record["files"].items()))
+            names = sorted({name for name, _ in changed})
+            listed = ", ".join(names[:5])
+            raise DataError(f"files differ from {FINGERPRINT_FILE} (corrupt or edited): {listed}", str(path))
+    try:
+        dd = load_from_disk(str(path))
+    except Exception as exc:  # datasets raises several types for a damaged directory
+        detail = f"{exc.__class__.__name__}: {exc}".splitlines()[0]
+        raise DataError(f"cannot load saved dataset: {detail}", str(path)) from exc
+    if not isinstance(dd, DatasetDict):
+        raise DataError("holds a single dataset, not a dataset dict with splits", str(path))
+    for split in dd:
+        validate_qa_dataset(dd[split], f"{path} [{split}]")
+    return dd
