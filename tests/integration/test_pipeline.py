@@ -44,7 +44,9 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
     import datasets
 
     answers = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "answer" / "answers"))
-    assert len(answers) == 8 and all(len(ids) == 5 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"])
+    assert len(answers) == 8 and all(
+        len(ids) == 5 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"]
+    )
 
     second = quickstart(tmp_path, tiny_lm_long_dir)
     assert [s.cached for s in second.stages] == [True, True, False]  # the report is always rewritten
