@@ -77,3 +77,20 @@ def test_bad_override_on_run_is_rejected_before_any_work(tmp_path):
 def test_config_and_stages_print():
     assert "retrieval:" in wb("config").stdout
     assert "build_data" in wb("stages").stdout
+
+
+def test_bad_dataset_fails_in_one_line_and_leaves_no_stage_output(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "question": "q?", "answers": ["a"]}\n{"id": "2", "question": 5}\n')
+    out = wb("run", "quickstart", f"data.dataset={bad}", f"run_dir={tmp_path}/run", "tracker=none")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert "bad.jsonl" in lines[-1] and "row 2" in lines[-1]
+    assert not (tmp_path / "run" / "stages" / "build_data").exists()
+
+
+def test_doctor_reports_assets_and_threads():
+    out = wb("doctor")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for needle in ("smollm2", "minilm", "torch threads", "transformers", "everything required is installed"):
+        assert needle in out.stdout
