@@ -1,0 +1,1 @@
+"""Unit tests of the backends (tiny random models)."""

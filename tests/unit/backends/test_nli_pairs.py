@@ -1,0 +1,164 @@
+"""NLI pair building: sentence splitting, the three labels on fake articles, split hygiene, determinism, and
+the short-answer pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.backends.nli_pairs import (
+    BUILTIN_ANSWER_PAIRS,
+    CONTRADICTION,
+    ENTAILMENT,
+    NEUTRAL,
+    Article,
+    build_answer_pairs,
+    build_nli_pairs,
+    build_split_pairs,
+    load_wiki_articles,
+    pairs_to_records,
+    split_articles,
+    split_sentences,
+    swappable_spans,
+    title_variants,
+)
+from workbench.core.errors import DataError
+
+
+def _article(key: str, topic: str, text: str) -> Article:
+    return Article(key=key, title=key.replace("_", " "), text=text, topic=topic, description=f"About {key}")
+
+
+ARTICLES = [
+    _article(
+        "Paris", "Geography",
+        "Paris is the capital of France. It was founded by the Parisii in 250 BC. The city hosted the "
+        "Summer Olympics in 1924 and in 2024. About 2 million people live in the city proper.",
+    ),
+    _article(
+        "Berlin", "Geography",
+        "Berlin is the capital of Germany. The Berlin Wall divided the city from 1961 until 1989. "
+        "It has 12 boroughs and lies on the River Spree.",
+    ),
+    _article(
+        "Tokyo", "Geography",
+        "Tokyo is the capital of Japan. It was formerly called Edo until 1868. The Greater Tokyo Area "
+        "has 37 million residents and hosted the Olympics in 1964.",
+    ),
+    _article(
+        "Albert_Einstein", "People",
+        "Albert Einstein was a theoretical physicist born in Ulm in 1879. He received the Nobel Prize in "
+        "Physics in 1921. Einstein emigrated to the United States in 1933.",
+    ),
+    _article(
+        "Marie_Curie", "People",
+        "Marie Curie was a physicist and chemist born in Warsaw in 1867. She won Nobel Prizes in 1903 and "
+        "1911. Curie worked in Paris at the University of Paris for 28 years.",
+    ),
+    _article(
+        "Isaac_Newton", "People",
+        "Isaac Newton was an English mathematician born in Woolsthorpe in 1643. He published the Principia "
+        "in 1687. Newton was President of the Royal Society for 24 years.",
+    ),
+]  # fmt: skip
+BY_KEY = {a.key: a for a in ARTICLES}
+
+
+def test_split_sentences():
+    text = 'Arthur C. Clarke wrote it in 1968. Dr. Who met St. Paul in the U.S. Army. It was "great." Then 3 more!'
+    assert split_sentences(text) == [
+        "Arthur C. Clarke wrote it in 1968.",
+        "Dr. Who met St. Paul in the U.S. Army.",
+        'It was "great."',
+        "Then 3 more!",
+    ]
+    assert split_sentences("  ") == []
+    assert split_sentences("no final stop") == ["no final stop"]
+
+
+def test_swappable_spans():
+    spans = swappable_spans("In 1921 the Nobel Prize went to 3 people in New York.")
+    assert spans["year"] == ["1921"] and spans["number"] == ["3"]
+    assert spans["entity"] == ["Nobel Prize", "New York"]  # "In" opens the sentence and is no entity
+
+
+def _edit(before: str, after: str) -> tuple[str, str]:
+    """The differing middle of two strings after removing their common prefix and suffix: (old, new)."""
+    p = 0
+    while p < min(len(before), len(after)) and before[p] == after[p]:
+        p += 1
+    q = 0
+    while q < min(len(before), len(after)) - p and before[-1 - q] == after[-1 - q]:
+        q += 1
+    return before[p : len(before) - q], after[p : len(after) - q]
+
+
+def test_labels_are_what_they_claim():
+    pairs = build_split_pairs(ARTICLES, window=2, seed=3)
+    assert {p.label for p in pairs} == {CONTRADICTION, NEUTRAL, ENTAILMENT}
+    for pair in pairs:
+        own = split_sentences(BY_KEY[pair.article].text)
+        assert pair.premise in " ".join(own)  # a window of the article's own sentences
+        if pair.label == ENTAILMENT:
+            assert pair.hypothesis in own and pair.hypothesis in pair.premise and pair.donor is None
+        elif pair.label == CONTRADICTION:
+            assert pair.hypothesis not in own and pair.hypothesis not in pair.premise
+            # exactly one span of one own sentence was replaced, by text taken from the donor article
+            edits = [_edit(sentence, pair.hypothesis) for sentence in own]
+            assert any(old and new and new in BY_KEY[pair.donor].text for old, new in edits), pair
+            assert BY_KEY[pair.donor].topic == BY_KEY[pair.article].topic
+        else:
+            donor = BY_KEY[pair.donor]
+            assert pair.donor != pair.article and donor.topic == BY_KEY[pair.article].topic
+            assert pair.hypothesis in split_sentences(donor.text)
+
+
+def test_no_article_in_both_splits_and_determinism():
+    train, val = build_nli_pairs(ARTICLES, val_fraction=0.34, seed=1)
+    used_train = {p.article for p in train} | {p.donor for p in train if p.donor}
+    used_val = {p.article for p in val} | {p.donor for p in val if p.donor}
+    assert train and val and not used_train & used_val
+    again = build_nli_pairs(ARTICLES, val_fraction=0.34, seed=1)
+    assert again == (train, val)
+    assert build_nli_pairs(ARTICLES, val_fraction=0.34, seed=2) != (train, val)
+
+
+def test_split_articles():
+    train, val = split_articles(ARTICLES, 0.5, seed=0)
+    assert len(train) == len(val) == 3 and not {a.key for a in train} & {a.key for a in val}
+    assert split_articles(ARTICLES, 0.0, seed=0)[1] == []
+    with pytest.raises(DataError):
+        split_articles(ARTICLES, 1.0, seed=0)
+
+
+def test_load_wiki_articles_from_a_file(tmp_path):
+    path = tmp_path / "summaries.json"
+    rows = {
+        "b": {"title": "B", "extract": "Second  one.", "description": "x", "topic": "T"},
+        "a": {"title": "A", "extract": "First one.", "description": None, "topic": "T"},
+        "c": {"title": "C", "extract": "", "description": "", "topic": "T"},
+    }
+    path.write_text(json.dumps(rows))
+    articles = load_wiki_articles(path)
+    assert [a.key for a in articles] == ["a", "b"] and articles[1].text == "Second one."
+    assert load_wiki_articles(path, limit=1)[0].description == ""
+    with pytest.raises(DataError):
+        load_wiki_articles(tmp_path / "missing.json")
+
+
+def test_answer_pairs():
+    assert "Dune" in title_variants("Dune (novel)", "1965 novel")
+    assert "dune (novel)" in title_variants("Dune (novel)")
+    pairs = build_answer_pairs(ARTICLES, n=8, seed=0)
+    assert len(pairs) == 8 and {p.label for p in pairs} == {ENTAILMENT, CONTRADICTION}
+    for pair in pairs:
+        titles = {a.title for a in ARTICLES}
+        assert pair.answer_a in titles and pair.premise == pair.answer_a and pair.hypothesis == pair.answer_b
+        if pair.label == CONTRADICTION:
+            assert pair.answer_b in titles and pair.answer_b != pair.answer_a
+        else:
+            assert pair.answer_b in title_variants(pair.answer_a, f"About {pair.answer_a.replace(' ', '_')}")
+    assert build_answer_pairs(ARTICLES, n=8, seed=0) == pairs
+    assert len(BUILTIN_ANSWER_PAIRS) >= 12
+    assert pairs_to_records(pairs[:1])[0]["question"] == pairs[0].question

@@ -1,0 +1,214 @@
+"""Sentence embeddings with an on-disk cache (layer 3).
+
+:class:`Embedder` wraps a sentence-transformers model loaded from a local directory (the embedded all-MiniLM-L6-v2
+by default, resolved through :func:`workbench.assets.resolve_embedder`; a hub id only when the user names one).
+Every vector it returns is float32 and L2-normalised, so inner product equals cosine similarity.
+
+The cache is one SQLite file per model fingerprint under ``cache_dir("embeddings")``: rows map the sha256 of a
+text to its raw float32 bytes (no pickle). SQLite's locking (WAL journal, busy timeout) makes it safe for several
+processes to read and write the same file; only texts missing from it are encoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from workbench.backends.cost import CostCounter
+from workbench.core.errors import AssetError, DataError
+from workbench.core.hashing import stable_hash, tree_fingerprint
+from workbench.core.paths import cache_dir
+
+# Bump when the way vectors are produced changes (pooling, normalisation), so old cache rows are not reused.
+_EMBEDDING_VERSION = 1
+_SQL_CHUNK = 500  # SQLite's default limit on bound parameters is far above this.
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """What retrievers and judges need from an embedder: ``encode`` to normalised float32 rows, ``dim``, and a
+    ``fingerprint`` that changes whenever the vectors would."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def text_key(text: str) -> str:
+    """Cache key of one text: the hex sha256 of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def l2_normalize(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (all-zero rows stay zero), as float32."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+class EmbeddingCache:
+    """A SQLite store of float32 vectors keyed by text sha256, for one model fingerprint and dimension.
+
+    Safe for concurrent processes: writes are short transactions (``INSERT OR IGNORE``), readers use WAL.
+    """
+
+    def __init__(self, path: str | Path, dim: int) -> None:
+        self.path = Path(path)
+        self.dim = dim
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as conn, conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=60.0)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The cached vectors among ``keys`` (missing keys are simply absent from the result)."""
+        found: dict[str, np.ndarray] = {}
+        with closing(self._connect()) as conn:
+            for start in range(0, len(keys), _SQL_CHUNK):
+                chunk = list(keys[start : start + _SQL_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                for key, blob in conn.execute(f"SELECT key, vec FROM vectors WHERE key IN ({marks})", chunk):
+                    vec = np.frombuffer(blob, dtype=np.float32)
+                    if vec.shape[0] == self.dim:
+                        found[key] = vec
+        return found
+
+    def put_many(self, items: dict[str, np.ndarray]) -> None:
+        """Store vectors (first writer wins; rows are never overwritten)."""
+        rows = [(key, np.ascontiguousarray(vec, dtype=np.float32).tobytes()) for key, vec in items.items()]
+        with closing(self._connect()) as conn, conn:
+            conn.executemany("INSERT OR IGNORE INTO vectors (key, vec) VALUES (?, ?)", rows)
+
+    def __len__(self) -> int:
+        with closing(self._connect()) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM vectors").fetchone()[0])
+
+
+def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Embedder:
+    """Sentence embeddings from a sentence-transformers model, cached on disk.
+
+    ``model`` is an embedded name (``"minilm"``), a local directory or an explicit hub id (never implied).
+    ``encode(texts)`` returns an ``(n, dim)`` float32 array of L2-normalised rows in input order; an empty input
+    gives shape ``(0, dim)``. With ``cache=True`` vectors are looked up by (model fingerprint, text sha256) and only
+    the misses are encoded; ``counter.cache_hits`` / ``cache_misses`` count per text, ``counter.embed_texts``
+    counts texts actually encoded. torch and sentence-transformers load on construction, not at import.
+    """
+
+    def __init__(
+        self,
+        model: str | Path = "minilm",
+        *,
+        batch_size: int = 64,
+        cache: bool = True,
+        counter: CostCounter | None = None,
+        device: str = "cpu",
+        max_seq_length: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise DataError(f"batch_size must be >= 1, got {batch_size}", "Embedder")
+        from workbench.assets import resolve_embedder
+
+        self.resolved = resolve_embedder(str(model))
+        self.batch_size = batch_size
+        self.counter = counter if counter is not None else CostCounter()
+        self._model = self._load(self.resolved.path, device, max_seq_length)
+        self._dim = self._model_dim()
+        self._fingerprint = self._compute_fingerprint(max_seq_length)
+        self._cache = (
+            EmbeddingCache(cache_dir("embeddings") / f"{self._fingerprint}.sqlite", self._dim) if cache else None
+        )
+
+    @staticmethod
+    def _load(path: str, device: str, max_seq_length: int | None) -> Any:
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(path, device=device)
+        except (OSError, ValueError) as exc:
+            raise AssetError(f"cannot load a sentence-transformers model: {exc}".splitlines()[0], path) from exc
+        if max_seq_length is not None:
+            model.max_seq_length = max_seq_length
+        model.eval()
+        return model
+
+    def _model_dim(self) -> int:
+        getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dim = getter()
+        if dim is None:  # some models only reveal it by encoding
+            dim = int(self._model.encode(["x"], convert_to_numpy=True).shape[1])
+        return int(dim)
+
+    def _compute_fingerprint(self, max_seq_length: int | None) -> str:
+        base = self.resolved.fingerprint
+        if self.resolved.source == "local":  # a local directory can be overwritten in place: hash its contents
+            base = tree_fingerprint(self.resolved.path)
+        seq = max_seq_length if max_seq_length is not None else getattr(self._model, "max_seq_length", None)
+        return stable_hash(["embedder", base, seq, self._dim, _EMBEDDING_VERSION])
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension."""
+        return self._dim
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the vectors this embedder produces (weights, sequence length, pooling version)."""
+        return self._fingerprint
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(n, dim)`` float32 array of unit-norm rows (cached; only misses are encoded)."""
+        if isinstance(texts, str):
+            raise DataError("encode() takes a list of strings, not one string", "Embedder.encode")
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise DataError("encode() takes a list of strings", "Embedder.encode")
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        if not texts:
+            return out
+        keys = [text_key(t) for t in texts]
+        found = self._cache.get_many(sorted(set(keys))) if self._cache is not None else {}
+        missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in found))
+        self.counter.cache_hits += sum(1 for k in keys if k in found)
+        self.counter.cache_misses += sum(1 for k in keys if k not in found)
+        if missing:
+            with self.counter.timed("embed"):
+                fresh = self._encode_uncached(missing)
+            self.counter.embed_texts += len(missing)
+            new = {text_key(t): row for t, row in zip(missing, fresh, strict=True)}
+            if self._cache is not None:
+                self._cache.put_many(new)
+            found.update(new)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        rows = []
+        with torch.inference_mode():
+            for batch in _batches(texts, self.batch_size):
+                rows.append(
+                    self._model.encode(
+                        list(batch), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+                    )
+                )
+        return l2_normalize(np.concatenate(rows, axis=0))

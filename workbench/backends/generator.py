@@ -1,0 +1,747 @@
+"""The generator backend: any HF causal LM behind ``generate`` and ``score``, returning plain numpy dataclasses.
+
+Decoding is a hand-written loop over ``model(input_ids, attention_mask, position_ids, past_key_values)``:
+
+* prompts are batched with **left padding** (positions count from each row's first real token);
+* ``temperature == 0`` is greedy (arg-max of the raw logits); otherwise temperature, then top-k, then top-p, then one
+  draw per step from a **per-sample** ``torch.Generator`` seeded from ``(seed, prompt, sample_index)`` — so a sample
+  depends on its prompt, parameters and seed only, never on the batch it ran in, and the first n samples of an
+  ``n=10`` request are exactly the samples of an ``n=5`` request;
+* the ``n`` samples of a prompt **share one prefill**: the prompt batch is encoded once, then the KV cache and the
+  last logits are repeated per sample along the batch dimension (``share_prefill=False`` re-encodes each sample,
+  for comparison);
+* sequences stop at EOS, at the first stop string (the text is cut before it) or after ``max_new_tokens``; finished
+  rows are dropped from the batch (and the KV cache) at once.
+
+Per generated token it records the token id, its log-prob under the raw (T=1) distribution, its log-prob under the
+processed (temperature/top-k/top-p) distribution — 0 for greedy, a point mass — and the entropy of the full raw
+distribution. Optional: one layer's hidden states and the attention diagonal (see :class:`Generation`).
+
+Costs go to a :class:`~workbench.backends.cost.CostCounter`: ``lm_calls`` +1 per prompt batch run through the model
+(one prefill and its decoding loop, or one teacher-forced pass of :meth:`Generator.score`); ``prefill_tokens``
+prompt tokens encoded (once per prompt with a shared prefill; padding excluded); ``decoded_tokens`` tokens generated;
+``scored_tokens`` continuation tokens scored; ``truncated_prompts``; ``cache_hits``/``cache_misses`` one per
+requested sample (a :class:`Generation`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workbench.backends.cost import CostCounter
+from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, encode
+from workbench.core.errors import AssetError
+from workbench.core.hashing import stable_hash
+from workbench.core.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from workbench.assets import ResolvedModel
+    from workbench.backends.gencache import GenerationCache
+
+log = logging.getLogger(__name__)
+
+FINISH_REASONS = ("stop", "eos", "length")
+
+
+@dataclass
+class Generation:
+    """One generated continuation of one prompt (plain Python / numpy, no HF objects).
+
+    ``text`` is the decoded continuation (special tokens skipped), cut before the first stop string.
+    ``token_ids`` are the answer tokens: the shortest prefix of the generated tokens whose decoding covers ``text``
+    (so neither EOS nor a token that holds only the stop string is included). ``logprobs`` (raw T=1 distribution),
+    ``logprobs_processed`` (the distribution actually sampled from; 0 for greedy) and ``entropies`` (nats, full raw
+    distribution) are float32 arrays aligned with ``token_ids``. ``finish_reason`` is ``"stop"``, ``"eos"`` or
+    ``"length"``.
+
+    Decoding step ``s`` is the forward position whose output predicts generated token ``s`` (step 0 is the last
+    prompt token). With ``return_hidden_layer=L`` (an index into HF ``hidden_states``, 0 = embeddings, negative
+    allowed): ``hidden_mean`` is the mean of layer L over the steps that predicted the answer tokens (step 0 alone
+    for an empty answer); ``hidden_last`` is layer L at the step whose input is the last answer token (the "last
+    decoding step kept", computed when a terminator followed), else at the last step computed. With
+    ``return_attentions``: ``attentions`` is a float32 array ``(n_layers, n_heads, len(token_ids))`` holding, for
+    each answer token, the attention weight its predicting step puts on its own position (the diagonal A_jj used
+    by attention-score features).
+    """
+
+    prompt: str
+    text: str
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    logprobs_processed: np.ndarray
+    entropies: np.ndarray
+    finish_reason: str
+    sample_index: int = 0
+    prompt_tokens: int = 0
+    hidden_last: np.ndarray | None = None
+    hidden_mean: np.ndarray | None = None
+    attentions: np.ndarray | None = None
+
+    @property
+    def sum_logprob(self) -> float:
+        """Sum of the raw token log-probs (0 for an empty answer)."""
+        return float(self.logprobs.sum())
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean raw token log-prob (NaN for an empty answer)."""
+        return float(self.logprobs.mean()) if len(self.logprobs) else float("nan")
+
+
+@dataclass
+class Scored:
+    """Teacher-forced log-likelihood of ``continuation`` after ``prompt``.
+
+    ``token_ids`` are the continuation tokens (plus EOS when asked), ``logprobs`` their raw log-probs and
+    ``entropies`` the full-vocabulary entropies at those positions (float32). ``mean_logprob`` is NaN when the
+    continuation has no tokens.
+    """
+
+    prompt: str
+    continuation: str
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    entropies: np.ndarray
+    sum_logprob: float
+    mean_logprob: float
+
+
+@dataclass(frozen=True)
+class DecodingParams:
+    """The decoding parameters of one :meth:`Generator.generate` call, normalised for cache keys.
+
+    Greedy decoding (``temperature == 0``) ignores ``top_p``, ``top_k`` and ``seed``, so they are normalised away.
+    """
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    seed: int | None = 0
+    hidden_layer: int | None = None
+    attentions: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        """Whether this is greedy decoding."""
+        return self.temperature == 0.0
+
+    def normalised(self) -> DecodingParams:
+        """A copy with the parameters that greedy decoding ignores reset."""
+        if self.greedy:
+            return replace(self, top_p=1.0, top_k=0, seed=None)
+        return self
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` on out-of-range parameters."""
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass
+class _Job:
+    """One prompt to run, with the sample indices still missing for it."""
+
+    prompt: str
+    ids: list[int]
+    samples: list[int]
+
+
+@dataclass
+class _Row:
+    """Decoding state of one sample (one row of the expanded batch)."""
+
+    job: int
+    sample: int
+    generator: Any  # torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    processed: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    hidden: list[np.ndarray] = field(default_factory=list)
+    attn: list[np.ndarray] = field(default_factory=list)
+    finish: str | None = None
+    text: str = ""
+
+
+class Generator:
+    """A causal LM loaded from a local path (or an embedded name), with batched, seeded, cached generation.
+
+    ``model`` is a :class:`~workbench.assets.ResolvedModel`, a local directory, or a reference that
+    :func:`workbench.assets.resolve_generator` accepts (default: the embedded ``"smollm2"``); an unknown path raises
+    :class:`AssetError`. ``dtype`` is a torch dtype name; ``max_context`` defaults to the model's
+    ``max_position_embeddings``; ``cache`` (optional) stores every generation; ``counter`` receives the costs
+    (a fresh one if omitted); ``seed`` is the default sampling seed; ``batch_size`` is the number of prompts per
+    model batch (each expanded to its ``n`` samples).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | ResolvedModel = "smollm2",
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_context: int | None = None,
+        cache: GenerationCache | None = None,
+        counter: CostCounter | None = None,
+        seed: int = 0,
+        batch_size: int = 8,
+    ) -> None:
+        resolved = _resolve(model)
+        self.resolved = resolved
+        self.device = device
+        self.dtype = dtype
+        self.cache = cache
+        self.counter = counter if counter is not None else CostCounter()
+        self.seed = seed
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.model, self.tokenizer = _load(resolved.path, device, dtype)
+        config_limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_context = int(max_context or config_limit or 2048)
+        self.fingerprint = stable_hash(["generator", resolved.fingerprint, dtype])
+        self.prompts = PromptRenderer(self.tokenizer, name=resolved.ref)
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self._warned_truncation = False
+
+    # ------------------------------------------------------------------ prompts
+    def render_chat(self, messages: Messages, system: str | None = None) -> str:
+        """Render a user message (or chat messages) with the chat template; plain fallback warns once."""
+        return self.prompts.chat(messages, system)
+
+    def build_prompt(
+        self,
+        question: str,
+        context: str | None = None,
+        template: str | None = None,
+        *,
+        max_new_tokens: int,
+        system: str | None = None,
+        chat: bool = True,
+        truncate_side: str = "left",
+    ) -> BuiltPrompt:
+        """A rendered prompt that fits ``max_context - max_new_tokens`` tokens by cutting only the context.
+
+        See :func:`workbench.backends.prompts.build_prompt`; truncations are counted in
+        ``counter.truncated_prompts``.
+        """
+        return self.prompts.build(
+            question,
+            context,
+            template,
+            system=system,
+            max_tokens=self.max_context - max_new_tokens,
+            chat=chat,
+            truncate_side=truncate_side,
+            counter=self.counter,
+        )
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        n: int = 1,
+        stop: Sequence[str] | None = ("\n",),
+        seed: int | None = None,
+        return_hidden_layer: int | None = None,
+        return_attentions: bool = False,
+        share_prefill: bool = True,
+    ) -> list[Generation]:
+        """Generate ``n`` continuations for each rendered prompt; returns a flat, prompt-major list.
+
+        ``result[i * n + j]`` is sample ``j`` of ``prompts[i]`` (``len(result) == len(prompts) * n``; use
+        :meth:`sample` for a list of per-prompt lists). Greedy when ``temperature == 0`` (then the ``n`` samples
+        are identical copies). ``stop`` strings cut the text and end the sequence; ``None`` or ``()`` disables
+        them. ``seed`` defaults to the generator's seed. Prompts longer than ``max_context - max_new_tokens`` tokens
+        lose their leftmost tokens (counted in ``counter.truncated_prompts``; use :meth:`build_prompt` to cut only
+        the context). With a cache, every (prompt, sample) is looked up first and only misses are generated.
+        """
+        params = DecodingParams(
+            max_new_tokens=max_new_tokens,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k),
+            stop=tuple(stop or ()),
+            seed=self.seed if seed is None else seed,
+            hidden_layer=return_hidden_layer,
+            attentions=return_attentions,
+        ).normalised()
+        params.validate()
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        needed = 1 if params.greedy else n
+        found = self._lookup(prompts, needed, params)
+        jobs = self._missing_jobs(prompts, needed, params, found)
+        if jobs:
+            fresh = self._generate_jobs(jobs, params, share_prefill)
+            found.update(fresh)
+            self._store(fresh, params)
+        out: list[Generation] = []
+        for prompt in prompts:
+            for j in range(n):
+                gen = found[(prompt, 0 if params.greedy else j)]
+                out.append(gen if gen.sample_index == j else replace(gen, sample_index=j))
+        return out
+
+    def sample(self, prompts: Sequence[str], n: int, **kwargs: Any) -> list[list[Generation]]:
+        """:meth:`generate` grouped per prompt: ``result[i]`` holds the ``n`` samples of ``prompts[i]``."""
+        flat = self.generate(prompts, n=n, **kwargs)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _lookup(self, prompts: list[str], needed: int, params: DecodingParams) -> dict[tuple[str, int], Generation]:
+        """Cached generations for every distinct (prompt, sample index); counts hits and misses."""
+        if self.cache is None:
+            return {}
+        keys = {(p, j): self._key(p, j, params) for p in dict.fromkeys(prompts) for j in range(needed)}
+        hits = self.cache.get_many(list(keys.values()))
+        found = {pj: hits[key] for pj, key in keys.items() if key in hits}
+        self.counter.cache_hits += len(found)
+        self.counter.cache_misses += len(keys) - len(found)
+        return found
+
+    def _store(self, fresh: dict[tuple[str, int], Generation], params: DecodingParams) -> None:
+        """Write newly generated samples to the cache (if any)."""
+        if self.cache is not None and fresh:
+            self.cache.put_many({self._key(p, j, params): gen for (p, j), gen in fresh.items()})
+
+    def _key(self, prompt: str, sample: int, params: DecodingParams) -> str:
+        """Cache key of one sample (see :meth:`GenerationCache.make_key`)."""
+        from workbench.backends.gencache import GenerationCache
+
+        request = {**params.__dict__, "stop": list(params.stop), "max_context": self.max_context}
+        return GenerationCache.make_key(self.fingerprint, prompt, request, sample)
+
+    def _missing_jobs(
+        self, prompts: list[str], needed: int, params: DecodingParams, found: dict[tuple[str, int], Generation]
+    ) -> list[_Job]:
+        """One job per distinct prompt with missing samples, prompt ids truncated to the context budget."""
+        budget = self.max_context - params.max_new_tokens
+        if budget < 1:
+            raise ValueError(f"max_new_tokens={params.max_new_tokens} leaves no room in max_context={self.max_context}")
+        jobs = []
+        for prompt in dict.fromkeys(prompts):
+            missing = [j for j in range(needed) if (prompt, j) not in found]
+            if missing:
+                jobs.append(_Job(prompt, self._encode_prompt(prompt, budget), missing))
+        return jobs
+
+    def _encode_prompt(self, prompt: str, budget: int) -> list[int]:
+        """Prompt token ids, left-truncated to ``budget`` tokens (counted, warned once)."""
+        ids = encode(self.tokenizer, prompt)
+        if not ids:
+            raise ValueError(f"prompt {prompt!r} encodes to no tokens")
+        if len(ids) <= budget:
+            return ids
+        self.counter.truncated_prompts += 1
+        if not self._warned_truncation:
+            self._warned_truncation = True
+            log.warning(
+                "prompt of %d tokens cut from the left to %d; use build_prompt to cut the context only",
+                len(ids),
+                budget,
+            )
+        return ids[-budget:]
+
+    def _generate_jobs(
+        self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
+    ) -> dict[tuple[str, int], Generation]:
+        """Run the jobs in batches of ``batch_size`` prompts (sorted by length to limit padding)."""
+        import torch
+
+        order = sorted(range(len(jobs)), key=lambda i: len(jobs[i].ids))
+        out: dict[tuple[str, int], Generation] = {}
+        restore = self._attention_mode(params.attentions)
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    batch = [jobs[i] for i in order[start : start + self.batch_size]]
+                    with self.counter.timed("generate"):
+                        out.update(self._decode_batch(batch, params, share_prefill))
+        finally:
+            if restore is not None:
+                self.model.set_attn_implementation(restore)
+        return out
+
+    def _attention_mode(self, need_attentions: bool) -> str | None:
+        """Switch to eager attention when attention weights are requested; returns the mode to restore."""
+        current = getattr(self.model.config, "_attn_implementation", None)
+        if not need_attentions or current == "eager":
+            return None
+        self.model.set_attn_implementation("eager")
+        return current
+
+    def _decode_batch(
+        self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
+    ) -> dict[tuple[str, int], Generation]:
+        """Prefill one batch of prompts, expand to samples, and decode until every row finishes."""
+        import torch
+
+        rows = [
+            _Row(job=i, sample=j, generator=None if params.greedy else self._rng(job.prompt, j, params.seed))
+            for i, job in enumerate(jobs)
+            for j in job.samples
+        ]
+        row_to_job = torch.tensor([r.job for r in rows], dtype=torch.long)
+        if share_prefill:
+            state = self._prefill([job.ids for job in jobs], params)
+            if len(rows) > len(jobs):  # expand each prompt's cache, logits and extras to its samples
+                state = _select(state, row_to_job)
+        else:
+            state = self._prefill([jobs[r.job].ids for r in rows], params)
+        self.counter.lm_calls += 1
+        active = list(range(len(rows)))
+        for step in range(params.max_new_tokens):
+            _record_extras(rows, active, state, params)
+            tokens = self._choose_tokens(rows, active, state["logits"], params)
+            self.counter.decoded_tokens += len(active)
+            keep = [k for k, r in enumerate(active) if not self._finish_row(rows[r], tokens[k], step, params)]
+            if not keep:
+                break
+            if len(keep) < len(active):
+                state = _select(state, torch.tensor(keep, dtype=torch.long))
+                tokens = [tokens[k] for k in keep]
+                active = [active[k] for k in keep]
+            state = self._step(state, tokens, params)
+        return {(jobs[r.job].prompt, r.sample): self._finalise(r, jobs[r.job], params) for r in rows}
+
+    def _rng(self, prompt: str, sample: int, seed: int | None) -> Any:
+        """The per-sample torch.Generator: seeded from (seed, prompt, sample index) only."""
+        import torch
+
+        return torch.Generator().manual_seed(sample_seed(int(seed or 0), prompt, sample))
+
+    def _prefill(self, id_lists: list[list[int]], params: DecodingParams) -> dict[str, Any]:
+        """Encode left-padded prompts once; returns the decoding state (cache, mask, positions, last logits)."""
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in id_lists)
+        input_ids = torch.full((len(id_lists), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(id_lists), width), dtype=torch.long)
+        for b, ids in enumerate(id_lists):
+            input_ids[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            mask[b, width - len(ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.counter.prefill_tokens += int(mask.sum())
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=params.hidden_layer is not None,
+            output_attentions=params.attentions,
+        )
+        state = {"cache": out.past_key_values, "mask": mask.to(self.device), "next_pos": positions[:, -1:] + 1}
+        state.update(_outputs(out, params))
+        return state
+
+    def _step(self, state: dict[str, Any], tokens: list[int], params: DecodingParams) -> dict[str, Any]:
+        """Feed one token per active row; returns the advanced state."""
+        import torch
+
+        mask = torch.cat([state["mask"], state["mask"].new_ones((len(tokens), 1))], dim=1)
+        positions = state["next_pos"].to(self.device)
+        out = self.model(
+            input_ids=torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=state["cache"],
+            use_cache=True,
+            output_hidden_states=params.hidden_layer is not None,
+            output_attentions=params.attentions,
+        )
+        new = {"cache": out.past_key_values, "mask": mask, "next_pos": state["next_pos"] + 1}
+        new.update(_outputs(out, params))
+        return new
+
+    def _choose_tokens(self, rows: list[_Row], active: list[int], logits: Any, params: DecodingParams) -> list[int]:
+        """Pick the next token of every active row and record its log-probs and entropy."""
+        import torch
+
+        logits = logits.float()
+        raw = torch.log_softmax(logits, dim=-1)
+        entropy = -(raw.exp() * raw).nan_to_num().sum(-1)
+        if params.greedy:
+            chosen = raw.argmax(-1)
+            processed = torch.zeros(len(active))
+        else:
+            proc = process_logits(logits, params.temperature, params.top_k, params.top_p)
+            uniforms = torch.stack([torch.rand((), generator=rows[r].generator) for r in active])
+            chosen = sample_from_logprobs(proc, uniforms)
+            processed = proc.gather(-1, chosen[:, None])[:, 0]
+        columns = (
+            chosen.tolist(),
+            raw.gather(-1, chosen[:, None])[:, 0].tolist(),
+            processed.tolist(),
+            entropy.tolist(),
+        )
+        for r, token, raw_lp, proc_lp, ent in zip(active, *columns, strict=True):
+            row = rows[r]
+            row.tokens.append(token)
+            row.raw.append(raw_lp)
+            row.processed.append(proc_lp)
+            row.entropy.append(ent)
+        return columns[0]
+
+    def _finish_row(self, row: _Row, token: int, step: int, params: DecodingParams) -> bool:
+        """Set ``row.finish`` if the row ends after ``token``; returns whether it finished."""
+        if token in self.eos_ids:
+            row.finish = "eos"
+            return True
+        if params.stop:
+            text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+            cuts = [text.find(s) for s in params.stop if s in text]
+            if cuts:
+                row.finish, row.text = "stop", text[: min(cuts)]
+                return True
+        if step + 1 >= params.max_new_tokens:
+            row.finish = "length"
+            return True
+        return False
+
+    def _finalise(self, row: _Row, job: _Job, params: DecodingParams) -> Generation:
+        """Turn a finished row into a :class:`Generation` (answer tokens, text, optional hidden/attentions)."""
+        tokens = row.tokens[:-1] if row.finish == "eos" else row.tokens
+        if row.finish == "stop":
+            kept = self._covering_prefix(tokens, row.text)
+            text = row.text
+        else:
+            kept = len(tokens)
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        gen = Generation(
+            prompt=job.prompt,
+            text=text,
+            token_ids=np.asarray(tokens[:kept], dtype=np.int64),
+            logprobs=np.asarray(row.raw[:kept], dtype=np.float32),
+            logprobs_processed=np.asarray(row.processed[:kept], dtype=np.float32),
+            entropies=np.asarray(row.entropy[:kept], dtype=np.float32),
+            finish_reason=row.finish or "length",
+            sample_index=row.sample,
+            prompt_tokens=len(job.ids),
+        )
+        if params.hidden_layer is not None:
+            states = np.stack(row.hidden)
+            gen.hidden_mean = states[: max(kept, 1)].mean(axis=0)
+            gen.hidden_last = states[min(kept, len(states) - 1)]
+        if params.attentions:
+            gen.attentions = np.stack(row.attn[:kept], axis=-1) if kept else np.zeros((*row.attn[0].shape, 0))
+            gen.attentions = gen.attentions.astype(np.float32)
+        return gen
+
+    def _covering_prefix(self, tokens: list[int], text: str) -> int:
+        """Length of the shortest token prefix whose decoding is at least as long as ``text``."""
+        for k in range(len(tokens) + 1):
+            if len(self.tokenizer.decode(tokens[:k], skip_special_tokens=True)) >= len(text):
+                return k
+        return len(tokens)
+
+    # ------------------------------------------------------------------ scoring
+    def score(
+        self,
+        prompts: Sequence[str],
+        continuations: Sequence[str],
+        *,
+        add_eos: bool = False,
+    ) -> list[Scored]:
+        """Teacher-forced log-likelihood of ``continuations[i]`` after ``prompts[i]``, in batches of ``batch_size``.
+
+        Prompt and continuation are tokenised separately (the prompt as in :meth:`generate`, the continuation
+        without special tokens) and concatenated, so the scored tokens are exactly the continuation's; ``add_eos``
+        appends the EOS token to it. Prompts are left-truncated to fit ``max_context``. Counts: ``lm_calls`` +1 per
+        batch, prompt tokens in ``prefill_tokens``, continuation tokens in ``scored_tokens``.
+        """
+        import torch
+
+        prompts, continuations = list(prompts), list(continuations)
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        out: list[Scored] = []
+        with torch.inference_mode():
+            for start in range(0, len(prompts), self.batch_size):
+                stop = start + self.batch_size
+                batch = list(zip(prompts[start:stop], continuations[start:stop], strict=True))
+                with self.counter.timed("score"):
+                    out.extend(self._score_batch(batch, add_eos))
+        return out
+
+    def _score_batch(self, batch: list[tuple[str, str]], add_eos: bool) -> list[Scored]:
+        """One teacher-forced forward pass over a left-padded batch of prompt + continuation."""
+        import torch
+
+        conts = [list(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for _, c in batch]
+        if add_eos:
+            eos = self.tokenizer.eos_token_id
+            conts = [[*c, eos] for c in conts]
+        prompt_ids = [
+            self._encode_prompt(prompt, max(self.max_context - len(c), 1))
+            for (prompt, _), c in zip(batch, conts, strict=True)
+        ]
+        seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for b, seq in enumerate(seqs):
+            input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[b, width - len(seq) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        keep = max(len(c) for c in conts) + 1
+        logits = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            logits_to_keep=keep,
+        ).logits.float()
+        self.counter.lm_calls += 1
+        self.counter.prefill_tokens += sum(len(p) for p in prompt_ids)
+        self.counter.scored_tokens += sum(len(c) for c in conts)
+        results = []
+        for b, ((prompt, cont), ids) in enumerate(zip(batch, conts, strict=True)):
+            # the logits at offset o (of the kept tail) predict token keep - o - 1 from the end; the last is unused
+            preds = torch.log_softmax(logits[b, keep - 1 - len(ids) : keep - 1], dim=-1)
+            target = torch.tensor(ids, dtype=torch.long, device=preds.device)
+            lp = preds.gather(-1, target[:, None])[:, 0].cpu().numpy().astype(np.float32)
+            ent = (-(preds.exp() * preds).nan_to_num().sum(-1)).cpu().numpy().astype(np.float32)
+            mean = float(lp.mean()) if len(lp) else float("nan")
+            results.append(Scored(prompt, cont, np.asarray(ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
+        return results
+
+
+# ---------------------------------------------------------------------- helpers (module level, torch passed in)
+def sample_seed(seed: int, prompt: str, sample_index: int) -> int:
+    """The seed of the torch.Generator that draws sample ``sample_index`` of ``prompt`` (one uniform per step)."""
+    return derive_seed(seed, "sample", prompt, sample_index)
+
+
+def process_logits(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
+    """Log-probs of the processed distribution: logits / temperature, then top-k, then top-p (nucleus).
+
+    Removed tokens get ``-inf``. ``top_k == 0`` and ``top_p == 1`` disable the filters; the most likely token is
+    always kept.
+    """
+    import torch
+
+    scaled = logits / temperature
+    if 0 < top_k < scaled.shape[-1]:
+        threshold = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < threshold, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(-1) - probs
+        remove_sorted = mass_before >= top_p
+        remove_sorted[..., 0] = False
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        scaled = scaled.masked_fill(remove, float("-inf"))
+    return torch.log_softmax(scaled, dim=-1)
+
+
+def sample_from_logprobs(logprobs: Any, uniforms: Any) -> Any:
+    """Inverse-CDF sampling: for each row, the first token whose cumulative probability exceeds its uniform."""
+    import torch
+
+    cdf = logprobs.exp().cumsum(-1)
+    target = (uniforms.to(device=cdf.device, dtype=cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    chosen = torch.searchsorted(cdf, target, right=True)[:, 0]
+    return chosen.clamp(max=logprobs.shape[-1] - 1)
+
+
+def _outputs(out: Any, params: DecodingParams) -> dict[str, Any]:
+    """The parts of a forward output the decoding loop keeps: last logits, chosen hidden layer, attention diag."""
+    state = {"logits": out.logits[:, -1, :]}
+    if params.hidden_layer is not None:
+        state["hidden"] = out.hidden_states[params.hidden_layer][:, -1, :]
+    if params.attentions:
+        # (batch, layers, heads): the last query position's weight on itself
+        import torch
+
+        state["attn"] = torch.stack([a[:, :, -1, -1] for a in out.attentions], dim=1)
+    return state
+
+
+def _select(state: dict[str, Any], index: Any) -> dict[str, Any]:
+    """Keep (or repeat) rows ``index`` of a decoding state, the KV cache included."""
+    index = index.to(state["mask"].device)
+    state["cache"].batch_select_indices(index)
+    out = {"cache": state["cache"]}
+    for name, value in state.items():
+        if name != "cache":
+            out[name] = value[index.to(value.device)]
+    return out
+
+
+def _record_extras(rows: list[_Row], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:
+    """Append the current step's hidden state / attention diagonal to each active row."""
+    if params.hidden_layer is not None:
+        hidden = state["hidden"].float().cpu().numpy()
+        for k, r in enumerate(active):
+            rows[r].hidden.append(hidden[k])
+    if params.attentions:
+        attn = state["attn"].float().cpu().numpy()
+        for k, r in enumerate(active):
+            rows[r].attn.append(attn[k])
+
+
+def _resolve(model: Any) -> ResolvedModel:
+    """A ResolvedModel from a ResolvedModel, a path or a generator reference (AssetError if unknown)."""
+    from workbench.assets import ResolvedModel, resolve_generator
+
+    if isinstance(model, ResolvedModel):
+        return model
+    return resolve_generator(str(model))
+
+
+def _load(path: str, device: str, dtype: str) -> tuple[Any, Any]:
+    """Load model (eval mode) and tokenizer (left padding, a pad token); failures become one-line AssetErrors."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype '{dtype}' (use e.g. float32, bfloat16, float16)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AssetError(f"cannot load a causal LM: {first}", str(path)) from None
+    model.to(device).eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Every token id that ends a sequence: the tokenizer's EOS and the generation config's EOS id(s)."""
+    ids = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)

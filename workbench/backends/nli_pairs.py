@@ -1,0 +1,362 @@
+"""Labelled NLI pairs built from the embedded Wikipedia summaries, for training and measuring NLI judges.
+
+From each article's summary (its sentences split by :func:`split_sentences`):
+
+- **entailment**: premise = a window of up to ``window`` consecutive summary sentences, hypothesis = one of them;
+- **contradiction**: the same kind of premise, hypothesis = one of its sentences with a year, a number or a named
+  entity swapped for one taken from another article (same topic when possible) that the premise does not contain;
+- **neutral**: the same kind of premise, hypothesis = a sentence from another article of the same topic.
+
+Articles are split into train / validation first (by article key, seeded), and every pair draws its premise and
+its donor article from one split only, so no article appears in both. Everything is deterministic given ``seed``.
+
+Short-answer pairs (:class:`AnswerPair`, labels entailment = same answer / contradiction = different answer) are
+built from article titles and their surface variants, plus a small hand-made set, :data:`BUILTIN_ANSWER_PAIRS`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from workbench.core.errors import DataError
+
+CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
+LABEL_NAMES = ("contradiction", "neutral", "entailment")
+
+
+@dataclass(frozen=True)
+class Article:
+    """One Wikipedia summary: ``key`` (unique), ``title``, ``text`` (the lead summary), ``topic``, ``description``."""
+
+    key: str
+    title: str
+    text: str
+    topic: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class NLIPair:
+    """A labelled pair: ``label`` 0 contradiction / 1 neutral / 2 entailment; ``article`` is the premise's article,
+    ``donor`` the article a swapped span or neutral sentence came from; ``kind`` says how it was made."""
+
+    premise: str
+    hypothesis: str
+    label: int
+    article: str
+    kind: str
+    donor: str | None = None
+    question: str = ""
+
+
+@dataclass(frozen=True)
+class AnswerPair:
+    """Two short answers to ``question``; ``label`` is 2 (entailment: same answer) or 0 (contradiction)."""
+
+    question: str
+    answer_a: str
+    answer_b: str
+    label: int
+
+    @property
+    def premise(self) -> str:
+        """Answer A, as the premise an NLI judge sees."""
+        return self.answer_a
+
+    @property
+    def hypothesis(self) -> str:
+        """Answer B, as the hypothesis an NLI judge sees."""
+        return self.answer_b
+
+
+# --------------------------------------------------------------------------------------------- loading, splitting
+
+
+def load_wiki_articles(path: str | Path | None = None, *, limit: int | None = None) -> list[Article]:
+    """Articles from a summaries JSON (``{key: {title, extract, description, topic}}``; the embedded one by default),
+    sorted by key, skipping empty extracts; ``limit`` keeps the first ``limit``."""
+    if path is None:
+        from workbench.assets import wiki_summaries_path
+
+        path = wiki_summaries_path()
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read summaries JSON: {exc}", str(path)) from exc
+    articles = [
+        Article(
+            key=str(key),
+            title=str(row.get("title") or key),
+            text=" ".join(str(row.get("extract") or "").split()),
+            topic=str(row.get("topic") or "Uncategorized"),
+            description=str(row.get("description") or ""),
+        )
+        for key, row in sorted(raw.items())
+        if isinstance(row, dict) and str(row.get("extract") or "").strip()
+    ]
+    return articles[:limit] if limit is not None else articles
+
+
+_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "etc", "no", "vol", "fig", "approx", "ca", "c",
+    "inc", "ltd", "co", "corp", "gen", "col", "lt", "sgt", "rev", "e.g", "i.e", "u.s", "u.k", "a.d", "b.c",
+}  # fmt: skip
+_BOUNDARY = re.compile(r"[.!?][\"'”’)]*(?=\s+[\"“'(]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences at ``.!?`` followed by white space and a capital or digit, except after common
+    abbreviations (``Dr.``, ``St.``, ``U.S.``, ``c.``) and single-letter initials (``Arthur C. Clarke``)."""
+    text = " ".join(text.split())
+    if not text:
+        return []
+    pieces, start = [], 0
+    for match in _BOUNDARY.finditer(text):
+        candidate = text[start : match.end()].strip()
+        last = candidate.rsplit(" ", 1)[-1].rstrip(".!?\"'”’)").lower()
+        if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
+            continue
+        pieces.append(candidate)
+        start = match.end()
+    pieces.append(text[start:].strip())
+    return [p for p in pieces if p]
+
+
+def split_articles(articles: Sequence[Article], val_fraction: float, seed: int) -> tuple[list[Article], list[Article]]:
+    """Seeded split by article key into (train, validation); at least one validation article when 0 < fraction."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}", "split_articles")
+    ordered = sorted(articles, key=lambda a: a.key)
+    random.Random(seed).shuffle(ordered)
+    n_val = min(len(ordered) - 1, max(1, round(val_fraction * len(ordered)))) if val_fraction > 0 else 0
+    val, train = ordered[:n_val], ordered[n_val:]
+    return sorted(train, key=lambda a: a.key), sorted(val, key=lambda a: a.key)
+
+
+# --------------------------------------------------------------------------------------------- swappable spans
+
+_YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
+_NUMBER = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+_ENTITY = re.compile(r"\b[A-Z][a-z]+(?:[ -][A-Z][a-z]+)*\b")
+_NOT_ENTITIES = {
+    "The", "A", "An", "It", "Its", "In", "On", "At", "As", "He", "She", "His", "Her", "They", "Their", "This", "That",
+    "These", "Those", "There", "For", "With", "After", "Before", "During", "From", "By", "Since", "While", "When",
+    "Although", "However", "Some", "Most", "Many", "One", "Other", "Both", "Each", "Today", "Also", "If",
+}  # fmt: skip
+SWAP_KINDS = ("year", "number", "entity")
+
+
+def swappable_spans(sentence: str) -> dict[str, list[str]]:
+    """Candidate spans to swap, by kind: 4-digit years, other numbers, capitalised names (not starting with a
+    function word such as ``The`` or ``In``, and not a single capitalised word opening the sentence)."""
+    years = _YEAR.findall(sentence)
+    numbers = [n for n in _NUMBER.findall(sentence) if n not in years]
+    entities = [
+        m.group()
+        for m in _ENTITY.finditer(sentence)
+        if m.group().split()[0] not in _NOT_ENTITIES and (m.start() > 0 or " " in m.group())
+    ]
+    return {"year": years, "number": numbers, "entity": entities}
+
+
+def _replace_span(sentence: str, old: str, new: str) -> str:
+    return re.sub(rf"\b{re.escape(old)}\b", new, sentence, count=1)
+
+
+# --------------------------------------------------------------------------------------------- pair building
+
+
+@dataclass
+class _Indexed:
+    article: Article
+    sentences: list[str]
+    spans: dict[str, list[str]]  # every swappable span in the article, by kind
+
+
+def _index(articles: Sequence[Article], min_words: int) -> list[_Indexed]:
+    indexed = []
+    for article in articles:
+        sentences = [s for s in split_sentences(article.text) if len(s.split()) >= min_words]
+        if not sentences:
+            continue
+        spans: dict[str, list[str]] = defaultdict(list)
+        for sentence in sentences:
+            for kind, found in swappable_spans(sentence).items():
+                spans[kind].extend(found)
+        indexed.append(_Indexed(article, sentences, dict(spans)))
+    return indexed
+
+
+def _window(sentences: list[str], i: int, size: int, rng: random.Random) -> str:
+    size = max(1, min(size, len(sentences)))
+    first = rng.randint(max(0, i - size + 1), min(i, len(sentences) - size))
+    return " ".join(sentences[first : first + size])
+
+
+def _donors(item: _Indexed, by_topic: dict[str, list[_Indexed]], pool: list[_Indexed]) -> list[_Indexed]:
+    same = [d for d in by_topic[item.article.topic] if d.article.key != item.article.key]
+    return same or [d for d in pool if d.article.key != item.article.key]
+
+
+def _contradiction(
+    item: _Indexed, premise: str, sentence: str, donors: list[_Indexed], rng: random.Random
+) -> NLIPair | None:
+    spans = swappable_spans(sentence)
+    kinds = [k for k in SWAP_KINDS if spans[k]]
+    rng.shuffle(kinds)
+    for kind in kinds:
+        old = rng.choice(spans[kind])
+        for donor in rng.sample(donors, min(len(donors), 8)):
+            options = sorted({s for s in donor.spans.get(kind, []) if s != old and s not in premise})
+            if options:
+                new = rng.choice(options)
+                hypothesis = _replace_span(sentence, old, new)
+                if hypothesis != sentence:
+                    return NLIPair(
+                        premise, hypothesis, CONTRADICTION, item.article.key, f"swap_{kind}", donor.article.key
+                    )
+    return None
+
+
+def _pairs_for_article(
+    item: _Indexed, by_topic: dict[str, list[_Indexed]], pool: list[_Indexed], window: int, rng: random.Random
+) -> list[NLIPair]:
+    """Entailment and contradiction form a minimal pair when possible (same premise, the same sentence with and
+    without one swapped span), which forces a model to read the span rather than count shared words."""
+    donors = _donors(item, by_topic, pool)
+    if not donors:
+        return []
+    sentences, key = item.sentences, item.article.key
+    order = rng.sample(range(len(sentences)), len(sentences))
+    swappable = [i for i in order if any(swappable_spans(sentences[i]).values())]
+    i = swappable[0] if swappable else order[0]
+    premise = _window(sentences, i, window, rng)
+    pairs = [NLIPair(premise, sentences[i], ENTAILMENT, key, "own_sentence")]
+    swapped = _contradiction(item, premise, sentences[i], donors, rng) if swappable else None
+    if swapped is not None:
+        pairs.append(swapped)
+    donor = rng.choice(donors)
+    other = rng.choice(donor.sentences)
+    premise = _window(sentences, rng.randrange(len(sentences)), window, rng)
+    if other not in premise:
+        pairs.append(NLIPair(premise, other, NEUTRAL, key, "other_article", donor.article.key))
+    return pairs
+
+
+def build_split_pairs(
+    articles: Sequence[Article], *, window: int = 3, min_words: int = 5, seed: int = 0
+) -> list[NLIPair]:
+    """Pairs for one split: for each article up to one entailment, one contradiction and one neutral pair, with
+    every donor taken from ``articles`` only. Deterministic given ``seed`` and the article set."""
+    rng = random.Random(seed)
+    pool = _index(sorted(articles, key=lambda a: a.key), min_words)
+    by_topic: dict[str, list[_Indexed]] = defaultdict(list)
+    for item in pool:
+        by_topic[item.article.topic].append(item)
+    pairs: list[NLIPair] = []
+    for item in pool:
+        pairs.extend(_pairs_for_article(item, by_topic, pool, window, rng))
+    rng.shuffle(pairs)
+    return pairs
+
+
+def build_nli_pairs(
+    articles: Sequence[Article] | None = None,
+    *,
+    val_fraction: float = 0.2,
+    window: int = 3,
+    min_words: int = 5,
+    seed: int = 0,
+) -> tuple[list[NLIPair], list[NLIPair]]:
+    """(train, validation) NLI pairs from ``articles`` (the embedded Wikipedia summaries by default), split by
+    article before any pair is made. About 3 pairs per article, near-balanced labels (contradictions need a
+    swappable span)."""
+    articles = load_wiki_articles() if articles is None else list(articles)
+    train_articles, val_articles = split_articles(articles, val_fraction, seed)
+    train = build_split_pairs(train_articles, window=window, min_words=min_words, seed=seed)
+    val = build_split_pairs(val_articles, window=window, min_words=min_words, seed=seed + 1)
+    return train, val
+
+
+def pairs_to_records(pairs: Sequence[NLIPair | AnswerPair]) -> list[dict]:
+    """Plain dicts (JSON-ready) for saving pairs."""
+    return [asdict(p) for p in pairs]
+
+
+# --------------------------------------------------------------------------------------------- short answers
+
+BUILTIN_ANSWER_PAIRS: tuple[AnswerPair, ...] = (
+    AnswerPair("What is the capital of France?", "Paris", "paris, france", ENTAILMENT),
+    AnswerPair("What is the capital of France?", "Paris", "The city of Paris", ENTAILMENT),
+    AnswerPair("What is the capital of France?", "Paris", "Lyon", CONTRADICTION),
+    AnswerPair("Who wrote Hamlet?", "William Shakespeare", "Shakespeare", ENTAILMENT),
+    AnswerPair("Who wrote Hamlet?", "William Shakespeare", "Christopher Marlowe", CONTRADICTION),
+    AnswerPair("Who developed the theory of relativity?", "Albert Einstein", "Einstein", ENTAILMENT),
+    AnswerPair("Who developed the theory of relativity?", "Albert Einstein", "Isaac Newton", CONTRADICTION),
+    AnswerPair("In which year did World War II end?", "1945", "in 1945", ENTAILMENT),
+    AnswerPair("In which year did World War II end?", "1945", "1944", CONTRADICTION),
+    AnswerPair("Which river flows through Cairo?", "the Nile", "Nile River", ENTAILMENT),
+    AnswerPair("Which river flows through Cairo?", "the Nile", "the Amazon", CONTRADICTION),
+    AnswerPair("Which planet is known as the Red Planet?", "Mars", "Mars.", ENTAILMENT),
+    AnswerPair("Which planet is known as the Red Planet?", "Mars", "Jupiter", CONTRADICTION),
+    AnswerPair("Who painted the Mona Lisa?", "Leonardo da Vinci", "Da Vinci", ENTAILMENT),
+    AnswerPair("Who painted the Mona Lisa?", "Leonardo da Vinci", "Michelangelo", CONTRADICTION),
+    AnswerPair("What is the chemical symbol for gold?", "Au", "AU", ENTAILMENT),
+    AnswerPair("What is the chemical symbol for gold?", "Au", "Ag", CONTRADICTION),
+    AnswerPair("Who was the first US president?", "George Washington", "George Bush", CONTRADICTION),
+)
+
+
+def title_variants(title: str, description: str = "") -> list[str]:
+    """Surface variants of a title that name the same thing: lower case, a leading ``the``, without a parenthetical
+    qualifier (``Dune (novel)`` → ``Dune``), with the description appended, and as a short sentence."""
+    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip() or title
+    variants = [title.lower(), f"the {bare}", f"It is {bare}.", bare.upper()]
+    if bare != title:
+        variants.append(bare)
+    if description:
+        variants.append(f"{bare}, {description[0].lower()}{description[1:]}")
+    return list(dict.fromkeys(v for v in variants if v != title))
+
+
+def _question(article: Article) -> str:
+    what = article.description or f"a subject in {article.topic}"
+    return f"Which {article.topic.lower()} subject is described as: {what}?"
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.findall(r"\w+", text.lower()) if len(t) > 2}
+
+
+def build_answer_pairs(articles: Sequence[Article] | None = None, *, n: int = 200, seed: int = 0) -> list[AnswerPair]:
+    """``n`` short-answer pairs, half equivalent (a title and one of its :func:`title_variants`), half not (the
+    title and another title of the same topic, preferring one that shares a word with it). Deterministic."""
+    articles = load_wiki_articles() if articles is None else list(articles)
+    if len(articles) < 2:
+        raise DataError("need at least two articles to build answer pairs", "build_answer_pairs")
+    rng = random.Random(seed)
+    by_topic: dict[str, list[Article]] = defaultdict(list)
+    for article in articles:
+        by_topic[article.topic].append(article)
+    chosen = rng.sample(sorted(articles, key=lambda a: a.key), min(len(articles), (n + 1) // 2))
+    pairs: list[AnswerPair] = []
+    for article in chosen:
+        question = _question(article)
+        pairs.append(
+            AnswerPair(
+                question, article.title, rng.choice(title_variants(article.title, article.description)), ENTAILMENT
+            )
+        )
+        others = [a for a in by_topic[article.topic] if a.title.lower() != article.title.lower()]
+        others = others or [a for a in articles if a.title.lower() != article.title.lower()]
+        close = [a for a in others if _tokens(a.title) & _tokens(article.title)]
+        other = rng.choice(close if close and rng.random() < 0.5 else others)
+        pairs.append(AnswerPair(question, article.title, other.title, CONTRADICTION))
+    rng.shuffle(pairs)
+    return pairs[:n]

@@ -1,0 +1,183 @@
+"""Prompt building for causal LMs: chat rendering with a plain fallback, and context-aware truncation.
+
+Two entry points, both pure functions of a tokenizer (no model, no torch import):
+
+* :func:`render_chat` renders a user message (or a list of chat messages) with the tokenizer's chat template and
+  ``add_generation_prompt=True``. A tokenizer without a chat template falls back to a plain
+  ``"System: ...\\nUser: ...\\nAssistant:"`` format (:func:`render_plain`).
+* :func:`build_prompt` fills a template with a question and an optional context, renders it, and — when the result
+  is longer than a token budget — truncates **only the context**, dropping its tokens from the left (or the right,
+  if asked). The question is never cut.
+
+:class:`PromptRenderer` binds a tokenizer and logs the fallback warning once per renderer (the generator owns one).
+Template placeholders are ``{question}`` and ``{context}``, substituted with ``str.replace`` (braces in the text are
+safe).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workbench.core.errors import DataError
+
+log = logging.getLogger(__name__)
+
+Messages = str | Sequence[dict[str, str]]
+
+CONTEXT_TEMPLATE = "Context: {context}\n\nAnswer the question in a few words.\nQuestion: {question}"
+CLOSED_BOOK_TEMPLATE = "Answer the question in a few words.\nQuestion: {question}"
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def _as_messages(messages: Messages, system: str | None) -> list[dict[str, str]]:
+    """Normalise a user string or a message list to a message list, prepending ``system`` when given."""
+    if isinstance(messages, str):
+        out = [{"role": "user", "content": messages}]
+    else:
+        out = [dict(m) for m in messages]
+        for message in out:
+            if "role" not in message or "content" not in message:
+                raise ValueError(f"chat messages need 'role' and 'content' keys, got {sorted(message)}")
+    if system is not None:
+        if out and out[0]["role"] == "system":
+            raise ValueError("system given twice: as argument and as the first message")
+        out.insert(0, {"role": "system", "content": system})
+    return out
+
+
+def render_plain(messages: Messages, system: str | None = None) -> str:
+    """Plain chat format for tokenizers without a template: ``Role: content`` lines, ending in ``Assistant:``."""
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in _as_messages(messages, system)]
+    return "\n".join([*lines, "Assistant:"])
+
+
+def render_chat(tokenizer: Any, messages: Messages, system: str | None = None) -> str:
+    """Render ``messages`` (a user string or chat messages) as the prompt text the model continues.
+
+    Uses the tokenizer's chat template with ``add_generation_prompt=True``; without a template, the plain format of
+    :func:`render_plain` (this function does not warn — :class:`PromptRenderer` does, once).
+    """
+    if not has_chat_template(tokenizer):
+        return render_plain(messages, system)
+    return tokenizer.apply_chat_template(_as_messages(messages, system), tokenize=False, add_generation_prompt=True)
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt, as the generator feeds them.
+
+    Special tokens (e.g. BOS) are added by the tokenizer unless the text already starts with the BOS token's text
+    (chat templates often render it), so a rendered prompt never gets a doubled BOS.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = not (bos and text.startswith(bos))
+    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+
+@dataclass(frozen=True)
+class BuiltPrompt:
+    """A rendered prompt: its ``text``, its length in tokens, and whether (and how much) context was cut."""
+
+    text: str
+    n_tokens: int
+    truncated: bool
+    context_tokens_dropped: int = 0
+
+
+def fill_template(template: str, question: str, context: str | None) -> str:
+    """Substitute ``{question}`` and ``{context}`` in ``template`` (missing context → empty string)."""
+    if "{question}" not in template:
+        raise ValueError("prompt template must contain the {question} placeholder")
+    return template.replace("{context}", context or "").replace("{question}", question)
+
+
+def build_prompt(
+    tokenizer: Any,
+    question: str,
+    context: str | None = None,
+    template: str | None = None,
+    *,
+    system: str | None = None,
+    max_tokens: int | None = None,
+    chat: bool = True,
+    truncate_side: Literal["left", "right"] = "left",
+    counter: Any = None,
+) -> BuiltPrompt:
+    """Fill ``template`` with ``question`` and ``context``, render it, and fit it into ``max_tokens`` tokens.
+
+    ``template`` defaults to :data:`CONTEXT_TEMPLATE` when a context is given and :data:`CLOSED_BOOK_TEMPLATE`
+    otherwise. With ``chat`` the filled template is the user message of :func:`render_chat`; without, it is used as
+    is. When the rendered prompt exceeds ``max_tokens`` (typically ``max_context - max_new_tokens``), context
+    tokens are dropped from ``truncate_side`` (default: the left, i.e. the start of the context) until it fits, and
+    ``counter.truncated_prompts`` (a :class:`~workbench.backends.cost.CostCounter`) is incremented. The question
+    and the template are never cut: if they alone exceed the budget a :class:`DataError` is raised.
+    """
+    if template is None:
+        template = CONTEXT_TEMPLATE if context else CLOSED_BOOK_TEMPLATE
+
+    def render(ctx: str | None) -> tuple[str, int]:
+        filled = fill_template(template, question, ctx)
+        text = render_chat(tokenizer, filled, system) if chat else filled
+        return text, len(encode(tokenizer, text))
+
+    text, n_tokens = render(context)
+    if max_tokens is None or n_tokens <= max_tokens:
+        return BuiltPrompt(text, n_tokens, truncated=False)
+    _, bare_tokens = render("")
+    if bare_tokens > max_tokens:
+        raise DataError(
+            f"the question and template alone need {bare_tokens} tokens, more than the budget of {max_tokens}",
+            "prompt",
+        )
+    ctx_ids = list(tokenizer(context or "", add_special_tokens=False)["input_ids"])
+    keep = len(ctx_ids) - (n_tokens - max_tokens)
+    while True:
+        kept = _keep_tokens(ctx_ids, max(keep, 0), truncate_side)
+        text, n_tokens = render(tokenizer.decode(kept).lstrip() if kept else "")
+        if n_tokens <= max_tokens or keep <= 0:
+            break
+        keep -= max(n_tokens - max_tokens, 1)  # re-tokenisation at the seams can add a token or two
+    if counter is not None:
+        counter.truncated_prompts += 1
+    return BuiltPrompt(text, n_tokens, truncated=True, context_tokens_dropped=len(ctx_ids) - len(kept))
+
+
+def _keep_tokens(ids: list[int], keep: int, side: str) -> list[int]:
+    """The ``keep`` ids that survive truncation from ``side`` ("left" drops the first ids)."""
+    if keep <= 0:
+        return []
+    return ids[-keep:] if side == "left" else ids[:keep]
+
+
+class PromptRenderer:
+    """Prompt building bound to one tokenizer; warns once (per renderer) when it falls back to the plain format."""
+
+    def __init__(self, tokenizer: Any, name: str = "model") -> None:
+        self.tokenizer = tokenizer
+        self.name = name
+        self.fallback_warnings = 0
+
+    def _warn_fallback(self) -> None:
+        """Log the no-chat-template warning the first time only."""
+        if not has_chat_template(self.tokenizer) and self.fallback_warnings == 0:
+            self.fallback_warnings += 1
+            log.warning(
+                "tokenizer of %s has no chat template; using the plain 'System/User/Assistant:' format", self.name
+            )
+
+    def chat(self, messages: Messages, system: str | None = None) -> str:
+        """:func:`render_chat` with this renderer's tokenizer."""
+        self._warn_fallback()
+        return render_chat(self.tokenizer, messages, system)
+
+    def build(self, question: str, context: str | None = None, template: str | None = None, **kwargs: Any):
+        """:func:`build_prompt` with this renderer's tokenizer (same keyword arguments)."""
+        if kwargs.get("chat", True):
+            self._warn_fallback()
+        return build_prompt(self.tokenizer, question, context, template, **kwargs)

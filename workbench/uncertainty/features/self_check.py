@@ -1,0 +1,66 @@
+"""Self-checking features: P(True) and Verbalized Confidence (D²-RAG spec §3.3 items 14 and 15)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.uncertainty.features.base import Feature
+
+_NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?")
+
+
+def parse_verbalized_confidence(text: str) -> float:
+    """Confidence in [0, 1] from a verbalized reply: the FIRST number in ``text`` divided by 100, clipped to [0, 1].
+
+    "85" → 0.85; "I'd say 70%" → 0.70; "Confidence: 92.5" → 0.925; no number ("none", "") → 0.0 (the spec's
+    failure value). Deviation from TTLM, which keeps every digit and '.' of the reply and casts the concatenation
+    (so "70 out of 100" would give 70100): the first number is taken instead. A reply like "0.85" reads as 0.85 %
+    (0.0085), as in TTLM.
+    """
+    match = _NUMBER.search(text or "")
+    if match is None:
+        return 0.0
+    value = float(match.group(0)) / 100.0
+    return min(max(value, 0.0), 1.0)
+
+
+@dataclass(frozen=True)
+class PTrue(Feature):
+    """P(True) (paper eq. 28; Kadavath et al. 2022; TTLM ``PTrue(number_of_ideas=5)``).
+
+    Raw = the ``ptrue`` stat: exp(mean log-prob of the token(s) spelling "true") in the forced reply after the TTLM
+    template (question, 5 samples as brainstormed ideas, the greedy answer). ↑ = certain, orientation +1. Values
+    outside [0, 1] are a producer bug (DataError); NaN passes through.
+    """
+
+    name = "ptrue"
+    category = "self-checking"
+    orientation = 1
+    stats = ("ptrue",)
+
+    def raw(self, stats: Mapping[str, Any]) -> float:
+        value = float(self._stat(stats, "ptrue"))
+        if not math.isnan(value) and not -1e-6 <= value <= 1 + 1e-6:
+            raise self._bad(f"ptrue must be a probability, got {value}")
+        return value
+
+
+@dataclass(frozen=True)
+class VerbalizedConfidence(Feature):
+    """Verbalized confidence, two-stage numeric variant (Tian et al. 2023; TTLM ``VerbalizedConfidence``).
+
+    Raw = :func:`parse_verbalized_confidence` of the reply to the confidence prompt (number 0–100 → /100; failure →
+    0). ↑ = certain, orientation +1.
+    """
+
+    name = "verbalized_confidence"
+    category = "self-checking"
+    orientation = 1
+    stats = ("verbalized_text",)
+
+    def raw(self, stats: Mapping[str, Any]) -> float:
+        return parse_verbalized_confidence(str(self._stat(stats, "verbalized_text")))

@@ -1,0 +1,268 @@
+"""The stat names contract between the stats graph (producers) and the uncertainty features (consumers).
+
+A **stat** is a named intermediate quantity computed once per question by the stats graph with the generator, the
+NLI judge and auxiliary scorers, batched across questions (LM-Polygraph's "stat calculators"). A **feature** is a
+pure numpy function of some stats (:mod:`workbench.uncertainty.features`). This module is the single list of stat
+names, their types and shapes, and what exactly each holds; a producer must follow it, and a feature may rely on it.
+
+Conventions shared by every stat:
+
+* Log-probabilities are natural-log, from ``log_softmax`` of the **raw** (temperature-1, unprocessed) logits,
+  evaluated at the chosen token, even when the token was sampled at T > 0 (D²-RAG §3.2; DTR §3.2).
+* "Greedy answer" is the Stage-1 answer a_para decoded greedily (D²-RAG §13.6 [REC]; TTLM samples it at T = 0.7).
+* "Samples" are the N answers sampled at T > 0 (N = 10 covers every feature: INSIDE uses 10, the others the first
+  5 or 4), each cut at its first EOS.
+* NLI probabilities are ordered (contradiction, neutral, entailment) — :data:`NLI_ORDER` — and are the judge's
+  softmax at temperature 1. Features that need a tempered NLI distribution (the Lin et al. graph methods,
+  T = 3.0) re-derive it exactly from these probabilities: softmax(log p / T) = softmax(z / T) for logits z, because
+  log p differs from z by a per-row constant (:func:`workbench.uncertainty.graph_math.temper_probs`).
+* Arrays may be numpy arrays or nested lists; features convert with ``numpy.asarray(..., dtype=float)``.
+
+A stat that cannot be produced is **left out** of the mapping (or set to ``None``); a feature that needs it then
+raises :class:`MissingStatError` naming the stat, and the collector records the feature as missing rather than
+inventing a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.core.errors import DataError
+
+NLI_ORDER: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
+"""Column order of the last axis of every ``*_nli_probs`` stat (same as ``workbench.backends.nli.NLI_LABELS``)."""
+
+
+@dataclass(frozen=True)
+class StatSpec:
+    """One entry of the contract: a stat's ``name``, Python/numpy ``type``, ``shape`` (symbolic) and ``doc``.
+
+    ``producer`` names the component expected to compute it (documentation only; the stats graph owns the code).
+    """
+
+    name: str
+    type: str
+    shape: str
+    doc: str
+    producer: str
+
+
+_SPECS: tuple[StatSpec, ...] = (
+    # --- greedy (main) answer -----------------------------------------------------------------------------------
+    StatSpec(
+        "greedy_text",
+        "str",
+        "()",
+        "The greedy Stage-1 answer a_para to the question, without context (special tokens and EOS removed).",
+        "generator",
+    ),
+    StatSpec(
+        "greedy_logprobs",
+        "float",
+        "[L]",
+        "Raw T=1 log-probs of the greedy answer's tokens, teacher-forced or read during decoding; the EOS token is "
+        "INCLUDED as the last entry when the answer ended with EOS (see greedy_eos). L may be 0.",
+        "generator (Scored with add_eos when finish_reason == 'eos')",
+    ),
+    StatSpec(
+        "greedy_eos",
+        "bool",
+        "()",
+        "True when the last entry of greedy_logprobs is the EOS token. Features that exclude EOS (MARS, TokenSAR, "
+        "DTR's NLL) drop that entry; Confidence keeps it (TTLM).",
+        "generator",
+    ),
+    StatSpec(
+        "greedy_entropies",
+        "float",
+        "[L]",
+        "Full-vocabulary entropy (nats) of the raw next-token distribution at each greedy token, aligned with "
+        "greedy_logprobs. Not consumed by the current features (kept for entropy-weighted decoding and analysis).",
+        "generator",
+    ),
+    StatSpec(
+        "token_relevance",
+        "float",
+        "[L']",
+        "TokenSAR relevance RT_i = 1 − g(q + answer without token i, q + answer) for each greedy answer token, "
+        "EOS excluded (L' = L − greedy_eos). g is a semantic-similarity scorer in [0, 1]: SAR's STS cross-encoder, "
+        "offline substitute = cosine of MiniLM sentence embeddings (all-MiniLM-L6-v2) clipped to [0, 1].",
+        "stats graph + embedder",
+    ),
+    StatSpec(
+        "token_importance",
+        "float",
+        "[L']",
+        "MARS importance in [0, 1] of each greedy answer token, EOS excluded (L' = L − greedy_eos). Published: the "
+        "MARS phrase classifier. Offline substitute: "
+        "workbench.uncertainty.features.probability.heuristic_token_importance (1 for content tokens, 0.1 for "
+        "stop-word / punctuation-only tokens).",
+        "stats graph (MARS model or heuristic)",
+    ),
+    StatSpec(
+        "attention_logdiag",
+        "float",
+        "[H, m]",
+        "log A^h_jj: log of the diagonal of the LAST layer's post-softmax attention, per head h, at each position "
+        "j of the sequence (spec: prompt + answer, m tokens). A producer that only has the answer positions (the "
+        "workbench Generator's `attentions[-1]`) may pass those and must record it in the collection metadata.",
+        "generator (eager attention)",
+    ),
+    StatSpec(
+        "lars_score",
+        "float",
+        "()",
+        "Learned confidence in (0, 1) of the greedy answer from a LARS-style scorer. Published: the LARS RoBERTa "
+        "model. Offline: LarsLikeScorer.predict on the greedy answer's log-probs (EOS excluded), available only "
+        "once a scorer has been fitted on collected data; absent before that.",
+        "LarsLikeScorer (fitted by the workbench)",
+    ),
+    StatSpec(
+        "ptrue",
+        "float",
+        "()",
+        "P(True): exp(mean log-prob of the token(s) spelling 'true' in the forced reply 'The generated answer is "
+        "true') after the P(True) prompt listing the first 5 samples as ideas and the greedy answer (TTLM template).",
+        "generator (teacher-forced)",
+    ),
+    StatSpec(
+        "verbalized_text",
+        "str",
+        "()",
+        "Raw greedy reply to the verbalized-confidence prompt (question + greedy answer, 'a number 0-100 only'). "
+        "Parsed by features.self_check.parse_verbalized_confidence.",
+        "generator",
+    ),
+    # --- samples ------------------------------------------------------------------------------------------------
+    StatSpec(
+        "sample_texts",
+        "list[str]",
+        "[N]",
+        "N answers sampled at T > 0 (N = 10 recommended), each cut at its first EOS, special tokens removed.",
+        "generator",
+    ),
+    StatSpec(
+        "sample_logprobs",
+        "list[float[L_b]]",
+        "[N][L_b]",
+        "Raw T=1 log-probs of each sample's tokens up to and including its first EOS (when it ended with EOS). "
+        "LNS(s_b) = mean of the list. An empty list means the sample has no scored token; sample-based features "
+        "skip such samples.",
+        "generator",
+    ),
+    StatSpec(
+        "sample_hidden",
+        "float",
+        "[N, d]",
+        "INSIDE embedding z_b of each sample: the hidden state of the middle layer (index floor(n_hs/2) of HF "
+        "hidden_states, embeddings included) at the last decoding step kept (the step whose input is the last "
+        "token before EOS) — the workbench Generator's hidden_last.",
+        "generator",
+    ),
+    StatSpec(
+        "sts_samples",
+        "float",
+        "[N, N]",
+        "SentSAR's semantic similarity g(q + s_i, q + s_j) in [0, 1] between samples (diagonal ignored). Published: "
+        "STS cross-encoder (stsb-roberta-large). Offline substitute: cosine of MiniLM sentence embeddings clipped "
+        "to [0, 1].",
+        "stats graph + embedder",
+    ),
+    # --- one NLI matrix shared by every graph / clustering feature ----------------------------------------------
+    StatSpec(
+        "nli_texts",
+        "list[str]",
+        "[U]",
+        "The UNIQUE answer strings among [greedy] + samples, in first-seen order (greedy first).",
+        "stats graph",
+    ),
+    StatSpec(
+        "nli_index_greedy",
+        "int",
+        "()",
+        "Position of greedy_text in nli_texts.",
+        "stats graph",
+    ),
+    StatSpec(
+        "nli_index_samples",
+        "int",
+        "[N]",
+        "Position of each sample in nli_texts (repeated strings share a position).",
+        "stats graph",
+    ),
+    StatSpec(
+        "nli_probs",
+        "float",
+        "[U, U, 3]",
+        "NLI probabilities (contradiction, neutral, entailment) at temperature 1 for premise nli_texts[i] -> "
+        "hypothesis nli_texts[j], both prefixed with the question (as TTLM does). The diagonal [u, u] must hold the "
+        "judge's output for a text against itself, or (0, 0, 1) if not computed: it is read when two positions of "
+        "a feature's answer set hold the same string. Features pick sub-matrices (samples 1-5; samples 1-4 + "
+        "greedy).",
+        "stats graph + NLI judge",
+    ),
+    # --- Self-Detection ----------------------------------------------------------------------------------------
+    StatSpec(
+        "paraphrase_answers",
+        "list[str]",
+        "[P]",
+        "Answers to the question and its P − 1 paraphrases (P = 5: q + 4 paraphrases), one answer each.",
+        "generator",
+    ),
+    StatSpec(
+        "paraphrase_nli_probs",
+        "float",
+        "[P, P, 3]",
+        "NLI probabilities (contradiction, neutral, entailment) between paraphrase_answers (by position), "
+        "question-prefixed, temperature 1.",
+        "stats graph + NLI judge",
+    ),
+    # --- DENSE -------------------------------------------------------------------------------------------------
+    StatSpec(
+        "dense_answers",
+        "list[str]",
+        "[k+1]",
+        "Greedy answers under the original context (index 0) and the k single-edit rephrased contexts (index i = "
+        "chunk i rephrased), ordered by context index; duplicates kept.",
+        "generator",
+    ),
+    StatSpec(
+        "dense_nli_probs",
+        "float",
+        "[k+1, k+1, 3]",
+        "NLI probabilities (contradiction, neutral, entailment) for dense_answers[i] -> dense_answers[j]; an LLM "
+        "judge's discrete verdict is passed one-hot. The diagonal is ignored (w_ii = 1).",
+        "stats graph + NLI judge",
+    ),
+)
+
+STATS: dict[str, StatSpec] = {spec.name: spec for spec in _SPECS}
+"""Every stat name the features may ask for, with its contract."""
+
+
+class MissingStatError(DataError):
+    """A feature needs a stat that the collected stats do not hold (absent or ``None``)."""
+
+
+def get_stat(stats: Mapping[str, Any], name: str, feature: str) -> Any:
+    """Return ``stats[name]``; raise :class:`MissingStatError` naming the stat and ``feature`` when it is absent.
+
+    ``name`` must be a contract name (:data:`STATS`); asking for an unknown name is a programming error
+    (``KeyError``).
+    """
+    if name not in STATS:
+        raise KeyError(f"unknown stat {name!r}; the contract is workbench.uncertainty.stats.STATS")
+    value = stats.get(name)
+    if value is None:
+        hint = ""
+        if name == "lars_score":
+            hint = " (no fitted LarsLikeScorer: fit one with features.probability.LarsLikeScorer first)"
+        raise MissingStatError(f"stat {name!r} is missing{hint}", f"feature {feature!r}")
+    return value
+
+
+def missing_stats(stats: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that ``stats`` lacks (absent or ``None``), in the given order."""
+    return [n for n in names if stats.get(n) is None]
