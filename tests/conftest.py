@@ -12,6 +12,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Unit tests write caches (generations, embeddings, indexes) into a per-session temporary directory.
+
+    Converted embedded models are the exception: they are expensive to rebuild and keyed by content, so the real
+    model cache is linked in when it exists.
+    """
+    if "WORKBENCH_CACHE_DIR" in os.environ:
+        yield
+        return
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("wb-cache")
+    real_models = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "workbench" / "models"
+    real_models.mkdir(parents=True, exist_ok=True)
+    (root / "models").symlink_to(real_models, target_is_directory=True)
+    os.environ["WORKBENCH_CACHE_DIR"] = str(root)
+    yield
+    os.environ.pop("WORKBENCH_CACHE_DIR", None)
+
+
 def pytest_configure(config):
     # Two pytest workers on two cores: one torch thread each avoids costly oversubscription.
     if os.environ.get("PYTEST_XDIST_WORKER"):

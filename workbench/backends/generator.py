@@ -602,20 +602,8 @@ class Generator:
             for (prompt, _), c in zip(batch, conts, strict=True)
         ]
         seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for b, seq in enumerate(seqs):
-            input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            mask[b, width - len(seq) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         keep = max(len(c) for c in conts) + 1
-        logits = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            logits_to_keep=keep,
-        ).logits.float()
+        logits = self._forward_tail(seqs, keep)
         self.counter.lm_calls += 1
         self.counter.prefill_tokens += sum(len(p) for p in prompt_ids)
         self.counter.scored_tokens += sum(len(c) for c in conts)
@@ -629,6 +617,51 @@ class Generator:
             mean = float(lp.mean()) if len(lp) else float("nan")
             results.append(Scored(prompt, cont, np.asarray(ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return results
+
+    def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
+        """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass."""
+        import torch
+
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for b, seq in enumerate(seqs):
+            input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[b, width - len(seq) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            logits_to_keep=keep,
+        ).logits.float()
+
+    def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
+        """Log-probability (raw, T=1) of the first token of each option as the token following each prompt.
+
+        Returns an ``(len(prompts), len(options))`` float32 array from one forward pass per batch of prompts: the
+        cheap way to read a one-word verdict ("yes" / "no" / "maybe") or a multiple-choice letter. Counts
+        ``lm_calls`` and ``prefill_tokens``.
+        """
+        import torch
+
+        prompts = list(prompts)
+        first = []
+        for option in options:
+            ids = self.tokenizer(option, add_special_tokens=False)["input_ids"]
+            if not ids:
+                raise ValueError(f"option {option!r} encodes to no token")
+            first.append(ids[0])
+        out = np.zeros((len(prompts), len(first)), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(prompts), self.batch_size):
+                ids = [self._encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
+                with self.counter.timed("score"):
+                    logits = self._forward_tail(ids, 1)[:, -1]
+                self.counter.lm_calls += 1
+                self.counter.prefill_tokens += sum(len(i) for i in ids)
+                out[start : start + len(ids)] = torch.log_softmax(logits, -1)[:, first].cpu().numpy()
+        return out
 
 
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
