@@ -95,6 +95,15 @@ class StageContext:
     tracker: Any
     counter: CostCounter = field(default_factory=CostCounter)
     run_started: float = 0.0  # time.perf_counter() when the run began (for wall-time reporting)
+    key: str = ""  # the stage's cache key
+
+    @property
+    def scratch_dir(self) -> Path:
+        """A persistent directory for this stage and key (``<run_dir>/scratch/<stage>-<key>``) that survives an
+        interruption, so long stages can checkpoint rows and resume; it is deleted when the stage completes."""
+        path = self.run_dir / "scratch" / f"{self.spec.name}-{self.key}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     @property
     def log(self) -> logging.Logger:

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -240,6 +241,7 @@ def _run_stage(
             tracker=tracker,
             counter=resources.counter,
             run_started=run_started,
+            key=key,
         )
         before = resources.counter.snapshot()
         summary = dict(func(context) or {})
@@ -255,5 +257,6 @@ def _run_stage(
                 "cost": resources.counter.since(before).as_dict(),
             },
         )
+    shutil.rmtree(run_dir / "scratch" / f"{spec.name}-{key}", ignore_errors=True)
     log.info("stage %s: done in %.1f s", spec.name, seconds)
     return StageResult(spec.name, key, False, seconds, summary, out_dir)
