@@ -92,6 +92,62 @@ class AnswerSection:
 
 
 @dataclass
+class NLISection:
+    """The NLI / answer-equivalence judge used wherever answers are compared."""
+
+    kind: Literal["answer_equivalence", "cross_encoder", "llm", "hf"] = doc(
+        "judge backend (see README 'NLI judges' for the measured accuracy of each)", "answer_equivalence"
+    )
+    model: str = doc(
+        "cross_encoder: directory of a model trained by the train-nli recipe; hf: a local NLI checkpoint or an"
+        " explicit hub id (unused by answer_equivalence and llm)",
+        "artifacts/runs/train-nli/stages/train_nli/model",
+    )
+    batch_size: int = doc("pairs per forward batch (model judges)", 32)
+
+
+@dataclass
+class TrainNLISection:
+    """The 'train_nli' stage: build NLI pairs from the Wikipedia corpus, train the MiniLM cross-encoder, and
+    measure every judge on held-out pairs and on short-answer pairs."""
+
+    val_fraction: float = doc("share of articles held out for validation pairs", 0.2)
+    max_train_pairs: int = doc("training pairs used (seeded subsample)", 2400)
+    max_val_pairs: int = doc("validation pairs used when training", 600)
+    epochs: int = doc("training epochs", 1)
+    batch_size: int = doc("training batch size", 16)
+    lr: float = doc("learning rate (AdamW, linear warm-up)", 1e-4)
+    max_length: int = doc("maximum tokens per (premise, hypothesis) pair", 128)
+    eval_pairs: int = doc("held-out NLI pairs every judge is measured on", 300)
+    answer_pairs: int = doc("generated short-answer pairs every judge is measured on (plus 18 built-in)", 200)
+    judges: list[Literal["answer_equivalence", "cross_encoder", "llm", "hf"]] = doc(
+        "judges to measure ('hf' needs nli.model to name a local NLI checkpoint)",
+        ["answer_equivalence", "cross_encoder", "llm"],
+    )
+
+
+@dataclass
+class BenchSection:
+    """The 'bench_backends' stage: generator, NLI and retrieval speed and quality, compared by ratios in one run."""
+
+    questions: int = doc("questions (prompts) used for the generator measurements", 8)
+    samples: int = doc("samples per prompt for the shared-prefill vs re-encoding comparison", 10)
+    max_new_tokens: int = doc("tokens generated per answer or sample (EOS and stop strings are ignored)", 20)
+    temperature: float = doc("sampling temperature", 0.7)
+    repeats: int = doc("timing repeats (the median is reported)", 2)
+    nli_pairs: int = doc("held-out NLI pairs and short-answer pairs per judge", 100)
+    nli_judges: list[Literal["answer_equivalence", "cross_encoder", "llm", "hf"]] = doc(
+        "judges to measure (cross_encoder is skipped with a note when nli.model does not exist)",
+        ["answer_equivalence", "cross_encoder", "llm"],
+    )
+    retrieval_questions: int = doc("test questions whose gold passage must be retrieved", 200)
+    corpus_size: int = doc(
+        "passages searched: every gold passage plus random others (null-free; keeps dense fast)", 2000
+    )
+    ks: list[int] = doc("recall@k cut-offs", [1, 5, 10])
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -120,7 +176,10 @@ class RecipeConfig:
     embedder: EmbedderSection = doc("the sentence embedder", EmbedderSection())
     data: DataSection = doc("the QA dataset and corpus", DataSection())
     retrieval: RetrievalSection = doc("retrieval settings", RetrievalSection())
+    nli: NLISection = doc("the NLI / answer-equivalence judge", NLISection())
     answer: AnswerSection = doc("the 'answer' stage", AnswerSection())
+    train_nli: TrainNLISection = doc("the 'train_nli' stage", TrainNLISection())
+    bench: BenchSection = doc("the 'bench_backends' stage", BenchSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

@@ -56,11 +56,10 @@ class Resources:
         """The run's :class:`workbench.backends.embedder.Embedder`."""
 
         def build():
-            from workbench.assets import resolve_embedder
             from workbench.backends.embedder import Embedder
 
             section = self.config.embedder
-            return Embedder(resolve_embedder(section.model), batch_size=section.batch_size, counter=self.counter)
+            return Embedder(section.model, batch_size=section.batch_size, counter=self.counter)
 
         return self.get("embedder", build)
 

@@ -62,6 +62,45 @@ STAGES: dict[str, StageSpec] = {
             inputs=("answer",),
             cacheable=False,
         ),
+        StageSpec(
+            "train_nli",
+            "train the MiniLM NLI cross-encoder on pairs built from the Wikipedia corpus",
+            "workbench.stages.train_nli:run",
+            sections=("train_nli",),
+            uses=("embedder",),
+        ),
+        StageSpec(
+            "eval_nli",
+            "measure every NLI judge on held-out NLI pairs and short-answer pairs",
+            "workbench.stages.train_nli:evaluate",
+            sections=("train_nli", "nli", "generator", "embedder"),
+            inputs=("train_nli",),
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "report_nli",
+            "write the NLI judges report (accuracy table, training record, plot)",
+            "workbench.stages.report_nli:run",
+            sections=("report",),
+            inputs=("eval_nli",),
+            cacheable=False,
+        ),
+        StageSpec(
+            "bench_backends",
+            "measure generator (shared prefill vs re-encoding), NLI and retrieval speed and quality",
+            "workbench.stages.bench_backends:run",
+            sections=("bench", "generator", "embedder", "nli", "retrieval"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "report_bench",
+            "write the backends benchmark report",
+            "workbench.stages.report_bench:run",
+            sections=("report",),
+            inputs=("bench_backends",),
+            cacheable=False,
+        ),
     )
 }
 

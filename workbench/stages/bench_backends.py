@@ -1,0 +1,181 @@
+"""Stage ``bench_backends``: speed and quality of the backends, compared by ratios measured in one run.
+
+1. Generator — greedy tokens/s, and N samples per prompt with one shared prefill versus N re-encodings of the
+   prompt (same seeds, so the same tokens), for a short closed-book prompt and a long RAG prompt (5 passages).
+2. NLI — accuracy and pairs/s of every judge on held-out NLI pairs and on short-answer pairs.
+3. Retrieval — queries/s and recall@k of the gold passage for BM25, dense and hybrid over a corpus sample.
+
+Timings use no generation cache; each is the median of ``bench.repeats`` runs. Output: ``bench.json``.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+from workbench.backends.cost import CostCounter
+from workbench.core.atomic import atomic_write_json
+from workbench.stages.context import StageContext
+from workbench.stages.nli_eval import eval_sets, evaluate_judges
+
+
+def _timed(fn, repeats: int) -> tuple[float, CostCounter]:
+    """Median seconds of ``fn(counter)`` over ``repeats`` runs, and the cost of one run."""
+    times, cost = [], CostCounter()
+    for _ in range(repeats):
+        cost = CostCounter()
+        start = time.perf_counter()
+        fn(cost)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), cost
+
+
+def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
+    """Greedy, shared-prefill sampling and re-encoded sampling over ``prompts``: times, tokens/s and ratios."""
+
+    def run(counter: CostCounter, **kwargs: Any) -> None:
+        generator.counter = counter
+        generator.generate(prompts, max_new_tokens=section.max_new_tokens, stop=None, **kwargs)
+
+    sampling = {"n": section.samples, "temperature": section.temperature}
+    greedy_s, greedy_cost = _timed(lambda c: run(c, temperature=0.0), section.repeats)
+    shared_s, shared_cost = _timed(lambda c: run(c, share_prefill=True, **sampling), section.repeats)
+    naive_s, naive_cost = _timed(lambda c: run(c, share_prefill=False, **sampling), section.repeats)
+    return {
+        "prompts": len(prompts),
+        "prompt_tokens_mean": shared_cost.prefill_tokens / len(prompts),
+        "greedy_tokens_per_s": greedy_cost.decoded_tokens / greedy_s,
+        "greedy_seconds": greedy_s,
+        "shared_seconds": shared_s,
+        "naive_seconds": naive_s,
+        "shared_tokens_per_s": shared_cost.decoded_tokens / shared_s,
+        "naive_tokens_per_s": naive_cost.decoded_tokens / naive_s,
+        "shared_prefill_tokens": shared_cost.prefill_tokens,
+        "naive_prefill_tokens": naive_cost.prefill_tokens,
+        "speedup": naive_s / shared_s,
+        "prefill_ratio": naive_cost.prefill_tokens / max(shared_cost.prefill_tokens, 1),
+    }
+
+
+def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
+    from workbench.assets import resolve_generator
+    from workbench.backends.generator import Generator
+    from workbench.stages.answer import SYSTEM_PROMPT, format_passages
+
+    section, gen_cfg = ctx.config.bench, ctx.config.generator
+    generator = Generator(
+        resolve_generator(gen_cfg.model),
+        device=gen_cfg.device,
+        dtype=gen_cfg.dtype,
+        batch_size=gen_cfg.batch_size,
+        seed=ctx.config.seed,
+    )
+    retriever = ctx.resources.retriever(corpus)
+    hits = retriever.search([r["question"] for r in rows], k=5)
+    titles, texts = corpus["title"], corpus["text"]
+    styles = {
+        "closed-book": [None] * len(rows),
+        "RAG (5 passages)": [
+            format_passages([titles[int(i)] for i in h.indices], [texts[int(i)] for i in h.indices], 400) for h in hits
+        ],
+    }
+    out: dict[str, Any] = {}
+    for style, contexts in styles.items():
+        prompts = [
+            generator.build_prompt(r["question"], c, max_new_tokens=section.max_new_tokens, system=SYSTEM_PROMPT).text
+            for r, c in zip(rows, contexts, strict=True)
+        ]
+        out[style] = _measure_prompts(generator, prompts, section)
+        ctx.log.info("generator %s: shared prefill %.2fx faster than re-encoding", style, out[style]["speedup"])
+    return out
+
+
+def _bench_nli(ctx: StageContext) -> dict[str, Any]:
+    from workbench.backends.nli_pairs import build_nli_pairs
+
+    section = ctx.config.bench
+    _, val = build_nli_pairs(seed=ctx.config.seed)
+    sets = eval_sets(val, section.nli_pairs, section.nli_pairs, ctx.config.seed)
+    models = {"cross_encoder": ctx.config.nli.model, "hf": ctx.config.nli.model}
+    return evaluate_judges(list(section.nli_judges), ctx.resources, sets, models)
+
+
+def _corpus_sample(corpus, rows: list[dict], size: int, seed: int):
+    """Every chunk of the questions' gold documents plus random other chunks, up to ``size`` passages."""
+    gold_docs = {p["doc_id"] for r in rows for p in r["gold_passages"]}
+    doc_ids = corpus["doc_id"]
+    gold = [i for i, d in enumerate(doc_ids) if d in gold_docs]
+    others = [i for i, d in enumerate(doc_ids) if d not in gold_docs]
+    rng = random.Random(seed)
+    picked = gold + rng.sample(others, max(0, min(len(others), size - len(gold))))
+    return corpus.select(sorted(picked))
+
+
+def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
+    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+
+    section = ctx.config.bench
+    sample = _corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
+    queries = [r["question"] for r in rows]
+    gold = [{p["doc_id"] for p in r["gold_passages"]} for r in rows]
+    embedder = ctx.resources.embedder()
+    builders = {
+        "bm25": lambda: BM25Retriever(sample, cache=False),
+        "dense": lambda: DenseRetriever(sample, embedder),
+        "hybrid": lambda: HybridRetriever(
+            {"bm25": BM25Retriever(sample, cache=False), "dense": DenseRetriever(sample, embedder)}
+        ),
+    }
+    out: dict[str, Any] = {"passages": len(sample), "queries": len(queries)}
+    k_max = max(section.ks)
+    for name, build in builders.items():
+        start = time.perf_counter()
+        retriever = build()
+        build_s = time.perf_counter() - start
+        start = time.perf_counter()
+        results = retriever.search(queries, k=k_max)
+        search_s = time.perf_counter() - start
+        recall = {
+            f"recall@{k}": sum(
+                bool(g & {i.split("#", 1)[0] for i in res.ids[:k]}) for res, g in zip(results, gold, strict=True)
+            )
+            / len(queries)
+            for k in section.ks
+        }
+        out[name] = {"build_seconds": build_s, "queries_per_s": len(queries) / search_s, **recall}
+    return out
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Run the three benchmarks; save ``bench.json``; return the headline ratios."""
+    import datasets
+    import torch
+
+    from workbench.data.wikiqa import load_saved_dataset_dict
+
+    section = ctx.config.bench
+    test = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")["test"]
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    rows = [r for r in test if r["gold_passages"]]
+    result = {
+        "threads": torch.get_num_threads(),
+        "generator": ctx.config.generator.model,
+        "settings": {
+            k: getattr(section, k) for k in ("questions", "samples", "max_new_tokens", "temperature", "repeats")
+        },
+        "generation": _bench_generator(ctx, rows[: section.questions], corpus),
+        "nli": _bench_nli(ctx),
+        "retrieval": _bench_retrieval(ctx, rows[: section.retrieval_questions], corpus),
+    }
+    atomic_write_json(ctx.out_dir / "bench.json", result)
+    summary = {f"speedup_{k.split()[0].lower()}": round(v["speedup"], 3) for k, v in result["generation"].items()}
+    summary.update(
+        {
+            f"{k}_recall@5": round(v.get("recall@5", 0.0), 3)
+            for k, v in result["retrieval"].items()
+            if isinstance(v, dict)
+        }
+    )
+    return summary
