@@ -148,6 +148,34 @@ class BenchSection:
 
 
 @dataclass
+class CollectSection:
+    """The 'collect' stage: uncertainty features and closed-book correctness labels, one row per question."""
+
+    splits: list[str] = doc("splits to collect (each becomes one HF dataset)", ["calib", "test"])
+    limit: int | None = doc("collect only the first N questions of each split (null: all)", 200)
+    features: list[str] = doc(
+        "features to compute (see docs/features.md; lars and dense are not offered by collect)",
+        [
+            "confidence",
+            "entropy",
+            "dtr_nll",
+            "semantic_entropy",
+            "matrix_degree_uncertainty",
+            "sum_eigen_uncertainty",
+            "eccentricity_uncertainty",
+            "ptrue",
+            "verbalized_confidence",
+        ],
+    )
+    samples: int = doc("answers sampled per question (N)", 5)
+    temperature: float = doc("sampling temperature of the N samples", 0.7)
+    max_new_tokens: int = doc("length cap of the greedy answer and of each sample (answers stop at a newline)", 16)
+    paraphrases: int = doc("self_detection: the question plus P - 1 paraphrases (P)", 5)
+    batch_questions: int = doc("questions per batch; each finished batch is checkpointed (resumable)", 8)
+    shard: str = doc("'i/N': collect only the questions whose position mod N == i (merge with merge_shards)", "0/1")
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -180,6 +208,7 @@ class RecipeConfig:
     answer: AnswerSection = doc("the 'answer' stage", AnswerSection())
     train_nli: TrainNLISection = doc("the 'train_nli' stage", TrainNLISection())
     bench: BenchSection = doc("the 'bench_backends' stage", BenchSection())
+    collect: CollectSection = doc("the 'collect' stage", CollectSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property
@@ -261,6 +290,6 @@ def recipe_template(cls: type = RecipeConfig, indent: int = 0) -> str:
         else:
             lines.append(f"{pad}{fld.name}:  # {type_name(tp)}, REQUIRED — {text}")
             continue
-        shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+        shown = yaml.safe_dump(default, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
         lines.append(f"{pad}{fld.name}: {shown}  # {type_name(tp)} — {text}")
     return "\n".join(lines)

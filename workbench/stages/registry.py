@@ -101,6 +101,14 @@ STAGES: dict[str, StageSpec] = {
             inputs=("bench_backends",),
             cacheable=False,
         ),
+        StageSpec(
+            "collect",
+            "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
+            "workbench.stages.collect:run",
+            sections=("collect", "generator", "nli", "embedder"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+        ),
     )
 }
 

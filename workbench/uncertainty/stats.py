@@ -123,9 +123,9 @@ _SPECS: tuple[StatSpec, ...] = (
         "ptrue",
         "float",
         "()",
-        "P(True): exp(mean log-prob of the token(s) spelling 'true' in the forced reply 'The generated answer is "
-        "true') after the P(True) prompt listing the first 5 samples as ideas and the greedy answer (TTLM template).",
-        "generator (teacher-forced)",
+        "P(True): P(true) / (P(true) + P(false)) of the first token after a P(True) prompt that lists the first "
+        "samples as ideas and the greedy answer ('true'/'True' pooled against 'false'/'False'; see calculators.py).",
+        "generator (next-token log-probs)",
     ),
     StatSpec(
         "verbalized_text",

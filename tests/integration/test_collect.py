@@ -1,0 +1,118 @@
+"""The collect stage end to end on the tiny Llama: outputs, interruption + resume, shards + merge."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+import workbench.stages.collect as collect
+from workbench.core.errors import ConfigError
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+FEATURES = ["confidence", "dtr_nll", "entropy", "semantic_entropy", "ptrue", "verbalized_confidence"]
+VARYING = set(collect.COST_COLUMNS)
+
+
+def _recipe(tmp_path, model, encoder):
+    text = f"""
+name: collect-test
+stages: [build_data, collect]
+run_dir: {tmp_path}/run
+tracker: none
+generator: {{model: {model}, batch_size: 8}}
+embedder: {{model: {encoder}}}
+data: {{max_per_template: 20}}
+collect:
+  splits: [calib, test]
+  limit: 4
+  features: {FEATURES}
+  samples: 3
+  max_new_tokens: 4
+  batch_questions: 2
+"""
+    path = tmp_path / "collect-test.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _rows(folder, split):
+    import datasets
+
+    rows = datasets.load_from_disk(str(folder / split)).to_list()
+    return [{k: v for k, v in r.items() if k not in VARYING} for r in rows]
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key in x:
+            if isinstance(x[key], float) and math.isnan(x[key]):
+                assert math.isnan(y[key]), key
+            else:
+                assert x[key] == y[key], key
+
+
+def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, monkeypatch):
+    recipe = _recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir)
+    stage_dir = tmp_path / "run" / "stages" / "collect"
+    real = collect._collect_chunk
+    calls = []
+
+    def failing(*args, **kwargs):
+        if len(calls) == 2:
+            raise RuntimeError("interrupted")
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collect, "_collect_chunk", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_recipe(load_recipe(recipe))
+
+    resumed = []
+
+    def counting(*args, **kwargs):
+        resumed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collect, "_collect_chunk", counting)
+    result = run_recipe(load_recipe(recipe))
+    assert len(resumed) == 2  # the two calib chunks were checkpointed; only the test split ran
+    assert result.stage("collect").summary["calib_rows"] == 4
+    after_resume = {s: _rows(stage_dir, s) for s in ("calib", "test")}
+    for split, rows in after_resume.items():
+        assert [r["position"] for r in rows] == [0, 1, 2, 3], split
+        assert all(set(FEATURES) <= set(r) and r["correct_contains"] in (0.0, 1.0) for r in rows)
+        assert all(len(r["sample_answers"]) == 3 for r in rows)
+    summary = json.loads((stage_dir / "summary.json").read_text())
+    assert set(summary["splits"]["test"]["auroc_correct_contains"]) == set(FEATURES)
+    assert json.loads((stage_dir / "labels.json").read_text())["correct_em"]["requires_gold"] is True
+
+    run_recipe(load_recipe(recipe), force=["collect"])  # uninterrupted: identical values
+    for split in ("calib", "test"):
+        _same(after_resume[split], _rows(stage_dir, split))
+
+    shard_dirs = []
+    for i in range(2):
+        run_recipe(load_recipe(recipe, [f"collect.shard={i}/2"]))
+        shutil.copytree(stage_dir, tmp_path / f"shard{i}")
+        shard_dirs.append(tmp_path / f"shard{i}")
+    assert [r["position"] for r in _rows(shard_dirs[1], "test")] == [1, 3]
+    merged = collect.merge_shards(shard_dirs, tmp_path / "merged")
+    assert merged["splits"]["test"]["rows"] == 4
+    for split in ("calib", "test"):
+        _same(after_resume[split], _rows(tmp_path / "merged", split))
+    with pytest.raises(Exception, match="two shards"):
+        collect.merge_shards([shard_dirs[0], shard_dirs[0]], tmp_path / "bad")
+
+
+def test_collect_refuses_features_it_cannot_produce():
+    with pytest.raises(ConfigError, match="lars"):
+        collect.check_features(["confidence", "lars"])
+    with pytest.raises(ConfigError, match="i/N"):
+        collect.parse_shard("2")
+    assert collect.parse_shard("1/3") == (1, 3)

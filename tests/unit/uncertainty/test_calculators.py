@@ -1,0 +1,120 @@
+"""The stats graph on the tiny random Llama: every needed stat, right shapes, one call per kind per batch."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from workbench.backends.nli import AnswerEquivalenceJudge
+from workbench.core.errors import ConfigError, DataError
+from workbench.uncertainty.calculators import UNAVAILABLE_STATS, StatSettings, compute_stats, unavailable_features
+from workbench.uncertainty.features import FEATURES, compute_features, required_stats
+
+QUESTIONS = [{"question": "What is the capital of France?"}, {"question": "Who wrote Hamlet?"}]
+
+
+class FakeEmbedder:
+    """Deterministic unit vectors from a text hash (stands in for MiniLM)."""
+
+    dim = 8
+    fingerprint = "fake"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:8], dtype=np.uint8).astype(float) for t in texts]
+        out = np.asarray(rows).reshape(len(texts), self.dim) + 1.0
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_lm_long_dir):
+    from workbench.backends.generator import Generator
+
+    return Generator(tiny_lm_long_dir, batch_size=16)
+
+
+ALL_OFFERED = [n for n in FEATURES if n not in unavailable_features(FEATURES)]
+
+
+def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
+    settings = StatSettings(samples=3, max_new_tokens=5, paraphrases=3, paraphrase_max_new_tokens=6)
+    needed = required_stats(ALL_OFFERED) | {"greedy_entropies", "greedy_text", "sample_texts"}
+    assert not needed & UNAVAILABLE_STATS
+    judge, embedder = AnswerEquivalenceJudge(), FakeEmbedder()
+    entail_calls = []
+    real_entail = judge.entail
+
+    def entail(premises, hypotheses, question=None):
+        entail_calls.append(len(premises))
+        return real_entail(premises, hypotheses, question)
+
+    judge.entail = entail
+    sampled = []
+    original = generator.generate
+
+    def spy(prompts, **kwargs):
+        if kwargs.get("temperature", 0.0) > 0:
+            sampled.append(len(prompts))
+        return original(prompts, **kwargs)
+
+    generator.generate = spy
+    try:
+        calls_before = generator.counter.lm_calls
+        stats = compute_stats(QUESTIONS, needed, generator=generator, judge=judge, embedder=embedder, settings=settings)
+        calls = generator.counter.lm_calls - calls_before
+    finally:
+        del generator.generate
+    assert len(stats) == 2 and all(set(s) == needed for s in stats)
+    assert sampled == [2, 2]  # answers (n=3 each, shared prefill) and paraphrases: one sampling call each
+    # greedy, samples, eos scoring (at most one batch), ptrue, verbalized, paraphrases, paraphrase answers
+    assert 6 <= calls <= 7
+    hidden = generator.model.config.hidden_size
+    for s in stats:
+        length = len(s["greedy_logprobs"])
+        assert len(s["greedy_entropies"]) == length and length - int(s["greedy_eos"]) == len(s["token_importance"])
+        assert len(s["token_relevance"]) == len(s["token_importance"])
+        assert np.asarray(s["attention_logdiag"]).shape == (
+            generator.model.config.num_attention_heads,
+            length - s["greedy_eos"],
+        )
+        assert len(s["sample_texts"]) == 3 and len(s["sample_logprobs"]) == 3
+        assert np.asarray(s["sample_hidden"]).shape == (3, hidden)
+        assert np.asarray(s["sts_samples"]).shape == (3, 3)
+        u = len(s["nli_texts"])
+        assert s["nli_texts"][s["nli_index_greedy"]] == s["greedy_text"]
+        assert np.asarray(s["nli_probs"]).shape == (u, u, 3)
+        assert np.allclose(np.asarray(s["nli_probs"])[range(u), range(u)], [0, 0, 1])
+        assert np.asarray(s["paraphrase_nli_probs"]).shape == (3, 3, 3) and len(s["paraphrase_answers"]) == 3
+        assert 0.0 <= s["ptrue"] <= 1.0 and isinstance(s["verbalized_text"], str)
+        values = compute_features(s, ALL_OFFERED)
+        assert set(values) == set(ALL_OFFERED)
+    # every off-diagonal pair of both matrices, judged in one call (unique triples counted once)
+    pairs = sum(len(s["nli_texts"]) * (len(s["nli_texts"]) - 1) + 3 * 2 for s in stats)
+    assert entail_calls == [pairs] and 0 < judge.counter.nli_pairs <= pairs
+    assert embedder.calls == 2  # token relevance and sample similarities, each one batch
+
+
+def test_only_needed_stats_are_computed(generator):
+    before = generator.counter.lm_calls
+    stats = compute_stats(
+        QUESTIONS, {"greedy_logprobs", "greedy_eos"}, generator=generator, settings=StatSettings(max_new_tokens=3)
+    )
+    assert all(set(s) == {"greedy_text", "greedy_logprobs", "greedy_eos"} for s in stats)
+    assert generator.counter.lm_calls - before <= 2  # the greedy call (cached after the first test) + EOS scoring
+
+
+def test_unavailable_and_unknown_stats_are_refused(generator):
+    with pytest.raises(DataError, match="cannot be produced"):
+        compute_stats(QUESTIONS, {"lars_score"}, generator=generator)
+    with pytest.raises(DataError, match="unknown stat"):
+        compute_stats(QUESTIONS, {"nope"}, generator=generator)
+    with pytest.raises(DataError, match="judge"):
+        compute_stats(QUESTIONS, {"nli_probs"}, generator=generator)
+    assert set(unavailable_features(["lars", "dense", "confidence"])) == {"lars", "dense"}
+    with pytest.raises(ConfigError):
+        StatSettings(samples=0).validate()
