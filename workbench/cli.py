@@ -1,4 +1,4 @@
-"""The ``workbench`` command: ls, cp, validate, config, stages, run, doctor.
+"""The ``workbench`` command: ls, cp, validate, config, stages, run, merge, doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
 (:class:`WorkbenchError`) print one line and exit with status 2.
@@ -127,6 +127,19 @@ def run_command(
         f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
         f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"
     )
+
+
+@app.command("merge")
+def merge_command(
+    out: Annotated[Path, typer.Argument(help="New directory for the merged collection (must not exist).")],
+    shards: Annotated[list[Path], typer.Argument(help="The shards' collect outputs: <run_dir>/stages/collect.")],
+) -> None:
+    """Merge `collect` shards (collect.shard=i/N runs) into one collection; LARS is fitted here if selected."""
+    from workbench.stages.collect import merge_shards
+
+    summary = merge_shards(list(shards), out)
+    rows = ", ".join(f"{split}: {info['rows']}" for split, info in summary["splits"].items())
+    typer.echo(f"merged {len(shards)} shard(s) → {out} ({rows} rows)")
 
 
 @app.command("doctor")

@@ -13,8 +13,8 @@ from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 
-FEATURES = ["confidence", "dtr_nll", "entropy", "semantic_entropy", "ptrue", "verbalized_confidence"]
-VARYING = set(collect.COST_COLUMNS)
+FEATURES = ["confidence", "dtr_nll", "entropy", "semantic_entropy", "ptrue", "verbalized_confidence", "dense"]
+VARYING = {*collect.COST_COLUMNS, "label_seconds"}
 
 
 def _recipe(tmp_path, model, encoder):
@@ -30,9 +30,13 @@ collect:
   splits: [calib, test]
   limit: 4
   features: {FEATURES}
+  labels: [rag, seper, llm_judge]
   samples: 3
+  seper_samples: 3
+  dense_rephrase_tokens: 6
   max_new_tokens: 4
   batch_questions: 2
+retrieval: {{retriever: bm25, k: 2}}
 """
     path = tmp_path / "collect-test.yaml"
     path.write_text(text)
@@ -88,9 +92,15 @@ def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_enco
         assert [r["position"] for r in rows] == [0, 1, 2, 3], split
         assert all(set(FEATURES) <= set(r) and r["correct_contains"] in (0.0, 1.0) for r in rows)
         assert all(len(r["sample_answers"]) == 3 for r in rows)
+        assert all(len(r["retrieved_ids"]) == 2 and r["rag_contains"] in (0.0, 1.0) for r in rows)
+        assert all(-1.0 <= r["delta_seper_s"] <= 1.0 and r["correct_llm"] in (0.0, 1.0) for r in rows)
+        assert all(r["delta_seper_h"] == pytest.approx(r["seper_h"] - r["seper_h_closed"]) for r in rows)
+        assert all(r["closed_prompt_tokens"] > 0 and r["rag_prompt_tokens"] > r["closed_prompt_tokens"] for r in rows)
     summary = json.loads((stage_dir / "summary.json").read_text())
     assert set(summary["splits"]["test"]["auroc_correct_contains"]) == set(FEATURES)
-    assert json.loads((stage_dir / "labels.json").read_text())["correct_em"]["requires_gold"] is True
+    labels = json.loads((stage_dir / "labels.json").read_text())
+    assert {"correct_em", "rag_f1", "delta_seper_s", "correct_llm"} <= set(labels)
+    assert all(info["requires_gold"] for info in labels.values())
 
     run_recipe(load_recipe(recipe), force=["collect"])  # uninterrupted: identical values
     for split in ("calib", "test"):
@@ -102,17 +112,26 @@ def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_enco
         shutil.copytree(stage_dir, tmp_path / f"shard{i}")
         shard_dirs.append(tmp_path / f"shard{i}")
     assert [r["position"] for r in _rows(shard_dirs[1], "test")] == [1, 3]
-    merged = collect.merge_shards(shard_dirs, tmp_path / "merged")
-    assert merged["splits"]["test"]["rows"] == 4
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    result = CliRunner().invoke(app, ["merge", str(tmp_path / "merged"), *map(str, shard_dirs)])
+    assert result.exit_code == 0, result.output
+    assert "test: 4" in result.output
     for split in ("calib", "test"):
         _same(after_resume[split], _rows(tmp_path / "merged", split))
     with pytest.raises(Exception, match="two shards"):
         collect.merge_shards([shard_dirs[0], shard_dirs[0]], tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing half-written
+    with pytest.raises(Exception, match="exists already"):
+        collect.merge_shards(shard_dirs, tmp_path / "merged")
 
 
-def test_collect_refuses_features_it_cannot_produce():
-    with pytest.raises(ConfigError, match="lars"):
-        collect.check_features(["confidence", "lars"])
+def test_collect_refuses_bad_settings():
+    with pytest.raises(ConfigError, match="unknown"):
+        collect.check_features(["confidence", "nope"])
+    collect.check_features(["confidence", "lars", "dense"])  # lars is fitted by collect, dense retrieves
     with pytest.raises(ConfigError, match="i/N"):
         collect.parse_shard("2")
     assert collect.parse_shard("1/3") == (1, 3)

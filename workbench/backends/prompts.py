@@ -181,3 +181,13 @@ class PromptRenderer:
         if kwargs.get("chat", True):
             self._warn_fallback()
         return build_prompt(self.tokenizer, question, context, template, **kwargs)
+
+
+def format_passages(titles: list[str], texts: list[str], max_chars: int) -> str:
+    """Numbered passages ``[i] title: text`` for a prompt, each cut to ``max_chars`` characters at a word boundary."""
+    blocks = []
+    for i, (title, text) in enumerate(zip(titles, texts, strict=True), start=1):
+        if len(text) > max_chars:
+            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
+        blocks.append(f"[{i}] {title}: {text}")
+    return "\n".join(blocks)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import format_passages
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.core.logs import track
@@ -20,16 +21,6 @@ from workbench.metrics.qa import score_answer
 from workbench.stages.context import StageContext
 
 SYSTEM_PROMPT = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
-
-
-def format_passages(titles: list[str], texts: list[str], max_chars: int) -> str:
-    """Numbered passages for a prompt, each cut to ``max_chars`` characters at a word boundary."""
-    blocks = []
-    for i, (title, text) in enumerate(zip(titles, texts, strict=True), start=1):
-        if len(text) > max_chars:
-            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
-        blocks.append(f"[{i}] {title}: {text}")
-    return "\n".join(blocks)
 
 
 def _load_split(ctx: StageContext):

@@ -62,7 +62,8 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
     from workbench.assets import resolve_generator
     from workbench.backends.generator import Generator
-    from workbench.stages.answer import SYSTEM_PROMPT, format_passages
+    from workbench.backends.prompts import format_passages
+    from workbench.stages.answer import SYSTEM_PROMPT
 
     section, gen_cfg = ctx.config.bench, ctx.config.generator
     generator = Generator(

@@ -105,8 +105,9 @@ STAGES: dict[str, StageSpec] = {
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",
-            sections=("collect", "generator", "nli", "embedder"),
+            sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
+            version=2,
             uses=("generator", "embedder"),
         ),
     )

@@ -13,11 +13,15 @@
    P(true) / (P(true) + P(false)); the TTLM forced-reply reading in the stats contract is not used);
 5. verbalized confidence: one greedy generation;
 6. Self-Detection: one sampling call for the P − 1 paraphrases, one greedy batch answering them;
-7. one ``judge.entail`` call holding every NLI pair of the batch (answer matrices and paraphrase matrices).
+7. one ``judge.entail`` call holding every NLI pair of the batch (answer matrices and paraphrase matrices);
+8. DENSE, only when its stats are needed and ``contexts`` (each question's ranked chunks) are given: one rephrasing
+   call, one greedy call over the k + 1 single-edit contexts, one ``judge.entail`` call
+   (:func:`~workbench.uncertainty.dense_stats.dense_stats`).
 
 SAR similarities and token relevance use the embedder (cosine of unit rows, clipped to [0, 1]); MARS importance uses
-:func:`~workbench.uncertainty.features.probability.heuristic_token_importance`. DENSE and LARS stats are not produced
-here (:data:`UNAVAILABLE_STATS`): a caller must refuse features that need them (:func:`unavailable_features`).
+:func:`~workbench.uncertainty.features.probability.heuristic_token_importance`. ``lars_score`` is not produced
+here (:data:`UNAVAILABLE_STATS`): it needs a scorer fitted on labelled answers, which the ``collect`` stage does
+after the stats pass (:mod:`workbench.uncertainty.lars_fit`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ from workbench.uncertainty.features import get_features
 from workbench.uncertainty.features.probability import heuristic_token_importance
 from workbench.uncertainty.stats import STATS
 
-UNAVAILABLE_STATS: frozenset[str] = frozenset({"lars_score", "dense_answers", "dense_nli_probs"})
-"""Stats this graph cannot produce: LARS needs a fitted scorer, DENSE needs retrieved contexts and rephrasings."""
+UNAVAILABLE_STATS: frozenset[str] = frozenset({"lars_score"})
+"""Stats this graph cannot produce: LARS needs a scorer fitted on labelled answers (``collect`` fits one)."""
+
+DENSE_STATS: frozenset[str] = frozenset({"dense_answers", "dense_nli_probs"})
+"""Stats that need each question's retrieved chunks (``contexts=``)."""
 
 ATTENTION_SCOPE = "answer_positions"
 """``attention_logdiag`` holds the answer positions only (the generator's ``attentions[-1]``), not prompt + answer."""
@@ -125,13 +132,17 @@ def compute_stats(
     judge: Any = None,
     embedder: Any = None,
     settings: StatSettings | None = None,
+    contexts: Sequence[Sequence[str]] | None = None,
+    dense_settings: Any = None,
 ) -> list[dict[str, Any]]:
     """One ``{stat: value}`` dict per example (each needs a ``"question"``) holding every stat in ``needed``.
 
-    Raises :class:`DataError` for an unknown stat, a stat in :data:`UNAVAILABLE_STATS`, or a missing judge /
-    embedder that a needed stat requires. Values follow :data:`~workbench.uncertainty.stats.STATS`; texts are
-    stripped of surrounding white space. ``greedy_text`` / ``sample_texts`` are also returned whenever the greedy
-    answer / the samples were generated for another stat. Deterministic for a given generator seed.
+    Raises :class:`DataError` for an unknown stat, a stat in :data:`UNAVAILABLE_STATS`, a missing judge /
+    embedder that a needed stat requires, or DENSE stats without ``contexts`` (one list of ranked chunk texts per
+    example; ``dense_settings`` is a :class:`~workbench.uncertainty.dense_stats.DenseSettings`). Values follow
+    :data:`~workbench.uncertainty.stats.STATS`; texts are stripped of surrounding white space. ``greedy_text`` /
+    ``sample_texts`` are also returned whenever the greedy answer / the samples were generated for another stat.
+    Deterministic for a given generator seed.
     """
     settings = settings or StatSettings()
     settings.validate()
@@ -146,6 +157,11 @@ def compute_stats(
         raise DataError("NLI stats need a judge", "compute_stats")
     if needed & {"token_relevance", "sts_samples"} and embedder is None:
         raise DataError("token_relevance / sts_samples need an embedder", "compute_stats")
+    if needed & DENSE_STATS:
+        if judge is None:
+            raise DataError("DENSE stats need a judge", "compute_stats")
+        if contexts is None or len(contexts) != len(examples):
+            raise DataError("DENSE stats need one list of retrieved chunks per example (contexts=)", "compute_stats")
     questions = [str(ex["question"]) for ex in examples]
     out: list[dict[str, Any]] = [{} for _ in questions]
     if not questions:
@@ -208,7 +224,16 @@ def compute_stats(
         _paraphrase_answers(questions, greedy_texts, generator, settings) if needed & _PARAPHRASE_STATS else []
     )
     _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed, judge)
-    keep = needed | {"greedy_text", "sample_texts"}  # the answers themselves are always kept when generated
+    if needed & DENSE_STATS:
+        from workbench.uncertainty.dense_stats import dense_stats
+
+        assert contexts is not None  # checked above
+        dense = dense_stats(
+            questions, contexts, generator=generator, judge=judge, system=ANSWER_SYSTEM, settings=dense_settings
+        )
+        for row, extra in zip(out, dense, strict=True):
+            row.update(extra)
+    keep = needed | {"greedy_text", "sample_texts", "dense_fallbacks"}  # answers are kept whenever generated
     for row in out:
         for name in list(row):
             if name not in keep:

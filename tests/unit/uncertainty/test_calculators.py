@@ -9,7 +9,13 @@ import pytest
 
 from workbench.backends.nli import AnswerEquivalenceJudge
 from workbench.core.errors import ConfigError, DataError
-from workbench.uncertainty.calculators import UNAVAILABLE_STATS, StatSettings, compute_stats, unavailable_features
+from workbench.uncertainty.calculators import (
+    DENSE_STATS,
+    UNAVAILABLE_STATS,
+    StatSettings,
+    compute_stats,
+    unavailable_features,
+)
 from workbench.uncertainty.features import FEATURES, compute_features, required_stats
 
 QUESTIONS = [{"question": "What is the capital of France?"}, {"question": "Who wrote Hamlet?"}]
@@ -38,13 +44,14 @@ def generator(tiny_lm_long_dir):
     return Generator(tiny_lm_long_dir, batch_size=16)
 
 
-ALL_OFFERED = [n for n in FEATURES if n not in unavailable_features(FEATURES)]
+# every feature the graph computes without retrieved contexts (dense: tests/unit/uncertainty/test_dense_stats.py)
+ALL_OFFERED = [n for n in FEATURES if n not in unavailable_features(FEATURES) and n != "dense"]
 
 
 def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
     settings = StatSettings(samples=3, max_new_tokens=5, paraphrases=3, paraphrase_max_new_tokens=6)
     needed = required_stats(ALL_OFFERED) | {"greedy_entropies", "greedy_text", "sample_texts"}
-    assert not needed & UNAVAILABLE_STATS
+    assert not needed & (UNAVAILABLE_STATS | DENSE_STATS)
     judge, embedder = AnswerEquivalenceJudge(), FakeEmbedder()
     entail_calls = []
     real_entail = judge.entail
@@ -115,6 +122,8 @@ def test_unavailable_and_unknown_stats_are_refused(generator):
         compute_stats(QUESTIONS, {"nope"}, generator=generator)
     with pytest.raises(DataError, match="judge"):
         compute_stats(QUESTIONS, {"nli_probs"}, generator=generator)
-    assert set(unavailable_features(["lars", "dense", "confidence"])) == {"lars", "dense"}
+    assert set(unavailable_features(["lars", "dense", "confidence"])) == {"lars"}
+    with pytest.raises(DataError, match="contexts"):
+        compute_stats(QUESTIONS, {"dense_answers"}, generator=generator, judge=AnswerEquivalenceJudge())
     with pytest.raises(ConfigError):
         StatSettings(samples=0).validate()
