@@ -23,8 +23,11 @@ def grouped_bars(
     title: str,
     ylabel: str,
     ylim: tuple[float, float] | None = (0.0, 1.0),
+    rotate: int = 0,
 ) -> Path:
-    """Save a grouped bar chart: one group per entry of ``groups``, one bar per series; values printed on bars."""
+    """Save a grouped bar chart: one group per entry of ``groups``, one bar per series; values printed on bars.
+
+    ``rotate`` turns the group labels by that many degrees (for many or long labels)."""
     plt = _pyplot()
     width = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(max(4.5, 1.4 * len(groups) * max(1, len(series)) / 2), 3.2), dpi=110)
@@ -32,7 +35,7 @@ def grouped_bars(
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, values, width=width, label=label)
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
-    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xticks(range(len(groups)), groups, rotation=rotate, ha="right" if rotate else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     if ylim is not None:

@@ -148,6 +148,41 @@ class BenchSection:
 
 
 @dataclass
+class BenchFeaturesSection:
+    """The 'bench_features' stage: the cost of the 18 features, shared stats vs one feature at a time vs bare."""
+
+    split: str = doc("split the questions come from", "test")
+    questions: int = doc("questions measured (the same ones for every way)", 8)
+    features: list[str] = doc(
+        "features measured (default: the 18 of D²-RAG)",
+        [
+            "entropy",
+            "semantic_entropy",
+            "mars",
+            "lars",
+            "sent_sar",
+            "token_sar",
+            "confidence",
+            "inside",
+            "attention_score",
+            "eccentricity_uncertainty",
+            "eccentricity_confidence",
+            "matrix_degree_confidence",
+            "matrix_degree_uncertainty",
+            "sum_eigen_uncertainty",
+            "ptrue",
+            "verbalized_confidence",
+            "self_detection",
+            "directional_entailment_graph",
+        ],
+    )
+    samples: int = doc("answers sampled per question (N)", 5)
+    temperature: float = doc("sampling temperature", 0.7)
+    max_new_tokens: int = doc("length cap of the greedy answer and of each sample", 16)
+    paraphrases: int = doc("self_detection: the question plus P - 1 paraphrases (P)", 5)
+
+
+@dataclass
 class CollectSection:
     """The 'collect' stage: uncertainty features and correctness / utility labels, one row per question."""
 
@@ -221,6 +256,7 @@ class RecipeConfig:
     train_nli: TrainNLISection = doc("the 'train_nli' stage", TrainNLISection())
     bench: BenchSection = doc("the 'bench_backends' stage", BenchSection())
     collect: CollectSection = doc("the 'collect' stage", CollectSection())
+    bench_features: BenchFeaturesSection = doc("the 'bench_features' stage", BenchFeaturesSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

@@ -102,6 +102,22 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "bench_features",
+            "measure the cost of the 18 features: shared stats graph vs one feature at a time vs bare generation",
+            "workbench.stages.bench_features:run",
+            sections=("bench_features", "generator", "embedder", "nli"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "report_bench_features",
+            "write the feature-cost benchmark report",
+            "workbench.stages.bench_features:report",
+            sections=("report",),
+            inputs=("bench_features",),
+            cacheable=False,
+        ),
+        StageSpec(
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",

@@ -1,0 +1,46 @@
+"""The bench-features recipe end to end, shrunk: tiny generator, real MiniLM answer-equivalence judge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
+    features = "[confidence,semantic_entropy,matrix_degree_uncertainty,eccentricity_uncertainty,lars,ptrue]"
+    run_recipe(
+        load_recipe(
+            "bench-features",
+            [
+                f"generator.model={tiny_lm_long_dir}",
+                "tracker=none",
+                "threads=0",
+                f"run_dir={tmp_path}/run",
+                f"report.dir={tmp_path}/report",
+                "data.max_per_template=20",
+                "bench_features.questions=2",
+                "bench_features.samples=3",
+                "bench_features.max_new_tokens=4",
+                f"bench_features.features={features}",
+            ],
+        )
+    )
+    bench = json.loads((tmp_path / "run" / "stages" / "bench_features" / "bench.json").read_text())
+    assert len(bench["per_feature"]) == 6 and bench["questions"] == 2
+    work, total, bare = bench["workbench"], bench["per_feature_total"], bench["bare"]
+    # three graph features each build their own NLI matrix alone; the workbench builds it once
+    assert total["nli_pairs"] >= 3 * work["nli_pairs"] > 0
+    assert total["token_forwards"] > work["token_forwards"] >= bare["token_forwards"] > 0
+    ratios = bench["ratios"]
+    assert ratios["per_feature_over_workbench"]["token_forwards"] == pytest.approx(
+        total["token_forwards"] / work["token_forwards"]
+    )
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "target ≥ 5x" in report and "target ≤ 1.3x" in report and "| lars |" in report
+    assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
