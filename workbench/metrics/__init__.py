@@ -1,1 +1,2 @@
-"""Metrics: answer matching (EM, token F1, containment) here; ranking and calibration metrics come later."""
+"""Metrics: answer matching (qa), ranking (AUROC), rejection (PRR, AURAC, risk-coverage, Spearman), calibration
+(ECE, Brier, reliability), and the LLM-judge correctness label."""

@@ -6,7 +6,8 @@ answers' token log-probs and their closed-book correctness (``correct_contains``
 calibration split by default):
 
 * rows of the fit split get a K-fold cross-fitted score: each fold is scored by a scorer fitted on the other folds
-  (folds stratified by label, deterministic by seed) — an honest feature for fitting calibrators on that split;
+  (folds stratified by label, deterministic by seed: :func:`workbench.calibration.oof.stratified_folds`) — an
+  honest feature for fitting calibrators on that split;
 * rows of every other split get the score of one scorer fitted on the whole fit split, which is also the scorer
   saved with the collection (``lars_scorer.json``) for the runtime.
 """
@@ -19,18 +20,6 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import DataError
-
-
-def stratified_folds(labels: Sequence[float], n_folds: int, seed: int) -> np.ndarray:
-    """Fold index per row: each label class shuffled (seeded) and dealt round-robin over ``n_folds`` folds."""
-    y = np.asarray(labels, dtype=float) > 0.5
-    folds = np.empty(y.size, dtype=int)
-    rng = np.random.default_rng(seed)
-    for value in (False, True):
-        idx = np.flatnonzero(y == value)
-        rng.shuffle(idx)
-        folds[idx] = np.arange(idx.size) % n_folds
-    return folds
 
 
 def cross_fit_lars(
@@ -47,6 +36,7 @@ def cross_fit_lars(
     Raises :class:`DataError` when the fit split has fewer than two examples of either class (a fold's scorer
     could not be fitted); ``n_folds`` is lowered to the minority-class count when that is smaller.
     """
+    from workbench.calibration.oof import stratified_folds
     from workbench.uncertainty.features.probability import LarsLikeScorer
 
     y = (np.asarray(fit_labels, dtype=float) > 0.5).astype(float)

@@ -10,7 +10,7 @@ import pytest
 from workbench.core.errors import DataError
 from workbench.stages.collect import fit_lars_column
 from workbench.uncertainty.features.probability import LarsLikeScorer
-from workbench.uncertainty.lars_fit import cross_fit_lars, stratified_folds
+from workbench.uncertainty.lars_fit import cross_fit_lars
 
 
 def _answers(n: int, seed: int) -> tuple[list[list[float]], list[float]]:
@@ -23,13 +23,6 @@ def _answers(n: int, seed: int) -> tuple[list[list[float]], list[float]]:
         logprobs.append(np.log(p).tolist())
         labels.append(float(correct != (rng.random() < 0.1)))
     return logprobs, labels
-
-
-def test_stratified_folds_balance_each_class_and_are_seeded():
-    labels = [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
-    folds = stratified_folds(labels, 2, seed=3)
-    assert sorted(np.bincount(folds[:4])) == [2, 2] and sorted(np.bincount(folds[4:])) == [3, 3]
-    assert np.array_equal(folds, stratified_folds(labels, 2, seed=3))
 
 
 def test_cross_fit_scores_are_out_of_fold_and_rank_well():

@@ -1,0 +1,48 @@
+"""Calibrators by name: build one from a recipe's kind, or rebuild a fitted one from its saved dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.calibration.base import Calibrator
+from workbench.calibration.isotonic import IsotonicCalibrator
+from workbench.calibration.platt import PlattCalibrator
+from workbench.core.errors import ConfigError, DataError
+
+KINDS = ("isotonic", "centered_isotonic", "platt")
+"""The calibrator kinds :func:`make_calibrator` and :func:`calibrator_from_dict` know."""
+
+
+def make_calibrator(kind: str, **kw: Any) -> Calibrator:
+    """A new, unfitted calibrator of ``kind`` ("isotonic", "centered_isotonic" or "platt") with options ``kw``.
+
+    Raises :class:`ConfigError` on an unknown kind or an option the kind does not take.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)})", "calibrator")
+    if "centered" in kw:
+        raise ConfigError("choose 'isotonic' or 'centered_isotonic' as the kind instead of passing centered", kind)
+    try:
+        if kind == "platt":
+            return PlattCalibrator(**kw)
+        return IsotonicCalibrator(centered=kind == "centered_isotonic", **kw)
+    except TypeError as exc:
+        raise ConfigError(f"bad option(s) {sorted(kw)} for calibrator {kind!r}: {exc}", kind) from None
+
+
+def calibrator_from_dict(d: Any) -> Calibrator:
+    """Rebuild a fitted calibrator from its ``to_dict()`` output (e.g. after ``json.loads``); loads no code.
+
+    Raises :class:`DataError` with a one-line message on anything but a well-formed dict: unknown kind, missing
+    or unknown key, unsupported version, NaN or non-numeric values, non-monotone breakpoints.
+    """
+    if not isinstance(d, dict):
+        raise DataError(f"expected a dict, got {type(d).__name__}", "calibrator")
+    if "kind" not in d:
+        raise DataError("missing key 'kind'", "calibrator")
+    kind = d["kind"]
+    if kind == "platt":
+        return PlattCalibrator.from_dict(d)
+    if kind in ("isotonic", "centered_isotonic"):
+        return IsotonicCalibrator.from_dict(d)
+    raise DataError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)})", "calibrator")

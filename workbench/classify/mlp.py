@@ -1,0 +1,387 @@
+"""A small MLP retrieval-decision classifier, trained with PyTorch Lightning and stored as safetensors + JSON.
+
+torch and lightning are imported inside the functions that need them, so importing this module (or
+``workbench.classify``) stays light; only fitting, predicting and saving load torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import math
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
+from workbench.core.atomic import atomic_write_bytes, atomic_write_json
+from workbench.core.errors import ConfigError, DataError
+
+MLP_CONFIG_FILE = "mlp.json"
+MLP_WEIGHTS_FILE = "mlp.safetensors"
+_NET_PREFIX = "net."
+_MEAN_KEY = "standardizer.mean"
+_SCALE_KEY = "standardizer.scale"
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """Architecture and training settings of the MLP; invalid values raise ConfigError.
+
+    ``hidden_sizes``: widths of the ReLU hidden layers (empty = logistic regression trained by gradient descent);
+    ``dropout``: dropout after each hidden layer; ``learning_rate`` / ``weight_decay``: AdamW settings;
+    ``max_epochs``: upper bound on epochs; ``batch_size``: training mini-batch size; ``patience`` / ``min_delta``:
+    early stopping on validation BCE (stop after ``patience`` epochs without an improvement larger than
+    ``min_delta``).
+    """
+
+    hidden_sizes: tuple[int, ...] = (32,)
+    dropout: float = 0.0
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    max_epochs: int = 200
+    batch_size: int = 64
+    patience: int = 10
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        try:
+            sizes = tuple(int(h) for h in self.hidden_sizes)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"must be a list of layer widths, got {self.hidden_sizes!r}", "mlp.hidden_sizes"
+            ) from None
+        object.__setattr__(self, "hidden_sizes", sizes)
+        checks = [
+            ("hidden_sizes", all(h > 0 for h in sizes), "layer widths must be positive"),
+            ("dropout", 0.0 <= self.dropout < 1.0, "must be in [0, 1)"),
+            ("learning_rate", self.learning_rate > 0, "must be positive"),
+            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+            ("max_epochs", self.max_epochs >= 1, "must be >= 1"),
+            ("batch_size", self.batch_size >= 1, "must be >= 1"),
+            ("patience", self.patience >= 1, "must be >= 1"),
+            ("min_delta", self.min_delta >= 0, "must be >= 0"),
+        ]
+        for key, ok, what in checks:
+            if not ok:
+                raise ConfigError(f"{what}, got {getattr(self, key)!r}", f"mlp.{key}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict."""
+        out = asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MLPConfig:
+        """The config from a dict (as written by :meth:`to_dict`); ConfigError on unknown keys or bad values."""
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"unknown key(s) {unknown}", "mlp")
+        return cls(**data)
+
+
+def _build_network(n_features: int, hidden_sizes: Sequence[int], dropout: float):
+    """The MLP as a ``torch.nn.Sequential`` mapping standardised features ``[batch, n]`` to logits ``[batch, 1]``."""
+    import torch
+
+    layers: list[torch.nn.Module] = []
+    width = n_features
+    for hidden in hidden_sizes:
+        layers += [torch.nn.Linear(width, hidden), torch.nn.ReLU()]
+        if dropout > 0:
+            layers.append(torch.nn.Dropout(dropout))
+        width = hidden
+    layers.append(torch.nn.Linear(width, 1))
+    return torch.nn.Sequential(*layers)
+
+
+@functools.cache
+def _lightning_module_class() -> type:
+    """The LightningModule class (defined on first use, so lightning is imported only when training)."""
+    import lightning
+    import torch
+
+    class MLPClassifierModule(lightning.LightningModule):
+        """Trains ``net`` with BCE-with-logits and AdamW; keeps the weights of the epoch with the lowest val loss."""
+
+        def __init__(self, net: torch.nn.Module, learning_rate: float, weight_decay: float) -> None:
+            super().__init__()
+            self.net = net
+            self.learning_rate = learning_rate
+            self.weight_decay = weight_decay
+            self.loss_fn = torch.nn.BCEWithLogitsLoss()
+            self.val_losses: list[float] = []
+            self.best_val_loss = math.inf
+            self.best_epoch = -1
+            self.best_state: dict[str, torch.Tensor] | None = None
+            self._val_sum = 0.0
+            self._val_count = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x).squeeze(-1)
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = self.loss_fn(self(x), y)
+            self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=x.shape[0])
+            return loss
+
+        def on_validation_epoch_start(self) -> None:
+            self._val_sum, self._val_count = 0.0, 0
+
+        def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = self.loss_fn(self(x), y)
+            self._val_sum += float(loss) * x.shape[0]
+            self._val_count += x.shape[0]
+            self.log("val_loss", loss, on_step=False, on_epoch=True, batch_size=x.shape[0])
+            return loss
+
+        def on_validation_epoch_end(self) -> None:
+            val_loss = self._val_sum / max(self._val_count, 1)
+            self.val_losses.append(val_loss)
+            if val_loss < self.best_val_loss:
+                self.best_val_loss = val_loss
+                self.best_epoch = len(self.val_losses) - 1
+                self.best_state = {k: t.detach().clone() for k, t in self.net.state_dict().items()}
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
+
+    return MLPClassifierModule
+
+
+@contextlib.contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    """Silence lightning's informational logging and its "possible user" warnings while training."""
+    from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=PossibleUserWarning)
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+@dataclass(eq=False)
+class MLPModel:
+    """A trained MLP: standardisation (``mean``, ``scale``) + network weights (``state``, torch tensors).
+
+    ``predict_proba`` gives P(correct) = P(no retrieval needed). ``val_losses`` holds the validation BCE after each
+    epoch; ``state`` holds the weights of ``best_epoch`` (0-based), the epoch with the lowest validation loss.
+    """
+
+    config: MLPConfig
+    mean: np.ndarray
+    scale: np.ndarray
+    feature_names: tuple[str, ...]
+    state: dict[str, Any]
+    seed: int
+    best_epoch: int
+    val_losses: tuple[float, ...] = field(default_factory=tuple)
+
+    kind: ClassVar[str] = "mlp"
+
+    @property
+    def n_features(self) -> int:
+        """The number of input features."""
+        return int(self.mean.size)
+
+    @property
+    def epochs_trained(self) -> int:
+        """How many epochs ran before training stopped (early stopping or ``max_epochs``)."""
+        return len(self.val_losses)
+
+    def scoring_module(self):
+        """A ``torch.nn.Module`` in eval mode: raw float32 features ``[batch, n]`` → P(correct) ``[batch]``.
+
+        Standardisation and the sigmoid are inside the module; it is what :meth:`predict_proba` runs and what the
+        ONNX export traces.
+        """
+        import torch
+
+        net = _build_network(self.n_features, self.config.hidden_sizes, self.config.dropout)
+        net.load_state_dict(self.state, strict=True)
+
+        class _Scoring(torch.nn.Module):
+            def __init__(self, net: torch.nn.Module, mean: np.ndarray, scale: np.ndarray) -> None:
+                super().__init__()
+                self.net = net
+                self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+                self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
+
+            def forward(self, features: torch.Tensor) -> torch.Tensor:
+                return torch.sigmoid(self.net((features - self.mean) / self.scale)).squeeze(-1)
+
+        return _Scoring(net, self.mean, self.scale).eval()
+
+    def predict_proba(self, X: object) -> np.ndarray:
+        """P(correct) for each row of ``X`` (raw features), a float64 vector ``[rows]``; DataError on bad input."""
+        import torch
+
+        arr = as_features(X, n_features=self.n_features)
+        with torch.no_grad():
+            out = self.scoring_module()(torch.from_numpy(arr.astype(np.float32)))
+        return out.numpy().astype(np.float64)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``mlp.safetensors`` (weights, standardisation) and ``mlp.json`` (config, names) into ``directory``.
+
+        Both files are written atomically; the JSON records the weights file's sha256, checked by :meth:`load`.
+        Returns the directory.
+        """
+        import torch
+        from safetensors.torch import save as save_tensors
+
+        directory = Path(directory)
+        tensors = {_NET_PREFIX + k: v.detach().cpu().contiguous() for k, v in self.state.items()}
+        tensors[_MEAN_KEY] = torch.tensor(self.mean, dtype=torch.float64)
+        tensors[_SCALE_KEY] = torch.tensor(self.scale, dtype=torch.float64)
+        blob = save_tensors(tensors, metadata={"format": "workbench-mlp"})
+        atomic_write_bytes(directory / MLP_WEIGHTS_FILE, blob)
+        meta = {
+            "kind": self.kind,
+            "config": self.config.to_dict(),
+            "feature_names": list(self.feature_names),
+            "seed": self.seed,
+            "best_epoch": self.best_epoch,
+            "val_losses": list(self.val_losses),
+            "weights_file": MLP_WEIGHTS_FILE,
+            "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        }
+        atomic_write_json(directory / MLP_CONFIG_FILE, meta)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> MLPModel:
+        """The model saved by :meth:`save` in ``directory``; DataError if files are missing, altered or inconsistent."""
+        from safetensors.torch import load as load_tensors
+
+        directory = Path(directory)
+        where = str(directory / MLP_CONFIG_FILE)
+        try:
+            meta = json.loads((directory / MLP_CONFIG_FILE).read_text())
+            blob = (directory / MLP_WEIGHTS_FILE).read_bytes()
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"cannot read the saved MLP ({exc})", where) from None
+        if not isinstance(meta, dict) or meta.get("kind") != cls.kind:
+            raise DataError("not a saved MLP (kind != 'mlp')", where)
+        if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
+            raise DataError(f"{MLP_WEIGHTS_FILE} does not match the sha256 recorded in {MLP_CONFIG_FILE}", where)
+        tensors = load_tensors(blob)
+        try:
+            config = MLPConfig.from_dict(meta["config"])
+            mean = tensors.pop(_MEAN_KEY).numpy()
+            scale = tensors.pop(_SCALE_KEY).numpy()
+            names = tuple(str(n) for n in meta["feature_names"])
+        except (KeyError, TypeError, ConfigError) as exc:
+            raise DataError(f"malformed saved MLP ({exc})", where) from None
+        state = {k[len(_NET_PREFIX) :]: v for k, v in tensors.items() if k.startswith(_NET_PREFIX)}
+        model = cls(
+            config=config,
+            mean=mean,
+            scale=scale,
+            feature_names=names,
+            state=state,
+            seed=int(meta.get("seed", 0)),
+            best_epoch=int(meta.get("best_epoch", -1)),
+            val_losses=tuple(float(v) for v in meta.get("val_losses", ())),
+        )
+        if len(names) != mean.size or scale.size != mean.size:
+            raise DataError(f"{len(names)} feature names but standardisation for {mean.size}", where)
+        try:
+            model.scoring_module()
+        except RuntimeError as exc:
+            raise DataError(f"weights do not fit the saved architecture ({str(exc).splitlines()[0]})", where) from None
+        return model
+
+
+def fit_mlp(
+    X_train: object,
+    y_train: object,
+    X_val: object,
+    y_val: object,
+    config: MLPConfig | None = None,
+    seed: int = 0,
+    *,
+    feature_names: Sequence[str] | None = None,
+) -> MLPModel:
+    """Train an MLP on (``X_train``, ``y_train``) with early stopping on the BCE of (``X_val``, ``y_val``).
+
+    Labels: 1 = correct (no retrieval needed). Features are standardised with the training set's mean and scale.
+    Training runs on CPU with Lightning, quietly (no progress bar, no checkpoints, no logger files) and
+    deterministically for a ``seed`` (weight init, dropout and batch order come from it; the caller's global torch
+    random state is left as it was). The returned model holds the weights of the epoch with the lowest validation
+    loss. DataError on non-finite features, non-binary or one-class labels, or mismatched widths.
+    """
+    import lightning
+    import torch
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    config = config or MLPConfig()
+    xt = as_features(X_train, where="X_train")
+    yt = as_labels(y_train, xt.shape[0], where="y_train")
+    xv = as_features(X_val, n_features=xt.shape[1], where="X_val")
+    yv = as_labels(y_val, xv.shape[0], where="y_val", both_classes=False)
+    names = resolve_feature_names(feature_names, xt.shape[1])
+    mean, scale = fit_standardizer(xt)
+
+    def tensors(x: np.ndarray, y: np.ndarray) -> torch.utils.data.TensorDataset:
+        return torch.utils.data.TensorDataset(
+            torch.from_numpy(((x - mean) / scale).astype(np.float32)), torch.from_numpy(y.astype(np.float32))
+        )
+
+    with torch.random.fork_rng(devices=[]), _quiet_lightning(), tempfile.TemporaryDirectory() as root:
+        torch.manual_seed(seed)
+        net = _build_network(xt.shape[1], config.hidden_sizes, config.dropout)
+        module = _lightning_module_class()(net, config.learning_rate, config.weight_decay)
+        train_loader = torch.utils.data.DataLoader(
+            tensors(xt, yt),
+            batch_size=config.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        val_loader = torch.utils.data.DataLoader(tensors(xv, yv), batch_size=xv.shape[0], shuffle=False)
+        stopper = EarlyStopping(monitor="val_loss", mode="min", patience=config.patience, min_delta=config.min_delta)
+        trainer = lightning.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=config.max_epochs,
+            callbacks=[stopper],
+            enable_checkpointing=False,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            log_every_n_steps=1,
+            default_root_dir=root,
+        )
+        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+    state = module.best_state if module.best_state is not None else module.net.state_dict()
+    return MLPModel(
+        config=config,
+        mean=mean,
+        scale=scale,
+        feature_names=names,
+        state={k: v.detach().clone() for k, v in state.items()},
+        seed=seed,
+        best_epoch=module.best_epoch,
+        val_losses=tuple(module.val_losses),
+    )

@@ -1,0 +1,135 @@
+"""ONNX export of the retrieval-decision classifiers, and running an exported graph with onnxruntime.
+
+The graph's contract, for both kinds: input ``features`` float32 ``[batch, n_features]`` (raw, un-standardised,
+in the model's feature order) → output ``p_correct`` float32 ``[batch]``; the standardisation is inside the graph.
+The feature names, the model kind and the contract are recorded in the graph's metadata.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from workbench.classify.inputs import as_features
+from workbench.classify.logistic import LogisticModel
+from workbench.classify.mlp import MLPModel
+from workbench.core.atomic import atomic_write_bytes
+from workbench.core.errors import ConfigError, DataError
+
+INPUT_NAME = "features"
+OUTPUT_NAME = "p_correct"
+OPSET = 17
+IR_VERSION = 8  # onnx IR for opset 17; readable by onnxruntime releases since 1.11
+
+
+def _logistic_graph(model: LogisticModel):
+    """The logistic model as an ONNX ModelProto: Sub, Div, MatMul, Add, Sigmoid, Squeeze."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n = model.n_features
+    inits = [
+        numpy_helper.from_array(model.mean.astype(np.float32), "mean"),
+        numpy_helper.from_array(model.scale.astype(np.float32), "scale"),
+        numpy_helper.from_array(model.coef.astype(np.float32).reshape(n, 1), "coef"),
+        numpy_helper.from_array(np.array([model.intercept], dtype=np.float32), "intercept"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "squeeze_axes"),
+    ]
+    nodes = [
+        helper.make_node("Sub", [INPUT_NAME, "mean"], ["centred"]),
+        helper.make_node("Div", ["centred", "scale"], ["standardised"]),
+        helper.make_node("MatMul", ["standardised", "coef"], ["dot"]),
+        helper.make_node("Add", ["dot", "intercept"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["p_column"]),
+        helper.make_node("Squeeze", ["p_column", "squeeze_axes"], [OUTPUT_NAME]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "logistic_p_correct",
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", n])],
+        [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch"])],
+        initializer=inits,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="workbench")
+    proto.ir_version = IR_VERSION
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def _mlp_graph(model: MLPModel):
+    """The MLP (standardisation and sigmoid included) traced to ONNX with torch's TorchScript-based exporter."""
+    import onnx
+    import torch
+
+    module = model.scoring_module()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter: offline, no onnxscript rewrite
+        torch.onnx.export(
+            module,
+            (torch.zeros(2, model.n_features, dtype=torch.float32),),
+            buffer,
+            dynamo=False,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=OPSET,
+        )
+    proto = onnx.load_from_string(buffer.getvalue())
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def export_onnx(model: LogisticModel | MLPModel, path: str | Path, feature_names: Sequence[str] | None = None) -> Path:
+    """Write ``model`` as an ONNX graph to ``path`` (atomically) and return the path.
+
+    ``feature_names``, when given, must equal the model's own feature names (same order): it guards against
+    exporting a model for the wrong feature layout (DataError otherwise). ConfigError for an unsupported model type.
+    """
+    import onnx
+
+    if feature_names is not None and tuple(feature_names) != tuple(model.feature_names):
+        raise DataError(
+            f"feature names {list(feature_names)} differ from the model's {list(model.feature_names)}", "feature_names"
+        )
+    if isinstance(model, LogisticModel):
+        proto = _logistic_graph(model)
+    elif isinstance(model, MLPModel):
+        proto = _mlp_graph(model)
+    else:
+        raise ConfigError(f"cannot export a {type(model).__name__} to ONNX", "model")
+    meta = {
+        "kind": model.kind,
+        "feature_names": json.dumps(list(model.feature_names)),
+        "contract": f"{INPUT_NAME} float32 [batch, {model.n_features}] raw features -> {OUTPUT_NAME} float32 [batch]",
+    }
+    onnx.helper.set_model_props(proto, meta)
+    return atomic_write_bytes(path, proto.SerializeToString())
+
+
+def onnx_feature_names(path: str | Path) -> tuple[str, ...]:
+    """The feature names recorded in an exported graph's metadata (empty if none are recorded)."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    props = {p.key: p.value for p in proto.metadata_props}
+    return tuple(json.loads(props["feature_names"])) if "feature_names" in props else ()
+
+
+def run_onnx(path: str | Path, X: object) -> np.ndarray:
+    """P(correct) from the exported graph at ``path`` for the raw features ``X``, as a float64 vector ``[rows]``.
+
+    Runs onnxruntime on the CPU. DataError if ``X`` is malformed or its width differs from the graph's input.
+    """
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    width = session.get_inputs()[0].shape[1]
+    arr = as_features(X, n_features=width if isinstance(width, int) else None)
+    (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
+    return np.asarray(out, dtype=np.float64).reshape(-1)

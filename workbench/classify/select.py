@@ -1,0 +1,143 @@
+"""Model selection for the retrieval-decision classifier: fit each kind over several seeds, keep the best by PRR.
+
+Each (kind, seed) run is scored on the validation split by the prediction-rejection ratio (confidence = predicted
+P(correct), quality = the 0/1 label) and by AUROC. The kind with the highest mean PRR wins (ties go to the logistic
+model, the simpler one); its best-seed model is returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
+from workbench.classify.logistic import LogisticModel, fit_logistic
+from workbench.classify.mlp import MLPConfig, MLPModel, fit_mlp
+from workbench.core.errors import ConfigError
+
+KINDS = ("logistic", "mlp")
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """Validation scores of one fitted (kind, seed) run."""
+
+    kind: str
+    seed: int
+    prr: float
+    auroc: float
+
+
+@dataclass(frozen=True)
+class KindSummary:
+    """Mean and population standard deviation (ddof = 0) of a kind's validation scores over its seeds."""
+
+    kind: str
+    mean_prr: float
+    std_prr: float
+    mean_auroc: float
+    std_auroc: float
+
+
+@dataclass(frozen=True)
+class SelectionResult:
+    """The outcome of :func:`train_classifiers`.
+
+    ``kind``: the chosen kind; ``seed``: the seed of ``model``, the chosen kind's run with the highest validation PRR;
+    ``runs``: every run's scores, in fitting order; ``summary``: per-kind mean/std, keyed by kind.
+    """
+
+    kind: str
+    seed: int
+    model: LogisticModel | MLPModel
+    runs: tuple[RunScore, ...]
+    summary: dict[str, KindSummary]
+
+    def prr_by_seed(self, kind: str) -> dict[int, float]:
+        """Seed → validation PRR for one kind."""
+        return {run.seed: run.prr for run in self.runs if run.kind == kind}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready report of the selection (the model itself is not included)."""
+        return {
+            "kind": self.kind,
+            "seed": self.seed,
+            "runs": [vars(run).copy() for run in self.runs],
+            "summary": {kind: vars(s).copy() for kind, s in self.summary.items()},
+        }
+
+
+def _score(p_correct: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    from workbench.metrics.ranking import auroc
+    from workbench.metrics.rejection import prr
+
+    return float(prr(p_correct, y)), float(auroc(p_correct, y))
+
+
+def _key(value: float) -> float:
+    """A sort key treating NaN as the worst score."""
+    return -math.inf if math.isnan(value) else value
+
+
+def train_classifiers(
+    X_train: object,
+    y_train: object,
+    X_val: object,
+    y_val: object,
+    *,
+    kinds: Sequence[str] = KINDS,
+    seeds: Sequence[int] = (0, 1, 2),
+    mlp_config: MLPConfig | None = None,
+    feature_names: Sequence[str] | None = None,
+    logistic_C: float = 1.0,
+) -> SelectionResult:
+    """Fit every kind in ``kinds`` once per seed on the training split; select by mean validation PRR.
+
+    Labels: 1 = correct (no retrieval needed). ``mlp_config`` defaults to :class:`MLPConfig`'s defaults; the
+    MLP's early stopping uses the validation split. Ties in mean PRR (exact) go to ``"logistic"``, then to the order
+    of ``kinds``; within the chosen kind the run with the highest PRR wins (ties → the earlier seed).
+    ConfigError on an unknown or repeated kind or an empty ``seeds``; DataError on bad data (one-class labels on
+    either split included).
+    """
+    kinds = tuple(kinds)
+    seeds = tuple(int(s) for s in seeds)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds or len(set(kinds)) != len(kinds):
+        raise ConfigError(f"must be distinct names among {list(KINDS)}, got {list(kinds)}", "classify.kinds")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"must be a non-empty list of distinct seeds, got {list(seeds)}", "classify.seeds")
+    xt = as_features(X_train, where="X_train")
+    yt = as_labels(y_train, xt.shape[0], where="y_train")
+    xv = as_features(X_val, n_features=xt.shape[1], where="X_val")
+    yv = as_labels(y_val, xv.shape[0], where="y_val")
+    names = resolve_feature_names(feature_names, xt.shape[1])
+    config = mlp_config or MLPConfig()
+
+    runs: list[RunScore] = []
+    models: dict[tuple[str, int], LogisticModel | MLPModel] = {}
+    for kind in kinds:
+        for seed in seeds:
+            if kind == "logistic":
+                model = fit_logistic(xt, yt, C=logistic_C, seed=seed, feature_names=names)
+            else:
+                model = fit_mlp(xt, yt, xv, yv, config, seed, feature_names=names)
+            prr_value, auroc_value = _score(model.predict_proba(xv), yv)
+            runs.append(RunScore(kind, seed, prr_value, auroc_value))
+            models[kind, seed] = model
+
+    summary: dict[str, KindSummary] = {}
+    for kind in kinds:
+        prrs = np.array([r.prr for r in runs if r.kind == kind])
+        aurocs = np.array([r.auroc for r in runs if r.kind == kind])
+        summary[kind] = KindSummary(
+            kind, float(prrs.mean()), float(prrs.std()), float(aurocs.mean()), float(aurocs.std())
+        )
+
+    preference = sorted(kinds, key=lambda k: (k != "logistic", kinds.index(k)))
+    chosen = max(preference, key=lambda k: _key(summary[k].mean_prr))  # max keeps the first of equal keys
+    best = max((r for r in runs if r.kind == chosen), key=lambda r: _key(r.prr))
+    return SelectionResult(chosen, best.seed, models[chosen, best.seed], tuple(runs), summary)
