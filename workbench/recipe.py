@@ -223,6 +223,48 @@ class CollectSection:
 
 
 @dataclass
+class CalibrateSection:
+    """The 'calibrate' stage: one calibrator per feature, fitted on the collected calibration split."""
+
+    kind: Literal["isotonic", "centered_isotonic", "platt"] = doc(
+        "calibrator: isotonic regression, centered isotonic regression, or Platt's sigmoid", "isotonic"
+    )
+    features: list[str] | None = doc("features to calibrate (null: every collected feature)", None)
+    label: str = doc("the collected label to calibrate for (closed-book correctness)", "correct_contains")
+    label_threshold: float = doc("a row is positive when label >= this (for graded labels such as correct_f1)", 0.5)
+    fit_split: str = doc("split the calibrators are fitted on (out of fold on that split itself)", "calib")
+    folds: int = doc("folds of the out-of-fold calibration on fit_split", 5)
+    nan_policy: Literal["impute", "drop"] = doc(
+        "NaN / inf feature values: impute with the fit split's median, or drop the question (counted)", "impute"
+    )
+
+
+@dataclass
+class ClassifySection:
+    """The 'classify' stage: LR / MLP retrieval-decision classifiers, threshold τ, ONNX export, routing table."""
+
+    kinds: list[Literal["logistic", "mlp"]] = doc(
+        "classifier kinds to train (the best mean PRR is chosen)", ["logistic", "mlp"]
+    )
+    seeds: list[int] = doc("training seeds per kind", [0, 1, 2])
+    val_fraction: float = doc("share of the fit split held out for validation (selection, τ, early stopping)", 0.3)
+    threshold_rule: Literal["max_f1", "target_rate", "max_routed_score"] = doc(
+        "how τ is chosen on validation: max F1 of the retrieve class, a target retrieval rate, max routed QA score",
+        "max_routed_score",
+    )
+    target_rate: float = doc("target_rate: the retrieval rate to reach", 0.5)
+    routed_score: Literal["em", "f1", "contains"] = doc("max_routed_score: which QA score to maximise", "contains")
+    logistic_c: float = doc("logistic regression: inverse L2 strength C", 1.0)
+    mlp_hidden_sizes: list[int] = doc("MLP hidden layer widths", [32])
+    mlp_dropout: float = doc("MLP dropout after each hidden layer", 0.1)
+    mlp_learning_rate: float = doc("MLP AdamW learning rate", 0.001)
+    mlp_weight_decay: float = doc("MLP AdamW weight decay", 0.0001)
+    mlp_max_epochs: int = doc("MLP epoch cap", 200)
+    mlp_batch_size: int = doc("MLP mini-batch size", 32)
+    mlp_patience: int = doc("MLP early stopping: epochs without validation-loss improvement", 10)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -257,6 +299,8 @@ class RecipeConfig:
     bench: BenchSection = doc("the 'bench_backends' stage", BenchSection())
     collect: CollectSection = doc("the 'collect' stage", CollectSection())
     bench_features: BenchFeaturesSection = doc("the 'bench_features' stage", BenchFeaturesSection())
+    calibrate: CalibrateSection = doc("the 'calibrate' stage", CalibrateSection())
+    classify: ClassifySection = doc("the 'classify' stage", ClassifySection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

@@ -17,8 +17,9 @@ class StageSpec:
     ``entry`` is ``"module:function"``, imported only when the stage runs; the function takes a
     :class:`workbench.stages.context.StageContext` and returns a flat dict of summary values. The cache key of the
     stage's output is the hash of ``name``, ``version``, the recipe seed, the config ``sections`` listed, the
-    fingerprints of the assets in ``uses``, and the keys of the ``inputs`` stages. ``cacheable=False`` stages
-    (cheap, with outputs outside the run directory) always run.
+    fingerprints of the assets in ``uses``, and the keys of the ``inputs`` stages. ``optional_inputs`` are read
+    when the recipe runs them before this stage (a report covers whatever the run produced). ``cacheable=False``
+    stages (cheap, with outputs outside the run directory) always run.
     """
 
     name: str
@@ -27,8 +28,13 @@ class StageSpec:
     version: int = 1
     sections: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
+    optional_inputs: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
     cacheable: bool = True
+
+    def inputs_in(self, stages: list[str]) -> tuple[str, ...]:
+        """The stages this one reads in a recipe running ``stages``: its inputs, then its optional inputs that run."""
+        return (*self.inputs, *(name for name in self.optional_inputs if name in stages))
 
     def load(self) -> Callable[[Any], dict[str, Any]]:
         """Import and return the stage function."""
@@ -59,7 +65,7 @@ STAGES: dict[str, StageSpec] = {
             "write the Markdown + PNG report of the run to the report directory",
             "workbench.stages.report:run",
             sections=("report",),
-            inputs=("answer",),
+            optional_inputs=("answer", "collect", "calibrate", "classify"),
             cacheable=False,
         ),
         StageSpec(
@@ -118,6 +124,20 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "calibrate",
+            "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
+            "workbench.stages.calibrate:run",
+            sections=("calibrate",),
+            inputs=("collect",),
+        ),
+        StageSpec(
+            "classify",
+            "train LR / MLP retrieval-decision classifiers, choose τ, export ONNX, build the routing table",
+            "workbench.stages.classify:run",
+            sections=("classify",),
+            inputs=("calibrate",),
+        ),
+        StageSpec(
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",
@@ -143,4 +163,7 @@ def validate_stage_list(stages: list[str], where: str) -> None:
         missing = [dep for dep in STAGES[name].inputs if dep not in seen]
         if missing:
             raise ConfigError(f"stage '{name}' needs {', '.join(missing)} to run before it", where)
+        late = [dep for dep in STAGES[name].optional_inputs if dep in stages and dep not in seen]
+        if late:
+            raise ConfigError(f"stage '{name}' reads {', '.join(late)}: list it before '{name}'", where)
         seen.add(name)

@@ -90,57 +90,88 @@ def example_table(examples: list[dict[str, Any]], limit: int = 6) -> list[str]:
     return lines
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
-    """Write ``report.md`` and its plots to the report directory; return the report path and total seconds."""
+def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[str], list[str]]:
+    """``(setting lines, section lines)`` for the ``answer`` stage, with ``quality.png`` written to ``out_dir``."""
     from workbench.plots import grouped_bars
 
-    answer_dir = ctx.inputs["answer"]
     summary = json.loads((answer_dir / "summary.json").read_text())
     examples = json.loads((answer_dir / "examples.json").read_text())
+    modes = list(summary["modes"])
+    grouped_bars(
+        out_dir / "quality.png",
+        ["EM", "token F1", "containment"],
+        {MODE_TITLES.get(m, m): [summary["modes"][m][k] for k in ("em", "f1", "contains")] for m in modes},
+        title=f"{config.name}: answer quality on {summary['n_questions']} {summary['split']} questions",
+        ylabel="score",
+    )
+    settings = [
+        f"- generator: `{summary['generator']}` ({summary['generator_source']}), greedy, "
+        f"at most {summary['max_new_tokens']} new tokens, stop at newline",
+        f"- data: `{config.data.dataset}`, split `{summary['split']}`, {summary['n_questions']} questions",
+        f"- retrieval: {summary['retriever']} top-{summary['k']} over {summary['n_passages']} passages",
+        f"- threads: {summary['threads']} torch thread(s)",
+    ]
+    section = [
+        "## Answer quality",
+        "",
+        *quality_table(summary),
+        "",
+        "![answer quality](quality.png)",
+        "",
+        "EM and token F1 compare the normalised answer with every gold alias; containment asks whether a gold "
+        "alias appears in the answer (the fairest score for a chatty 135M model). *Gold passage in top-k* is the "
+        "share of questions whose gold passage the retriever placed in the prompt.",
+        "",
+        "## By question template",
+        "",
+        *template_table(summary),
+        "",
+        "## Examples",
+        "",
+        *example_table(examples),
+        "",
+    ]
+    return settings, section
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
+
+    Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
+    calibration (``calibrate``) and routing (``classify``), then the time table.
+    """
+    from workbench.core.errors import ConfigError
+
     config = ctx.config
+    if not ctx.inputs:
+        raise ConfigError("the report stage needs answer, collect, calibrate or classify before it", "stages")
     report_dir = config.resolved_report_dir
     times = _stage_times(ctx.run_dir, config.stages)
     pipeline_seconds = sum(seconds for _, seconds, _ in times)
     invocation_seconds = time.perf_counter() - ctx.run_started
 
     with atomic_directory(report_dir) as tmp:
-        modes = list(summary["modes"])
-        grouped_bars(
-            tmp / "quality.png",
-            ["EM", "token F1", "containment"],
-            {MODE_TITLES.get(m, m): [summary["modes"][m][k] for k in ("em", "f1", "contains")] for m in modes},
-            title=f"{config.name}: answer quality on {summary['n_questions']} {summary['split']} questions",
-            ylabel="score",
-        )
+        settings: list[str] = []
+        body: list[str] = []
+        if "answer" in ctx.inputs:
+            settings, section = answer_section(ctx.inputs["answer"], tmp, config)
+            body += section
+        if "collect" in ctx.inputs:
+            from workbench.stages.report_features import feature_section
+
+            body += feature_section(ctx.inputs["collect"], tmp)
+        if "calibrate" in ctx.inputs or "classify" in ctx.inputs:
+            from workbench.stages.report_calibration import calibration_sections
+
+            body += calibration_sections(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), tmp)
         lines = [
             f"# {config.name} report",
             "",
             f"Regenerate with `workbench run {config.name}`; written {_dt.datetime.now():%Y-%m-%d %H:%M}.",
             "",
-            f"- generator: `{summary['generator']}` ({summary['generator_source']}), greedy, "
-            f"at most {summary['max_new_tokens']} new tokens, stop at newline",
-            f"- data: `{config.data.dataset}`, split `{summary['split']}`, {summary['n_questions']} questions",
-            f"- retrieval: {summary['retriever']} top-{summary['k']} over {summary['n_passages']} passages",
-            f"- threads: {summary['threads']} torch thread(s)",
+            *settings,
             "",
-            "## Answer quality",
-            "",
-            *quality_table(summary),
-            "",
-            "![answer quality](quality.png)",
-            "",
-            "EM and token F1 compare the normalised answer with every gold alias; containment asks whether a gold "
-            "alias appears in the answer (the fairest score for a chatty 135M model). *Gold passage in top-k* is the "
-            "share of questions whose gold passage the retriever placed in the prompt.",
-            "",
-            "## By question template",
-            "",
-            *template_table(summary),
-            "",
-            "## Examples",
-            "",
-            *example_table(examples),
-            "",
+            *body,
             "## Time",
             "",
             "| stage | seconds (when last computed) | computed in this invocation |",

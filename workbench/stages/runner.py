@@ -120,7 +120,7 @@ def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str])
         "seed": config.seed,
         "sections": {name: plain[name] for name in spec.sections},
         "assets": {kind: asset_fingerprint(kind, config) for kind in spec.uses},
-        "inputs": {name: input_keys[name] for name in spec.inputs},
+        "inputs": {name: input_keys[name] for name in spec.inputs_in(config.stages)},
     }
     return stable_hash(material)
 
@@ -236,7 +236,7 @@ def _run_stage(
             spec=spec,
             out_dir=tmp,
             run_dir=run_dir,
-            inputs={name: run_dir / "stages" / name for name in spec.inputs},
+            inputs={name: run_dir / "stages" / name for name in spec.inputs_in(config.stages)},
             resources=resources,
             tracker=tracker,
             counter=resources.counter,

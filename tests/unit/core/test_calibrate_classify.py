@@ -1,0 +1,139 @@
+"""The calibrate and classify stages and their report sections on a synthetic collection (no model needed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from workbench.core.errors import DataError
+from workbench.recipe import RecipeConfig
+from workbench.stages import calibrate, classify
+from workbench.stages.report_calibration import calibration_sections
+
+
+def _rows(n: int, seed: int, nan_rows: int = 0) -> list[dict]:
+    """Questions whose correctness follows ``good`` (informative), with a noise feature and a few NaNs."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        good = rng.normal()
+        correct = float(rng.random() < 1 / (1 + np.exp(-2.5 * good)))
+        rag = float(correct or rng.random() < 0.5)
+        rows.append(
+            {
+                "position": i,
+                "id": f"q{i}",
+                "good": float(good) if i >= nan_rows else float("nan"),
+                "noise": float(rng.normal()),
+                "correct_em": correct,
+                "correct_contains": correct,
+                "correct_f1": correct,
+                "rag_em": rag,
+                "rag_contains": rag,
+                "rag_f1": rag,
+                "closed_prompt_tokens": 90.0,
+                "closed_new_tokens": 10.0,
+                "rag_prompt_tokens": 500.0,
+                "rag_new_tokens": 10.0,
+                "lm_calls": 3.0,
+                "prefill_tokens": 200.0,
+                "decoded_tokens": 60.0,
+                "scored_tokens": 5.0,
+                "nli_pairs": 20.0,
+                "seconds": 1.0,
+            }
+        )
+    return rows
+
+
+def _collection(root: Path, calib: list[dict], test: list[dict]) -> Path:
+    import datasets
+
+    out = root / "collect"
+    out.mkdir(parents=True)
+    for split, rows in (("calib", calib), ("test", test)):
+        datasets.Dataset.from_list(rows).save_to_disk(str(out / split))
+    summary = {"features": ["good", "noise"], "splits": {"calib": {}, "test": {}}}
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
+
+
+def _ctx(tmp_path: Path, name: str, inputs: dict[str, Path], **sections) -> SimpleNamespace:
+    config = RecipeConfig(name="t", stages=["build_data"])
+    for section, values in sections.items():
+        for key, value in values.items():
+            setattr(getattr(config, section), key, value)
+    out = tmp_path / name
+    out.mkdir()
+    return SimpleNamespace(config=config, inputs=inputs, out_dir=out, log=logging.getLogger("test"))
+
+
+@pytest.fixture(scope="module")
+def stages_done(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("calib")
+    collect_dir = _collection(tmp, _rows(160, 0, nan_rows=3), _rows(100, 1))
+    ctx = _ctx(tmp, "calibrate", {"collect": collect_dir})
+    cal_summary = calibrate.run(ctx)
+    ctx2 = _ctx(tmp, "classify", {"calibrate": ctx.out_dir}, classify={"seeds": [0, 1], "mlp_max_epochs": 30})
+    cls_summary = classify.run(ctx2)
+    return tmp, ctx.out_dir, ctx2.out_dir, cal_summary, cls_summary
+
+
+def test_calibrate_fits_json_calibrators_and_reports_ranking_before_and_after(stages_done):
+    from workbench.calibration import calibrator_from_dict
+
+    _, cal_dir, _, summary, _ = stages_done
+    saved = json.loads((cal_dir / "calibrators.json").read_text())
+    assert saved["meta"]["nan"]["bad_values"]["calib"] == {"good": 3}  # counted, imputed with the calib median
+    assert summary["best_feature"] == "good" and summary["best_auroc"] > 0.75
+    data = json.loads((cal_dir / "calibrated.json").read_text())
+    calibrator = calibrator_from_dict(saved["calibrators"]["good"])
+    test_raw = np.asarray(data["test"]["raw"]["good"])
+    assert np.allclose(calibrator.predict(test_raw), data["test"]["calibrated"]["good"])  # full fit applied to test
+    in_sample = calibrator.predict(np.asarray(data["calib"]["raw"]["good"]))
+    assert not np.allclose(in_sample, data["calib"]["calibrated"]["good"])  # calib values are out of fold
+    metrics = json.loads((cal_dir / "metrics.json").read_text())
+    after = metrics["good"]["test"]["after"]
+    assert 0.0 <= after["ece"] <= 1.0 and after["auroc"] <= metrics["good"]["test"]["before"]["auroc"] + 1e-9
+
+
+def test_classify_selects_exports_onnx_and_routes(stages_done):
+    _, _, cls_dir, _, summary = stages_done
+    assert summary["chosen"] in ("logistic", "mlp") and summary["onnx_max_abs_diff"] <= 1e-5
+    assert (cls_dir / "logistic.onnx").is_file() and (cls_dir / "mlp.onnx").is_file()
+    assert (cls_dir / "mlp" / "mlp.safetensors").is_file()
+    rows = {r["router"]: r for r in json.loads((cls_dir / "routing.json").read_text())["rows"]}
+    assert list(rows)[:3] == ["No-RAG", "Always-RAG", "Oracle"] and {"good", "noise", "LR", "MLP"} <= set(rows)
+    assert rows["No-RAG"]["retrieval_rate"] == 0.0 and rows["Always-RAG"]["retrieval_rate"] == 1.0
+    assert rows["Oracle"]["contains"] >= max(r["contains"] for r in rows.values()) - 1e-12
+    assert rows["Always-RAG"]["tokens"] == pytest.approx(510.0) and rows["No-RAG"]["tokens"] == pytest.approx(100.0)
+    lr = rows["LR"]  # feature cost 265 tokens + 510 per retrieved question
+    assert lr["tokens"] == pytest.approx(265.0 + 510.0 * lr["retrieval_rate"])
+    assert rows["good"]["contains"] > rows["No-RAG"]["contains"]
+
+
+def test_report_sections_show_the_routing_table_and_plots(stages_done, tmp_path):
+    _, cal_dir, cls_dir, _, _ = stages_done
+    lines = calibration_sections(cal_dir, cls_dir, tmp_path)
+    text = "\n".join(lines)
+    assert "| **LR** |" in text and "| Oracle |" in text and "AUROC before → after" in text
+    for png in ("reliability.png", "roc.png", "rejection.png", "lr_weights.png", "feature_correlation.png"):
+        assert (tmp_path / png).stat().st_size > 2000, png
+
+
+def test_bad_collections_get_one_line_errors(tmp_path):
+    one_class = _rows(40, 2)
+    for row in one_class:
+        row["correct_contains"] = 0.0
+    collect_dir = _collection(tmp_path, one_class, _rows(20, 3))
+    with pytest.raises(DataError, match="one class only"):
+        calibrate.run(_ctx(tmp_path, "c1", {"collect": collect_dir}))
+    with pytest.raises(DataError, match="no feature column"):
+        calibrate.run(_ctx(tmp_path, "c2", {"collect": collect_dir}, calibrate={"features": ["good", "missing"]}))
+    with pytest.raises(DataError, match="label column"):
+        calibrate.run(_ctx(tmp_path, "c3", {"collect": collect_dir}, calibrate={"label": "nope"}))

@@ -1,0 +1,135 @@
+"""Tests for the report plots in workbench.plots: each writes a real PNG; the ROC helper matches AUROC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.metrics.ranking import auroc
+from workbench.plots import heatmap, horizontal_bars, rejection_curves, reliability_grid, roc_curves, roc_points
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file()
+    assert path.stat().st_size > 2000
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- roc_points -------------------------------------------------------------------------------------------------
+
+
+def test_roc_points_hand_computed_with_tie_and_nan():
+    # sorted descending: 0.9 (pos) | 0.8 (pos), 0.8 (neg) tie | 0.3 (neg) | 0.1 (pos); the NaN pair is dropped
+    scores = [0.8, 0.1, 0.9, 0.3, 0.8, np.nan]
+    labels = [0, 1, 1, 0, 1, 1]
+    fpr, tpr = roc_points(scores, labels)
+    np.testing.assert_allclose(fpr, [0.0, 0.0, 0.5, 1.0, 1.0])
+    np.testing.assert_allclose(tpr, [0.0, 1 / 3, 2 / 3, 2 / 3, 1.0])
+    assert np.trapezoid(tpr, fpr) == pytest.approx(7 / 12)
+    assert auroc(scores, labels) == pytest.approx(7 / 12)
+
+
+def test_roc_points_all_tied_is_the_diagonal():
+    fpr, tpr = roc_points([0.5, 0.5, 0.5, 0.5], [1, 0, 1, 0])
+    np.testing.assert_allclose(fpr, [0.0, 1.0])
+    np.testing.assert_allclose(tpr, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_roc_points_area_equals_auroc_on_random_data(seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=300).astype(float)
+    scores = np.round(labels * 0.5 + rng.normal(size=300), 1)  # rounding creates many ties
+    scores[rng.choice(300, size=10, replace=False)] = np.nan
+    fpr, tpr = roc_points(scores, labels)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    assert np.trapezoid(tpr, fpr) == pytest.approx(auroc(scores, labels), abs=1e-12)
+
+
+def test_roc_points_rejects_one_class_and_unequal_lengths():
+    with pytest.raises(ValueError, match="both classes"):
+        roc_points([0.1, 0.2], [1, 1])
+    with pytest.raises(ValueError, match="both classes"):
+        roc_points([np.nan, np.nan], [0, 1])
+    with pytest.raises(ValueError, match="equal length"):
+        roc_points([0.1, 0.2, 0.3], [0, 1])
+
+
+# ---- figures ----------------------------------------------------------------------------------------------------
+
+
+def test_reliability_grid_writes_png_with_wrapping_and_constant_predictions(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=80).astype(float)
+    before = np.clip(labels * 0.3 + rng.uniform(0.2, 0.7, size=80), 0, 1)
+    after = np.clip(labels * 0.6 + rng.uniform(0.0, 0.4, size=80), 0, 1)
+    panels = {f"method {i}": (before, after, labels) for i in range(5)}  # 5 panels: wraps to 2 rows
+    panels["all equal"] = (np.full(80, 0.5), np.full(80, 0.5), labels)
+    out = reliability_grid(tmp_path / "sub" / "rel.png", panels, n_bins=5, title="reliability")
+    assert out == tmp_path / "sub" / "rel.png"
+    _assert_png(out)
+
+
+def test_reliability_grid_single_panel(tmp_path):
+    out = reliability_grid(tmp_path / "one.png", {"a": ([0.1, 0.9, 0.4], [0.2, 0.8, 0.5], [0, 1, 1])}, title="t")
+    _assert_png(out)
+
+
+def test_roc_curves_skips_undefined_series(tmp_path):
+    labels = [0, 1, 1, 0, 1, 0, 1, 1]
+    curves = {
+        "good": [0.1, 0.9, 0.8, 0.2, 0.7, 0.3, np.nan, 0.6],
+        "all nan": [np.nan] * 8,
+        "one class left": [np.nan, 0.5, 0.4, np.nan, 0.3, np.nan, 0.2, 0.1],
+    }
+    _assert_png(roc_curves(tmp_path / "roc.png", curves, labels, title="ROC"))
+
+
+def test_roc_curves_one_class_labels(tmp_path):
+    _assert_png(roc_curves(tmp_path / "roc1.png", {"s": [0.1, 0.2, 0.3]}, [1, 1, 1], title="ROC"))
+
+
+def test_rejection_curves_writes_png(tmp_path):
+    rng = np.random.default_rng(1)
+    quality = rng.uniform(size=50)
+    curves = {"good": quality + rng.normal(scale=0.2, size=50), "noise": rng.normal(size=50), "nan": [np.nan] * 50}
+    _assert_png(rejection_curves(tmp_path / "rej.png", curves, quality, title="rejection"))
+
+
+def test_heatmap_with_nan_cell(tmp_path):
+    m = np.array([[1.0, 0.35, -0.8], [0.35, 1.0, np.nan], [-0.8, np.nan, 1.0]])
+    _assert_png(heatmap(tmp_path / "heat.png", m, ["alpha", "beta", "gamma"], title="Spearman"))
+
+
+def test_heatmap_rejects_bad_shapes(tmp_path):
+    with pytest.raises(ValueError, match="square"):
+        heatmap(tmp_path / "h.png", np.zeros((2, 3)), ["a", "b"], title="t")
+    with pytest.raises(ValueError, match="labels"):
+        heatmap(tmp_path / "h.png", np.zeros((2, 2)), ["a"], title="t")
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_horizontal_bars_writes_png(tmp_path, signed):
+    weights = {"bias": 0.4, "entropy": -1.25, "length": 0.02, "nli": 2.1, "degree": -0.3}
+    _assert_png(horizontal_bars(tmp_path / f"bars_{signed}.png", weights, title="LR", xlabel="weight", signed=signed))
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda p: reliability_grid(p, {}, title="t"), "reliability_grid: no panels"),
+        (lambda p: roc_curves(p, {}, [0, 1], title="t"), "roc_curves: no curves"),
+        (lambda p: rejection_curves(p, {}, [0.1, 0.2], title="t"), "rejection_curves: no curves"),
+        (lambda p: heatmap(p, np.zeros((0, 0)), [], title="t"), "heatmap: empty matrix"),
+        (lambda p: horizontal_bars(p, {}, title="t", xlabel="x"), "horizontal_bars: no values"),
+    ],
+)
+def test_empty_input_raises(tmp_path, call, match):
+    path = tmp_path / "empty.png"
+    with pytest.raises(ValueError, match=match):
+        call(path)
+    assert not path.exists()

@@ -1,0 +1,216 @@
+"""Stage ``calibrate``: one calibrator per feature, fitted on the collected calibration split, applied everywhere.
+
+Reads the ``collect`` stage's per-split datasets. For each selected feature (oriented: higher = more certain):
+
+* the **fit split** (``calibrate.fit_split``, default ``calib``) gets out-of-fold calibrated values
+  (:func:`workbench.calibration.oof.out_of_fold_predict`: each question is calibrated by a calibrator that never saw
+  it), so classifiers trained on them are not fed leaked labels;
+* every other split gets the values of one calibrator fitted on the whole fit split — the calibrator saved in
+  ``calibrators.json`` (JSON breakpoints / coefficients; no pickle) for the runtime.
+
+NaN and ±inf feature values follow ``calibrate.nan_policy``: ``impute`` replaces them with the fit split's median
+of that feature, ``drop`` removes the question from that split (for every feature); either way they are counted in
+``summary.json``. Ranking metrics (AUROC, PRR, AURAC) of every feature are measured before and after calibration on
+every split, so a calibrator that damages ranking shows up; ECE and Brier after calibration.
+
+Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
+columns the routing table needs), ``metrics.json``, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError, DataError
+from workbench.stages.context import StageContext
+
+CARRIED = (
+    "correct_em",
+    "correct_f1",
+    "correct_contains",
+    "rag_em",
+    "rag_f1",
+    "rag_contains",
+    "closed_prompt_tokens",
+    "closed_new_tokens",
+    "rag_prompt_tokens",
+    "rag_new_tokens",
+    "lm_calls",
+    "prefill_tokens",
+    "decoded_tokens",
+    "scored_tokens",
+    "nli_pairs",
+    "seconds",
+    "delta_seper_s",
+    "delta_seper_h",
+)
+"""Columns copied from the collection next to the calibrated features (labels, QA scores and costs for routing)."""
+
+
+def load_collection(collect_dir: Path) -> tuple[dict[str, list[dict]], dict[str, Any]]:
+    """``({split: rows}, summary)`` of a ``collect`` output; DataError when it is not one."""
+    import datasets
+
+    try:
+        summary = json.loads((collect_dir / "summary.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        raise DataError("not a collect output (no readable summary.json)", str(collect_dir)) from None
+    rows = {}
+    for split in summary["splits"]:
+        path = collect_dir / split
+        rows[split] = datasets.load_from_disk(str(path)).to_list() if path.exists() else []
+    return rows, summary
+
+
+def binary_labels(rows: list[dict], label: str, threshold: float, where: str) -> np.ndarray:
+    """``label >= threshold`` as 0/1 floats; DataError when the column is missing."""
+    if rows and label not in rows[0]:
+        raise DataError(f"label column {label!r} is not in the collection (has: {', '.join(rows[0])})", where)
+    return np.asarray([float(r[label] >= threshold) for r in rows], dtype=float)
+
+
+def feature_matrix(rows: list[dict], features: list[str], where: str) -> np.ndarray:
+    """(rows, features) float matrix; DataError naming the first selected feature the rows lack."""
+    if rows:
+        missing = [f for f in features if f not in rows[0]]
+        if missing:
+            raise DataError(f"the collection has no feature column(s) {missing}", where)
+    return np.asarray([[float(r[f]) for f in features] for r in rows], dtype=float).reshape(len(rows), len(features))
+
+
+def apply_nan_policy(
+    matrices: dict[str, np.ndarray], fit_split: str, policy: str, features: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """``(matrices, kept row masks, counts)``: NaN / ±inf imputed with the fit split's median, or rows dropped."""
+    if policy not in ("impute", "drop"):
+        raise ConfigError(f"nan_policy must be impute or drop, got {policy!r}", "calibrate.nan_policy")
+    fit = matrices[fit_split]
+    medians = np.array([np.median(col[np.isfinite(col)]) if np.isfinite(col).any() else np.nan for col in fit.T])
+    for name, value in zip(features, medians, strict=True):
+        if math.isnan(value):
+            raise DataError(f"feature {name!r} has no finite value on the fit split", "calibrate")
+    counts: dict[str, Any] = {"policy": policy, "bad_values": {}, "dropped_rows": {}}
+    out, keep = {}, {}
+    for split, matrix in matrices.items():
+        bad = ~np.isfinite(matrix)
+        counts["bad_values"][split] = {f: int(n) for f, n in zip(features, bad.sum(axis=0), strict=True) if n}
+        if policy == "impute":
+            fixed = np.where(bad, medians[None, :], matrix)
+            keep[split] = np.ones(matrix.shape[0], dtype=bool)
+        else:
+            keep[split] = ~bad.any(axis=1)
+            fixed = matrix[keep[split]]
+        counts["dropped_rows"][split] = int((~keep[split]).sum())
+        out[split] = fixed
+    return out, keep, counts
+
+
+def ranking_metrics(confidence: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
+    """AUROC, PRR and AURAC of a confidence score (None where undefined)."""
+    from workbench.metrics.ranking import auroc
+    from workbench.metrics.rejection import aurac, prr
+
+    values = {"auroc": auroc(confidence, labels), "prr": prr(confidence, labels), "aurac": aurac(confidence, labels)}
+    return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
+
+
+def probability_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
+    """ECE (10 equal-width bins) and Brier score of calibrated probabilities."""
+    from workbench.metrics.calibration import brier, ece
+
+    values = {"ece": ece(probs, labels), "brier": brier(probs, labels)}
+    return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Fit, apply and measure the calibrators; write the four JSON outputs."""
+    from workbench.calibration.oof import fit_calibrator, out_of_fold_predict
+
+    section = ctx.config.calibrate
+    rows, summary = load_collection(ctx.inputs["collect"])
+    features = list(section.features or summary["features"])
+    if not features:
+        raise ConfigError("no features to calibrate", "calibrate.features")
+    if section.fit_split not in rows or not rows[section.fit_split]:
+        raise ConfigError(
+            f"fit split {section.fit_split!r} was not collected (has: {', '.join(rows)})", "calibrate.fit_split"
+        )
+    where = str(ctx.inputs["collect"])
+    raw = {split: feature_matrix(r, features, f"{where}/{split}") for split, r in rows.items() if r}
+    labels = {split: binary_labels(rows[split], section.label, section.label_threshold, where) for split in raw}
+    fit_labels = labels[section.fit_split]
+    if len(set(fit_labels.tolist())) < 2:
+        raise DataError(
+            f"label {section.label!r} has one class only on the {section.fit_split} split "
+            f"({int(fit_labels.sum())} of {fit_labels.size} positive)",
+            "calibrate.label",
+        )
+    clean, keep, nan_counts = apply_nan_policy(raw, section.fit_split, section.nan_policy, features)
+    labels = {split: y[keep[split]] for split, y in labels.items()}
+
+    calibrators: dict[str, Any] = {}
+    calibrated: dict[str, np.ndarray] = {split: np.empty_like(m) for split, m in clean.items()}
+    metrics: dict[str, Any] = {}
+    y_fit = labels[section.fit_split]
+    for j, name in enumerate(features):
+        scores = clean[section.fit_split][:, j]
+        calibrator = fit_calibrator(section.kind, scores, y_fit)
+        calibrators[name] = calibrator.to_dict()
+        for split, matrix in clean.items():
+            if split == section.fit_split:
+                folds = min(section.folds, int(y_fit.sum()), int(y_fit.size - y_fit.sum()))
+                if folds < 2:
+                    raise DataError(
+                        f"out-of-fold calibration needs at least 2 examples of each class on {split}", "calibrate"
+                    )
+                calibrated[split][:, j] = out_of_fold_predict(section.kind, scores, y_fit, folds, ctx.config.seed)
+            else:
+                calibrated[split][:, j] = calibrator.predict(matrix[:, j])
+        metrics[name] = {
+            split: {
+                "before": ranking_metrics(clean[split][:, j], labels[split]),
+                "after": {
+                    **ranking_metrics(calibrated[split][:, j], labels[split]),
+                    **probability_metrics(calibrated[split][:, j], labels[split]),
+                },
+            }
+            for split in clean
+        }
+
+    out_rows: dict[str, Any] = {}
+    for split, matrix in calibrated.items():
+        kept = [r for r, k in zip(rows[split], keep[split], strict=True) if k]
+        out_rows[split] = {
+            "id": [str(r["id"]) for r in kept],
+            "label": labels[split].tolist(),
+            "raw": {f: clean[split][:, j].tolist() for j, f in enumerate(features)},
+            "calibrated": {f: matrix[:, j].tolist() for j, f in enumerate(features)},
+            "columns": {c: [float(r[c]) for r in kept] for c in CARRIED if kept and c in kept[0]},
+        }
+    meta = {
+        "kind": section.kind,
+        "label": section.label,
+        "label_threshold": section.label_threshold,
+        "fit_split": section.fit_split,
+        "features": features,
+        "nan": nan_counts,
+    }
+    atomic_write_json(ctx.out_dir / "calibrators.json", {"meta": meta, "calibrators": calibrators})
+    atomic_write_json(ctx.out_dir / "calibrated.json", out_rows)
+    atomic_write_json(ctx.out_dir / "metrics.json", metrics)
+    atomic_write_json(ctx.out_dir / "summary.json", {**meta, "rows": {s: len(v["id"]) for s, v in out_rows.items()}})
+    eval_split = next((s for s in calibrated if s != section.fit_split), section.fit_split)
+    aurocs = [metrics[f][eval_split]["after"]["auroc"] for f in features]
+    best = max((a, f) for a, f in zip(aurocs, features, strict=True) if a is not None) if any(aurocs) else None
+    return {
+        "features": len(features),
+        "bad_values": sum(sum(v.values()) for v in nan_counts["bad_values"].values()),
+        "best_feature": None if best is None else best[1],
+        "best_auroc": None if best is None else best[0],
+    }

@@ -1,0 +1,207 @@
+"""Stage ``classify``: retrieval-decision classifiers on the calibrated features, τ, ONNX, and the routing table.
+
+Reads the ``calibrate`` stage's ``calibrated.json``. The fit split (out-of-fold calibrated features) is divided into
+a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds``
+(logistic regression, the Lightning MLP) is trained with binary cross-entropy over ``classify.seeds`` and scored on
+validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic). The threshold τ of each
+classifier (retrieve iff P(correct) < τ) is chosen on validation by ``classify.threshold_rule``; each single
+calibrated feature gets its own τ by the same rule on the whole fit split.
+
+On the evaluation split (the first collected split other than the fit split) the **routing table** compares No-RAG,
+Always-RAG, Oracle (retrieve iff the closed-book answer is wrong: needs the gold answer, an upper bound), every
+single feature, LR and MLP: routed EM / F1 / containment, retrieval rate, LM calls and tokens per question. Costs:
+No-RAG = the greedy closed-book answer; Always-RAG = one answer with passages; Oracle = closed-book + RAG where
+retrieved; feature routers = the collection of all features (measured by ``collect``; it includes the closed-book
+answer) + RAG where retrieved.
+
+Both classifiers are exported to ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy / torch on the
+evaluation split (max |Δ| recorded; the stage fails above 1e-5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import DataError
+from workbench.stages.context import StageContext
+
+ONNX_TOLERANCE = 1e-5
+QA_SCORES = ("em", "f1", "contains")
+
+
+def split_train_val(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index arrays ``(train, val)``: a stratified ``fraction`` of each class goes to validation (≥ 1 each)."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for value in (0.0, 1.0):
+        idx = rng.permutation(np.flatnonzero(labels == value))
+        n_val = max(1, round(fraction * idx.size)) if idx.size >= 2 else 0
+        val.extend(idx[:n_val].tolist())
+        train.extend(idx[n_val:].tolist())
+    return np.sort(np.asarray(train, dtype=int)), np.sort(np.asarray(val, dtype=int))
+
+
+def routing_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], base_calls, base_tokens) -> dict:
+    """Routed QA scores, retrieval rate and cost per question for one router (``retrieve``: bool per question)."""
+    r = retrieve.astype(float)
+    rag_tokens = cols["rag_prompt_tokens"] + cols["rag_new_tokens"]
+    row: dict[str, Any] = {"router": name, "retrieval_rate": float(r.mean())}
+    for score in QA_SCORES:
+        row[score] = float(np.where(retrieve, cols[f"rag_{score}"], cols[f"correct_{score}"]).mean())
+    row["lm_calls"] = float((base_calls + r).mean())
+    row["tokens"] = float((base_tokens + r * rag_tokens).mean())
+    return row
+
+
+def routing_table(cols: dict[str, np.ndarray], routers: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Rows No-RAG, Always-RAG, Oracle, then one per router in ``routers`` (name → retrieve mask)."""
+    n = cols["correct_contains"].size
+    closed_tokens = cols["closed_prompt_tokens"] + cols["closed_new_tokens"]
+    feature_calls = cols["lm_calls"]
+    feature_tokens = cols["prefill_tokens"] + cols["decoded_tokens"] + cols["scored_tokens"]
+    zero = np.zeros(n)
+    rows = [
+        routing_row("No-RAG", np.zeros(n, dtype=bool), cols, np.ones(n), closed_tokens),
+        routing_row("Always-RAG", np.ones(n, dtype=bool), cols, zero, zero),
+        routing_row("Oracle", cols["correct_contains"] < 0.5, cols, np.ones(n), closed_tokens),
+    ]
+    rows += [routing_row(name, mask, cols, feature_calls, feature_tokens) for name, mask in routers.items()]
+    return rows
+
+
+def _mlp_config(section: Any) -> Any:
+    from workbench.classify.mlp import MLPConfig
+
+    return MLPConfig(
+        hidden_sizes=tuple(section.mlp_hidden_sizes),
+        dropout=section.mlp_dropout,
+        learning_rate=section.mlp_learning_rate,
+        weight_decay=section.mlp_weight_decay,
+        max_epochs=section.mlp_max_epochs,
+        batch_size=section.mlp_batch_size,
+        patience=section.mlp_patience,
+    )
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Train, select, threshold, export and route; write the models, ONNX graphs and JSON results."""
+    from workbench.classify.onnx_export import export_onnx, run_onnx
+    from workbench.classify.select import train_classifiers
+    from workbench.classify.threshold import choose_threshold
+
+    section = ctx.config.classify
+    calib_dir = ctx.inputs["calibrate"]
+    data = json.loads((calib_dir / "calibrated.json").read_text())
+    meta = json.loads((calib_dir / "calibrators.json").read_text())["meta"]
+    features, fit_split = meta["features"], meta["fit_split"]
+    eval_split = next((s for s in data if s != fit_split), None)
+    if eval_split is None:
+        raise DataError("classify needs a collected split besides the fit split to evaluate on", "collect.splits")
+    cols = {k: np.asarray(v, dtype=float) for k, v in data[eval_split]["columns"].items()}
+    missing = [c for c in ("rag_contains", "rag_prompt_tokens") if c not in cols]
+    if missing:
+        raise DataError("the routing table needs answers with retrieval: add rag to collect.labels", "classify")
+
+    def matrix(split: str) -> np.ndarray:
+        return np.asarray([data[split]["calibrated"][f] for f in features], dtype=float).T
+
+    X_fit, y_fit = matrix(fit_split), np.asarray(data[fit_split]["label"], dtype=float)
+    X_eval, y_eval = matrix(eval_split), np.asarray(data[eval_split]["label"], dtype=float)
+    train, val = split_train_val(y_fit, section.val_fraction, ctx.config.seed)
+    fit_cols = {k: np.asarray(v, dtype=float) for k, v in data[fit_split]["columns"].items()}
+    score = f"correct_{section.routed_score}"
+
+    def threshold(p: np.ndarray, y: np.ndarray, idx: np.ndarray) -> Any:
+        extra = {}
+        if section.threshold_rule == "max_routed_score":
+            extra = {"qa_closed": fit_cols[score][idx], "qa_rag": fit_cols[f"rag_{section.routed_score}"][idx]}
+        if section.threshold_rule == "target_rate":
+            extra = {"target_rate": section.target_rate}
+        return choose_threshold(p, y, rule=section.threshold_rule, **extra)
+
+    results: dict[str, Any] = {}
+    for kind in section.kinds:
+        selection = train_classifiers(
+            X_fit[train],
+            y_fit[train],
+            X_fit[val],
+            y_fit[val],
+            kinds=(kind,),
+            seeds=tuple(section.seeds),
+            mlp_config=_mlp_config(section),
+            feature_names=features,
+            logistic_C=section.logistic_c,
+        )
+        choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
+        results[kind] = {"selection": selection, "threshold": choice}
+    ranked = sorted(
+        results,
+        key=lambda k: (
+            -(_finite(results[k]["selection"].summary[k].mean_prr)),
+            k != "logistic",
+        ),
+    )
+    chosen = ranked[0]
+
+    routers: dict[str, np.ndarray] = {}
+    thresholds: dict[str, Any] = {}
+    all_fit = np.arange(y_fit.size)
+    for j, name in enumerate(features):
+        choice = threshold(X_fit[:, j], y_fit, all_fit)
+        thresholds[name] = choice.to_dict()
+        routers[name] = X_eval[:, j] < choice.tau
+    predictions: dict[str, Any] = {
+        "label": y_eval.tolist(),
+        "features": {f: X_eval[:, j].tolist() for j, f in enumerate(features)},
+    }
+    parity: dict[str, float] = {}
+    names = {"logistic": "LR", "mlp": "MLP"}
+    for kind, result in results.items():
+        model = result["selection"].model
+        p_eval = model.predict_proba(X_eval)
+        routers[names[kind]] = p_eval < result["threshold"].tau
+        thresholds[names[kind]] = result["threshold"].to_dict()
+        predictions[names[kind]] = p_eval.tolist()
+        path = export_onnx(model, ctx.out_dir / f"{kind}.onnx", features)
+        parity[kind] = float(np.max(np.abs(run_onnx(path, X_eval) - p_eval))) if len(X_eval) else 0.0
+        if parity[kind] > ONNX_TOLERANCE:
+            raise DataError(f"ONNX output differs from the {kind} model by {parity[kind]:.2e}", str(path))
+        if kind == "logistic":
+            atomic_write_json(ctx.out_dir / "logistic.json", model.to_dict())
+            predictions["lr_weights"] = model.weights()
+        else:
+            model.save(ctx.out_dir / "mlp")
+    table = routing_table(cols, routers)
+    atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "rows": table})
+    atomic_write_json(ctx.out_dir / "predictions.json", predictions)
+    atomic_write_json(
+        ctx.out_dir / "selection.json",
+        {
+            "chosen": chosen,
+            "features": features,
+            "train_rows": int(train.size),
+            "val_rows": int(val.size),
+            "eval_split": eval_split,
+            "kinds": {k: r["selection"].to_dict() for k, r in results.items()},
+            "thresholds": thresholds,
+            "onnx_max_abs_diff": parity,
+        },
+    )
+    by_name = {row["router"]: row for row in table}
+    best = names[chosen]
+    return {
+        "chosen": chosen,
+        "tau": round(results[chosen]["threshold"].tau, 4),
+        "routed_contains": round(by_name[best]["contains"], 4),
+        "retrieval_rate": round(by_name[best]["retrieval_rate"], 4),
+        "onnx_max_abs_diff": max(parity.values()) if parity else 0.0,
+    }
+
+
+def _finite(value: float) -> float:
+    return -math.inf if math.isnan(value) else value

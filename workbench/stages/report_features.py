@@ -1,0 +1,130 @@
+"""Report section for the ``collect`` stage: how well each uncertainty feature predicts closed-book correctness."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def bootstrap_auroc(
+    scores: list[float], labels: list[float], *, draws: int = 300, seed: int = 0
+) -> tuple[float, float]:
+    """A percentile 90% interval of the AUROC over ``draws`` bootstrap resamples of the questions (NaN if undefined).
+
+    Small splits with few correct answers give wide intervals; the report prints them so nobody over-reads a rank.
+    """
+    from workbench.metrics.ranking import auroc
+
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(draws):
+        idx = rng.integers(0, s.size, s.size)
+        value = auroc(s[idx], y[idx])
+        if not math.isnan(value):
+            values.append(value)
+    if len(values) < draws // 2:
+        return float("nan"), float("nan")
+    return float(np.percentile(values, 5)), float(np.percentile(values, 95))
+
+
+def _rows(collect_dir: Path, split: str) -> list[dict[str, Any]]:
+    import datasets
+
+    path = collect_dir / split
+    return datasets.load_from_disk(str(path)).to_list() if path.exists() else []
+
+
+def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> list[str]:
+    """Markdown lines (and ``feature_auroc.png`` in ``out_dir``): per-feature AUROC on every collected split.
+
+    The table shows each split's AUROC for ``correct_contains`` with a bootstrap 90% interval on ``split``, the
+    share of correct answers, and the features' collection cost per question.
+    """
+    from workbench.plots import grouped_bars
+
+    summary = json.loads((collect_dir / "summary.json").read_text())
+    meta = json.loads((collect_dir / "metadata.json").read_text())
+    features: list[str] = summary["features"]
+    splits = list(summary["splits"])
+    data = {s: _rows(collect_dir, s) for s in splits}
+    lines = [
+        "## Uncertainty features: do they predict closed-book correctness?",
+        "",
+        f"{', '.join(f'{len(data[s])} `{s}`' for s in splits)} questions; label `correct_contains` of the greedy "
+        "closed-book answer; features oriented so that higher = more certain (AUROC 0.5 = no signal). NLI judge "
+        f"`{meta.get('nli_judge')}`, N = {meta['settings']['samples']} samples at T = "
+        f"{meta['settings']['temperature']}.",
+        "",
+    ]
+    for s in splits:
+        rows = data[s]
+        positives = int(sum(r["correct_contains"] for r in rows))
+        lines.append(f"- `{s}`: {positives} of {len(rows)} closed-book answers correct")
+    head = " | ".join(f"AUROC `{s}`" for s in splits)
+    lines += [
+        "",
+        f"| feature | {head} | 90% interval on `{split}` (bootstrap) | NaN rows |",
+        "|---|" + "---:|" * len(splits) + "---|---:|",
+    ]
+    for name in features:
+        cells = []
+        for s in splits:
+            value = summary["splits"][s]["auroc_correct_contains"].get(name)
+            cells.append("–" if value is None else f"{value:.3f}")
+        rows = data.get(split, [])
+        low, high = (
+            bootstrap_auroc([r[name] for r in rows], [r["correct_contains"] for r in rows])
+            if rows
+            else (
+                float("nan"),
+                float("nan"),
+            )
+        )
+        interval = "–" if math.isnan(low) else f"{low:.2f} – {high:.2f}"
+        nans = sum(summary["splits"][s]["nan_count"].get(name, 0) for s in splits)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {interval} | {nans} |")
+    series = {
+        s: [
+            (lambda v: 0.5 if v is None else v)(summary["splits"][s]["auroc_correct_contains"].get(n)) for n in features
+        ]
+        for s in splits
+    }
+    grouped_bars(
+        out_dir / "feature_auroc.png",
+        features,
+        series,
+        title="AUROC of each feature for closed-book correctness (0.5 = chance)",
+        ylabel="AUROC",
+        rotate=45,
+    )
+    lines += ["", "![feature AUROC](feature_auroc.png)", ""]
+    if data.get(split):
+        rows = data[split]
+        cost = {k: float(np.mean([r[k] for r in rows])) for k in ("lm_calls", "prefill_tokens", "decoded_tokens")}
+        cost["seconds"] = float(np.mean([r["seconds"] for r in rows]))
+        lines += [
+            f"Collecting all {len(features)} features cost, per `{split}` question: {cost['lm_calls']:.2f} LM calls, "
+            f"{cost['prefill_tokens']:.0f} prefill + {cost['decoded_tokens']:.0f} decoded tokens, "
+            f"{cost['seconds']:.2f} s.",
+            "",
+        ]
+        if "delta_seper_s" in rows[0]:
+            delta = np.asarray([r["delta_seper_s"] for r in rows])
+            gain = (
+                np.asarray([r["rag_contains"] - r["correct_contains"] for r in rows])
+                if "rag_contains" in rows[0]
+                else None
+            )
+            text = (
+                f"Retrieval utility (SePer-S): mean ΔSePer {delta.mean():+.3f}; the passages raise the model's belief "
+                f"in the gold answer for {int((delta > 0).sum())} questions and lower it for {int((delta < 0).sum())}."
+            )
+            if gain is not None:
+                text += f" Mean change in containment from closed-book to RAG: {gain.mean():+.3f}."
+            lines += [text, ""]
+    return lines
