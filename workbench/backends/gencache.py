@@ -40,6 +40,8 @@ _ARRAY_FIELDS = {f.name for f in fields(Generation)} - {
     "finish_reason",
     "sample_index",
     "prompt_tokens",
+    "eos_logprob",
+    "eos_entropy",
 }
 
 

@@ -67,7 +67,8 @@ class Generation:
     decoding step kept", computed when a terminator followed), else at the last step computed. With
     ``return_attentions``: ``attentions`` is a float32 array ``(n_layers, n_heads, len(token_ids))`` holding, for
     each answer token, the attention weight its predicting step puts on its own position (the diagonal A_jj used
-    by attention-score features).
+    by attention-score features). When the answer ended with EOS, ``eos_logprob`` / ``eos_entropy`` hold the raw
+    log-prob of that EOS token and the entropy of its step (None otherwise), so no scoring pass is needed for them.
     """
 
     prompt: str
@@ -82,6 +83,8 @@ class Generation:
     hidden_last: np.ndarray | None = None
     hidden_mean: np.ndarray | None = None
     attentions: np.ndarray | None = None
+    eos_logprob: float | None = None
+    eos_entropy: float | None = None
 
     @property
     def sum_logprob(self) -> float:
@@ -544,6 +547,9 @@ class Generator:
             sample_index=row.sample,
             prompt_tokens=len(job.ids),
         )
+        if row.finish == "eos" and len(row.raw) > len(tokens):
+            gen.eos_logprob = float(row.raw[len(tokens)])
+            gen.eos_entropy = float(row.entropy[len(tokens)])
         if params.hidden_layer is not None:
             states = np.stack(row.hidden)
             gen.hidden_mean = states[: max(kept, 1)].mean(axis=0)

@@ -7,8 +7,9 @@
 1. one greedy generation of the closed-book answer (the middle hidden layer when ``sample_hidden`` is needed; the
    attention diagonal only when ``attention_logdiag`` is needed);
 2. one sampling call with ``n = samples`` (the generator shares each prompt's prefill across its samples);
-3. one teacher-forced scoring pass over the answers that ended with EOS, to read the EOS token's log-prob (the
-   generator drops EOS from its answers; the contract keeps it in ``greedy_logprobs`` / ``sample_logprobs``);
+3. the EOS token's log-prob and entropy of answers that ended with EOS, recorded by the generator while decoding
+   (it drops EOS from the answer text; the contract keeps it in ``greedy_logprobs`` / ``sample_logprobs``) — a
+   teacher-forced scoring pass only for answers that lack them (e.g. from an older generation cache);
 4. P(True): one next-token read over the options "true" / "false" after a prompt of our own (ptrue =
    P(true) / (P(true) + P(false)); the TTLM forced-reply reading in the stats contract is not used);
 5. verbalized confidence: one greedy generation;
@@ -244,26 +245,38 @@ def compute_stats(
 def _eos_logprobs(
     generator: Any, prompts: list[str], greedy: list[Any], samples: list[list[Any]], needed: set[str]
 ) -> dict[tuple, tuple[float, float]]:
-    """``{key: (EOS log-prob, entropy)}`` for every answer that ended with EOS, from one scoring pass."""
+    """``{key: (EOS log-prob, entropy)}`` for every answer that ended with EOS.
+
+    The generator records them while decoding (``Generation.eos_logprob``); only answers without them (e.g. read
+    from an older generation cache) are scored, in one teacher-forced pass.
+    """
     keys: list[tuple] = []
     pairs: list[tuple[str, str]] = []
+    out: dict[tuple, tuple[float, float]] = {}
+
+    def want(key: tuple, prompt: str, gen: Any) -> None:
+        if gen.finish_reason != "eos":
+            return
+        if getattr(gen, "eos_logprob", None) is not None and getattr(gen, "eos_entropy", None) is not None:
+            out[key] = (float(gen.eos_logprob), float(gen.eos_entropy))
+        else:
+            keys.append(key)
+            pairs.append((prompt, gen.text))
+
     if needed & {"greedy_logprobs", "greedy_entropies", "greedy_eos"}:
         for i, g in enumerate(greedy):
-            if g.finish_reason == "eos":
-                keys.append(("g", i))
-                pairs.append((prompts[i], g.text))
+            want(("g", i), prompts[i], g)
     if "sample_logprobs" in needed:
         for i, group in enumerate(samples):
             for j, s in enumerate(group):
-                if s.finish_reason == "eos":
-                    keys.append(("s", i, j))
-                    pairs.append((prompts[i], s.text))
+                want(("s", i, j), prompts[i], s)
     if not pairs:
-        return {}
+        return out
     unique = list(dict.fromkeys(pairs))
     scored = generator.score([p for p, _ in unique], [c for _, c in unique], add_eos=True)
     by_pair = {pair: (float(s.logprobs[-1]), float(s.entropies[-1])) for pair, s in zip(unique, scored, strict=True)}
-    return {key: by_pair[pair] for key, pair in zip(keys, pairs, strict=True)}
+    out.update({key: by_pair[pair] for key, pair in zip(keys, pairs, strict=True)})
+    return out
 
 
 def _greedy_stats(row: dict[str, Any], gen: Any, eos: tuple[float, float] | None, needed: set[str], generator: Any):

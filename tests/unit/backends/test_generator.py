@@ -224,6 +224,10 @@ def test_eos_ends_a_sequence_and_is_not_kept(gen):
     first = full.token_ids.tolist().index(int(full.token_ids[2]))
     assert out.finish_reason == "eos"
     assert out.token_ids.tolist() == full.token_ids[:first].tolist()
+    # the EOS token's log-prob and entropy are kept for the stats graph (no scoring pass needed)
+    assert out.eos_logprob == pytest.approx(float(full.logprobs[first]), abs=1e-6)
+    assert out.eos_entropy == pytest.approx(float(full.entropies[first]), abs=1e-6)
+    assert full.eos_logprob is None
 
 
 def test_finished_rows_leave_the_batch(gen):
