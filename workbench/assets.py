@@ -71,7 +71,8 @@ class ResolvedModel:
 
 
 def _local_fingerprint(path: Path) -> str:
-    """Cheap fingerprint of a local model directory: names, sizes and mtimes of its files."""
+    """Cheap fingerprint of a local model directory: the names and sizes of its files (mtimes are ignored, so a copy
+    of the same files keeps its fingerprint; a changed file of the same size does not change it)."""
     entries = []
     for item in sorted(path.rglob("*")) if path.is_dir() else [path]:
         if item.is_file():

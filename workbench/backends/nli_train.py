@@ -111,13 +111,15 @@ def _train_loop(
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
+    from workbench.core.logs import is_quiet
+
     batch_size, epochs = settings["batch_size"], settings["epochs"]
     steps = epochs * ((len(pairs) + batch_size - 1) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings["warmup_ratio"] * steps), steps)
     rng = random.Random(settings["seed"])
     model.train()
-    bar = tqdm(total=steps, desc="train NLI cross-encoder", disable=not progress, unit="step")
+    bar = tqdm(total=steps, desc="train NLI cross-encoder", disable=not progress or is_quiet(), unit="step")
     start, last_losses = time.perf_counter(), []
     for _ in range(epochs):
         order = list(range(len(pairs)))
