@@ -113,6 +113,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.bench_features:run",
             sections=("bench_features", "generator", "embedder", "nli"),
             inputs=("build_data",),
+            version=2,
             uses=("generator", "embedder"),
         ),
         StageSpec(

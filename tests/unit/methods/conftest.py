@@ -1,0 +1,57 @@
+"""Shared fixtures for the method tests: a tiny random generator, a six-passage corpus, BM25 and a rule judge."""
+
+from __future__ import annotations
+
+import pytest
+
+PASSAGES = [
+    ("d0", "Paris", "Paris is the capital and largest city of France, on the river Seine."),
+    ("d1", "Lyon", "Lyon is a city in France at the confluence of the Rhône and the Saône."),
+    ("d2", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
+    ("d3", "Shakespeare", "William Shakespeare was an English playwright, poet and actor born in Stratford."),
+    ("d4", "Seine", "The Seine is a river in northern France that flows through Paris to the English Channel."),
+    ("d5", "Stratford", "Stratford-upon-Avon is a market town in Warwickshire, England."),
+]
+
+
+def make_corpus():
+    """A Dataset with the corpus columns the methods read (one chunk per document)."""
+    import datasets
+
+    return datasets.Dataset.from_dict(
+        {
+            "chunk_id": [f"{d}#0" for d, _, _ in PASSAGES],
+            "doc_id": [d for d, _, _ in PASSAGES],
+            "title": [t for _, t, _ in PASSAGES],
+            "text": [x for _, _, x in PASSAGES],
+            "index": [0] * len(PASSAGES),
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def method_generator(tiny_lm_long_dir):
+    from workbench.backends.generator import Generator
+
+    return Generator(tiny_lm_long_dir, batch_size=16)
+
+
+@pytest.fixture
+def tools(method_generator):
+    """Fresh Tools (own counter) around the shared tiny generator."""
+    from workbench.backends.cost import CostCounter
+    from workbench.backends.nli import AnswerEquivalenceJudge
+    from workbench.backends.retrievers import BM25Retriever
+    from workbench.methods.base import Tools
+
+    counter = CostCounter()
+    method_generator.counter = counter
+    corpus = make_corpus()
+    return Tools(
+        generator=method_generator,
+        retriever=BM25Retriever(corpus, counter=counter),
+        corpus=corpus,
+        counter=counter,
+        judge=AnswerEquivalenceJudge(counter=counter),
+        max_new_tokens=6,
+    )

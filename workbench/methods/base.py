@@ -1,0 +1,202 @@
+"""The one interface every adaptive-RAG method implements: ``method.answer(example) -> Answer(text, trace)``.
+
+A method gets its heavy machinery as a :class:`Tools` bundle (generator, retriever over a corpus, NLI judge,
+embedder, one shared :class:`~workbench.backends.cost.CostCounter`) and its learned parts (calibrators, classifier,
+thresholds, α, controller) as plain objects in its constructor, so the evaluation stage and the runtime call the
+same code. Every decision and its cost goes into the :class:`Trace`:
+
+```python
+trace = Trace("dtr")
+with trace.step("closed_book", tools.counter) as step:
+    answer = ...
+    step["nll"] = 0.83  # anything JSON-able: features, probabilities, queries, passage ids and scores
+trace.retrieved = True
+return Answer(answer.text, trace)
+```
+
+:meth:`Trace.step` measures the step's wall time and the counter's change (LM calls, prefill / decoded / scored
+tokens, NLI pairs, retrieval calls). ``trace.fallbacks`` counts recovered failures (an unparseable controller reply,
+empty retrieval results, a context cut to fit the model window) with a note each in ``trace.notes``.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+COST_FIELDS = ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs", "retrieval_calls")
+"""The counter fields a step records (see :class:`~workbench.backends.cost.CostCounter`)."""
+
+
+@dataclass
+class Step:
+    """One step of a method: its name, wall time, cost and whatever it decided or produced (``detail``)."""
+
+    name: str
+    seconds: float = 0.0
+    cost: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"name": self.name, "seconds": self.seconds, "cost": dict(self.cost), "detail": dict(self.detail)}
+
+
+@dataclass
+class Trace:
+    """Everything a method did for one question.
+
+    ``retrieved``: whether any retrieved text reached the final prompt; ``decoding``: how the final answer was
+    decoded (``greedy`` or ``contrastive``); ``fallbacks`` / ``notes``: recovered failures and what they were.
+    """
+
+    method: str
+    steps: list[Step] = field(default_factory=list)
+    retrieved: bool = False
+    decoding: str = "greedy"
+    fallbacks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, name: str, counter: Any) -> Iterator[dict[str, Any]]:
+        """Record a step: yields its ``detail`` dict to fill; wall time and ``counter``'s change are added on exit."""
+        before = counter.snapshot()
+        began = time.perf_counter()
+        detail: dict[str, Any] = {}
+        try:
+            yield detail
+        finally:
+            spent = counter.since(before)
+            cost = {name_: float(getattr(spent, name_)) for name_ in COST_FIELDS}
+            self.steps.append(Step(name, time.perf_counter() - began, cost, detail))
+
+    def fallback(self, note: str) -> None:
+        """Count a recovered failure and keep a one-line note of it."""
+        self.fallbacks += 1
+        self.notes.append(note)
+
+    def find(self, name: str) -> Step | None:
+        """The first step called ``name`` (None if there is none)."""
+        return next((s for s in self.steps if s.name == name), None)
+
+    def totals(self) -> dict[str, float]:
+        """Summed cost fields and ``seconds`` over all steps."""
+        out = {name: 0.0 for name in (*COST_FIELDS, "seconds")}
+        for s in self.steps:
+            out["seconds"] += s.seconds
+            for name in COST_FIELDS:
+                out[name] += s.cost.get(name, 0.0)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (steps in order, totals, flags)."""
+        return {
+            "method": self.method,
+            "retrieved": self.retrieved,
+            "decoding": self.decoding,
+            "fallbacks": self.fallbacks,
+            "notes": list(self.notes),
+            "totals": self.totals(),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+@dataclass
+class Answer:
+    """A method's final answer text and the trace of how it got there."""
+
+    text: str
+    trace: Trace
+
+
+@dataclass
+class Passage:
+    """A retrieved passage: corpus row ``index``, ``chunk_id``, ``doc_id``, ``title``, ``text`` and its ``score``."""
+
+    index: int
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+    def prompt_text(self, max_chars: int | None = None) -> str:
+        """``"title: text"``, the text cut to ``max_chars`` at a word boundary (`` ...`` marks a cut)."""
+        text = self.text
+        if max_chars is not None and len(text) > max_chars:
+            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
+        return f"{self.title}: {text}"
+
+
+class Tools:
+    """The machinery a method uses: ``generator``, ``retriever`` over ``corpus``, ``judge``, ``embedder``, ``counter``.
+
+    ``corpus`` is a Dataset (or any mapping of columns) with ``chunk_id``, ``doc_id``, ``title``, ``text`` and, when
+    chunked, ``index`` (the chunk's position in its document). ``passage_chars`` caps each passage in prompts.
+    ``judge`` and ``embedder`` may be None for methods that do not need them.
+    """
+
+    def __init__(
+        self,
+        *,
+        generator: Any,
+        retriever: Any,
+        corpus: Any,
+        counter: Any,
+        judge: Any = None,
+        embedder: Any = None,
+        passage_chars: int = 400,
+        max_new_tokens: int = 16,
+    ) -> None:
+        self.generator = generator
+        self.retriever = retriever
+        self.corpus = corpus
+        self.counter = counter
+        self.judge = judge
+        self.embedder = embedder
+        self.passage_chars = passage_chars
+        self.max_new_tokens = max_new_tokens
+        self._columns: dict[str, list] = {}
+
+    def column(self, name: str) -> list:
+        """A corpus column as a list (read once)."""
+        if name not in self._columns:
+            self._columns[name] = list(self.corpus[name])
+        return self._columns[name]
+
+    def passage(self, index: int, score: float = 0.0) -> Passage:
+        """The corpus row ``index`` as a :class:`Passage`."""
+        return Passage(
+            index=int(index),
+            chunk_id=str(self.column("chunk_id")[index]),
+            doc_id=str(self.column("doc_id")[index]),
+            title=str(self.column("title")[index]),
+            text=str(self.column("text")[index]),
+            score=float(score),
+        )
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Top-``k`` passages per query (one batched retrieval call); an empty list where nothing matched."""
+        results = self.retriever.search(list(queries), k=k)
+        return [[self.passage(int(i), float(s)) for i, s in zip(r.indices, r.scores, strict=True)] for r in results]
+
+
+class Method(ABC):
+    """An adaptive-RAG method. Subclasses set ``name`` and implement :meth:`answer`."""
+
+    name: str = "method"
+
+    def __init__(self, tools: Tools) -> None:
+        self.tools = tools
+
+    @abstractmethod
+    def answer(self, example: dict[str, Any]) -> Answer:
+        """Answer ``example`` (a dict with at least ``"question"``; gold fields are never read at inference)."""
+
+    def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
+        """Answer several examples (one by one by default; methods may batch)."""
+        return [self.answer(ex) for ex in examples]
