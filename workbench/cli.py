@@ -1,4 +1,4 @@
-"""The ``workbench`` command: ls, cp, validate, config, stages, run, merge, doctor.
+"""The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
 (:class:`WorkbenchError`) print one line and exit with status 2.
@@ -127,6 +127,51 @@ def run_command(
         f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
         f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"
     )
+
+
+@app.command("evaluate")
+def evaluate_command(
+    recipe: Annotated[str, typer.Argument(help="Recipe with an evaluate stage (name or YAML path).")] = "evaluate",
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides.")] = None,
+    methods: Annotated[
+        str | None, typer.Option("--methods", help="Comma-separated methods, e.g. dtr,standard_rag.")
+    ] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Split to answer.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Questions per method.")] = None,
+) -> None:
+    """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
+    import json
+
+    from workbench.recipe import load_recipe
+    from workbench.stages.runner import run_recipe
+
+    extra = list(overrides or [])
+    if methods:
+        extra.append(f"evaluate.methods=[{methods}]")
+    if split:
+        extra.append(f"evaluate.split={split}")
+    if limit is not None:
+        extra.append(f"evaluate.limit={limit}")
+    loaded = load_recipe(recipe, extra)
+    if "evaluate" not in loaded.config.stages:
+        raise WorkbenchError("the recipe has no evaluate stage", loaded.source)
+    result = run_recipe(loaded)
+    summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
+    rows = [
+        [
+            name,
+            f"{row['em']:.3f}",
+            f"{row['f1']:.3f}",
+            f"{row['contains']:.3f}",
+            f"{row['retrieval_rate']:.2f}",
+            f"{row['lm_calls']:.1f}",
+            f"{row['tokens']:.0f}",
+            f"{row['latency_p50']:.2f}",
+        ]
+        for name, row in summary["methods"].items()
+    ]
+    _echo_table(rows, ["method", "EM", "F1", "contains", "retrieval", "LM calls/q", "tokens/q", "p50 s"])
+    typer.echo(f"traces: {result.run_dir / 'stages' / 'evaluate' / 'traces'}")
 
 
 @app.command("merge")

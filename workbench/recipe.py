@@ -265,6 +265,26 @@ class ClassifySection:
 
 
 @dataclass
+class EvaluateSection:
+    """The 'evaluate' stage: run methods over a split, save their traces, compare them."""
+
+    split: str = doc("split to answer", "test")
+    limit: int | None = doc("first N questions of the split (null: all)", 10)
+    methods: list[str] = doc(
+        "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, insemrag",
+        ["no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag"],
+    )
+    options: dict[str, dict] = doc(
+        "per-method settings by field name, e.g. {dtr: {tau: 1.2}, insemrag: {controller: heuristic}} "
+        "(docs/methods/ lists them)",
+        {},
+    )
+    max_new_tokens: int = doc("answer length cap of every final answer", 16)
+    passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
+    batch_questions: int = doc("questions handed to a method at once (methods that batch use it)", 8)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -301,6 +321,7 @@ class RecipeConfig:
     bench_features: BenchFeaturesSection = doc("the 'bench_features' stage", BenchFeaturesSection())
     calibrate: CalibrateSection = doc("the 'calibrate' stage", CalibrateSection())
     classify: ClassifySection = doc("the 'classify' stage", ClassifySection())
+    evaluate: EvaluateSection = doc("the 'evaluate' stage", EvaluateSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

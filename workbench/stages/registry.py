@@ -65,7 +65,7 @@ STAGES: dict[str, StageSpec] = {
             "write the Markdown + PNG report of the run to the report directory",
             "workbench.stages.report:run",
             sections=("report",),
-            optional_inputs=("answer", "collect", "calibrate", "classify"),
+            optional_inputs=("answer", "collect", "calibrate", "classify", "evaluate"),
             cacheable=False,
         ),
         StageSpec(
@@ -137,6 +137,15 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.classify:run",
             sections=("classify",),
             inputs=("calibrate",),
+        ),
+        StageSpec(
+            "evaluate",
+            "run the selected methods over a split; save every trace; compare quality, retrieval rate, cost, latency",
+            "workbench.stages.evaluate:run",
+            sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
+            inputs=("build_data",),
+            optional_inputs=("calibrate", "classify", "fit_utility"),
+            uses=("generator", "embedder"),
         ),
         StageSpec(
             "collect",

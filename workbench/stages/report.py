@@ -138,13 +138,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
 
     Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
-    calibration (``calibrate``) and routing (``classify``), then the time table.
+    calibration (``calibrate``), routing (``classify``) and the methods side by side (``evaluate``), then the time
+    table.
     """
     from workbench.core.errors import ConfigError
 
     config = ctx.config
     if not ctx.inputs:
-        raise ConfigError("the report stage needs answer, collect, calibrate or classify before it", "stages")
+        raise ConfigError("the report stage needs answer, collect, calibrate, classify or evaluate before it", "stages")
     report_dir = config.resolved_report_dir
     times = _stage_times(ctx.run_dir, config.stages)
     pipeline_seconds = sum(seconds for _, seconds, _ in times)
@@ -164,6 +165,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_calibration import calibration_sections
 
             body += calibration_sections(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), tmp)
+        if "evaluate" in ctx.inputs:
+            from workbench.stages.report_evaluate import evaluate_section
+
+            body += evaluate_section(ctx.inputs["evaluate"], tmp)
         lines = [
             f"# {config.name} report",
             "",

@@ -1,0 +1,180 @@
+"""Stage ``evaluate``: run any subset of the methods over a split; save every trace; compare them.
+
+For each method in ``evaluate.methods`` (built by :func:`workbench.methods.registry.build_method` with the options in
+``evaluate.options[<method>]``) the stage answers the first ``evaluate.limit`` questions of ``evaluate.split`` and
+scores each answer (EM, token F1, containment against the gold aliases). Outputs:
+
+* ``traces/`` — an HF dataset, one row per (method, question): the answer, its scores, whether retrieval reached the
+  prompt, the decoding mode, fallbacks, the summed cost (LM calls, prefill / decoded / scored tokens, NLI pairs,
+  retrieval calls, seconds) and the full trace as JSON (``trace``: every step with its cost and decisions);
+* ``summary.json`` — per method: mean EM / F1 / containment, retrieval rate, LM calls and tokens per question,
+  latency p50 / p95, fallbacks.
+
+D²-RAG reads its learned parts from the run's ``calibrate`` and ``classify`` outputs (calibrators, the chosen
+classifier, its τ) and, when the run has ``fit_utility``, the learned utility predictor; without it, the oracle
+utility (ΔSePer, gold-dependent) is used and the summary says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError
+from workbench.stages.context import StageContext
+
+
+def load_learned(calibrate_dir: Path | None, classify_dir: Path | None, utility_dir: Path | None) -> Any:
+    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run)."""
+    from workbench.methods.registry import LearnedParts
+
+    if calibrate_dir is None or classify_dir is None:
+        return None
+    from workbench.calibration import calibrator_from_dict
+
+    saved = json.loads((calibrate_dir / "calibrators.json").read_text())
+    selection = json.loads((classify_dir / "selection.json").read_text())
+    chosen = selection["chosen"]
+    if chosen == "logistic":
+        from workbench.classify.logistic import LogisticModel
+
+        classifier = LogisticModel.from_dict(json.loads((classify_dir / "logistic.json").read_text()))
+    else:
+        from workbench.classify.mlp import MLPModel
+
+        classifier = MLPModel.load(classify_dir / "mlp")
+    data = json.loads((calibrate_dir / "calibrated.json").read_text())
+    fit = saved["meta"]["fit_split"]
+    medians = {f: float(np.nanmedian(np.asarray(v, dtype=float))) for f, v in data[fit]["raw"].items()}
+    utility = None
+    if utility_dir is not None:
+        from workbench.methods.utility import UtilityPredictor
+
+        utility = UtilityPredictor.from_dict(json.loads((utility_dir / "utility.json").read_text()))
+    return LearnedParts(
+        calibrators={f: calibrator_from_dict(d) for f, d in saved["calibrators"].items()},
+        classifier=classifier,
+        tau=float(selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]["tau"]),
+        features=list(saved["meta"]["features"]),
+        medians=medians,
+        utility=utility,
+    )
+
+
+def build_tools(ctx: StageContext, corpus: Any) -> Any:
+    """The run's Tools: generator, retriever over ``corpus``, NLI judge, embedder, shared counter."""
+    from workbench.methods.base import Tools
+    from workbench.stages.nli_eval import build_judge
+
+    config = ctx.config
+    return Tools(
+        generator=ctx.resources.generator(),
+        retriever=ctx.resources.retriever(corpus),
+        corpus=corpus,
+        counter=ctx.counter,
+        judge=build_judge(config.nli.kind, ctx.resources, config.nli.model),
+        embedder=ctx.resources.embedder(),
+        passage_chars=config.evaluate.passage_chars,
+        max_new_tokens=config.evaluate.max_new_tokens,
+    )
+
+
+def trace_record(method: str, example: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """One row of the traces dataset (scores against the gold aliases, totals, the trace as JSON)."""
+    from workbench.metrics.qa import score_answer
+
+    scores = score_answer(answer.text, list(example["answers"]))
+    trace = answer.trace.to_dict()
+    totals = trace["totals"]
+    return {
+        "method": method,
+        "id": str(example["id"]),
+        "question": str(example["question"]),
+        "answers": [str(a) for a in example["answers"]],
+        "prediction": answer.text,
+        "em": scores["em"],
+        "f1": scores["f1"],
+        "contains": scores["contains"],
+        "retrieved": bool(trace["retrieved"]),
+        "decoding": trace["decoding"],
+        "fallbacks": int(trace["fallbacks"]),
+        **{k: float(v) for k, v in totals.items()},
+        "tokens": float(totals["prefill_tokens"] + totals["decoded_tokens"] + totals["scored_tokens"]),
+        "trace": json.dumps(trace),
+    }
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-method means and latency percentiles."""
+    out: dict[str, Any] = {}
+    for method in dict.fromkeys(r["method"] for r in records):
+        rows = [r for r in records if r["method"] == method]
+        seconds = np.asarray([r["seconds"] for r in rows])
+        out[method] = {
+            "n": len(rows),
+            **{k: float(np.mean([r[k] for r in rows])) for k in ("em", "f1", "contains")},
+            "retrieval_rate": float(np.mean([r["retrieved"] for r in rows])),
+            "lm_calls": float(np.mean([r["lm_calls"] for r in rows])),
+            "tokens": float(np.mean([r["tokens"] for r in rows])),
+            "nli_pairs": float(np.mean([r["nli_pairs"] for r in rows])),
+            "latency_p50": float(np.percentile(seconds, 50)),
+            "latency_p95": float(np.percentile(seconds, 95)),
+            "fallbacks": int(sum(r["fallbacks"] for r in rows)),
+        }
+    return out
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Answer the split with every selected method; write the traces dataset and the summary."""
+    import datasets
+
+    from workbench.core.logs import track
+    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.methods.registry import METHODS, build_method
+
+    section = ctx.config.evaluate
+    unknown = [m for m in section.methods if m not in METHODS]
+    if unknown or not section.methods:
+        raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    if section.split not in qa:
+        raise ConfigError(f"split {section.split!r} not in the dataset (has: {', '.join(qa)})", "evaluate.split")
+    rows = qa[section.split]
+    rows = list(rows.select(range(min(section.limit, len(rows))))) if section.limit is not None else list(rows)
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    tools = build_tools(ctx, corpus)
+    learned = load_learned(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), ctx.inputs.get("fit_utility"))
+    unknown_opts = sorted(set(section.options) - set(METHODS))
+    if unknown_opts:
+        raise ConfigError(f"options for unknown method(s) {unknown_opts}", "evaluate.options")
+    methods = {}  # all built first: a bad option fails before any question is answered
+    for name in section.methods:
+        options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
+        options.update(section.options.get(name, {}) or {})
+        methods[name] = build_method(name, tools, options, learned)
+    records: list[dict[str, Any]] = []
+    notes: dict[str, str] = {}
+    for name, method in methods.items():
+        if name == "d2rag" and learned is not None and learned.utility is None:
+            notes[name] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
+        began = time.perf_counter()
+        batches = [rows[i : i + section.batch_questions] for i in range(0, len(rows), section.batch_questions)]
+        for batch in track(batches, f"evaluate ({name})", total=len(batches)):
+            for example, answer in zip(batch, method.answer_many(batch), strict=True):
+                records.append(trace_record(name, example, answer))
+        ctx.log.info("%s: %d questions in %.1f s", name, len(rows), time.perf_counter() - began)
+    datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
+    summary = summarise(records)
+    atomic_write_json(
+        ctx.out_dir / "summary.json",
+        {"split": section.split, "questions": len(rows), "methods": summary, "notes": notes},
+    )
+    return {f"{m}_contains": round(v["contains"], 4) for m, v in summary.items() if not math.isnan(v["contains"])} | {
+        "questions": len(rows)
+    }
