@@ -285,6 +285,23 @@ class EvaluateSection:
 
 
 @dataclass
+class SeperEvalSection:
+    """The 'seper_eval' stage: rank retrievers by mean ΔSePer (retrieval utility) on a labelled split."""
+
+    split: str = doc("split to evaluate on (needs gold answers)", "test")
+    limit: int = doc("questions evaluated", 30)
+    retrievers: list[Literal["bm25", "dense", "hybrid", "dtr"]] = doc(
+        "retrievers to rank (dtr = DTR's dual-path retrieval with adaptive selection)",
+        ["bm25", "dense", "hybrid", "dtr"],
+    )
+    k: int = doc("passages per context", 5)
+    samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
+    temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
+    max_new_tokens: int = doc("SePer: length cap of each sampled answer", 16)
+    passage_chars: int = doc("each passage is cut to this many characters", 400)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -322,6 +339,7 @@ class RecipeConfig:
     calibrate: CalibrateSection = doc("the 'calibrate' stage", CalibrateSection())
     classify: ClassifySection = doc("the 'classify' stage", ClassifySection())
     evaluate: EvaluateSection = doc("the 'evaluate' stage", EvaluateSection())
+    seper_eval: SeperEvalSection = doc("the 'seper_eval' stage", SeperEvalSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

@@ -65,7 +65,7 @@ STAGES: dict[str, StageSpec] = {
             "write the Markdown + PNG report of the run to the report directory",
             "workbench.stages.report:run",
             sections=("report",),
-            optional_inputs=("answer", "collect", "calibrate", "classify", "evaluate"),
+            optional_inputs=("answer", "collect", "calibrate", "classify", "evaluate", "seper_eval"),
             cacheable=False,
         ),
         StageSpec(
@@ -145,6 +145,14 @@ STAGES: dict[str, StageSpec] = {
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             optional_inputs=("calibrate", "classify", "fit_utility"),
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "seper_eval",
+            "rank retrievers (BM25, dense, hybrid, DTR dual path) by mean ΔSePer on a labelled split",
+            "workbench.stages.seper_eval:run",
+            sections=("seper_eval", "generator", "embedder", "nli"),
+            inputs=("build_data",),
             uses=("generator", "embedder"),
         ),
         StageSpec(

@@ -165,6 +165,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_calibration import calibration_sections
 
             body += calibration_sections(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), tmp)
+        if "seper_eval" in ctx.inputs:
+            from workbench.stages.seper_eval import seper_section
+
+            body += seper_section(ctx.inputs["seper_eval"], tmp)
         if "evaluate" in ctx.inputs:
             from workbench.stages.report_evaluate import evaluate_section
 

@@ -1,0 +1,45 @@
+"""The seper-eval recipe shrunk: tiny generator, real corpus, every retriever ranked by ΔSePer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+
+def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+    import datasets
+
+    run_recipe(
+        load_recipe(
+            "seper-eval",
+            [
+                f"generator.model={tiny_lm_long_dir}",
+                f"embedder.model={tiny_encoder_dir}",
+                f"run_dir={tmp_path}/run",
+                f"report.dir={tmp_path}/report",
+                "tracker=none",
+                "threads=0",
+                "data.max_per_template=10",
+                "seper_eval.limit=2",
+                "seper_eval.samples=2",
+                "seper_eval.k=2",
+                "seper_eval.max_new_tokens=4",
+            ],
+        )
+    )
+    stage = tmp_path / "run" / "stages" / "seper_eval"
+    summary = json.loads((stage / "summary.json").read_text())
+    assert sorted(summary["ranking"]) == ["bm25", "dense", "dtr", "hybrid"]
+    for entry in summary["retrievers"].values():
+        s = entry["delta_seper_s"]
+        assert -1.0 <= s["low"] <= s["mean"] <= s["high"] <= 1.0
+    rows = datasets.load_from_disk(str(stage / "per_question"))
+    assert len(rows) == 8 and all(len(ids) <= 2 for ids in rows["passage_ids"])
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "ranked by retrieval utility" in report and "| dtr |" in report

@@ -1,0 +1,675 @@
+"""DENSE-RAG: measure whether the model understands its retrieved context (DENSE) and improve the context when it does
+not (adaptive semantic chunking + iterative context refinement). Spec: ``specs/seed-000-dense.md``.
+
+Per question (spec §3):
+
+1. ``retrieve`` — fixed chunks from the run's retriever; the top ``k`` form C₀, the documents of the top
+   ``doc_pool_k`` form 𝒟 (the documents semantic chunking re-splits).
+2. ``dense`` — DENSE on C₀ (:func:`~workbench.uncertainty.dense_stats.dense_stats`: each chunk rephrased alone,
+   k + 1 single-edit contexts, greedy answers R₀, NLI); DSE₀ from the
+   :class:`~workbench.uncertainty.features.dense.Dense` feature. DSE₀ ≤ θ → *certain*: the answer is
+   SELECT_ANSWER(R₀) and nothing else runs.
+3. ``semantic_chunking`` (uncertain only, §6) — the documents of 𝒟 are rebuilt from their corpus chunks (joined by
+   ``index``, overlaps removed when the corpus has ``start``/``end`` offsets) and re-split by
+   :class:`~workbench.data.chunkers.SemanticChunker` (Alg. 2: consecutive sentences merged while cos > τ and the
+   summed sentence length ≤ T_max characters). The semantic chunks are embedded and ranked by cosine to the
+   question; the top ``candidates`` form the pool P and its top ``k`` the starting context. ``SemanticChunker``
+   already follows Alg. 2 / §6.4 (strict ``>``, consecutive sentences compared, joining spaces not counted, an
+   oversize sentence kept whole), so it is used as is; it differs from the authors' code only in its rule-based
+   sentence splitter (no NLTK Punkt) and in keeping the document's own white space between merged sentences
+   (the code joins them with one space) — neither changes which sentences merge.
+4. ``refine`` (one step per iteration, §7.3) — DENSE on the current context (rephrasings are reused: a per-question
+   memo answers any deterministic generation it has seen), self-evaluation, best-context update, stop rule; else
+   chunks are sorted into certain / necessary / unnecessary (:func:`classify_chunks`, ablation answers for the
+   uncertain ones), unnecessary chunks are pruned, the unvisited pool chunk most similar to each necessary chunk is
+   added (:func:`refill`) and the context is topped up to ``k`` in pool order (:func:`top_up`).
+5. ``select_answer`` — SELECT_ANSWER (§4.8, :func:`select_answer`) over the reply set of the best context: the
+   successful one, else the lowest-DSE context seen (sufficiency preferred).
+
+Recovered failures go to ``trace.fallbacks`` / ``trace.notes``: empty retrieval (closed-book answer), empty
+rephrasings (original chunk kept, as ``dense_stats`` does), an unparseable self-evaluation reply (counted as "no",
+i.e. not sufficient: the spec's default 0), and prompts the generator's prompt builder cut to fit the model window.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workbench.core.errors import ConfigError
+from workbench.data.chunkers import SemanticChunker
+from workbench.methods.base import Answer, Method, Passage, Tools, Trace
+from workbench.methods.common import ANSWER_SYSTEM, generate_answers
+from workbench.metrics.qa import normalize_answer
+from workbench.uncertainty.dense_stats import DenseSettings, dense_stats, number_chunks
+from workbench.uncertainty.features.dense import Dense
+from workbench.uncertainty.graph_math import ENTAILMENT
+
+CERTAIN, NECESSARY, UNNECESSARY = "certain", "necessary", "unnecessary"
+NECESSITY_RULES = ("code_oneway", "alg3_bidirectional", "eq10_both_zero")
+STOP_RULES = ("and", "or")
+STOP_FLAGS = ("best", "current")
+REFILL_FROM = ("necessary", "certain", "none")
+ADJACENCY_RULES = ("argmax", "soft")
+
+SELF_EVAL_SYSTEM = "You judge whether reference passages are enough to answer a question. Reply with yes or no only."
+SELF_EVAL_TEMPLATE = (
+    "Reference passages:\n{context}\n\nQuestion: {question}\n"
+    "Could someone answer this question using only the passages above? Reply with one word: yes or no."
+)
+_YES_NO = re.compile(r"\b(yes|no)\b", flags=re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DenseRAGSettings:
+    """DENSE-RAG's settings; each default's source (spec tags: [P] paper, [App] appendix, [C] authors' code,
+    [R] the spec's recommendation, [W] a workbench choice).
+
+    * ``k = 5`` chunks per context [P §6.1, App H]; ``theta = 0.2`` certain threshold on DSE [P §5]: triage uses
+      ``DSE ≤ θ``, the refinement success test ``DSE < θ`` (A9; the same split for k ≤ 10).
+    * ``doc_pool_k = 10`` [W]: 𝒟 = documents of the top-10 fixed chunks (the paper re-chunks each question's own
+      document set — 2Wiki gives 10 paragraphs; the workbench corpus is shared, so the retrieved documents stand in).
+    * ``tau = 0.6`` sentence-merge cosine, strict ``>`` [App H, Alg 2]; ``max_chunk_chars = 512`` T_max in
+      characters [App H, C; A8].
+    * ``candidates = 30`` pool size N_cand [C; A11]; ``max_iterations = 10`` I_max safety cap [R; A21].
+    * ``stop_rule = "and"``: stop when DSE_min < θ **and** the context is judged sufficient [Alg 3, C; A18];
+      ``"or"`` is the prose of §5.2. ``stop_flag = "best"``: the sufficiency flag of the best context [Alg 3; A23];
+      ``"current"`` is [C].
+    * ``necessity_rule = "code_oneway"`` [C; A17]: a chunk is unnecessary when the ablated answer entails r₀;
+      ``"alg3_bidirectional"`` (both directions) and ``"eq10_both_zero"`` (necessary only if neither direction).
+    * ``adjacency_rule = "argmax"``: w ∈ {0, ½, 1} from argmax verdicts [P eq. 5]; ``"soft"`` uses P_entail for
+      DSE only (chunk classes always use argmax verdicts).
+    * Switches (ablations, spec §7.4): ``refine = False`` is "chunking only" (one greedy answer on the top-k
+      semantic chunks); ``self_evaluation = False`` drops the flag (stop and best by DSE alone);
+      ``refill_from = "certain"`` refills around certain chunks; ``"none"`` only removes chunks (no refill, no
+      top-up, [R]).
+    * Decoding: ``rephrase_temperature = 0`` greedy rephrasing [R §4.2 "or greedy for full determinism";
+      ``DenseSettings`` default; C samples at 0.5], ``rephrase_max_new_tokens = 96`` (``DenseSettings``),
+      ``seed`` for sampled rephrasings; ``self_eval_max_new_tokens = 8`` [R; A7], greedy [C];
+      ``answer_max_new_tokens = None`` → the run's ``tools.max_new_tokens``, so r₀ is Standard RAG's answer.
+    """
+
+    k: int = 5
+    theta: float = 0.2
+    doc_pool_k: int = 10
+    tau: float = 0.6
+    max_chunk_chars: int = 512
+    candidates: int = 30
+    max_iterations: int = 10
+    stop_rule: str = "and"
+    stop_flag: str = "best"
+    necessity_rule: str = "code_oneway"
+    adjacency_rule: str = "argmax"
+    refine: bool = True
+    self_evaluation: bool = True
+    refill_from: str = "necessary"
+    rephrase_temperature: float = 0.0
+    rephrase_max_new_tokens: int = 96
+    seed: int | None = None
+    self_eval_max_new_tokens: int = 8
+    answer_max_new_tokens: int | None = None
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` (naming the field) on an out-of-range value or an unknown rule."""
+        where = "DenseRAGSettings"
+        for name in ("k", "doc_pool_k", "max_chunk_chars", "candidates", "max_iterations", "self_eval_max_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", where)
+        if self.candidates < self.k:
+            raise ConfigError(f"candidates ({self.candidates}) must be >= k ({self.k})", where)
+        if not (isinstance(self.theta, int | float) and math.isfinite(self.theta) and self.theta >= 0):
+            raise ConfigError(f"theta must be a finite number >= 0, got {self.theta!r}", where)
+        if not (isinstance(self.tau, int | float) and -1.0 <= self.tau <= 1.0):
+            raise ConfigError(f"tau must be a cosine in [-1, 1], got {self.tau!r}", where)
+        for name, allowed in (
+            ("stop_rule", STOP_RULES),
+            ("stop_flag", STOP_FLAGS),
+            ("necessity_rule", NECESSITY_RULES),
+            ("adjacency_rule", ADJACENCY_RULES),
+            ("refill_from", REFILL_FROM),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}", where)
+        if self.answer_max_new_tokens is not None and self.answer_max_new_tokens < 1:
+            raise ConfigError(f"answer_max_new_tokens must be >= 1 or None, got {self.answer_max_new_tokens}", where)
+        self.dense_settings(1).validate()
+
+    def dense_settings(self, answer_tokens: int) -> DenseSettings:
+        """The :class:`DenseSettings` of every DENSE call (answers capped at ``answer_tokens``)."""
+        return DenseSettings(
+            rephrase_temperature=self.rephrase_temperature,
+            rephrase_max_new_tokens=self.rephrase_max_new_tokens,
+            answer_max_new_tokens=answer_tokens,
+            seed=self.seed,
+        )
+
+
+# --------------------------------------------------------------------------------------------- pure decisions
+
+
+def entailment_verdicts(probs: np.ndarray) -> np.ndarray:
+    """Directional verdicts ``E[i, j] = NLI(r_i ⇒ r_j)`` (argmax = entailment) from (n, n, 3) probs; E_ii = True."""
+    arr = np.asarray(probs, dtype=float)
+    verdicts = arr.argmax(axis=-1) == ENTAILMENT if arr.size else np.zeros(arr.shape[:2], dtype=bool)
+    np.fill_diagonal(verdicts, True)
+    return verdicts
+
+
+def is_unchanged(forward: bool, backward: bool, rule: str = "code_oneway") -> bool:
+    """Whether masking a chunk left r₀ unchanged (→ the chunk is *unnecessary*), spec §7.3 UNCHANGED.
+
+    ``forward`` = NLI(r₀ ⇒ ar), ``backward`` = NLI(ar ⇒ r₀). ``code_oneway``: backward; ``alg3_bidirectional``: both;
+    ``eq10_both_zero``: either (necessary only when neither direction holds, eq. 10).
+    """
+    if rule == "code_oneway":
+        return bool(backward)
+    if rule == "alg3_bidirectional":
+        return bool(forward and backward)
+    if rule == "eq10_both_zero":
+        return bool(forward or backward)
+    raise ValueError(f"unknown necessity rule {rule!r}; use one of {', '.join(NECESSITY_RULES)}")
+
+
+def uncertain_positions(verdicts: np.ndarray) -> list[int]:
+    """Chunk positions (0-based) whose rephrasing broke mutual entailment with r₀ (eq. 8: w_{i,0} < 1)."""
+    e = np.asarray(verdicts, dtype=bool)
+    return [i - 1 for i in range(1, len(e)) if not (e[i, 0] and e[0, i])]
+
+
+def classify_chunks(
+    verdicts: np.ndarray, ablation: Mapping[int, tuple[bool, bool]], rule: str = "code_oneway"
+) -> list[str]:
+    """One class per context chunk (spec §4.7, eqs. 8–10): ``certain`` / ``necessary`` / ``unnecessary``.
+
+    ``verdicts`` is the (m+1, m+1) directional entailment matrix over R (index 0 = r₀, index i = chunk i − 1
+    rephrased). A chunk is certain when r_i and r₀ entail each other; otherwise ``ablation[position]`` =
+    (NLI(r₀ ⇒ ar), NLI(ar ⇒ r₀)) for the answer without the chunk decides by :func:`is_unchanged` (unchanged →
+    unnecessary, else necessary). ``KeyError`` when an uncertain chunk has no ablation verdicts.
+    """
+    e = np.asarray(verdicts, dtype=bool)
+    uncertain = set(uncertain_positions(e))
+    classes: list[str] = []
+    for position in range(len(e) - 1):
+        if position not in uncertain:
+            classes.append(CERTAIN)
+            continue
+        if position not in ablation:
+            raise KeyError(f"uncertain chunk {position} has no ablation verdicts")
+        forward, backward = ablation[position]
+        classes.append(UNNECESSARY if is_unchanged(forward, backward, rule) else NECESSARY)
+    return classes
+
+
+def refill(anchors: Sequence[int], vectors: np.ndarray, candidates: Sequence[int], kept: int, k: int) -> list[int]:
+    """Pool indices to add: for each anchor (context order) the candidate with the highest cosine to it (spec §7.3).
+
+    ``vectors`` are the pool's L2-normalised rows; ``candidates`` the unvisited pool indices in rank order (ties go
+    to the better-ranked one); a candidate is picked once. ``kept`` is the context size after pruning: after the
+    first pick, picking stops once ``kept + picked`` reaches ``k`` (so the context holds at most k + 1 chunks, [R]).
+    """
+    vectors = np.asarray(vectors, dtype=float)
+    added: list[int] = []
+    for anchor in anchors:
+        if added and kept + len(added) >= k:
+            break
+        free = [c for c in candidates if c not in added]
+        if not free:
+            break
+        similarity = vectors[free] @ vectors[anchor]
+        added.append(free[int(np.argmax(similarity))])
+    return added
+
+
+def top_up(context: Sequence[int], order: Sequence[int], visited: set[int] | frozenset[int], k: int) -> list[int]:
+    """``context`` filled up to ``k`` with unvisited indices taken in ``order`` (pool rank order) [C]."""
+    out = list(context)
+    for index in order:
+        if len(out) >= k:
+            break
+        if index not in visited and index not in out:
+            out.append(index)
+    return out
+
+
+def is_better(dse: float, flag: int, dse_min: float, flag_best: int) -> bool:
+    """Alg 3's best-context update with ``≤`` (A22): lower-or-equal DSE, unless that would trade a sufficient best
+    (``flag_best = 1``) for an insufficient context."""
+    return dse <= dse_min and (flag_best == 0 or flag == 1)
+
+
+def should_stop(dse_min: float, flag: int, theta: float = 0.2, rule: str = "and") -> bool:
+    """Refinement success test: ``and`` = DSE_min < θ and the context judged sufficient (Alg 3, default);
+    ``or`` = either one (the prose of §5.2). Without self-evaluation pass ``flag = 1`` (DSE alone decides)."""
+    low = dse_min < theta
+    if rule == "and":
+        return bool(low and flag == 1)
+    if rule == "or":
+        return bool(low or flag == 1)
+    raise ValueError(f"unknown stop rule {rule!r}; use 'and' or 'or'")
+
+
+def select_answer(answers: Sequence[str]) -> str:
+    """SELECT_ANSWER (spec §4.8): the unique most frequent normalised answer of R, else r₀ on a tie.
+
+    Returns the first response (in R order) with the winning normalised form, as generated (stripped); ``""`` for
+    an empty R.
+    """
+    if not answers:
+        return ""
+    normal = [normalize_answer(a) for a in answers]
+    counts = Counter(normal).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return answers[0].strip()
+    winner = counts[0][0]
+    return answers[normal.index(winner)].strip()
+
+
+def parse_self_evaluation(reply: str) -> int | None:
+    """1 for "yes", 0 for "no" (the first of the two whole words in the reply), None when neither occurs."""
+    match = _YES_NO.search(reply or "")
+    if match is None:
+        return None
+    return 1 if match.group(1).lower() == "yes" else 0
+
+
+def document_text(pieces: Sequence[tuple[int, str, int | None, int | None]]) -> str:
+    """A document rebuilt from its corpus chunks ``(index, text, start, end)``, joined in ``index`` order.
+
+    With character offsets for every chunk, overlapping text (fixed-size chunking with overlap) is kept once and a
+    gap becomes one space; without offsets the chunks are joined with single spaces.
+    """
+    ordered = sorted(pieces, key=lambda p: p[0])
+    if not ordered:
+        return ""
+    if any(p[2] is None or p[3] is None for p in ordered):
+        return " ".join(p[1] for p in ordered if p[1])
+    out, covered = "", None
+    for _, text, start, end in ordered:
+        assert start is not None and end is not None
+        if covered is None:
+            out = text
+        elif start >= covered:
+            out = f"{out} {text}" if out else text
+        else:
+            out += text[covered - start :]
+        covered = end if covered is None else max(covered, end)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- machinery
+
+
+class _Memo:
+    """A per-question memo in front of the generator: a deterministic ``generate`` request (same prompt and
+    decoding parameters; the generator seeds samples per prompt) is answered from memory the second time, so a
+    chunk is rephrased once per question and a context answered once. Everything else is delegated."""
+
+    def __init__(self, generator: Any) -> None:
+        self._generator = generator
+        self._memo: dict[tuple[str, Any], Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._generator, name)
+
+    def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[Any]:
+        if kwargs.get("n", 1) != 1:
+            return self._generator.generate(prompts, **kwargs)
+        try:
+            params = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
+            hash(params)
+        except TypeError:
+            return self._generator.generate(prompts, **kwargs)
+        prompts = list(prompts)
+        missing = list(dict.fromkeys(p for p in prompts if (p, params) not in self._memo))
+        if missing:
+            for prompt, output in zip(missing, self._generator.generate(missing, **kwargs), strict=True):
+                self._memo[(prompt, params)] = output
+        return [self._memo[(p, params)] for p in prompts]
+
+
+@dataclass
+class _DenseRun:
+    """One DENSE evaluation of a context: chunk texts, replies R, directional verdicts, DSE, and how many chunks were
+    rephrased for the first time in this question (``new_rephrasings``) and came back empty (``fallbacks``)."""
+
+    texts: list[str]
+    answers: list[str]
+    verdicts: np.ndarray
+    dse: float
+    fallbacks: int
+    new_rephrasings: int
+
+
+@dataclass
+class _PoolChunk:
+    chunk_id: str
+    text: str
+
+
+@dataclass
+class _Best:
+    """The best context seen during refinement."""
+
+    ids: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    dse: float = math.inf
+    flag: int = 0
+    iteration: int = 0
+
+
+class DenseRAG(Method):
+    """DENSE-RAG (spec seed-000): DENSE triage, then adaptive semantic chunking and iterative context refinement for
+    uncertain questions. Needs ``tools.judge`` (NLI for DENSE and chunk necessity) and ``tools.embedder`` (semantic
+    chunking, pool ranking and refill similarity); the generator also rephrases and self-evaluates."""
+
+    name = "dense_rag"
+    requires_gold = False
+
+    def __init__(self, tools: Tools, settings: DenseRAGSettings | None = None) -> None:
+        super().__init__(tools)
+        self.settings = settings or DenseRAGSettings()
+        self.settings.validate()
+        if tools.judge is None:
+            raise ConfigError("dense_rag needs an NLI judge (tools.judge) for DENSE's answer graph", "dense_rag")
+        if tools.embedder is None:
+            raise ConfigError("dense_rag needs an embedder (tools.embedder) for semantic chunking", "dense_rag")
+        self._docs: dict[str, list[int]] | None = None
+
+    # ------------------------------------------------------------------ the method
+    def answer(self, example: dict[str, Any]) -> Answer:
+        s, tools = self.settings, self.tools
+        question = str(example["question"])
+        trace = Trace(self.name)
+        memo = _Memo(tools.generator)
+        view = copy.copy(tools)
+        view.generator = memo
+        rephrased: set[str] = set()
+        truncated_before = self._truncations()
+
+        with trace.step("retrieve", tools.counter) as step:
+            hits = tools.search([question], max(s.k, s.doc_pool_k))[0]
+            fixed = hits[: s.k]
+            step["ids"] = [p.chunk_id for p in fixed]
+            step["scores"] = [p.score for p in fixed]
+            step["documents"] = list(dict.fromkeys(p.doc_id for p in hits))
+        if not fixed:
+            trace.fallback("retrieval returned nothing: answered closed-book")
+            with trace.step("generate", tools.counter) as step:
+                out = generate_answers(view, [question], [None], self._answer_tokens())[0]
+                step["prompt_tokens"] = out.built.n_tokens
+                step["source"] = "closed_book"
+            self._note_truncation(trace, truncated_before)
+            return Answer(out.text.strip(), trace)
+
+        with trace.step("dense", tools.counter) as step:
+            texts = [p.prompt_text(tools.passage_chars) for p in fixed]
+            first = self._dense(memo, question, texts, rephrased)
+            certain = first.dse <= s.theta
+            step.update(
+                dse=first.dse,
+                answers=first.answers,
+                certain=certain,
+                theta=s.theta,
+                rephrase_fallbacks=first.fallbacks,
+            )
+        self._note_rephrase_fallbacks(trace, first)
+        trace.retrieved = True
+        if certain:
+            return self._finish(trace, first.answers, {"source": "fixed_context", "dse": first.dse}, truncated_before)
+
+        with trace.step("semantic_chunking", tools.counter) as step:
+            pool, vectors = self._semantic_pool(question, hits, step)
+        if not pool:
+            trace.fallback("semantic chunking produced no chunks: kept the fixed-chunk answer")
+            return self._finish(trace, first.answers, {"source": "fixed_context", "dse": first.dse}, truncated_before)
+
+        if not s.refine:
+            with trace.step("generate", tools.counter) as step:
+                start = [c.text for c in pool[: s.k]]
+                out = generate_answers(view, [question], [number_chunks(start)], self._answer_tokens())[0]
+                step["prompt_tokens"] = out.built.n_tokens
+                step["ids"] = [c.chunk_id for c in pool[: s.k]]
+                step["source"] = "semantic_chunks"
+            self._note_truncation(trace, truncated_before)
+            return Answer(out.text.strip(), trace)
+
+        best, reason = self._refine(trace, memo, view, question, pool, vectors, rephrased)
+        detail = {
+            "source": "refined_context" if reason == "success" else "lowest_dse_context",
+            "success": reason == "success",
+            "stop": reason,
+            "dse": best.dse,
+            "flag": best.flag,
+            "iteration": best.iteration,
+            "ids": best.ids,
+        }
+        return self._finish(trace, best.answers, detail, truncated_before)
+
+    # ------------------------------------------------------------------ refinement
+    def _refine(
+        self,
+        trace: Trace,
+        memo: _Memo,
+        view: Tools,
+        question: str,
+        pool: list[_PoolChunk],
+        vectors: np.ndarray,
+        rephrased: set[str],
+    ) -> tuple[_Best, str]:
+        """Spec §7.3 REFINE; returns the best context and why the loop stopped."""
+        s = self.settings
+        context = list(range(min(s.k, len(pool))))
+        visited: set[int] = set(context)
+        best = _Best()
+        reason = "max_iterations"
+        for iteration in range(1, s.max_iterations + 1):
+            with trace.step("refine", self.tools.counter) as step:
+                step["iteration"] = iteration
+                step["ids"] = [pool[i].chunk_id for i in context]
+                run = self._dense(memo, question, [pool[i].text for i in context], rephrased)
+                step.update(
+                    dse=run.dse,
+                    answers=run.answers,
+                    new_rephrasings=run.new_rephrasings,
+                    rephrase_fallbacks=run.fallbacks,
+                )
+                self._note_rephrase_fallbacks(trace, run)
+                flag = self._self_evaluate(trace, memo, question, run.texts, step)
+                if is_better(run.dse, flag, best.dse, best.flag):
+                    best = _Best(step["ids"], run.answers, run.dse, flag, iteration)
+                    step["best"] = True
+                stop_flag = best.flag if s.stop_flag == "best" else flag
+                if should_stop(best.dse, stop_flag, s.theta, s.stop_rule):
+                    reason = step["stop"] = "success"
+                    break
+                if visited >= set(range(len(pool))):
+                    reason = step["stop"] = "pool_exhausted"
+                    break
+                classes = self._classify(view, question, run, step)
+                step["classes"] = dict(zip(step["ids"], classes, strict=True))
+                unnecessary = {i for i, c in zip(context, classes, strict=True) if c == UNNECESSARY}
+                if not unnecessary and len(context) > s.k:
+                    reason = step["stop"] = "all_important"
+                    break
+                kept = [i for i in context if i not in unnecessary]
+                step["pruned"] = [pool[i].chunk_id for i in context if i in unnecessary]
+                new = kept
+                if s.refill_from != "none":
+                    wanted = NECESSARY if s.refill_from == "necessary" else CERTAIN
+                    anchors = [i for i, c in zip(context, classes, strict=True) if c == wanted]
+                    if not anchors and len(kept) >= s.k:
+                        reason = step["stop"] = f"no_{wanted}_chunk"
+                        break
+                    free = [i for i in range(len(pool)) if i not in visited]
+                    added = refill(anchors, vectors, free, len(kept), s.k)
+                    new = top_up(kept + added, range(len(pool)), visited | set(added), s.k)
+                    step["added"] = [pool[i].chunk_id for i in added]
+                    step["topped_up"] = [pool[i].chunk_id for i in new[len(kept) + len(added) :]]
+                if not new or new == context:
+                    reason = step["stop"] = "empty_context" if not new else "unchanged"
+                    break
+                visited |= set(new)
+                context = new
+        if reason == "max_iterations":
+            trace.steps[-1].detail["stop"] = reason
+        return best, reason
+
+    def _classify(self, view: Tools, question: str, run: _DenseRun, step: dict[str, Any]) -> list[str]:
+        """Chunk classes of one DENSE run: ablation answers (one batched call) and their NLI against r₀."""
+        positions = uncertain_positions(run.verdicts)
+        ablation: dict[int, tuple[bool, bool]] = {}
+        if positions:
+            contexts = [run.texts[:p] + run.texts[p + 1 :] for p in positions]
+            blocks = [number_chunks(c) if c else None for c in contexts]
+            outs = generate_answers(view, [question] * len(positions), blocks, self._answer_tokens())
+            ablated = [o.text.strip() for o in outs]
+            step["ablation_answers"] = dict(zip((step["ids"][p] for p in positions), ablated, strict=True))
+            r0 = run.answers[0]
+            asked = [a for a in ablated if a != r0]  # equal strings entail without a call, as in dense_stats
+            judged: dict[str, tuple[bool, bool]] = {}
+            if asked:
+                distinct = list(dict.fromkeys(asked))
+                probs = self.tools.judge.entail(
+                    [r0] * len(distinct) + distinct, distinct + [r0] * len(distinct), question
+                )
+                verdict = np.asarray(probs).argmax(axis=-1) == ENTAILMENT
+                n = len(distinct)
+                judged = {a: (bool(verdict[i]), bool(verdict[n + i])) for i, a in enumerate(distinct)}
+            for p, a in zip(positions, ablated, strict=True):
+                ablation[p] = (True, True) if a == r0 else judged[a]
+        return classify_chunks(run.verdicts, ablation, self.settings.necessity_rule)
+
+    def _self_evaluate(self, trace: Trace, memo: _Memo, question: str, texts: list[str], step: dict[str, Any]) -> int:
+        """Flag_eval: 1 when the generator says the (original, un-rephrased) context suffices (spec §5.3)."""
+        if not self.settings.self_evaluation:
+            step["self_eval"] = None
+            return 1  # the ablation "w/o self-evaluation": DSE alone decides the best context and the stop
+        budget = self.settings.self_eval_max_new_tokens
+        built = memo.build_prompt(
+            question, number_chunks(texts), SELF_EVAL_TEMPLATE, max_new_tokens=budget, system=SELF_EVAL_SYSTEM
+        )
+        reply = memo.generate([built.text], temperature=0.0, max_new_tokens=budget, stop=("\n",))[0].text.strip()
+        parsed = parse_self_evaluation(reply)
+        step["self_eval"] = {"reply": reply, "flag": parsed}
+        if parsed is None:
+            trace.fallback(f"self-evaluation reply unparseable ({reply[:40]!r}): counted as 'no' (not sufficient)")
+            return 0
+        return parsed
+
+    # ------------------------------------------------------------------ DENSE and chunking
+    def _dense(self, memo: _Memo, question: str, texts: list[str], rephrased: set[str]) -> _DenseRun:
+        """DENSE on one context via ``dense_stats``; DSE by the ``Dense`` feature (eq. 6)."""
+        s = self.settings
+        row = dense_stats(
+            [question],
+            [texts],
+            generator=memo,
+            judge=self.tools.judge,
+            system=ANSWER_SYSTEM,
+            settings=s.dense_settings(self._answer_tokens()),
+        )[0]
+        new = [c for c in dict.fromkeys(texts) if c not in rephrased]
+        rephrasing = dict(zip(texts, row["dense_rephrased"], strict=True))
+        rephrased.update(texts)
+        probs = np.asarray(row["dense_nli_probs"], dtype=float)
+        dse = Dense(rule=s.adjacency_rule).raw(row)
+        kept_original = sum(1 for c in new if rephrasing[c] == c)  # noted once per chunk and question
+        return _DenseRun(texts, list(row["dense_answers"]), entailment_verdicts(probs), dse, kept_original, len(new))
+
+    def _semantic_pool(
+        self, question: str, hits: list[Passage], step: dict[str, Any]
+    ) -> tuple[list[_PoolChunk], np.ndarray]:
+        """Re-chunk the retrieved documents (Alg 2), rank the semantic chunks by cosine to the question, keep the
+        top ``candidates``."""
+        s, tools = self.settings, self.tools
+        doc_ids = list(dict.fromkeys(p.doc_id for p in hits))
+        titles = {p.doc_id: p.title for p in hits}
+        documents = [(d, self._document(d)) for d in doc_ids]
+        documents = [(d, text) for d, text in documents if text.strip()]
+        chunker = SemanticChunker(tools.embedder.encode, tau=s.tau, max_len=s.max_chunk_chars)
+        chunks = chunker.chunk_many(documents)
+        step.update(documents=len(documents), semantic_chunks=len(chunks), tau=s.tau, max_chunk_chars=s.max_chunk_chars)
+        if not chunks:
+            step["pool"] = []
+            return [], np.zeros((0, 1))
+        vectors = np.asarray(tools.embedder.encode([c.text for c in chunks]), dtype=float)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        query = np.asarray(tools.embedder.encode([question]), dtype=float)[0]
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        scores = vectors @ query
+        order = np.argsort(-scores, kind="stable")[: s.candidates]
+        prompt_chars = max(tools.passage_chars, s.max_chunk_chars)
+        pool = [
+            _PoolChunk(
+                f"{chunks[i].doc_id}#s{chunks[i].index}",
+                Passage(-1, "", chunks[i].doc_id, titles[chunks[i].doc_id], chunks[i].text).prompt_text(prompt_chars),
+            )
+            for i in order
+        ]
+        step["pool"] = [c.chunk_id for c in pool]
+        step["pool_scores"] = [float(scores[i]) for i in order]
+        return pool, vectors[order]
+
+    def _document(self, doc_id: str) -> str:
+        """The text of ``doc_id`` rebuilt from its corpus chunks (:func:`document_text`)."""
+        tools = self.tools
+        if self._docs is None:
+            self._docs = {}
+            for row, d in enumerate(tools.column("doc_id")):
+                self._docs.setdefault(str(d), []).append(row)
+        rows = self._docs.get(doc_id, [])
+        index = self._optional_column("index")
+        start, end = self._optional_column("start"), self._optional_column("end")
+        texts = tools.column("text")
+        return document_text(
+            [
+                (
+                    int(index[r]) if index is not None else n,
+                    str(texts[r]),
+                    int(start[r]) if start is not None and end is not None else None,
+                    int(end[r]) if start is not None and end is not None else None,
+                )
+                for n, r in enumerate(rows)
+            ]
+        )
+
+    def _optional_column(self, name: str) -> list | None:
+        try:
+            return self.tools.column(name)
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    # ------------------------------------------------------------------ helpers
+    def _answer_tokens(self) -> int:
+        return self.settings.answer_max_new_tokens or self.tools.max_new_tokens
+
+    def _truncations(self) -> int:
+        counter = getattr(self.tools.generator, "counter", None)
+        return int(getattr(counter, "truncated_prompts", 0) or 0)
+
+    def _note_truncation(self, trace: Trace, before: int) -> None:
+        cut = self._truncations() - before
+        if cut > 0:
+            trace.fallback(f"{cut} prompt(s) cut to fit the model window (the prompt builder dropped context tokens)")
+
+    @staticmethod
+    def _note_rephrase_fallbacks(trace: Trace, run: _DenseRun) -> None:
+        if run.fallbacks:
+            trace.fallback(f"{run.fallbacks} rephrasing(s) came back empty or unchanged: the original chunk was kept")
+
+    def _finish(self, trace: Trace, answers: list[str], detail: dict[str, Any], truncated_before: int) -> Answer:
+        with trace.step("select_answer", self.tools.counter) as step:
+            text = select_answer(answers)
+            step.update(detail)
+            step["answer"] = text
+            step["r0"] = answers[0] if answers else ""
+        self._note_truncation(trace, truncated_before)
+        return Answer(text, trace)

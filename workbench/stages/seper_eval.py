@@ -1,0 +1,178 @@
+"""Stage ``seper_eval``: rank retrievers by the retrieval utility they deliver, mean ΔSePer on a labelled split.
+
+For the first ``seper_eval.limit`` questions of ``seper_eval.split``, every retriever in ``seper_eval.retrievers``
+(``bm25``, ``dense``, ``hybrid``, and ``dtr`` — DTR's dual-path retrieval with adaptive selection, forced to retrieve)
+gives a context of ``seper_eval.k`` passages. ΔSePer (SePer spec §3.8) = the model's belief in the gold answer with
+that context minus without it, by both estimators (SePer-H: hard clusters; SePer-S: soft kernel;
+:mod:`workbench.uncertainty.seper`). All contexts of all retrievers go through ONE sampling call and ONE NLI call,
+and the closed-book term is computed once per question and shared. Gold-dependent: an evaluation of retrievers,
+never a runtime signal.
+
+Outputs: ``per_question/`` (an HF dataset: question, retriever, passage ids, gold passage retrieved, SePer terms)
+and ``summary.json`` (per retriever: mean ΔSePer-S / -H with a bootstrap 90% interval, mean SePer with context,
+recall of the gold passage; the ranking by mean ΔSePer-S).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError
+from workbench.stages.context import StageContext
+
+RETRIEVERS = ("bm25", "dense", "hybrid", "dtr")
+
+
+def bootstrap_mean_interval(values: list[float], *, draws: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """A percentile 90% interval of the mean of ``values`` over bootstrap resamples."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, (draws, x.size))].mean(axis=1)
+    return float(np.percentile(means, 5)), float(np.percentile(means, 95))
+
+
+def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools: Any, k: int) -> list[list[Any]]:
+    """Top-k passages per question from retriever ``kind`` (DTR: its selected passages, retrieval forced)."""
+    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+
+    questions = [str(r["question"]) for r in rows]
+    if kind == "dtr":
+        from workbench.methods.dtr import DTR, DTRSettings
+
+        method = DTR(tools, settings=DTRSettings(tau=float("-inf"), k=k, n_per_path=max(k, 5)))
+        answers = method.answer_many(rows)
+        out = []
+        for answer in answers:
+            step = answer.trace.find("select")
+            ids = step.detail.get("kept_ids", []) if step is not None else []
+            index = {cid: i for i, cid in enumerate(tools.column("chunk_id"))} if ids else {}
+            out.append([tools.passage(index[cid]) for cid in ids])
+        return out
+    counter = ctx.counter
+    bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
+    if kind == "bm25":
+        retriever = bm25
+    else:
+        dense = ctx.resources.get(
+            "seper_eval:dense", lambda: DenseRetriever(corpus, ctx.resources.embedder(), counter=counter)
+        )
+        retriever = dense if kind == "dense" else HybridRetriever({"bm25": bm25, "dense": dense}, counter=counter)
+    results = retriever.search(questions, k=k)
+    return [[tools.passage(int(i), float(s)) for i, s in zip(r.indices, r.scores, strict=True)] for r in results]
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Retrieve with every retriever, compute ΔSePer for every (question, context), rank the retrievers."""
+    import datasets
+
+    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.methods.common import context_block
+    from workbench.stages.evaluate import build_tools
+    from workbench.uncertainty.seper import SeperSettings, delta_seper
+
+    section = ctx.config.seper_eval
+    unknown = [r for r in section.retrievers if r not in RETRIEVERS]
+    if unknown or not section.retrievers:
+        raise ConfigError(f"unknown or no retriever(s) {unknown} (known: {', '.join(RETRIEVERS)})", "seper_eval")
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    if section.split not in qa:
+        raise ConfigError(f"split {section.split!r} not in the dataset", "seper_eval.split")
+    rows = list(qa[section.split].select(range(min(section.limit, len(qa[section.split])))))
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    tools = build_tools(ctx, corpus)
+    tools.passage_chars = section.passage_chars
+    passages = {kind: _contexts(ctx, kind, rows, corpus, tools, section.k) for kind in section.retrievers}
+    examples, contexts, keys = [], [], []
+    for kind, per_question in passages.items():
+        for row, chosen in zip(rows, per_question, strict=True):
+            examples.append({"question": str(row["question"]), "answers": [str(a) for a in row["answers"]]})
+            contexts.append(context_block(chosen, section.passage_chars))
+            keys.append((kind, row, chosen))
+    settings = SeperSettings(
+        samples=section.samples,
+        temperature=section.temperature,
+        max_new_tokens=section.max_new_tokens,
+        seed=ctx.config.seed,
+    )
+    values = delta_seper(examples, contexts, generator=tools.generator, judge=tools.judge, settings=settings)
+    records = []
+    for (kind, row, chosen), value in zip(keys, values, strict=True):
+        gold_docs = {p["doc_id"] for p in row["gold_passages"]}
+        records.append(
+            {
+                "id": str(row["id"]),
+                "question": str(row["question"]),
+                "retriever": kind,
+                "passage_ids": [p.chunk_id for p in chosen],
+                "gold_retrieved": float(bool(gold_docs & {p.doc_id for p in chosen})) if gold_docs else float("nan"),
+                **{k: float(v) for k, v in value.items()},
+            }
+        )
+    datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "per_question"))
+    summary: dict[str, Any] = {"split": section.split, "questions": len(rows), "k": section.k, "retrievers": {}}
+    for kind in section.retrievers:
+        mine = [r for r in records if r["retriever"] == kind]
+        entry: dict[str, Any] = {}
+        for key in ("delta_seper_s", "delta_seper_h"):
+            vals = [r[key] for r in mine]
+            low, high = bootstrap_mean_interval(vals, seed=ctx.config.seed)
+            entry[key] = {"mean": float(np.mean(vals)), "low": low, "high": high}
+        entry["seper_s"] = float(np.mean([r["seper_s"] for r in mine]))
+        entry["seper_s_closed"] = float(np.mean([r["seper_s_closed"] for r in mine]))
+        recall = [r["gold_retrieved"] for r in mine if not np.isnan(r["gold_retrieved"])]
+        entry["gold_recall"] = float(np.mean(recall)) if recall else None
+        summary["retrievers"][kind] = entry
+    ranking = sorted(section.retrievers, key=lambda k: -summary["retrievers"][k]["delta_seper_s"]["mean"])
+    summary["ranking"] = ranking
+    atomic_write_json(ctx.out_dir / "summary.json", summary)
+    return {
+        "best": ranking[0],
+        **{f"{k}_delta_seper_s": round(summary["retrievers"][k]["delta_seper_s"]["mean"], 4) for k in ranking},
+    }
+
+
+def seper_section(seper_dir: Any, out_dir: Any) -> list[str]:
+    """Report lines: retrievers ranked by mean ΔSePer, with intervals and gold-passage recall, plus a bar plot."""
+    from workbench.plots import grouped_bars
+
+    summary = json.loads((seper_dir / "summary.json").read_text())
+    entries = summary["retrievers"]
+    ranking = summary["ranking"]
+    grouped_bars(
+        out_dir / "seper_retrievers.png",
+        ranking,
+        {
+            "ΔSePer-S": [entries[k]["delta_seper_s"]["mean"] for k in ranking],
+            "ΔSePer-H": [entries[k]["delta_seper_h"]["mean"] for k in ranking],
+        },
+        title=f"Retrieval utility on {summary['questions']} {summary['split']} questions (top-{summary['k']})",
+        ylabel="mean ΔSePer",
+        ylim=None,
+    )
+    lines = [
+        "## Retrievers ranked by retrieval utility (ΔSePer)",
+        "",
+        f"{summary['questions']} `{summary['split']}` questions, top-{summary['k']} passages per retriever. ΔSePer = "
+        "the model's belief in the gold answer with the passages minus without them (gold-dependent: an evaluation, "
+        "not a runtime signal); intervals are bootstrap 90% intervals of the mean.",
+        "",
+        "| rank | retriever | mean ΔSePer-S (90% interval) | mean ΔSePer-H (90% interval) | SePer-S with passages "
+        "| closed-book SePer-S | gold passage retrieved |",
+        "|---:|---|---|---|---:|---:|---:|",
+    ]
+    for rank, kind in enumerate(ranking, start=1):
+        e = entries[kind]
+        s, h = e["delta_seper_s"], e["delta_seper_h"]
+        recall = "–" if e["gold_recall"] is None else f"{e['gold_recall']:.2f}"
+        lines.append(
+            f"| {rank} | {kind} | {s['mean']:+.3f} ({s['low']:+.3f} – {s['high']:+.3f}) "
+            f"| {h['mean']:+.3f} ({h['low']:+.3f} – {h['high']:+.3f}) | {e['seper_s']:.3f} | {e['seper_s_closed']:.3f} "
+            f"| {recall} |"
+        )
+    return [*lines, "", "![retrievers by ΔSePer](seper_retrievers.png)", ""]
