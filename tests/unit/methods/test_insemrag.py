@@ -1,0 +1,504 @@
+"""InSemRAG on a tiny chunked corpus: enrichment and weights reach the hybrid search, damaged chunks are repaired
+from their neighbours, coverage drives follow-up rounds, one final generator call, every decision traced; the two
+controllers (heuristic, prompted LM with a fake generator) and the settings' validation."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from workbench.backends.retrievers import Retriever
+from workbench.core.errors import ConfigError
+from workbench.methods.controller import (
+    INTENT_TEMPLATES,
+    ChannelWeights,
+    Completeness,
+    Compression,
+    Controller,
+    Coverage,
+    Elements,
+    Enrichment,
+    FollowUp,
+    HeuristicController,
+    PromptedLMController,
+    Relevance,
+    completeness_checks,
+    content_words,
+    extractive_stitch,
+)
+from workbench.methods.insemrag import InSemRAG, InSemRAGSettings
+
+# rows deliberately interleave documents: neighbours must be found by (doc_id, index), not by row
+CHUNKS = [
+    ("eiffel", 0, "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris."),
+    ("louvre", 0, "Louvre", "The Louvre is the most visited art museum in the world."),
+    ("eiffel", 1, "Eiffel Tower", "it was designed by the engineering company of Gustave Eiffel and"),
+    ("louvre", 1, "Louvre", "It houses the Mona Lisa, painted by Leonardo da Vinci."),
+    ("eiffel", 2, "Eiffel Tower", "Construction of the tower finished in 1889 for the World's Fair."),
+    ("seine", 0, "Seine", "The Seine is a river that flows through Paris to the English Channel."),
+    ("hamlet", 0, "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
+]
+TEXT = {f"{d}#{i}": text for d, i, _, text in CHUNKS}
+QUESTION = {"question": "Who designed the Eiffel Tower?", "answers": ["Gustave Eiffel"]}
+FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7}
+
+
+def chunked_corpus():
+    import datasets
+
+    return datasets.Dataset.from_dict(
+        {
+            "chunk_id": [f"{d}#{i}" for d, i, _, _ in CHUNKS],
+            "doc_id": [d for d, _, _, _ in CHUNKS],
+            "title": [t for _, _, t, _ in CHUNKS],
+            "text": [x for _, _, _, x in CHUNKS],
+            "index": [i for _, i, _, _ in CHUNKS],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_encoder_dir):
+    from workbench.backends.embedder import Embedder
+
+    return Embedder(tiny_encoder_dir)
+
+
+@pytest.fixture
+def ctools(method_generator, embedder):
+    """Tools over the chunked corpus: the tiny generator, BM25, the tiny encoder, one fresh counter."""
+    from workbench.backends.cost import CostCounter
+    from workbench.backends.retrievers import BM25Retriever
+    from workbench.methods.base import Tools
+
+    counter = CostCounter()
+    method_generator.counter = counter
+    corpus = chunked_corpus()
+    return Tools(
+        generator=method_generator,
+        retriever=BM25Retriever(corpus, counter=counter),
+        corpus=corpus,
+        counter=counter,
+        embedder=embedder,
+        max_new_tokens=4,
+    )
+
+
+class Spy(Retriever):
+    """Wraps a retriever and records the texts its ``_search`` receives."""
+
+    def __init__(self, inner):
+        self.inner, self.corpus, self.counter, self.seen = inner, inner.corpus, inner.counter, []
+
+    def _search(self, queries, k):
+        self.seen.extend(queries)
+        return self.inner._search(queries, k)
+
+
+def spied_hybrid(tools):
+    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+
+    dense = Spy(DenseRetriever(tools.corpus, tools.embedder, counter=tools.counter))
+    sparse = Spy(BM25Retriever(tools.corpus, counter=tools.counter))
+    return HybridRetriever({"dense": dense, "sparse": sparse}, counter=tools.counter), dense, sparse
+
+
+class Scripted(Controller):
+    """A controller that plays back fixed decisions and counts its calls."""
+
+    name = "scripted"
+
+    def __init__(self, *, weights=None, completeness=1.0, coverage=(1.0,), keywords=("Gustave", "Eiffel")):
+        self.weights = weights or {"dense": 0.5, "sparse": 0.5}
+        self.complete = completeness
+        self.coverage_scores = list(coverage)
+        self.keywords = list(keywords)
+        self.calls: dict[str, int] = {}
+        self.follow_ups = 0
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.calls[name] = self.calls.get(name, 0) + n
+
+    def enrich(self, query: str) -> Enrichment:
+        self._count("enrich")
+        return Enrichment(dense=f"paraphrase of {query}", keywords=self.keywords, raw="scripted enrich")
+
+    def channel_weights(self, query: str, channels: Sequence[str]) -> ChannelWeights:
+        self._count("weights")
+        return ChannelWeights(weights={c: self.weights.get(c, 0.0) for c in channels}, raw="scripted weights")
+
+    def refine(self, query: str, passages: Sequence[str]) -> list[Relevance]:
+        self._count("refine", len(passages))
+        return [Relevance(score=1.0 - i / 100, keep=True, raw="Yes") for i, _ in enumerate(passages)]
+
+    def completeness(self, query: str, passages: Sequence[str]) -> list[Completeness]:
+        self._count("completeness", len(passages))
+        score = self.complete
+        return [Completeness(score=score(p) if callable(score) else score, raw="scripted") for p in passages]
+
+    def compress(self, query, previous, center, following, max_tokens) -> Compression:
+        self._count("compress")
+        return Compression(text=" | ".join(x for x in (previous, center, following) if x), raw="scripted compress")
+
+    def elements(self, question: str) -> Elements:
+        self._count("elements")
+        return Elements(elements=["designer", "year"], raw="scripted elements")
+
+    def coverage(self, question: str, elements: Sequence[str], passages: Sequence[str]) -> Coverage:
+        self._count("coverage")
+        score = self.coverage_scores.pop(0) if len(self.coverage_scores) > 1 else self.coverage_scores[0]
+        return Coverage(elements=list(elements), scores=[1.0, score], raw="scripted coverage")
+
+    def follow_up(self, question: str, element: str, passages: Sequence[str]) -> FollowUp:
+        self._count("follow_up")
+        self.follow_ups += 1
+        return FollowUp(query=f"follow-up {self.follow_ups} about {element}", raw="scripted follow-up")
+
+
+def names(trace):
+    return [s.name for s in trace.steps]
+
+
+# ------------------------------------------------------------------------------------------------------ method
+def test_enrichment_and_weights_reach_the_hybrid_search(ctools):
+    hybrid, dense, sparse = spied_hybrid(ctools)
+    method = InSemRAG(ctools, Scripted(weights={"dense": 0.0, "sparse": 1.0}), InSemRAGSettings(**FAST), hybrid)
+    seen_weights = []
+    search = method.retriever.search
+    method.retriever.search = lambda queries, k, weights=None: (
+        seen_weights.append(weights) or search(queries, k, weights=weights)
+    )
+    answer = method.answer(QUESTION)
+
+    assert dense.seen == [f"paraphrase of {QUESTION['question']}"]
+    assert sparse.seen == ["Gustave Eiffel"]
+    assert seen_weights == [[{"dense": 0.0, "sparse": 1.0}]]
+    retrieve = answer.trace.find("retrieve").detail["per_query"][0]
+    assert retrieve["views"] == {"dense": dense.seen[0], "sparse": "Gustave Eiffel"}
+    assert retrieve["weights"] == {"dense": 0.0, "sparse": 1.0}
+    # all weight on the sparse channel: the fused score is the min-max normalised BM25 score of the keywords
+    sparse_scores = {c["chunk_id"]: c["channels"]["sparse"] for c in retrieve["candidates"]}
+    hits = [v for v in sparse_scores.values() if v is not None]
+    low, high = min(hits), max(hits)
+    for c in retrieve["candidates"]:
+        raw = sparse_scores[c["chunk_id"]]
+        assert c["fused"] == pytest.approx(0.0 if raw is None else (raw - low) / (high - low))
+    assert retrieve["candidates"][0]["chunk_id"] == "eiffel#1" and set(sparse_scores) == set(TEXT)
+    assert all(set(c["channels"]) == {"dense", "sparse"} for c in retrieve["candidates"])
+
+
+def test_heuristic_damage_below_tau_repairs_with_previous_and_next_chunk_of_the_same_document(ctools):
+    answer = InSemRAG(ctools, HeuristicController(), InSemRAGSettings(**FAST)).answer(QUESTION)
+    trace = answer.trace
+
+    damage = trace.find("damage").detail
+    assert "eiffel#1" in damage["damaged"]
+    scores = {c["chunk_id"]: c["score"] for c in damage["chunks"]}
+    assert scores["eiffel#1"] < 0.5 <= scores["eiffel#0"]
+    repair = next(s.detail for s in trace.steps if s.name == "repair" and s.detail["chunk_id"] == "eiffel#1")
+    assert (repair["previous_id"], repair["next_id"]) == ("eiffel#0", "eiffel#2")  # not the louvre rows between
+    stitched = f"{TEXT['eiffel#0']} {TEXT['eiffel#1']} {TEXT['eiffel#2']}"
+    assert repair["stitched"] == stitched and repair["text"] == stitched
+    assert repair["sources"] == ["eiffel#0", "eiffel#1", "eiffel#2"]
+    generate = trace.find("generate").detail
+    assert "rep:eiffel#1" in generate["ids"] and "eiffel#1" not in generate["ids"]
+    assert names(trace).count("generate") == 1 and trace.totals()["lm_calls"] == 1
+    assert trace.retrieved and trace.fallbacks == 0
+    json.dumps(trace.to_dict())
+
+
+def test_repair_at_document_boundaries_and_unrepairable_single_chunks(ctools):
+    controller = Scripted(completeness=0.0, keywords=("Louvre", "Seine", "Mona"))
+    answer = InSemRAG(ctools, controller, InSemRAGSettings(**{**FAST, "k": 7})).answer(QUESTION)
+    repairs = {s.detail["chunk_id"]: s.detail for s in answer.trace.steps if s.name == "repair"}
+    assert repairs["louvre#1"]["previous_id"] == "louvre#0" and repairs["louvre#1"]["next_id"] is None
+    assert repairs["louvre#1"]["text"] == f"{TEXT['louvre#0']} | {TEXT['louvre#1']}"
+    assert repairs["louvre#0"]["text"] == f"{TEXT['louvre#0']} | {TEXT['louvre#1']}"
+    assert repairs["seine#0"]["unrepairable"] and "text" not in repairs["seine#0"]
+    ids = answer.trace.find("generate").detail["ids"]
+    assert {"rep:louvre#0", "rep:louvre#1", "seine#0"} <= set(ids)
+    assert controller.calls["compress"] == sum(1 for r in repairs.values() if not r.get("unrepairable"))
+
+
+@pytest.mark.parametrize(
+    ("coverage", "gamma", "rounds"),
+    [((0.0,), 0.5, 3), ((0.0, 1.0), 0.5, 2), ((0.0,), 0.0, 1), ((1.0,), 0.5, 1), ((1.0,), 1.5, 3)],
+)
+def test_coverage_below_gamma_runs_follow_up_rounds_up_to_three(ctools, coverage, gamma, rounds):
+    controller = Scripted(coverage=coverage)
+    answer = InSemRAG(ctools, controller, InSemRAGSettings(**FAST, gamma=gamma)).answer(QUESTION)
+    trace = answer.trace
+    assert names(trace).count("coverage") == rounds
+    assert names(trace).count("follow_up") == rounds - 1
+    assert names(trace).count("retrieve") == rounds
+    assert trace.find("generate").detail["rounds"] == rounds
+    assert names(trace).count("generate") == 1 and trace.totals()["lm_calls"] == 1
+    if rounds > 1:
+        follow = trace.find("follow_up").detail
+        assert follow["uncovered"] == (["year"] if gamma <= 1 else ["designer", "year"])
+        round_two = [s.detail["query"] for s in trace.steps if s.name == "enrich" and s.detail["round"] == 2]
+        assert round_two == follow["queries"] and round_two[0].startswith("follow-up 1")
+
+
+def test_trace_holds_every_controller_decision_with_its_raw_reply(ctools):
+    controller = Scripted(coverage=(0.0, 1.0), completeness=lambda text: 0.0 if text.startswith("it ") else 1.0)
+    trace = InSemRAG(ctools, controller, InSemRAGSettings(**FAST)).answer(QUESTION).trace
+    steps = trace.steps
+
+    def decisions(name, key="decision"):
+        return [s.detail[key] for s in steps if s.name == name and key in s.detail]
+
+    assert len(decisions("elements")) == controller.calls["elements"] == 1
+    assert len(decisions("enrich")) == controller.calls["enrich"] == 2
+    assert len(decisions("weights")) == controller.calls["weights"] == 2
+    assert sum(len(d) for d in decisions("refine", "decisions")) == controller.calls["refine"]
+    assert sum(len(d) for d in decisions("damage", "chunks")) == controller.calls["completeness"]
+    assert len(decisions("repair")) == controller.calls["compress"] >= 1
+    assert len(decisions("coverage")) == controller.calls["coverage"] == 2
+    assert sum(len(d) for d in decisions("follow_up", "decisions")) == controller.calls["follow_up"] == 1
+    for d in decisions("enrich") + decisions("coverage") + decisions("repair"):
+        assert d["raw"].startswith("scripted") and d["fallback"] is False
+    assert all(d["raw"] == "Yes" for ds in decisions("refine", "decisions") for d in ds)
+    assert trace.fallbacks == 0
+    json.dumps(trace.to_dict())
+
+
+def test_ablations_skip_the_controller_and_invalid_weights_fall_back_to_uniform(ctools):
+    controller = Scripted(weights={"dense": -1.0, "sparse": 0.0})
+    trace = InSemRAG(ctools, controller, InSemRAGSettings(**FAST)).answer(QUESTION).trace
+    assert trace.find("weights").detail["weights"] == {"dense": 0.5, "sparse": 0.5} and trace.fallbacks == 1
+
+    controller = Scripted()
+    settings = InSemRAGSettings(**FAST, enrich=False, dynamic_weights=False, refine=False, repair=False)
+    trace = InSemRAG(ctools, controller, settings).answer(QUESTION).trace
+    assert set(controller.calls) == {"elements", "coverage"}
+    assert trace.find("enrich").detail["views"] == {"dense": QUESTION["question"], "sparse": QUESTION["question"]}
+    assert trace.find("damage") is None and len(trace.find("refine").detail["kept"]) == FAST["k"]
+
+
+def test_default_retriever_is_built_from_the_tools(ctools):
+    method = InSemRAG(ctools, HeuristicController(), InSemRAGSettings(**FAST, channels=("dense", "sparse", "extended")))
+    assert method.channels == ("dense", "sparse", "extended")
+    views = method.answer(QUESTION).trace.find("retrieve").detail["per_query"][0]["views"]
+    assert views["extended"] == f"{QUESTION['question']} designed Eiffel Tower"
+    ctools.embedder = None
+    with pytest.raises(ConfigError, match="embedder"):
+        InSemRAG(ctools, HeuristicController())
+
+
+# ------------------------------------------------------------------------------------------------------ prompted
+class FakeGenerator:
+    """A stand-in generator: ``reply(message)`` gives the generated text; optional next-token log-probs."""
+
+    def __init__(self, reply, logprobs=None):
+        self.reply, self.logprobs, self.prompts = reply, logprobs, []
+        if logprobs is not None:
+            self.next_token_logprobs = lambda prompts, options: np.array([logprobs(p, options) for p in prompts])
+
+    def render_chat(self, message, system=None):
+        return message
+
+    def generate(self, prompts, *, max_new_tokens, temperature=0.0, stop=("\n",)):
+        self.prompts.extend(prompts)
+        return [SimpleNamespace(text=self.reply(p), finish_reason="stop") for p in prompts]
+
+
+GARBAGE = FakeGenerator(lambda prompt: "~~ ?? ~~")
+PASSAGES = ["Eiffel Tower: it was designed by Gustave Eiffel's company.", "Louvre: The Louvre is a museum."]
+
+
+def test_prompted_controller_falls_back_on_unparseable_replies():
+    c = PromptedLMController(GARBAGE)
+    assert c.score_mode == "generate"
+    q = QUESTION["question"]
+    enrich = c.enrich(q)
+    assert enrich.fallback and enrich.dense == q and enrich.keywords == content_words(q) and enrich.raw == "~~ ?? ~~"
+    weights = c.channel_weights(q, ["dense", "sparse"])
+    assert weights.fallback and weights.weights == {"dense": 0.5, "sparse": 0.5}
+    assert all(r.fallback and r.keep and r.score == 0.5 for r in c.refine(q, PASSAGES))
+    assert all(r.fallback and r.score == 1.0 for r in c.completeness(q, PASSAGES))
+    compressed = c.compress(q, "Before it.", "the middle", "After it.", 50)
+    assert compressed.fallback and compressed.text == "Before it. the middle After it."
+    elements = c.elements(q)
+    assert elements.fallback and elements.elements == [q]
+    coverage = c.coverage(q, ["designer"], PASSAGES)
+    assert coverage.fallback and coverage.scores == [1.0] and coverage.score == 1.0
+    follow = c.follow_up(q, "year built", PASSAGES)
+    assert follow.fallback and follow.query == "year built"
+
+
+def test_prompted_controller_fallbacks_are_counted_in_the_trace(ctools):
+    trace = InSemRAG(ctools, PromptedLMController(GARBAGE), InSemRAGSettings(**FAST)).answer(QUESTION).trace
+    pool = trace.find("retrieve").detail["per_query"][0]["candidates"]
+    kept = trace.find("refine").detail["kept"]
+    # elements + enrich + weights + one per candidate (refine) + one per kept chunk (damage) + coverage
+    assert trace.fallbacks == 4 + len(pool) + len(kept)
+    assert all(note.startswith("controller ") for note in trace.notes)
+    assert names(trace).count("coverage") == 1  # unreadable coverage counts as covered: the loop stops
+    assert trace.find("refine").detail["fallbacks"] == len(pool)
+    assert trace.totals()["lm_calls"] == 1  # the fake controller's calls are not the generator's
+
+
+def well_formed(prompt: str) -> str:
+    if "Prepare this request" in prompt:
+        return (
+            'Sure! ```json\n{"dense": "Which company designed the Eiffel Tower?", "keywords": ["Eiffel Tower", '
+            '"designed"]}\n```'
+        )
+    if "What kind of request" in prompt:
+        return "A) a lookup"
+    if "helps answer" in prompt:
+        return "Yes." if "Eiffel" in prompt.split("Passage:")[1] else "No"
+    if "read and used on its own" in prompt:
+        return "0.2" if "it was" in prompt else "90%"
+    if "Rewrite MIDDLE" in prompt:
+        return "Here is the passage: The Eiffel Tower was designed by the company of Gustave Eiffel."
+    if "separate pieces" in prompt:
+        return '["who designed the Eiffel Tower", "when it was built"]'
+    if "state this information" in prompt:
+        return (
+            "Yes" if "designed" in prompt.split("Passage:")[0] and "designed" in prompt.split("Passage:")[1] else "No"
+        )
+    if "standalone search query" in prompt:
+        return 'Query: "When was the Eiffel Tower built?"'
+    return "?"
+
+
+def test_prompted_controller_parses_well_formed_replies():
+    c = PromptedLMController(FakeGenerator(well_formed), score_mode="generate")
+    q = QUESTION["question"]
+    enrich = c.enrich(q)
+    assert not enrich.fallback and enrich.dense == "Which company designed the Eiffel Tower?"
+    assert enrich.keywords == ["Eiffel Tower", "designed"]
+    weights = c.channel_weights(q, ["dense", "sparse"])
+    assert weights.intents == {"entity": 1.0, "explanatory": 0.0, "multihop": 0.0}
+    assert weights.weights == pytest.approx({"dense": 1 / 3, "sparse": 2 / 3}) and not weights.fallback
+    refine = c.refine(q, PASSAGES)
+    assert [(r.score, r.keep, r.fallback) for r in refine] == [(1.0, True, False), (0.0, False, False)]
+    assert [r.score for r in c.completeness(q, ["it was designed by", "The Louvre is a museum."])] == [0.2, 0.9]
+    compressed = c.compress(q, "The Eiffel Tower is in Paris.", "it was designed by", None, 64)
+    assert (
+        compressed.text == "The Eiffel Tower was designed by the company of Gustave Eiffel." and not compressed.fallback
+    )
+    assert "(end of the document)" in c.generator.prompts[-1]
+    elements = c.elements(q)
+    assert elements.elements == ["who designed the Eiffel Tower", "when it was built"] and not elements.fallback
+    coverage = c.coverage(q, elements.elements, PASSAGES)
+    assert (
+        coverage.scores == [1.0, 0.0] and coverage.best == [0, 0] and coverage.uncovered(0.5) == ["when it was built"]
+    )
+    assert len(coverage.raw) == 2 and len(coverage.raw[0]) == len(PASSAGES)
+    assert c.follow_up(q, "when it was built", PASSAGES).query == "When was the Eiffel Tower built?"
+
+
+def test_prompted_controller_reads_next_token_logprobs():
+    def logprobs(prompt, options):
+        if options == ["A", "B", "C"]:
+            return np.log([0.2, 0.6, 0.2])
+        if "Louvre" in prompt:
+            return np.full(len(options), -np.inf)  # no usable verdict
+        return np.log([0.5, 0.1, 0.3, 0.1])  # Yes, yes, No, no
+
+    c = PromptedLMController(FakeGenerator(well_formed, logprobs))
+    assert c.score_mode == "logprobs"
+    weights = c.channel_weights("Why do leaves fall?", ["dense", "sparse", "extended"])
+    pi = {"entity": 0.2, "explanatory": 0.6, "multihop": 0.2}
+    expected = {ch: sum(p * INTENT_TEMPLATES[i][ch] for i, p in pi.items()) for ch in ("dense", "sparse", "extended")}
+    assert weights.weights == pytest.approx(expected) and weights.intents["explanatory"] == pytest.approx(0.6)
+    first, second = c.refine("q", PASSAGES)
+    assert first.score == pytest.approx(0.6) and first.keep and not first.fallback
+    assert second.fallback and second.keep and second.raw == {"yes": -math.inf, "no": -math.inf}
+
+
+def test_prompted_controller_with_well_formed_replies_drives_the_method(ctools):
+    controller = PromptedLMController(FakeGenerator(well_formed), score_mode="generate")
+    trace = InSemRAG(ctools, controller, InSemRAGSettings(**FAST)).answer(QUESTION).trace
+    assert trace.fallbacks == 0
+    assert trace.find("enrich").detail["views"]["sparse"] == "Eiffel Tower designed"
+    assert "louvre#0" not in trace.find("refine").detail["kept"]
+    repair = next(s.detail for s in trace.steps if s.name == "repair")
+    assert repair["chunk_id"] == "eiffel#1" and repair["text"].startswith("The Eiffel Tower was designed")
+    assert trace.find("follow_up").detail["queries"] == ["When was the Eiffel Tower built?"]
+    assert names(trace).count("generate") == 1 and trace.totals()["lm_calls"] == 1
+
+
+# ------------------------------------------------------------------------------------------------------ heuristic
+@pytest.mark.parametrize(
+    ("text", "damaged"),
+    [
+        ("it was designed by the engineering company of Gustave Eiffel and", True),
+        ("He then announced his resignation shortly after the investigation concluded.", True),
+        ("As a result, the policy was widely criticized by experts.", True),
+        ("The tower (finished in 1889 was built for the fair.", False),
+        ("The tower (finished in 1889 was built for the fair", True),
+        ("The Eiffel Tower is a wrought-iron lattice tower in Paris.", False),
+        ('He said "yes.', True),
+    ],
+)
+def test_heuristic_completeness_from_sentence_boundaries(text, damaged):
+    score = HeuristicController().completeness("q", [text])[0].score
+    assert (score < 0.5) is damaged
+    assert 0.0 <= score <= 1.0
+
+
+def test_heuristic_checks_weights_and_stitch():
+    assert completeness_checks("Short but whole.", min_words=50)["long_enough"] is False
+    assert HeuristicController(min_words=50).completeness("q", ["Short but whole."])[0].score == pytest.approx(0.7)
+    h = HeuristicController()
+    entity = h.channel_weights("Where does SpongeBob SquarePants live?", ["dense", "sparse"]).weights
+    explain = h.channel_weights("Why did the work from home trend start to boom in recent years?", ["dense", "sparse"])
+    assert entity["sparse"] > entity["dense"] and explain.weights["dense"] > explain.weights["sparse"]
+    assert sum(entity.values()) == pytest.approx(1.0)
+    assert h.enrich("Who wrote Hamlet in 1600?").keywords == ["wrote", "Hamlet", "1600"]
+    stitched = extractive_stitch("One two three. Four five six.", "Center words here.", "Seven eight. Nine ten.", 8)
+    assert stitched == "Four five six. Center words here. Seven eight."
+    assert len(extractive_stitch(None, "a b c d e f g h i j", None, 4).split()) == 4
+    coverage = h.coverage("q", ["Eiffel company", "Hamlet"], PASSAGES)
+    assert coverage.scores == [1.0, 0.0] and coverage.score == 0.0
+    assert h.follow_up("q", "Hamlet author", PASSAGES).query == "Hamlet author"
+    assert h.follow_up("q", "Eiffel Tower height", PASSAGES).query == "height"
+
+
+# ------------------------------------------------------------------------------------------------------ settings
+def test_settings_defaults_and_validation():
+    s = InSemRAGSettings().validate()
+    assert (s.tau, s.gamma, s.max_rounds, s.k, s.compression_length) == (0.5, 0.5, 3, 10, 512)
+    assert InSemRAGSettings(channels=["dense", "sparse", "extended"]).validate().channels == (
+        "dense",
+        "sparse",
+        "extended",
+    )
+    json.dumps(s.to_dict())
+    for bad in (
+        {"tau": -0.1},
+        {"gamma": float("nan")},
+        {"tau": True},
+        {"max_rounds": 0},
+        {"k": 11, "k1": 10},
+        {"compression_length": 2.5},
+        {"channels": ("dense", "bm42")},
+        {"channels": ()},
+        {"channels": ("dense", "dense")},
+        {"refine": "yes"},
+        {"answer_max_tokens": 0},
+    ):
+        with pytest.raises(ConfigError, match="insemrag"):
+            InSemRAGSettings(**bad).validate()
+
+
+def test_prompted_controller_on_the_tiny_generator_runs_end_to_end(ctools):
+    controller = PromptedLMController(ctools.generator, enrich_tokens=12, elements_tokens=12, follow_up_tokens=8)
+    settings = InSemRAGSettings(**FAST, compression_length=16, max_rounds=2)
+    trace = InSemRAG(ctools, controller, settings).answer(QUESTION).trace
+    assert controller.score_mode == "logprobs"  # log-prob scoring on a random model
+    assert names(trace).count("generate") == 1 and trace.find("generate").cost["lm_calls"] == 1
+    for step in trace.steps:
+        if step.name == "refine":
+            assert all(0.0 <= d["score"] <= 1.0 for d in step.detail["decisions"])
+    assert trace.fallbacks == len(trace.notes)
+    json.dumps(trace.to_dict())

@@ -1,0 +1,533 @@
+"""InSemRAG — intent-aware retrieval and semantics-preserving chunking (spec ``seed-004-insemrag.md``).
+
+A controller (:mod:`workbench.methods.controller`) makes every intermediate decision; the generator is called once,
+at the end. Per question (steps as they appear in the trace):
+
+1. ``elements`` — the controller extracts the question's key information elements once (S6; spec D7).
+2. Rounds t = 1 .. ``max_rounds`` (3, paper), over the round's active queries (round 1: the question; later: the
+   follow-up queries):
+
+   * ``enrich`` (per query) — a dense paraphrase q_d and sparse keywords q_s (S1);
+   * ``weights`` (per query) — a weight per retrieval channel, summing to 1 (S2);
+   * ``retrieve`` (per round, one batched hybrid search) — the dense channel searches q_d, the sparse (BM25)
+     channel the keywords, the optional extended channel q ⊕ q_d ⊕ keywords (spec D3); each channel returns its
+     top ``candidates_per_channel``; :class:`~workbench.backends.retrievers.HybridRetriever` min-max normalises and
+     fuses them with the query's weights (eq. 8) into the top ``k1`` pool E0. Fused and per-channel raw scores
+     are logged;
+   * ``refine`` (per query) — the controller keeps / drops each candidate with a relevance score (S3); the kept
+     ones, by score (ties: fused rank), capped at ``k`` (k2), form Er;
+   * ``damage`` (per query) — a completeness score per kept chunk (S4); damaged iff score < ``tau``;
+   * ``repair`` (per damaged chunk) — the previous and next chunk of the same document (``doc_id``, ``index`` ± 1)
+     are stitched around it and the controller compresses the stitch to ``compression_length`` tokens (S5). The
+     repaired chunk (``chunk_id`` ``"rep:<id>"``) replaces the damaged one; a chunk with no neighbour is kept as
+     it is and flagged ``unrepairable``;
+   * ``coverage`` (per round) — the controller scores every element against the cumulative evidence (S7);
+     uncovered iff score < ``gamma``. Stop when nothing is uncovered or after the last round;
+   * ``follow_up`` (per round that continues) — one new query per uncovered element (S8), at most
+     ``max_follow_ups``; queries already asked are skipped, and a round with no new query stops the loop.
+
+3. ``generate`` — exactly one generator call: the question with the cumulative evidence (round order, then
+   relevance; at most ``max_final_chunks``).
+
+Every controller decision (values, raw reply, fallback flag, note) is in its step's detail; each fallback is also
+counted in ``trace.fallbacks`` with a note. The controller is the paper's prompted small LM
+(:class:`~workbench.methods.controller.PromptedLMController`), a distilled student, or the model-free
+:class:`~workbench.methods.controller.HeuristicController`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workbench.backends.retrievers import (
+    BM25Retriever,
+    DenseRetriever,
+    HybridRetriever,
+    RetrievalResult,
+    Retriever,
+    as_corpus,
+)
+from workbench.core.errors import ConfigError
+from workbench.methods.base import Answer, Method, Passage, Tools, Trace
+from workbench.methods.common import context_block, generate_answers
+from workbench.methods.controller import (
+    CHANNELS,
+    ChannelWeights,
+    Controller,
+    Decision,
+    Enrichment,
+    uniform_weights,
+)
+
+__all__ = ["InSemRAG", "InSemRAGSettings", "ViewChannel", "build_hybrid_retriever", "route_views"]
+
+
+# ------------------------------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class InSemRAGSettings:
+    """Every knob of InSemRAG. Tags: [P] paper, [I] inferred from the paper's tables, [D] spec recommendation.
+
+    * ``tau`` = 0.5 — completeness threshold τ: a kept chunk is damaged iff its score < τ. The paper's value is
+      lost [D: spec §19, calibrate on the controller's scores]. Values > 1 call every chunk damaged.
+    * ``gamma`` = 0.5 — coverage threshold γ: an element is uncovered iff its score < γ [D: spec §19, calibrate
+      so that ~72% of questions stop after round 1]. 0 never continues; values > 1 always run ``max_rounds``.
+    * ``max_rounds`` = 3 — rounds of retrieve → refine → repair → audit [P].
+    * ``candidates_per_channel`` = 50 — each channel's own top-N before fusion [D: N = k1].
+    * ``k1`` = 50 — size of the fused candidate pool E0 the controller refines [D; the paper's value is lost].
+    * ``k`` = 10 — chunks kept per active query after refinement (k2) [I].
+    * ``compression_length`` = 512 — length budget L of a repaired chunk, in tokens [I: the chunk length].
+    * ``max_follow_ups`` = 3 — follow-up queries per round [D].
+    * ``max_final_chunks`` = 30 — cap on the evidence in the final prompt [D: k2 · max_rounds].
+    * ``channels`` = ("dense", "sparse") — channels of the retriever built when none is given; add ``"extended"``
+      for the paper's third channel (a second dense search with q ⊕ q_d ⊕ keywords, spec D3).
+    * ``enrich`` / ``dynamic_weights`` / ``refine`` / ``repair`` = True — the paper's ablations when False:
+      w/o QE-IAR (every channel searches the raw query), w/o DW-IAR (uniform weights), w/o ER-SPC (Er = the top
+      ``k`` by fused score), no damage detection and repair.
+    * ``answer_max_tokens`` = None — token budget of the final answer (None: the tools' ``max_new_tokens``).
+    """
+
+    tau: float = 0.5
+    gamma: float = 0.5
+    max_rounds: int = 3
+    candidates_per_channel: int = 50
+    k1: int = 50
+    k: int = 10
+    compression_length: int = 512
+    max_follow_ups: int = 3
+    max_final_chunks: int = 30
+    channels: tuple[str, ...] = ("dense", "sparse")
+    enrich: bool = True
+    dynamic_weights: bool = True
+    refine: bool = True
+    repair: bool = True
+    answer_max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.channels, list):
+            object.__setattr__(self, "channels", tuple(self.channels))
+
+    def validate(self) -> InSemRAGSettings:
+        """Raise :class:`ConfigError` on a bad value; return ``self`` for chaining."""
+
+        def bad(name: str, what: str) -> ConfigError:
+            return ConfigError(f"{what}, got {getattr(self, name)!r}", f"insemrag.{name}")
+
+        for name in ("tau", "gamma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise bad(name, f"{name} must be a finite number >= 0")
+        for name in ("max_rounds", "candidates_per_channel", "k1", "k", "compression_length", "max_follow_ups"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, f"{name} must be an integer >= 1")
+        if self.max_final_chunks is not None and (
+            isinstance(self.max_final_chunks, bool)
+            or not isinstance(self.max_final_chunks, int)
+            or self.max_final_chunks < 1
+        ):
+            raise bad("max_final_chunks", "max_final_chunks must be an integer >= 1")
+        if self.k > self.k1:
+            raise bad("k", f"k must be <= k1 = {self.k1} (it is picked from the k1 candidates)")
+        channels = self.channels
+        if (
+            not isinstance(channels, tuple)
+            or not channels
+            or len(set(channels)) != len(channels)
+            or not set(channels) <= set(CHANNELS)
+        ):
+            raise bad("channels", f"channels must be distinct names from {', '.join(CHANNELS)}")
+        for name in ("enrich", "dynamic_weights", "refine", "repair"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, f"{name} must be true or false")
+        budget = self.answer_max_tokens
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise bad("answer_max_tokens", "answer_max_tokens must be None or an integer >= 1")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict."""
+        out = asdict(self)
+        out["channels"] = list(self.channels)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------ retrieval
+class ViewChannel(Retriever):
+    """A channel that searches its own view of a multi-view query.
+
+    The query strings a routed :class:`HybridRetriever` receives are JSON objects ``{channel: text}``; this wrapper
+    hands the inner retriever the text of ``view`` (so the dense channel searches the paraphrase and the sparse
+    channel the keywords) and keeps its last results in ``last`` (query → result) for per-channel score logging.
+    """
+
+    def __init__(self, inner: Retriever, view: str) -> None:
+        self.inner = inner
+        self.view = view
+        self.corpus = inner.corpus
+        self.counter = inner.counter
+        self.last: dict[str, RetrievalResult] = {}
+
+    def _search(self, queries: list[str], k: int) -> list[RetrievalResult]:
+        texts = [json.loads(q)[self.view] for q in queries]
+        results = self.inner._search(texts, k)
+        self.last = dict(zip(queries, results, strict=True))
+        return results
+
+
+def route_views(hybrid: HybridRetriever, candidates_per_channel: int | None = None) -> HybridRetriever:
+    """A hybrid retriever like ``hybrid`` (fusion, normalisation, default weights, counter) whose channels are
+    :class:`ViewChannel` wrappers of its channels, each reading the view named like the channel."""
+    unknown = [name for name in hybrid.names if name not in CHANNELS]
+    if unknown:
+        raise ConfigError(f"unknown channel(s) {unknown}: InSemRAG channels are {', '.join(CHANNELS)}", "retriever")
+    channels = {
+        name: ch if isinstance(ch, ViewChannel) else ViewChannel(ch, name) for name, ch in hybrid.channels.items()
+    }
+    return HybridRetriever(
+        channels,
+        weights=dict(zip(hybrid.names, (float(w) for w in hybrid.weights), strict=True)),
+        fusion=hybrid.fusion,
+        normalization=hybrid.normalization,
+        rrf_k=hybrid.rrf_k,
+        candidate_k=candidates_per_channel or hybrid.candidate_k,
+        counter=hybrid.counter,
+    )
+
+
+def build_hybrid_retriever(tools: Tools, channels: Sequence[str] = ("dense", "sparse")) -> HybridRetriever:
+    """A hybrid retriever over ``tools.corpus``: dense (``tools.embedder``), sparse (BM25; the tools' own BM25
+    retriever when it searches the same corpus) and, if asked, extended (the dense index again)."""
+    if tools.embedder is None and ("dense" in channels or "extended" in channels):
+        raise ConfigError("InSemRAG's dense channel needs an embedder (tools.embedder is None)", "insemrag.retriever")
+    corpus = as_corpus(tools.corpus)
+    built: dict[str, Retriever] = {}
+    if "dense" in channels or "extended" in channels:
+        dense = DenseRetriever(corpus, tools.embedder, counter=tools.counter)
+        built.update({name: dense for name in ("dense", "extended") if name in channels})
+    if "sparse" in channels:
+        own = tools.retriever
+        if isinstance(own, BM25Retriever) and own.corpus.fingerprint == corpus.fingerprint:
+            built["sparse"] = own
+        else:
+            built["sparse"] = BM25Retriever(corpus, counter=tools.counter)
+    return HybridRetriever({name: built[name] for name in channels}, counter=tools.counter)
+
+
+def _scores_by_row(result: RetrievalResult) -> dict[int, float]:
+    """Corpus row → score of one result, best first."""
+    return {int(i): float(v) for i, v in zip(result.indices, result.scores, strict=True)}
+
+
+# ------------------------------------------------------------------------------------------------------ method
+@dataclass
+class _Evidence:
+    """A passage of the cumulative evidence, with the round and query that brought it in."""
+
+    passage: Passage
+    round: int
+    query: str
+    repaired_from: str | None = None
+    sources: list[str] = field(default_factory=list)
+
+
+class InSemRAG(Method):
+    """InSemRAG with a pluggable controller (module doc). ``retriever``: a
+    :class:`~workbench.backends.retrievers.HybridRetriever` whose channels are named ``dense`` / ``sparse`` /
+    ``extended`` over ``tools.corpus`` (its rows are the corpus rows); None builds one from ``tools.corpus`` and
+    ``tools.embedder`` with ``settings.channels``. Its channels are wrapped so each searches its own query view."""
+
+    name = "insemrag"
+    requires_gold = False
+
+    def __init__(
+        self,
+        tools: Tools,
+        controller: Controller,
+        settings: InSemRAGSettings | None = None,
+        retriever: HybridRetriever | None = None,
+    ) -> None:
+        super().__init__(tools)
+        self.controller = controller
+        self.settings = (settings or InSemRAGSettings()).validate()
+        if retriever is None:
+            retriever = build_hybrid_retriever(tools, self.settings.channels)
+        if not isinstance(retriever, HybridRetriever):
+            raise ConfigError("InSemRAG needs a HybridRetriever with dense / sparse channels", "insemrag.retriever")
+        self.retriever = route_views(retriever, self.settings.candidates_per_channel)
+        self.channels: tuple[str, ...] = tuple(self.retriever.names)
+        self._neighbours: dict[tuple[str, int], int] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _record(self, trace: Trace, step: dict[str, Any], key: str, decision: Decision, what: str) -> None:
+        """Put a decision in the step detail; count its fallback."""
+        step[key] = decision.to_dict()
+        if decision.fallback:
+            trace.fallback(f"controller {what}: {decision.note or 'unusable reply, fallback used'}")
+
+    def _record_many(self, trace: Trace, decisions: Sequence[Decision], what: str) -> int:
+        fallbacks = [d for d in decisions if d.fallback]
+        for d in fallbacks:
+            trace.fallback(f"controller {what}: {d.note or 'unusable reply, fallback used'}")
+        return len(fallbacks)
+
+    def _neighbour_rows(self, row: int) -> tuple[int | None, int | None]:
+        """Corpus rows of the previous and next chunk of the same document (None where there is none)."""
+        if self._neighbours is None:
+            try:
+                doc_ids, positions = self.tools.column("doc_id"), self.tools.column("index")
+            except (KeyError, ValueError):
+                doc_ids, positions = [], []
+            self._neighbours = {(str(d), int(p)): i for i, (d, p) in enumerate(zip(doc_ids, positions, strict=True))}
+        if not self._neighbours:
+            return None, None
+        key_doc, pos = str(self.tools.column("doc_id")[row]), int(self.tools.column("index")[row])
+        return self._neighbours.get((key_doc, pos - 1)), self._neighbours.get((key_doc, pos + 1))
+
+    def _views(self, query: str, enrichment: Enrichment) -> dict[str, str]:
+        dense = enrichment.dense.strip() or query
+        sparse = " ".join(enrichment.keywords).strip() or query
+        extended = " ".join(dict.fromkeys([query.strip(), dense, sparse]))
+        views = {"dense": dense, "sparse": sparse, "extended": extended}
+        return {name: views[name] for name in self.channels}
+
+    def _checked_weights(self, trace: Trace, decision: ChannelWeights) -> dict[str, float]:
+        weights = decision.weights
+        ok = (
+            isinstance(weights, dict)
+            and set(weights) <= set(self.channels)
+            and all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in weights.values())
+            and sum(weights.values()) > 0
+        )
+        if not ok:
+            trace.fallback(f"controller weights: invalid weights {weights!r}, uniform used")
+            return uniform_weights(self.channels)
+        total = float(sum(weights.values()))
+        return {c: float(weights.get(c, 0.0)) / total for c in self.channels}
+
+    # ------------------------------------------------------------------ one round's steps
+    def _retrieve(
+        self, trace: Trace, round_: int, queries: list[str], views: list[dict[str, str]], weights: list[dict]
+    ) -> list[list[Passage]]:
+        s = self.settings
+        with trace.step("retrieve", self.tools.counter) as step:
+            composites = [json.dumps(v, sort_keys=True) for v in views]
+            results = self.retriever.search(composites, k=s.k1, weights=weights)
+            pools, logged = [], []
+            for composite, result, query, view, weight in zip(
+                composites, results, queries, views, weights, strict=True
+            ):
+                raw = {name: _scores_by_row(ch.last[composite]) for name, ch in self.retriever.channels.items()}
+                pool = [self.tools.passage(int(i), float(v)) for i, v in _scores_by_row(result).items()]
+                pools.append(pool)
+                logged.append(
+                    {
+                        "query": query,
+                        "views": view,
+                        "weights": weight,
+                        "candidates": [
+                            {
+                                "chunk_id": p.chunk_id,
+                                "fused": p.score,
+                                "channels": {name: raw[name].get(p.index) for name in self.channels},
+                            }
+                            for p in pool
+                        ],
+                    }
+                )
+            step.update(round=round_, k1=s.k1, per_query=logged)
+        return pools
+
+    def _refine(self, trace: Trace, round_: int, query: str, pool: list[Passage]) -> list[tuple[Passage, float]]:
+        s = self.settings
+        with trace.step("refine", self.tools.counter) as step:
+            step.update(round=round_, query=query)
+            if not s.refine:
+                step["disabled"] = True
+                kept = [(p, p.score) for p in pool[: s.k]]
+            else:
+                decisions = self.controller.refine(query, [p.prompt_text(self.tools.passage_chars) for p in pool])
+                if len(decisions) != len(pool):
+                    trace.fallback(f"controller refine: {len(decisions)} verdicts for {len(pool)} candidates")
+                    decisions = []
+                    kept = [(p, p.score) for p in pool[: s.k]]
+                else:
+                    order = sorted(
+                        (i for i, d in enumerate(decisions) if d.keep), key=lambda i: (-decisions[i].score, i)
+                    )
+                    kept = [(pool[i], float(decisions[i].score)) for i in order[: s.k]]
+                step["decisions"] = [
+                    {"chunk_id": p.chunk_id, **d.to_dict()} for p, d in zip(pool, decisions, strict=False)
+                ]
+                step["fallbacks"] = self._record_many(trace, decisions, "refine")
+            step["kept"] = [p.chunk_id for p, _ in kept]
+        return kept
+
+    def _damage(self, trace: Trace, round_: int, query: str, kept: list[tuple[Passage, float]]) -> list[bool]:
+        s = self.settings
+        with trace.step("damage", self.tools.counter) as step:
+            step.update(round=round_, query=query, tau=s.tau)
+            decisions = self.controller.completeness(query, [p.text for p, _ in kept])
+            if len(decisions) != len(kept):
+                trace.fallback(f"controller completeness: {len(decisions)} scores for {len(kept)} chunks")
+                step["chunks"] = []
+                return [False] * len(kept)
+            damaged = [float(d.score) < s.tau for d in decisions]
+            step["chunks"] = [
+                {"chunk_id": p.chunk_id, "damaged": bad, **d.to_dict()}
+                for (p, _), d, bad in zip(kept, decisions, damaged, strict=True)
+            ]
+            step["fallbacks"] = self._record_many(trace, decisions, "completeness")
+            step["damaged"] = [p.chunk_id for (p, _), bad in zip(kept, damaged, strict=True) if bad]
+        return damaged
+
+    def _repair(self, trace: Trace, round_: int, query: str, passage: Passage) -> tuple[Passage, list[str]]:
+        s = self.settings
+        with trace.step("repair", self.tools.counter) as step:
+            prev_row, next_row = self._neighbour_rows(passage.index)
+            prev = self.tools.passage(prev_row) if prev_row is not None else None
+            nxt = self.tools.passage(next_row) if next_row is not None else None
+            step.update(
+                round=round_,
+                query=query,
+                chunk_id=passage.chunk_id,
+                previous_id=prev.chunk_id if prev else None,
+                next_id=nxt.chunk_id if nxt else None,
+            )
+            if prev is None and nxt is None:
+                step["unrepairable"] = True
+                return passage, [passage.chunk_id]
+            step["stitched"] = " ".join(x.text.strip() for x in (prev, passage, nxt) if x is not None)
+            decision = self.controller.compress(
+                query, prev.text if prev else None, passage.text, nxt.text if nxt else None, s.compression_length
+            )
+            self._record(trace, step, "decision", decision, "compress")
+            text = " ".join(decision.text.split()[: s.compression_length]).strip()
+            if not text:
+                trace.fallback("controller compress: empty text, damaged chunk kept")
+                step["unrepairable"] = True
+                return passage, [passage.chunk_id]
+            step["text"] = text
+            sources = [x.chunk_id for x in (prev, passage, nxt) if x is not None]
+            step["sources"] = sources
+            repaired = Passage(
+                passage.index, f"rep:{passage.chunk_id}", passage.doc_id, passage.title, text, passage.score
+            )
+        return repaired, sources
+
+    # ------------------------------------------------------------------ answer
+    def answer(self, example: dict[str, Any]) -> Answer:
+        question = str(example["question"])
+        s, controller, counter = self.settings, self.controller, self.tools.counter
+        trace = Trace(self.name)
+        evidence: dict[int, _Evidence] = {}  # by corpus row: a repaired chunk supersedes its raw one
+
+        with trace.step("elements", counter) as step:
+            decision = controller.elements(question)
+            self._record(trace, step, "decision", decision, "elements")
+            elements = list(decision.elements) or [question]
+
+        queries, asked, rounds, stop = [question], {question.strip().lower()}, 0, "max_rounds"
+        for round_ in range(1, s.max_rounds + 1):
+            rounds = round_
+            views, weights = [], []
+            for query in queries:
+                with trace.step("enrich", counter) as step:
+                    step.update(round=round_, query=query)
+                    if s.enrich:
+                        enrichment = controller.enrich(query)
+                        self._record(trace, step, "decision", enrichment, "enrich")
+                    else:
+                        enrichment = Enrichment(dense=query, keywords=[], note="enrichment disabled")
+                        step["disabled"] = True
+                    views.append(self._views(query, enrichment))
+                    step["views"] = views[-1]
+                with trace.step("weights", counter) as step:
+                    step.update(round=round_, query=query)
+                    if s.dynamic_weights:
+                        decision = controller.channel_weights(query, self.channels)
+                        self._record(trace, step, "decision", decision, "weights")
+                        weights.append(self._checked_weights(trace, decision))
+                    else:
+                        step["disabled"] = True
+                        weights.append(uniform_weights(self.channels))
+                    step["weights"] = weights[-1]
+
+            pools = self._retrieve(trace, round_, queries, views, weights)
+            for query, pool in zip(queries, pools, strict=True):
+                kept = self._refine(trace, round_, query, pool)
+                damaged = self._damage(trace, round_, query, kept) if s.repair else [False] * len(kept)
+                for (passage, relevance), bad in zip(kept, damaged, strict=True):
+                    passage.score = relevance
+                    known = evidence.get(passage.index)
+                    if known is not None and known.repaired_from is not None:
+                        continue  # already repaired in an earlier round or for another query
+                    if bad:
+                        repaired, sources = self._repair(trace, round_, query, passage)
+                        if repaired is not passage:
+                            evidence[passage.index] = _Evidence(repaired, round_, query, passage.chunk_id, sources)
+                            continue
+                    if passage.index not in evidence:
+                        evidence[passage.index] = _Evidence(passage, round_, query)
+
+            texts = [e.passage.prompt_text(self.tools.passage_chars) for e in evidence.values()]
+            with trace.step("coverage", counter) as step:
+                decision = controller.coverage(question, elements, texts)
+                self._record(trace, step, "decision", decision, "coverage")
+                if len(decision.scores) == len(decision.elements):
+                    uncovered = decision.uncovered(s.gamma)
+                else:
+                    trace.fallback("controller coverage: scores and elements differ in number, treated as covered")
+                    uncovered = []
+                step.update(round=round_, gamma=s.gamma, score=decision.score, uncovered=uncovered)
+                step["evidence"] = [e.passage.chunk_id for e in evidence.values()]
+            if not uncovered:
+                stop = "covered"
+                break
+            if round_ == s.max_rounds:
+                break
+            with trace.step("follow_up", counter) as step:
+                step.update(round=round_, uncovered=uncovered)
+                decisions, queries = [], []
+                for element in uncovered[: s.max_follow_ups]:
+                    decision = controller.follow_up(question, element, texts)
+                    decisions.append({"element": element, **decision.to_dict()})
+                    self._record_many(trace, [decision], "follow_up")
+                    query = decision.query.strip() or element
+                    if query.lower() not in asked:
+                        asked.add(query.lower())
+                        queries.append(query)
+                step["decisions"] = decisions
+                step["queries"] = queries
+            if not queries:
+                stop = "no_new_queries"
+                break
+
+        chosen = list(evidence.values())[: s.max_final_chunks]
+        passages = [e.passage for e in chosen]
+        with trace.step("generate", counter) as step:
+            out = generate_answers(
+                self.tools,
+                [question],
+                [context_block(passages, self.tools.passage_chars)],
+                max_new_tokens=s.answer_max_tokens,
+            )[0]
+            step.update(
+                rounds=rounds,
+                stop=stop,
+                ids=[p.chunk_id for p in passages],
+                evidence=[
+                    {"chunk_id": e.passage.chunk_id, "round": e.round, "query": e.query, "sources": e.sources}
+                    for e in chosen
+                ],
+                prompt_tokens=out.built.n_tokens,
+            )
+            if out.built.truncated:
+                trace.fallback("context cut to fit the model window")
+        if not passages:
+            trace.fallback("no evidence after refinement: answered closed-book")
+        trace.retrieved = bool(passages)
+        return Answer(out.text.strip(), trace)
