@@ -47,6 +47,7 @@ from workbench.backends.retrievers import (
     BM25Retriever,
     DenseRetriever,
     HybridRetriever,
+    PooledDenseRetriever,
     RetrievalResult,
     Retriever,
     as_corpus,
@@ -88,6 +89,12 @@ class InSemRAGSettings:
       w/o QE-IAR (every channel searches the raw query), w/o DW-IAR (uniform weights), w/o ER-SPC (Er = the top
       ``k`` by fused score), no damage detection and repair.
     * ``answer_max_tokens`` = None — token budget of the final answer (None: the tools' ``max_new_tokens``).
+    * ``dense_index`` = "pooled" — how the dense channel is built when no retriever is given: ``"full"`` embeds the
+      whole corpus into a FAISS index (the paper's setting; cached on disk, but tens of minutes for the 10,033
+      embedded passages on two CPU cores), ``"pooled"`` ranks the top ``dense_pool`` BM25 passages of each query by
+      embedding similarity (a substitute: recall bounded by BM25's recall@pool; see
+      :class:`~workbench.backends.retrievers.PooledDenseRetriever`).
+    * ``dense_pool`` = 50 — the pool size of the pooled dense channel.
     """
 
     tau: float = 0.5
@@ -105,6 +112,8 @@ class InSemRAGSettings:
     refine: bool = True
     repair: bool = True
     answer_max_tokens: int | None = None
+    dense_index: str = "pooled"
+    dense_pool: int = 50
 
     def __post_init__(self) -> None:
         if isinstance(self.channels, list):
@@ -130,6 +139,10 @@ class InSemRAGSettings:
             or self.max_final_chunks < 1
         ):
             raise bad("max_final_chunks", "max_final_chunks must be an integer >= 1")
+        if self.dense_index not in ("full", "pooled"):
+            raise bad("dense_index", "dense_index must be full or pooled")
+        if isinstance(self.dense_pool, bool) or not isinstance(self.dense_pool, int) or self.dense_pool < 1:
+            raise bad("dense_pool", "dense_pool must be an integer >= 1")
         if self.k > self.k1:
             raise bad("k", f"k must be <= k1 = {self.k1} (it is picked from the k1 candidates)")
         channels = self.channels
@@ -198,22 +211,27 @@ def route_views(hybrid: HybridRetriever, candidates_per_channel: int | None = No
     )
 
 
-def build_hybrid_retriever(tools: Tools, channels: Sequence[str] = ("dense", "sparse")) -> HybridRetriever:
-    """A hybrid retriever over ``tools.corpus``: dense (``tools.embedder``), sparse (BM25; the tools' own BM25
-    retriever when it searches the same corpus) and, if asked, extended (the dense index again)."""
+def build_hybrid_retriever(
+    tools: Tools, channels: Sequence[str] = ("dense", "sparse"), *, dense_index: str = "full", dense_pool: int = 50
+) -> HybridRetriever:
+    """A hybrid retriever over ``tools.corpus``: dense (``tools.embedder``; a full FAISS index, or with
+    ``dense_index="pooled"`` the top ``dense_pool`` BM25 passages re-ranked by embedding), sparse (BM25; the tools'
+    own BM25 retriever when it searches the same corpus) and, if asked, extended (the dense channel again)."""
     if tools.embedder is None and ("dense" in channels or "extended" in channels):
         raise ConfigError("InSemRAG's dense channel needs an embedder (tools.embedder is None)", "insemrag.retriever")
     corpus = as_corpus(tools.corpus)
     built: dict[str, Retriever] = {}
+    own = tools.retriever
+    same = isinstance(own, BM25Retriever) and own.corpus.fingerprint == corpus.fingerprint
+    bm25 = own if same else BM25Retriever(corpus, counter=tools.counter)
     if "dense" in channels or "extended" in channels:
-        dense = DenseRetriever(corpus, tools.embedder, counter=tools.counter)
+        if dense_index == "pooled":
+            dense: Retriever = PooledDenseRetriever(bm25, tools.embedder, pool=dense_pool, counter=tools.counter)
+        else:
+            dense = DenseRetriever(corpus, tools.embedder, counter=tools.counter)
         built.update({name: dense for name in ("dense", "extended") if name in channels})
     if "sparse" in channels:
-        own = tools.retriever
-        if isinstance(own, BM25Retriever) and own.corpus.fingerprint == corpus.fingerprint:
-            built["sparse"] = own
-        else:
-            built["sparse"] = BM25Retriever(corpus, counter=tools.counter)
+        built["sparse"] = bm25
     return HybridRetriever({name: built[name] for name in channels}, counter=tools.counter)
 
 
@@ -254,7 +272,12 @@ class InSemRAG(Method):
         self.controller = controller
         self.settings = (settings or InSemRAGSettings()).validate()
         if retriever is None:
-            retriever = build_hybrid_retriever(tools, self.settings.channels)
+            retriever = build_hybrid_retriever(
+                tools,
+                self.settings.channels,
+                dense_index=self.settings.dense_index,
+                dense_pool=self.settings.dense_pool,
+            )
         if not isinstance(retriever, HybridRetriever):
             raise ConfigError("InSemRAG needs a HybridRetriever with dense / sparse channels", "insemrag.retriever")
         self.retriever = route_views(retriever, self.settings.candidates_per_channel)

@@ -16,6 +16,7 @@ from workbench.backends.retrievers import (
     Corpus,
     DenseRetriever,
     HybridRetriever,
+    PooledDenseRetriever,
     RetrievalResult,
     Retriever,
     as_corpus,
@@ -139,6 +140,22 @@ def test_empty_corpus():
 
 
 # ----------------------------------------------------------------------------------------------- dense
+
+
+def test_pooled_dense_ranks_the_bm25_pool_by_embedding_and_stays_inside_it():
+    bm25 = BM25Retriever(CORPUS)
+    embedder = HashingEmbedder()
+    pooled = PooledDenseRetriever(bm25, embedder, pool=3)
+    query = "capital of Japan Tokyo"
+    pool_ids = set(bm25.search([query], k=3)[0].ids)
+    result = pooled.search([query], k=2)[0]
+    assert set(result.ids) <= pool_ids and result.ids[0] == "tokyo"
+    full = DenseRetriever(CORPUS, embedder).search([query], k=3)[0]  # same cosine as a full index on the pool
+    np.testing.assert_allclose(result.scores[0], full.scores[list(full.ids).index("tokyo")], atol=1e-5)
+    assert pooled.counter.retrieval_calls == 1 and bm25.counter.retrieval_calls == 1  # pooling is not counted
+    assert len(pooled.search(["zzzz qqqq"], k=2)[0]) == 0  # nothing in the pool, nothing found
+    with pytest.raises(ConfigError):
+        PooledDenseRetriever(bm25, embedder, pool=0)
 
 
 @pytest.mark.parametrize("index", ["flat", "ivf", "hnsw"])

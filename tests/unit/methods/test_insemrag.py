@@ -45,7 +45,7 @@ CHUNKS = [
 ]
 TEXT = {f"{d}#{i}": text for d, i, _, text in CHUNKS}
 QUESTION = {"question": "Who designed the Eiffel Tower?", "answers": ["Gustave Eiffel"]}
-FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7}
+FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7, "dense_index": "full"}  # full: every chunk reaches the fusion
 
 
 def chunked_corpus():
