@@ -295,6 +295,9 @@ class SeperEvalSection:
         ["bm25", "dense", "hybrid", "dtr"],
     )
     k: int = doc("passages per context", 5)
+    corpus_size: int | None = doc(
+        "passages searched: the gold documents' chunks plus random others (null: the whole corpus)", 1000
+    )
     samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
     temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
     max_new_tokens: int = doc("SePer: length cap of each sampled answer", 16)

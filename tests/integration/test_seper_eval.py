@@ -30,6 +30,7 @@ def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encod
                 "seper_eval.samples=2",
                 "seper_eval.k=2",
                 "seper_eval.max_new_tokens=4",
+                "seper_eval.corpus_size=200",
             ],
         )
     )

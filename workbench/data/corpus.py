@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from datasets import Features, Value
 
@@ -87,3 +87,16 @@ def corpus_fingerprint(corpus: datasets.Dataset) -> str:
     for chunk_id, text in zip(corpus["chunk_id"], corpus["text"], strict=True):
         digest.update(chunk_id.encode("utf-8") + b"\x1f" + text.encode("utf-8") + b"\x1e")
     return digest.hexdigest()[:16]
+
+
+def corpus_sample(corpus: Any, rows: Sequence[dict], size: int, seed: int) -> Any:
+    """Every chunk of the ``rows``' gold documents (``gold_passages[*].doc_id``) plus seeded random other chunks, up
+    to ``size`` passages in all, in corpus order — a smaller corpus whose questions keep their gold passages."""
+    import random
+
+    gold_docs = {p["doc_id"] for r in rows for p in r["gold_passages"]}
+    doc_ids = corpus["doc_id"]
+    gold = [i for i, d in enumerate(doc_ids) if d in gold_docs]
+    others = [i for i, d in enumerate(doc_ids) if d not in gold_docs]
+    picked = gold + random.Random(seed).sample(others, max(0, min(len(others), size - len(gold))))
+    return corpus.select(sorted(picked))

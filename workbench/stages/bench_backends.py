@@ -10,13 +10,13 @@ Timings use no generation cache; each is the median of ``bench.repeats`` runs. O
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Any
 
 from workbench.backends.cost import CostCounter
 from workbench.core.atomic import atomic_write_json
+from workbench.data.corpus import corpus_sample
 from workbench.stages.context import StageContext
 from workbench.stages.nli_eval import eval_sets, evaluate_judges
 
@@ -103,22 +103,11 @@ def _bench_nli(ctx: StageContext) -> dict[str, Any]:
     return evaluate_judges(list(section.nli_judges), ctx.resources, sets, models)
 
 
-def _corpus_sample(corpus, rows: list[dict], size: int, seed: int):
-    """Every chunk of the questions' gold documents plus random other chunks, up to ``size`` passages."""
-    gold_docs = {p["doc_id"] for r in rows for p in r["gold_passages"]}
-    doc_ids = corpus["doc_id"]
-    gold = [i for i, d in enumerate(doc_ids) if d in gold_docs]
-    others = [i for i, d in enumerate(doc_ids) if d not in gold_docs]
-    rng = random.Random(seed)
-    picked = gold + rng.sample(others, max(0, min(len(others), size - len(gold))))
-    return corpus.select(sorted(picked))
-
-
 def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
     from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 
     section = ctx.config.bench
-    sample = _corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
+    sample = corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
     queries = [r["question"] for r in rows]
     gold = [{p["doc_id"] for p in r["gold_passages"]} for r in rows]
     embedder = ctx.resources.embedder()

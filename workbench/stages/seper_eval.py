@@ -2,7 +2,9 @@
 
 For the first ``seper_eval.limit`` questions of ``seper_eval.split``, every retriever in ``seper_eval.retrievers``
 (``bm25``, ``dense``, ``hybrid``, and ``dtr`` — DTR's dual-path retrieval with adaptive selection, forced to retrieve)
-gives a context of ``seper_eval.k`` passages. ΔSePer (SePer spec §3.8) = the model's belief in the gold answer with
+gives a context of ``seper_eval.k`` passages from a corpus of ``seper_eval.corpus_size`` passages (every chunk of the
+questions' gold documents plus random others — a full dense index of the 10,033 passages takes tens of minutes on
+two CPU cores; null searches the whole corpus). ΔSePer (SePer spec §3.8) = the model's belief in the gold answer with
 that context minus without it, by both estimators (SePer-H: hard clusters; SePer-S: soft kernel;
 :mod:`workbench.uncertainty.seper`). All contexts of all retrievers go through ONE sampling call and ONE NLI call,
 and the closed-book term is computed once per question and shared. Gold-dependent: an evaluation of retrievers,
@@ -85,6 +87,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         raise ConfigError(f"split {section.split!r} not in the dataset", "seper_eval.split")
     rows = list(qa[section.split].select(range(min(section.limit, len(qa[section.split])))))
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    if section.corpus_size is not None:
+        from workbench.data.corpus import corpus_sample
+
+        corpus = corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
     tools = build_tools(ctx, corpus)
     tools.passage_chars = section.passage_chars
     passages = {kind: _contexts(ctx, kind, rows, corpus, tools, section.k) for kind in section.retrievers}
@@ -115,7 +121,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
             }
         )
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "per_question"))
-    summary: dict[str, Any] = {"split": section.split, "questions": len(rows), "k": section.k, "retrievers": {}}
+    summary: dict[str, Any] = {
+        "split": section.split,
+        "questions": len(rows),
+        "k": section.k,
+        "passages": len(corpus),
+        "retrievers": {},
+    }
     for kind in section.retrievers:
         mine = [r for r in records if r["retriever"] == kind]
         entry: dict[str, Any] = {}
@@ -158,7 +170,8 @@ def seper_section(seper_dir: Any, out_dir: Any) -> list[str]:
     lines = [
         "## Retrievers ranked by retrieval utility (ΔSePer)",
         "",
-        f"{summary['questions']} `{summary['split']}` questions, top-{summary['k']} passages per retriever. ΔSePer = "
+        f"{summary['questions']} `{summary['split']}` questions, top-{summary['k']} of {summary['passages']} passages "
+        "(every chunk of the questions' gold documents plus random others) per retriever. ΔSePer = "
         "the model's belief in the gold answer with the passages minus without them (gold-dependent: an evaluation, "
         "not a runtime signal); intervals are bootstrap 90% intervals of the mean.",
         "",

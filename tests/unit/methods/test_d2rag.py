@@ -1,0 +1,327 @@
+"""D²-RAG on the tiny model: the retrieval decision, the decoding mode per utility class, the gold-free utility
+predictor and its features, and settings validation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from workbench.calibration.registry import calibrator_from_dict
+from workbench.core.errors import ConfigError, DataError
+from workbench.methods.baselines import NoRAG, StandardRAG
+from workbench.methods.d2rag import D2RAG, D2RAGSettings, utility_class
+from workbench.methods.utility import (
+    UTILITY_FEATURES,
+    ClosedAnswer,
+    OracleUtility,
+    UtilityEstimate,
+    UtilityPredictor,
+    utility_features,
+    utility_inputs,
+)
+
+EXAMPLE = {"question": "What is the capital of France?", "answers": ["Paris"]}
+# identity-like isotonic map for the confidence feature (mean log-prob in [-20, 0] → [0, 1])
+CALIBRATORS = {"confidence": {"kind": "isotonic", "version": 1, "x": [-20.0, 0.0], "y": [0.0, 1.0]}}
+
+
+@pytest.fixture(scope="module")
+def peaked_generator(tmp_path_factory):
+    """A tiny random Llama with large initial weights, whose greedy answers are varied, non-empty text (the shared
+    tiny model repeats one special token, so every answer would be empty and text comparisons vacuous)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.tiny_models import build_tiny_tokenizer
+    from workbench.backends.generator import Generator
+
+    path = tmp_path_factory.mktemp("tiny-llama-peaked-d2rag")
+    tokenizer = build_tiny_tokenizer(path)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        initializer_range=1.0,
+    )
+    torch.manual_seed(1)
+    LlamaForCausalLM(config).save_pretrained(path)
+    return Generator(path, batch_size=16)
+
+
+@pytest.fixture
+def tools(tools, peaked_generator):
+    """The shared method tools (corpus, BM25, rule judge, fresh counter) around the peaked generator."""
+    peaked_generator.counter = tools.counter
+    tools.generator = peaked_generator
+    return tools
+
+
+class FixedClassifier:
+    """P(correct) fixed; records the feature rows it was given."""
+
+    feature_names = ("confidence",)
+
+    def __init__(self, p: float) -> None:
+        self.p, self.seen = p, []
+
+    def predict_proba(self, X):
+        self.seen.append(np.asarray(X))
+        return np.full(len(X), self.p)
+
+
+class FixedUtility:
+    """δ fixed, no model call."""
+
+    requires_gold = False
+
+    def __init__(self, delta: float) -> None:
+        self.delta = delta
+
+    def estimate(self, tools, examples, contexts, scores, closed=None):
+        return UtilityEstimate(np.full(len(examples), self.delta), "fixed")
+
+
+def make(tools, p=0.2, delta=0.0, tau=0.5, **settings):
+    return D2RAG(
+        tools,
+        calibrators={k: calibrator_from_dict(v) for k, v in CALIBRATORS.items()},
+        classifier=FixedClassifier(p),
+        tau=tau,
+        utility=delta if not isinstance(delta, float | int) else FixedUtility(float(delta)),
+        settings=D2RAGSettings(k=2, **settings),
+    )
+
+
+# ------------------------------------------------------------------------------------------ stage 1
+def test_confident_question_is_answered_closed_book_with_one_lm_call(tools):
+    method = make(tools, p=0.9, tau=0.5)
+    answer = method.answer(EXAMPLE)
+    trace = answer.trace
+    assert [s.name for s in trace.steps] == ["features", "decide", "generate"]
+    totals = trace.totals()
+    assert totals["lm_calls"] == 1 and totals["retrieval_calls"] == 0
+    assert not trace.retrieved and trace.decoding == "greedy"
+    decide = trace.find("decide").detail
+    assert decide == {"p_correct": 0.9, "tau": 0.5, "retrieve": False}
+    generate = trace.find("generate").detail
+    assert generate["mode"] == "noctx-normal" and generate["reused_stage1_answer"]
+    assert answer.text == NoRAG(tools).answer(EXAMPLE).text
+    features = trace.find("features").detail
+    u = method.classifier.seen[0]
+    assert u.shape == (1, 1) and 0.0 <= u[0, 0] <= 1.0
+    assert features["calibrated"]["confidence"] == pytest.approx(u[0, 0])
+    assert features["calibrated"]["confidence"] == pytest.approx(1 + features["raw"]["confidence"] / 20)
+
+
+def test_threshold_is_strict(tools):
+    assert not make(tools, p=0.5, tau=0.5).answer(EXAMPLE).trace.retrieved  # p >= τ: no retrieval
+    assert make(tools, p=0.49, tau=0.5).answer(EXAMPLE).trace.retrieved
+
+
+# ------------------------------------------------------------------------------------------ stage 2
+@pytest.mark.parametrize(
+    ("delta", "klass", "mode", "decoding"),
+    [
+        (0.5, "relevant", "ctx-pos-acd", "contrastive"),
+        (-0.5, "noisy", "ctx-neg-acd", "contrastive"),
+        (0.0, "neutral", "ctx-normal", "greedy"),
+    ],
+)
+def test_decoding_mode_follows_the_utility_class(tools, delta, klass, mode, decoding):
+    answer = make(tools, p=0.1, delta=delta).answer(EXAMPLE)
+    trace = answer.trace
+    assert [s.name for s in trace.steps] == ["features", "decide", "retrieve", "utility", "generate"]
+    assert trace.retrieved and trace.decoding == decoding
+    utility = trace.find("utility").detail
+    assert utility["delta"] == delta and utility["class"] == klass and utility["mode"] == mode
+    generate = trace.find("generate").detail
+    assert generate["mode"] == mode and generate["decoding"] == decoding
+    assert len(trace.find("retrieve").detail["ids"]) == 2
+    totals = trace.totals()
+    assert totals["lm_calls"] == 2  # stage-1 answer + one answer (contrastive: both streams in one call)
+    if klass == "relevant":
+        assert generate["expert"] == "context" and generate["amateur"] == "closed_book"
+        assert generate["alpha"] == 1.0 and generate["parametric"] == "amateur"
+    if klass == "noisy":
+        assert generate["expert"] == "closed_book" and generate["amateur"] == "context"
+        assert generate["alpha"] == 0.1 and generate["parametric"] == "expert"
+    if decoding == "contrastive":
+        assert len(generate["lambdas"]) == generate["steps"] >= 1
+        assert all(0 <= w <= 1 for w in generate["weights"])
+        assert totals["decoded_tokens"] >= 2 * generate["steps"]
+    else:
+        assert answer.text == StandardRAG(tools, k=2).answer(EXAMPLE).text
+
+
+def test_alpha_zero_reduces_to_the_plain_answers(tools):
+    relevant = make(tools, p=0.1, delta=0.5, alpha_pos=0.0).answer(EXAMPLE)
+    assert relevant.text == StandardRAG(tools, k=2).answer(EXAMPLE).text
+    noisy = make(tools, p=0.1, delta=-0.5, alpha_neg=0.0).answer(EXAMPLE)
+    assert noisy.text == NoRAG(tools).answer(EXAMPLE).text
+    assert relevant.text and noisy.text and relevant.text != noisy.text
+    contrasted = make(tools, p=0.1, delta=0.5, alpha_pos=1.0).answer(EXAMPLE)
+    assert contrasted.text != relevant.text  # with this model the contrast changes the answer
+
+
+def test_unknown_utility_decodes_neutral_with_a_fallback(tools):
+    answer = make(tools, p=0.1, delta=OracleUtility()).answer(EXAMPLE)  # no delta_seper in the example
+    assert answer.trace.find("utility").detail["class"] == "neutral" and answer.trace.fallbacks == 1
+    oracle = make(tools, p=0.1, delta=OracleUtility())
+    assert oracle.requires_gold
+    assert oracle.answer({**EXAMPLE, "delta_seper": -0.3}).trace.find("utility").detail["class"] == "noisy"
+    assert oracle.answer({**EXAMPLE, "delta_seper_s": 0.4}).trace.find("utility").detail["mode"] == "ctx-pos-acd"
+    assert not make(tools).requires_gold
+
+
+def test_no_passages_falls_back_to_closed_book(tools):
+    answer = make(tools, p=0.1, delta=0.5).answer({"question": "zzzz qqqq"})
+    assert not answer.trace.retrieved and answer.trace.fallbacks == 1
+    assert answer.trace.steps[-1].detail["mode"] == "noctx-normal"
+
+
+def test_learned_utility_reuses_the_stage1_and_utility_answers(tools):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, len(UTILITY_FEATURES)))
+    predictor = UtilityPredictor(l2=1.0).fit(X, np.zeros(20))  # predicts 0 → neutral
+    answer = make(tools, p=0.1, delta=predictor).answer(EXAMPLE)
+    trace = answer.trace
+    utility = trace.find("utility")
+    assert utility.detail["source"] == "learned" and len(utility.detail["features"]) == len(UTILITY_FEATURES)
+    assert utility.cost["lm_calls"] == 1  # with-context answer only: the closed-book one is a_para
+    assert utility.cost["nli_pairs"] >= 1
+    generate = trace.find("generate")
+    assert generate.detail["reused_utility_answer"] and generate.cost["lm_calls"] == 0
+    assert answer.text == StandardRAG(tools, k=2).answer(EXAMPLE).text
+
+
+def test_utility_class_boundaries():
+    assert utility_class(0.12, 0.12, -0.1) == "neutral" and utility_class(0.13, 0.12, -0.1) == "relevant"
+    assert utility_class(-0.1, 0.12, -0.1) == "neutral" and utility_class(-0.11, 0.12, -0.1) == "noisy"
+    assert utility_class(math.nan, 0.12, -0.1) == "neutral"
+
+
+def test_non_finite_features_are_imputed(tools):
+    method = make(tools)
+    assert method._clean("confidence", float("nan")) == (0.0, True)
+    assert method._clean("confidence", float("-inf")) == (-1e10, True)
+    assert method._clean("confidence", -0.5) == (-0.5, False)
+    method.medians = {"confidence": -1.5}
+    assert method._clean("confidence", float("nan")) == (-1.5, True)
+
+
+# ------------------------------------------------------------------------------------------ settings
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tau_pos": -0.2, "tau_neg": -0.1},
+        {"tau_pos": 0.1, "tau_neg": 0.1},
+        {"tau_pos": 1.5},
+        {"alpha_pos": -1.0},
+        {"alpha_neg": float("nan")},
+        {"k": 0},
+        {"max_new_tokens": 0},
+        {"features": ("no_such_feature",)},
+        {"features": ()},
+    ],
+)
+def test_settings_validation(bad):
+    with pytest.raises(ConfigError):
+        D2RAGSettings(**bad).validate()
+
+
+def test_defaults_follow_the_spec_recommendations():
+    s = D2RAGSettings()
+    s.validate()
+    assert (s.tau_pos, s.tau_neg, s.alpha_pos, s.alpha_neg, s.k, s.dynamic) == (0.12, -0.10, 1.0, 0.1, 5, True)
+
+
+def test_constructor_checks(tools):
+    with pytest.raises(ConfigError, match="calibrator"):
+        D2RAG(tools, calibrators={}, classifier=FixedClassifier(0.5), tau=0.5, utility=FixedUtility(0.0))
+    with pytest.raises(ConfigError, match="tau"):
+        make(tools, tau=1.5)
+    with pytest.raises(ConfigError, match="lars"):
+        D2RAG(
+            tools,
+            calibrators={"lars": CALIBRATORS["confidence"]},
+            classifier=FixedClassifier(0.5),
+            tau=0.5,
+            utility=FixedUtility(0.0),
+            settings=D2RAGSettings(features=("lars",)),
+        )
+
+
+# ------------------------------------------------------------------------------------------ the utility predictor
+def test_predictor_recovers_a_planted_linear_relation_and_round_trips_json():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, len(UTILITY_FEATURES))) * rng.uniform(0.5, 3.0, size=len(UTILITY_FEATURES))
+    w = rng.normal(scale=0.03, size=len(UTILITY_FEATURES))
+    y = X @ w + 0.05 + rng.normal(scale=1e-3, size=400)
+    model = UtilityPredictor(l2=1e-6).fit(X, y)
+    np.testing.assert_allclose(model.coef_ / model.scale_, w, atol=2e-3)
+    np.testing.assert_allclose(model.predict(X), y, atol=5e-3)
+    restored = UtilityPredictor.from_dict(json.loads(json.dumps(model.to_dict())))
+    np.testing.assert_array_equal(restored.predict(X), model.predict(X))
+    assert not restored.requires_gold and OracleUtility.requires_gold
+    row = X[:1].copy()
+    row[0, 3] = np.nan  # imputed with the training mean
+    assert np.isfinite(model.predict(row)).all()
+    assert np.all(np.abs(model.predict(X * 1e3)) <= 1.0)  # clipped to the ΔSePer range
+
+
+def test_predictor_rejects_bad_input():
+    with pytest.raises(DataError):
+        UtilityPredictor().fit(np.zeros((3, 2)), np.zeros(3))
+    with pytest.raises(DataError):
+        UtilityPredictor().fit(np.zeros((3, len(UTILITY_FEATURES))), [0.0, np.nan, 1.0])
+    with pytest.raises(RuntimeError):
+        UtilityPredictor().predict(np.zeros((1, len(UTILITY_FEATURES))))
+    good = UtilityPredictor().fit(np.eye(len(UTILITY_FEATURES)), np.linspace(-0.5, 0.5, len(UTILITY_FEATURES)))
+    broken = {**good.to_dict(), "coef": [1.0]}
+    with pytest.raises(DataError):
+        UtilityPredictor.from_dict(broken)
+    with pytest.raises(DataError):
+        UtilityPredictor.from_dict({"kind": "ridge_utility"})
+
+
+def test_utility_features_shape_and_batching(tools):
+    questions = ["What is the capital of France?", "Who wrote Hamlet?", "Where is Stratford?"]
+    passages = tools.search(questions, 2)
+    contexts = [" ".join(p.text for p in ps) for ps in passages]
+    scores = [[p.score for p in ps] for ps in passages]
+    before = tools.counter.snapshot()
+    X = utility_features(tools, questions, contexts, scores)
+    spent = tools.counter.since(before)
+    assert X.shape == (3, len(UTILITY_FEATURES))
+    assert spent.lm_calls == 2  # one greedy call per condition for the whole batch
+    assert 1 <= spent.nli_pairs <= 6  # one entail call: two hypotheses per pair (duplicates counted once)
+    col = {name: X[:, j] for j, name in enumerate(UTILITY_FEATURES)}
+    np.testing.assert_allclose(col["score_max"], [max(s) for s in scores])
+    np.testing.assert_allclose(col["score_mean"], [np.mean(s) for s in scores])
+    np.testing.assert_allclose(col["nll_delta"], col["nll_context"] - col["nll_closed"])
+    assert np.all((col["answers_f1"] >= 0) & (col["answers_f1"] <= 1))
+    assert np.all((col["entail_context"] >= 0) & (col["entail_context"] <= 1))
+    before = tools.counter.snapshot()
+    closed = [ClosedAnswer("Paris", 0.5)] * 3
+    inputs = utility_inputs(tools, questions, contexts, scores, closed=closed)
+    assert tools.counter.since(before).lm_calls == 1 and np.all(inputs.X[:, 2] == 0.5)
+    assert len(inputs.context_generations) == 3
+
+
+def test_utility_features_without_a_judge_leave_entailment_nan(tools):
+    tools.judge = None
+    X = utility_features(tools, ["Who wrote Hamlet?"], ["Hamlet is a tragedy by Shakespeare."], [[]])
+    assert np.isnan(X[0, 7:]).all() and np.isnan(X[0, :2]).all()
+    with pytest.raises(DataError):
+        utility_features(tools, ["q"], [""], [[1.0]])

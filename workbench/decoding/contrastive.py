@@ -1,0 +1,490 @@
+"""Contrastive decoding with two logit streams (D²-RAG spec §7.4–§7.5): one batched forward per step.
+
+Each pair has an **expert** prompt and an **amateur** prompt. At every step the next token is the arg-max of
+
+    s_t = (1 + λ_t) · log p_expert(· | y_<t) − λ_t · log p_amateur(· | y_<t),   λ_t = α · w_t,
+
+and the chosen token is appended to BOTH streams (greedy decoding; spec §13.21). The spec writes the rule on logits;
+on log-probs it is the same arg-max, because the weights sum to 1 and each distribution's log-normaliser only adds a
+constant to every entry. No plausibility mask is applied (spec §7.4 [REC]).
+
+The dynamic entropy factor (spec eq. 37, the ACD weight) is
+
+    w_t = H_para,t / (H_para,t + H_rag,t + 1e-8),   and 0.5 when H_para,t + H_rag,t < 1e-8,
+
+with H the Shannon entropy (nats, float32, from ``log_softmax``) of the **no-context** (parametric) stream and of the
+**with-context** stream. Which of expert / amateur is the parametric stream depends on the mode: in the relevant
+mode the amateur is parametric (expert = with context), in the noisy mode the expert is (``parametric="expert"``).
+The same w_t formula is used in both modes, as the paper writes it. With ``dynamic=False`` w_t = 1 (λ_t = α).
+α = 0 is plain greedy decoding of the expert prompt.
+
+Engines:
+
+* :func:`contrastive_generate` stacks the expert rows and the amateur rows of a batch of pairs into ONE batch of 2B
+  left-padded rows (per-row attention masks and position ids, one KV cache whose rows are the streams): one prefill
+  forward, then one forward per decoding step for both streams of every active pair. Finished pairs leave the batch
+  (both their rows, cache included) at once.
+* :func:`sequential_contrastive_generate` is the reference: the same decisions with two forwards per step (the expert
+  batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
+  tests and for :func:`benchmark_contrastive`.
+
+The generator's own pieces are reused (its prompt encoding and truncation, ``_prefill`` / ``_step``, the stop / EOS
+rule and the answer-token bookkeeping), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
+
+Costs go to ``generator.counter``: ``lm_calls`` +1 per batch of pairs (at most ``generator.batch_size`` pairs; one
+call for any request that fits one batch) in the batched engine, +2 in the sequential one (one per stream);
+``prefill_tokens`` the prompt tokens of both streams (padding excluded); ``decoded_tokens`` 2 per step per active pair.
+Generations are not cached (the generation cache keys single-prompt requests).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+STREAMS = ("expert", "amateur")
+ENTROPY_EPS = 1e-8
+
+
+@dataclass
+class ContrastiveGeneration:
+    """One contrastively decoded continuation (plain Python / numpy).
+
+    ``text`` / ``token_ids`` / ``finish_reason`` follow :class:`~workbench.backends.generator.Generation`: the text is
+    cut before the first stop string, ``token_ids`` are the answer tokens (EOS and stop-only tokens excluded).
+    The per-step arrays (float32) cover EVERY decoding step taken, the terminating one included, so they may be
+    longer than ``token_ids``: ``lambdas`` λ_t, ``weights`` w_t (1 when ``dynamic`` is off), the chosen token's raw
+    log-prob under each stream, and each stream's full-vocabulary entropy.
+    """
+
+    expert_prompt: str
+    amateur_prompt: str
+    text: str
+    token_ids: np.ndarray
+    finish_reason: str
+    alpha: float
+    parametric: str
+    dynamic: bool
+    lambdas: np.ndarray
+    weights: np.ndarray
+    expert_logprobs: np.ndarray
+    amateur_logprobs: np.ndarray
+    expert_entropies: np.ndarray
+    amateur_entropies: np.ndarray
+    prompt_tokens: tuple[int, int] = (0, 0)
+
+    @property
+    def steps(self) -> int:
+        """The number of decoding steps taken (forward positions whose output was used)."""
+        return int(self.lambdas.size)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready digest for traces: α, steps, mean / per-step λ_t and w_t, finish reason."""
+        return {
+            "alpha": self.alpha,
+            "parametric": self.parametric,
+            "dynamic": self.dynamic,
+            "steps": self.steps,
+            "finish_reason": self.finish_reason,
+            "lambda_mean": float(self.lambdas.mean()) if self.steps else 0.0,
+            "w_mean": float(self.weights.mean()) if self.steps else 0.0,
+            "lambdas": [round(float(v), 6) for v in self.lambdas],
+            "weights": [round(float(v), 6) for v in self.weights],
+        }
+
+
+# ---------------------------------------------------------------------------------------------- the rule (pure)
+def entropy(logprobs: Any) -> Any:
+    """Shannon entropy (nats) of each row of a log-prob tensor ``[..., V]`` (``0·log 0`` counted as 0)."""
+    return -(logprobs.exp() * logprobs).nan_to_num().sum(-1)
+
+
+def entropy_weight(h_para: Any, h_rag: Any, eps: float = ENTROPY_EPS) -> Any:
+    """w_t = H_para / (H_para + H_rag + eps), and 0.5 where H_para + H_rag < eps (spec eq. 37, §7.4 [REC])."""
+    import torch
+
+    total = h_para + h_rag
+    return torch.where(total > eps, h_para / (total + eps), torch.full_like(total, 0.5))
+
+
+def contrastive_scores(lp_expert: Any, lp_amateur: Any, lam: Any) -> Any:
+    """(1 + λ)·lp_expert − λ·lp_amateur per row (``lam`` one value per row); rows with λ = 0 are lp_expert exactly.
+
+    NaN (e.g. −inf − −inf) becomes −inf, so a token impossible under both streams is never chosen.
+    """
+    import torch
+
+    lam = lam.to(lp_expert.dtype)[..., None]
+    mixed = lp_expert + lam * (lp_expert - lp_amateur)
+    mixed = torch.where(lam == 0, lp_expert, mixed)
+    return mixed.nan_to_num(nan=float("-inf"))
+
+
+@dataclass
+class StepChoice:
+    """The decision of one decoding step for a batch of pairs (tensors, one entry per pair)."""
+
+    tokens: Any
+    lambdas: Any
+    weights: Any
+    expert_logprob: Any
+    amateur_logprob: Any
+    expert_entropy: Any
+    amateur_entropy: Any
+
+    def columns(self) -> list[list[float]]:
+        """The seven columns as Python lists (one device → host copy)."""
+        import torch
+
+        stacked = torch.stack(
+            [
+                self.tokens.to(torch.float64),
+                self.lambdas.double(),
+                self.weights.double(),
+                self.expert_logprob.double(),
+                self.amateur_logprob.double(),
+                self.expert_entropy.double(),
+                self.amateur_entropy.double(),
+            ]
+        )
+        return stacked.cpu().tolist()
+
+
+def choose_tokens(
+    expert_logits: Any, amateur_logits: Any, alphas: Any, para_is_expert: Any, *, dynamic: bool = True
+) -> StepChoice:
+    """The contrastive greedy choice for a batch of pairs from their next-token logits ``[B, V]`` (any float dtype).
+
+    ``alphas`` [B] are the strengths α, ``para_is_expert`` [B] (bool) says which stream is the no-context one
+    (for w_t). Log-probs and entropies are computed in float32.
+    """
+    import torch
+
+    lp_e = torch.log_softmax(expert_logits.float(), dim=-1)
+    lp_a = torch.log_softmax(amateur_logits.float(), dim=-1)
+    h_e, h_a = entropy(lp_e), entropy(lp_a)
+    if dynamic:
+        h_para = torch.where(para_is_expert, h_e, h_a)
+        h_rag = torch.where(para_is_expert, h_a, h_e)
+        weights = entropy_weight(h_para, h_rag)
+    else:
+        weights = torch.ones_like(h_e)
+    lambdas = alphas.to(weights.dtype) * weights
+    tokens = contrastive_scores(lp_e, lp_a, lambdas).argmax(-1)
+    return StepChoice(
+        tokens=tokens,
+        lambdas=lambdas,
+        weights=weights,
+        expert_logprob=lp_e.gather(-1, tokens[:, None])[:, 0],
+        amateur_logprob=lp_a.gather(-1, tokens[:, None])[:, 0],
+        expert_entropy=h_e,
+        amateur_entropy=h_a,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- engines
+@dataclass
+class _Pair:
+    """One pair's inputs and its decoding record."""
+
+    expert: str
+    amateur: str
+    ids_expert: list[int]
+    ids_amateur: list[int]
+    alpha: float
+    para_is_expert: bool
+    row: Any = None  # the generator's _Row (tokens / finish / text)
+    columns: list[list[float]] = field(default_factory=lambda: [[] for _ in range(6)])
+
+
+def contrastive_generate(
+    generator: Any,
+    expert_prompts: Sequence[str],
+    amateur_prompts: Sequence[str],
+    alphas: float | Sequence[float],
+    *,
+    max_new_tokens: int,
+    stop: Sequence[str] | None = ("\n",),
+    dynamic: bool = True,
+    parametric: str | Sequence[str] = "amateur",
+) -> list[ContrastiveGeneration]:
+    """Contrastive greedy decoding of each (expert, amateur) pair, both streams in ONE forward per step.
+
+    ``alphas`` is one α for all pairs or one per pair (α ≥ 0); ``parametric`` names the no-context stream
+    (``"amateur"``: relevant mode, ``"expert"``: noisy mode), one for all pairs or one per pair; ``stop`` strings
+    end a sequence and cut its text (``None`` / ``()`` disables them); EOS ends it. Returns one
+    :class:`ContrastiveGeneration` per pair, in input order. Prompts are rendered text, encoded and left-truncated
+    exactly as :meth:`Generator.generate` does.
+    """
+    return _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, True)
+
+
+def sequential_contrastive_generate(
+    generator: Any,
+    expert_prompts: Sequence[str],
+    amateur_prompts: Sequence[str],
+    alphas: float | Sequence[float],
+    *,
+    max_new_tokens: int,
+    stop: Sequence[str] | None = ("\n",),
+    dynamic: bool = True,
+    parametric: str | Sequence[str] = "amateur",
+) -> list[ContrastiveGeneration]:
+    """The reference engine: the same decoding as :func:`contrastive_generate` with two forwards per step."""
+    return _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, False)
+
+
+def _broadcast(value: Any, n: int, name: str) -> list[Any]:
+    if isinstance(value, str | int | float):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(f"{name}: expected one value or {n}, got {len(values)}")
+    return values
+
+
+def _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, batched):
+    import torch
+
+    from workbench.backends.generator import DecodingParams
+
+    experts, amateurs = list(expert_prompts), list(amateur_prompts)
+    if len(experts) != len(amateurs):
+        raise ValueError(f"{len(experts)} expert prompts but {len(amateurs)} amateur prompts")
+    params = DecodingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop or ())).normalised()
+    params.validate()
+    alpha_list = [float(a) for a in _broadcast(alphas, len(experts), "alphas")]
+    if any(not np.isfinite(a) or a < 0 for a in alpha_list):
+        raise ValueError(f"alphas must be finite and >= 0, got {alpha_list}")
+    streams = _broadcast(parametric, len(experts), "parametric")
+    bad = sorted({s for s in streams if s not in STREAMS})
+    if bad:
+        raise ValueError(f"parametric must be 'expert' or 'amateur', got {bad}")
+    if not experts:
+        return []
+    budget = generator.max_context - max_new_tokens
+    if budget < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_context={generator.max_context}")
+    pairs = [
+        _Pair(e, a, generator._encode_prompt(e, budget), generator._encode_prompt(a, budget), alpha, s == "expert")
+        for e, a, alpha, s in zip(experts, amateurs, alpha_list, streams, strict=True)
+    ]
+    order = sorted(range(len(pairs)), key=lambda i: max(len(pairs[i].ids_expert), len(pairs[i].ids_amateur)))
+    size = generator.batch_size
+    with torch.inference_mode():
+        for start in range(0, len(order), size):
+            chunk = [pairs[i] for i in order[start : start + size]]
+            with generator.counter.timed("contrastive" if batched else "contrastive_sequential"):
+                if batched:
+                    _decode_batched(generator, chunk, params, dynamic)
+                else:
+                    _decode_sequential(generator, chunk, params, dynamic)
+    return [_finalise(generator, p, params, dynamic) for p in pairs]
+
+
+def _pair_tensors(chunk: list[_Pair], device: Any) -> tuple[Any, Any]:
+    import torch
+
+    alphas = torch.tensor([p.alpha for p in chunk], dtype=torch.float32, device=device)
+    para = torch.tensor([p.para_is_expert for p in chunk], dtype=torch.bool, device=device)
+    return alphas, para
+
+
+def _record(generator: Any, chunk: list[_Pair], active: list[int], choice: StepChoice, step: int, params):
+    """Append the step's decision to every active pair.
+
+    Returns ``(keep, tokens)``: the positions (in ``active``) of the pairs still running and the chosen token ids.
+    """
+    columns = choice.columns()
+    tokens, rest = [int(t) for t in columns[0]], columns[1:]
+    keep = []
+    for k, p in enumerate(active):
+        pair = chunk[p]
+        token = tokens[k]
+        pair.row.tokens.append(token)
+        for column, values in zip(pair.columns, rest, strict=True):
+            column.append(values[k])
+        if not generator._finish_row(pair.row, token, step, params):
+            keep.append(k)
+    generator.counter.decoded_tokens += 2 * len(active)
+    return keep, tokens
+
+
+def _new_rows(chunk: list[_Pair]) -> None:
+    from workbench.backends.generator import _Row
+
+    for i, pair in enumerate(chunk):
+        pair.row = _Row(job=i, sample=0, generator=None)
+        pair.columns = [[] for _ in range(6)]
+
+
+def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
+    """Rows 0..n-1 are the experts and rows n..2n-1 the amateurs of the n active pairs; one forward per step."""
+    import torch
+
+    from workbench.backends.generator import _select
+
+    _new_rows(chunk)
+    state = generator._prefill([p.ids_expert for p in chunk] + [p.ids_amateur for p in chunk], params)
+    generator.counter.lm_calls += 1
+    alphas, para = _pair_tensors(chunk, state["logits"].device)
+    active = list(range(len(chunk)))
+    for step in range(params.max_new_tokens):
+        n = len(active)
+        logits = state["logits"]
+        choice = choose_tokens(logits[:n], logits[n:], alphas, para, dynamic=dynamic)
+        keep, tokens = _record(generator, chunk, active, choice, step, params)
+        if not keep:
+            break
+        if len(keep) < n:
+            state = _select(state, torch.tensor(keep + [n + k for k in keep], dtype=torch.long))
+            index = torch.tensor(keep, dtype=torch.long, device=alphas.device)
+            alphas, para = alphas[index], para[index]
+            active = [active[k] for k in keep]
+            tokens = [tokens[k] for k in keep]
+        state = generator._step(state, tokens + tokens, params)
+
+
+def _decode_sequential(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
+    """The same decisions with one state (and one forward per step) per stream."""
+    import torch
+
+    from workbench.backends.generator import _select
+
+    _new_rows(chunk)
+    expert = generator._prefill([p.ids_expert for p in chunk], params)
+    amateur = generator._prefill([p.ids_amateur for p in chunk], params)
+    generator.counter.lm_calls += 2
+    alphas, para = _pair_tensors(chunk, expert["logits"].device)
+    active = list(range(len(chunk)))
+    for step in range(params.max_new_tokens):
+        n = len(active)
+        choice = choose_tokens(expert["logits"], amateur["logits"], alphas, para, dynamic=dynamic)
+        keep, tokens = _record(generator, chunk, active, choice, step, params)
+        if not keep:
+            break
+        if len(keep) < n:
+            rows = torch.tensor(keep, dtype=torch.long)
+            expert, amateur = _select(expert, rows), _select(amateur, rows)
+            index = rows.to(alphas.device)
+            alphas, para = alphas[index], para[index]
+            active = [active[k] for k in keep]
+            tokens = [tokens[k] for k in keep]
+        expert = generator._step(expert, tokens, params)
+        amateur = generator._step(amateur, tokens, params)
+
+
+def _finalise(generator: Any, pair: _Pair, params: Any, dynamic: bool) -> ContrastiveGeneration:
+    """Answer tokens and text by the generator's rules (EOS dropped, text cut before a stop string)."""
+    row = pair.row
+    tokens = row.tokens[:-1] if row.finish == "eos" else row.tokens
+    if row.finish == "stop":
+        kept, text = generator._covering_prefix(tokens, row.text), row.text
+    else:
+        kept, text = len(tokens), generator.tokenizer.decode(tokens, skip_special_tokens=True)
+    arrays = [np.asarray(c, dtype=np.float32) for c in pair.columns]
+    return ContrastiveGeneration(
+        expert_prompt=pair.expert,
+        amateur_prompt=pair.amateur,
+        text=text,
+        token_ids=np.asarray(tokens[:kept], dtype=np.int64),
+        finish_reason=row.finish or "length",
+        alpha=pair.alpha,
+        parametric="expert" if pair.para_is_expert else "amateur",
+        dynamic=dynamic,
+        lambdas=arrays[0],
+        weights=arrays[1],
+        expert_logprobs=arrays[2],
+        amateur_logprobs=arrays[3],
+        expert_entropies=arrays[4],
+        amateur_entropies=arrays[5],
+        prompt_tokens=(len(pair.ids_expert), len(pair.ids_amateur)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- benchmark
+def benchmark_contrastive(
+    generator: Any,
+    prompts_expert: Sequence[str],
+    prompts_amateur: Sequence[str],
+    *,
+    max_new_tokens: int,
+    repeats: int = 3,
+    alpha: float = 1.0,
+    stop: Sequence[str] | None = (),
+    target_ratio: float = 1.3,
+) -> dict[str, Any]:
+    """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding.
+
+    Each variant runs once to warm up, then ``repeats`` times. The generation cache is bypassed and the generator's
+    counter is left untouched (both restored afterwards); the costs of one run of each variant are reported. Steps
+    differ between variants when they stop at different places (EOS, ``stop``), so per-step times are given too
+    (greedy steps = answer tokens + 1 for a terminator). ``ratio_batched_vs_greedy`` is the headline number
+    (target ≤ ``target_ratio``); ``parity`` says whether batched and sequential chose the same tokens.
+    """
+    from workbench.backends.cost import CostCounter
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    experts, amateurs = list(prompts_expert), list(prompts_amateur)
+    saved_cache, saved_counter = generator.cache, generator.counter
+    generator.cache = None
+    variants = {
+        "greedy": lambda: generator.generate(experts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop),
+        "batched": lambda: contrastive_generate(
+            generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop
+        ),
+        "sequential": lambda: sequential_contrastive_generate(
+            generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    outputs: dict[str, Any] = {}
+    costs: dict[str, Any] = {}
+    try:
+        for name, run in variants.items():
+            generator.counter = CostCounter()
+            outputs[name] = run()
+            costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
+        for _ in range(repeats):
+            for name, run in variants.items():
+                generator.counter = CostCounter()
+                began = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - began)
+    finally:
+        generator.cache, generator.counter = saved_cache, saved_counter
+    median = {name: statistics.median(values) for name, values in times.items()}
+    steps = {
+        "greedy": sum(len(g.token_ids) + (g.finish_reason != "length") for g in outputs["greedy"]),
+        "batched": sum(g.steps for g in outputs["batched"]),
+        "sequential": sum(g.steps for g in outputs["sequential"]),
+    }
+    ratio = median["batched"] / median["greedy"] if median["greedy"] > 0 else float("nan")
+    return {
+        "pairs": len(experts),
+        "max_new_tokens": max_new_tokens,
+        "repeats": repeats,
+        "alpha": alpha,
+        "greedy_s": median["greedy"],
+        "batched_s": median["batched"],
+        "sequential_s": median["sequential"],
+        "times_s": times,
+        "ratio_batched_vs_greedy": ratio,
+        "ratio_sequential_vs_greedy": median["sequential"] / median["greedy"] if median["greedy"] > 0 else None,
+        "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
+        "steps": steps,
+        "seconds_per_step": {k: (median[k] / steps[k] if steps[k] else None) for k in median},
+        "costs": costs,
+        "parity": all(
+            np.array_equal(b.token_ids, s.token_ids)
+            for b, s in zip(outputs["batched"], outputs["sequential"], strict=True)
+        ),
+        "target_ratio": target_ratio,
+        "meets_target": bool(ratio <= target_ratio),
+    }

@@ -1,0 +1,358 @@
+"""D²-RAG (seed-003 spec): a calibrated-uncertainty retrieval decision, then utility-aware contrastive decoding.
+
+**Stage 1 — retrieve?** The stats graph (:func:`~workbench.uncertainty.calculators.compute_stats`) answers the question
+closed-book (greedy a_para, spec §13.6 [REC]) and produces the stats of the classifier's features; each oriented
+feature (higher = more certain) is cleaned (NaN / ±inf → the stored fit-split median when given, else NaN → 0 and
+±inf → ±1e10 as at calibration, spec §13.16), passed through its calibrator, and the classifier turns the vector u
+into p = P(closed-book answer correct). Retrieve iff p < τ (the code's strict inequality, spec §13.22). Without
+retrieval the answer is the closed-book greedy answer (spec §13.5 [REC]) — a_para itself when the stats settings
+match the answering prompt (same length budget, newline stop), so no second generation is spent.
+
+**Stage 2 — how to decode.** Top-k passages (spec §6: k = 5) are joined into the answering prompt's context block.
+A utility δ of that context (spec §7.1: one δ for the whole top-k block) picks the mode (spec §7.2):
+
+* δ < τ_neg — **noisy** (``ctx-neg-acd``): expert = closed-book prompt, amateur = prompt with the context (its
+  passages labelled ``[NEG-i]`` when ``noisy_labels``, spec §7.5 / §13.14), α = α_neg;
+* δ > τ_pos — **relevant** (``ctx-pos-acd``): expert = prompt with the context, amateur = closed-book prompt, α = α_pos;
+* otherwise, or δ unknown — **neutral** (``ctx-normal``): plain greedy with the context.
+
+Contrastive steps pick argmax((1+λ_t)·log p_expert − λ_t·log p_amateur), λ_t = α·w_t, w_t = H_para/(H_para + H_rag)
+(spec eqs. 7, 8, 37; :mod:`workbench.decoding.contrastive`, both streams in one batched forward per step).
+
+The utility is pluggable (:mod:`workbench.methods.utility`): :class:`~workbench.methods.utility.UtilityPredictor`
+(gold-free, runtime) or :class:`~workbench.methods.utility.OracleUtility` (the paper's ΔSePer, needs the gold answer;
+``requires_gold`` then propagates to the method, so a bundle refuses it).
+
+Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
+``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from workbench.core.errors import ConfigError
+from workbench.methods.base import Answer, Method, Passage, Tools, Trace
+from workbench.methods.common import context_block, generate_answers, prompt_for
+from workbench.methods.utility import closed_from_stats
+from workbench.uncertainty.calculators import StatSettings
+
+MODES = {"relevant": "ctx-pos-acd", "noisy": "ctx-neg-acd", "neutral": "ctx-normal", "closed": "noctx-normal"}
+"""Utility class → the released code's strategy name (spec §7.2)."""
+
+INF_CLIP = 1e10
+
+
+@dataclass(frozen=True)
+class D2RAGSettings:
+    """D²-RAG's hyper-parameters (defaults and their sources in the spec).
+
+    * ``tau_pos`` / ``tau_neg`` — utility thresholds: relevant iff δ > τ_pos, noisy iff δ < τ_neg (§13.3 [REC]:
+      0.12 / −0.10, the medians of the paper's App. C values; tune on dev).
+    * ``alpha_pos`` / ``alpha_neg`` — contrast strengths (§13.4 [REC]: 1.0 / 0.1).
+    * ``dynamic`` — the entropy factor w_t of eq. 37 (False: λ_t = α).
+    * ``k`` — passages retrieved (§6: top-5).
+    * ``features`` — Stage-1 features in the classifier's column order (None: the classifier's ``feature_names``).
+    * ``stats`` — how the stats are produced (None: :class:`StatSettings` with ``max_new_tokens`` = the answer
+      budget, so the closed-book answer doubles as a_para).
+    * ``max_new_tokens`` — answer budget (None: ``tools.max_new_tokens``; the paper uses 20).
+    * ``noisy_labels`` — label the passages ``[NEG-i]`` in the noisy mode's amateur prompt (§7.5 [CODE], kept for
+      fidelity per §13.14 [REC]; set False for the ablation).
+    """
+
+    tau_pos: float = 0.12
+    tau_neg: float = -0.10
+    alpha_pos: float = 1.0
+    alpha_neg: float = 0.1
+    dynamic: bool = True
+    k: int = 5
+    features: tuple[str, ...] | None = None
+    stats: StatSettings | None = None
+    max_new_tokens: int | None = None
+    noisy_labels: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on out-of-range or inconsistent settings."""
+        where = "d2rag"
+        for name in ("tau_pos", "tau_neg", "alpha_pos", "alpha_neg"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value!r}", f"{where}.{name}")
+        if not -1.0 <= self.tau_neg < self.tau_pos <= 1.0:
+            raise ConfigError(
+                f"need -1 <= tau_neg < tau_pos <= 1 (ΔSePer range), got {self.tau_neg} / {self.tau_pos}", where
+            )
+        if self.alpha_pos < 0 or self.alpha_neg < 0:
+            raise ConfigError(f"alphas must be >= 0, got {self.alpha_pos} / {self.alpha_neg}", where)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"k must be an integer >= 1, got {self.k!r}", f"{where}.k")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}", f"{where}.max_new_tokens")
+        if self.features is not None:
+            from workbench.uncertainty.features import get_features
+
+            if not self.features:
+                raise ConfigError("features must not be empty", f"{where}.features")
+            get_features(self.features)
+        if self.stats is not None:
+            self.stats.validate()
+
+
+def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
+    """``"noisy"`` if δ < τ_neg (checked first, as in the code), ``"relevant"`` if δ > τ_pos, else ``"neutral"``
+    (also for NaN)."""
+    if math.isnan(delta):
+        return "neutral"
+    if delta < tau_neg:
+        return "noisy"
+    if delta > tau_pos:
+        return "relevant"
+    return "neutral"
+
+
+def negative_block(passages: Sequence[Passage], max_chars: int | None) -> str:
+    """The context block with ``[NEG-i]`` labels instead of ``[i]`` (the noisy mode's amateur prompt, spec §7.5)."""
+    return "\n".join(f"[NEG-{i}] {p.prompt_text(max_chars)}" for i, p in enumerate(passages, start=1))
+
+
+class D2RAG(Method):
+    """Dual-decision RAG: calibrated-uncertainty retrieval decision, then utility-aware contrastive decoding.
+
+    ``calibrators`` maps each feature to a fitted calibrator (or its ``to_dict()``); ``classifier`` is anything with
+    ``predict_proba(X) -> P(correct)`` (logistic, MLP, ONNX wrapper); ``tau`` the retrieval threshold; ``utility`` a
+    :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility` or any
+    object with ``requires_gold`` and ``estimate(...)``. ``medians`` (feature → fit-split median of the raw value)
+    imputes NaN / ±inf; ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.
+    """
+
+    name = "d2rag"
+
+    def __init__(
+        self,
+        tools: Tools,
+        *,
+        calibrators: Mapping[str, Any],
+        classifier: Any,
+        tau: float,
+        utility: Any,
+        settings: D2RAGSettings | None = None,
+        medians: Mapping[str, float] | None = None,
+        lars_scorer: Any = None,
+    ) -> None:
+        super().__init__(tools)
+        from workbench.calibration.registry import calibrator_from_dict
+        from workbench.uncertainty.calculators import UNAVAILABLE_STATS
+        from workbench.uncertainty.features import get_features, required_stats
+
+        self.settings = settings or D2RAGSettings()
+        self.settings.validate()
+        if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0.0 <= tau <= 1.0:
+            raise ConfigError(f"tau must be a probability in [0, 1], got {tau!r}", "d2rag.tau")
+        self.tau = float(tau)
+        features = self.settings.features or tuple(getattr(classifier, "feature_names", ()) or ())
+        if not features:
+            raise ConfigError(
+                "no Stage-1 features: set settings.features or use a classifier with feature_names", "d2rag"
+            )
+        get_features(features)
+        self.features = tuple(features)
+        missing = [f for f in self.features if f not in calibrators]
+        if missing:
+            raise ConfigError(f"no calibrator for feature(s) {missing}", "d2rag.calibrators")
+        self.calibrators = {
+            f: calibrator_from_dict(calibrators[f]) if isinstance(calibrators[f], dict) else calibrators[f]
+            for f in self.features
+        }
+        self.classifier = classifier
+        self.utility = utility
+        self.medians = dict(medians or {})
+        self.lars_scorer = lars_scorer
+        if "lars" in self.features and lars_scorer is None:
+            raise ConfigError("feature 'lars' needs a fitted lars_scorer", "d2rag.lars_scorer")
+        self.budget = self.settings.max_new_tokens or tools.max_new_tokens
+        self.stat_settings = self.settings.stats or StatSettings(max_new_tokens=self.budget)
+        needed = required_stats(self.features)
+        if "lars" in self.features:
+            needed = (needed - {"lars_score"}) | {"greedy_logprobs"}
+        blocked = sorted(needed & UNAVAILABLE_STATS)
+        if blocked:
+            raise ConfigError(f"stats {blocked} cannot be produced at inference", "d2rag.features")
+        self.needed = needed | {"greedy_logprobs", "greedy_eos"}
+
+    @property
+    def requires_gold(self) -> bool:
+        """True with the oracle utility (the paper's ΔSePer): never allowed in a bundle."""
+        return bool(getattr(self.utility, "requires_gold", False))
+
+    # ------------------------------------------------------------------ stage 1
+    def _clean(self, name: str, value: float) -> tuple[float, bool]:
+        """NaN / ±inf → the stored median, else NaN → 0 and ±inf → ±1e10 (spec §13.16); returns (value, imputed)."""
+        if math.isfinite(value):
+            return value, False
+        if name in self.medians and math.isfinite(float(self.medians[name])):
+            return float(self.medians[name]), True
+        if math.isnan(value):
+            return 0.0, True
+        return math.copysign(INF_CLIP, value), True
+
+    def stage1(self, example: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
+        """``(calibrated u, detail for the trace, stats)`` of one question."""
+        from workbench.uncertainty.calculators import compute_stats
+        from workbench.uncertainty.features import compute_features
+
+        tools = self.tools
+        stats = compute_stats(
+            [example],
+            self.needed,
+            generator=tools.generator,
+            judge=tools.judge,
+            embedder=tools.embedder,
+            settings=self.stat_settings,
+        )[0]
+        if self.lars_scorer is not None:
+            stats["lars_score"] = float(self.lars_scorer.predict(stats["greedy_logprobs"]))
+        raw = compute_features(stats, self.features, on_missing="nan")
+        cleaned, imputed = {}, []
+        for name in self.features:
+            cleaned[name], fixed = self._clean(name, float(raw[name]))
+            if fixed:
+                imputed.append(name)
+        u = np.array([float(self.calibrators[f].predict([cleaned[f]])[0]) for f in self.features], dtype=float)
+        detail = {
+            "raw": {f: (None if not math.isfinite(raw[f]) else float(raw[f])) for f in self.features},
+            "calibrated": {f: float(v) for f, v in zip(self.features, u, strict=True)},
+            "imputed": imputed,
+            "closed_book_answer": stats.get("greedy_text"),
+        }
+        return u, detail, stats
+
+    def _closed_book(self, question: str, stats: dict[str, Any], step: dict[str, Any]) -> str:
+        """The closed-book greedy answer: a_para when it was produced by the same prompt and budget."""
+        same = self.stat_settings.max_new_tokens == self.budget and tuple(self.stat_settings.stop) == ("\n",)
+        if same and "greedy_text" in stats:
+            step["reused_stage1_answer"] = True
+            return str(stats["greedy_text"])
+        step["reused_stage1_answer"] = False
+        return generate_answers(self.tools, [question], [None], self.budget)[0].text
+
+    # ------------------------------------------------------------------ answer
+    def answer(self, example: dict[str, Any]) -> Answer:
+        tools, s = self.tools, self.settings
+        question = str(example["question"])
+        trace = Trace(self.name)
+        with trace.step("features", tools.counter) as step:
+            u, detail, stats = self.stage1(example)
+            step.update(detail)
+            if detail["imputed"]:
+                trace.fallback(f"non-finite feature(s) imputed: {', '.join(detail['imputed'])}")
+        with trace.step("decide", tools.counter) as step:
+            p = float(np.asarray(self.classifier.predict_proba(u[None, :]), dtype=float).reshape(-1)[0])
+            retrieve = p < self.tau
+            step.update({"p_correct": p, "tau": self.tau, "retrieve": retrieve})
+        if not retrieve:
+            return self._answer_closed(question, stats, trace)
+        with trace.step("retrieve", tools.counter) as step:
+            passages = tools.search([question], s.k)[0]
+            step["ids"] = [p.chunk_id for p in passages]
+            step["scores"] = [p.score for p in passages]
+        if not passages:
+            trace.fallback("retrieval returned nothing: answered closed-book")
+            return self._answer_closed(question, stats, trace)
+        context = context_block(passages, tools.passage_chars)
+        with trace.step("utility", tools.counter) as step:
+            closed = None  # a_para doubles as the utility's closed-book answer when made with the same prompt
+            if self.stat_settings.max_new_tokens == tools.max_new_tokens and tuple(self.stat_settings.stop) == ("\n",):
+                closed = [closed_from_stats(stats)]
+            estimate = self.utility.estimate(tools, [example], [context], [[p.score for p in passages]], closed=closed)
+            delta = float(estimate.values[0])
+            klass = utility_class(delta, s.tau_pos, s.tau_neg)
+            step.update(
+                {
+                    "delta": None if math.isnan(delta) else delta,
+                    "class": klass,
+                    "mode": MODES[klass],
+                    "source": estimate.source,
+                    "tau_pos": s.tau_pos,
+                    "tau_neg": s.tau_neg,
+                }
+            )
+            if estimate.features is not None:
+                step["features"] = [None if math.isnan(v) else float(v) for v in estimate.features[0]]
+            if math.isnan(delta):
+                trace.fallback("utility unknown: decoded as neutral")
+        with trace.step("generate", tools.counter) as step:
+            step.update({"class": klass, "mode": MODES[klass]})
+            if klass == "neutral":
+                text = self._neutral(question, context, estimate, step)
+            else:
+                text = self._contrastive(question, passages, context, klass, step)
+                trace.decoding = "contrastive"
+        trace.retrieved = True
+        return Answer(text.strip(), trace)
+
+    def _answer_closed(self, question: str, stats: dict[str, Any], trace: Trace) -> Answer:
+        with trace.step("generate", self.tools.counter) as step:
+            step.update({"class": "closed", "mode": MODES["closed"], "decoding": "greedy"})
+            text = self._closed_book(question, stats, step)
+        trace.decoding = "greedy"
+        return Answer(text.strip(), trace)
+
+    def _neutral(self, question: str, context: str, estimate: Any, step: dict[str, Any]) -> str:
+        """Plain greedy with the context; the utility step's with-context answer is the same generation."""
+        step["decoding"] = "greedy"
+        gens = estimate.context_generations
+        if gens and getattr(gens[0], "built", None) is not None and self.budget == self.tools.max_new_tokens:
+            step["reused_utility_answer"] = True
+            out = gens[0]
+        else:
+            step["reused_utility_answer"] = False
+            out = generate_answers(self.tools, [question], [context], self.budget)[0]
+        step["prompt_tokens"] = out.built.n_tokens
+        return out.text
+
+    def _contrastive(
+        self, question: str, passages: list[Passage], context: str, klass: str, step: dict[str, Any]
+    ) -> str:
+        from workbench.decoding.contrastive import contrastive_generate
+
+        s, tools = self.settings, self.tools
+        closed = prompt_for(tools, question, None, self.budget)
+        if klass == "relevant":
+            expert, amateur = prompt_for(tools, question, context, self.budget), closed
+            alpha, parametric = s.alpha_pos, "amateur"
+        else:
+            noisy = negative_block(passages, tools.passage_chars) if s.noisy_labels else context
+            expert, amateur = closed, prompt_for(tools, question, noisy, self.budget)
+            alpha, parametric = s.alpha_neg, "expert"
+        gen = contrastive_generate(
+            tools.generator,
+            [expert.text],
+            [amateur.text],
+            [alpha],
+            max_new_tokens=self.budget,
+            stop=("\n",),
+            dynamic=s.dynamic,
+            parametric=parametric,
+        )[0]
+        step.update(
+            {
+                "decoding": "contrastive",
+                "expert": "closed_book" if parametric == "expert" else "context",
+                "amateur": "context" if parametric == "expert" else "closed_book",
+                "prompt_tokens": {"expert": expert.n_tokens, "amateur": amateur.n_tokens},
+                **gen.summary(),
+            }
+        )
+        return gen.text
+
+
+def with_settings(settings: D2RAGSettings, **changes: Any) -> D2RAGSettings:
+    """A validated copy of ``settings`` with ``changes`` (e.g. a study trial's τ_pos / α_pos)."""
+    out = replace(settings, **changes)
+    out.validate()
+    return out

@@ -1,0 +1,325 @@
+"""Retrieval utility for D²-RAG Stage 2: the gold-free predictor used at runtime, and the oracle used in evaluation.
+
+The paper's utility δ is ΔSePer = SePer(q | C) − SePer(q) (spec §7.1, :mod:`workbench.uncertainty.seper`): the
+model's belief mass on the **gold** answer with minus without the retrieved context. It needs the gold answer, so it
+is a *label*, never a runtime signal (spec §13.1). Two utilities share one small interface,
+``estimate(tools, examples, contexts, scores, closed=None) -> UtilityEstimate``:
+
+* :class:`UtilityPredictor` (``requires_gold = False``) — the runtime substitute: a ridge regression (numpy closed
+  form on standardised inputs) from gold-free features of the (question, context) pair to ΔSePer, trained where gold
+  answers exist (collected ``delta_seper_s`` labels). Its output is on the ΔSePer scale, so the same τ_pos / τ_neg
+  apply.
+* :class:`OracleUtility` (``requires_gold = True``) — reads the example's stored ΔSePer (paper-faithful replication
+  and upper bound; evaluation only, a bundle refuses it).
+
+The features (:data:`UTILITY_FEATURES`, one row per pair; :func:`utility_features`):
+
+==========================  ======================================================================================
+``score_max``/``score_mean``  the retrieval scores of the context's passages (NaN with no scores)
+``nll_closed``                mean token NLL of the greedy closed-book answer (its EOS NLL when the answer is empty)
+``nll_context``               the same for the greedy answer with the context (the answering prompt of every method)
+``nll_delta``                 ``nll_context − nll_closed`` (negative: the context made the model surer)
+``answers_em``/``answers_f1`` normalised exact match / token F1 between the two answers (do they agree?)
+``entail_context``            P(entailment) of the NLI judge, premise = the context, hypothesis = question + the
+                              with-context answer (is the answer grounded in the context?)
+``entail_closed``             the same with the closed-book answer (does the context support what the model knew?)
+==========================  ======================================================================================
+
+Cost per batch: one greedy ``generate`` call per condition (closed-book — skipped when the caller passes the
+closed-book answers it already has — and with context), one ``judge.entail`` call holding both hypotheses of every
+pair. Without a judge the entailment columns are NaN, which the predictor imputes with its training means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.core.errors import DataError
+from workbench.methods.base import Tools
+from workbench.methods.common import generate_answers
+
+UTILITY_FEATURES: tuple[str, ...] = (
+    "score_max",
+    "score_mean",
+    "nll_closed",
+    "nll_context",
+    "nll_delta",
+    "answers_em",
+    "answers_f1",
+    "entail_context",
+    "entail_closed",
+)
+"""Column order of :func:`utility_features`."""
+
+ENTAILMENT = 2  # column of NLIJudge.entail
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ClosedAnswer:
+    """A closed-book answer the caller already has: its text and mean token NLL."""
+
+    text: str
+    nll: float
+
+
+@dataclass
+class UtilityInputs:
+    """What :func:`utility_inputs` computed: the feature matrix, both answers, and the with-context generations."""
+
+    X: np.ndarray
+    closed_texts: list[str]
+    context_texts: list[str]
+    context_generations: list[Any]
+
+
+@dataclass
+class UtilityEstimate:
+    """Utility δ per (question, context) pair and how it was obtained.
+
+    ``values`` δ (NaN where unknown: the caller falls back to plain decoding); ``source`` ``"learned"`` or
+    ``"oracle"``; ``features`` the predictor's inputs (None for the oracle); ``context_generations`` the greedy
+    with-context answers the features needed (reusable as the neutral-mode answer), or None.
+    """
+
+    values: np.ndarray
+    source: str
+    features: np.ndarray | None = None
+    context_generations: list[Any] | None = None
+
+
+def answer_nll(logprobs: Sequence[float], eos_logprob: float | None = None) -> float:
+    """Mean token NLL of an answer; for an empty answer the NLL of its EOS token (0.0 when that is unknown)."""
+    lp = np.asarray(logprobs, dtype=float)
+    if lp.size:
+        return float(-lp.mean())
+    return float(-eos_logprob) if eos_logprob is not None and math.isfinite(eos_logprob) else 0.0
+
+
+def closed_from_stats(stats: dict[str, Any]) -> ClosedAnswer:
+    """The closed-book answer of a stats row (``greedy_text``, ``greedy_logprobs`` with the EOS entry last when
+    ``greedy_eos``) as a :class:`ClosedAnswer`."""
+    lp = [float(v) for v in stats["greedy_logprobs"]]
+    if stats.get("greedy_eos") and lp:
+        return ClosedAnswer(str(stats["greedy_text"]), answer_nll(lp[:-1], lp[-1]))
+    return ClosedAnswer(str(stats["greedy_text"]), answer_nll(lp))
+
+
+def _generation_nll(gen: Any) -> float:
+    return answer_nll(gen.logprobs, getattr(gen, "eos_logprob", None))
+
+
+def utility_inputs(
+    tools: Tools,
+    questions: Sequence[str],
+    contexts: Sequence[str],
+    scores: Sequence[Sequence[float]],
+    *,
+    closed: Sequence[ClosedAnswer] | None = None,
+) -> UtilityInputs:
+    """Gold-free utility features of each (question, context) pair, batched (see the module docstring)."""
+    from workbench.metrics.qa import exact_match, token_f1
+
+    questions, contexts, scores = list(questions), list(contexts), list(scores)
+    n = len(questions)
+    if len(contexts) != n or len(scores) != n:
+        raise DataError(f"{n} questions, {len(contexts)} contexts and {len(scores)} score lists", "utility_features")
+    if any(not isinstance(c, str) or not c for c in contexts):
+        raise DataError("every pair needs a non-empty context string", "utility_features")
+    if closed is not None and len(closed) != n:
+        raise DataError(f"{n} questions but {len(closed)} closed-book answers", "utility_features")
+    X = np.full((n, len(UTILITY_FEATURES)), np.nan)
+    if n == 0:
+        return UtilityInputs(X, [], [], [])
+    if closed is None:
+        closed = [
+            ClosedAnswer(g.text.strip(), _generation_nll(g)) for g in generate_answers(tools, questions, [None] * n)
+        ]
+    with_ctx = generate_answers(tools, questions, contexts)
+    closed_texts = [c.text.strip() for c in closed]
+    ctx_texts = [g.text.strip() for g in with_ctx]
+    for i in range(n):
+        s = np.asarray(scores[i], dtype=float)
+        s = s[np.isfinite(s)]
+        nll_closed, nll_ctx = float(closed[i].nll), _generation_nll(with_ctx[i])
+        X[i, 0:2] = (s.max(), s.mean()) if s.size else (np.nan, np.nan)
+        X[i, 2:5] = (nll_closed, nll_ctx, nll_ctx - nll_closed)
+        X[i, 5] = exact_match(ctx_texts[i], [closed_texts[i]])
+        X[i, 6] = token_f1(ctx_texts[i], [closed_texts[i]])
+    if tools.judge is not None:
+        hypotheses = [f"{q} {a}" for q, a in zip(questions, ctx_texts, strict=True)]
+        hypotheses += [f"{q} {a}" for q, a in zip(questions, closed_texts, strict=True)]
+        probs = tools.judge.entail(contexts + contexts, hypotheses)
+        X[:, 7] = probs[:n, ENTAILMENT]
+        X[:, 8] = probs[n:, ENTAILMENT]
+    return UtilityInputs(X, closed_texts, ctx_texts, list(with_ctx))
+
+
+def utility_features(
+    tools: Tools, questions: Sequence[str], contexts: Sequence[str], scores: Sequence[Sequence[float]]
+) -> np.ndarray:
+    """The ``(n, len(UTILITY_FEATURES))`` matrix for n (question, context, retrieval scores) triples.
+
+    One greedy generate call per condition and one ``judge.entail`` call for the whole batch.
+    """
+    return utility_inputs(tools, questions, contexts, scores).X
+
+
+# ---------------------------------------------------------------------------------------------- the predictor
+class UtilityPredictor:
+    """Ridge regression of ΔSePer on the gold-free utility features (numpy closed form, standardised inputs).
+
+    ``fit(X, y)`` imputes NaN inputs with the column means, standardises each column (a constant column gets scale
+    1), and solves ``(ZᵀZ + l2·I) w = Zᵀ(y − ȳ)`` with intercept ȳ. ``predict(X)`` imputes NaN with the training
+    means and clips to [−1, 1] (the range of ΔSePer). JSON only: ``to_dict()`` / ``from_dict()``.
+    """
+
+    kind = "ridge_utility"
+    requires_gold = False
+
+    def __init__(self, l2: float = 1.0, feature_names: Sequence[str] = UTILITY_FEATURES) -> None:
+        if not math.isfinite(l2) or l2 < 0:
+            raise DataError(f"l2 must be a finite number >= 0, got {l2}", "UtilityPredictor")
+        self.l2 = float(l2)
+        self.feature_names = tuple(feature_names)
+        self.mean_: np.ndarray | None = None
+        self.scale_: np.ndarray | None = None
+        self.coef_: np.ndarray | None = None
+        self.intercept_: float = 0.0
+        self.n_train_: int = 0
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`from_dict`) has set the parameters."""
+        return self.coef_ is not None
+
+    def _matrix(self, X: Any, where: str) -> np.ndarray:
+        arr = np.asarray(X, dtype=float)
+        if arr.ndim != 2 or arr.shape[1] != len(self.feature_names):
+            raise DataError(f"expected a 2-D array with {len(self.feature_names)} columns, got {arr.shape}", where)
+        if np.isinf(arr).any():
+            raise DataError("features hold ±inf", where)
+        return arr
+
+    def fit(self, X: Any, y: Any) -> UtilityPredictor:
+        """Fit on feature rows ``X`` and ΔSePer labels ``y`` (finite, one per row, at least 2 rows); returns self."""
+        arr = self._matrix(X, "UtilityPredictor.fit")
+        target = np.asarray(y, dtype=float).reshape(-1)
+        if target.size != arr.shape[0]:
+            raise DataError(f"{arr.shape[0]} rows but {target.size} labels", "UtilityPredictor.fit")
+        if target.size < 2 or not np.isfinite(target).all():
+            raise DataError("need at least 2 rows with finite labels", "UtilityPredictor.fit")
+        with np.errstate(all="ignore"):
+            mean = np.nanmean(arr, axis=0)
+        mean = np.where(np.isfinite(mean), mean, 0.0)
+        filled = np.where(np.isnan(arr), mean, arr)
+        std = filled.std(axis=0)
+        scale = np.where(std > 1e-12, std, 1.0)
+        z = (filled - mean) / scale
+        intercept = float(target.mean())
+        gram = z.T @ z + self.l2 * np.eye(z.shape[1])
+        coef = np.linalg.lstsq(gram, z.T @ (target - intercept), rcond=None)[0]
+        self.mean_, self.scale_, self.coef_, self.intercept_ = mean, scale, coef, intercept
+        self.n_train_ = int(target.size)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted ΔSePer per row, clipped to [−1, 1]; NaN inputs are imputed with the training means."""
+        if self.coef_ is None or self.mean_ is None or self.scale_ is None:
+            raise RuntimeError("UtilityPredictor is not fitted: call fit() or from_dict()")
+        arr = self._matrix(X, "UtilityPredictor.predict")
+        filled = np.where(np.isnan(arr), self.mean_, arr)
+        return np.clip(((filled - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, -1.0, 1.0)
+
+    def estimate(
+        self,
+        tools: Tools,
+        examples: Sequence[dict[str, Any]],
+        contexts: Sequence[str],
+        scores: Sequence[Sequence[float]],
+        closed: Sequence[ClosedAnswer] | None = None,
+    ) -> UtilityEstimate:
+        """Features of each pair (no gold field is read), then :meth:`predict`."""
+        inputs = utility_inputs(tools, [str(ex["question"]) for ex in examples], contexts, scores, closed=closed)
+        return UtilityEstimate(self.predict(inputs.X), "learned", inputs.X, inputs.context_generations)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` restores the predictor exactly."""
+        if self.coef_ is None or self.mean_ is None or self.scale_ is None:
+            raise RuntimeError("UtilityPredictor is not fitted: nothing to save")
+        return {
+            "kind": self.kind,
+            "version": FORMAT_VERSION,
+            "feature_names": list(self.feature_names),
+            "l2": self.l2,
+            "mean": [float(v) for v in self.mean_],
+            "scale": [float(v) for v in self.scale_],
+            "coef": [float(v) for v in self.coef_],
+            "intercept": float(self.intercept_),
+            "n_train": self.n_train_,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> UtilityPredictor:
+        """Rebuild a fitted predictor from :meth:`to_dict` output; :class:`DataError` on a malformed dict."""
+        keys = {"kind", "version", "feature_names", "l2", "mean", "scale", "coef", "intercept", "n_train"}
+        if not isinstance(d, dict) or set(d) != keys:
+            got = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise DataError(f"expected the keys {sorted(keys)}, got {got}", "utility predictor")
+        if d["kind"] != cls.kind or d["version"] != FORMAT_VERSION:
+            raise DataError(f"unsupported kind/version {d['kind']!r}/{d['version']!r}", "utility predictor")
+        names = [str(n) for n in d["feature_names"]]
+        vectors = {}
+        for key in ("mean", "scale", "coef"):
+            vec = np.asarray(d[key], dtype=float)
+            if vec.shape != (len(names),) or not np.isfinite(vec).all():
+                raise DataError(f"{key} must hold {len(names)} finite numbers", "utility predictor")
+            vectors[key] = vec
+        if not math.isfinite(float(d["intercept"])) or (vectors["scale"] <= 0).any():
+            raise DataError("intercept must be finite and scales positive", "utility predictor")
+        out = cls(float(d["l2"]), names)
+        out.mean_, out.scale_, out.coef_ = vectors["mean"], vectors["scale"], vectors["coef"]
+        out.intercept_, out.n_train_ = float(d["intercept"]), int(d["n_train"])
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- the oracle
+class OracleUtility:
+    """The paper's utility: the example's stored ΔSePer (needs the gold answer; evaluation only).
+
+    Reads the first of ``keys`` present in the example (default ``delta_seper``, then the collected
+    ``delta_seper_s``). A missing or non-finite value gives NaN, which D²-RAG decodes as neutral (spec §7.2).
+    """
+
+    requires_gold = True
+
+    def __init__(self, keys: Sequence[str] = ("delta_seper", "delta_seper_s")) -> None:
+        self.keys = tuple(keys)
+
+    def value(self, example: dict[str, Any]) -> float:
+        """ΔSePer of one example (NaN when absent)."""
+        for key in self.keys:
+            value = example.get(key)
+            if value is not None:
+                try:
+                    number = float(value)
+                except (TypeError, ValueError):
+                    return float("nan")
+                return number if math.isfinite(number) else float("nan")
+        return float("nan")
+
+    def estimate(
+        self,
+        tools: Tools,
+        examples: Sequence[dict[str, Any]],
+        contexts: Sequence[str],
+        scores: Sequence[Sequence[float]],
+        closed: Sequence[ClosedAnswer] | None = None,
+    ) -> UtilityEstimate:
+        """The stored values; no model call."""
+        return UtilityEstimate(np.asarray([self.value(ex) for ex in examples], dtype=float), "oracle")
