@@ -422,10 +422,12 @@ def benchmark_contrastive(
     """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding.
 
     Each variant runs once to warm up, then ``repeats`` times. The generation cache is bypassed and the generator's
-    counter is left untouched (both restored afterwards); the costs of one run of each variant are reported. Steps
-    differ between variants when they stop at different places (EOS, ``stop``), so per-step times are given too
-    (greedy steps = answer tokens + 1 for a terminator). ``ratio_batched_vs_greedy`` is the headline number
-    (target ≤ ``target_ratio``); ``parity`` says whether batched and sequential chose the same tokens.
+    counter is left untouched (both restored afterwards); the costs and the number of model forward passes of one
+    run of each variant are reported. Steps differ between variants when they stop at different places (EOS,
+    ``stop``: contrast changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and
+    per-forward times are given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of
+    2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤
+    ``target_ratio``); ``parity`` says whether batched and sequential chose the same tokens.
     """
     from workbench.backends.cost import CostCounter
 
@@ -446,11 +448,17 @@ def benchmark_contrastive(
     times: dict[str, list[float]] = {name: [] for name in variants}
     outputs: dict[str, Any] = {}
     costs: dict[str, Any] = {}
+    forwards: dict[str, int] = {}
+    calls: list[int] = []
+    hook = generator.model.register_forward_hook(lambda module, args, output: calls.append(1))
     try:
-        for name, run in variants.items():
+        for name, run in variants.items():  # warm-up run: outputs, costs and model forward passes
             generator.counter = CostCounter()
+            calls.clear()
             outputs[name] = run()
+            forwards[name] = len(calls)
             costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
+        hook.remove()
         for _ in range(repeats):
             for name, run in variants.items():
                 generator.counter = CostCounter()
@@ -458,6 +466,7 @@ def benchmark_contrastive(
                 run()
                 times[name].append(time.perf_counter() - began)
     finally:
+        hook.remove()
         generator.cache, generator.counter = saved_cache, saved_counter
     median = {name: statistics.median(values) for name, values in times.items()}
     steps = {
@@ -466,6 +475,7 @@ def benchmark_contrastive(
         "sequential": sum(g.steps for g in outputs["sequential"]),
     }
     ratio = median["batched"] / median["greedy"] if median["greedy"] > 0 else float("nan")
+    per_forward = {k: (median[k] / forwards[k] if forwards[k] else None) for k in median}
     return {
         "pairs": len(experts),
         "max_new_tokens": max_new_tokens,
@@ -480,6 +490,11 @@ def benchmark_contrastive(
         "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
         "steps": steps,
         "seconds_per_step": {k: (median[k] / steps[k] if steps[k] else None) for k in median},
+        "forwards": forwards,
+        "seconds_per_forward": per_forward,
+        "ratio_per_forward_batched_vs_greedy": (
+            per_forward["batched"] / per_forward["greedy"] if per_forward["batched"] and per_forward["greedy"] else None
+        ),
         "costs": costs,
         "parity": all(
             np.array_equal(b.token_ids, s.token_ids)

@@ -82,13 +82,15 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
         if learned is None or learned.classifier is None or learned.tau is None:
             raise ConfigError("d2rag needs the calibrate and classify stages before evaluate", "evaluate.methods")
         from workbench.methods.d2rag import D2RAG, D2RAGSettings
+        from workbench.methods.utility import OracleUtility
 
         return D2RAG(
             tools,
             calibrators=learned.calibrators,
             classifier=learned.classifier,
             tau=learned.tau,
-            utility=learned.utility,
+            utility=learned.utility if learned.utility is not None else OracleUtility(),
             settings=_settings(D2RAGSettings, {"features": list(learned.features), **options}, name),
+            medians=learned.medians,
         )
     raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")

@@ -255,3 +255,6 @@ def test_benchmark_returns_the_three_timings(generator, prompts):
     assert result["parity"] is True
     assert result["costs"]["batched"]["lm_calls"] == 1 and result["costs"]["sequential"]["lm_calls"] == 2
     assert set(result["steps"]) == {"greedy", "batched", "sequential"}
+    assert result["forwards"]["sequential"] == 2 * result["forwards"]["batched"] == 2 * 4
+    assert result["ratio_per_forward_batched_vs_greedy"] > 0
+    assert not generator.model._forward_hooks  # the counting hook is removed
