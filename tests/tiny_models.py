@@ -42,8 +42,19 @@ def build_tiny_tokenizer(save_dir: str | Path | None = None, chat_template: bool
     return tokenizer
 
 
-def build_tiny_llama(save_dir: str | Path, seed: int = 0, chat_template: bool = True, max_positions: int = 256):
-    """Save a 2-layer, 32-wide random Llama with the tiny tokenizer to ``save_dir``; return the directory."""
+def build_tiny_llama(
+    save_dir: str | Path,
+    seed: int = 0,
+    chat_template: bool = True,
+    max_positions: int = 256,
+    *,
+    tie_embeddings: bool = True,
+    initializer_range: float = 0.02,
+):
+    """Save a 2-layer, 32-wide random Llama with the tiny tokenizer to ``save_dir``; return the directory.
+
+    A large ``initializer_range`` (e.g. 1.0, untied embeddings) gives peaked, varied next-token distributions, so
+    greedy answers are non-empty text instead of one repeated special token."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -59,7 +70,8 @@ def build_tiny_llama(save_dir: str | Path, seed: int = 0, chat_template: bool = 
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_embeddings,
+        initializer_range=initializer_range,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

@@ -23,6 +23,7 @@ from workbench.core.config import (
 )
 from workbench.core.errors import ConfigError
 from workbench.core.paths import recipes_dir
+from workbench.uncertainty.features import D2RAG_FEATURES
 
 
 @dataclass
@@ -153,29 +154,7 @@ class BenchFeaturesSection:
 
     split: str = doc("split the questions come from", "test")
     questions: int = doc("questions measured (the same ones for every way)", 8)
-    features: list[str] = doc(
-        "features measured (default: the 18 of D²-RAG)",
-        [
-            "entropy",
-            "semantic_entropy",
-            "mars",
-            "lars",
-            "sent_sar",
-            "token_sar",
-            "confidence",
-            "inside",
-            "attention_score",
-            "eccentricity_uncertainty",
-            "eccentricity_confidence",
-            "matrix_degree_confidence",
-            "matrix_degree_uncertainty",
-            "sum_eigen_uncertainty",
-            "ptrue",
-            "verbalized_confidence",
-            "self_detection",
-            "directional_entailment_graph",
-        ],
-    )
+    features: list[str] = doc("features measured (default: the 18 of D²-RAG)", list(D2RAG_FEATURES))
     samples: int = doc("answers sampled per question (N)", 5)
     temperature: float = doc("sampling temperature", 0.7)
     max_new_tokens: int = doc("length cap of the greedy answer and of each sample", 16)

@@ -26,28 +26,6 @@ from typing import Any
 from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.stages.context import StageContext
 
-D2RAG_FEATURES: tuple[str, ...] = (
-    "entropy",
-    "semantic_entropy",
-    "mars",
-    "lars",
-    "sent_sar",
-    "token_sar",
-    "confidence",
-    "inside",
-    "attention_score",
-    "eccentricity_uncertainty",
-    "eccentricity_confidence",
-    "matrix_degree_confidence",
-    "matrix_degree_uncertainty",
-    "sum_eigen_uncertainty",
-    "ptrue",
-    "verbalized_confidence",
-    "self_detection",
-    "directional_entailment_graph",
-)
-"""The 18 uncertainty features of D²-RAG §3, by registry name."""
-
 
 def _forwards(cost: Any) -> int:
     return int(cost.prefill_tokens + cost.decoded_tokens + cost.scored_tokens)

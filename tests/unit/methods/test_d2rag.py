@@ -32,30 +32,11 @@ CALIBRATORS = {"confidence": {"kind": "isotonic", "version": 1, "x": [-20.0, 0.0
 def peaked_generator(tmp_path_factory):
     """A tiny random Llama with large initial weights, whose greedy answers are varied, non-empty text (the shared
     tiny model repeats one special token, so every answer would be empty and text comparisons vacuous)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from tests.tiny_models import build_tiny_tokenizer
+    from tests.tiny_models import build_tiny_llama
     from workbench.backends.generator import Generator
 
     path = tmp_path_factory.mktemp("tiny-llama-peaked-d2rag")
-    tokenizer = build_tiny_tokenizer(path)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-        initializer_range=1.0,
-    )
-    torch.manual_seed(1)
-    LlamaForCausalLM(config).save_pretrained(path)
+    build_tiny_llama(path, seed=1, max_positions=4096, tie_embeddings=False, initializer_range=1.0)
     return Generator(path, batch_size=16)
 
 
