@@ -248,3 +248,33 @@ def horizontal_bars(path: Path, values: dict[str, float], *, title: str, xlabel:
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     return _finish(plt, fig, [ax], path)
+
+
+def scatter_with_thresholds(
+    path: Path,
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    thresholds: Sequence[float] = (),
+) -> Path:
+    """Save a scatter of ``y`` against ``x`` with the diagonal y = x and dashed lines at each of ``thresholds`` on
+    both axes (e.g. D²-RAG's τ_neg / τ_pos: the cells show where predicted and true utility classes agree)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.size == 0:
+        raise ValueError(f"scatter_with_thresholds: need two equal, non-empty series, got {xs.shape} / {ys.shape}")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 4.0), dpi=110)
+    ax.scatter(xs, ys, s=14, alpha=0.7)
+    finite = np.concatenate([xs[np.isfinite(xs)], ys[np.isfinite(ys)]])
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8)
+    for t in thresholds:
+        ax.axhline(t, color="tab:red", linewidth=0.7, linestyle="--")
+        ax.axvline(t, color="tab:red", linewidth=0.7, linestyle="--")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    return _finish(plt, fig, [ax], path)

@@ -13,10 +13,20 @@ from typing import Any
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
 
-METHODS: tuple[str, ...] = ("no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag")
-"""Every method name ``build_method`` knows, baselines first."""
+METHODS: tuple[str, ...] = (
+    "no_rag",
+    "standard_rag",
+    "oracle",
+    "dtr",
+    "dense_rag",
+    "d2rag",
+    "d2rag_oracle",
+    "insemrag",
+)
+"""Every method name ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (the
+oracle when none was fitted); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the side-by-side."""
 
-GOLD_METHODS = frozenset({"oracle"})
+GOLD_METHODS = frozenset({"oracle", "d2rag_oracle"})
 """Methods that read the gold answer (evaluation only, never in a bundle)."""
 
 
@@ -78,19 +88,30 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
             raise ConfigError(f"controller must be prompted or heuristic, got {kind!r}", "evaluate.insemrag")
         controller = PromptedLMController(tools.generator) if kind == "prompted" else HeuristicController()
         return InSemRAG(tools, controller, _settings(InSemRAGSettings, options, name))
-    if name == "d2rag":
+    if name in ("d2rag", "d2rag_oracle"):
         if learned is None or learned.classifier is None or learned.tau is None:
-            raise ConfigError("d2rag needs the calibrate and classify stages before evaluate", "evaluate.methods")
+            raise ConfigError(f"{name} needs the calibrate and classify stages before evaluate", "evaluate.methods")
         from workbench.methods.d2rag import D2RAG, D2RAGSettings
         from workbench.methods.utility import OracleUtility
+        from workbench.uncertainty.seper import SeperSettings
 
-        return D2RAG(
+        seper = SeperSettings(
+            samples=int(options.pop("seper_samples", 10)),
+            max_new_tokens=tools.max_new_tokens,
+            seed=0,
+        )
+        label = str(options.pop("utility_label", "delta_seper_s"))
+        oracle = OracleUtility(settings=seper, label=label)
+        learned_utility = learned.utility if name == "d2rag" else None
+        method = D2RAG(
             tools,
             calibrators=learned.calibrators,
             classifier=learned.classifier,
             tau=learned.tau,
-            utility=learned.utility if learned.utility is not None else OracleUtility(),
+            utility=learned_utility if learned_utility is not None else oracle,
             settings=_settings(D2RAGSettings, {"features": list(learned.features), **options}, name),
             medians=learned.medians,
         )
+        method.name = name
+        return method
     raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")

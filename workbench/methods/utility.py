@@ -290,19 +290,34 @@ class UtilityPredictor:
 
 # ---------------------------------------------------------------------------------------------- the oracle
 class OracleUtility:
-    """The paper's utility: the example's stored ΔSePer (needs the gold answer; evaluation only).
+    """The paper's utility: ΔSePer of the (question, context) pair, which needs the gold answer (evaluation only).
 
-    Reads the first of ``keys`` present in the example (default ``delta_seper``, then the collected
-    ``delta_seper_s``). A missing or non-finite value gives NaN, which D²-RAG decodes as neutral (spec §7.2).
+    An example that carries a stored value (the first of ``keys`` present: default ``delta_seper``, then the
+    collected ``delta_seper_s``) uses it. Otherwise, with ``compute=True`` and gold ``answers`` in the example, ΔSePer
+    is computed on the spot from the actual context (:func:`workbench.uncertainty.seper.delta_seper` with
+    ``settings``; ``label`` picks the SePer-S or SePer-H variant): one sampling call and one NLI call for the
+    batch. Anything else gives NaN, which D²-RAG decodes as neutral (spec §7.2).
     """
 
     requires_gold = True
 
-    def __init__(self, keys: Sequence[str] = ("delta_seper", "delta_seper_s")) -> None:
+    def __init__(
+        self,
+        keys: Sequence[str] = ("delta_seper", "delta_seper_s"),
+        *,
+        compute: bool = True,
+        settings: Any = None,
+        label: str = "delta_seper_s",
+    ) -> None:
+        if label not in ("delta_seper_s", "delta_seper_h"):
+            raise DataError(f"label must be delta_seper_s or delta_seper_h, got {label!r}", "OracleUtility")
         self.keys = tuple(keys)
+        self.compute = compute
+        self.settings = settings
+        self.label = label
 
     def value(self, example: dict[str, Any]) -> float:
-        """ΔSePer of one example (NaN when absent)."""
+        """The stored ΔSePer of one example (NaN when absent or not a finite number)."""
         for key in self.keys:
             value = example.get(key)
             if value is not None:
@@ -321,5 +336,23 @@ class OracleUtility:
         scores: Sequence[Sequence[float]],
         closed: Sequence[ClosedAnswer] | None = None,
     ) -> UtilityEstimate:
-        """The stored values; no model call."""
-        return UtilityEstimate(np.asarray([self.value(ex) for ex in examples], dtype=float), "oracle")
+        """The stored values; the missing ones computed with the gold answers when ``compute`` (see the class)."""
+        values = np.asarray([self.value(ex) for ex in examples], dtype=float)
+        todo = [
+            i
+            for i, ex in enumerate(examples)
+            if math.isnan(values[i]) and ex.get("answers") and contexts[i] and ex.get("question")
+        ]
+        if self.compute and todo and tools.judge is not None:
+            from workbench.uncertainty.seper import delta_seper
+
+            labels = delta_seper(
+                [{"question": str(examples[i]["question"]), "answers": list(examples[i]["answers"])} for i in todo],
+                [contexts[i] for i in todo],
+                generator=tools.generator,
+                judge=tools.judge,
+                settings=self.settings,
+            )
+            for i, label in zip(todo, labels, strict=True):
+                values[i] = float(label[self.label])
+        return UtilityEstimate(values, "oracle")

@@ -12,7 +12,8 @@ scores each answer (EM, token F1, containment against the gold aliases). Outputs
 
 D²-RAG reads its learned parts from the run's ``calibrate`` and ``classify`` outputs (calibrators, the chosen
 classifier, its τ) and, when the run has ``fit_utility``, the learned utility predictor; without it, the oracle
-utility (ΔSePer, gold-dependent) is used and the summary says so.
+utility (ΔSePer, gold-dependent) is used and the summary says so. ``d2rag_oracle`` always uses the oracle, so the
+two side by side compare the learned utility with the paper's.
 """
 
 from __future__ import annotations
@@ -67,8 +68,13 @@ def load_learned(calibrate_dir: Path | None, classify_dir: Path | None, utility_
     )
 
 
-def build_tools(ctx: StageContext, corpus: Any) -> Any:
-    """The run's Tools: generator, retriever over ``corpus``, NLI judge, embedder, shared counter."""
+def build_tools(
+    ctx: StageContext, corpus: Any, *, passage_chars: int | None = None, max_new_tokens: int | None = None
+) -> Any:
+    """The run's Tools: generator, retriever over ``corpus``, NLI judge, embedder, shared counter.
+
+    ``passage_chars`` / ``max_new_tokens`` default to the evaluate section's (the methods' prompts and answers).
+    """
     from workbench.methods.base import Tools
     from workbench.stages.nli_eval import build_judge
 
@@ -80,8 +86,8 @@ def build_tools(ctx: StageContext, corpus: Any) -> Any:
         counter=ctx.counter,
         judge=build_judge(config.nli.kind, ctx.resources, config.nli.model),
         embedder=ctx.resources.embedder(),
-        passage_chars=config.evaluate.passage_chars,
-        max_new_tokens=config.evaluate.max_new_tokens,
+        passage_chars=passage_chars or config.evaluate.passage_chars,
+        max_new_tokens=max_new_tokens or config.evaluate.max_new_tokens,
     )
 
 
@@ -163,6 +169,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for name, method in methods.items():
         if name == "d2rag" and learned is not None and learned.utility is None:
             notes[name] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
+        if name == "d2rag_oracle":
+            notes[name] = "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
         began = time.perf_counter()
         batches = [rows[i : i + section.batch_questions] for i in range(0, len(rows), section.batch_questions)]
         for batch in track(batches, f"evaluate ({name})", total=len(batches)):

@@ -169,6 +169,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.seper_eval import seper_section
 
             body += seper_section(ctx.inputs["seper_eval"], tmp)
+        if "fit_utility" in ctx.inputs:
+            from workbench.stages.report_evaluate import utility_section
+
+            body += utility_section(ctx.inputs["fit_utility"], tmp)
         if "evaluate" in ctx.inputs:
             from workbench.stages.report_evaluate import evaluate_section
 

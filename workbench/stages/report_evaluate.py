@@ -56,4 +56,103 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     for method, note in summary.get("notes", {}).items():
         lines.append(f"\n*{method}*: {note}.")
     lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
-    return lines
+    return lines + d2rag_utility_lines(evaluate_dir)
+
+
+def utility_class_of(trace_json: str) -> str:
+    """D²-RAG's utility class for one answer from its trace: relevant / neutral / noisy, or closed (no retrieval)."""
+    steps = json.loads(trace_json)["steps"]
+    for step in reversed(steps):
+        if step["name"] == "generate":
+            return str(step["detail"].get("class", "closed"))
+    return "closed"
+
+
+def d2rag_utility_lines(evaluate_dir: Path) -> list[str]:
+    """Markdown: D²-RAG with the learned utility next to D²-RAG with the oracle ΔSePer (both must have run).
+
+    Per variant: quality, how many answers fell in each decoding class; then the per-question agreement of the two
+    variants' classes (among questions both retrieved for, which is all of them: stage 1 is shared)."""
+    import datasets
+
+    summary = json.loads((evaluate_dir / "summary.json").read_text())["methods"]
+    if not {"d2rag", "d2rag_oracle"} <= set(summary):
+        return []
+    traces = datasets.load_from_disk(str(evaluate_dir / "traces"))
+    classes: dict[str, dict[str, str]] = {"d2rag": {}, "d2rag_oracle": {}}
+    for method, qid, trace in zip(traces["method"], traces["id"], traces["trace"], strict=True):
+        if method in classes:
+            classes[method][qid] = utility_class_of(trace)
+    names = ("relevant", "neutral", "noisy", "closed")
+    lines = [
+        "### D²-RAG: learned vs oracle utility",
+        "",
+        "`d2rag` decides the decoding mode from the gold-free utility predictor (`fit_utility`); `d2rag_oracle` "
+        "from ΔSePer computed with the gold answer (the paper's utility, evaluation only). Stage 1 (retrieve or "
+        "not) is the same for both.",
+        "",
+        "| utility | EM | token F1 | containment | " + " | ".join(names) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(names),
+    ]
+    for method, label in (("d2rag", "learned"), ("d2rag_oracle", "oracle ΔSePer")):
+        row = summary[method]
+        counts = [sum(c == n for c in classes[method].values()) for n in names]
+        lines.append(
+            f"| {label} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} | "
+            + " | ".join(str(c) for c in counts)
+            + " |"
+        )
+    shared = [q for q in classes["d2rag"] if q in classes["d2rag_oracle"] and classes["d2rag"][q] != "closed"]
+    if shared:
+        same = sum(classes["d2rag"][q] == classes["d2rag_oracle"][q] for q in shared)
+        lines += ["", f"The two utilities pick the same class for {same} of the {len(shared)} retrieved questions."]
+    return [*lines, ""]
+
+
+def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
+    """Markdown for the ``fit_utility`` stage: out-of-fold quality, class agreement, weights, ``utility_fit.png``."""
+    import datasets
+
+    from workbench.plots import scatter_with_thresholds
+
+    summary = json.loads((fit_dir / "summary.json").read_text())
+    oof = summary["oof"]
+    pairs = datasets.load_from_disk(str(fit_dir / "pairs"))
+    label = summary["label"]
+    keep = [i for i, v in enumerate(pairs["oof_prediction"]) if v == v]  # NaN labels have no prediction
+    scatter_with_thresholds(
+        out_dir / "utility_fit.png",
+        [pairs[label][i] for i in keep],
+        [pairs["oof_prediction"][i] for i in keep],
+        title="Utility predictor, out of fold",
+        xlabel=f"{label} (gold-dependent label)",
+        ylabel="predicted (gold-free)",
+        thresholds=(oof["tau_neg"], oof["tau_pos"]),
+    )
+    classes = list(oof["confusion"])
+    weights = sorted(summary["coefficients"].items(), key=lambda kv: -abs(kv[1]))
+    return [
+        "## D²-RAG utility predictor",
+        "",
+        f"Ridge regression (l2 = {summary['l2']}) from gold-free features of the (question, top-k context) pair to "
+        f"`{label}`, trained on {summary['usable']} `{summary['split']}` pairs (label mean "
+        f"{summary['label_mean']:.3f}, std {summary['label_std']:.3f}). Quality is out of fold "
+        f"({summary['folds']} folds):",
+        "",
+        "| R² | MAE | MAE of predicting the mean | Spearman ρ | class agreement |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {oof['r2']:.3f} | {oof['mae']:.3f} | {oof['mean_baseline_mae']:.3f} | {oof['spearman']:.3f} "
+        f"| {oof['class_agreement']:.3f} |",
+        "",
+        f"Classes at D²-RAG's τ_neg = {oof['tau_neg']} / τ_pos = {oof['tau_pos']} (rows: the label's class, "
+        "columns: the predicted class):",
+        "",
+        "| label \\ predicted | " + " | ".join(classes) + " |",
+        "|---|" + "---:|" * len(classes),
+        *[f"| {a} | " + " | ".join(str(oof["confusion"][a][b]) for b in classes) + " |" for a in classes],
+        "",
+        "Standardised weights: " + ", ".join(f"`{name}` {value:+.3f}" for name, value in weights) + ".",
+        "",
+        "![utility fit](utility_fit.png)",
+        "",
+    ]

@@ -156,13 +156,31 @@ def test_alpha_zero_reduces_to_the_plain_answers(tools):
 
 
 def test_unknown_utility_decodes_neutral_with_a_fallback(tools):
-    answer = make(tools, p=0.1, delta=OracleUtility()).answer(EXAMPLE)  # no delta_seper in the example
+    stored_only = OracleUtility(compute=False)
+    answer = make(tools, p=0.1, delta=stored_only).answer(EXAMPLE)  # no delta_seper in the example
     assert answer.trace.find("utility").detail["class"] == "neutral" and answer.trace.fallbacks == 1
     oracle = make(tools, p=0.1, delta=OracleUtility())
     assert oracle.requires_gold
     assert oracle.answer({**EXAMPLE, "delta_seper": -0.3}).trace.find("utility").detail["class"] == "noisy"
     assert oracle.answer({**EXAMPLE, "delta_seper_s": 0.4}).trace.find("utility").detail["mode"] == "ctx-pos-acd"
     assert not make(tools).requires_gold
+
+
+def test_oracle_computes_delta_seper_from_the_gold_answer_when_none_is_stored(tools):
+    from workbench.uncertainty.seper import SeperSettings, delta_seper
+
+    settings = SeperSettings(samples=3, max_new_tokens=4, seed=0)
+    context = "[1] France: Paris is the capital of France."
+    direct = delta_seper([EXAMPLE], [context], generator=tools.generator, judge=tools.judge, settings=settings)[0]
+    for label in ("delta_seper_s", "delta_seper_h"):
+        estimate = OracleUtility(settings=settings, label=label).estimate(tools, [EXAMPLE], [context], [[1.0]])
+        assert estimate.source == "oracle" and estimate.values[0] == pytest.approx(direct[label])
+    stored = OracleUtility(settings=settings).estimate(tools, [{**EXAMPLE, "delta_seper": 0.25}], [context], [[1.0]])
+    assert stored.values[0] == 0.25  # a stored label wins over computing
+    no_gold = OracleUtility(settings=settings).estimate(tools, [{"question": "q"}], [context], [[1.0]])
+    assert math.isnan(no_gold.values[0])
+    with pytest.raises(DataError, match="label must be"):
+        OracleUtility(label="seper_s")
 
 
 def test_no_passages_falls_back_to_closed_book(tools):
