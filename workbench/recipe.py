@@ -250,7 +250,8 @@ class EvaluateSection:
     split: str = doc("split to answer", "test")
     limit: int | None = doc("first N questions of the split (null: all)", 10)
     methods: list[str] = doc(
-        "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, insemrag",
+        "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, d2rag_oracle "
+        "(gold-dependent utility), insemrag",
         ["no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag"],
     )
     options: dict[str, dict] = doc(
@@ -281,6 +282,40 @@ class SeperEvalSection:
     temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
     max_new_tokens: int = doc("SePer: length cap of each sampled answer", 16)
     passage_chars: int = doc("each passage is cut to this many characters", 400)
+
+
+@dataclass
+class FitUtilitySection:
+    """The 'fit_utility' stage: D²-RAG's gold-free utility predictor, trained on ΔSePer labels of (question, top-k
+    context) pairs. Keep ``k``, ``passage_chars`` and ``max_new_tokens`` equal to the evaluate stage's (D²-RAG's
+    contexts and answers)."""
+
+    split: str = doc("split the (question, context) pairs come from (needs gold answers)", "calib")
+    limit: int | None = doc("first N questions of the split (null: all)", 60)
+    label: Literal["delta_seper_s", "delta_seper_h"] = doc("ΔSePer variant the predictor learns", "delta_seper_s")
+    k: int = doc("passages per context (D²-RAG's k)", 5)
+    passage_chars: int = doc("each passage is cut to this many characters", 400)
+    max_new_tokens: int = doc("answer length cap (greedy answers and SePer samples)", 16)
+    samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
+    temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
+    l2: float = doc("ridge penalty on the standardised features", 1.0)
+    folds: int = doc("cross-validation folds for the out-of-fold quality figures", 5)
+    batch_questions: int = doc("questions per batch", 8)
+
+
+@dataclass
+class BenchDecodingSection:
+    """The 'bench_decoding' stage: contrastive decoding (both streams in one batched forward) vs plain greedy vs two
+    sequential decoders."""
+
+    split: str = doc("split the questions come from", "test")
+    batch_sizes: list[int] = doc("pairs decoded at once; one measurement per size", [1, 4, 8])
+    max_new_tokens: int = doc("tokens decoded per answer (stop strings are ignored so every variant runs them all)", 16)
+    repeats: int = doc("timing repeats after one warm-up (the median is reported)", 3)
+    alpha: float = doc("contrast strength α", 1.0)
+    k: int = doc("passages in the expert (with-context) prompt", 5)
+    passage_chars: int = doc("each passage is cut to this many characters", 400)
+    target_ratio: float = doc("target: batched contrastive time / greedy time at most this", 1.3)
 
 
 @dataclass
@@ -322,6 +357,8 @@ class RecipeConfig:
     classify: ClassifySection = doc("the 'classify' stage", ClassifySection())
     evaluate: EvaluateSection = doc("the 'evaluate' stage", EvaluateSection())
     seper_eval: SeperEvalSection = doc("the 'seper_eval' stage", SeperEvalSection())
+    fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
+    bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property
