@@ -214,12 +214,12 @@ class UtilityPredictor:
             raise DataError(f"{arr.shape[0]} rows but {target.size} labels", "UtilityPredictor.fit")
         if target.size < 2 or not np.isfinite(target).all():
             raise DataError("need at least 2 rows with finite labels", "UtilityPredictor.fit")
+        from workbench.classify.inputs import fit_standardizer
+
         with np.errstate(all="ignore"):
-            mean = np.nanmean(arr, axis=0)
-        mean = np.where(np.isfinite(mean), mean, 0.0)
-        filled = np.where(np.isnan(arr), mean, arr)
-        std = filled.std(axis=0)
-        scale = np.where(std > 1e-12, std, 1.0)
+            column_means = np.nanmean(arr, axis=0)
+        filled = np.where(np.isnan(arr), np.where(np.isfinite(column_means), column_means, 0.0), arr)
+        mean, scale = fit_standardizer(filled)
         z = (filled - mean) / scale
         intercept = float(target.mean())
         gram = z.T @ z + self.l2 * np.eye(z.shape[1])
