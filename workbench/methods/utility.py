@@ -21,7 +21,9 @@ The features (:data:`UTILITY_FEATURES`, one row per pair; :func:`utility_feature
 ``nll_delta``                 ``nll_context − nll_closed`` (negative: the context made the model surer)
 ``answers_em``/``answers_f1`` normalised exact match / token F1 between the two answers (do they agree?)
 ``entail_context``            P(entailment) of the NLI judge, premise = the context, hypothesis = question + the
-                              with-context answer (is the answer grounded in the context?)
+                              with-context answer (is the answer grounded in the context?); with the rule-based
+                              ``answer_equivalence`` judge the hypothesis is the answer alone, so the column says
+                              whether the answer occurs in the context as whole words
 ``entail_closed``             the same with the closed-book answer (does the context support what the model knew?)
 ==========================  ======================================================================================
 
@@ -152,8 +154,11 @@ def utility_inputs(
         X[i, 5] = exact_match(ctx_texts[i], [closed_texts[i]])
         X[i, 6] = token_f1(ctx_texts[i], [closed_texts[i]])
     if tools.judge is not None:
-        hypotheses = [f"{q} {a}" for q, a in zip(questions, ctx_texts, strict=True)]
-        hypotheses += [f"{q} {a}" for q, a in zip(questions, closed_texts, strict=True)]
+        # a model judge reads "question answer" as a claim; the rule judge compares answers, so it gets the bare
+        # answer and its whole-word containment test asks whether the context holds it
+        bare = getattr(tools.judge, "kind", "") == "answer_equivalence"
+        hypotheses = [a if bare else f"{q} {a}" for q, a in zip(questions, ctx_texts, strict=True)]
+        hypotheses += [a if bare else f"{q} {a}" for q, a in zip(questions, closed_texts, strict=True)]
         probs = tools.judge.entail(contexts + contexts, hypotheses)
         X[:, 7] = probs[:n, ENTAILMENT]
         X[:, 8] = probs[n:, ENTAILMENT]

@@ -159,6 +159,7 @@ STAGES: dict[str, StageSpec] = {
             "fit_utility",
             "train D²-RAG's gold-free utility predictor on ΔSePer labels of (question, top-k context) pairs",
             "workbench.stages.fit_utility:run",
+            version=2,
             sections=("fit_utility", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),

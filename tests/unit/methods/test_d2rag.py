@@ -318,6 +318,16 @@ def test_utility_features_shape_and_batching(tools):
     assert len(inputs.context_generations) == 3
 
 
+def test_rule_judge_entailment_asks_whether_the_context_holds_the_answer(tools):
+    contexts = ["[1] France: Paris is the capital of France.", "[1] Hamlet: a play by William Shakespeare."]
+    closed = [ClosedAnswer("Paris", 0.5)] * 2
+    inputs = utility_inputs(
+        tools, ["Capital of France?", "Capital of France?"], contexts, [[1.0], [1.0]], closed=closed
+    )
+    entail_closed = inputs.X[:, UTILITY_FEATURES.index("entail_closed")]
+    assert entail_closed.tolist() == [1.0, 0.0]  # "Paris" occurs in the first context only
+
+
 def test_utility_features_without_a_judge_leave_entailment_nan(tools):
     tools.judge = None
     X = utility_features(tools, ["Who wrote Hamlet?"], ["Hamlet is a tragedy by Shakespeare."], [[]])
