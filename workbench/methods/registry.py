@@ -33,7 +33,8 @@ GOLD_METHODS = frozenset({"oracle", "d2rag_oracle"})
 @dataclass
 class LearnedParts:
     """What D²-RAG needs from earlier stages: per-feature calibrators, the classifier, τ, the features' order and
-    imputation medians, and a utility predictor (None → the method's oracle utility, gold-dependent)."""
+    imputation medians, a utility predictor (None → the method's oracle utility, gold-dependent) and the LARS
+    scorer the collection fitted (needed when ``lars`` is a feature)."""
 
     calibrators: dict[str, Any] = field(default_factory=dict)
     classifier: Any = None
@@ -41,6 +42,7 @@ class LearnedParts:
     features: list[str] = field(default_factory=list)
     medians: dict[str, float] = field(default_factory=dict)
     utility: Any = None
+    lars_scorer: Any = None
 
 
 def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
@@ -111,6 +113,7 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
             utility=learned_utility if learned_utility is not None else oracle,
             settings=_settings(D2RAGSettings, {"features": list(learned.features), **options}, name),
             medians=learned.medians,
+            lars_scorer=learned.lars_scorer,
         )
         method.name = name
         return method

@@ -31,8 +31,16 @@ from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
 
-def load_learned(calibrate_dir: Path | None, classify_dir: Path | None, utility_dir: Path | None) -> Any:
-    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run)."""
+def load_learned(
+    calibrate_dir: Path | None,
+    classify_dir: Path | None,
+    utility_dir: Path | None,
+    collect_dir: Path | None = None,
+) -> Any:
+    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run).
+
+    ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
+    needs at answer time."""
     from workbench.methods.registry import LearnedParts
 
     if calibrate_dir is None or classify_dir is None:
@@ -58,7 +66,13 @@ def load_learned(calibrate_dir: Path | None, classify_dir: Path | None, utility_
         from workbench.methods.utility import UtilityPredictor
 
         utility = UtilityPredictor.from_dict(json.loads((utility_dir / "utility.json").read_text()))
+    lars = None
+    if collect_dir is not None and (collect_dir / "lars_scorer.json").is_file():
+        from workbench.uncertainty.features.probability import LarsLikeScorer
+
+        lars = LarsLikeScorer.from_json((collect_dir / "lars_scorer.json").read_text())
     return LearnedParts(
+        lars_scorer=lars,
         calibrators={f: calibrator_from_dict(d) for f, d in saved["calibrators"].items()},
         classifier=classifier,
         tau=float(selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]["tau"]),
@@ -155,7 +169,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = list(rows.select(range(min(section.limit, len(rows))))) if section.limit is not None else list(rows)
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
-    learned = load_learned(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), ctx.inputs.get("fit_utility"))
+    learned = load_learned(
+        ctx.inputs.get("calibrate"),
+        ctx.inputs.get("classify"),
+        ctx.inputs.get("fit_utility"),
+        ctx.inputs.get("collect"),
+    )
     unknown_opts = sorted(set(section.options) - set(METHODS))
     if unknown_opts:
         raise ConfigError(f"options for unknown method(s) {unknown_opts}", "evaluate.options")

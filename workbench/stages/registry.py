@@ -144,7 +144,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.evaluate:run",
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
-            optional_inputs=("calibrate", "classify", "fit_utility"),
+            optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
             uses=("generator", "embedder"),
         ),
         StageSpec(

@@ -95,3 +95,18 @@ def test_d2rag_side_by_side_lines_count_classes_and_agreement(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"methods": {"d2rag": metrics}}))
     assert d2rag_utility_lines(tmp_path) == []  # nothing to compare without both variants
     assert utility_class_of(json.dumps({"steps": []})) == "closed"
+
+
+def test_d2rag_gets_the_collections_lars_scorer(tools):
+    from workbench.core.errors import ConfigError
+    from workbench.uncertainty.features.probability import LarsLikeScorer
+
+    rng = np.random.default_rng(0)
+    answers = [list(rng.uniform(-3, 0, size=4)) for _ in range(20)]
+    scorer = LarsLikeScorer().fit(answers, [i % 2 for i in range(20)])
+    calibrators = {"lars": {"kind": "isotonic", "version": 1, "x": [0.0, 1.0], "y": [0.0, 1.0]}}
+    learned = LearnedParts(calibrators, _Classifier(), 0.5, ["lars"], lars_scorer=scorer)
+    assert build_method("d2rag", tools, {}, learned).lars_scorer is scorer
+    learned.lars_scorer = None
+    with pytest.raises(ConfigError, match="lars_scorer"):
+        build_method("d2rag", tools, {}, learned)
