@@ -70,7 +70,8 @@ def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg:
 
     ``class_agreement`` is the share of pairs whose predicted class equals the label's; ``confusion[a][b]`` counts
     pairs of label class ``a`` predicted as class ``b``; ``mean_baseline_mae`` is the MAE of always predicting the
-    labels' mean (what a predictor has to beat).
+    labels' mean and ``majority_agreement`` the class agreement of always predicting the commonest class (what a
+    predictor has to beat).
     """
     from workbench.methods.d2rag import utility_class
     from workbench.metrics.rejection import spearman
@@ -88,6 +89,7 @@ def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg:
         "mean_baseline_mae": float(np.mean(np.abs(y - y.mean()))),
         "spearman": float(spearman(pred, y)) if np.ptp(y) > 0 and np.ptp(pred) > 0 else float("nan"),
         "class_agreement": float(np.mean([a == b for a, b in zip(truth, guess, strict=True)])),
+        "majority_agreement": max(truth.count(c) for c in CLASSES) / len(truth),
         "confusion": confusion,
         "tau_pos": tau_pos,
         "tau_neg": tau_neg,

@@ -130,6 +130,8 @@ def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
         thresholds=(oof["tau_neg"], oof["tau_pos"]),
     )
     classes = list(oof["confusion"])
+    per_class = [sum(oof["confusion"][a].values()) for a in classes]
+    majority = max(per_class) / max(1, sum(per_class))  # agreement of always predicting the commonest label class
     weights = sorted(summary["coefficients"].items(), key=lambda kv: -abs(kv[1]))
     return [
         "## D²-RAG utility predictor",
@@ -139,10 +141,10 @@ def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
         f"{summary['label_mean']:.3f}, std {summary['label_std']:.3f}). Quality is out of fold "
         f"({summary['folds']} folds):",
         "",
-        "| R² | MAE | MAE of predicting the mean | Spearman ρ | class agreement |",
-        "|---:|---:|---:|---:|---:|",
+        "| R² | MAE | MAE of predicting the mean | Spearman ρ | class agreement | agreement of the commonest class |",
+        "|---:|---:|---:|---:|---:|---:|",
         f"| {oof['r2']:.3f} | {oof['mae']:.3f} | {oof['mean_baseline_mae']:.3f} | {oof['spearman']:.3f} "
-        f"| {oof['class_agreement']:.3f} |",
+        f"| {oof['class_agreement']:.3f} | {majority:.3f} |",
         "",
         f"Classes at D²-RAG's τ_neg = {oof['tau_neg']} / τ_pos = {oof['tau_pos']} (rows: the label's class, "
         "columns: the predicted class):",

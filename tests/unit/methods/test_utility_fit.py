@@ -41,7 +41,7 @@ def test_regression_quality_hand_computed():
     assert q["mae"] == pytest.approx((0.2 + 0.0 + 0.3 + 0.2) / 4)
     assert q["mean_baseline_mae"] == pytest.approx((0.45 + 0.05 + 0.55 + 0.15) / 4)
     # classes: label relevant, neutral, noisy, relevant; predicted relevant, neutral, noisy, neutral
-    assert q["class_agreement"] == pytest.approx(0.75)
+    assert q["class_agreement"] == pytest.approx(0.75) and q["majority_agreement"] == pytest.approx(0.5)
     assert q["confusion"]["relevant"] == {"noisy": 0, "neutral": 1, "relevant": 1}
     assert q["spearman"] == pytest.approx(0.8, abs=0.2) and q["spearman"] > 0
 
