@@ -168,9 +168,9 @@ STAGES: dict[str, StageSpec] = {
             "bench_decoding",
             "measure contrastive decoding (one batched forward per step) vs greedy vs two sequential decoders",
             "workbench.stages.bench_decoding:run",
-            sections=("bench_decoding", "generator", "retrieval"),
+            sections=("bench_decoding", "generator", "embedder", "retrieval"),
             inputs=("build_data",),
-            uses=("generator",),
+            uses=("generator", "embedder"),
         ),
         StageSpec(
             "report_bench_decoding",

@@ -1,0 +1,168 @@
+"""The bench_decoding stage and its report on a tiny random model and a five-question dataset; its config errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from workbench.backends.cost import CostCounter
+from workbench.core.errors import ConfigError
+from workbench.recipe import RecipeConfig
+from workbench.stages import bench_decoding
+from workbench.stages.context import Resources
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "Where does the Seine flow?",
+    "Where was William Shakespeare born?",
+    "Which river flows through Lyon?",
+]
+PASSAGES = [
+    ("d0", "Paris", "Paris is the capital and largest city of France, on the river Seine."),
+    ("d1", "Lyon", "Lyon is a city in France at the confluence of the Rhône and the Saône."),
+    ("d2", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
+    ("d3", "Shakespeare", "William Shakespeare was an English playwright, poet and actor born in Stratford."),
+    ("d4", "Seine", "The Seine is a river in northern France that flows through Paris to the English Channel."),
+]
+
+
+@pytest.fixture(scope="module")
+def build_data_dir(tmp_path_factory) -> Path:
+    """A build_data output: ``qa/`` (a five-question ``test`` split) and ``corpus/`` (one chunk per passage)."""
+    import datasets
+
+    from workbench.data.schema import rows_to_dataset, validate_qa_row
+    from workbench.data.wikiqa import save_dataset_dict
+
+    out = tmp_path_factory.mktemp("build_data")
+    rows = [validate_qa_row({"id": f"q{i}", "question": q, "answers": ["x"]}, "test") for i, q in enumerate(QUESTIONS)]
+    save_dataset_dict(datasets.DatasetDict({"test": rows_to_dataset(rows, "test")}), out / "qa")
+    datasets.Dataset.from_dict(
+        {
+            "chunk_id": [f"{d}#0" for d, _, _ in PASSAGES],
+            "doc_id": [d for d, _, _ in PASSAGES],
+            "title": [t for _, t, _ in PASSAGES],
+            "text": [x for _, _, x in PASSAGES],
+            "index": [0] * len(PASSAGES),
+        }
+    ).save_to_disk(str(out / "corpus"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def peaked_lm_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with large weights (peaked distributions: no near-ties between batch shapes)."""
+    from tests.tiny_models import build_tiny_llama
+
+    path = tmp_path_factory.mktemp("tiny-llama-peaked")
+    return build_tiny_llama(path, seed=1, max_positions=4096, tie_embeddings=False, initializer_range=1.0)
+
+
+def make_ctx(tmp_path: Path, build_data: Path, model: Path, **settings) -> SimpleNamespace:
+    """A stage context: a fresh config (bench_decoding keys from ``settings``), real Resources, a fresh out_dir."""
+    config = RecipeConfig(name="bench-decoding-test", stages=["build_data"])
+    config.generator.model = str(model)
+    config.generator.cache = False
+    config.report.dir = str(tmp_path / "report")
+    section = config.bench_decoding
+    section.batch_sizes, section.repeats, section.max_new_tokens, section.k = [1, 2], 1, 3, 2
+    for key, value in settings.items():
+        setattr(section, key, value)
+    counter = CostCounter()
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    return SimpleNamespace(
+        config=config,
+        inputs={"build_data": build_data},
+        out_dir=out,
+        resources=Resources(config, counter),
+        counter=counter,
+        log=logging.getLogger("test.bench_decoding"),
+    )
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, build_data_dir, peaked_lm_dir):
+    """Run the stage and its report once: (summary, bench.json, report text, report directory)."""
+    tmp = tmp_path_factory.mktemp("bench-decoding")
+    ctx = make_ctx(tmp, build_data_dir, peaked_lm_dir)
+    summary = bench_decoding.run(ctx)
+    report_ctx = SimpleNamespace(config=ctx.config, inputs={"bench_decoding": ctx.out_dir})
+    bench_decoding.report(report_ctx)
+    bench = json.loads((ctx.out_dir / "bench.json").read_text())
+    report_dir = tmp / "report"
+    return summary, bench, (report_dir / "report.md").read_text(), report_dir
+
+
+def test_bench_json_has_one_result_per_batch_size(finished):
+    summary, bench, _, _ = finished
+    assert [r["pairs"] for r in bench["results"]] == [1, 2]
+    assert bench["settings"]["batch_sizes"] == [1, 2] and bench["settings"]["max_new_tokens"] == 3
+    assert bench["threads"] >= 1 and bench["device"] == "cpu" and bench["no_context"] == 0
+    for r in bench["results"]:
+        assert r["parity"] is True
+        # one prefill + one forward per further step; sequential runs two decoders in lock-step
+        assert 1 <= r["forwards"]["batched"] <= 3 and r["forwards"]["greedy"] >= 1
+        assert r["forwards"]["sequential"] == 2 * r["forwards"]["batched"]
+        assert r["costs"]["batched"]["lm_calls"] == 1 and r["costs"]["sequential"]["lm_calls"] == 2
+        for key in (
+            "ratio_batched_vs_greedy",
+            "ratio_sequential_vs_greedy",
+            "speedup_batched_vs_sequential",
+            "ratio_per_forward_batched_vs_greedy",
+        ):
+            assert math.isfinite(r[key]) and r[key] > 0, key
+        assert len(r["times_s"]["greedy"]) == 1
+    assert summary["pairs"] == 2 and summary["parity"] is True
+    assert summary["ratio_batched_vs_greedy"] == pytest.approx(bench["results"][1]["ratio_batched_vs_greedy"], abs=1e-3)
+
+
+def test_expert_prompts_carry_the_retrieved_context(build_data_dir, peaked_lm_dir, tmp_path):
+    import datasets
+
+    ctx = make_ctx(tmp_path, build_data_dir, peaked_lm_dir)
+    corpus = datasets.load_from_disk(str(build_data_dir / "corpus"))
+    experts, amateurs, no_context = bench_decoding.build_pairs(ctx, QUESTIONS[:2], corpus)
+    assert no_context == 0
+    assert "Paris is the capital" in experts[0] and "Paris is the capital" not in amateurs[0]
+    assert "Hamlet is a tragedy" in experts[1] and QUESTIONS[1] in amateurs[1]
+
+
+def test_report_has_the_table_rows_and_plot(finished):
+    _, bench, report, report_dir = finished
+    assert report.startswith("# Contrastive decoding cost")
+    assert "torch thread(s)" in report and "**cpu**" in report
+    assert "| pairs | greedy s | batched s | sequential s |" in report
+    for r in bench["results"]:
+        forwards = f"{r['forwards']['greedy']} / {r['forwards']['batched']} / {r['forwards']['sequential']}"
+        row = next(line for line in report.splitlines() if line.startswith(f"| {r['pairs']} |"))
+        assert forwards in row and f"{r['ratio_batched_vs_greedy']:.2f}x" in row
+        assert row.endswith(f"| yes | {'yes' if r['meets_target'] else '**no**'} |")
+    assert "target (batched contrastive ≤ 1.3x greedy)" in report and "2B rows" in report
+    assert (report_dir / "seconds.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "message"),
+    [
+        ({"batch_sizes": []}, "bench_decoding.batch_sizes", "at least one batch size"),
+        ({"batch_sizes": [2, 0]}, "bench_decoding.batch_sizes", "must be >= 1"),
+        ({"repeats": 0}, "bench_decoding.repeats", "must be >= 1"),
+        ({"max_new_tokens": 0}, "bench_decoding.max_new_tokens", "must be >= 1"),
+        ({"split": "nope"}, "bench_decoding.split", "not in the dataset"),
+        ({"batch_sizes": [1, 6]}, "bench_decoding.batch_sizes", "needs 6 questions"),
+    ],
+)
+def test_config_errors(tmp_path, build_data_dir, settings, key, message):
+    ctx = make_ctx(tmp_path, build_data_dir, tmp_path / "no-model", **settings)  # fails before any model loads
+    with pytest.raises(ConfigError, match=message) as caught:
+        bench_decoding.run(ctx)
+    assert caught.value.where == key
+    assert "\n" not in str(caught.value)
+    assert not (ctx.out_dir / "bench.json").exists()
