@@ -37,3 +37,15 @@ def test_oracle_retrieves_only_when_the_closed_book_answer_is_wrong(tools):
     if closed:
         assert not right.trace.retrieved and right.trace.totals()["lm_calls"] == 1
     assert wrong.trace.retrieved and wrong.trace.totals()["lm_calls"] == 2
+
+
+def test_a_context_longer_than_the_window_is_cut_and_counted(tools, tiny_lm_long_dir):
+    from workbench.backends.generator import Generator
+
+    small = Generator(tiny_lm_long_dir, max_context=160, counter=tools.counter)  # six passages need ~500 tokens
+    tools.generator = small
+    answer = StandardRAG(tools, k=6).answer(EXAMPLE)
+    generate = answer.trace.find("generate")
+    assert answer.trace.retrieved and answer.trace.fallbacks == 1
+    assert generate.detail["prompt_tokens"] <= 160 - tools.max_new_tokens
+    assert "cut to fit" in " ".join(answer.trace.to_dict()["notes"])
