@@ -1,6 +1,6 @@
 """The generator backend: any HF causal LM behind ``generate`` and ``score``, returning plain numpy dataclasses.
 
-Decoding is a hand-written loop over ``model(input_ids, attention_mask, position_ids, past_key_values)``:
+Decoding is a hand-written loop over ``model(input_ids, attention_mask, position_ids, cache)``:
 
 * prompts are batched with **left padding** (positions count from each row's first real token);
 * ``temperature == 0`` is greedy (arg-max of the raw logits); otherwise temperature, then top-k, then top-p, then one
@@ -221,6 +221,7 @@ class Generator:
         self.fingerprint = stable_hash(["generator", resolved.fingerprint, dtype])
         self.prompts = PromptRenderer(self.tokenizer, name=resolved.ref)
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self._cache_arg = _cache_argument(self.model)
         self._warned_truncation = False
 
     # ------------------------------------------------------------------ prompts
@@ -459,7 +460,7 @@ class Generator:
             output_hidden_states=params.hidden_layer is not None,
             output_attentions=params.attentions,
         )
-        state = {"cache": out.past_key_values, "mask": mask.to(self.device), "next_pos": positions[:, -1:] + 1}
+        state = {"cache": _returned_cache(out), "mask": mask.to(self.device), "next_pos": positions[:, -1:] + 1}
         state.update(_outputs(out, params))
         return state
 
@@ -473,12 +474,12 @@ class Generator:
             input_ids=torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None],
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=state["cache"],
             use_cache=True,
+            **{self._cache_arg: state["cache"]},
             output_hidden_states=params.hidden_layer is not None,
             output_attentions=params.attentions,
         )
-        new = {"cache": out.past_key_values, "mask": mask, "next_pos": state["next_pos"] + 1}
+        new = {"cache": _returned_cache(out), "mask": mask, "next_pos": state["next_pos"] + 1}
         new.update(_outputs(out, params))
         return new
 
@@ -720,6 +721,24 @@ def _outputs(out: Any, params: DecodingParams) -> dict[str, Any]:
 
         state["attn"] = torch.stack([a[:, :, -1, -1] for a in out.attentions], dim=1)
     return state
+
+
+def _cache_argument(model: Any) -> str:
+    """The forward keyword for the KV cache: ``cache`` in newer transformers (``past_key_values`` is deprecated
+    there, removal announced for 5.40), ``past_key_values`` in older ones and in remote-code models."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _returned_cache(out: Any) -> Any:
+    """The KV cache a forward returned, under either of its names."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _select(state: dict[str, Any], index: Any) -> dict[str, Any]:
