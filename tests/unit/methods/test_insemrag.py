@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from workbench.backends.retrievers import Retriever
+from workbench.backends.retrievers import RetrievalResult, Retriever
 from workbench.core.errors import ConfigError
 from workbench.methods.controller import (
     INTENT_TEMPLATES,
@@ -190,6 +190,33 @@ def test_enrichment_and_weights_reach_the_hybrid_search(ctools):
         assert c["fused"] == pytest.approx(0.0 if raw is None else (raw - low) / (high - low))
     assert retrieve["candidates"][0]["chunk_id"] == "eiffel#1" and set(sparse_scores) == set(TEXT)
     assert all(set(c["channels"]) == {"dense", "sparse"} for c in retrieve["candidates"])
+
+
+class Empty(Retriever):
+    """A channel that never finds anything (an empty index, a query with no known term)."""
+
+    def __init__(self, inner):
+        self.corpus, self.counter = inner.corpus, inner.counter
+
+    def _search(self, queries, k):
+        return [RetrievalResult.from_arrays(q, self.corpus, np.zeros(0, np.int64), np.zeros(0)) for q in queries]
+
+
+def test_empty_retrieval_answers_closed_book_with_one_generator_call_and_a_fallback(ctools):
+    from workbench.backends.retrievers import BM25Retriever, HybridRetriever
+
+    empty = Empty(BM25Retriever(ctools.corpus, counter=ctools.counter))
+    hybrid = HybridRetriever({"dense": empty, "sparse": empty}, counter=ctools.counter)
+    controller = Scripted(coverage=(0.0,))  # coverage stays below γ: every follow-up round finds nothing too
+    before = ctools.counter.lm_calls
+    answer = InSemRAG(ctools, controller, InSemRAGSettings(**FAST), hybrid).answer(QUESTION)
+
+    trace = answer.trace
+    assert not trace.retrieved and trace.find("generate").detail["ids"] == []
+    assert any("no evidence" in note for note in trace.notes) and trace.fallbacks >= 1
+    assert controller.calls.get("refine", 0) == controller.calls.get("compress", 0) == 0  # nothing to judge or repair
+    assert controller.calls["enrich"] == 3  # the first round and two follow-up rounds (at most 3), all empty
+    assert ctools.counter.lm_calls - before == 1  # the scripted controller is free: only the final answer
 
 
 def test_heuristic_damage_below_tau_repairs_with_previous_and_next_chunk_of_the_same_document(ctools):
