@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from workbench.core.atomic import atomic_directory, atomic_write_json
@@ -284,21 +285,35 @@ def _verdict(results: list[dict[str, Any]], target: float, no_context: int) -> l
     return paragraphs
 
 
-def report(ctx: StageContext) -> dict[str, Any]:
-    """Write ``report.md`` and ``seconds.png`` (seconds per variant per batch size) to the report directory."""
+def write_plot(bench: dict[str, Any], path: Path) -> None:
+    """``path``: median seconds per variant (greedy / batched / sequential) for each batch size."""
     from workbench.plots import grouped_bars
 
+    results = bench["results"]
+    grouped_bars(
+        path,
+        [f"B = {r['pairs']}" for r in results],
+        {variant: [r[f"{variant}_s"] for r in results] for variant in VARIANTS},
+        title=f"Decoding {bench['settings']['max_new_tokens']} tokens per answer (median seconds)",
+        ylabel="seconds",
+        ylim=None,
+    )
+
+
+def decoding_section(bench_dir: Path, out_dir: Path, name: str) -> list[str]:
+    """The benchmark as a section of a run's main report (``report`` stage), plot ``decoding_seconds.png``."""
+    bench = json.loads((bench_dir / "bench.json").read_text())
+    write_plot(bench, out_dir / "decoding_seconds.png")
+    lines = report_lines(bench, name)
+    lines[0] = "## Contrastive decoding cost"
+    return [line.replace("(seconds.png)", "(decoding_seconds.png)") for line in lines]
+
+
+def report(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` and ``seconds.png`` (seconds per variant per batch size) to the report directory."""
     bench = json.loads((ctx.inputs["bench_decoding"] / "bench.json").read_text())
     report_dir = ctx.config.resolved_report_dir
-    results = bench["results"]
     with atomic_directory(report_dir) as tmp:
-        grouped_bars(
-            tmp / "seconds.png",
-            [f"B = {r['pairs']}" for r in results],
-            {variant: [r[f"{variant}_s"] for r in results] for variant in VARIANTS},
-            title=f"Decoding {bench['settings']['max_new_tokens']} tokens per answer (median seconds)",
-            ylabel="seconds",
-            ylim=None,
-        )
+        write_plot(bench, tmp / "seconds.png")
         (tmp / "report.md").write_text("\n".join(report_lines(bench, ctx.config.name)), encoding="utf-8")
     return {"report": str(report_dir / "report.md")}

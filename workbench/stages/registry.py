@@ -65,7 +65,16 @@ STAGES: dict[str, StageSpec] = {
             "write the Markdown + PNG report of the run to the report directory",
             "workbench.stages.report:run",
             sections=("report",),
-            optional_inputs=("answer", "collect", "calibrate", "classify", "fit_utility", "evaluate", "seper_eval"),
+            optional_inputs=(
+                "answer",
+                "collect",
+                "calibrate",
+                "classify",
+                "fit_utility",
+                "evaluate",
+                "seper_eval",
+                "bench_decoding",
+            ),
             cacheable=False,
         ),
         StageSpec(

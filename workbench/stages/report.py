@@ -138,8 +138,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
 
     Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
-    calibration (``calibrate``), routing (``classify``) and the methods side by side (``evaluate``), then the time
-    table.
+    calibration (``calibrate``), routing (``classify``), retrievers by ΔSePer (``seper_eval``), the utility
+    predictor (``fit_utility``), the methods side by side (``evaluate``) and the contrastive-decoding benchmark
+    (``bench_decoding``), then the time table.
     """
     from workbench.core.errors import ConfigError
 
@@ -177,6 +178,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_evaluate import evaluate_section
 
             body += evaluate_section(ctx.inputs["evaluate"], tmp)
+        if "bench_decoding" in ctx.inputs:
+            from workbench.stages.bench_decoding import decoding_section
+
+            body += decoding_section(ctx.inputs["bench_decoding"], tmp, config.name)
         lines = [
             f"# {config.name} report",
             "",

@@ -148,6 +148,17 @@ def test_report_has_the_table_rows_and_plot(finished):
     assert (report_dir / "seconds.png").stat().st_size > 1000
 
 
+def test_a_runs_main_report_carries_the_benchmark_as_a_section(finished, tmp_path):
+    _, bench, report, report_dir = finished
+    bench_dir = report_dir.parent / "out"
+    lines = bench_decoding.decoding_section(bench_dir, tmp_path, "evaluate")
+    assert lines[0] == "## Contrastive decoding cost"
+    assert "![seconds per variant](decoding_seconds.png)" in lines
+    assert (tmp_path / "decoding_seconds.png").stat().st_size > 1000
+    table = [line for line in lines if line.startswith("| ")]
+    assert len(table) == 1 + len(bench["results"]) and all(row in report for row in table)  # header + rows
+
+
 @pytest.mark.parametrize(
     ("settings", "key", "message"),
     [
