@@ -222,6 +222,7 @@ class Generator:
         self.prompts = PromptRenderer(self.tokenizer, name=resolved.ref)
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self._cache_arg = _cache_argument(self.model)
+        self.joinable_cache: bool | None = None  # learned by the first split prefill (decoding.contrastive)
         self._warned_truncation = False
 
     # ------------------------------------------------------------------ prompts
@@ -750,6 +751,51 @@ def _select(state: dict[str, Any], index: Any) -> dict[str, Any]:
         if name != "cache":
             out[name] = value[index.to(value.device)]
     return out
+
+
+def _joinable(state: dict[str, Any]) -> bool:
+    """Whether ``state``'s KV cache can be joined with another by :func:`_join_states`: a plain dynamic cache whose
+    every layer holds full-attention keys for all the state's positions (no sliding-window or special layers)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    cache, width = state["cache"], state["mask"].shape[1]
+    return type(cache) is DynamicCache and all(
+        type(layer) is DynamicLayer and layer.keys is not None and layer.keys.shape[-2] == width
+        for layer in cache.layers
+    )
+
+
+def _join_states(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One decoding state holding the rows of ``first`` then those of ``second`` (both :func:`_joinable`).
+
+    Each state was prefilled on its own, left-padded to its own width. The narrower one is left-padded further (zero
+    keys and values, mask 0, so the new positions are never attended to) and the two are stacked along the batch.
+    Rotary positions are already applied to the cached keys and ``next_pos`` is per row, so every row decodes as it
+    would alone. ``first``'s cache object is reused.
+    """
+    import torch
+
+    caches = (first["cache"], second["cache"])
+    if set(first) != set(second) or len(caches[0].layers) != len(caches[1].layers):
+        raise ValueError("decoding states of different models or settings cannot be joined")
+    width = max(first["mask"].shape[1], second["mask"].shape[1])
+
+    def left_pad(tensor: Any, dim: int) -> Any:
+        missing = width - tensor.shape[dim]
+        if missing == 0:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = missing
+        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+    for mine, theirs in zip(caches[0].layers, caches[1].layers, strict=True):
+        mine.keys = torch.cat([left_pad(mine.keys, -2), left_pad(theirs.keys, -2)], dim=0)
+        mine.values = torch.cat([left_pad(mine.values, -2), left_pad(theirs.values, -2)], dim=0)
+    joined = {"cache": caches[0], "mask": torch.cat([left_pad(first["mask"], 1), left_pad(second["mask"], 1)])}
+    for name in first:
+        if name not in joined:
+            joined[name] = torch.cat([first[name], second[name]], dim=0)
+    return joined
 
 
 def _record_extras(rows: list[_Row], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:

@@ -21,9 +21,11 @@ The same w_t formula is used in both modes, as the paper writes it. With ``dynam
 Engines:
 
 * :func:`contrastive_generate` stacks the expert rows and the amateur rows of a batch of pairs into ONE batch of 2B
-  left-padded rows (per-row attention masks and position ids, one KV cache whose rows are the streams): one prefill
-  forward, then one forward per decoding step for both streams of every active pair. Finished pairs leave the batch
-  (both their rows, cache included) at once.
+  left-padded rows (per-row attention masks and position ids, one KV cache whose rows are the streams): one forward
+  per decoding step for both streams of every active pair. The prompts are encoded by one forward per stream, each
+  padded only to its own width, and the two caches are then joined (:func:`prefill_streams`), so a short
+  closed-book prompt is not padded to the width of a prompt with five passages. Finished pairs leave the batch (both
+  their rows, cache included) at once.
 * :func:`sequential_contrastive_generate` is the reference: the same decisions with two forwards per step (the expert
   batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
   tests and for :func:`benchmark_contrastive`.
@@ -323,6 +325,28 @@ def _new_rows(chunk: list[_Pair]) -> None:
         pair.columns = [[] for _ in range(6)]
 
 
+def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: list[list[int]], params: Any) -> Any:
+    """The decoding state of 2B rows (the B experts, then the B amateurs) after encoding the prompts.
+
+    A prompt with five passages is several times longer than the closed-book prompt it is contrasted with; one
+    forward over all 2B rows would pad every short prompt to the long width and (where the forward is compute-bound,
+    as on a CPU) cost about twice the expert prefill. So when the two streams' widths differ, each stream is encoded
+    by a forward of its own, padded to its own width, and the two KV caches are joined into one (``_join_states``);
+    every decoding step after that is one forward of 2B rows. Equal widths, or a model whose cache cannot be joined
+    (sliding-window layers: found out once per generator, by its first split prefill), take a single forward over
+    the 2B rows.
+    """
+    from workbench.backends.generator import _join_states, _joinable
+
+    if max(map(len, expert_ids)) == max(map(len, amateur_ids)) or generator.joinable_cache is False:
+        return generator._prefill(expert_ids + amateur_ids, params)
+    experts = generator._prefill(expert_ids, params)
+    generator.joinable_cache = _joinable(experts)
+    if generator.joinable_cache:
+        return _join_states(experts, generator._prefill(amateur_ids, params))
+    return generator._prefill(expert_ids + amateur_ids, params)
+
+
 def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
     """Rows 0..n-1 are the experts and rows n..2n-1 the amateurs of the n active pairs; one forward per step."""
     import torch
@@ -330,7 +354,7 @@ def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bo
     from workbench.backends.generator import _select
 
     _new_rows(chunk)
-    state = generator._prefill([p.ids_expert for p in chunk] + [p.ids_amateur for p in chunk], params)
+    state = prefill_streams(generator, [p.ids_expert for p in chunk], [p.ids_amateur for p in chunk], params)
     generator.counter.lm_calls += 1
     alphas, para = _pair_tensors(chunk, state["logits"].device)
     active = list(range(len(chunk)))

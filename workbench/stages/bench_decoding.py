@@ -194,7 +194,8 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         "warm-up, no generation cache. Compare the ratios, not the absolute times (shared, noisy machines).",
         "",
         "*greedy*: plain greedy decoding of the expert prompts (one forward of B rows per step). *batched*: "
-        "contrastive decoding with both streams in one forward of 2B rows per step. *sequential*: the same "
+        "contrastive decoding with both streams in one forward of 2B rows per step (the prompts encoded by one "
+        "forward per stream, each at its own width, and the KV caches joined). *sequential*: the same "
         "decisions with two decoders (two forwards of B rows per step). Forwards are model calls of one run "
         "(greedy / batched / sequential); parity = batched and sequential chose the same tokens.",
         "",

@@ -151,11 +151,52 @@ def test_one_forward_per_step_and_costs(generator, prompts):
         hook.remove()
     steps = max(g.steps for g in batched)
     assert steps == 6
-    assert n_batched == steps  # one prefill + one forward per later step, both streams together
+    # the streams' prompts differ in width: one prefill forward per stream, then ONE forward per later step
+    assert n_batched == 2 + (steps - 1)
     assert n_sequential == 2 * steps
     assert spent.lm_calls == 1
     assert spent.decoded_tokens == 2 * sum(g.steps for g in batched)
-    assert spent.prefill_tokens == sum(sum(g.prompt_tokens) for g in batched)
+    assert spent.prefill_tokens == sum(sum(g.prompt_tokens) for g in batched)  # padding is never counted
+
+
+def test_split_prefill_joins_the_caches_and_falls_back_to_one_forward(generator, prompts):
+    """Split prefill (each stream at its own width, caches joined) decodes exactly like one padded forward."""
+    from workbench.backends.generator import DecodingParams
+    from workbench.decoding.contrastive import prefill_streams
+
+    experts, amateurs = prompts
+    shapes = []
+    hook = generator.model.register_forward_hook(
+        lambda module, args, kwargs, output: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        split = contrastive_generate(generator, experts, amateurs, 1.0, max_new_tokens=6, stop=())
+        split_shapes = list(shapes)
+        shapes.clear()
+        generator.joinable_cache = False  # as for a model with sliding-window layers
+        single = contrastive_generate(generator, experts, amateurs, 1.0, max_new_tokens=6, stop=())
+    finally:
+        hook.remove()
+        generator.joinable_cache = None
+    budget = generator.max_context - 6
+    width_e = max(len(generator._encode_prompt(p, budget)) for p in experts)
+    width_a = max(len(generator._encode_prompt(p, budget)) for p in amateurs)
+    assert width_e != width_a
+    assert split_shapes == [(3, width_e), (3, width_a)] + [(6, 1)] * 5  # own widths, then 2B rows per step
+    assert shapes == [(6, max(width_e, width_a))] + [(6, 1)] * 5  # one padded forward, then the same steps
+    assert ids(split) == ids(single)
+    for a, b in zip(split, single, strict=True):
+        np.testing.assert_allclose(a.lambdas, b.lambdas, atol=1e-5)
+        np.testing.assert_allclose(a.expert_logprobs, b.expert_logprobs, atol=1e-4)
+
+    params = DecodingParams(max_new_tokens=2, temperature=0.0).normalised()
+    short = [generator._encode_prompt(p, budget) for p in experts]
+    long = [generator._encode_prompt(p, budget) for p in amateurs]
+    state = prefill_streams(generator, short, long, params)
+    assert state["mask"].shape == (6, max(width_e, width_a)) and state["logits"].shape[0] == 6
+    assert state["mask"].sum(1).tolist() == [len(ids) for ids in short + long]  # real tokens only, left-padded
+    assert generator.joinable_cache is True
+    generator.joinable_cache = None
 
 
 def test_finished_pairs_leave_the_batch(generator, prompts):
@@ -237,6 +278,6 @@ def test_benchmark_returns_the_three_timings(generator, prompts):
     assert result["parity"] is True
     assert result["costs"]["batched"]["lm_calls"] == 1 and result["costs"]["sequential"]["lm_calls"] == 2
     assert set(result["steps"]) == {"greedy", "batched", "sequential"}
-    assert result["forwards"]["sequential"] == 2 * result["forwards"]["batched"] == 2 * 4
+    assert result["forwards"]["sequential"] == 2 * 4 and result["forwards"]["batched"] == 2 + 3  # split prefill
     assert result["ratio_per_forward_batched_vs_greedy"] > 0
     assert not generator.model._forward_hooks  # the counting hook is removed

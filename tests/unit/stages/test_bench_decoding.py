@@ -107,9 +107,10 @@ def test_bench_json_has_one_result_per_batch_size(finished):
     assert bench["threads"] >= 1 and bench["device"] == "cpu" and bench["no_context"] == 0
     for r in bench["results"]:
         assert r["parity"] is True
-        # one prefill + one forward per further step; sequential runs two decoders in lock-step
-        assert 1 <= r["forwards"]["batched"] <= 3 and r["forwards"]["greedy"] >= 1
-        assert r["forwards"]["sequential"] == 2 * r["forwards"]["batched"]
+        # one prefill forward per stream (their widths differ), then one forward per further step; sequential
+        # runs two decoders in lock-step
+        assert 2 <= r["forwards"]["batched"] <= 4 and r["forwards"]["greedy"] >= 1
+        assert r["forwards"]["sequential"] == 2 * r["forwards"]["batched"] - 2
         assert r["costs"]["batched"]["lm_calls"] == 1 and r["costs"]["sequential"]["lm_calls"] == 2
         for key in (
             "ratio_batched_vs_greedy",
