@@ -262,6 +262,11 @@ class EvaluateSection:
     max_new_tokens: int = doc("answer length cap of every final answer", 16)
     passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
     batch_questions: int = doc("questions handed to a method at once (methods that batch use it)", 8)
+    reuse_generations: bool = doc(
+        "answer from the on-disk generation cache where earlier stages or runs made the same generation; false: "
+        "every method generates its own text, so its LM calls, tokens and latency are its own",
+        False,
+    )
 
 
 @dataclass

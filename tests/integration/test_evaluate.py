@@ -55,6 +55,16 @@ def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_d
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "no_rag" in result.output and "standard_rag" not in result.output
+    # the first run generated these answers already; by default every method still makes its own (comparable cost)
+    summary = json.loads((stage / "summary.json").read_text())
+    assert summary["methods"]["no_rag"]["lm_calls"] == 1.0 and summary["reuse_generations"] is False
+    calls = []
+    for limit in ("2", "1"):  # the first fills the generation cache, the second answers from it
+        result = CliRunner().invoke(app, [*args[:-1], limit, "evaluate.reuse_generations=true"])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((stage / "summary.json").read_text())
+        calls.append(summary["methods"]["no_rag"]["lm_calls"])
+    assert calls == [1.0, 0.0] and summary["reuse_generations"] is True
 
 
 def test_evaluate_refuses_unknown_methods_and_options(tmp_path, tiny_lm_long_dir):

@@ -2,7 +2,9 @@
 
 For each method in ``evaluate.methods`` (built by :func:`workbench.methods.registry.build_method` with the options in
 ``evaluate.options[<method>]``) the stage answers the first ``evaluate.limit`` questions of ``evaluate.split`` and
-scores each answer (EM, token F1, containment against the gold aliases). Outputs:
+scores each answer (EM, token F1, containment against the gold aliases). The generation cache is off while the
+methods answer (``evaluate.reuse_generations: false``, the default): a method whose answers earlier stages already
+generated would otherwise show zero LM calls and near-zero latency. Outputs:
 
 * ``traces/`` — an HF dataset, one row per (method, question): the answer, its scores, whether retrieval reached the
   prompt, the decoding mode, fallbacks, the summed cost (LM calls, prefill / decoded / scored tokens, NLI pairs,
@@ -154,7 +156,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Answer the split with every selected method; write the traces dataset and the summary."""
     import datasets
 
-    from workbench.core.logs import track
     from workbench.data.wikiqa import load_saved_dataset_dict
     from workbench.methods.registry import METHODS, build_method
 
@@ -185,6 +186,42 @@ def run(ctx: StageContext) -> dict[str, Any]:
         methods[name] = build_method(name, tools, options, learned)
     records: list[dict[str, Any]] = []
     notes: dict[str, str] = {}
+    saved_cache = tools.generator.cache
+    if not section.reuse_generations:  # each method pays for its own generations: comparable cost and latency
+        tools.generator.cache = None
+    try:
+        _answer_all(ctx, methods, rows, learned, records, notes)
+    finally:
+        tools.generator.cache = saved_cache
+    datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
+    summary = summarise(records)
+    atomic_write_json(
+        ctx.out_dir / "summary.json",
+        {
+            "split": section.split,
+            "questions": len(rows),
+            "methods": summary,
+            "notes": notes,
+            "reuse_generations": section.reuse_generations,
+        },
+    )
+    return {f"{m}_contains": round(v["contains"], 4) for m, v in summary.items() if not math.isnan(v["contains"])} | {
+        "questions": len(rows)
+    }
+
+
+def _answer_all(
+    ctx: StageContext,
+    methods: dict[str, Any],
+    rows: list[dict[str, Any]],
+    learned: Any,
+    records: list[dict[str, Any]],
+    notes: dict[str, str],
+) -> None:
+    """Every method answers ``rows`` in batches (a progress bar each); one trace record per answer."""
+    from workbench.core.logs import track
+
+    section = ctx.config.evaluate
     for name, method in methods.items():
         if name == "d2rag" and learned is not None and learned.utility is None:
             notes[name] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
@@ -196,12 +233,3 @@ def run(ctx: StageContext) -> dict[str, Any]:
             for example, answer in zip(batch, method.answer_many(batch), strict=True):
                 records.append(trace_record(name, example, answer))
         ctx.log.info("%s: %d questions in %.1f s", name, len(rows), time.perf_counter() - began)
-    datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
-    summary = summarise(records)
-    atomic_write_json(
-        ctx.out_dir / "summary.json",
-        {"split": section.split, "questions": len(rows), "methods": summary, "notes": notes},
-    )
-    return {f"{m}_contains": round(v["contains"], 4) for m, v in summary.items() if not math.isnan(v["contains"])} | {
-        "questions": len(rows)
-    }

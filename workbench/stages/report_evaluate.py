@@ -41,7 +41,14 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         "",
         f"{summary['questions']} `{summary['split']}` questions per method; every answer's trace (each step with its "
         "decisions and cost) is in the run's `stages/evaluate/traces` dataset. `oracle` reads the gold answer "
-        "(an upper bound for routing).",
+        "(an upper bound for routing). "
+        + (
+            "Generations were **reused** from the on-disk cache where earlier stages made them, so LM calls, tokens "
+            "and latency understate the cost of methods whose answers were cached."
+            if summary.get("reuse_generations")
+            else "Every method generated its own text (generation cache off), so LM calls, tokens and latency are "
+            "each method's own."
+        ),
         "",
         "| method | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
         "| latency p50 (s) | p95 (s) | fallbacks |",
