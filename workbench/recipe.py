@@ -418,6 +418,14 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
     from workbench.stages.registry import validate_stage_list
 
     validate_stage_list(config.stages, located.where(("stages",)))
+    if "evaluate" in config.stages:  # method settings fail here, not after the stages before evaluate have run
+        from workbench.methods.registry import check_options
+
+        try:
+            check_options(config.evaluate.methods, config.evaluate.options)
+        except ConfigError as exc:  # exc.where is a key path such as evaluate.options.dtr
+            where = str(exc.where or "evaluate")
+            raise ConfigError(f"{where}: {exc.what}", located.where(tuple(where.split(".")))) from None
     return LoadedRecipe(config, source, located)
 
 

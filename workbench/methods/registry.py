@@ -48,19 +48,118 @@ class LearnedParts:
 def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
     """``cls(**options)`` with unknown keys reported as a ConfigError naming the method and the known keys."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(options) - known)
+    unknown = sorted(set(options) - known - EXTRA_OPTIONS.get(method, set()))
     if unknown:
-        raise ConfigError(f"unknown option(s) {unknown} (known: {', '.join(sorted(known))})", f"evaluate.{method}")
+        known_all = sorted(known | EXTRA_OPTIONS.get(method, set()))
+        raise ConfigError(f"unknown option(s) {unknown} (known: {', '.join(known_all)})", f"evaluate.{method}")
     settings = cls(**options)
     if hasattr(settings, "validate"):
         settings.validate()
     return settings
 
 
+EXTRA_OPTIONS: dict[str, set[str]] = {
+    "standard_rag": {"k"},
+    "oracle": {"k"},
+    "insemrag": {"controller"},
+    "d2rag": {"seper_samples", "utility_label"},
+    "d2rag_oracle": {"seper_samples", "utility_label"},
+}
+"""Options a method takes besides its settings dataclass's fields (popped by :func:`build_method`)."""
+
+
+def _settings_class(name: str) -> type | None:
+    """The settings dataclass of method ``name`` (None for the baselines)."""
+    if name == "dtr":
+        from workbench.methods.dtr import DTRSettings
+
+        return DTRSettings
+    if name == "dense_rag":
+        from workbench.methods.dense_rag import DenseRAGSettings
+
+        return DenseRAGSettings
+    if name == "insemrag":
+        from workbench.methods.insemrag import InSemRAGSettings
+
+        return InSemRAGSettings
+    if name in ("d2rag", "d2rag_oracle"):
+        from workbench.methods.d2rag import D2RAGSettings
+
+        return D2RAGSettings
+    return None
+
+
+def _extras(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Pop and check the options of ``EXTRA_OPTIONS[name]`` from ``options``; returns them with their defaults."""
+    where = f"evaluate.{name}"
+    out: dict[str, Any] = {}
+    if name in ("standard_rag", "oracle"):
+        out["k"] = options.pop("k", 5)
+        if isinstance(out["k"], bool) or not isinstance(out["k"], int) or out["k"] < 1:
+            raise ConfigError(f"k must be an integer >= 1, got {out['k']!r}", where)
+    elif name == "insemrag":
+        out["controller"] = options.pop("controller", "prompted")
+        if out["controller"] not in ("prompted", "heuristic"):
+            raise ConfigError(f"controller must be prompted or heuristic, got {out['controller']!r}", where)
+    elif name in ("d2rag", "d2rag_oracle"):
+        out["seper_samples"] = options.pop("seper_samples", 10)
+        out["utility_label"] = str(options.pop("utility_label", "delta_seper_s"))
+        samples = out["seper_samples"]
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ConfigError(f"seper_samples must be an integer >= 1, got {samples!r}", where)
+        if out["utility_label"] not in ("delta_seper_s", "delta_seper_h"):
+            raise ConfigError(
+                f"utility_label must be delta_seper_s or delta_seper_h, got {out['utility_label']!r}", where
+            )
+    return out
+
+
+def check_options(methods: list[str], options: dict[str, Any]) -> None:
+    """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
+    known methods, every option a known setting with a valid value. Raises a one-line :class:`ConfigError`."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
+    strays = sorted(set(options) - set(METHODS))
+    if strays:
+        raise ConfigError(f"options for unknown method(s) {strays} (known: {', '.join(METHODS)})", "evaluate.options")
+    for name, given in options.items():
+        try:
+            _check_method_options(name, given)
+        except ConfigError as exc:  # one place for every option error: the method's entry in evaluate.options
+            detail = exc.what if exc.where in (None, f"evaluate.{name}") else f"{exc.where}: {exc.what}"
+            raise ConfigError(detail, f"evaluate.options.{name}") from None
+
+
+def _check_method_options(name: str, given: Any) -> None:
+    if given is None:
+        return
+    if not isinstance(given, dict):
+        raise ConfigError(f"options must be a mapping of setting: value, got {given!r}")
+    rest = dict(given)
+    _extras(name, rest)
+    cls = _settings_class(name)
+    if cls is None:
+        if rest:
+            known = ", ".join(sorted(EXTRA_OPTIONS.get(name, set()))) or "none"
+            raise ConfigError(f"unknown option(s) {sorted(rest)} (known: {known})")
+        return
+    if name in ("d2rag", "d2rag_oracle"):
+        rest.pop("features", None)  # the classifier's features are known only after classify
+    try:
+        _settings(cls, rest, name)
+    except TypeError as exc:  # a value of the wrong kind reaching a dataclass
+        raise ConfigError(f"bad option value: {exc}") from None
+
+
 def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learned: LearnedParts | None) -> Method:
     """The method ``name`` ready to answer; ConfigError for an unknown name, option or missing learned part."""
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")
+    check_options([name], {name: options or {}})
     options = dict(options or {})
-    k = int(options.pop("k", 5)) if name in ("standard_rag", "oracle") else None
+    extras = _extras(name, options)
+    cls = _settings_class(name)
     if name == "no_rag":
         from workbench.methods.baselines import NoRAG
 
@@ -68,53 +167,45 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
     if name == "standard_rag":
         from workbench.methods.baselines import StandardRAG
 
-        return StandardRAG(tools, k=k or 5)
+        return StandardRAG(tools, k=extras["k"])
     if name == "oracle":
         from workbench.methods.baselines import OracleRouting
 
-        return OracleRouting(tools, k=k or 5)
+        return OracleRouting(tools, k=extras["k"])
     if name == "dtr":
-        from workbench.methods.dtr import DTR, DTRSettings
+        from workbench.methods.dtr import DTR
 
-        return DTR(tools, settings=_settings(DTRSettings, options, name))
+        return DTR(tools, settings=_settings(cls, options, name))
     if name == "dense_rag":
-        from workbench.methods.dense_rag import DenseRAG, DenseRAGSettings
+        from workbench.methods.dense_rag import DenseRAG
 
-        return DenseRAG(tools, settings=_settings(DenseRAGSettings, options, name))
+        return DenseRAG(tools, settings=_settings(cls, options, name))
     if name == "insemrag":
         from workbench.methods.controller import HeuristicController, PromptedLMController
-        from workbench.methods.insemrag import InSemRAG, InSemRAGSettings
+        from workbench.methods.insemrag import InSemRAG
 
-        kind = options.pop("controller", "prompted")
-        if kind not in ("prompted", "heuristic"):
-            raise ConfigError(f"controller must be prompted or heuristic, got {kind!r}", "evaluate.insemrag")
-        controller = PromptedLMController(tools.generator) if kind == "prompted" else HeuristicController()
-        return InSemRAG(tools, controller, _settings(InSemRAGSettings, options, name))
-    if name in ("d2rag", "d2rag_oracle"):
-        if learned is None or learned.classifier is None or learned.tau is None:
-            raise ConfigError(f"{name} needs the calibrate and classify stages before evaluate", "evaluate.methods")
-        from workbench.methods.d2rag import D2RAG, D2RAGSettings
-        from workbench.methods.utility import OracleUtility
-        from workbench.uncertainty.seper import SeperSettings
+        heuristic = extras["controller"] == "heuristic"
+        controller = HeuristicController() if heuristic else PromptedLMController(tools.generator)
+        return InSemRAG(tools, controller, _settings(cls, options, name))
+    # d2rag / d2rag_oracle
+    if learned is None or learned.classifier is None or learned.tau is None:
+        raise ConfigError(f"{name} needs the calibrate and classify stages before evaluate", "evaluate.methods")
+    from workbench.methods.d2rag import D2RAG
+    from workbench.methods.utility import OracleUtility
+    from workbench.uncertainty.seper import SeperSettings
 
-        seper = SeperSettings(
-            samples=int(options.pop("seper_samples", 10)),
-            max_new_tokens=tools.max_new_tokens,
-            seed=0,
-        )
-        label = str(options.pop("utility_label", "delta_seper_s"))
-        oracle = OracleUtility(settings=seper, label=label)
-        learned_utility = learned.utility if name == "d2rag" else None
-        method = D2RAG(
-            tools,
-            calibrators=learned.calibrators,
-            classifier=learned.classifier,
-            tau=learned.tau,
-            utility=learned_utility if learned_utility is not None else oracle,
-            settings=_settings(D2RAGSettings, {"features": list(learned.features), **options}, name),
-            medians=learned.medians,
-            lars_scorer=learned.lars_scorer,
-        )
-        method.name = name
-        return method
-    raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")
+    seper = SeperSettings(samples=int(extras["seper_samples"]), max_new_tokens=tools.max_new_tokens, seed=0)
+    oracle = OracleUtility(settings=seper, label=extras["utility_label"])
+    learned_utility = learned.utility if name == "d2rag" else None
+    method = D2RAG(
+        tools,
+        calibrators=learned.calibrators,
+        classifier=learned.classifier,
+        tau=learned.tau,
+        utility=learned_utility if learned_utility is not None else oracle,
+        settings=_settings(cls, {"features": list(learned.features), **options}, name),
+        medians=learned.medians,
+        lars_scorer=learned.lars_scorer,
+    )
+    method.name = name
+    return method
