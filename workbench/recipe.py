@@ -425,7 +425,10 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
             check_options(config.evaluate.methods, config.evaluate.options)
         except ConfigError as exc:  # exc.where is a key path such as evaluate.options.dtr
             where = str(exc.where or "evaluate")
-            raise ConfigError(f"{where}: {exc.what}", located.where(tuple(where.split(".")))) from None
+            path = tuple(where.split("."))
+            # a key=value override below the method's entry (evaluate.options.dtr.tau=...) is where it came from
+            below = any(key[: len(path)] == path for key in located.overridden)
+            raise ConfigError(f"{where}: {exc.what}", "command line" if below else located.where(path)) from None
     return LoadedRecipe(config, source, located)
 
 

@@ -57,6 +57,9 @@ def test_the_recipe_loader_names_the_line_of_a_bad_option(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_recipe(str(recipe), ["evaluate.options={dtr: {tau: -1, k: 0}}"])
     assert caught.value.where == "command line" and "k must be" in caught.value.what
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(str(recipe), ["evaluate.options.dtr.tauu=2"])  # still wrong in the file, and said so
+    assert caught.value.where == "command line"
     assert load_recipe(str(recipe), ["stages=[build_data]"]).config.evaluate.options == {"dtr": {"tauu": 1}}
 
 
