@@ -201,6 +201,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "split": section.split,
             "questions": len(rows),
             "methods": summary,
+            "order": list(summary),  # the recipe's order (the JSON keys are sorted)
             "notes": notes,
             "reuse_generations": section.reuse_generations,
         },
