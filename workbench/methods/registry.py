@@ -58,10 +58,13 @@ def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
     return settings
 
 
+CONTROLLER_TOKENS = ("enrich_tokens", "elements_tokens", "follow_up_tokens")
+"""Generation caps of the prompted controller's free-text decisions (S1 enrich, S6 elements, S8 follow-up)."""
+
 EXTRA_OPTIONS: dict[str, set[str]] = {
     "standard_rag": {"k"},
     "oracle": {"k"},
-    "insemrag": {"controller"},
+    "insemrag": {"controller", *CONTROLLER_TOKENS},
     "d2rag": {"seper_samples", "utility_label"},
     "d2rag_oracle": {"seper_samples", "utility_label"},
 }
@@ -101,6 +104,12 @@ def _extras(name: str, options: dict[str, Any]) -> dict[str, Any]:
         out["controller"] = options.pop("controller", "prompted")
         if out["controller"] not in ("prompted", "heuristic"):
             raise ConfigError(f"controller must be prompted or heuristic, got {out['controller']!r}", where)
+        out["tokens"] = {key: options.pop(key) for key in CONTROLLER_TOKENS if key in options}
+        for key, value in out["tokens"].items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}", where)
+        if out["tokens"] and out["controller"] != "prompted":
+            raise ConfigError(f"{', '.join(out['tokens'])} set the prompted controller's caps only", where)
     elif name in ("d2rag", "d2rag_oracle"):
         out["seper_samples"] = options.pop("seper_samples", 10)
         out["utility_label"] = str(options.pop("utility_label", "delta_seper_s"))
@@ -185,7 +194,7 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
         from workbench.methods.insemrag import InSemRAG
 
         heuristic = extras["controller"] == "heuristic"
-        controller = HeuristicController() if heuristic else PromptedLMController(tools.generator)
+        controller = HeuristicController() if heuristic else PromptedLMController(tools.generator, **extras["tokens"])
         return InSemRAG(tools, controller, _settings(cls, options, name))
     # d2rag / d2rag_oracle
     if learned is None or learned.classifier is None or learned.tau is None:

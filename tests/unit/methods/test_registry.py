@@ -21,6 +21,13 @@ from workbench.recipe import load_recipe
         (["oracle"], {"oracle": {"k": 0}}, "evaluate.options.oracle", "k must be an integer >= 1"),
         (["insemrag"], {"insemrag": {"controller": "big"}}, "evaluate.options.insemrag", "prompted or heuristic"),
         (["insemrag"], {"insemrag": {"max_rounds": 0}}, "evaluate.options.insemrag", "max_rounds"),
+        (["insemrag"], {"insemrag": {"enrich_tokens": 0}}, "evaluate.options.insemrag", "enrich_tokens must be"),
+        (
+            ["insemrag"],
+            {"insemrag": {"controller": "heuristic", "elements_tokens": 9}},
+            "evaluate.options.insemrag",
+            "prompted controller's caps only",
+        ),
         (["dense_rag"], {"dense_rag": {"candidates": 1}}, "evaluate.options.dense_rag", "candidates (1) must be >= k"),
         (["d2rag"], {"d2rag": {"tau_pos": 2.0}}, "evaluate.options.d2rag", "tau_neg < tau_pos"),
         (["d2rag"], {"d2rag": {"utility_label": "x"}}, "evaluate.options.d2rag", "utility_label"),
@@ -66,6 +73,10 @@ def test_the_recipe_loader_names_the_line_of_a_bad_option(tmp_path):
 def test_build_method_uses_the_extras(tools):
     rag = build_method("standard_rag", tools, {"k": 2}, None)
     assert rag.k == 2
+    tools.embedder = object()  # InSemRAG's dense channel needs one; nothing is embedded here
+    insemrag = build_method("insemrag", tools, {"enrich_tokens": 40, "follow_up_tokens": 12, "k1": 8, "k": 3}, None)
+    assert (insemrag.controller.enrich_tokens, insemrag.controller.follow_up_tokens) == (40, 12)
+    assert insemrag.controller.elements_tokens == 128 and insemrag.settings.k1 == 8
     with pytest.raises(ConfigError, match="needs the calibrate and classify"):
         build_method("d2rag", tools, {}, None)
     with pytest.raises(ConfigError, match="unknown method"):
