@@ -42,5 +42,9 @@ def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encod
         assert -1.0 <= s["low"] <= s["mean"] <= s["high"] <= 1.0
     rows = datasets.load_from_disk(str(stage / "per_question"))
     assert len(rows) == 8 and all(len(ids) <= 2 for ids in rows["passage_ids"])
+    closed = {}  # SePer without context is one number per question, whichever retriever's row it sits in
+    for qid, value in zip(rows["id"], rows["seper_s_closed"], strict=True):
+        assert closed.setdefault(qid, value) == pytest.approx(value)
+    assert len(closed) == 2
     report = (tmp_path / "report" / "report.md").read_text()
     assert "ranked by retrieval utility" in report and "| dtr |" in report

@@ -27,6 +27,7 @@ from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "dtr")
+QUESTIONS_PER_CHUNK = 2  # questions per ΔSePer call (each with every retriever's context): one progress step
 
 
 def bootstrap_mean_interval(values: list[float], *, draws: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -73,6 +74,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Retrieve with every retriever, compute ΔSePer for every (question, context), rank the retrievers."""
     import datasets
 
+    from workbench.core.logs import track
     from workbench.data.wikiqa import load_saved_dataset_dict
     from workbench.methods.common import context_block
     from workbench.stages.evaluate import build_tools
@@ -95,8 +97,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     tools.passage_chars = section.passage_chars
     passages = {kind: _contexts(ctx, kind, rows, corpus, tools, section.k) for kind in section.retrievers}
     examples, contexts, keys = [], [], []
-    for kind, per_question in passages.items():
-        for row, chosen in zip(rows, per_question, strict=True):
+    for i, row in enumerate(rows):  # question-major: one question's contexts share a chunk and its closed-book SePer
+        for kind, per_question in passages.items():
+            chosen = per_question[i]
             examples.append({"question": str(row["question"]), "answers": [str(a) for a in row["answers"]]})
             contexts.append(context_block(chosen, section.passage_chars))
             keys.append((kind, row, chosen))
@@ -106,7 +109,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
         max_new_tokens=section.max_new_tokens,
         seed=ctx.config.seed,
     )
-    values = delta_seper(examples, contexts, generator=tools.generator, judge=tools.judge, settings=settings)
+    size = len(passages) * QUESTIONS_PER_CHUNK
+    chunks = [range(start, min(start + size, len(examples))) for start in range(0, len(examples), size)]
+    values = []
+    for chunk in track(chunks, "ΔSePer (questions × retrievers)", total=len(chunks)):
+        values += delta_seper(
+            [examples[j] for j in chunk],
+            [contexts[j] for j in chunk],
+            generator=tools.generator,
+            judge=tools.judge,
+            settings=settings,
+        )
     records = []
     for (kind, row, chosen), value in zip(keys, values, strict=True):
         gold_docs = {p["doc_id"] for p in row["gold_passages"]}
