@@ -443,7 +443,8 @@ def benchmark_contrastive(
     stop: Sequence[str] | None = (),
     target_ratio: float = 1.3,
 ) -> dict[str, Any]:
-    """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding.
+    """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding, and of
+    the batched engine with both streams prefilled by one padded forward (``padded``: what the split prefill saves).
 
     Each variant runs once to warm up, then ``repeats`` times. The generation cache is bypassed and the generator's
     counter is left untouched (both restored afterwards); the costs and the number of model forward passes of one
@@ -451,7 +452,7 @@ def benchmark_contrastive(
     ``stop``: contrast changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and
     per-forward times are given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of
     2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤
-    ``target_ratio``); ``parity`` says whether batched and sequential chose the same tokens.
+    ``target_ratio``); ``parity`` says whether batched, sequential and padded chose the same tokens.
     """
     from workbench.backends.cost import CostCounter
 
@@ -460,6 +461,15 @@ def benchmark_contrastive(
     experts, amateurs = list(prompts_expert), list(prompts_amateur)
     saved_cache, saved_counter = generator.cache, generator.counter
     generator.cache = None
+
+    def padded() -> list[ContrastiveGeneration]:  # the batched engine with both streams prefilled in one forward
+        saved = generator.joinable_cache
+        generator.joinable_cache = False
+        try:
+            return contrastive_generate(generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop)
+        finally:
+            generator.joinable_cache = saved
+
     variants = {
         "greedy": lambda: generator.generate(experts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop),
         "batched": lambda: contrastive_generate(
@@ -468,6 +478,7 @@ def benchmark_contrastive(
         "sequential": lambda: sequential_contrastive_generate(
             generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop
         ),
+        "padded": padded,
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     outputs: dict[str, Any] = {}
@@ -495,8 +506,7 @@ def benchmark_contrastive(
     median = {name: statistics.median(values) for name, values in times.items()}
     steps = {
         "greedy": sum(len(g.token_ids) + (g.finish_reason != "length") for g in outputs["greedy"]),
-        "batched": sum(g.steps for g in outputs["batched"]),
-        "sequential": sum(g.steps for g in outputs["sequential"]),
+        **{name: sum(g.steps for g in outputs[name]) for name in ("batched", "sequential", "padded")},
     }
     ratio = median["batched"] / median["greedy"] if median["greedy"] > 0 else float("nan")
     per_forward = {k: (median[k] / forwards[k] if forwards[k] else None) for k in median}
@@ -508,10 +518,13 @@ def benchmark_contrastive(
         "greedy_s": median["greedy"],
         "batched_s": median["batched"],
         "sequential_s": median["sequential"],
+        "padded_s": median["padded"],
         "times_s": times,
         "ratio_batched_vs_greedy": ratio,
         "ratio_sequential_vs_greedy": median["sequential"] / median["greedy"] if median["greedy"] > 0 else None,
         "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
+        "ratio_padded_vs_greedy": median["padded"] / median["greedy"] if median["greedy"] > 0 else None,
+        "speedup_split_vs_padded_prefill": median["padded"] / median["batched"] if median["batched"] > 0 else None,
         "steps": steps,
         "seconds_per_step": {k: (median[k] / steps[k] if steps[k] else None) for k in median},
         "forwards": forwards,
@@ -521,8 +534,8 @@ def benchmark_contrastive(
         ),
         "costs": costs,
         "parity": all(
-            np.array_equal(b.token_ids, s.token_ids)
-            for b, s in zip(outputs["batched"], outputs["sequential"], strict=True)
+            np.array_equal(b.token_ids, s.token_ids) and np.array_equal(b.token_ids, p.token_ids)
+            for b, s, p in zip(outputs["batched"], outputs["sequential"], outputs["padded"], strict=True)
         ),
         "target_ratio": target_ratio,
         "meets_target": bool(ratio <= target_ratio),

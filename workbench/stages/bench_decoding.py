@@ -4,12 +4,14 @@ D²-RAG's relevant mode decodes each answer contrastively from two prompts of th
 (the answering prompt with the top-``k`` retrieved passages) and the **amateur** (the closed-book prompt), the same
 prompts D²-RAG builds (:func:`~workbench.methods.common.prompt_for` around
 :func:`~workbench.methods.common.context_block`). For each batch size B in ``bench_decoding.batch_sizes`` the first
-B (expert, amateur) pairs of ``bench_decoding.split`` are decoded three ways by
+B (expert, amateur) pairs of ``bench_decoding.split`` are decoded four ways by
 :func:`~workbench.decoding.contrastive.benchmark_contrastive`:
 
 * **greedy** — plain greedy decoding of the B expert prompts (the floor: one forward of B rows per step);
 * **batched** — contrastive decoding with both streams stacked in one forward of 2B rows per step;
-* **sequential** — the same decisions with two forwards of B rows per step (one decoder per stream).
+* **sequential** — the same decisions with two forwards of B rows per step (one decoder per stream);
+* **padded** — the batched engine with both streams prefilled by ONE forward of 2B rows padded to the longest
+  prompt, instead of one forward per stream at its own width (what the split prefill saves).
 
 Stop strings are disabled, so every variant decodes ``max_new_tokens`` steps unless EOS ends a row; each time is the
 median of ``repeats`` runs after one warm-up, with no generation cache. Target: batched / greedy time at most
@@ -32,7 +34,8 @@ from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
-VARIANTS = ("greedy", "batched", "sequential")
+VARIANTS = ("greedy", "batched", "sequential")  # the main table's forwards column
+PLOTTED = (*VARIANTS, "padded")
 
 
 def validate_section(section: Any) -> None:
@@ -197,7 +200,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         "contrastive decoding with both streams in one forward of 2B rows per step (the prompts encoded by one "
         "forward per stream, each at its own width, and the KV caches joined). *sequential*: the same "
         "decisions with two decoders (two forwards of B rows per step). Forwards are model calls of one run "
-        "(greedy / batched / sequential); parity = batched and sequential chose the same tokens.",
+        "(greedy / batched / sequential); parity = batched, sequential and padded chose the same tokens.",
         "",
         "![seconds per variant](seconds.png)",
         "",
@@ -216,6 +219,23 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             f"| {'yes' if r['parity'] else '**no**'} | {'yes' if r['meets_target'] else '**no**'} |"
         )
     lines += ["", *_verdict(results, target, bench.get("no_context", 0))]
+    if all("padded_s" in r for r in results):
+        lines += [
+            "",
+            "Prefill: *batched* encodes each stream's prompts by a forward of its own, each padded to its own width, "
+            "and joins the KV caches; *padded* encodes all 2B prompts in one forward padded to the longest one (the "
+            "closed-book prompts padded to the width of five passages).",
+            "",
+            "| pairs | batched (split prefill) s | padded (one prefill forward) s | padded/greedy "
+            "| split-prefill speed-up |",
+            "|---:|---:|---:|---:|---:|",
+            *[
+                f"| {r['pairs']} | {r['batched_s']:.3f} | {r['padded_s']:.3f} "
+                f"| {_fmt(r['ratio_padded_vs_greedy'], suffix='x')} "
+                f"| {_fmt(r['speedup_split_vs_padded_prefill'], suffix='x')} |"
+                for r in results
+            ],
+        ]
     chunked = [r["pairs"] for r in results if r["pairs"] > bench["generator_batch_size"]]
     if chunked:
         lines += [
@@ -273,9 +293,9 @@ def _verdict(results: list[dict[str, Any]], target: float, no_context: int) -> l
     parity = all(r["parity"] for r in results)
     paragraphs += [
         "",
-        "Batched and sequential contrastive decoding chose the same tokens at every batch size."
+        "Batched, sequential and padded contrastive decoding chose the same tokens at every batch size."
         if parity
-        else "**Batched and sequential contrastive decoding chose different tokens** (see `bench.json`): "
+        else "**The contrastive engines chose different tokens** (see `bench.json`): "
         "numerical differences between padded batch shapes can flip near-ties in the arg-max.",
     ]
     if no_context:
@@ -294,7 +314,7 @@ def write_plot(bench: dict[str, Any], path: Path) -> None:
     grouped_bars(
         path,
         [f"B = {r['pairs']}" for r in results],
-        {variant: [r[f"{variant}_s"] for r in results] for variant in VARIANTS},
+        {variant: [r[f"{variant}_s"] for r in results] for variant in PLOTTED if f"{variant}_s" in results[0]},
         title=f"Decoding {bench['settings']['max_new_tokens']} tokens per answer (median seconds)",
         ylabel="seconds",
         ylim=None,

@@ -272,12 +272,15 @@ def test_benchmark_returns_the_three_timings(generator, prompts):
     counter = generator.counter
     result = benchmark_contrastive(generator, experts, amateurs, max_new_tokens=4, repeats=2)
     assert generator.counter is counter
-    for key in ("greedy_s", "batched_s", "sequential_s"):
+    for key in ("greedy_s", "batched_s", "sequential_s", "padded_s"):
         assert result[key] > 0 and len(result["times_s"][key.removesuffix("_s")]) == 2
     assert result["ratio_batched_vs_greedy"] == pytest.approx(result["batched_s"] / result["greedy_s"])
     assert result["parity"] is True
     assert result["costs"]["batched"]["lm_calls"] == 1 and result["costs"]["sequential"]["lm_calls"] == 2
-    assert set(result["steps"]) == {"greedy", "batched", "sequential"}
+    assert set(result["steps"]) == {"greedy", "batched", "sequential", "padded"}
     assert result["forwards"]["sequential"] == 2 * 4 and result["forwards"]["batched"] == 2 + 3  # split prefill
+    assert result["forwards"]["padded"] == 4 and result["padded_s"] > 0  # one padded prefill forward
+    assert result["speedup_split_vs_padded_prefill"] == pytest.approx(result["padded_s"] / result["batched_s"])
+    assert generator.joinable_cache is not False  # the padded variant restores the generator
     assert result["ratio_per_forward_batched_vs_greedy"] > 0
     assert not generator.model._forward_hooks  # the counting hook is removed

@@ -111,6 +111,7 @@ def test_bench_json_has_one_result_per_batch_size(finished):
         # runs two decoders in lock-step
         assert 2 <= r["forwards"]["batched"] <= 4 and r["forwards"]["greedy"] >= 1
         assert r["forwards"]["sequential"] == 2 * r["forwards"]["batched"] - 2
+        assert r["forwards"]["padded"] == r["forwards"]["batched"] - 1  # one prefill forward for both streams
         assert r["costs"]["batched"]["lm_calls"] == 1 and r["costs"]["sequential"]["lm_calls"] == 2
         for key in (
             "ratio_batched_vs_greedy",
@@ -146,6 +147,9 @@ def test_report_has_the_table_rows_and_plot(finished):
         assert forwards in row and f"{r['ratio_batched_vs_greedy']:.2f}x" in row
         assert row.endswith(f"| yes | {'yes' if r['meets_target'] else '**no**'} |")
     assert "target (batched contrastive ≤ 1.3x greedy)" in report and "2B rows" in report
+    prefill_rows = [line for line in report.splitlines() if line.count("|") == 6 and line[2:3].isdigit()]
+    assert len(prefill_rows) == len(bench["results"])  # the split-vs-padded prefill table
+    assert all(f"{r['speedup_split_vs_padded_prefill']:.2f}x |" in report for r in bench["results"])
     assert (report_dir / "seconds.png").stat().st_size > 1000
 
 
@@ -156,7 +160,7 @@ def test_a_runs_main_report_carries_the_benchmark_as_a_section(finished, tmp_pat
     assert lines[0] == "## Contrastive decoding cost"
     assert "![seconds per variant](decoding_seconds.png)" in lines
     assert (tmp_path / "decoding_seconds.png").stat().st_size > 1000
-    table = [line for line in lines if line.startswith("| ")]
+    table = [line for line in lines if line.startswith("| ") and line.count("|") == 12]  # the main table
     assert len(table) == 1 + len(bench["results"]) and all(row in report for row in table)  # header + rows
 
 
