@@ -328,6 +328,9 @@ class ReportSection:
     """Where the human-readable report goes."""
 
     dir: str = doc("report directory; '{name}' is replaced by the recipe name", "reports/{name}")
+    budget_seconds: int | None = doc(
+        "time budget of the whole pipeline on 2 cores, checked in the report's time table (null: none)", None
+    )
 
 
 @dataclass

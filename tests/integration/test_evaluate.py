@@ -46,6 +46,7 @@ def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_d
     assert summary["oracle"]["retrieval_rate"] == 1.0  # a random model is never right: oracle always retrieves
     report = (tmp_path / "report" / "report.md").read_text()
     assert "| standard_rag |" in report and (tmp_path / "report" / "methods_quality.png").is_file()
+    assert "Whole pipeline from scratch" in report and "budget" not in report  # no budget set for this recipe
     rows = [report.index(f"| {m} |") for m in ("no_rag", "standard_rag", "oracle")]
     assert rows == sorted(rows)  # the recipe's order, not the JSON file's sorted keys
 

@@ -47,6 +47,7 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
     report = (tmp_path / "report" / "report.md").read_text()
     assert "| closed-book | 4 |" in report and (tmp_path / "report" / "quality.png").stat().st_size > 1000
     assert "| semantic_entropy |" in report and (tmp_path / "report" / "feature_auroc.png").is_file()
+    assert "(budget 600 s on 2 cores: within)" in report  # the quickstart's report.budget_seconds
 
     import datasets
 
