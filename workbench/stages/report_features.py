@@ -32,6 +32,15 @@ def bootstrap_auroc(
     return float(np.percentile(values, 5)), float(np.percentile(values, 95))
 
 
+MIN_PER_CLASS = 5  # fewer correct (or wrong) answers than this: no bootstrap interval for the split's AUROC
+
+
+def _minority(rows: list[dict[str, Any]]) -> int:
+    """The size of the smaller class (correct / wrong closed-book answers) among ``rows``."""
+    positives = int(sum(r["correct_contains"] for r in rows))
+    return min(positives, len(rows) - positives)
+
+
 def _rows(collect_dir: Path, split: str) -> list[dict[str, Any]]:
     import datasets
 
@@ -65,6 +74,12 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
         rows = data[s]
         positives = int(sum(r["correct_contains"] for r in rows))
         lines.append(f"- `{s}`: {positives} of {len(rows)} closed-book answers correct")
+    scarce = _minority(data.get(split, [])) < MIN_PER_CLASS
+    if scarce:
+        lines.append(
+            f"- `{split}` has fewer than {MIN_PER_CLASS} correct (or wrong) answers: its AUROCs rank a handful of "
+            "answers against the rest and are anecdotal, so no interval is shown"
+        )
     head = " | ".join(f"AUROC `{s}`" for s in splits)
     lines += [
         "",
@@ -79,11 +94,8 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
         rows = data.get(split, [])
         low, high = (
             bootstrap_auroc([r[name] for r in rows], [r["correct_contains"] for r in rows])
-            if rows
-            else (
-                float("nan"),
-                float("nan"),
-            )
+            if rows and not scarce
+            else (float("nan"), float("nan"))
         )
         interval = "–" if math.isnan(low) else f"{low:.2f} – {high:.2f}"
         nans = sum(summary["splits"][s]["nan_count"].get(name, 0) for s in splits)
