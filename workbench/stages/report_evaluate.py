@@ -8,10 +8,12 @@ from pathlib import Path
 
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
+    from workbench.methods.registry import METHODS
     from workbench.plots import grouped_bars
 
     summary = json.loads((evaluate_dir / "summary.json").read_text())
-    names = summary.get("order") or list(summary["methods"])
+    rank = {name: i for i, name in enumerate(METHODS)}  # summaries written before "order" existed: registry order
+    names = summary.get("order") or sorted(summary["methods"], key=lambda m: rank.get(m, len(rank)))
     methods = {name: summary["methods"][name] for name in names}
     grouped_bars(
         out_dir / "methods_quality.png",
