@@ -46,9 +46,10 @@ class LearnedParts:
 
 
 def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
-    """``cls(**options)`` with unknown keys reported as a ConfigError naming the method and the known keys."""
+    """``cls(**options)`` with unknown keys reported as a ConfigError naming the method and the known keys (the
+    method's :data:`EXTRA_OPTIONS`, already popped from ``options``, are listed as known too)."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(options) - known - EXTRA_OPTIONS.get(method, set()))
+    unknown = sorted(set(options) - known)
     if unknown:
         known_all = sorted(known | EXTRA_OPTIONS.get(method, set()))
         raise ConfigError(f"unknown option(s) {unknown} (known: {', '.join(known_all)})", f"evaluate.{method}")
