@@ -157,12 +157,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.wikiqa import load_saved_dataset_dict
-    from workbench.methods.registry import METHODS, build_method
+    from workbench.methods.registry import build_method, check_options
 
     section = ctx.config.evaluate
-    unknown = [m for m in section.methods if m not in METHODS]
-    if unknown or not section.methods:
-        raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
+    check_options(section.methods, section.options)  # load_recipe checked it too; a config built in code may not be
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     if section.split not in qa:
         raise ConfigError(f"split {section.split!r} not in the dataset (has: {', '.join(qa)})", "evaluate.split")
@@ -176,9 +174,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ctx.inputs.get("fit_utility"),
         ctx.inputs.get("collect"),
     )
-    unknown_opts = sorted(set(section.options) - set(METHODS))
-    if unknown_opts:
-        raise ConfigError(f"options for unknown method(s) {unknown_opts}", "evaluate.options")
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
         options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
