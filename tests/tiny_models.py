@@ -79,8 +79,14 @@ def build_tiny_llama(
     return Path(save_dir)
 
 
-def build_tiny_encoder(save_dir: str | Path, seed: int = 0, num_labels: int | None = None):
-    """Save a 2-layer, 32-wide random BERT (optionally with a classification head) and a WordPiece tokenizer."""
+def build_tiny_encoder(
+    save_dir: str | Path, seed: int = 0, num_labels: int | None = None, *, sentence_transformers: bool = True
+):
+    """Save a 2-layer, 32-wide random BERT (optionally with a classification head) and a WordPiece tokenizer.
+
+    Without a head and with ``sentence_transformers`` (the default) the directory is laid out like the embedded
+    MiniLM: ``modules.json`` (Transformer → mean Pooling → Normalize), ``sentence_bert_config.json`` and
+    ``1_Pooling/config.json``."""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
@@ -121,4 +127,31 @@ def build_tiny_encoder(save_dir: str | Path, seed: int = 0, num_labels: int | No
     else:
         model = BertModel(config)
     model.save_pretrained(save_dir)
+    if sentence_transformers and not num_labels:
+        write_sentence_transformers_layout(save_dir, dim=32, max_seq_length=128)
     return Path(save_dir)
+
+
+def write_sentence_transformers_layout(save_dir: str | Path, dim: int, max_seq_length: int) -> None:
+    """The three small JSON files that make a BERT directory a sentence-transformers one (mean pooling, normalised)."""
+    import json
+
+    root = Path(save_dir)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
+    )
+    (root / "1_Pooling").mkdir(exist_ok=True)
+    pooling = {
+        "word_embedding_dimension": dim,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(pooling))

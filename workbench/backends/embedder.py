@@ -1,8 +1,13 @@
 """Sentence embeddings with an on-disk cache (layer 3).
 
-:class:`Embedder` wraps a sentence-transformers model loaded from a local directory (the embedded all-MiniLM-L6-v2
-by default, resolved through :func:`workbench.assets.resolve_embedder`; a hub id only when the user names one).
-Every vector it returns is float32 and L2-normalised, so inner product equals cosine similarity.
+:class:`Embedder` encodes with a sentence-transformers model directory (the embedded all-MiniLM-L6-v2 by default,
+resolved through :func:`workbench.assets.resolve_embedder`; a hub id only when the user names one). Every vector it
+returns is float32 and L2-normalised, so inner product equals cosine similarity.
+
+A directory whose module chain is the common Transformer → Pooling (mean, CLS or max) [→ Normalize] is encoded by
+:class:`PooledEncoder` — transformers' ``AutoModel`` plus the pooling written out here — so the sentence-transformers
+package (15 s to import, and it pulls in scikit-learn) is never imported, in training or in the runtime. Any other
+chain (a Dense layer, a custom module) is loaded with sentence-transformers itself.
 
 The cache is one SQLite file per model fingerprint under ``cache_dir("embeddings")``: rows map the sha256 of a
 text to its raw float32 bytes (no pickle). SQLite's locking (WAL journal, busy timeout) makes it safe for several
@@ -26,7 +31,9 @@ from workbench.core.hashing import stable_hash, tree_fingerprint
 from workbench.core.paths import cache_dir
 
 # Bump when the way vectors are produced changes (pooling, normalisation), so old cache rows are not reused.
-_EMBEDDING_VERSION = 1
+# 2: the Transformer → Pooling chain is encoded by PooledEncoder instead of sentence-transformers.
+_EMBEDDING_VERSION = 2
+_POOLING_MODES = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens")
 _SQL_CHUNK = 500  # SQLite's default limit on bound parameters is far above this.
 
 
@@ -102,14 +109,89 @@ def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
+def pooled_chain(path: str | Path) -> dict[str, Any] | None:
+    """``{"pooling": mode, "normalize": bool, "max_seq_length": int | None, "do_lower_case": bool}`` when the
+    sentence-transformers directory ``path`` is Transformer → Pooling (one of mean / cls / max) [→ Normalize]; None
+    for any other layout (then sentence-transformers loads it)."""
+    import json
+
+    root = Path(path)
+    try:
+        modules = json.loads((root / "modules.json").read_text())
+        config = json.loads((root / "sentence_bert_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or modules[0].get("path"):
+        return None
+    try:
+        pooling = json.loads((root / modules[1]["path"] / "config.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+    on = [mode for mode in _POOLING_MODES if pooling.get(mode)]
+    others = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES]
+    if len(on) != 1 or others or pooling.get("include_prompt") is False:
+        return None
+    return {
+        "pooling": on[0].removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens"),
+        "normalize": kinds[-1] == "Normalize",
+        "max_seq_length": config.get("max_seq_length"),
+        "do_lower_case": bool(config.get("do_lower_case", False)),
+    }
+
+
+class PooledEncoder:
+    """Transformer → Pooling (mean / cls / max) [→ Normalize], with transformers only (see the module docstring).
+
+    Texts are tokenised with padding and truncation to ``max_seq_length``; mean pooling averages the token vectors
+    under the attention mask, ``cls`` takes the first, ``max`` the masked maximum — sentence-transformers' Pooling.
+    """
+
+    def __init__(self, path: str, chain: dict[str, Any], device: str, max_seq_length: int | None) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).to(device).eval()
+        self.device = device
+        self.pooling = chain["pooling"]
+        self.normalize = chain["normalize"]
+        self.do_lower_case = chain["do_lower_case"]
+        limits = [max_seq_length or chain["max_seq_length"], getattr(self.model.config, "max_position_embeddings", 0)]
+        self.max_seq_length = min(int(v) for v in limits if v)
+        self.dim = int(self.model.config.hidden_size)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """``(n, dim)`` float32 sentence vectors (one forward pass for the batch)."""
+        import torch
+
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        batch = self.tokenizer(
+            texts, padding=True, truncation="longest_first", max_length=self.max_seq_length, return_tensors="pt"
+        ).to(self.device)
+        with torch.inference_mode():
+            tokens = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+            if self.pooling == "cls":
+                pooled = tokens[:, 0]
+            elif self.pooling == "max":
+                pooled = tokens.masked_fill(mask == 0, -1e9).max(dim=1).values
+            else:
+                pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            if self.normalize:
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled.float().cpu().numpy()
+
+
 class Embedder:
-    """Sentence embeddings from a sentence-transformers model, cached on disk.
+    """Sentence embeddings from a sentence-transformers model directory, cached on disk.
 
     ``model`` is an embedded name (``"minilm"``), a local directory or an explicit hub id (never implied).
     ``encode(texts)`` returns an ``(n, dim)`` float32 array of L2-normalised rows in input order; an empty input
     gives shape ``(0, dim)``. With ``cache=True`` vectors are looked up by (model fingerprint, text sha256) and only
     the misses are encoded; ``counter.cache_hits`` / ``cache_misses`` count per text, ``counter.embed_texts``
-    counts texts actually encoded. torch and sentence-transformers load on construction, not at import.
+    counts texts actually encoded. The model loads on construction, not at import; ``backend`` says which encoder
+    runs it (``"pooled"``: :class:`PooledEncoder`; ``"sentence-transformers"``: the package, for other layouts).
     """
 
     def __init__(
@@ -136,11 +218,15 @@ class Embedder:
             EmbeddingCache(cache_dir("embeddings") / f"{self._fingerprint}.sqlite", self._dim) if cache else None
         )
 
-    @staticmethod
-    def _load(path: str, device: str, max_seq_length: int | None) -> Any:
+    def _load(self, path: str, device: str, max_seq_length: int | None) -> Any:
+        chain = pooled_chain(path) if Path(path).is_dir() else None
         try:
+            if chain is not None:
+                self.backend = "pooled"
+                return PooledEncoder(path, chain, device, max_seq_length)
             from sentence_transformers import SentenceTransformer
 
+            self.backend = "sentence-transformers"
             model = SentenceTransformer(path, device=device)
         except (OSError, ValueError) as exc:
             raise AssetError(f"cannot load a sentence-transformers model: {exc}".splitlines()[0], path) from exc
@@ -150,6 +236,8 @@ class Embedder:
         return model
 
     def _model_dim(self) -> int:
+        if isinstance(self._model, PooledEncoder):
+            return self._model.dim
         getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         dim = getter()
         if dim is None:  # some models only reveal it by encoding
@@ -161,7 +249,7 @@ class Embedder:
         if self.resolved.source == "local":  # a local directory can be overwritten in place: hash its contents
             base = tree_fingerprint(self.resolved.path)
         seq = max_seq_length if max_seq_length is not None else getattr(self._model, "max_seq_length", None)
-        return stable_hash(["embedder", base, seq, self._dim, _EMBEDDING_VERSION])
+        return stable_hash(["embedder", base, seq, self._dim, self.backend, _EMBEDDING_VERSION])
 
     @property
     def dim(self) -> int:
@@ -206,6 +294,9 @@ class Embedder:
         rows = []
         with torch.inference_mode():
             for batch in _batches(texts, self.batch_size):
+                if isinstance(self._model, PooledEncoder):
+                    rows.append(self._model.encode(list(batch)))
+                    continue
                 rows.append(
                     self._model.encode(
                         list(batch), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False

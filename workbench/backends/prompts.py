@@ -183,11 +183,26 @@ class PromptRenderer:
         return build_prompt(self.tokenizer, question, context, template, **kwargs)
 
 
+def cut_text(text: str, max_chars: int | None) -> str:
+    """``text`` cut to at most ``max_chars`` characters at a word boundary, `` ...`` marking a cut (None: uncut)."""
+    if max_chars is not None and len(text) > max_chars:
+        return text[:max_chars].rsplit(" ", 1)[0] + " ..."
+    return text
+
+
+def passage_line(title: str, text: str, max_chars: int | None) -> str:
+    """One passage as every answering prompt shows it: ``"title: text"``, the text cut by :func:`cut_text`.
+
+    The collection, the methods and the runtime all format passages with this function, so a bundle's decisions
+    see exactly the prompts its features were collected with."""
+    return f"{title}: {cut_text(text, max_chars)}"
+
+
+def number_chunks(chunks: Sequence[str]) -> str:
+    """The context block: ``[i] chunk`` lines in rank order (DENSE spec §5.5 keeps the retrieval order)."""
+    return "\n".join(f"[{i}] {chunk}" for i, chunk in enumerate(chunks, start=1))
+
+
 def format_passages(titles: list[str], texts: list[str], max_chars: int) -> str:
-    """Numbered passages ``[i] title: text`` for a prompt, each cut to ``max_chars`` characters at a word boundary."""
-    blocks = []
-    for i, (title, text) in enumerate(zip(titles, texts, strict=True), start=1):
-        if len(text) > max_chars:
-            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
-        blocks.append(f"[{i}] {title}: {text}")
-    return "\n".join(blocks)
+    """Numbered passages ``[i] title: text`` for a prompt (:func:`passage_line` under :func:`number_chunks`)."""
+    return number_chunks([passage_line(t, x, max_chars) for t, x in zip(titles, texts, strict=True)])

@@ -11,6 +11,9 @@ import numpy as np
 from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
 
+FORMAT_VERSION = 1
+"""Version of the dict layout written by :meth:`LogisticModel.to_dict`."""
+
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
     """The logistic function, computed without overflow for large ``|z|``."""
@@ -72,6 +75,7 @@ class LogisticModel:
         """A JSON-ready description of the model; :meth:`from_dict` restores it exactly."""
         return {
             "kind": self.kind,
+            "version": FORMAT_VERSION,
             "feature_names": list(self.feature_names),
             "mean": [float(v) for v in self.mean],
             "scale": [float(v) for v in self.scale],
@@ -84,6 +88,13 @@ class LogisticModel:
         """The model described by ``data`` (as written by :meth:`to_dict`); DataError if it is malformed."""
         if not isinstance(data, dict) or data.get("kind") != cls.kind:
             raise DataError("not a logistic model description (kind != 'logistic')", "logistic model")
+        if data.get("version") != FORMAT_VERSION:
+            raise DataError(
+                f"unsupported version {data.get('version')!r} (this workbench reads {FORMAT_VERSION})", "logistic model"
+            )
+        extra = sorted(set(data) - {"kind", "version", "feature_names", "mean", "scale", "coef", "intercept"})
+        if extra:
+            raise DataError(f"unknown key(s) {extra}", "logistic model")
         try:
             names = tuple(str(n) for n in data["feature_names"])
             arrays = {key: np.asarray(data[key], dtype=np.float64).reshape(-1) for key in ("mean", "scale", "coef")}

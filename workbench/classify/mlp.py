@@ -1,35 +1,30 @@
-"""A small MLP retrieval-decision classifier, trained with PyTorch Lightning and stored as safetensors + JSON.
+"""A small MLP retrieval-decision classifier, trained with PyTorch Lightning, applied in numpy, stored as JSON.
 
-torch and lightning are imported inside the functions that need them, so importing this module (or
-``workbench.classify``) stays light; only fitting, predicting and saving load torch.
+torch and lightning are imported inside the functions that need them (training and the ONNX trace), so importing
+this module (or ``workbench.classify``) stays light, and applying a trained model needs numpy only (the runtime's
+path). The weights are small (a few thousand numbers) and are saved as JSON lists through the learned-artifact
+protocol (:mod:`workbench.methods.learned`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import json
 import logging
 import math
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
-from workbench.core.atomic import atomic_write_bytes, atomic_write_json
 from workbench.core.errors import ConfigError, DataError
 
-MLP_CONFIG_FILE = "mlp.json"
-MLP_WEIGHTS_FILE = "mlp.safetensors"
-_NET_PREFIX = "net."
-_MEAN_KEY = "standardizer.mean"
-_SCALE_KEY = "standardizer.scale"
+FORMAT_VERSION = 1
+"""Version of the dict layout written by :meth:`MLPModel.to_dict`."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +177,7 @@ def _quiet_lightning() -> Iterator[None]:
 
 @dataclass(eq=False)
 class MLPModel:
-    """A trained MLP: standardisation (``mean``, ``scale``) + network weights (``state``, torch tensors).
+    """A trained MLP: standardisation (``mean``, ``scale``) + network weights (``state``: name → float32 array).
 
     ``predict_proba`` gives P(correct) = P(no retrieval needed). ``val_losses`` holds the validation BCE after each
     epoch; ``state`` holds the weights of ``best_epoch`` (0-based), the epoch with the lowest validation loss.
@@ -209,16 +204,21 @@ class MLPModel:
         """How many epochs ran before training stopped (early stopping or ``max_epochs``)."""
         return len(self.val_losses)
 
+    def layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The linear layers ``(weight [out, in], bias [out])`` in order (ReLU between them, none after the last)."""
+        indices = sorted({int(k.split(".")[0]) for k in self.state if k.endswith(".weight")})
+        return [(np.asarray(self.state[f"{i}.weight"]), np.asarray(self.state[f"{i}.bias"])) for i in indices]
+
     def scoring_module(self):
         """A ``torch.nn.Module`` in eval mode: raw float32 features ``[batch, n]`` → P(correct) ``[batch]``.
 
-        Standardisation and the sigmoid are inside the module; it is what :meth:`predict_proba` runs and what the
-        ONNX export traces.
+        Standardisation and the sigmoid are inside the module; it is what the ONNX export traces (the numpy
+        :meth:`predict_proba` computes the same function without torch).
         """
         import torch
 
         net = _build_network(self.n_features, self.config.hidden_sizes, self.config.dropout)
-        net.load_state_dict(self.state, strict=True)
+        net.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in self.state.items()}, strict=True)
 
         class _Scoring(torch.nn.Module):
             def __init__(self, net: torch.nn.Module, mean: np.ndarray, scale: np.ndarray) -> None:
@@ -233,84 +233,86 @@ class MLPModel:
         return _Scoring(net, self.mean, self.scale).eval()
 
     def predict_proba(self, X: object) -> np.ndarray:
-        """P(correct) for each row of ``X`` (raw features), a float64 vector ``[rows]``; DataError on bad input."""
-        import torch
+        """P(correct) for each row of ``X`` (raw features), a float64 vector ``[rows]``; DataError on bad input.
 
-        arr = as_features(X, n_features=self.n_features)
-        with torch.no_grad():
-            out = self.scoring_module()(torch.from_numpy(arr.astype(np.float32)))
-        return out.numpy().astype(np.float64)
+        Pure numpy (float32 weights, float64 arithmetic): no torch needed, as in the runtime."""
+        from workbench.classify.logistic import sigmoid
 
-    def save(self, directory: str | Path) -> Path:
-        """Write ``mlp.safetensors`` (weights, standardisation) and ``mlp.json`` (config, names) into ``directory``.
+        h = (as_features(X, n_features=self.n_features) - self.mean) / self.scale
+        layers = self.layers()
+        for i, (weight, bias) in enumerate(layers):
+            h = h @ weight.astype(np.float64).T + bias.astype(np.float64)
+            if i < len(layers) - 1:
+                h = np.maximum(h, 0.0)
+        return sigmoid(h.reshape(-1))
 
-        Both files are written atomically; the JSON records the weights file's sha256, checked by :meth:`load`.
-        Returns the directory.
-        """
-        import torch
-        from safetensors.torch import save as save_tensors
-
-        directory = Path(directory)
-        tensors = {_NET_PREFIX + k: v.detach().cpu().contiguous() for k, v in self.state.items()}
-        tensors[_MEAN_KEY] = torch.tensor(self.mean, dtype=torch.float64)
-        tensors[_SCALE_KEY] = torch.tensor(self.scale, dtype=torch.float64)
-        blob = save_tensors(tensors, metadata={"format": "workbench-mlp"})
-        atomic_write_bytes(directory / MLP_WEIGHTS_FILE, blob)
-        meta = {
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: config, feature names, standardisation, the weights as nested lists, training record."""
+        return {
             "kind": self.kind,
+            "version": FORMAT_VERSION,
             "config": self.config.to_dict(),
             "feature_names": list(self.feature_names),
-            "seed": self.seed,
-            "best_epoch": self.best_epoch,
-            "val_losses": list(self.val_losses),
-            "weights_file": MLP_WEIGHTS_FILE,
-            "weights_sha256": hashlib.sha256(blob).hexdigest(),
+            "mean": [float(v) for v in self.mean],
+            "scale": [float(v) for v in self.scale],
+            "state": {k: np.asarray(v, dtype=np.float32).tolist() for k, v in sorted(self.state.items())},
+            "seed": int(self.seed),
+            "best_epoch": int(self.best_epoch),
+            "val_losses": [float(v) for v in self.val_losses],
         }
-        atomic_write_json(directory / MLP_CONFIG_FILE, meta)
-        return directory
 
     @classmethod
-    def load(cls, directory: str | Path) -> MLPModel:
-        """The model saved by :meth:`save` in ``directory``; DataError if files are missing, altered or inconsistent."""
-        from safetensors.torch import load as load_tensors
-
-        directory = Path(directory)
-        where = str(directory / MLP_CONFIG_FILE)
+    def from_dict(cls, d: Any) -> MLPModel:
+        """Rebuild from :meth:`to_dict` output; DataError if the dict is malformed or the weights do not fit the
+        recorded architecture."""
+        where = "mlp model"
+        keys = {"kind", "version", "config", "feature_names", "mean", "scale", "state", "seed", "best_epoch"}
+        if not isinstance(d, dict) or d.get("kind") != cls.kind:
+            raise DataError("not an MLP description (kind != 'mlp')", where)
+        if d.get("version") != FORMAT_VERSION:
+            raise DataError(f"unsupported version {d.get('version')!r} (this workbench reads {FORMAT_VERSION})", where)
+        missing = sorted(keys - set(d))
+        if missing:
+            raise DataError(f"missing key(s) {missing}", where)
         try:
-            meta = json.loads((directory / MLP_CONFIG_FILE).read_text())
-            blob = (directory / MLP_WEIGHTS_FILE).read_bytes()
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"cannot read the saved MLP ({exc})", where) from None
-        if not isinstance(meta, dict) or meta.get("kind") != cls.kind:
-            raise DataError("not a saved MLP (kind != 'mlp')", where)
-        if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-            raise DataError(f"{MLP_WEIGHTS_FILE} does not match the sha256 recorded in {MLP_CONFIG_FILE}", where)
-        tensors = load_tensors(blob)
-        try:
-            config = MLPConfig.from_dict(meta["config"])
-            mean = tensors.pop(_MEAN_KEY).numpy()
-            scale = tensors.pop(_SCALE_KEY).numpy()
-            names = tuple(str(n) for n in meta["feature_names"])
-        except (KeyError, TypeError, ConfigError) as exc:
-            raise DataError(f"malformed saved MLP ({exc})", where) from None
-        state = {k[len(_NET_PREFIX) :]: v for k, v in tensors.items() if k.startswith(_NET_PREFIX)}
-        model = cls(
+            config = MLPConfig.from_dict(d["config"])
+            names = tuple(str(n) for n in d["feature_names"])
+            mean = np.asarray(d["mean"], dtype=np.float64).reshape(-1)
+            scale = np.asarray(d["scale"], dtype=np.float64).reshape(-1)
+            state = {str(k): np.asarray(v, dtype=np.float32) for k, v in dict(d["state"]).items()}
+        except (TypeError, ValueError, ConfigError) as exc:
+            raise DataError(f"malformed MLP description ({exc})", where) from None
+        if len(names) != mean.size or scale.size != mean.size:
+            raise DataError(f"{len(names)} feature names but standardisation for {mean.size}", where)
+        arrays = [mean, scale, *state.values()]
+        if not all(np.isfinite(a).all() for a in arrays) or (scale <= 0).any():
+            raise DataError("non-finite parameters or non-positive scales", where)
+        expected = _build_shapes(mean.size, config.hidden_sizes, config.dropout)
+        got = {k: tuple(v.shape) for k, v in state.items()}
+        if got != expected:
+            raise DataError(f"weights {got} do not fit the architecture {expected}", where)
+        return cls(
             config=config,
             mean=mean,
             scale=scale,
             feature_names=names,
             state=state,
-            seed=int(meta.get("seed", 0)),
-            best_epoch=int(meta.get("best_epoch", -1)),
-            val_losses=tuple(float(v) for v in meta.get("val_losses", ())),
+            seed=int(d["seed"]),
+            best_epoch=int(d["best_epoch"]),
+            val_losses=tuple(float(v) for v in d.get("val_losses", ())),
         )
-        if len(names) != mean.size or scale.size != mean.size:
-            raise DataError(f"{len(names)} feature names but standardisation for {mean.size}", where)
-        try:
-            model.scoring_module()
-        except RuntimeError as exc:
-            raise DataError(f"weights do not fit the saved architecture ({str(exc).splitlines()[0]})", where) from None
-        return model
+
+
+def _build_shapes(n_features: int, hidden_sizes: Sequence[int], dropout: float) -> dict[str, tuple[int, ...]]:
+    """The state-dict shapes of :func:`_build_network` (without building it: no torch import)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    index, width = 0, n_features
+    for hidden in hidden_sizes:
+        shapes[f"{index}.weight"], shapes[f"{index}.bias"] = (hidden, width), (hidden,)
+        index += 3 if dropout > 0 else 2  # Linear, ReLU (, Dropout)
+        width = hidden
+    shapes[f"{index}.weight"], shapes[f"{index}.bias"] = (1, width), (1,)
+    return shapes
 
 
 def fit_mlp(
@@ -380,7 +382,7 @@ def fit_mlp(
         mean=mean,
         scale=scale,
         feature_names=names,
-        state={k: v.detach().clone() for k, v in state.items()},
+        state={k: v.detach().cpu().numpy().astype(np.float32).copy() for k, v in state.items()},
         seed=seed,
         best_epoch=module.best_epoch,
         val_losses=tuple(module.val_losses),

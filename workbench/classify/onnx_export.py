@@ -126,10 +126,35 @@ def run_onnx(path: str | Path, X: object) -> np.ndarray:
 
     Runs onnxruntime on the CPU. DataError if ``X`` is malformed or its width differs from the graph's input.
     """
-    import onnxruntime
+    return OnnxClassifier(path).predict_proba(X)
 
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    width = session.get_inputs()[0].shape[1]
-    arr = as_features(X, n_features=width if isinstance(width, int) else None)
-    (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
-    return np.asarray(out, dtype=np.float64).reshape(-1)
+
+class OnnxClassifier:
+    """An exported classifier graph run by ONNX Runtime, with the interface of the numpy models.
+
+    ``predict_proba(X)`` → P(correct) float64 ``[rows]``; ``feature_names`` come from the graph's metadata. One
+    session is kept (single-threaded: the graphs are a few hundred numbers, so threads only add latency).
+    """
+
+    kind = "onnx"
+
+    def __init__(self, path: str | Path) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
+            raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", str(path)) from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.feature_names = tuple(json.loads(meta["feature_names"])) if "feature_names" in meta else ()
+        width = self.session.get_inputs()[0].shape[1]
+        self.n_features = width if isinstance(width, int) else len(self.feature_names) or None
+
+    def predict_proba(self, X: object) -> np.ndarray:
+        """P(correct) for the raw feature rows ``X``; DataError on a malformed matrix or the wrong width."""
+        arr = as_features(X, n_features=self.n_features)
+        (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
+        return np.asarray(out, dtype=np.float64).reshape(-1)

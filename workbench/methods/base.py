@@ -125,11 +125,11 @@ class Passage:
     score: float = 0.0
 
     def prompt_text(self, max_chars: int | None = None) -> str:
-        """``"title: text"``, the text cut to ``max_chars`` at a word boundary (`` ...`` marks a cut)."""
-        text = self.text
-        if max_chars is not None and len(text) > max_chars:
-            text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
-        return f"{self.title}: {text}"
+        """``"title: text"``, the text cut to ``max_chars`` at a word boundary (:func:`~workbench.backends.prompts.
+        passage_line`, the format every stage and the runtime share)."""
+        from workbench.backends.prompts import passage_line
+
+        return passage_line(self.title, self.text, max_chars)
 
 
 class Tools:

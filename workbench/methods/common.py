@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.backends.prompts import number_chunks
 from workbench.methods.base import Passage, Tools
 from workbench.uncertainty.calculators import ANSWER_SYSTEM
-from workbench.uncertainty.dense_stats import number_chunks
 
 __all__ = ["ANSWER_SYSTEM", "context_block", "generate_answers", "prompt_for"]
 

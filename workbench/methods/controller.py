@@ -642,10 +642,9 @@ class PromptedLMController(Controller):
         return list(self.generator.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop))
 
     def _passage(self, text: str) -> str:
-        text = " ".join(text.split())
-        if len(text) > self.passage_chars:
-            text = text[: self.passage_chars].rsplit(" ", 1)[0] + " ..."
-        return text
+        from workbench.backends.prompts import cut_text
+
+        return cut_text(" ".join(text.split()), self.passage_chars)
 
     def _scores(self, messages: Sequence[str]) -> list[tuple[float | None, Any]]:
         """p(Yes) / (p(Yes) + p(No)) per message, with the raw reply; None where the reply is unusable."""

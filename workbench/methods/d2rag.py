@@ -4,9 +4,11 @@
 closed-book (greedy a_para, spec §13.6 [REC]) and produces the stats of the classifier's features; each oriented
 feature (higher = more certain) is cleaned (NaN / ±inf → the stored fit-split median when given, else NaN → 0 and
 ±inf → ±1e10 as at calibration, spec §13.16), passed through its calibrator, and the classifier turns the vector u
-into p = P(closed-book answer correct). Retrieve iff p < τ (the code's strict inequality, spec §13.22). Without
-retrieval the answer is the closed-book greedy answer (spec §13.5 [REC]) — a_para itself when the stats settings
-match the answering prompt (same length budget, newline stop), so no second generation is spent.
+into p = P(closed-book answer correct). Retrieve iff p < τ (the code's strict inequality, spec §13.22; τ = 1 + ε is
+the threshold rule's "always retrieve"). One object does the cleaning, calibration, classification and comparison:
+:class:`~workbench.classify.policy.DecisionPolicy`, shared with the runtime. Without retrieval the answer is the
+closed-book greedy answer (spec §13.5 [REC]) — a_para itself when the stats settings match the answering prompt
+(same length budget, newline stop), so no second generation is spent.
 
 **Stage 2 — how to decode.** Top-k passages (spec §6: k = 5) are joined into the answering prompt's context block.
 A utility δ of that context (spec §7.1: one δ for the whole top-k block) picks the mode (spec §7.2):
@@ -20,8 +22,9 @@ Contrastive steps pick argmax((1+λ_t)·log p_expert − λ_t·log p_amateur), �
 (spec eqs. 7, 8, 37; :mod:`workbench.decoding.contrastive`, both streams in one batched forward per step).
 
 The utility is pluggable (:mod:`workbench.methods.utility`): :class:`~workbench.methods.utility.UtilityPredictor`
-(gold-free, runtime) or :class:`~workbench.methods.utility.OracleUtility` (the paper's ΔSePer, needs the gold answer;
-``requires_gold`` then propagates to the method, so a bundle refuses it).
+(gold-free, runtime), :class:`~workbench.methods.utility.NoUtility` (gold-free default when no predictor was fitted:
+δ unknown, so every retrieved context is decoded neutrally) or :class:`~workbench.methods.utility.OracleUtility` (the
+paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
 Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
 ``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise.
@@ -34,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
 from workbench.methods.common import context_block, generate_answers, prompt_for
@@ -44,8 +45,6 @@ from workbench.uncertainty.calculators import StatSettings
 
 MODES = {"relevant": "ctx-pos-acd", "noisy": "ctx-neg-acd", "neutral": "ctx-normal", "closed": "noctx-normal"}
 """Utility class → the released code's strategy name (spec §7.2)."""
-
-INF_CLIP = 1e10
 
 
 @dataclass(frozen=True)
@@ -123,11 +122,13 @@ def negative_block(passages: Sequence[Passage], max_chars: int | None) -> str:
 class D2RAG(Method):
     """Dual-decision RAG: calibrated-uncertainty retrieval decision, then utility-aware contrastive decoding.
 
-    ``calibrators`` maps each feature to a fitted calibrator (or its ``to_dict()``); ``classifier`` is anything with
-    ``predict_proba(X) -> P(correct)`` (logistic, MLP, ONNX wrapper); ``tau`` the retrieval threshold; ``utility`` a
-    :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility` or any
-    object with ``requires_gold`` and ``estimate(...)``. ``medians`` (feature → fit-split median of the raw value)
-    imputes NaN / ±inf; ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.
+    Stage 1 is a :class:`~workbench.classify.policy.DecisionPolicy` (``policy``), or one built from its parts:
+    ``calibrators`` (feature → fitted calibrator or its ``to_dict()``), ``classifier`` (anything with
+    ``predict_proba(X) -> P(correct)``: logistic, MLP, ONNX), ``tau`` (retrieve iff p < τ; 1 + ε = always) and
+    ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf). ``utility`` is a
+    :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
+    :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
+    ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.
     """
 
     name = "d2rag"
@@ -136,44 +137,57 @@ class D2RAG(Method):
         self,
         tools: Tools,
         *,
-        calibrators: Mapping[str, Any],
-        classifier: Any,
-        tau: float,
         utility: Any,
+        calibrators: Mapping[str, Any] | None = None,
+        classifier: Any = None,
+        tau: float | None = None,
         settings: D2RAGSettings | None = None,
         medians: Mapping[str, float] | None = None,
         lars_scorer: Any = None,
+        policy: Any = None,
     ) -> None:
         super().__init__(tools)
-        from workbench.calibration.registry import calibrator_from_dict
+        from workbench.calibration.calibrator_set import CalibratorSet
+        from workbench.classify.policy import DecisionPolicy, check_tau
+        from workbench.core.errors import DataError
         from workbench.uncertainty.calculators import UNAVAILABLE_STATS
         from workbench.uncertainty.features import get_features, required_stats
 
         self.settings = settings or D2RAGSettings()
         self.settings.validate()
-        if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0.0 <= tau <= 1.0:
-            raise ConfigError(f"tau must be a probability in [0, 1], got {tau!r}", "d2rag.tau")
-        self.tau = float(tau)
-        features = self.settings.features or tuple(getattr(classifier, "feature_names", ()) or ())
+        if policy is None:
+            if classifier is None or tau is None:
+                raise ConfigError("give a decision policy, or calibrators, a classifier and tau", "d2rag")
+            check_tau(tau, "d2rag.tau")
+            features = self.settings.features or tuple(getattr(classifier, "feature_names", ()) or ())
+        else:
+            features = self.settings.features or policy.features
         if not features:
             raise ConfigError(
                 "no Stage-1 features: set settings.features or use a classifier with feature_names", "d2rag"
             )
         get_features(features)
-        self.features = tuple(features)
-        missing = [f for f in self.features if f not in calibrators]
-        if missing:
-            raise ConfigError(f"no calibrator for feature(s) {missing}", "d2rag.calibrators")
-        self.calibrators = {
-            f: calibrator_from_dict(calibrators[f]) if isinstance(calibrators[f], dict) else calibrators[f]
-            for f in self.features
-        }
-        self.classifier = classifier
-        self.utility = utility
-        self.medians = dict(medians or {})
-        self.lars_scorer = lars_scorer
-        if "lars" in self.features and lars_scorer is None:
+        if "lars" in features and lars_scorer is None:
             raise ConfigError("feature 'lars' needs a fitted lars_scorer", "d2rag.lars_scorer")
+        try:
+            if policy is None:
+                missing = [f for f in features if f not in (calibrators or {})]
+                if missing:
+                    raise ConfigError(f"no calibrator for feature(s) {missing}", "d2rag.calibrators")
+                policy = DecisionPolicy(
+                    CalibratorSet(tuple(features), dict(calibrators), dict(medians or {})), classifier, float(tau)
+                )
+            elif tuple(features) != policy.features:
+                raise ConfigError(
+                    f"features {list(features)} differ from the policy's {list(policy.features)}", "d2rag"
+                )
+        except DataError as exc:
+            raise ConfigError(exc.what, "d2rag") from None
+        self.policy = policy
+        self.features = policy.features
+        self.tau = policy.tau
+        self.utility = utility
+        self.lars_scorer = lars_scorer
         self.budget = self.settings.max_new_tokens or tools.max_new_tokens
         self.stat_settings = self.settings.stats or StatSettings(max_new_tokens=self.budget)
         needed = required_stats(self.features)
@@ -185,51 +199,48 @@ class D2RAG(Method):
         self.needed = needed | {"greedy_logprobs", "greedy_eos"}
 
     @property
+    def classifier(self) -> Any:
+        """The decision policy's classifier."""
+        return self.policy.classifier
+
+    @property
     def requires_gold(self) -> bool:
         """True with the oracle utility (the paper's ΔSePer): never allowed in a bundle."""
         return bool(getattr(self.utility, "requires_gold", False))
 
     # ------------------------------------------------------------------ stage 1
-    def _clean(self, name: str, value: float) -> tuple[float, bool]:
-        """NaN / ±inf → the stored median, else NaN → 0 and ±inf → ±1e10 (spec §13.16); returns (value, imputed)."""
-        if math.isfinite(value):
-            return value, False
-        if name in self.medians and math.isfinite(float(self.medians[name])):
-            return float(self.medians[name]), True
-        if math.isnan(value):
-            return 0.0, True
-        return math.copysign(INF_CLIP, value), True
-
-    def stage1(self, example: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
-        """``(calibrated u, detail for the trace, stats)`` of one question."""
+    def raw_features(self, examples: Sequence[dict[str, Any]]) -> tuple[list[dict[str, float]], list[dict[str, Any]]]:
+        """``(raw oriented features, stats)`` per question: one batched stats-graph pass (+ the LARS scorer)."""
         from workbench.uncertainty.calculators import compute_stats
         from workbench.uncertainty.features import compute_features
 
         tools = self.tools
-        stats = compute_stats(
-            [example],
+        rows = compute_stats(
+            list(examples),
             self.needed,
             generator=tools.generator,
             judge=tools.judge,
             embedder=tools.embedder,
             settings=self.stat_settings,
-        )[0]
-        if self.lars_scorer is not None:
-            stats["lars_score"] = float(self.lars_scorer.predict(stats["greedy_logprobs"]))
-        raw = compute_features(stats, self.features, on_missing="nan")
-        cleaned, imputed = {}, []
-        for name in self.features:
-            cleaned[name], fixed = self._clean(name, float(raw[name]))
-            if fixed:
-                imputed.append(name)
-        u = np.array([float(self.calibrators[f].predict([cleaned[f]])[0]) for f in self.features], dtype=float)
+        )
+        raws = []
+        for stats in rows:
+            if self.lars_scorer is not None:
+                stats["lars_score"] = float(self.lars_scorer.predict(stats["greedy_logprobs"]))
+            raws.append(compute_features(stats, self.features, on_missing="nan"))
+        return raws, rows
+
+    def stage1(self, example: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """``(decision, detail for the trace, stats)`` of one question (the decision: p, retrieve, u, imputed)."""
+        (raw,), (stats,) = self.raw_features([example])
+        decision = self.policy.decide(raw)
         detail = {
             "raw": {f: (None if not math.isfinite(raw[f]) else float(raw[f])) for f in self.features},
-            "calibrated": {f: float(v) for f, v in zip(self.features, u, strict=True)},
-            "imputed": imputed,
+            "calibrated": {f: float(v) for f, v in zip(self.features, decision.calibrated, strict=True)},
+            "imputed": decision.imputed,
             "closed_book_answer": stats.get("greedy_text"),
         }
-        return u, detail, stats
+        return decision, detail, stats
 
     def _closed_book(self, question: str, stats: dict[str, Any], step: dict[str, Any]) -> str:
         """The closed-book greedy answer: a_para when it was produced by the same prompt and budget."""
@@ -246,13 +257,12 @@ class D2RAG(Method):
         question = str(example["question"])
         trace = Trace(self.name)
         with trace.step("features", tools.counter) as step:
-            u, detail, stats = self.stage1(example)
+            decision, detail, stats = self.stage1(example)
             step.update(detail)
             if detail["imputed"]:
                 trace.fallback(f"non-finite feature(s) imputed: {', '.join(detail['imputed'])}")
         with trace.step("decide", tools.counter) as step:
-            p = float(np.asarray(self.classifier.predict_proba(u[None, :]), dtype=float).reshape(-1)[0])
-            retrieve = p < self.tau
+            p, retrieve = decision.p_correct, decision.retrieve
             step.update({"p_correct": p, "tau": self.tau, "retrieve": retrieve})
         if not retrieve:
             return self._answer_closed(question, stats, trace)
@@ -283,7 +293,7 @@ class D2RAG(Method):
             )
             if estimate.features is not None:
                 step["features"] = [None if math.isnan(v) else float(v) for v in estimate.features[0]]
-            if math.isnan(delta):
+            if math.isnan(delta) and estimate.source != "none":  # "none": no predictor, neutral by design
                 trace.fallback("utility unknown: decoded as neutral")
         with trace.step("generate", tools.counter) as step:
             step.update({"class": klass, "mode": MODES[klass]})

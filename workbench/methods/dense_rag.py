@@ -43,12 +43,13 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import number_chunks
 from workbench.core.errors import ConfigError
 from workbench.data.chunkers import SemanticChunker
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
 from workbench.methods.common import ANSWER_SYSTEM, generate_answers
 from workbench.metrics.qa import normalize_answer
-from workbench.uncertainty.dense_stats import DenseSettings, dense_stats, number_chunks
+from workbench.uncertainty.dense_stats import DenseSettings, dense_stats
 from workbench.uncertainty.features.dense import Dense
 from workbench.uncertainty.graph_math import ENTAILMENT
 

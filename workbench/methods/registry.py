@@ -7,11 +7,14 @@ is a one-line :class:`ConfigError`); ``learned`` holds what earlier stages fitte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import fields
+from typing import Any, Literal
 
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
+from workbench.methods.learned import LearnedParts
+
+__all__ = ["GOLD_METHODS", "METHODS", "LearnedParts", "build_method", "check_options"]
 
 METHODS: tuple[str, ...] = (
     "no_rag",
@@ -23,26 +26,12 @@ METHODS: tuple[str, ...] = (
     "d2rag_oracle",
     "insemrag",
 )
-"""Every method name ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (the
-oracle when none was fitted); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the side-by-side."""
+"""Every method name ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (when none
+was fitted: ``utility_fallback`` decides); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the
+side-by-side."""
 
 GOLD_METHODS = frozenset({"oracle", "d2rag_oracle"})
 """Methods that read the gold answer (evaluation only, never in a bundle)."""
-
-
-@dataclass
-class LearnedParts:
-    """What D²-RAG needs from earlier stages: per-feature calibrators, the classifier, τ, the features' order and
-    imputation medians, a utility predictor (None → the method's oracle utility, gold-dependent) and the LARS
-    scorer the collection fitted (needed when ``lars`` is a feature)."""
-
-    calibrators: dict[str, Any] = field(default_factory=dict)
-    classifier: Any = None
-    tau: float | None = None
-    features: list[str] = field(default_factory=list)
-    medians: dict[str, float] = field(default_factory=dict)
-    utility: Any = None
-    lars_scorer: Any = None
 
 
 def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
@@ -162,8 +151,20 @@ def _check_method_options(name: str, given: Any) -> None:
         raise ConfigError(f"bad option value: {exc}") from None
 
 
-def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learned: LearnedParts | None) -> Method:
-    """The method ``name`` ready to answer; ConfigError for an unknown name, option or missing learned part."""
+def build_method(
+    name: str,
+    tools: Tools,
+    options: dict[str, Any] | None,
+    learned: LearnedParts | None,
+    *,
+    utility_fallback: Literal["oracle", "none"] = "oracle",
+) -> Method:
+    """The method ``name`` ready to answer; ConfigError for an unknown name, option or missing learned part.
+
+    ``utility_fallback`` is D²-RAG's utility when ``learned.utility`` is None: ``"oracle"`` (evaluation only: the
+    paper's ΔSePer, computed with the gold answer) or ``"none"`` (gold-free: δ unknown, every retrieved context is
+    decoded neutrally — what a bundle runs). D²-RAG's stats settings are ``learned.stats`` (the settings its features
+    were collected with) unless the options set ``stats``."""
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")
     check_options([name], {name: options or {}})
@@ -201,21 +202,27 @@ def build_method(name: str, tools: Tools, options: dict[str, Any] | None, learne
     if learned is None or learned.classifier is None or learned.tau is None:
         raise ConfigError(f"{name} needs the calibrate and classify stages before evaluate", "evaluate.methods")
     from workbench.methods.d2rag import D2RAG
-    from workbench.methods.utility import OracleUtility
+    from workbench.methods.utility import NoUtility, OracleUtility
     from workbench.uncertainty.seper import SeperSettings
 
+    if utility_fallback not in ("oracle", "none"):
+        raise ConfigError(f"utility_fallback must be oracle or none, got {utility_fallback!r}", "build_method")
     seper = SeperSettings(samples=int(extras["seper_samples"]), max_new_tokens=tools.max_new_tokens, seed=0)
     oracle = OracleUtility(settings=seper, label=extras["utility_label"])
-    learned_utility = learned.utility if name == "d2rag" else None
+    if name == "d2rag_oracle":
+        utility = oracle
+    elif learned.utility is not None:
+        utility = learned.utility
+    else:
+        utility = oracle if utility_fallback == "oracle" else NoUtility()
+    if learned.stats is not None and "stats" not in options:
+        options["stats"] = learned.stats
     method = D2RAG(
         tools,
-        calibrators=learned.calibrators,
-        classifier=learned.classifier,
-        tau=learned.tau,
-        utility=learned_utility if learned_utility is not None else oracle,
+        utility=utility,
         settings=_settings(cls, {"features": list(learned.features), **options}, name),
-        medians=learned.medians,
         lars_scorer=learned.lars_scorer,
+        policy=learned.policy(),
     )
     method.name = name
     return method

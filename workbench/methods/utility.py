@@ -293,6 +293,28 @@ class UtilityPredictor:
         return out
 
 
+# ---------------------------------------------------------------------------------------------- no utility
+class NoUtility:
+    """The gold-free default when no utility predictor was fitted: δ is unknown (NaN) for every pair, so D²-RAG
+    decodes every retrieved context neutrally — plain greedy with the context (spec §7.2's rule for an unknown δ).
+
+    No model call is made; a bundle exported without a ``fit_utility`` stage runs D²-RAG this way and says so.
+    """
+
+    requires_gold = False
+
+    def estimate(
+        self,
+        tools: Tools,
+        examples: Sequence[dict[str, Any]],
+        contexts: Sequence[str],
+        scores: Sequence[Sequence[float]],
+        closed: Sequence[ClosedAnswer] | None = None,
+    ) -> UtilityEstimate:
+        """NaN for every pair (no gold field is read, nothing is generated)."""
+        return UtilityEstimate(np.full(len(examples), np.nan), "none")
+
+
 # ---------------------------------------------------------------------------------------------- the oracle
 class OracleUtility:
     """The paper's utility: ΔSePer of the (question, context) pair, which needs the gold answer (evaluation only).

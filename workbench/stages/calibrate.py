@@ -6,7 +6,8 @@ Reads the ``collect`` stage's per-split datasets. For each selected feature (ori
   (:func:`workbench.calibration.oof.out_of_fold_predict`: each question is calibrated by a calibrator that never saw
   it), so classifiers trained on them are not fed leaked labels;
 * every other split gets the values of one calibrator fitted on the whole fit split — the calibrator saved in
-  ``calibrators.json`` (JSON breakpoints / coefficients; no pickle) for the runtime.
+  ``calibrators.json`` (a :class:`~workbench.calibration.calibrator_set.CalibratorSet`: JSON breakpoints /
+  coefficients and the fit split's median of every raw feature; no pickle) for the evaluation stage and bundles.
 
 NaN and ±inf feature values follow ``calibrate.nan_policy``: ``impute`` replaces them with the fit split's median
 of that feature, ``drop`` removes the question from that split (for every feature); either way they are counted in
@@ -14,7 +15,8 @@ of that feature, ``drop`` removes the question from that split (for every featur
 every split, so a calibrator that damages ranking shows up; ECE and Brier after calibration.
 
 Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
-columns the routing table needs), ``metrics.json``, ``summary.json``.
+columns the routing table needs), ``metrics.json``, ``summary.json`` (the settings: kind, label, fit split, features,
+NaN counts; and rows per split).
 """
 
 from __future__ import annotations
@@ -87,7 +89,9 @@ def feature_matrix(rows: list[dict], features: list[str], where: str) -> np.ndar
 def apply_nan_policy(
     matrices: dict[str, np.ndarray], fit_split: str, policy: str, features: list[str]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
-    """``(matrices, kept row masks, counts)``: NaN / ±inf imputed with the fit split's median, or rows dropped."""
+    """``(matrices, kept row masks, counts)``: NaN / ±inf imputed with the fit split's median, or rows dropped.
+
+    ``counts["medians"]`` holds each feature's fit-split median (of its finite values): what inference imputes with."""
     if policy not in ("impute", "drop"):
         raise ConfigError(f"nan_policy must be impute or drop, got {policy!r}", "calibrate.nan_policy")
     fit = matrices[fit_split]
@@ -96,6 +100,7 @@ def apply_nan_policy(
         if math.isnan(value):
             raise DataError(f"feature {name!r} has no finite value on the fit split", "calibrate")
     counts: dict[str, Any] = {"policy": policy, "bad_values": {}, "dropped_rows": {}}
+    counts["medians"] = {name: float(value) for name, value in zip(features, medians, strict=True)}
     out, keep = {}, {}
     for split, matrix in matrices.items():
         bad = ~np.isfinite(matrix)
@@ -201,7 +206,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "features": features,
         "nan": nan_counts,
     }
-    atomic_write_json(ctx.out_dir / "calibrators.json", {"meta": meta, "calibrators": calibrators})
+    from workbench.calibration.calibrator_set import CalibratorSet
+    from workbench.methods.learned import save_learned
+
+    save_learned(CalibratorSet(tuple(features), calibrators, nan_counts["medians"]), ctx.out_dir / "calibrators.json")
     atomic_write_json(ctx.out_dir / "calibrated.json", out_rows)
     atomic_write_json(ctx.out_dir / "metrics.json", metrics)
     atomic_write_json(ctx.out_dir / "summary.json", {**meta, "rows": {s: len(v["id"]) for s, v in out_rows.items()}})

@@ -14,8 +14,9 @@ No-RAG = the greedy closed-book answer; Always-RAG = one answer with passages; O
 retrieved; feature routers = the collection of all features (measured by ``collect``; it includes the closed-book
 answer) + RAG where retrieved.
 
-Both classifiers are exported to ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy / torch on the
-evaluation split (max |Δ| recorded; the stage fails above 1e-5).
+Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
+ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
+fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it).
 """
 
 from __future__ import annotations
@@ -93,11 +94,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.classify.onnx_export import export_onnx, run_onnx
     from workbench.classify.select import train_classifiers
     from workbench.classify.threshold import choose_threshold
+    from workbench.methods.learned import save_learned
 
     section = ctx.config.classify
     calib_dir = ctx.inputs["calibrate"]
     data = json.loads((calib_dir / "calibrated.json").read_text())
-    meta = json.loads((calib_dir / "calibrators.json").read_text())["meta"]
+    meta = json.loads((calib_dir / "summary.json").read_text())
     features, fit_split = meta["features"], meta["fit_split"]
     eval_split = next((s for s in data if s != fit_split), None)
     if eval_split is None:
@@ -171,11 +173,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         parity[kind] = float(np.max(np.abs(run_onnx(path, X_eval) - p_eval))) if len(X_eval) else 0.0
         if parity[kind] > ONNX_TOLERANCE:
             raise DataError(f"ONNX output differs from the {kind} model by {parity[kind]:.2e}", str(path))
+        save_learned(model, ctx.out_dir / f"{kind}.json")
         if kind == "logistic":
-            atomic_write_json(ctx.out_dir / "logistic.json", model.to_dict())
             predictions["lr_weights"] = model.weights()
-        else:
-            model.save(ctx.out_dir / "mlp")
     table = routing_table(cols, routers)
     atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "rows": table})
     atomic_write_json(ctx.out_dir / "predictions.json", predictions)

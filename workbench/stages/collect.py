@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import passage_line
 from workbench.core.atomic import atomic_write_json, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.stages.context import StageContext
@@ -127,13 +128,6 @@ def _chunk_path(scratch: Path, split: str, first: int) -> Path:
     return scratch / split / f"chunk-{first:07d}.jsonl"
 
 
-def cut_passage(title: str, text: str, max_chars: int) -> str:
-    """``"title: text"`` with the text cut to ``max_chars`` characters at a word boundary (`` ...`` marks a cut)."""
-    if len(text) > max_chars:
-        text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
-    return f"{title}: {text}"
-
-
 class _Passages:
     """The corpus and its retriever: top-k passage texts (and ids) per question, as prompt-ready chunks."""
 
@@ -148,16 +142,17 @@ class _Passages:
         """``(chunks per question, passage ids per question)`` — one batched retrieval call."""
         results = self.retriever.search(questions, k=self.k)
         chunks = [
-            [cut_passage(self.titles[int(j)], self.texts[int(j)], self.max_chars) for j in r.indices] for r in results
+            [passage_line(self.titles[int(j)], self.texts[int(j)], self.max_chars) for j in r.indices] for r in results
         ]
         return chunks, [list(r.ids) for r in results]
 
 
 def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], tools: dict[str, Any]) -> list[dict]:
     """Features (timed and costed), then labels, for one chunk of questions; one record per question."""
+    from workbench.backends.prompts import number_chunks
     from workbench.metrics.qa import score_answer
     from workbench.uncertainty.calculators import ANSWER_SYSTEM, UNAVAILABLE_STATS, compute_stats
-    from workbench.uncertainty.dense_stats import DenseSettings, number_chunks
+    from workbench.uncertainty.dense_stats import DenseSettings
     from workbench.uncertainty.features import compute_features, required_stats
 
     section = ctx.config.collect
@@ -297,8 +292,9 @@ def collect_split(ctx: StageContext, split: str, rows: list[dict], tools: dict[s
     return records
 
 
-def fit_lars_column(by_split: dict[str, list[dict]], fit_split: str, folds: int, seed: int) -> dict[str, Any]:
-    """Fill the ``lars`` column of every split (cross-fitted on ``fit_split``); return the fitted scorer's JSON."""
+def fit_lars_column(by_split: dict[str, list[dict]], fit_split: str, folds: int, seed: int) -> Any:
+    """Fill the ``lars`` column of every split (cross-fitted on ``fit_split``); return the scorer fitted on all of
+    ``fit_split`` (a :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`)."""
     from workbench.uncertainty.lars_fit import cross_fit_lars
 
     if fit_split not in by_split:
@@ -313,7 +309,7 @@ def fit_lars_column(by_split: dict[str, list[dict]], fit_split: str, folds: int,
     for name, values in scores.items():
         for record, value in zip(by_split[name], values, strict=True):
             record["lars"] = float(value)
-    return json.loads(scorer.to_json())
+    return scorer
 
 
 def summarise_split(records: list[dict], features: list[str], labels: list[str]) -> dict[str, Any]:
@@ -342,9 +338,11 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
     from workbench.uncertainty.features import get_features
 
     if "lars" in features and meta.get("shard", "0/1") in ("0/1", "merged"):
-        atomic_write_json(
-            out_dir / "lars_scorer.json",
+        from workbench.methods.learned import save_learned
+
+        save_learned(
             fit_lars_column(by_split, meta["lars_fit_split"], meta["lars_folds"], meta["seed"]),
+            out_dir / "lars_scorer.json",
         )
     labels = labels_for(meta["labels"])
     summary: dict[str, Any] = {"features": features, "labels": sorted(labels), "splits": {}}
@@ -361,13 +359,12 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Collect every configured split; write datasets and JSON docs; return rows and accuracy per split."""
-    from dataclasses import asdict
 
     import datasets
 
     from workbench.data.wikiqa import load_saved_dataset_dict
     from workbench.stages.nli_eval import build_judge
-    from workbench.uncertainty.calculators import ATTENTION_SCOPE
+    from workbench.uncertainty.calculators import ATTENTION_SCOPE, prompts_fingerprint
     from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
@@ -398,7 +395,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             rows = rows.select(range(min(section.limit, len(rows))))
         by_split[split] = collect_split(ctx, split, list(rows), tools)
     meta = {
-        "settings": asdict(_settings(section)),
+        "settings": _settings(section).to_dict(),
+        "prompts": prompts_fingerprint(),
         "shard": section.shard,
         "seed": ctx.config.seed,
         "labels": list(section.labels),

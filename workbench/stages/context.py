@@ -31,21 +31,16 @@ class Resources:
 
         def build():
             from workbench.assets import resolve_generator
-            from workbench.backends.generator import Generator
+            from workbench.backends.factory import build_generator
 
             section = self.config.generator
-            cache = None
-            if section.cache:
-                from workbench.backends.gencache import GenerationCache
-
-                cache = GenerationCache()
-            return Generator(
+            return build_generator(
                 resolve_generator(section.model),
                 device=section.device,
                 dtype=section.dtype,
                 max_context=section.max_context,
                 batch_size=section.batch_size,
-                cache=cache,
+                cache=section.cache,
                 counter=self.counter,
                 seed=self.config.seed,
             )
@@ -56,10 +51,10 @@ class Resources:
         """The run's :class:`workbench.backends.embedder.Embedder`."""
 
         def build():
-            from workbench.backends.embedder import Embedder
+            from workbench.backends.factory import build_embedder
 
             section = self.config.embedder
-            return Embedder(section.model, batch_size=section.batch_size, counter=self.counter)
+            return build_embedder(section.model, batch_size=section.batch_size, counter=self.counter)
 
         return self.get("embedder", build)
 
@@ -67,17 +62,28 @@ class Resources:
         """The run's retriever over ``corpus`` (a Dataset with ``chunk_id`` and ``text``), as ``retrieval`` says."""
 
         def build():
-            from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+            from workbench.backends.factory import build_retriever
 
             kind = self.config.retrieval.retriever
-            if kind == "bm25":
-                return BM25Retriever(corpus, counter=self.counter)
-            dense = DenseRetriever(corpus, self.embedder(), counter=self.counter)
-            if kind == "dense":
-                return dense
-            return HybridRetriever({"bm25": BM25Retriever(corpus), "dense": dense}, counter=self.counter)
+            return build_retriever(kind, corpus, embedder=self.embedder, counter=self.counter)
 
         return self.get(f"retriever:{self.config.retrieval.retriever}", build)
+
+    def judge(self, kind: str | None = None, model: str | Path | None = None):
+        """The NLI judge ``kind`` (default: the recipe's ``nli.kind``) on the run's shared embedder / generator;
+        ``model`` is the checkpoint of ``cross_encoder`` / ``hf`` judges (default: ``nli.model``)."""
+        from workbench.backends.factory import build_judge
+
+        kind = kind or self.config.nli.kind
+        model = model if model is not None else self.config.nli.model
+        return build_judge(
+            kind,
+            model=model,
+            embedder=self.embedder,
+            generator=self.generator,
+            batch_size=self.config.nli.batch_size,
+            counter=self.counter,
+        )
 
 
 @dataclass

@@ -39,49 +39,47 @@ def load_learned(
     utility_dir: Path | None,
     collect_dir: Path | None = None,
 ) -> Any:
-    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run).
+    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run), each read through
+    the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`).
 
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
-    needs at answer time."""
-    from workbench.methods.registry import LearnedParts
+    needs at answer time, and the stats settings the features were collected with (``metadata.json``)."""
+    from workbench.methods.learned import CLASSIFIER_KINDS, LearnedParts, load_learned
 
     if calibrate_dir is None or classify_dir is None:
         return None
-    from workbench.calibration import calibrator_from_dict
-
-    saved = json.loads((calibrate_dir / "calibrators.json").read_text())
+    calibrators = load_learned(calibrate_dir / "calibrators.json", expect={"calibrator_set"})
     selection = json.loads((classify_dir / "selection.json").read_text())
     chosen = selection["chosen"]
-    if chosen == "logistic":
-        from workbench.classify.logistic import LogisticModel
-
-        classifier = LogisticModel.from_dict(json.loads((classify_dir / "logistic.json").read_text()))
-    else:
-        from workbench.classify.mlp import MLPModel
-
-        classifier = MLPModel.load(classify_dir / "mlp")
-    data = json.loads((calibrate_dir / "calibrated.json").read_text())
-    fit = saved["meta"]["fit_split"]
-    medians = {f: float(np.nanmedian(np.asarray(v, dtype=float))) for f, v in data[fit]["raw"].items()}
+    classifier = load_learned(classify_dir / f"{chosen}.json", expect=CLASSIFIER_KINDS)
+    threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
     utility = None
     if utility_dir is not None:
-        from workbench.methods.utility import UtilityPredictor
-
-        utility = UtilityPredictor.from_dict(json.loads((utility_dir / "utility.json").read_text()))
-    lars = None
-    if collect_dir is not None and (collect_dir / "lars_scorer.json").is_file():
-        from workbench.uncertainty.features.probability import LarsLikeScorer
-
-        lars = LarsLikeScorer.from_json((collect_dir / "lars_scorer.json").read_text())
+        utility = load_learned(utility_dir / "utility.json", expect={"ridge_utility"})
+    lars, stats = None, None
+    if collect_dir is not None:
+        if (collect_dir / "lars_scorer.json").is_file():
+            lars = load_learned(collect_dir / "lars_scorer.json", expect={"lars"})
+        stats = collected_stats(collect_dir)
     return LearnedParts(
-        lars_scorer=lars,
-        calibrators={f: calibrator_from_dict(d) for f, d in saved["calibrators"].items()},
+        calibrators=calibrators.calibrators,
         classifier=classifier,
-        tau=float(selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]["tau"]),
-        features=list(saved["meta"]["features"]),
-        medians=medians,
+        tau=float(threshold["tau"]),
+        features=list(calibrators.features),
+        medians=calibrators.medians,
         utility=utility,
+        lars_scorer=lars,
+        stats=stats,
+        tau_rule=str(threshold.get("rule", "")),
     )
+
+
+def collected_stats(collect_dir: Path) -> Any:
+    """The :class:`~workbench.uncertainty.calculators.StatSettings` a ``collect`` output was made with."""
+    from workbench.uncertainty.calculators import StatSettings
+
+    meta = json.loads((collect_dir / "metadata.json").read_text())
+    return StatSettings.from_dict(meta["settings"], f"{collect_dir / 'metadata.json'}: settings")
 
 
 def build_tools(
@@ -92,7 +90,6 @@ def build_tools(
     ``passage_chars`` / ``max_new_tokens`` default to the evaluate section's (the methods' prompts and answers).
     """
     from workbench.methods.base import Tools
-    from workbench.stages.nli_eval import build_judge
 
     config = ctx.config
     return Tools(
@@ -100,7 +97,7 @@ def build_tools(
         retriever=ctx.resources.retriever(corpus),
         corpus=corpus,
         counter=ctx.counter,
-        judge=build_judge(config.nli.kind, ctx.resources, config.nli.model),
+        judge=ctx.resources.judge(),
         embedder=ctx.resources.embedder(),
         passage_chars=passage_chars or config.evaluate.passage_chars,
         max_new_tokens=max_new_tokens or config.evaluate.max_new_tokens,
@@ -178,7 +175,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for name in section.methods:
         options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
         options.update(section.options.get(name, {}) or {})
-        methods[name] = build_method(name, tools, options, learned)
+        methods[name] = build_method(name, tools, options, learned, utility_fallback="oracle")
     records: list[dict[str, Any]] = []
     notes: dict[str, str] = {}
     saved_cache = tools.generator.cache

@@ -169,7 +169,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     predictor = UtilityPredictor(section.l2).fit(X[usable], y[usable])
     defaults = D2RAGSettings()
     quality = regression_quality(y[usable], oof[usable], defaults.tau_pos, defaults.tau_neg)
-    atomic_write_json(ctx.out_dir / "utility.json", predictor.to_dict())
+    from workbench.methods.learned import save_learned
+
+    save_learned(predictor, ctx.out_dir / "utility.json")
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "pairs"))
     summary = {
         "split": section.split,

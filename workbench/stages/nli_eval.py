@@ -9,27 +9,14 @@ import random
 from pathlib import Path
 from typing import Any
 
-from workbench.core.errors import AssetError, ConfigError
+from workbench.core.errors import AssetError
 from workbench.stages.context import Resources
 
 
 def build_judge(kind: str, resources: Resources, model: str | Path | None = None):
-    """The judge ``kind`` wired to the run's shared embedder / generator; ``model`` is the checkpoint directory of
-    ``cross_encoder`` and ``hf`` judges."""
-    from workbench.backends.nli import AnswerEquivalenceJudge, CrossEncoderNLI, HFSequenceClassificationNLI
-
-    batch = resources.config.nli.batch_size
-    if kind == "answer_equivalence":
-        return AnswerEquivalenceJudge(resources.embedder(), counter=resources.counter)
-    if kind == "cross_encoder":
-        return CrossEncoderNLI(model, batch_size=batch, counter=resources.counter)
-    if kind == "hf":
-        return HFSequenceClassificationNLI(model, batch_size=batch, counter=resources.counter)
-    if kind == "llm":
-        from workbench.backends.nli_llm import LLMJudgeNLI
-
-        return LLMJudgeNLI(resources.generator())
-    raise ConfigError(f"unknown NLI judge '{kind}'", "nli.kind")
+    """The judge ``kind`` wired to the run's shared embedder / generator (:meth:`Resources.judge`); ``model`` is the
+    checkpoint directory of ``cross_encoder`` and ``hf`` judges."""
+    return resources.judge(kind, model)
 
 
 def eval_sets(val_pairs: list, n_pairs: int, n_answer_pairs: int, seed: int) -> dict[str, list]:

@@ -24,7 +24,7 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
     from workbench.metrics.rejection import spearman
     from workbench.plots import grouped_bars, heatmap, reliability_grid
 
-    meta = json.loads((calibrate_dir / "calibrators.json").read_text())["meta"]
+    meta = json.loads((calibrate_dir / "summary.json").read_text())
     metrics = json.loads((calibrate_dir / "metrics.json").read_text())
     data = json.loads((calibrate_dir / "calibrated.json").read_text())
     features, fit = meta["features"], meta["fit_split"]

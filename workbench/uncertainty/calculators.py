@@ -68,6 +68,36 @@ PARAPHRASE_PROMPT = (
 PTRUE_OPTIONS_TRUE: tuple[str, ...] = ("true", "True")
 PTRUE_OPTIONS_FALSE: tuple[str, ...] = ("false", "False")
 
+
+def prompts_fingerprint() -> str:
+    """A hash of every prompt text and format the features and answers are made with (the answering templates and
+    system prompt, the passage format, P(True), verbalized confidence, paraphrasing, DENSE's rephrasing).
+
+    A collection and a bundle record it; a runtime whose prompts differ would compute different features than its
+    calibrators were fitted on, so it refuses the bundle (the prompts' version, without a number to forget to bump).
+    """
+    from workbench.backends.prompts import CLOSED_BOOK_TEMPLATE, CONTEXT_TEMPLATE, format_passages
+    from workbench.core.hashing import stable_hash
+    from workbench.uncertainty.dense_stats import REPHRASE_PROMPT
+
+    passage_sample = format_passages(["Title", "Other"], ["word " * 30, "short text"], 40)
+    return stable_hash(
+        [
+            ANSWER_SYSTEM,
+            CONTEXT_TEMPLATE,
+            CLOSED_BOOK_TEMPLATE,
+            passage_sample,
+            PTRUE_PROMPT,
+            PTRUE_OPTIONS_TRUE,
+            PTRUE_OPTIONS_FALSE,
+            VERBALIZED_PROMPT,
+            VERBALIZED_REPLY_PREFIX,
+            PARAPHRASE_PROMPT,
+            REPHRASE_PROMPT,
+        ]
+    )
+
+
 _GREEDY_STATS = {"greedy_text", "greedy_logprobs", "greedy_eos", "greedy_entropies", "token_relevance"}
 _GREEDY_STATS |= {"token_importance", "attention_logdiag", "ptrue", "verbalized_text", "paraphrase_answers"}
 _SAMPLE_STATS = {"sample_texts", "sample_logprobs", "sample_hidden", "sts_samples", "ptrue"}
@@ -96,6 +126,36 @@ class StatSettings:
     verbalized_max_new_tokens: int = 6
     ptrue_ideas: int = 5
     seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict (``stop`` as a list)."""
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["stop"] = list(self.stop)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "stats settings") -> StatSettings:
+        """Settings from :meth:`to_dict` output (e.g. a collection's ``metadata.json`` or a bundle manifest);
+        ConfigError on an unknown key or a bad value."""
+        from dataclasses import fields
+
+        if not isinstance(d, dict):
+            raise ConfigError(f"expected a mapping of settings, got {type(d).__name__}", where)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown stats setting(s) {unknown} (known: {', '.join(sorted(known))})", where)
+        values = dict(d)
+        if "stop" in values:
+            values["stop"] = tuple(str(s) for s in values["stop"])
+        try:
+            out = cls(**values)
+            out.validate()
+        except (TypeError, ConfigError) as exc:
+            raise ConfigError(f"bad stats settings: {exc}", where) from None
+        return out
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on out-of-range settings."""

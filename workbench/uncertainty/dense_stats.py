@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import number_chunks
 from workbench.core.errors import ConfigError
 
 REPHRASE_PROMPT = (
@@ -83,11 +84,6 @@ def single_edit_contexts(chunks: Sequence[str], rephrased: Sequence[str]) -> lis
         edited[i] = new
         contexts.append(edited)
     return contexts
-
-
-def number_chunks(chunks: Sequence[str]) -> str:
-    """The context block: ``[i] chunk`` lines in rank order (DENSE spec §5.5 keeps the retrieval order)."""
-    return "\n".join(f"[{i}] {chunk}" for i, chunk in enumerate(chunks, start=1))
 
 
 def dense_stats(

@@ -73,6 +73,42 @@ def test_bad_inputs_raise(tiny_encoder_dir, tmp_path):
         Embedder(str(tiny_encoder_dir), batch_size=0)
 
 
+def test_pooled_encoder_matches_sentence_transformers_without_importing_it(tiny_encoder_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from sentence_transformers import SentenceTransformer
+
+    from workbench.backends.embedder import pooled_chain
+
+    assert pooled_chain(tiny_encoder_dir) == {
+        "pooling": "mean",
+        "normalize": True,
+        "max_seq_length": 128,
+        "do_lower_case": False,
+    }
+    texts = [*TEXTS, "x " * 300]  # the last one is cut at max_seq_length by both
+    ours = Embedder(str(tiny_encoder_dir), cache=False)
+    assert ours.backend == "pooled"
+    reference = SentenceTransformer(str(tiny_encoder_dir), device="cpu").encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(ours.encode(texts), reference, atol=1e-5)
+    code = (
+        "import sys; from workbench.backends.embedder import Embedder; "
+        f"Embedder({str(tiny_encoder_dir)!r}, cache=False).encode(['a b']); "
+        "print('sentence_transformers' in sys.modules, 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_other_layouts_fall_back_to_sentence_transformers(tmp_path):
+    from tests.tiny_models import build_tiny_encoder
+
+    plain = build_tiny_encoder(tmp_path / "plain", sentence_transformers=False)  # no modules.json
+    embedder = Embedder(str(plain), cache=False)
+    assert embedder.backend == "sentence-transformers" and embedder.encode(TEXTS).shape == (3, 32)
+
+
 def test_embedding_cache_store_is_shared_by_two_handles(tmp_path):
     path = tmp_path / "store.sqlite"
     writer, reader = EmbeddingCache(path, dim=4), EmbeddingCache(path, dim=4)

@@ -1,4 +1,4 @@
-"""The Lightning MLP: it learns, is deterministic for a seed, round-trips through safetensors, stops early."""
+"""The Lightning MLP: it learns, is deterministic for a seed, round-trips through JSON, stops early."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tests.unit.classify.helpers import FEATURE_NAMES, SMALL_MLP
-from workbench.classify.mlp import MLP_CONFIG_FILE, MLP_WEIGHTS_FILE, MLPConfig, MLPModel, fit_mlp
+from workbench.classify.mlp import MLPConfig, MLPModel, fit_mlp
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.learned import load_learned, save_learned
 from workbench.metrics.ranking import auroc
 
 
@@ -30,26 +31,38 @@ def test_deterministic_for_a_seed(data, mlp_model):
 
 
 def test_save_load_round_trip(tmp_path, data, mlp_model):
-    mlp_model.save(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([MLP_CONFIG_FILE, MLP_WEIGHTS_FILE])
-    loaded = MLPModel.load(tmp_path)
+    written = save_learned(mlp_model, tmp_path / "mlp.json")
+    assert [p.name for p in written] == ["mlp.json"]  # small weights: JSON only, no tensor file
+    loaded = load_learned(tmp_path / "mlp.json", expect={"mlp"})
     assert loaded.config == mlp_model.config
     assert loaded.feature_names == FEATURE_NAMES
     assert loaded.val_losses == mlp_model.val_losses
     assert np.array_equal(loaded.predict_proba(data.X_val), mlp_model.predict_proba(data.X_val))
+    save_learned(loaded, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "mlp.json").read_bytes()  # byte-identical
 
 
-def test_load_refuses_altered_weights(tmp_path, mlp_model):
-    mlp_model.save(tmp_path)
-    blob = bytearray((tmp_path / MLP_WEIGHTS_FILE).read_bytes())
-    blob[-1] ^= 0xFF
-    (tmp_path / MLP_WEIGHTS_FILE).write_bytes(bytes(blob))
-    with pytest.raises(DataError, match="sha256"):
-        MLPModel.load(tmp_path)
-    meta = json.loads((tmp_path / MLP_CONFIG_FILE).read_text())
-    (tmp_path / MLP_CONFIG_FILE).write_text(json.dumps({**meta, "kind": "logistic"}))
+def test_numpy_forward_matches_the_torch_module(data, mlp_model):
+    import torch
+
+    with torch.no_grad():
+        torch_p = mlp_model.scoring_module()(torch.from_numpy(data.X_val.astype(np.float32))).numpy()
+    assert np.max(np.abs(mlp_model.predict_proba(data.X_val) - torch_p)) < 1e-6
+
+
+def test_from_dict_refuses_malformed_descriptions(mlp_model):
+    good = json.loads(json.dumps(mlp_model.to_dict()))
     with pytest.raises(DataError, match="kind"):
-        MLPModel.load(tmp_path)
+        MLPModel.from_dict({**good, "kind": "logistic"})
+    with pytest.raises(DataError, match="version"):
+        MLPModel.from_dict({**good, "version": 99})
+    first = sorted(good["state"])[0]
+    with pytest.raises(DataError, match="architecture"):
+        MLPModel.from_dict({**good, "state": {**good["state"], first: [[1.0]]}})
+    with pytest.raises(DataError, match="non-finite"):
+        MLPModel.from_dict({**good, "mean": [float("nan")] * len(good["mean"])})
+    with pytest.raises(DataError, match="missing"):
+        MLPModel.from_dict({k: v for k, v in good.items() if k != "state"})
 
 
 def test_early_stopping_stops_on_a_plateau(data):

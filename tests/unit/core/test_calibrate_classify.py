@@ -85,14 +85,17 @@ def stages_done(tmp_path_factory):
 
 
 def test_calibrate_fits_json_calibrators_and_reports_ranking_before_and_after(stages_done):
-    from workbench.calibration import calibrator_from_dict
+    from workbench.methods.learned import load_learned
 
     _, cal_dir, _, summary, _ = stages_done
-    saved = json.loads((cal_dir / "calibrators.json").read_text())
-    assert saved["meta"]["nan"]["bad_values"]["calib"] == {"good": 3}  # counted, imputed with the calib median
+    meta = json.loads((cal_dir / "summary.json").read_text())
+    assert meta["nan"]["bad_values"]["calib"] == {"good": 3}  # counted, imputed with the calib median
     assert summary["best_feature"] == "good" and summary["best_auroc"] > 0.75
     data = json.loads((cal_dir / "calibrated.json").read_text())
-    calibrator = calibrator_from_dict(saved["calibrators"]["good"])
+    saved = load_learned(cal_dir / "calibrators.json", expect={"calibrator_set"})
+    assert saved.features == ("good", "noise") and saved.medians["good"] == meta["nan"]["medians"]["good"]
+    assert min(data["calib"]["raw"]["good"]) <= saved.medians["good"] <= max(data["calib"]["raw"]["good"])
+    calibrator = saved.calibrators["good"]
     test_raw = np.asarray(data["test"]["raw"]["good"])
     assert np.allclose(calibrator.predict(test_raw), data["test"]["calibrated"]["good"])  # full fit applied to test
     in_sample = calibrator.predict(np.asarray(data["calib"]["raw"]["good"]))
@@ -106,7 +109,7 @@ def test_classify_selects_exports_onnx_and_routes(stages_done):
     _, _, cls_dir, _, summary = stages_done
     assert summary["chosen"] in ("logistic", "mlp") and summary["onnx_max_abs_diff"] <= 1e-5
     assert (cls_dir / "logistic.onnx").is_file() and (cls_dir / "mlp.onnx").is_file()
-    assert (cls_dir / "mlp" / "mlp.safetensors").is_file()
+    assert (cls_dir / "logistic.json").is_file() and (cls_dir / "mlp.json").is_file()
     rows = {r["router"]: r for r in json.loads((cls_dir / "routing.json").read_text())["rows"]}
     assert list(rows)[:3] == ["No-RAG", "Always-RAG", "Oracle"] and {"good", "noise", "LR", "MLP"} <= set(rows)
     assert rows["No-RAG"]["retrieval_rate"] == 0.0 and rows["Always-RAG"]["retrieval_rate"] == 1.0

@@ -211,12 +211,20 @@ def test_utility_class_boundaries():
 
 
 def test_non_finite_features_are_imputed(tools):
-    method = make(tools)
-    assert method._clean("confidence", float("nan")) == (0.0, True)
-    assert method._clean("confidence", float("-inf")) == (-1e10, True)
-    assert method._clean("confidence", -0.5) == (-0.5, False)
-    method.medians = {"confidence": -1.5}
-    assert method._clean("confidence", float("nan")) == (-1.5, True)
+    calibrators = make(tools).policy.calibrators
+    assert calibrators.clean({"confidence": float("nan")})[0].tolist() == [0.0]
+    assert calibrators.clean({"confidence": float("-inf")})[0].tolist() == [-1e10]
+    assert calibrators.clean({"confidence": -0.5})[0].tolist() == [-0.5]
+    calibrators.medians = {"confidence": -1.5}
+    assert calibrators.clean({"confidence": float("nan")})[0].tolist() == [-1.5]
+    assert calibrators.clean({"confidence": float("nan")})[1] == ["confidence"]
+
+
+def test_always_retrieve_threshold_is_accepted_and_retrieves(tools):
+    from workbench.classify.threshold import ABOVE_ONE
+
+    method = make(tools, p=1.0, tau=ABOVE_ONE)  # the threshold rule's "always retrieve" choice (1 + ε)
+    assert method.policy.always_retrieves and method.answer(EXAMPLE).trace.retrieved
 
 
 # ------------------------------------------------------------------------------------------ settings

@@ -50,7 +50,8 @@ CALIBRATORS = {"confidence": {"kind": "isotonic", "version": 1, "x": [-20.0, 0.0
 
 
 class _Classifier:
-    feature_names = ("confidence",)
+    def __init__(self, features=("confidence",)):
+        self.feature_names = tuple(features)
 
     def predict_proba(self, X):
         return np.full((len(X), 2), 0.5)[:, 1]
@@ -105,7 +106,7 @@ def test_d2rag_gets_the_collections_lars_scorer(tools):
     answers = [list(rng.uniform(-3, 0, size=4)) for _ in range(20)]
     scorer = LarsLikeScorer().fit(answers, [i % 2 for i in range(20)])
     calibrators = {"lars": {"kind": "isotonic", "version": 1, "x": [0.0, 1.0], "y": [0.0, 1.0]}}
-    learned = LearnedParts(calibrators, _Classifier(), 0.5, ["lars"], lars_scorer=scorer)
+    learned = LearnedParts(calibrators, _Classifier(["lars"]), 0.5, ["lars"], lars_scorer=scorer)
     assert build_method("d2rag", tools, {}, learned).lars_scorer is scorer
     learned.lars_scorer = None
     with pytest.raises(ConfigError, match="lars_scorer"):

@@ -101,6 +101,10 @@ def _synthetic_lars_data(n: int = 60) -> tuple[list[np.ndarray], list[int]]:
     return lists, labels
 
 
+def scorer_dict() -> dict:
+    return LarsLikeScorer().fit(*_synthetic_lars_data()).to_dict()
+
+
 def test_lars_like_scorer_fit_predict_roundtrip():
     lists, labels = _synthetic_lars_data()
     scorer = LarsLikeScorer().fit(lists, labels)
@@ -109,9 +113,9 @@ def test_lars_like_scorer_fit_predict_roundtrip():
     assert 0.5 < confident < 1.0 and 0.0 < unsure < 0.5
     preds = scorer.predict_many(lists)
     assert ((preds > 0.5).astype(int) == np.array(labels)).mean() >= 0.95
-    text = scorer.to_json()
-    assert json.loads(text)["kind"] == "workbench.LarsLikeScorer"
-    again = LarsLikeScorer.from_json(text)
+    text = json.dumps(scorer.to_dict())
+    assert json.loads(text)["kind"] == "lars"
+    again = LarsLikeScorer.from_dict(json.loads(text))
     assert again.predict_many(lists) == pytest.approx(preds)
 
 
@@ -131,7 +135,9 @@ def test_lars_like_scorer_features_and_errors():
     with pytest.raises(ValueError):
         LarsLikeScorer(edges=[0.0, 0.5, 0.5, 1.0])
     with pytest.raises(DataError):
-        LarsLikeScorer.from_json('{"kind": "other"}')
+        LarsLikeScorer.from_dict({"kind": "other"})
+    with pytest.raises(DataError, match="non-finite"):
+        LarsLikeScorer.from_dict({**scorer_dict(), "intercept": float("nan")})
 
 
 def test_lars_feature_reads_the_score():

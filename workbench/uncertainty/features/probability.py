@@ -6,7 +6,6 @@ greedy answer's tokens without EOS; Confidence alone keeps the EOS entry (TTLM).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -233,7 +232,7 @@ class LarsLikeScorer:
 
     Features are standardised with the training mean and standard deviation, and the model is fitted by Newton's
     method (IRLS) with penalty ``l2``·‖w‖²/2 (intercept unpenalised). :meth:`predict` returns σ(w·x + b) ∈ (0, 1)
-    — the ``lars_score`` stat. Serialises to JSON only (:meth:`to_json` / :meth:`from_json`), never pickle.
+    — the ``lars_score`` stat. Serialises to a JSON-ready dict only (:meth:`to_dict` / :meth:`from_dict`), never pickle.
     """
 
     def __init__(self, edges: Sequence[float] = DEFAULT_LARS_EDGES, l2: float = 1.0, max_iter: int = 100) -> None:
@@ -306,7 +305,7 @@ class LarsLikeScorer:
     def predict_many(self, logprob_lists: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
         """σ(w·x + b) for each answer; raises ``RuntimeError`` when the scorer is not fitted."""
         if self.coef_ is None or self.mean_ is None or self.scale_ is None:
-            raise RuntimeError("LarsLikeScorer is not fitted: call fit() or load one with from_json()")
+            raise RuntimeError("LarsLikeScorer is not fitted: call fit() or load one with from_dict()")
         if not len(logprob_lists):
             return np.zeros(0)
         z = (self._design(logprob_lists) - self.mean_) / self.scale_
@@ -316,36 +315,46 @@ class LarsLikeScorer:
         """Confidence σ(w·x + b) ∈ (0, 1) that the answer with these log-probs is correct (the ``lars_score``)."""
         return float(self.predict_many([logprobs])[0])
 
-    def to_json(self) -> str:
-        """The fitted scorer as a JSON string (edges, l2, standardisation, coefficients); no code, no pickle."""
+    kind = "lars"
+    version = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted scorer as a JSON-ready dict (edges, l2, standardisation, coefficients); no code, no pickle."""
         if self.coef_ is None or self.mean_ is None or self.scale_ is None:
             raise RuntimeError("LarsLikeScorer is not fitted: nothing to serialise")
-        return json.dumps(
-            {
-                "kind": "workbench.LarsLikeScorer",
-                "format": 1,
-                "edges": self.edges.tolist(),
-                "l2": self.l2,
-                "mean": self.mean_.tolist(),
-                "scale": self.scale_.tolist(),
-                "coef": self.coef_.tolist(),
-                "intercept": self.intercept_,
-                "n_train": self.n_train_,
-            }
-        )
+        return {
+            "kind": self.kind,
+            "version": self.version,
+            "edges": self.edges.tolist(),
+            "l2": self.l2,
+            "mean": self.mean_.tolist(),
+            "scale": self.scale_.tolist(),
+            "coef": self.coef_.tolist(),
+            "intercept": self.intercept_,
+            "n_train": self.n_train_,
+        }
 
     @classmethod
-    def from_json(cls, data: str | Mapping[str, Any]) -> LarsLikeScorer:
-        """Rebuild a fitted scorer from :meth:`to_json` output (a string or the parsed mapping)."""
-        obj = json.loads(data) if isinstance(data, str) else dict(data)
-        if obj.get("kind") != "workbench.LarsLikeScorer" or obj.get("format") != 1:
-            raise DataError("not a LarsLikeScorer JSON (kind/format mismatch)", "LarsLikeScorer.from_json")
-        scorer = cls(edges=obj["edges"], l2=obj["l2"])
+    def from_dict(cls, obj: Any) -> LarsLikeScorer:
+        """Rebuild a fitted scorer from :meth:`to_dict` output; DataError on a malformed dict."""
+        where = "LARS scorer"
+        keys = {"kind", "version", "edges", "l2", "mean", "scale", "coef", "intercept", "n_train"}
+        if not isinstance(obj, Mapping) or obj.get("kind") != cls.kind or obj.get("version") != cls.version:
+            raise DataError(f"not a LARS scorer of version {cls.version} (kind/version mismatch)", where)
+        if set(obj) != keys:
+            raise DataError(f"expected the keys {sorted(keys)}, got {sorted(obj)}", where)
+        try:
+            scorer = cls(edges=obj["edges"], l2=float(obj["l2"]))
+            arrays = [np.asarray(obj[k], dtype=float) for k in ("mean", "scale", "coef")]
+            intercept = float(obj["intercept"])
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"malformed LARS scorer ({exc})", where) from None
         n_feat = scorer.edges.size - 1 + 3
-        arrays = [np.asarray(obj[k], dtype=float) for k in ("mean", "scale", "coef")]
         if any(a.shape != (n_feat,) for a in arrays):
-            raise DataError(f"expected {n_feat} features in mean/scale/coef", "LarsLikeScorer.from_json")
+            raise DataError(f"expected {n_feat} features in mean/scale/coef", where)
+        if not all(np.isfinite(a).all() for a in arrays) or not math.isfinite(intercept) or (arrays[1] <= 0).any():
+            raise DataError("non-finite parameters or non-positive scales", where)
         scorer.mean_, scorer.scale_, scorer.coef_ = arrays
-        scorer.intercept_ = float(obj["intercept"])
-        scorer.n_train_ = int(obj.get("n_train", 0))
+        scorer.intercept_ = intercept
+        scorer.n_train_ = int(obj["n_train"])
         return scorer

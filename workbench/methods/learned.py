@@ -1,0 +1,128 @@
+"""Everything the workbench learns, saved and loaded one way; and the learned parts a method is built with.
+
+**One protocol.** Every learned artifact class has a class attribute ``kind``, ``to_dict()`` (JSON-ready, with
+``"kind"`` and ``"version"``) and a ``from_dict(d)`` classmethod that validates what it reads (DataError on anything
+malformed); an artifact with large tensors also has ``tensors()`` and takes ``from_dict(d, tensors=...)``.
+:func:`save_learned` / :func:`load_learned` write and read them through :mod:`workbench.core.artifact_io` (JSON, plus
+safetensors for tensors). The stages write their outputs with it, the evaluation stage and the bundle loader read
+them with it, so a run directory and a bundle hold the same bytes.
+
+**A fixed table.** :data:`LEARNED_KINDS` maps each ``kind`` to one of the workbench's own classes. The file only
+names a kind; an unknown kind is refused, and nothing named in a file is ever imported or executed.
+
+=====================  ===========================================================  ==============================
+kind                   class                                                        written by
+=====================  ===========================================================  ==============================
+``calibrator_set``     :class:`~workbench.calibration.calibrator_set.CalibratorSet`  ``calibrate``
+``isotonic`` …         one calibrator (:mod:`workbench.calibration`)                inside a calibrator set
+``logistic``           :class:`~workbench.classify.logistic.LogisticModel`          ``classify``
+``mlp``                :class:`~workbench.classify.mlp.MLPModel`                    ``classify``
+``lars``               :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`  ``collect``
+``ridge_utility``      :class:`~workbench.methods.utility.UtilityPredictor`         ``fit_utility``
+=====================  ===========================================================  ==============================
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.core.artifact_io import envelope_check, read_artifact, write_artifact
+from workbench.core.errors import DataError
+
+LEARNED_KINDS: dict[str, str] = {
+    "calibrator_set": "workbench.calibration.calibrator_set:CalibratorSet",
+    "isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
+    "centered_isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
+    "platt": "workbench.calibration.platt:PlattCalibrator",
+    "logistic": "workbench.classify.logistic:LogisticModel",
+    "mlp": "workbench.classify.mlp:MLPModel",
+    "lars": "workbench.uncertainty.features.probability:LarsLikeScorer",
+    "ridge_utility": "workbench.methods.utility:UtilityPredictor",
+}
+"""kind → ``module:Class`` of the workbench's own learned artifacts (the only classes a file can become)."""
+
+CLASSIFIER_KINDS = frozenset({"logistic", "mlp"})
+"""Kinds a retrieval-decision classifier can be."""
+
+
+def _class_of(kind: str, where: str) -> type:
+    if kind not in LEARNED_KINDS:
+        raise DataError(f"unknown learned-artifact kind {kind!r} (known: {', '.join(LEARNED_KINDS)})", where)
+    module, name = LEARNED_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def learned_from_dict(d: Any, expect: Iterable[str] | None = None, where: str = "learned artifact") -> Any:
+    """The artifact a dict describes (its ``kind`` looked up in :data:`LEARNED_KINDS`); ``expect`` restricts the kinds
+    accepted. DataError on an unknown or unexpected kind or a malformed dict."""
+    envelope_check(d, where)
+    kind = d["kind"]
+    allowed = set(expect) if expect is not None else None
+    if allowed is not None and kind not in allowed:
+        raise DataError(f"expected a {' or '.join(sorted(allowed))} artifact, got kind {kind!r}", where)
+    cls = _class_of(kind, where)
+    try:
+        return cls.from_dict(d)
+    except DataError as exc:  # say which file the malformed dict came from
+        raise DataError(exc.what if exc.where is None else f"{exc.where}: {exc.what}", where) from None
+
+
+def save_learned(obj: Any, path: str | Path) -> list[Path]:
+    """Write ``obj`` (a learned artifact, see the module docstring) to ``path`` (+ a safetensors file when it has
+    tensors); atomic, byte-identical for identical parameters. Returns the written files."""
+    if getattr(obj, "kind", None) not in LEARNED_KINDS:
+        raise DataError(f"a {type(obj).__name__} is not a learned artifact the workbench can save", str(path))
+    tensors = obj.tensors() if hasattr(obj, "tensors") else None
+    return write_artifact(path, obj.to_dict(), tensors)
+
+
+def load_learned(path: str | Path, expect: Iterable[str] | None = None) -> Any:
+    """Read an artifact written by :func:`save_learned` (sha256 of its tensor file checked); ``expect`` restricts
+    the kinds accepted. DataError naming the file on anything wrong."""
+    payload, tensors = read_artifact(path)
+    if tensors:
+        where = str(path)
+        cls = _class_of(payload["kind"], where)
+        if expect is not None and payload["kind"] not in set(expect):
+            raise DataError(f"expected a {' or '.join(sorted(expect))} artifact, got kind {payload['kind']!r}", where)
+        return cls.from_dict(payload, tensors=tensors)
+    return learned_from_dict(payload, expect, str(path))
+
+
+@dataclass
+class LearnedParts:
+    """What D²-RAG needs from earlier stages (or from a bundle).
+
+    ``calibrators`` (feature → fitted calibrator), ``classifier`` (anything with ``predict_proba``), τ, the features
+    in the classifier's column order, the fit split's ``medians`` for imputation, the ``utility`` predictor (None:
+    none was fitted — the caller decides the fallback), the ``lars_scorer`` (needed when ``lars`` is a feature),
+    ``stats`` (the :class:`~workbench.uncertainty.calculators.StatSettings` the features were collected with; None:
+    the method's defaults) and ``tau_rule`` (how τ was chosen, for the record).
+    """
+
+    calibrators: dict[str, Any] = field(default_factory=dict)
+    classifier: Any = None
+    tau: float | None = None
+    features: list[str] = field(default_factory=list)
+    medians: dict[str, float] = field(default_factory=dict)
+    utility: Any = None
+    lars_scorer: Any = None
+    stats: Any = None
+    tau_rule: str = ""
+
+    def policy(self) -> Any:
+        """The :class:`~workbench.classify.policy.DecisionPolicy` these parts make (ConfigError without τ or a
+        classifier)."""
+        from workbench.calibration.calibrator_set import CalibratorSet
+        from workbench.classify.policy import DecisionPolicy
+        from workbench.core.errors import ConfigError
+
+        if self.classifier is None or self.tau is None:
+            raise ConfigError("no classifier or τ: run the calibrate and classify stages", "learned parts")
+        features = tuple(self.features or getattr(self.classifier, "feature_names", ()) or ())
+        calibrators = CalibratorSet(features, dict(self.calibrators), dict(self.medians))
+        return DecisionPolicy(calibrators, self.classifier, self.tau, self.tau_rule)
