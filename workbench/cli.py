@@ -1,4 +1,5 @@
-"""The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, doctor.
+"""The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, export, bundles, infer, serve,
+doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
 (:class:`WorkbenchError`) print one line and exit with status 2.
@@ -185,6 +186,178 @@ def merge_command(
     summary = merge_shards(list(shards), out)
     rows = ", ".join(f"{split}: {info['rows']}" for split, info in summary["splits"].items())
     typer.echo(f"merged {len(shards)} shard(s) → {out} ({rows} rows)")
+
+
+@app.command("export")
+def export_command(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory, e.g. artifacts/runs/quickstart.")],
+    name: Annotated[str | None, typer.Option("--name", help="Bundle name (default: the recipe's name).")] = None,
+    version: Annotated[
+        str, typer.Option("--version", help="X.Y.Z, or 'auto': same version if unchanged, else the next patch.")
+    ] = "auto",
+    out: Annotated[Path, typer.Option("--dir", help="Where bundles go.")] = Path("artifacts/bundles"),
+    methods: Annotated[
+        str | None, typer.Option("--methods", help="Comma-separated methods (default: the run's, gold-free).")
+    ] = None,
+    no_archive: Annotated[bool, typer.Option("--no-archive", help="Skip the .tar.gz.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing version with other content.")] = False,
+) -> None:
+    """Export a run's decision logic as a versioned bundle: <dir>/<name>/<version>/ plus a .tar.gz."""
+    from workbench.bundle.export import export_run
+
+    result = export_run(
+        run_dir,
+        name=name,
+        version=version,
+        root=out,
+        methods=[m.strip() for m in methods.split(",") if m.strip()] if methods else None,
+        archive=not no_archive,
+        force=force,
+    )
+    state = "unchanged (identical files rewritten)" if result.unchanged else "written"
+    typer.echo(f"bundle {result.name} {result.version} {state} → {result.path}")
+    if result.archive is not None:
+        typer.echo(f"archive: {result.archive}")
+    for note in result.manifest.get("notes", []):
+        typer.echo(f"note: {note}")
+
+
+@app.command("bundles")
+def bundles_command(
+    root: Annotated[Path, typer.Option("--dir", help="Where bundles are.")] = Path("artifacts/bundles"),
+    verify: Annotated[bool, typer.Option("--verify", help="Check every file's sha256 too.")] = False,
+) -> None:
+    """List exported bundles: name, version, methods and key held-out figures."""
+    from workbench.bundle.catalog import list_bundles
+
+    entries = list_bundles(root, verify=verify)
+    if not entries:
+        typer.echo(f"no bundles under {root} (export one with `workbench export RUN_DIR`)")
+        return
+
+    def fmt(value: object) -> str:
+        return f"{value:.3f}" if isinstance(value, float) else "–"
+
+    rows = [
+        [
+            e.name,
+            e.version,
+            e.created[:10],
+            ", ".join(e.methods),
+            fmt(e.metrics.get("tau")),
+            fmt(e.metrics.get("routed_contains")),
+            fmt(e.metrics.get("retrieval_rate")),
+            e.status,
+            str(e.path),
+        ]
+        for e in entries
+    ]
+    _echo_table(
+        rows, ["bundle", "version", "created", "methods", "τ", "routed contains", "retrieval", "status", "path"]
+    )
+
+
+def _runtime_overrides(values: list[str] | None, classifier: str | None, device: str | None) -> dict:
+    """``--set key=value`` overrides (YAML values, dotted keys for methods) as a RuntimeOptions mapping."""
+    from workbench.core.config import parse_override
+
+    overrides: dict = {}
+    for text in values or []:
+        path, value = parse_override(text)
+        node = overrides
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise WorkbenchError(f"cannot set '{'.'.join(path)}'", "command line")
+        node[path[-1]] = value
+    if classifier:
+        overrides["classifier"] = classifier
+    if device:
+        overrides["device"] = device
+    return overrides
+
+
+@app.command("infer")
+def infer_command(
+    bundle: Annotated[Path, typer.Option("--bundle", help="A bundle directory or its .tar.gz.")],
+    questions: Annotated[list[str] | None, typer.Argument(help="Question(s) to answer.")] = None,
+    method: Annotated[str | None, typer.Option("--method", help="Method (default: d2rag when present).")] = None,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", help="JSONL of {id, question} (other fields are ignored).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="JSONL of answers; an existing file is resumed.")
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per batch.")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each answer as JSON with its trace.")] = False,
+    traces: Annotated[bool, typer.Option("--traces", help="Write full traces into --output.")] = False,
+    classifier: Annotated[str | None, typer.Option("--classifier", help="numpy (default) or onnx.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
+    ] = None,
+) -> None:
+    """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
+    import json
+
+    from workbench.runtime import load_bundle
+
+    if bool(questions) == bool(input_file):
+        raise WorkbenchError("give question(s) or --input FILE (with --output FILE), not both or neither", "infer")
+    if input_file is not None and output is None:
+        raise WorkbenchError("--input needs --output (the answers file, resumed if it exists)", "infer")
+    if batch_size < 1:
+        raise WorkbenchError("--batch-size must be >= 1", "infer")
+    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))
+    if input_file is not None:
+        from workbench.runtime.batch_file import answer_file
+
+        done = answer_file(runtime, input_file, output, method=method, batch_size=batch_size, traces=traces)
+        typer.echo(
+            f"{done.answered} answered, {done.skipped} already in {done.output} (of {done.total}) "
+            f"with {runtime.name} {runtime.version}"
+        )
+        return
+    for answer in runtime.answer_many(list(questions or []), method, batch_size=batch_size):
+        if as_json:
+            typer.echo(json.dumps(answer.to_dict(), ensure_ascii=False))
+            continue
+        decision = f" P(correct) {answer.p_correct:.3f} vs τ {answer.tau:.3f}," if answer.p_correct is not None else ""
+        used = ", ".join(p["title"] or p["id"] for p in answer.passages[:3]) or "none"
+        typer.echo(f"Q: {answer.question}\nA: {answer.text}")
+        typer.echo(
+            f"   [{answer.method}]{decision} retrieved: {'yes' if answer.retrieved else 'no'} ({used}), "
+            f"{answer.lm_calls:g} LM calls, {answer.tokens:.0f} tokens, {answer.latency_s:.2f} s"
+        )
+
+
+@app.command("serve")
+def serve_command(
+    bundle: Annotated[Path, typer.Option("--bundle", help="A bundle directory or its .tar.gz.")],
+    host: Annotated[str, typer.Option("--host", help="Interface to bind (localhost by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most questions in one POST /answer.")] = 32,
+    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes.")] = 65536,
+    classifier: Annotated[str | None, typer.Option("--classifier", help="numpy (default) or onnx.")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
+    ] = None,
+    warm: Annotated[bool, typer.Option("--warm/--lazy", help="Load the models before accepting requests.")] = True,
+) -> None:
+    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs."""
+    from workbench.runtime import load_bundle
+
+    try:
+        from workbench.serve import ServeLimits, run_server
+    except ImportError as exc:
+        raise WorkbenchError(
+            f"serve needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve"
+        ) from None
+    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))
+    if warm:
+        runtime.warm()
+    run_server(runtime, host=host, port=port, limits=ServeLimits(max_batch=max_batch, max_body_bytes=max_body))
 
 
 @app.command("doctor")

@@ -324,6 +324,23 @@ class BenchDecodingSection:
 
 
 @dataclass
+class ExportSection:
+    """The 'export' stage: write the run's decision logic as a versioned bundle (docs/bundles.md)."""
+
+    name: str = doc("bundle name; '{name}' is replaced by the recipe name", "{name}")
+    version: str = doc(
+        "semantic version X.Y.Z, or 'auto': the latest version when nothing changed, else its next patch", "auto"
+    )
+    dir: str = doc(
+        "where bundles go: <dir>/<name>/<version>/ and <dir>/<name>/<name>-<version>.tar.gz", "artifacts/bundles"
+    )
+    methods: list[str] | None = doc(
+        "methods in the bundle (null: evaluate.methods without the gold-using oracle and d2rag_oracle)", None
+    )
+    archive: bool = doc("also write the .tar.gz", True)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -367,6 +384,7 @@ class RecipeConfig:
     seper_eval: SeperEvalSection = doc("the 'seper_eval' stage", SeperEvalSection())
     fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
+    export: ExportSection = doc("the 'export' stage", ExportSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

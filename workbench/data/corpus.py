@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from datasets import Features, Value
 
 from workbench.data.chunkers import Chunk, Chunker, chunk_documents, make_chunk_id
 
@@ -22,18 +21,57 @@ if TYPE_CHECKING:
 
     from workbench.data.wikiqa import WikiArticle
 
-CORPUS_FEATURES = Features(
-    {
-        "chunk_id": Value("string"),
-        "doc_id": Value("string"),
-        "title": Value("string"),
-        "text": Value("string"),
-        "index": Value("int32"),
-        "start": Value("int32"),
-        "end": Value("int32"),
-        "topic": Value("string"),
-    }
-)
+CORPUS_COLUMNS = ("chunk_id", "doc_id", "title", "text", "index", "start", "end", "topic")
+CHUNKINGS = ("none", "fixed", "recursive")
+
+
+def corpus_features() -> Any:
+    """The HF ``Features`` of a corpus dataset (datasets is imported here, not at module import)."""
+    from datasets import Features, Value
+
+    kinds = {"index": "int32", "start": "int32", "end": "int32"}
+    return Features({name: Value(kinds.get(name, "string")) for name in CORPUS_COLUMNS})
+
+
+def make_chunker(chunking: str, size: int = 600, overlap: int = 100) -> Chunker | None:
+    """The corpus chunker ``chunking`` names (``none`` → None: one passage per document); ``size`` / ``overlap`` in
+    characters (``overlap`` for fixed chunking only)."""
+    from workbench.core.errors import ConfigError
+    from workbench.data.chunkers import FixedSizeChunker, RecursiveChunker
+
+    if chunking == "fixed":
+        return FixedSizeChunker(size=size, overlap=overlap, unit="chars")
+    if chunking == "recursive":
+        return RecursiveChunker(max_chars=size)
+    if chunking != "none":
+        raise ConfigError(f"unknown chunking {chunking!r} (known: {', '.join(CHUNKINGS)})", "data.chunking")
+    return None
+
+
+def read_corpus_documents(path: str | Path) -> list[WikiArticle]:
+    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns)."""
+    from workbench.core.errors import DataError
+    from workbench.data.loaders import read_rows
+    from workbench.data.wikiqa import WikiArticle
+
+    documents = []
+    for number, row in enumerate(read_rows(Path(path)), start=1):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("doc_id", "title", "text")):
+            raise DataError(f"row {number} needs string fields doc_id, title and text", str(path))
+        documents.append(WikiArticle(row["doc_id"], row["title"], row["text"], "", str(row.get("topic", ""))))
+    if not documents:
+        raise DataError("the corpus file holds no documents", str(path))
+    return documents
+
+
+def corpus_documents(source: str, articles: Sequence[WikiArticle] | None = None) -> list[WikiArticle]:
+    """The documents of a corpus ``source``: ``"wiki"`` (the embedded summaries; ``articles`` when already loaded)
+    or the path of a user corpus file."""
+    if source == "wiki":
+        from workbench.data.wikiqa import load_articles
+
+        return list(articles) if articles is not None else load_articles()
+    return read_corpus_documents(source)
 
 
 def _whole_summaries(articles: Sequence[WikiArticle]) -> list[Chunk]:
@@ -48,6 +86,12 @@ def build_corpus(articles: Sequence[WikiArticle], chunker: Chunker | None = None
     """
     from datasets import Dataset
 
+    return Dataset.from_dict(corpus_columns(articles, chunker), features=corpus_features())
+
+
+def corpus_columns(articles: Sequence[WikiArticle], chunker: Chunker | None = None) -> dict[str, list]:
+    """The corpus as plain columns (``{column: values}``, the rows of :func:`build_corpus`) without ``datasets``: what
+    the runtime searches. Duplicate doc ids raise ``ValueError``."""
     by_id = {}
     for article in articles:
         if article.doc_id in by_id:
@@ -57,7 +101,7 @@ def build_corpus(articles: Sequence[WikiArticle], chunker: Chunker | None = None
         chunks = _whole_summaries(articles)
     else:
         chunks = chunk_documents(chunker, [(a.doc_id, a.extract) for a in articles])
-    columns: dict[str, list] = {name: [] for name in CORPUS_FEATURES}
+    columns: dict[str, list] = {name: [] for name in CORPUS_COLUMNS}
     for chunk in chunks:
         article = by_id[chunk.doc_id]
         for name, value in (
@@ -71,7 +115,7 @@ def build_corpus(articles: Sequence[WikiArticle], chunker: Chunker | None = None
             ("topic", article.topic),
         ):
             columns[name].append(value)
-    return Dataset.from_dict(columns, features=CORPUS_FEATURES)
+    return columns
 
 
 def corpus_chunks(corpus: datasets.Dataset) -> list[Chunk]:
@@ -81,8 +125,10 @@ def corpus_chunks(corpus: datasets.Dataset) -> list[Chunk]:
     ]
 
 
-def corpus_fingerprint(corpus: datasets.Dataset) -> str:
-    """A content hash of the corpus's chunk ids and texts, in order (a cache key for embedding matrices)."""
+def corpus_fingerprint(corpus: Any) -> str:
+    """A content hash of the corpus's chunk ids and texts, in order (a cache key for embedding matrices; what a
+    bundle records so the runtime can check it searches the corpus the features were collected over). ``corpus`` is
+    a Dataset or a mapping of columns."""
     digest = hashlib.sha256()
     for chunk_id, text in zip(corpus["chunk_id"], corpus["text"], strict=True):
         digest.update(chunk_id.encode("utf-8") + b"\x1f" + text.encode("utf-8") + b"\x1e")

@@ -50,13 +50,15 @@ class Step:
 class Trace:
     """Everything a method did for one question.
 
-    ``retrieved``: whether any retrieved text reached the final prompt; ``decoding``: how the final answer was
-    decoded (``greedy`` or ``contrastive``); ``fallbacks`` / ``notes``: recovered failures and what they were.
+    ``retrieved``: whether any retrieved text reached the final prompt; ``passages``: the ids of the passages (or
+    chunks) in that prompt, in prompt order; ``decoding``: how the final answer was decoded (``greedy`` or
+    ``contrastive``); ``fallbacks`` / ``notes``: recovered failures and what they were.
     """
 
     method: str
     steps: list[Step] = field(default_factory=list)
     retrieved: bool = False
+    passages: list[str] = field(default_factory=list)
     decoding: str = "greedy"
     fallbacks: int = 0
     notes: list[str] = field(default_factory=list)
@@ -97,6 +99,7 @@ class Trace:
         return {
             "method": self.method,
             "retrieved": self.retrieved,
+            "passages": list(self.passages),
             "decoding": self.decoding,
             "fallbacks": self.fallbacks,
             "notes": list(self.notes),

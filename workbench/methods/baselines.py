@@ -56,6 +56,7 @@ class StandardRAG(Method):
             step["prompt_tokens"] = out.built.n_tokens
             _note_truncation(trace, out)
         trace.retrieved = bool(passages)
+        trace.passages = [p.chunk_id for p in passages]
         return Answer(out.text.strip(), trace)
 
 
@@ -80,6 +81,6 @@ class OracleRouting(Method):
             return Answer(first.text, trace)
         second = self.rag.answer(example)
         trace.steps += second.trace.steps
-        trace.retrieved = second.trace.retrieved
+        trace.retrieved, trace.passages = second.trace.retrieved, second.trace.passages
         trace.fallbacks, trace.notes = second.trace.fallbacks, second.trace.notes
         return Answer(second.text, trace)

@@ -303,6 +303,7 @@ class D2RAG(Method):
                 text = self._contrastive(question, passages, context, klass, step)
                 trace.decoding = "contrastive"
         trace.retrieved = True
+        trace.passages = [p.chunk_id for p in passages]
         return Answer(text.strip(), trace)
 
     def _answer_closed(self, question: str, stats: dict[str, Any], trace: Trace) -> Answer:

@@ -423,6 +423,7 @@ class DenseRAG(Method):
             )
         self._note_rephrase_fallbacks(trace, first)
         trace.retrieved = True
+        trace.passages = [p.chunk_id for p in fixed]  # replaced below when another context answers
         if certain:
             return self._finish(trace, first.answers, {"source": "fixed_context", "dse": first.dse}, truncated_before)
 
@@ -439,6 +440,7 @@ class DenseRAG(Method):
                 step["prompt_tokens"] = out.built.n_tokens
                 step["ids"] = [c.chunk_id for c in pool[: s.k]]
                 step["source"] = "semantic_chunks"
+                trace.passages = list(step["ids"])
             self._note_truncation(trace, truncated_before)
             return Answer(out.text.strip(), trace)
 
@@ -452,6 +454,7 @@ class DenseRAG(Method):
             "iteration": best.iteration,
             "ids": best.ids,
         }
+        trace.passages = list(best.ids)
         return self._finish(trace, best.answers, detail, truncated_before)
 
     # ------------------------------------------------------------------ refinement

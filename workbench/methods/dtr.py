@@ -433,6 +433,7 @@ class DTR(Method):
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.text = out.text.strip()
                 w.trace.retrieved = True
+                w.trace.passages = [p.chunk_id for p in w.kept]
                 detail.update(answer=w.text, kept_ids=[p.chunk_id for p in w.kept], prompt_tokens=out.built.n_tokens)
                 if out.built.truncated:
                     w.trace.fallback("context cut to fit the model window")

@@ -553,4 +553,5 @@ class InSemRAG(Method):
         if not passages:
             trace.fallback("no evidence after refinement: answered closed-book")
         trace.retrieved = bool(passages)
+        trace.passages = [p.chunk_id for p in passages]
         return Answer(out.text.strip(), trace)

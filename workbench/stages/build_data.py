@@ -6,7 +6,6 @@ with chunk_id, doc_id, title, text, index, topic). Wikipedia-derived data is bui
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError
@@ -18,13 +17,9 @@ SPLITS = ("train", "calib", "val", "test")
 
 def make_chunker(section: DataSection):
     """The corpus chunker the data section asks for (None: one passage per document)."""
-    from workbench.data.chunkers import FixedSizeChunker, RecursiveChunker
+    from workbench.data.corpus import make_chunker as chunker_for
 
-    if section.chunking == "fixed":
-        return FixedSizeChunker(size=section.chunk_size, overlap=section.chunk_overlap, unit="chars")
-    if section.chunking == "recursive":
-        return RecursiveChunker(max_chars=section.chunk_size)
-    return None
+    return chunker_for(section.chunking, section.chunk_size, section.chunk_overlap)
 
 
 def _split_by_fractions(dataset, fractions: list[float], seed: int):
@@ -44,27 +39,10 @@ def _split_by_fractions(dataset, fractions: list[float], seed: int):
     )
 
 
-def read_corpus_documents(path: Path) -> list:
-    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns)."""
-    from workbench.core.errors import DataError
-    from workbench.data.loaders import read_rows
-    from workbench.data.wikiqa import WikiArticle
-
-    documents = []
-    for number, row in enumerate(read_rows(path), start=1):
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("doc_id", "title", "text")):
-            raise DataError(f"row {number} needs string fields doc_id, title and text", str(path))
-        documents.append(WikiArticle(row["doc_id"], row["title"], row["text"], "", str(row.get("topic", ""))))
-    if not documents:
-        raise DataError("the corpus file holds no documents", str(path))
-    return documents
-
-
 def _load_corpus(section: DataSection, articles):
-    from workbench.data.corpus import build_corpus
+    from workbench.data.corpus import build_corpus, corpus_documents
 
-    documents = articles if section.corpus == "wiki" else read_corpus_documents(Path(section.corpus))
-    return build_corpus(documents, chunker=make_chunker(section))
+    return build_corpus(corpus_documents(section.corpus, articles), chunker=make_chunker(section))
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -192,6 +192,14 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "export",
+            "export the run's decision logic as a versioned bundle (+ .tar.gz) for the runtime, infer and serve",
+            "workbench.stages.export:run",
+            sections=("export",),
+            optional_inputs=("build_data", "collect", "calibrate", "classify", "fit_utility", "evaluate"),
+            cacheable=False,
+        ),
+        StageSpec(
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",

@@ -7,14 +7,14 @@ import pytest
 
 from tests.unit.data import fake_articles
 from workbench.data.chunkers import ChunkIndex, FixedSizeChunker, SemanticChunker
-from workbench.data.corpus import CORPUS_FEATURES, build_corpus, corpus_chunks, corpus_fingerprint
+from workbench.data.corpus import build_corpus, corpus_chunks, corpus_columns, corpus_features, corpus_fingerprint
 from workbench.data.wikiqa import WikiArticle, build_wikiqa
 
 
 def test_default_corpus_is_one_chunk_per_summary() -> None:
     articles = fake_articles()
     corpus = build_corpus(articles)
-    assert corpus.features == CORPUS_FEATURES
+    assert corpus.features == corpus_features()
     assert corpus.num_rows == len(articles)
     assert corpus["chunk_id"] == [f"{a.doc_id}#0" for a in articles]
     first = corpus[0]
@@ -66,3 +66,12 @@ def test_fingerprint_tracks_content_and_duplicates_rejected() -> None:
     assert corpus_fingerprint(build_corpus(changed)) != base
     with pytest.raises(ValueError, match="duplicate doc_id 'Paris'"):
         build_corpus([articles[0], articles[0]])
+
+
+def test_plain_columns_equal_the_dataset_and_share_its_fingerprint() -> None:
+    articles = fake_articles()[:4]
+    chunker = FixedSizeChunker(size=80, overlap=20)
+    columns = corpus_columns(articles, chunker)
+    dataset = build_corpus(articles, chunker=chunker)
+    assert columns == dataset.to_dict()  # the runtime's corpus (no datasets import) is the stages' corpus
+    assert corpus_fingerprint(columns) == corpus_fingerprint(dataset)

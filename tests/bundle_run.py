@@ -1,0 +1,156 @@
+"""A small finished run to export bundles from, built by the real runner on the tiny random Llama.
+
+A random model never answers correctly, so its collection would hold one class and nothing could be calibrated. The
+run therefore swaps the ``collect`` stage for :func:`synthetic_collect`, which writes a collection in the real format
+(through the collect stage's own writer) whose labels follow the features; every other stage — build_data,
+calibrate, classify, fit_utility, evaluate (which answers with the tiny model through the same D²-RAG the runtime
+uses) and export — is the real one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = ["confidence", "entropy", "dtr_nll"]
+"""Stage-1 features whose stats need only the greedy answer (cheap on the tiny model)."""
+
+
+def synthetic_collect(ctx: Any) -> dict[str, Any]:
+    """A ``collect`` output with rows for the calib and test splits: informative features, correlated labels."""
+    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.stages.collect import _settings, _write_outputs
+    from workbench.uncertainty.calculators import prompts_fingerprint
+
+    section = ctx.config.collect
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    rng = np.random.default_rng(ctx.config.seed)
+    by_split: dict[str, list[dict]] = {}
+    for split in section.splits:
+        rows = list(qa[split].select(range(min(section.limit or 60, len(qa[split])))))
+        records = []
+        for position, row in enumerate(rows):
+            latent = rng.normal()
+            correct = float(rng.random() < 1.0 / (1.0 + np.exp(-2.0 * latent)))
+            rag = float(correct or rng.random() < 0.5)
+            record = {
+                "position": position,
+                "id": str(row["id"]),
+                "question": str(row["question"]),
+                "answers": list(row["answers"]),
+                "confidence": float(1.0 / (1.0 + np.exp(-latent + rng.normal(scale=0.7)))),
+                "entropy": float(-abs(2.0 - latent + rng.normal(scale=0.7))),
+                "dtr_nll": float(-abs(1.5 - latent + rng.normal())),
+                "greedy_logprobs": [float(-abs(rng.normal())) for _ in range(3)],
+            }
+            for name in ("em", "f1", "contains"):
+                record[f"correct_{name}"], record[f"rag_{name}"] = correct, rag
+            record.update(
+                closed_prompt_tokens=60.0,
+                closed_new_tokens=4.0,
+                rag_prompt_tokens=300.0,
+                rag_new_tokens=4.0,
+                lm_calls=1.0,
+                prefill_tokens=60.0,
+                decoded_tokens=4.0,
+                scored_tokens=0.0,
+                nli_pairs=0.0,
+                seconds=0.1,
+            )
+            records.append(record)
+        by_split[split] = records
+    meta = {
+        "settings": _settings(section).to_dict(),
+        "prompts": prompts_fingerprint(),
+        "shard": "0/1",
+        "seed": ctx.config.seed,
+        "labels": ["rag"],
+        "lars_fit_split": section.lars_fit_split,
+        "lars_folds": section.lars_folds,
+        "nli_judge": ctx.config.nli.kind,
+        "generator": ctx.config.generator.model,
+        "attention_logdiag_scope": "answer_positions",
+        "synthetic": True,
+    }
+    _write_outputs(ctx.out_dir, by_split, list(section.features), meta)
+    return {f"{split}_rows": len(rows) for split, rows in by_split.items()}
+
+
+def write_corpus(path: Path, n: int = 300) -> Path:
+    """The first ``n`` embedded Wikipedia summaries as a user corpus file (small, so every retriever is fast)."""
+    import json
+
+    from workbench.data.wikiqa import load_articles
+
+    rows = [{"doc_id": a.doc_id, "title": a.title, "text": a.extract} for a in load_articles()[:n]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+METHOD_OPTIONS = (
+    "evaluate.options={dtr: {pseudo_max_tokens: 16, n_per_path: 2, k: 2}, "
+    "dense_rag: {k: 2, candidates: 4, max_iterations: 1, rephrase_max_new_tokens: 16}, "
+    "insemrag: {controller: heuristic, k1: 4, candidates_per_channel: 4, k: 2, compression_length: 32}}"
+)
+
+
+def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> list[str]:
+    """Overrides of the built-in ``quickstart`` recipe for the tiny run (writes under ``tmp``)."""
+    corpus = tmp / "corpus.jsonl"
+    if not corpus.exists():
+        write_corpus(corpus)
+    return [
+        f"data.corpus={corpus}",
+        f"generator.model={lm_dir}",
+        f"embedder.model={encoder_dir}",
+        f"run_dir={tmp}/run",
+        f"report.dir={tmp}/report",
+        f"export.dir={tmp}/bundles",
+        "export.name=tiny",
+        "tracker=none",
+        "threads=0",
+        "data.max_per_template=20",
+        "stages=[build_data,collect,calibrate,classify,fit_utility,evaluate,export]",
+        "collect.limit=60",
+        f"collect.features=[{','.join(FEATURES)}]",
+        "collect.max_new_tokens=4",
+        "classify.seeds=[0]",
+        "classify.mlp_max_epochs=20",
+        "classify.threshold_rule=target_rate",
+        "classify.target_rate=0.5",
+        "fit_utility.limit=6",
+        "fit_utility.folds=2",
+        "fit_utility.samples=2",
+        "fit_utility.max_new_tokens=4",
+        "fit_utility.k=2",
+        "retrieval.k=2",
+        "evaluate.limit=3",
+        "evaluate.max_new_tokens=4",
+        "evaluate.methods=[no_rag,standard_rag,dtr,dense_rag,d2rag,d2rag_oracle,insemrag]",
+        METHOD_OPTIONS,
+        *extra,
+    ]
+
+
+def build_tiny_run(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> Any:
+    """Run the tiny pipeline (see the module docstring) under ``tmp``; returns the runner's result."""
+    import pytest
+
+    from workbench.recipe import load_recipe
+    from workbench.stages import registry
+    from workbench.stages.registry import StageSpec
+    from workbench.stages.runner import run_recipe
+
+    spec = StageSpec(
+        "collect",
+        "synthetic collection for tests",
+        "tests.bundle_run:synthetic_collect",
+        version=1000,
+        sections=("collect", "generator"),
+        inputs=("build_data",),
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(registry.STAGES, "collect", spec)
+        return run_recipe(load_recipe("quickstart", run_overrides(tmp, lm_dir, encoder_dir, *extra)))

@@ -1,0 +1,190 @@
+"""Export → load → infer on a real (tiny) run: byte-identical re-exports, the runtime answering exactly as the
+evaluation stage did, resumable infer files, the import boundary and refused model swaps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.bundle_run import build_tiny_run
+from workbench.bundle.export import export_run
+from workbench.cli import app
+from workbench.core.errors import AssetError, ConfigError
+from workbench.runtime import load_bundle
+
+pytestmark = pytest.mark.integration
+
+METHODS = ("no_rag", "standard_rag", "dtr", "dense_rag", "d2rag", "insemrag")
+
+
+def wb(*args: str) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it (one-line errors, exit status 2)."""
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_lm_long_dir, tiny_encoder_dir):
+    """The tiny pipeline, run once: build_data → collect (synthetic) → … → evaluate → export."""
+    tmp = tmp_path_factory.mktemp("bundle-run")
+    result = build_tiny_run(tmp, tiny_lm_long_dir, tiny_encoder_dir)
+    return tmp, result
+
+
+def _bundle(tiny_run) -> Path:
+    tmp, _ = tiny_run
+    return tmp / "bundles" / "tiny" / "1.0.0"
+
+
+def test_export_stage_writes_a_bundle_with_the_runs_learned_bytes(tiny_run):
+    tmp, result = tiny_run
+    assert result.stage("export").summary["bundle"] == "tiny 1.0.0"
+    root = _bundle(tiny_run)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert tuple(manifest["methods"]) == tuple(sorted(METHODS))  # d2rag_oracle (gold) left out
+    stages = tmp / "run" / "stages"
+    assert (root / "learned/calibrators.json").read_bytes() == (stages / "calibrate/calibrators.json").read_bytes()
+    chosen = json.loads((stages / "classify/selection.json").read_text())["chosen"]
+    assert (root / "learned/classifier.json").read_bytes() == (stages / f"classify/{chosen}.json").read_bytes()
+    assert (root / "learned/classifier.onnx").read_bytes() == (stages / f"classify/{chosen}.onnx").read_bytes()
+    assert (root / "learned/utility.json").read_bytes() == (stages / "fit_utility/utility.json").read_bytes()
+    assert manifest["utility"]["kind"] == "learned" and manifest["decision"]["rule"] == "target_rate"
+    collected = json.loads((stages / "collect/metadata.json").read_text())
+    assert manifest["stats"]["settings"] == collected["settings"] and manifest["stats"]["prompts"]
+    assert manifest["models"]["generator"]["weights_sha256"] and manifest["corpus"]["passages"] == 300
+    assert all(f["requires_gold"] is False for f in manifest["features"])
+    assert "d2rag_oracle (reads the gold answer" in (root / "README.md").read_text()
+    assert {"plots/routing.png", "plots/methods.png"} <= set(manifest["files"])
+
+
+def test_re_export_is_byte_identical_and_versions_move_only_with_content(tiny_run):
+    tmp, _ = tiny_run
+    root = _bundle(tiny_run)
+    before = {p.relative_to(root.parent): p.read_bytes() for p in root.parent.rglob("*") if p.is_file()}
+    again = export_run(tmp / "run", name="tiny", root=tmp / "bundles")
+    assert again.version == "1.0.0" and again.unchanged
+    after = {p.relative_to(root.parent): p.read_bytes() for p in root.parent.rglob("*") if p.is_file()}
+    assert after == before  # every file, the manifest and the archive included
+    fewer = export_run(tmp / "run", name="tiny", root=tmp / "bundles", methods=["no_rag", "d2rag"])
+    assert fewer.version == "1.0.1" and not fewer.unchanged
+    with pytest.raises(ConfigError, match="exists with other content"):
+        export_run(tmp / "run", name="tiny", version="1.0.0", root=tmp / "bundles", methods=["no_rag"])
+    with pytest.raises(ConfigError, match="read the gold answer"):
+        export_run(tmp / "run", name="tiny", root=tmp / "bundles", methods=["d2rag_oracle"])
+
+
+def test_the_runtime_answers_exactly_as_the_evaluation_stage_did(tiny_run):
+    import datasets
+
+    tmp, _ = tiny_run
+    traces = datasets.load_from_disk(str(tmp / "run" / "stages" / "evaluate" / "traces")).to_list()
+    rt = load_bundle(tmp / "bundles" / "tiny" / "tiny-1.0.0.tar.gz", {"extract_dir": str(tmp / "unpacked")})
+    for method in METHODS:
+        rows = [r for r in traces if r["method"] == method]
+        answers = rt.answer_many([r["question"] for r in rows], method)
+        assert [a.text for a in answers] == [r["prediction"] for r in rows], method
+        assert [a.retrieved for a in answers] == [r["retrieved"] for r in rows], method
+        assert [a.trace["passages"] for a in answers] == [json.loads(r["trace"])["passages"] for r in rows], method
+        if method == "d2rag":
+            decided = [next(s for s in json.loads(r["trace"])["steps"] if s["name"] == "decide") for r in rows]
+            assert [a.p_correct for a in answers] == [d["detail"]["p_correct"] for d in decided]
+            assert all(a.utility_class in ("closed", "relevant", "neutral", "noisy") for a in answers)
+            assert all(a.features and set(a.features) == set(rt.policy.features) for a in answers)
+    one = rt.answer(rows[0]["question"], "standard_rag")
+    assert one.passages and one.passages[0]["title"] and one.lm_calls == 1 and one.tokens > 0
+
+
+def test_the_runtime_imports_no_training_dependency(tiny_run):
+    code = f"""
+import sys
+from workbench import load_bundle
+rt = load_bundle({str(_bundle(tiny_run))!r})
+rt.answer("Which river flows through Paris?", "d2rag")
+rt.answer("Which river flows through Paris?", "dtr")
+banned = ["lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "sklearn", "sentence_transformers"]
+print([m for m in banned if m in sys.modules])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+def test_a_generator_with_other_weights_is_refused_unless_allowed(tiny_run, tmp_path):
+    from tests.tiny_models import build_tiny_llama
+
+    other = build_tiny_llama(tmp_path / "other", seed=7, max_positions=4096)
+    rt = load_bundle(_bundle(tiny_run), {"generator": str(other)})
+    with pytest.raises(AssetError, match="allow_model_mismatch"):
+        rt.answer("Who wrote Hamlet?", "no_rag")
+    allowed = load_bundle(_bundle(tiny_run), {"generator": str(other), "allow_model_mismatch": True})
+    answer = allowed.answer("Who wrote Hamlet?", "no_rag")
+    assert any("learned on another model" in note for note in answer.notes)
+
+
+def test_a_user_corpus_is_used_and_noted(tiny_run, tmp_path):
+    corpus = tmp_path / "mine.jsonl"
+    corpus.write_text(json.dumps({"doc_id": "d1", "title": "Seine", "text": "The Seine flows through Paris."}) + "\n")
+    rt = load_bundle(_bundle(tiny_run), {"corpus": str(corpus)})
+    answer = rt.answer("Which river flows through Paris?", "standard_rag")
+    assert [p["id"] for p in answer.passages] == ["d1#0"] and any("replaces" in n for n in answer.notes)
+
+
+def test_only_question_strings_reach_the_methods(tiny_run):
+    from workbench.core.errors import DataError
+
+    rt = load_bundle(_bundle(tiny_run))
+    with pytest.raises(DataError, match="only question strings"):
+        rt.answer_many([{"question": "q", "answers": ["gold"]}], "no_rag")
+    seen = []
+    method = rt.method("no_rag")
+    original = method.answer_many
+    method.answer_many = lambda examples: seen.extend(examples) or original(examples)
+    rt.answer("Who wrote Hamlet?", "no_rag")
+    assert [set(e) for e in seen] == [{"id", "question"}]
+
+
+def test_infer_cli_answers_and_resumes_without_duplicates(tiny_run, tmp_path):
+    bundle = str(_bundle(tiny_run))
+    runner = CliRunner()
+    single = runner.invoke(app, ["infer", "--bundle", bundle, "--method", "d2rag", "Who wrote Hamlet?"])
+    assert single.exit_code == 0, single.output
+    assert "Q: Who wrote Hamlet?" in single.output and "P(correct)" in single.output
+    questions = tmp_path / "q.jsonl"
+    rows = [{"id": f"q{i}", "question": f"Question number {i}?", "answers": ["gold"]} for i in range(5)]
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    output = tmp_path / "a.jsonl"
+    args = ["infer", "--bundle", bundle, "--method", "no_rag", "--input", str(questions), "--output", str(output)]
+    first = runner.invoke(app, [*args, "--batch-size", "2"])
+    assert first.exit_code == 0, first.output
+    lines = output.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [f"q{i}" for i in range(5)]
+    assert all("gold" not in line for line in lines)
+    output.write_text("\n".join(lines[:2]) + "\n" + lines[2][:15])  # interrupted while writing the third answer
+    second = runner.invoke(app, args)
+    assert second.exit_code == 0 and "3 answered, 2 already" in second.output, second.output
+    assert [json.loads(line)["id"] for line in output.read_text().splitlines()] == [f"q{i}" for i in range(5)]
+    third = runner.invoke(app, args)
+    assert "0 answered, 5 already" in third.output
+    questions.write_text(questions.read_text() + '{"id": "q1", "question": "again?"}\n')
+    dup = wb(*args)
+    assert dup.returncode == 2 and f"error: {questions}:6: id 'q1' appears twice" in dup.stderr, dup.stderr
+
+
+def test_export_and_bundles_cli(tiny_run, tmp_path):
+    tmp, _ = tiny_run
+    runner = CliRunner()
+    out = runner.invoke(
+        app, ["export", str(tmp / "run"), "--dir", str(tmp_path), "--name", "cli", "--version", "2.1.0"]
+    )
+    assert out.exit_code == 0 and "bundle cli 2.1.0 written" in out.output, out.output
+    listed = runner.invoke(app, ["bundles", "--dir", str(tmp_path), "--verify"])
+    assert listed.exit_code == 0 and "cli" in listed.output and "verified" in listed.output
+    bad = wb("export", str(tmp_path / "nope"), "--dir", str(tmp_path))
+    assert bad.returncode == 2 and "not a run directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    bad_version = wb("export", str(tmp / "run"), "--dir", str(tmp_path), "--version", "1.2")
+    assert bad_version.returncode == 2 and "not a semantic version" in bad_version.stderr
+    refused = wb("infer", "--bundle", str(tmp_path / "cli" / "2.1.0"), "--method", "oracle", "Who?")
+    assert refused.returncode == 2 and "'oracle' is not in this bundle" in refused.stderr

@@ -1,0 +1,136 @@
+"""The bundle's model card (``README.md``): what it decides, how well it did on held-out data, how to load it.
+
+Written from the manifest alone, so the card never says anything the manifest does not hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EMBEDDED_CAVEAT = (
+    "The embedded generator is SmolLM2-135M-Instruct, a 135M-parameter model that answers few closed-book questions "
+    "correctly: the features, calibrators and thresholds learned here describe *that* model on *this* data. They do "
+    "not transfer to another generator — export a bundle from a run with your own model (`generator.model=...`) "
+    "before relying on its decisions."
+)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def model_card(manifest: dict[str, Any]) -> str:
+    """The Markdown model card of ``manifest`` (see the module docstring)."""
+    name, version = manifest["name"], manifest["version"]
+    models = manifest["models"]
+    decision = manifest.get("decision")
+    metrics = manifest.get("metrics", {})
+    lines = [
+        f"# {name} {version}",
+        "",
+        f"A workbench bundle: the decision logic of {len(manifest['methods'])} adaptive-RAG method(s) learned by the "
+        f"`{manifest['recipe']['name']}` recipe (seed {manifest['seed']}), exported {manifest['created']} by workbench "
+        f"{manifest['workbench']['version']}. Loading it runs no code: JSON, ONNX and safetensors only, every file "
+        "checked against the sha256 in `manifest.json`.",
+        "",
+        "## What it contains",
+        "",
+        f"- **Methods:** {', '.join(f'`{m}`' for m in manifest['methods'])}.",
+        f"- **Generator:** `{models['generator']['ref']}` ({models['generator']['source']}, "
+        f"{models['generator']['dtype']}); **embedder:** `{models['embedder']['ref']}`; "
+        f"**NLI judge:** `{models['nli']['kind']}`.",
+        f"- **Corpus:** `{manifest['corpus']['source']}`, chunking `{manifest['corpus']['chunking']}`"
+        + (f", {manifest['corpus']['passages']} passages" if manifest["corpus"].get("passages") else "")
+        + f"; retrieval `{manifest['answering']['retriever']}` top-{manifest['answering']['k']}.",
+    ]
+    if decision:
+        tau = "1 + ε (always retrieve)" if decision["always_retrieve"] else f"{decision['tau']:.4f}"
+        lines += [
+            f"- **D²-RAG decision:** {len(decision['features'])} features ({', '.join(decision['features'])}), "
+            f"{decision['calibrator']} calibrators, a `{decision['classifier']}` classifier (JSON weights and ONNX), "
+            f"retrieve iff P(correct) < τ = {tau} (rule `{decision['rule']}`).",
+        ]
+        utility = manifest.get("utility") or {}
+        if utility.get("kind") == "learned":
+            lines.append("- **D²-RAG utility:** a gold-free predictor of ΔSePer (`learned/utility.json`).")
+        else:
+            lines.append(f"- **D²-RAG utility:** none — {utility.get('meaning', '')}.")
+    stats = manifest.get("stats")
+    if stats:
+        settings = stats["settings"]
+        lines.append(
+            f"- **Features computed with:** {settings['samples']} samples at T = {settings['temperature']}, "
+            f"{settings['max_new_tokens']} new tokens, {settings['paraphrases']} paraphrases, judge "
+            f"`{stats['nli_judge']}`, prompts `{stats['prompts']}` (the runtime uses exactly these)."
+        )
+    lines += ["", "## Intended use", "", EMBEDDED_CAVEAT, ""]
+    routing = metrics.get("routing")
+    if routing:
+        lines += [
+            f"## Held-out results ({routing['split']} split of the run)",
+            "",
+            "| router | retrieval rate | EM | token F1 | containment | LM calls / q | tokens / q |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in routing["rows"]:
+            router = f"**{row['router']}** (this bundle)" if row["router"] == routing["chosen"] else row["router"]
+            lines.append(
+                f"| {router} | {_fmt(row['retrieval_rate'], 2)} | {_fmt(row['em'])} | {_fmt(row['f1'])} | "
+                f"{_fmt(row['contains'])} | {_fmt(row['lm_calls'], 1)} | {_fmt(row['tokens'], 0)} |"
+            )
+        lines += ["", "Oracle retrieves exactly when the closed-book answer is wrong (it reads the gold answer).", ""]
+        lines += ["![routing](plots/routing.png)", ""]
+    evaluate = metrics.get("evaluate")
+    if evaluate:
+        lines += [
+            f"## Methods end to end ({evaluate['split']} split, {_first_n(evaluate)} questions)",
+            "",
+            "| method | containment | retrieval rate | LM calls / q | tokens / q | p50 latency (s) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for method, row in evaluate["methods"].items():
+            label = method if method in manifest["methods"] else f"{method} (reads the gold answer: not in the bundle)"
+            lines.append(
+                f"| {label} | {_fmt(row['contains'])} | {_fmt(row['retrieval_rate'], 2)} | "
+                f"{_fmt(row['lm_calls'], 1)} | {_fmt(row['tokens'], 0)} | {_fmt(row['latency_p50'], 2)} |"
+            )
+        lines += ["", "![methods](plots/methods.png)", ""]
+    utility = metrics.get("utility")
+    if utility:
+        lines += [
+            "## Utility predictor (out of fold)",
+            "",
+            f"R² {_fmt(utility.get('r2'))}, Spearman ρ {_fmt(utility.get('spearman'))}, utility-class agreement "
+            f"{_fmt(utility.get('class_agreement'))} against {_fmt(utility.get('majority_agreement'))} for always "
+            "predicting the commonest class.",
+            "",
+        ]
+    lines += [
+        "## How to load it",
+        "",
+        "```bash",
+        f"workbench infer --bundle artifacts/bundles/{name}/{version} --method {next(iter(manifest['methods']))} "
+        '"Which river flows through Paris?"',
+        f"workbench serve --bundle artifacts/bundles/{name}/{version}   # JSON API on 127.0.0.1:8000",
+        "```",
+        "",
+        "```python",
+        "from workbench import load_bundle",
+        "",
+        f'rt = load_bundle("artifacts/bundles/{name}/{name}-{version}.tar.gz")  # or the directory',
+        f'answer = rt.answer("Which river flows through Paris?", method="{next(iter(manifest["methods"]))}")',
+        "print(answer.text, answer.retrieved, answer.p_correct)",
+        "```",
+        "",
+        "The field-by-field format is documented in the workbench's `docs/bundles.md`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _first_n(evaluate: dict[str, Any]) -> str:
+    sizes = {row.get("n") for row in evaluate["methods"].values()}
+    return str(next(iter(sizes))) if len(sizes) == 1 else "several"

@@ -1,0 +1,73 @@
+"""List the bundles under a directory (``workbench bundles``): name, version, methods and key held-out figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.bundle.integrity import read_manifest, verify_bundle_dir
+from workbench.bundle.schema import parse_semver
+from workbench.core.errors import DataError
+
+
+@dataclass
+class BundleEntry:
+    """One bundle version found on disk; ``status`` is ``ok``, ``verified`` or the reason it cannot be loaded."""
+
+    name: str
+    version: str
+    path: Path
+    created: str
+    methods: list[str]
+    metrics: dict[str, Any]
+    status: str
+
+
+def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    decision = manifest.get("decision") or {}
+    if decision:
+        out["tau"] = decision.get("tau")
+    routing = (manifest.get("metrics") or {}).get("routing")
+    if routing:
+        row = next((r for r in routing["rows"] if r["router"] == routing["chosen"]), None)
+        if row:
+            out["routed_contains"] = row["contains"]
+            out["retrieval_rate"] = row["retrieval_rate"]
+    return out
+
+
+def list_bundles(root: str | Path, *, verify: bool = False) -> list[BundleEntry]:
+    """Every ``<root>/<name>/<X.Y.Z>/`` bundle, sorted by name then version; ``verify`` also checks every file's
+    sha256 (otherwise only the manifest is read)."""
+    root = Path(root)
+    entries: list[BundleEntry] = []
+    if not root.is_dir():
+        return entries
+    for name_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        versions = []
+        for child in name_dir.iterdir():
+            try:
+                versions.append((parse_semver(child.name), child))
+            except DataError:
+                continue
+        for _, path in sorted(versions):
+            try:
+                manifest = verify_bundle_dir(path) if verify else read_manifest(path)
+                status = "verified" if verify else "ok"
+            except DataError as exc:
+                entries.append(BundleEntry(name_dir.name, path.name, path, "", [], {}, f"refused: {exc.what}"))
+                continue
+            entries.append(
+                BundleEntry(
+                    name=str(manifest.get("name", name_dir.name)),
+                    version=str(manifest.get("version", path.name)),
+                    path=path,
+                    created=str(manifest.get("created", "")),
+                    methods=list(manifest.get("methods", {})),
+                    metrics=_key_metrics(manifest),
+                    status=status,
+                )
+            )
+    return entries

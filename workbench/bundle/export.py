@@ -1,0 +1,498 @@
+"""Export a finished run as a versioned bundle: ``<root>/<name>/<X.Y.Z>/`` and ``<root>/<name>/<name>-X.Y.Z.tar.gz``.
+
+:func:`export_run` reads a run directory (its resolved ``config.yaml``, its ``manifest.json`` and the outputs of the
+stages that manifest lists as current) and writes what the runtime needs, nothing else: the learned artifacts through
+the learned-artifact protocol (the very bytes the stages wrote), the classifier's ONNX graph, the model card and its
+plots, and ``manifest.json`` (field by field in docs/bundles.md). The bundle is built in a temporary directory,
+verified exactly as a loader would verify it, and swapped in with one rename.
+
+**Versions.** ``version="auto"`` reuses the latest version of the name when the content is unchanged (the content
+digest covers every file but the card, and every manifest field but the creation time, the exporting commit, the
+name and the version), and otherwise takes the next patch version (``1.0.0`` for a new name). An explicit version
+that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
+the same hashes, the same manifest and the same archive.
+
+**Refused:** a gold-using method (``oracle``, ``d2rag_oracle``), a feature that requires the gold answer, ``d2rag``
+without the run's calibrate and classify stages. D²-RAG without a fitted utility predictor is exported with the
+gold-free default (no utility: every retrieved context decoded neutrally), and the manifest says so.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.bundle.archive import write_archive
+from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
+from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, check_name, parse_semver
+from workbench.core.atomic import atomic_directory, atomic_write_text
+from workbench.core.errors import ConfigError, DataError
+from workbench.core.hashing import stable_hash
+
+DIGEST_EXCLUDES = ("created", "workbench", "name", "version", "content_sha256", "files")
+"""Manifest fields outside the content digest (provenance of the export itself, and the file table's card entry)."""
+
+
+@dataclass
+class ExportResult:
+    """Where the bundle went: ``path`` (the version directory), ``archive`` (None when not written), the manifest,
+    and ``unchanged`` (True when the same content already had this version: nothing but identical bytes written)."""
+
+    name: str
+    version: str
+    path: Path
+    archive: Path | None
+    manifest: dict[str, Any]
+    unchanged: bool
+
+
+class _Run:
+    """A finished run directory: its config, and the outputs of the stages its manifest lists as current."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from workbench.recipe import load_recipe
+
+        self.dir = run_dir
+        if not (run_dir / "config.yaml").is_file():
+            raise DataError("not a run directory (no config.yaml): run a recipe first", str(run_dir))
+        self.config = load_recipe(str(run_dir / "config.yaml")).config
+        try:
+            self.manifest = json.loads((run_dir / "manifest.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            raise DataError("the run has no readable manifest.json: run its recipe first", str(run_dir)) from None
+        self.stages: dict[str, Path] = {}
+        for name, record in self.manifest.get("stages", {}).items():
+            out = run_dir / "stages" / name
+            try:
+                marker = json.loads((out / "_stage.json").read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if marker.get("key") == record.get("key"):  # only outputs the last run made or reused
+                self.stages[name] = out
+
+    def stage(self, name: str) -> Path | None:
+        """The output directory of stage ``name``, or None when the run did not make it."""
+        return self.stages.get(name)
+
+    def json(self, stage: str, file: str) -> Any:
+        """A JSON output of a stage (None when the stage or the file is absent)."""
+        out = self.stage(stage)
+        if out is None or not (out / file).is_file():
+            return None
+        return json.loads((out / file).read_text())
+
+
+def _git_commit() -> str | None:
+    from workbench.core.paths import PROJECT_ROOT
+
+    if not (PROJECT_ROOT / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _model_record(kind: str, ref: str) -> dict[str, Any]:
+    """Name, source, package and weights digest of a generator / embedder reference."""
+    from workbench.assets import (
+        EMBEDDED_EMBEDDERS,
+        EMBEDDED_GENERATORS,
+        package_version,
+        resolve_embedder,
+        resolve_generator,
+        weights_digest,
+    )
+
+    resolved = resolve_generator(ref) if kind == "generator" else resolve_embedder(ref)
+    embedded = EMBEDDED_GENERATORS if kind == "generator" else EMBEDDED_EMBEDDERS
+    record: dict[str, Any] = {"ref": ref, "source": resolved.source, "weights_sha256": weights_digest(resolved.path)}
+    if ref in embedded:
+        record["package"] = embedded[ref][1]
+        record["package_version"] = package_version(embedded[ref][1])
+    elif resolved.source == "local":
+        record["path"] = str(Path(resolved.path).resolve())
+    else:
+        record["hub_id"] = ref
+    return record
+
+
+def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Each method's settings: the recipe's ``evaluate.options``, overlaid by a study's best parameters when the run
+    has a ``study`` stage (``best_params.json``: ``{"methods": {name: {option: value}}}``)."""
+    from workbench.methods.registry import check_options
+
+    config = run.config
+    study = run.json("study", "best_params.json") or {}
+    best = study.get("methods", {}) if isinstance(study, dict) else {}
+    out: dict[str, dict[str, Any]] = {}
+    for name in methods:
+        options = {"k": config.retrieval.k} if name == "standard_rag" else {}
+        options.update(config.evaluate.options.get(name, {}) or {})
+        options.update(best.get(name, {}) or {})
+        out[name] = options
+    check_options(methods, out)
+    return out
+
+
+def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
+    from workbench.methods.registry import METHODS
+
+    has_decision = run.stage("calibrate") is not None and run.stage("classify") is not None
+    if requested is not None:
+        unknown = [m for m in requested if m not in METHODS]
+        if unknown or not requested:
+            raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "export.methods")
+        gold = [m for m in requested if m in GOLD_METHODS]
+        if gold:
+            raise ConfigError(f"{gold} read the gold answer: a bundle never holds them", "export.methods")
+        if "d2rag" in requested and not has_decision:
+            raise ConfigError("d2rag needs the run's calibrate and classify stages", "export.methods")
+        return list(dict.fromkeys(requested))
+    methods = [m for m in run.config.evaluate.methods if m not in GOLD_METHODS]
+    if "d2rag_oracle" in run.config.evaluate.methods and "d2rag" not in methods:
+        methods.append("d2rag")
+    if "d2rag" in methods and not has_decision:
+        methods.remove("d2rag")
+        notes.append("d2rag left out: the run has no calibrate / classify outputs")
+    if not methods:
+        raise ConfigError("no gold-free method to export (evaluate.methods)", "export.methods")
+    return methods
+
+
+def _metrics(run: _Run) -> dict[str, Any]:
+    """Held-out figures from the run: routing on the evaluation split, features' AUROC, utility quality, methods."""
+    out: dict[str, Any] = {}
+    selection = run.json("classify", "selection.json")
+    routing = run.json("classify", "routing.json")
+    if selection and routing:
+        chosen = {"logistic": "LR", "mlp": "MLP"}[selection["chosen"]]
+        keep = {"No-RAG", "Always-RAG", "Oracle", chosen}
+        out["routing"] = {
+            "split": routing["split"],
+            "chosen": chosen,
+            "rows": [
+                {k: row[k] for k in ("router", "retrieval_rate", "em", "f1", "contains", "lm_calls", "tokens")}
+                for row in routing["rows"]
+                if row["router"] in keep
+            ],
+        }
+    calibration = run.json("calibrate", "metrics.json")
+    if calibration and selection:
+        split = selection.get("eval_split")
+        out["feature_auroc"] = {
+            f: m.get(split, {}).get("after", {}).get("auroc") for f, m in sorted(calibration.items()) if split in m
+        }
+    utility = run.json("fit_utility", "summary.json")
+    if utility and "oof" in utility:
+        oof = utility["oof"]
+        out["utility"] = {
+            k: oof.get(k) for k in ("n", "r2", "spearman", "class_agreement", "majority_agreement") if k in oof
+        }
+    evaluate = run.json("evaluate", "summary.json")
+    if evaluate:
+        keys = ("n", "em", "f1", "contains", "retrieval_rate", "lm_calls", "tokens", "latency_p50")
+        out["evaluate"] = {
+            "split": evaluate.get("split"),
+            "methods": {m: {k: row.get(k) for k in keys} for m, row in evaluate["methods"].items()},
+        }
+    return out
+
+
+def _corpus_record(run: _Run) -> dict[str, Any]:
+    from workbench.data.corpus import corpus_fingerprint
+
+    data = run.config.data
+    record: dict[str, Any] = {
+        "source": data.corpus,
+        "chunking": data.chunking,
+        "chunk_size": data.chunk_size,
+        "chunk_overlap": data.chunk_overlap,
+    }
+    if data.corpus != "wiki":
+        from workbench.bundle.integrity import file_digest
+
+        path = Path(data.corpus)
+        record["source"] = str(path.resolve())
+        record["source_sha256"] = file_digest(path) if path.is_file() else None
+    built = run.stage("build_data")
+    if built is not None and (built / "corpus").is_dir():
+        import datasets
+
+        corpus = datasets.load_from_disk(str(built / "corpus"))
+        record["passages"] = len(corpus)
+        record["fingerprint"] = corpus_fingerprint(corpus)
+    return record
+
+
+def _stats_record(run: _Run) -> dict[str, Any] | None:
+    meta = run.json("collect", "metadata.json")
+    if meta is None:
+        return None
+    return {
+        "settings": meta["settings"],
+        "prompts": meta.get("prompts"),
+        "nli_judge": meta.get("nli_judge"),
+        "attention_logdiag_scope": meta.get("attention_logdiag_scope"),
+        "generator": meta.get("generator"),
+    }
+
+
+def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -> dict[str, Any]:
+    """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
+    from workbench.calibration.calibrator_set import CalibratorSet
+    from workbench.core.artifact_io import read_artifact, write_artifact
+    from workbench.methods.learned import save_learned
+    from workbench.stages.evaluate import load_learned
+
+    blocks: dict[str, Any] = {}
+    adapter = run.stage("distill")
+    if adapter is not None and (adapter / "adapter.json").is_file():
+        payload, tensors = read_artifact(adapter / "adapter.json")
+        write_artifact(tmp / "learned" / "adapter.json", payload, tensors)
+        blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
+    if "d2rag" not in methods:
+        return blocks
+    learned = load_learned(
+        run.stage("calibrate"), run.stage("classify"), run.stage("fit_utility"), run.stage("collect")
+    )
+    features = list(learned.features)
+    save_learned(CalibratorSet(tuple(features), learned.calibrators, learned.medians), tmp / "learned/calibrators.json")
+    save_learned(learned.classifier, tmp / "learned" / "classifier.json")
+    selection = run.json("classify", "selection.json")
+    shutil.copyfile(run.stage("classify") / f"{selection['chosen']}.onnx", tmp / "learned" / "classifier.onnx")
+    blocks["decision"] = {
+        "features": features,
+        "classifier": selection["chosen"],
+        "tau": learned.tau,
+        "rule": learned.tau_rule or run.config.classify.threshold_rule,
+        "always_retrieve": learned.tau > 1.0,
+        "calibrator": run.config.calibrate.kind,
+        "label": run.config.calibrate.label,
+        "files": {
+            "calibrators": "learned/calibrators.json",
+            "classifier": "learned/classifier.json",
+            "classifier_onnx": "learned/classifier.onnx",
+        },
+    }
+    if learned.lars_scorer is not None:
+        save_learned(learned.lars_scorer, tmp / "learned" / "lars.json")
+        blocks["decision"]["files"]["lars"] = "learned/lars.json"
+    if learned.utility is not None:
+        save_learned(learned.utility, tmp / "learned" / "utility.json")
+        blocks["utility"] = {"kind": "learned", "file": "learned/utility.json", "label": run.config.fit_utility.label}
+    else:
+        blocks["utility"] = {
+            "kind": "none",
+            "meaning": "no utility predictor was fitted: every retrieved context is decoded neutrally (plain greedy "
+            "with the context); the gold-using oracle utility is never shipped",
+        }
+        notes.append("d2rag: no fit_utility stage, so the bundle decodes retrieved contexts neutrally")
+    return blocks
+
+
+def _content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDES}
+    return stable_hash([body, {k: v for k, v in files.items() if k != "README.md"}], length=64)
+
+
+def _versions(root: Path) -> list[tuple[tuple[int, int, int], Path]]:
+    out = []
+    if root.is_dir():
+        for child in root.iterdir():
+            try:
+                out.append((parse_semver(child.name), child))
+            except DataError:
+                continue
+    return sorted(out)
+
+
+def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    try:
+        manifest = read_manifest(path)
+    except DataError:
+        return None, None
+    return manifest.get("content_sha256"), manifest
+
+
+def export_run(
+    run_dir: str | Path,
+    *,
+    name: str | None = None,
+    version: str = "auto",
+    root: str | Path = "artifacts/bundles",
+    methods: list[str] | None = None,
+    archive: bool = True,
+    force: bool = False,
+) -> ExportResult:
+    """Export the run at ``run_dir`` (see the module docstring); returns where the bundle went.
+
+    ``name`` defaults to the recipe's name; ``methods`` to ``evaluate.methods`` without the gold-using ones.
+    ConfigError / DataError (one line, nothing written) on a bad name or version, a missing or unfinished run, a
+    gold-using method, or an explicit version that exists with other content (unless ``force``).
+    """
+    from workbench import __version__
+    from workbench.core.config import to_plain
+    from workbench.uncertainty.features import get_features
+
+    run = _Run(Path(run_dir))
+    name = check_name(name or run.config.name, "export.name")
+    if version != "auto":
+        parse_semver(version, "export.version")
+    notes: list[str] = []
+    methods = _choose_methods(run, methods, notes)
+    config = run.config
+    bundle_root = Path(root) / name
+    bundle_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.export.", dir=bundle_root))
+    (staging / "learned").mkdir()
+    try:
+        blocks = _write_learned(run, methods, staging, notes)
+        features = blocks.get("decision", {}).get("features", [])
+        specs = [f.describe() for f in get_features(features)]
+        gold = [s["name"] for s in specs if s["requires_gold"]]
+        if gold:
+            raise ConfigError(f"feature(s) {gold} require the gold answer: a bundle never holds them", "export")
+        options = _method_options(run, methods)
+        build = run.json("build_data", "_stage.json") or {}
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "name": name,
+            "version": "",
+            "created": "",
+            "workbench": {"version": __version__, "git_commit": _git_commit()},
+            "recipe": {"name": config.name, "hash": stable_hash(to_plain(config)), "resolved": to_plain(config)},
+            "seed": config.seed,
+            "data": {
+                "dataset": config.data.dataset,
+                "qa_fingerprint": build.get("summary", {}).get("qa_fingerprint"),
+                "splits": {
+                    k[2:]: v for k, v in build.get("summary", {}).items() if k.startswith("n_") and k != "n_passages"
+                },
+            },
+            "corpus": _corpus_record(run),
+            "models": {
+                "generator": {
+                    **_model_record("generator", config.generator.model),
+                    "dtype": config.generator.dtype,
+                    "max_context": config.generator.max_context,
+                },
+                "embedder": _model_record("embedder", config.embedder.model),
+                "nli": {"kind": config.nli.kind, "batch_size": config.nli.batch_size},
+            },
+            "answering": {
+                "retriever": config.retrieval.retriever,
+                "k": config.retrieval.k,
+                "passage_chars": config.evaluate.passage_chars,
+                "max_new_tokens": config.evaluate.max_new_tokens,
+                "batch_size": config.generator.batch_size,
+            },
+            "features": specs,
+            "stats": _stats_record(run) if "d2rag" in methods else None,
+            "decision": blocks.get("decision"),
+            "utility": blocks.get("utility"),
+            "controller_adapter": blocks.get("controller_adapter"),
+            "methods": {m: {"options": options[m], "requires_gold": False} for m in methods},
+            "metrics": _metrics(run),
+            "notes": notes,
+        }
+        if config.nli.kind in ("cross_encoder", "hf"):
+            from workbench.assets import weights_digest
+
+            manifest["models"]["nli"]["model"] = config.nli.model
+            manifest["models"]["nli"]["weights_sha256"] = weights_digest(config.nli.model)
+        _write_plots(manifest, staging)
+        files = file_table(staging, [p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()])
+        digest = _content_digest(manifest, files)
+        version, created, unchanged = _pick_version(bundle_root, version, digest, force)
+        manifest.update({"version": version, "created": created, "content_sha256": digest})
+        if unchanged:  # keep the first export's provenance, so the manifest (and the archive) stay byte-identical
+            previous = read_manifest(bundle_root / version)
+            manifest["workbench"] = previous.get("workbench", manifest["workbench"])
+        from workbench.bundle.card import model_card
+
+        atomic_write_text(staging / "README.md", model_card(manifest))
+        manifest["files"] = file_table(
+            staging, [p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()]
+        )
+        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        verify_bundle_dir(staging)  # what every loader will check, before anything is published
+        target = bundle_root / version
+        with atomic_directory(target) as tmp:
+            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+                destination = tmp / path.relative_to(staging)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    archive_path = None
+    if archive:
+        archive_path = write_archive(target, bundle_root / f"{name}-{version}.tar.gz", f"{name}-{version}")
+    return ExportResult(name, version, target, archive_path, manifest, unchanged)
+
+
+def _pick_version(bundle_root: Path, version: str, digest: str, force: bool) -> tuple[str, str, bool]:
+    """``(version, created, unchanged)`` by the rule in the module docstring."""
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    existing = _versions(bundle_root)
+    if version == "auto":
+        if not existing:
+            return "1.0.0", now, False
+        (major, minor, patch), latest = existing[-1]
+        old_digest, old = _existing_digest(latest)
+        if old_digest == digest and old is not None:
+            return latest.name, str(old.get("created", now)), True
+        return f"{major}.{minor}.{patch + 1}", now, False
+    path = bundle_root / version
+    if path.exists():
+        old_digest, old = _existing_digest(path)
+        if old_digest == digest and old is not None:
+            return version, str(old.get("created", now)), True
+        if not force:
+            raise ConfigError(
+                f"bundle {bundle_root.name} {version} exists with other content: choose a new version (or 'auto'), "
+                "or pass --force to replace it",
+                str(path),
+            )
+    return version, now, False
+
+
+def _write_plots(manifest: dict[str, Any], staging: Path) -> None:
+    """The model card's figures: routed quality per router, and the methods side by side (when the run has them)."""
+    from workbench.plots import grouped_bars
+
+    metrics = manifest["metrics"]
+    routing = metrics.get("routing")
+    if routing:
+        rows = routing["rows"]
+        grouped_bars(
+            staging / "plots" / "routing.png",
+            [r["router"] for r in rows],
+            {"containment": [r["contains"] for r in rows], "retrieval rate": [r["retrieval_rate"] for r in rows]},
+            title=f"Retrieval decision on the {routing['split']} split",
+            ylabel="share of questions",
+        )
+    evaluate = metrics.get("evaluate")
+    if evaluate and evaluate.get("methods"):
+        names = list(evaluate["methods"])
+        grouped_bars(
+            staging / "plots" / "methods.png",
+            names,
+            {
+                "containment": [evaluate["methods"][m]["contains"] for m in names],
+                "retrieval rate": [evaluate["methods"][m]["retrieval_rate"] for m in names],
+            },
+            title=f"Methods end to end ({evaluate['split']} split)",
+            ylabel="share of questions",
+            rotate=30,
+        )

@@ -1,0 +1,92 @@
+"""The bundle format: its schema version, file layout, limits, and the compatibility rule.
+
+A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.gz``)::
+
+    manifest.json              what the bundle is (see docs/bundles.md): provenance, models, features, stats
+                               settings, the decision rule, per-method settings, held-out metrics, and every other
+                               file with its sha256 and size
+    README.md                  the model card
+    learned/calibrators.json   the calibrator set (features, fit-split medians, one calibrator each)
+    learned/classifier.json    the decision classifier's weights (numpy path)
+    learned/classifier.onnx    the same classifier as an ONNX graph (ONNX Runtime path)
+    learned/lars.json          the LARS scorer (when ``lars`` is a feature)
+    learned/utility.json       D²-RAG's utility predictor (when the run fitted one)
+    learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one)
+    plots/*.png                figures of the model card
+
+**Compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``. A minor version adds optional fields only, so a reader
+accepts every minor of its own major (fields it does not know are ignored, and listed in the runtime's notes); a
+different major is refused with the workbench version that reads it. Only the suffixes in :data:`ALLOWED_SUFFIXES`
+may appear: JSON, ONNX, safetensors, Markdown and PNG — nothing that can hold code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from workbench.core.errors import DataError
+
+FORMAT = "workbench-bundle"
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+MANIFEST = "manifest.json"
+
+ALLOWED_SUFFIXES = (".json", ".onnx", ".safetensors", ".md", ".png")
+"""The only file types a bundle may hold (no pickle, joblib, torch ``.bin`` / ``.pt``, Python or shell files)."""
+
+MAX_MANIFEST_BYTES = 4 << 20
+"""A manifest larger than this is refused before it is parsed."""
+
+MAX_ARCHIVE_BYTES = 1 << 30
+"""Default cap on a bundle archive's compressed size (and, separately, its unpacked size)."""
+
+MAX_ARCHIVE_MEMBERS = 10_000
+
+SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def check_name(name: str, where: str = "bundle name") -> str:
+    """``name`` if it is a safe bundle name (letters, digits, ``._-``; up to 100 characters); DataError otherwise."""
+    if not isinstance(name, str) or not NAME.match(name) or ".." in name:
+        raise DataError(f"{name!r} is not a bundle name (letters, digits, '.', '_', '-'; no '..')", where)
+    return name
+
+
+def parse_semver(version: str, where: str = "bundle version") -> tuple[int, int, int]:
+    """``(major, minor, patch)`` of a ``X.Y.Z`` version; DataError otherwise."""
+    match = SEMVER.match(version) if isinstance(version, str) else None
+    if match is None:
+        raise DataError(f"{version!r} is not a semantic version X.Y.Z", where)
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def check_schema(manifest: dict[str, Any], where: str) -> list[str]:
+    """Check the manifest's format and schema version; returns notes (e.g. a newer minor). DataError when refused."""
+    if manifest.get("format") != FORMAT:
+        raise DataError(f"not a workbench bundle manifest (format {manifest.get('format')!r})", where)
+    version = manifest.get("schema_version")
+    match = re.match(r"^(\d+)\.(\d+)$", version) if isinstance(version, str) else None
+    if match is None:
+        raise DataError(f"schema_version {version!r} is not MAJOR.MINOR", where)
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major != SCHEMA_MAJOR:
+        writer = manifest.get("workbench", {}).get("version") if isinstance(manifest.get("workbench"), dict) else None
+        writer = writer if isinstance(writer, str) else "unknown"
+        from workbench import __version__
+
+        advice = (
+            f"install workbench {writer} (which wrote it) or a later release that reads schema {major}.x"
+            if major > SCHEMA_MAJOR
+            else f"re-export the run with this workbench, or load it with workbench {writer}"
+        )
+        raise DataError(
+            f"bundle schema {version} is not readable by workbench {__version__} (reads {SCHEMA_MAJOR}.x): {advice}",
+            where,
+        )
+    if minor > SCHEMA_MINOR:
+        return [f"bundle schema {version} is newer than {SCHEMA_VERSION}: fields added since are ignored"]
+    return []

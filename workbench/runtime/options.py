@@ -1,0 +1,58 @@
+"""What a caller may change when loading a bundle (``load_bundle(path, overrides={...})``), validated like a recipe.
+
+Every key is optional; an unknown key or a wrong type is a one-line ConfigError naming it. Two groups:
+
+* **Deployment** settings that do not change a decision: ``device``, ``dtype``, ``batch_size``, ``classifier``
+  (``numpy`` or ``onnx``: the same numbers), ``generation_cache``, where archives are unpacked and how large they may
+  be.
+* **Departures from the bundle**, each refused unless asked for on purpose, and then written into every trace:
+  ``generator`` / ``embedder`` (another model; its weights must match the manifest's digest unless
+  ``allow_model_mismatch``), ``corpus`` (another passage file), ``methods`` (per-method option overrides, checked like
+  ``evaluate.options``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workbench.bundle.schema import MAX_ARCHIVE_BYTES
+from workbench.core.config import LocatedYAML, build_dataclass, doc
+from workbench.core.errors import ConfigError
+
+
+@dataclass
+class RuntimeOptions:
+    """Overrides accepted by :func:`workbench.runtime.load_bundle` (see the module docstring)."""
+
+    device: str = doc("torch device for every model: cpu, cuda, cuda:N or auto", "cpu")
+    dtype: Literal["float32", "bfloat16", "float16"] | None = doc("generator dtype (null: the bundle's)", None)
+    batch_size: int | None = doc("prompts per forward batch (null: the bundle's)", None)
+    classifier: Literal["numpy", "onnx"] = doc("run the decision classifier in numpy or with ONNX Runtime", "numpy")
+    generation_cache: bool = doc("reuse generations from the on-disk generation cache", False)
+    generator: str | None = doc("another generator (embedded name, path or hub id); see allow_model_mismatch", None)
+    embedder: str | None = doc("another embedder; see allow_model_mismatch", None)
+    allow_model_mismatch: bool = doc(
+        "accept models whose weights differ from the manifest's sha256 (every trace then says so)", False
+    )
+    corpus: str | None = doc("a .jsonl/.json/.parquet passage file (doc_id, title, text) instead of the bundle's", None)
+    allow_corpus_mismatch: bool = doc("accept a corpus whose fingerprint differs from the manifest's", False)
+    methods: dict[str, dict] = doc("per-method option overrides, e.g. {dtr: {tau: 1.2}}", {})
+    max_archive_bytes: int = doc("largest archive (and unpacked size) accepted", MAX_ARCHIVE_BYTES)
+    extract_dir: str | None = doc("where archives are unpacked (null: the workbench cache)", None)
+
+
+def runtime_options(overrides: dict[str, Any] | RuntimeOptions | None) -> RuntimeOptions:
+    """Validated :class:`RuntimeOptions` from a mapping (or the options themselves); ConfigError on bad keys."""
+    if isinstance(overrides, RuntimeOptions):
+        return overrides
+    if overrides is None:
+        return RuntimeOptions()
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"overrides must be a mapping, got {type(overrides).__name__}", "overrides")
+    options = build_dataclass(RuntimeOptions, overrides, LocatedYAML(overrides, {}, "overrides"))
+    if options.batch_size is not None and options.batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {options.batch_size}", "overrides.batch_size")
+    if options.max_archive_bytes < 1:
+        raise ConfigError("max_archive_bytes must be >= 1", "overrides.max_archive_bytes")
+    return options

@@ -1,0 +1,281 @@
+"""The light runtime: load a bundle, answer questions with any of its methods, return answers with their traces.
+
+``rt = load_bundle(path)`` verifies the bundle and parses its learned parts (no model is loaded yet: that is the cold
+start). The first answer builds the tools the manifest names — generator, embedder, NLI judge, the corpus and its
+retriever — with the same factory the stages use, and each method with the same ``build_method`` the evaluation stage
+uses, so a bundle answers exactly as its run did. What may differ from the bundle (another generator, embedder or
+corpus) is refused unless the caller asks for it, and then written into every trace.
+
+The runtime imports no training dependency (lightning, optuna, deepspeed, wandb, scikit-learn): a test checks it in a
+fresh interpreter. Questions are plain strings — no gold field can reach a method.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.backends.cost import CostCounter
+from workbench.core.errors import ConfigError, DataError
+from workbench.runtime.options import RuntimeOptions, runtime_options
+
+
+@dataclass
+class RuntimeAnswer:
+    """One answer and how it was reached.
+
+    ``retrieved``: whether retrieved text reached the final prompt; ``passages``: those passages (id and title);
+    ``p_correct`` / ``tau`` / ``features`` (raw) / ``calibrated``: D²-RAG's retrieval decision (None for other
+    methods); ``utility_class``: D²-RAG's decoding class (``closed``, ``relevant``, ``neutral`` or ``noisy``);
+    ``lm_calls`` … ``retrieval_calls``: the answer's own cost (a method that batches questions — DTR — reports each
+    question's share of the batch's calls, so these can be fractions); ``latency_s``: wall time (in a batch: the
+    batch's wall time divided by its questions); ``notes``: recovered failures and departures from the bundle;
+    ``trace``: every step with its decisions and cost.
+    """
+
+    question: str
+    method: str
+    text: str
+    retrieved: bool
+    decoding: str
+    passages: list[dict[str, Any]] = field(default_factory=list)
+    p_correct: float | None = None
+    tau: float | None = None
+    features: dict[str, float | None] | None = None
+    calibrated: dict[str, float] | None = None
+    utility_class: str | None = None
+    lm_calls: float = 0.0
+    prompt_tokens: float = 0.0
+    generated_tokens: float = 0.0
+    tokens: float = 0.0
+    nli_pairs: float = 0.0
+    retrieval_calls: float = 0.0
+    latency_s: float = 0.0
+    fallbacks: int = 0
+    notes: list[str] = field(default_factory=list)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``infer`` writes and ``serve`` returns)."""
+        return asdict(self)
+
+
+UTILITY_CLASSES = ("closed", "relevant", "neutral", "noisy")
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+class Runtime:
+    """A loaded bundle (see the module docstring). Thread-safe: one answer (or batch) runs at a time."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], options: RuntimeOptions, notes: list[str]) -> None:
+        from workbench.runtime.opening import read_learned_parts
+
+        self.root = root
+        self.manifest = manifest
+        self.options = options
+        self.name = str(manifest.get("name"))
+        self.version = str(manifest.get("version"))
+        self.notes = list(notes)
+        methods = manifest.get("methods")
+        if not isinstance(methods, dict) or not methods:
+            raise DataError("the manifest lists no methods", str(root / "manifest.json"))
+        self.methods: tuple[str, ...] = tuple(methods)
+        self.method_options = self._method_options(methods)
+        try:
+            self.learned = read_learned_parts(root, manifest, options.classifier)
+            self.policy = self.learned.policy() if self.learned is not None else None
+        except (KeyError, TypeError, ValueError) as exc:
+            where = str(root / "manifest.json")
+            raise DataError(f"malformed decision block ({type(exc).__name__}: {exc})", where) from None
+        self._check_prompts()
+        self.counter = CostCounter()
+        self._tools: Any = None
+        self._built: dict[str, Any] = {}
+        self._titles: dict[str, str] | None = None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ checks at load
+    def _method_options(self, methods: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        from workbench.methods.registry import check_options
+
+        out = {}
+        for name, spec in methods.items():
+            options = dict((spec or {}).get("options", {}) or {})
+            options.update(self.options.methods.get(name, {}) or {})
+            out[name] = options
+        strays = sorted(set(self.options.methods) - set(out))
+        if strays:
+            raise ConfigError(f"options for method(s) {strays} that are not in the bundle", "overrides.methods")
+        check_options(list(out), out)
+        changed = sorted(self.options.methods)
+        if changed:
+            self.notes.append(f"method options overridden for {', '.join(changed)} (not the bundle's settings)")
+        return out
+
+    def _check_prompts(self) -> None:
+        """Refuse a bundle whose features were collected with other prompts than this workbench's."""
+        from workbench.uncertainty.calculators import prompts_fingerprint
+
+        stats = self.manifest.get("stats") or {}
+        recorded = stats.get("prompts")
+        if recorded and recorded != prompts_fingerprint():
+            writer = (self.manifest.get("workbench") or {}).get("version", "unknown")
+            raise DataError(
+                f"the bundle's features were collected with prompts {recorded}, this workbench's are "
+                f"{prompts_fingerprint()}: load it with workbench {writer}, or re-export the run",
+                str(self.root / "manifest.json"),
+            )
+
+    # ------------------------------------------------------------------ tools
+    def tools(self) -> Any:
+        """The generator, embedder, judge, corpus and retriever the manifest names (built on first use)."""
+        with self._lock:
+            if self._tools is None:
+                from workbench.runtime.tools import build_runtime_tools
+
+                self._tools = build_runtime_tools(self.manifest, self.options, self.counter, self.notes)
+            return self._tools
+
+    def method(self, name: str | None = None) -> Any:
+        """The method ``name`` (default: ``d2rag`` when the bundle has it, else its first), built on first use."""
+        name = name or ("d2rag" if "d2rag" in self.methods else self.methods[0])
+        if name not in self.methods:
+            raise ConfigError(f"method {name!r} is not in this bundle (has: {', '.join(self.methods)})", "method")
+        with self._lock:
+            if name not in self._built:
+                from workbench.methods.registry import build_method
+
+                tools = self.tools()
+                self._built[name] = build_method(
+                    name, tools, dict(self.method_options[name]), self.learned, utility_fallback="none"
+                )
+            return self._built[name]
+
+    def warm(self, methods: Sequence[str] | None = None) -> Runtime:
+        """Build the tools and the given methods (default: all) now instead of on the first question."""
+        for name in methods or self.methods:
+            self.method(name)
+        return self
+
+    # ------------------------------------------------------------------ answering
+    def decide(self, raw_features: Any) -> Any:
+        """D²-RAG's decision path alone for one question's raw features (mapping or vector in feature order):
+        :class:`~workbench.classify.policy.Decision` (p_correct, retrieve, calibrated u). No model is needed."""
+        if self.policy is None:
+            raise ConfigError("this bundle has no retrieval-decision policy (no d2rag)", "decide")
+        return self.policy.decide(raw_features)
+
+    def answer(self, question: str, method: str | None = None) -> RuntimeAnswer:
+        """Answer one question with ``method`` (see :meth:`method` for the default)."""
+        return self.answer_many([question], method)[0]
+
+    def answer_many(
+        self, questions: Sequence[str], method: str | None = None, batch_size: int | None = None
+    ) -> list[RuntimeAnswer]:
+        """Answer several questions, ``batch_size`` at a time (default: the generator's batch size); methods that
+        batch (DTR, InSemRAG's rounds) share forward passes within a batch."""
+        questions = _check_questions(questions)
+        runner = self.method(method)
+        size = batch_size or self.options.batch_size or int(self.manifest["answering"].get("batch_size", 8))
+        if size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {size}", "batch_size")
+        out: list[RuntimeAnswer] = []
+        with self._lock:
+            for start in range(0, len(questions), size):
+                batch = questions[start : start + size]
+                examples = [{"id": f"q{start + i}", "question": q} for i, q in enumerate(batch)]
+                began = time.perf_counter()
+                answers = runner.answer_many(examples)
+                share = (time.perf_counter() - began) / len(batch)
+                out += [self._wrap(q, runner.name, a, share) for q, a in zip(batch, answers, strict=True)]
+        return out
+
+    def _wrap(self, question: str, method: str, answer: Any, latency: float) -> RuntimeAnswer:
+        trace = answer.trace.to_dict()
+        totals = trace["totals"]
+        result = RuntimeAnswer(
+            question=question,
+            method=method,
+            text=answer.text,
+            retrieved=bool(trace["retrieved"]),
+            decoding=str(trace["decoding"]),
+            passages=[self._passage(pid) for pid in trace.get("passages", [])],
+            lm_calls=float(totals["lm_calls"]),
+            prompt_tokens=float(totals["prefill_tokens"]),
+            generated_tokens=float(totals["decoded_tokens"]),
+            tokens=float(totals["prefill_tokens"] + totals["decoded_tokens"] + totals["scored_tokens"]),
+            nli_pairs=float(totals["nli_pairs"]),
+            retrieval_calls=float(totals["retrieval_calls"]),
+            latency_s=latency,
+            fallbacks=int(trace["fallbacks"]),
+            notes=[*trace["notes"], *self.notes],
+            trace=trace,
+        )
+        for step in trace["steps"]:
+            detail = step["detail"]
+            if step["name"] == "decide":
+                result.p_correct, result.tau = _finite(detail.get("p_correct")), _finite(detail.get("tau"))
+            elif step["name"] == "features" and "calibrated" in detail:
+                result.features, result.calibrated = detail.get("raw"), detail.get("calibrated")
+            elif step["name"] in ("utility", "generate") and detail.get("class") in UTILITY_CLASSES:
+                result.utility_class = detail["class"]  # the generate step's, when there is one, is final
+        return result
+
+    def _passage(self, chunk_id: str) -> dict[str, Any]:
+        if self._titles is None:
+            tools = self.tools()
+            self._titles = dict(zip(tools.column("chunk_id"), tools.column("title"), strict=True))
+        doc = chunk_id.split("#", 1)[0]
+        title = self._titles.get(chunk_id) or self._titles.get(f"{doc}#0")
+        return {"id": chunk_id, "title": title}
+
+    # ------------------------------------------------------------------ description
+    def info(self) -> dict[str, Any]:
+        """Name, version, methods with their settings, models, the decision rule and notes (for /health, listings)."""
+        decision = self.manifest.get("decision") or {}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "schema_version": self.manifest.get("schema_version"),
+            "created": self.manifest.get("created"),
+            "methods": {m: self.method_options[m] for m in self.methods},
+            "generator": self.manifest["models"]["generator"]["ref"],
+            "decision": {k: decision.get(k) for k in ("features", "classifier", "tau", "rule")} if decision else None,
+            "classifier_backend": self.options.classifier,
+            "notes": list(self.notes),
+        }
+
+
+def _check_questions(questions: Sequence[str]) -> list[str]:
+    if isinstance(questions, str):
+        raise DataError("answer_many takes a list of questions, not one string", "questions")
+    out = list(questions)
+    for i, q in enumerate(out):
+        if not isinstance(q, str):
+            raise DataError(f"question {i} is a {type(q).__name__}: only question strings are accepted", "questions")
+        if not q.strip():
+            raise DataError(f"question {i} is empty", "questions")
+    return out
+
+
+def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | None = None) -> Runtime:
+    """Open, verify and load the bundle at ``path`` (a bundle directory or its ``.tar.gz``); see the module docstring.
+
+    ``overrides`` (:class:`~workbench.runtime.options.RuntimeOptions` keys) change deployment settings or, on
+    purpose, depart from the bundle. DataError / ConfigError / AssetError (one line, nothing loaded) when the bundle is
+    refused: a tampered, missing or extra file, an unsafe archive, a gold-using feature or method, a newer schema
+    major, or prompts that differ from the features' collection.
+    """
+    from workbench.runtime.opening import open_bundle
+
+    options = runtime_options(overrides)
+    root, manifest, notes = open_bundle(path, max_bytes=options.max_archive_bytes, extract_dir=options.extract_dir)
+    return Runtime(root, manifest, options, notes)

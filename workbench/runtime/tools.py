@@ -1,0 +1,114 @@
+"""Build a bundle's tools from its manifest: the models it names (weights checked), its corpus and retriever.
+
+Everything is built by :mod:`workbench.backends.factory` and :mod:`workbench.data.corpus` — the code the stages use —
+so the runtime searches the same passages, formats the same prompts and samples with the same seed as the run.
+
+Checks, each a one-line refusal unless the caller overrides on purpose (then noted in every trace):
+
+* a generator or embedder whose weights' sha256 differs from the manifest's (``allow_model_mismatch``);
+* a corpus whose fingerprint differs from the manifest's (``allow_corpus_mismatch``, or a ``corpus`` override).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.core.errors import AssetError, DataError
+
+
+def _checked_model(kind: str, record: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> Any:
+    """The resolved model for ``kind`` (the manifest's, or ``override``), its weights compared with the manifest."""
+    from workbench.assets import resolve_embedder, resolve_generator, weights_digest
+
+    ref = override or record["ref"]
+    resolve = resolve_generator if kind == "generator" else resolve_embedder
+    resolved = resolve(str(ref))
+    expected, actual = record.get("weights_sha256"), weights_digest(resolved.path)
+    if expected and actual != expected:
+        message = (
+            f"{kind} {ref!r} has weights {str(actual)[:12]}…, the bundle was made with {expected[:12]}… "
+            f"({record['ref']})"
+        )
+        if not allow:
+            raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", f"bundle {kind}")
+        notes.append(f"{message}: decisions were learned on another model")
+    elif override and override != record["ref"]:
+        notes.append(f"{kind} {override!r} replaces {record['ref']!r} (same weights)")
+    elif expected is None:
+        notes.append(f"{kind} {ref!r}: the bundle records no weights digest, so they could not be checked")
+    return resolved
+
+
+def runtime_corpus(manifest: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> dict[str, list]:
+    """The corpus columns the manifest names (or the ``override`` file), built the way ``build_data`` built them."""
+    from workbench.data.corpus import corpus_columns, corpus_documents, corpus_fingerprint, make_chunker
+
+    record = manifest["corpus"]
+    source = override or record["source"]
+    chunker = make_chunker(record["chunking"], record["chunk_size"], record["chunk_overlap"])
+    columns = corpus_columns(corpus_documents(source), chunker)
+    expected, actual = record.get("fingerprint"), corpus_fingerprint(columns)
+    if override:
+        notes.append(f"corpus {override!r} replaces the bundle's ({record['source']})")
+    elif expected and actual != expected:
+        message = f"corpus {source!r} has fingerprint {actual}, the bundle's features were collected over {expected}"
+        if not allow:
+            raise DataError(f"{message}; pass allow_corpus_mismatch to use it anyway", "bundle corpus")
+        notes.append(message)
+    return columns
+
+
+def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
+    """The :class:`~workbench.methods.base.Tools` of a bundle (see the module docstring)."""
+    from workbench.backends.factory import build_embedder, build_generator, build_judge, build_retriever
+    from workbench.methods.base import Tools
+
+    models = manifest["models"]
+    answering = manifest["answering"]
+    allow = options.allow_model_mismatch
+    generator_model = _checked_model("generator", models["generator"], options.generator, allow, notes)
+    _checked_model("embedder", models["embedder"], options.embedder, allow, notes)
+    generator = build_generator(
+        generator_model,
+        device=options.device,
+        dtype=options.dtype or models["generator"].get("dtype", "float32"),
+        max_context=models["generator"].get("max_context"),
+        batch_size=options.batch_size or int(answering.get("batch_size", 8)),
+        cache=options.generation_cache,
+        counter=counter,
+        seed=int(manifest.get("seed", 0)),
+    )
+    shared: dict[str, Any] = {}
+
+    def embedder() -> Any:
+        if "embedder" not in shared:
+            ref = options.embedder or models["embedder"]["ref"]  # the reference, so caches keep their fingerprint
+            shared["embedder"] = build_embedder(ref, counter=counter, device=options.device)
+        return shared["embedder"]
+
+    nli = models["nli"]
+    if nli.get("model") and nli.get("weights_sha256"):
+        from workbench.assets import weights_digest
+
+        if weights_digest(nli["model"]) != nli["weights_sha256"] and not allow:
+            raise AssetError("the NLI judge's weights differ from the bundle's", str(nli["model"]))
+    judge = build_judge(
+        nli["kind"],
+        model=nli.get("model"),
+        embedder=embedder,
+        generator=lambda: generator,
+        batch_size=int(nli.get("batch_size", 32)),
+        counter=counter,
+    )
+    corpus = runtime_corpus(manifest, options.corpus, options.allow_corpus_mismatch, notes)
+    retriever = build_retriever(answering["retriever"], corpus, embedder=embedder, counter=counter)
+    return Tools(
+        generator=generator,
+        retriever=retriever,
+        corpus=corpus,
+        counter=counter,
+        judge=judge,
+        embedder=embedder(),
+        passage_chars=int(answering["passage_chars"]),
+        max_new_tokens=int(answering["max_new_tokens"]),
+    )

@@ -1,0 +1,102 @@
+"""A bounded HTTP load generator for a running ``workbench serve`` (real requests over a socket, via httpx)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from workbench.core.errors import ConfigError
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    """Linearly interpolated percentile (``q`` in [0, 1]) of already-sorted values; None when empty."""
+    if not sorted_values:
+        return None
+    pos = q * (len(sorted_values) - 1)
+    low = int(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+
+
+def run_load(
+    base_url: str,
+    bodies: list[dict[str, Any]],
+    *,
+    total: int = 200,
+    concurrency: int = 8,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Send ``total`` ``POST {base_url}/answer`` requests, cycling through ``bodies``, ``concurrency`` at a time.
+
+    Each worker thread sends its next request as soon as its previous one has been answered (a closed loop), over one
+    shared keep-alive connection pool. Returns ``{"requests", "concurrency", "errors", "status_counts", "p50_s",
+    "p95_s", "max_s", "seconds", "throughput_rps"}``: ``errors`` counts non-2xx answers and transport exceptions
+    (timeouts, refused connections); ``status_counts`` maps each status code (as a string) or exception class name to
+    its count; the latency percentiles are over the successful (2xx) requests (None when none succeeded);
+    ``throughput_rps`` is requests answered (any status) per wall-clock second. Raises a one-line
+    :class:`ConfigError` for an empty ``bodies``, ``total`` or ``concurrency`` < 1, or ``timeout`` <= 0.
+    """
+    import httpx  # only here: importing workbench.serve stays light
+
+    if not bodies or not all(isinstance(b, dict) for b in bodies):
+        raise ConfigError("bodies must be a non-empty list of JSON objects (dicts)", "run_load.bodies")
+    for name, value in (("total", total), ("concurrency", concurrency)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", f"run_load.{name}")
+    if not timeout > 0:
+        raise ConfigError(f"timeout must be > 0 seconds, got {timeout!r}", "run_load.timeout")
+
+    url = base_url.rstrip("/") + "/answer"
+    workers = min(concurrency, total)
+    lock = threading.Lock()
+    next_index = 0
+    latencies: list[float] = []  # successful requests only
+    statuses: Counter[str] = Counter()
+    errors = 0
+
+    def worker(client: httpx.Client) -> None:
+        nonlocal next_index, errors
+        while True:
+            with lock:
+                if next_index >= total:
+                    return
+                index = next_index
+                next_index += 1
+            began = time.perf_counter()
+            try:
+                response = client.post(url, json=bodies[index % len(bodies)])
+                key, ok = str(response.status_code), response.is_success
+            except httpx.HTTPError as exc:
+                key, ok = type(exc).__name__, False
+            elapsed = time.perf_counter() - began
+            with lock:
+                statuses[key] += 1
+                if ok:
+                    latencies.append(elapsed)
+                else:
+                    errors += 1
+
+    pool_limits = httpx.Limits(max_connections=workers, max_keepalive_connections=workers)
+    with httpx.Client(timeout=timeout, limits=pool_limits) as client:
+        began = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run-load") as pool:
+            for future in [pool.submit(worker, client) for _ in range(workers)]:
+                future.result()  # re-raise a worker's unexpected (non-HTTP) exception
+        seconds = time.perf_counter() - began
+
+    latencies.sort()
+    done = sum(statuses.values())
+    return {
+        "requests": done,
+        "concurrency": workers,
+        "errors": errors,
+        "status_counts": dict(sorted(statuses.items())),
+        "p50_s": _percentile(latencies, 0.50),
+        "p95_s": _percentile(latencies, 0.95),
+        "max_s": latencies[-1] if latencies else None,
+        "seconds": seconds,
+        "throughput_rps": done / seconds if seconds > 0 else None,
+    }
