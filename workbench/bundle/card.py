@@ -92,7 +92,8 @@ def model_card(manifest: dict[str, Any]) -> str:
             "| method | containment | retrieval rate | LM calls / q | tokens / q | p50 latency (s) |",
             "|---|---:|---:|---:|---:|---:|",
         ]
-        for method, row in evaluate["methods"].items():
+        for method in evaluate.get("order") or list(evaluate["methods"]):
+            row = evaluate["methods"][method]
             label = method if method in manifest["methods"] else f"{method} (reads the gold answer: not in the bundle)"
             lines.append(
                 f"| {label} | {_fmt(row['contains'])} | {_fmt(row['retrieval_rate'], 2)} | "
@@ -109,12 +110,12 @@ def model_card(manifest: dict[str, Any]) -> str:
             "predicting the commonest class.",
             "",
         ]
+    default = "d2rag" if "d2rag" in manifest["methods"] else next(iter(manifest["methods"]))
     lines += [
         "## How to load it",
         "",
         "```bash",
-        f"workbench infer --bundle artifacts/bundles/{name}/{version} --method {next(iter(manifest['methods']))} "
-        '"Which river flows through Paris?"',
+        f'workbench infer --bundle artifacts/bundles/{name}/{version} --method {default} "Who painted the Mona Lisa?"',
         f"workbench serve --bundle artifacts/bundles/{name}/{version}   # JSON API on 127.0.0.1:8000",
         "```",
         "",
@@ -122,7 +123,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "from workbench import load_bundle",
         "",
         f'rt = load_bundle("artifacts/bundles/{name}/{name}-{version}.tar.gz")  # or the directory',
-        f'answer = rt.answer("Which river flows through Paris?", method="{next(iter(manifest["methods"]))}")',
+        f'answer = rt.answer("Who painted the Mona Lisa?", method="{default}")',
         "print(answer.text, answer.retrieved, answer.p_correct)",
         "```",
         "",

@@ -201,9 +201,11 @@ def _metrics(run: _Run) -> dict[str, Any]:
     evaluate = run.json("evaluate", "summary.json")
     if evaluate:
         keys = ("n", "em", "f1", "contains", "retrieval_rate", "lm_calls", "tokens", "latency_p50")
+        order = evaluate.get("order") or list(evaluate["methods"])  # the recipe's order (JSON keys are sorted)
         out["evaluate"] = {
             "split": evaluate.get("split"),
-            "methods": {m: {k: row.get(k) for k in keys} for m, row in evaluate["methods"].items()},
+            "order": order,
+            "methods": {m: {k: evaluate["methods"][m].get(k) for k in keys} for m in order},
         }
     return out
 
@@ -484,7 +486,7 @@ def _write_plots(manifest: dict[str, Any], staging: Path) -> None:
         )
     evaluate = metrics.get("evaluate")
     if evaluate and evaluate.get("methods"):
-        names = list(evaluate["methods"])
+        names = list(evaluate.get("order") or evaluate["methods"])
         grouped_bars(
             staging / "plots" / "methods.png",
             names,

@@ -29,9 +29,28 @@ def _archive_digest(path: Path, max_bytes: int) -> str:
     return digest.hexdigest()
 
 
+def latest_version(name_dir: Path) -> Path:
+    """The highest ``X.Y.Z`` version directory under a bundle's name directory (``artifacts/bundles/NAME``)."""
+    from workbench.bundle.schema import parse_semver
+
+    versions = []
+    for child in name_dir.iterdir():
+        try:
+            versions.append((parse_semver(child.name), child))
+        except DataError:
+            continue
+    if not versions:
+        raise DataError("no manifest.json and no X.Y.Z version directories: not a bundle", str(name_dir))
+    return max(versions)[1]
+
+
 def open_bundle(path: str | Path, *, max_bytes: int, extract_dir: str | Path | None = None) -> tuple[Path, dict, list]:
-    """``(bundle directory, manifest, notes)`` of a verified bundle; DataError (one line, naming the file) otherwise."""
+    """``(bundle directory, manifest, notes)`` of a verified bundle; DataError (one line, naming the file) otherwise.
+
+    ``path`` is a version directory, a bundle's name directory (its highest version is taken) or a ``.tar.gz``."""
     path = Path(path)
+    if path.is_dir() and not (path / "manifest.json").exists():
+        path = latest_version(path)
     if path.is_dir():
         root = path
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):

@@ -33,8 +33,8 @@ class RuntimeAnswer:
     ``p_correct`` / ``tau`` / ``features`` (raw) / ``calibrated``: D²-RAG's retrieval decision (None for other
     methods); ``utility_class``: D²-RAG's decoding class (``closed``, ``relevant``, ``neutral`` or ``noisy``);
     ``lm_calls`` … ``retrieval_calls``: the answer's own cost (a method that batches questions — DTR — reports each
-    question's share of the batch's calls, so these can be fractions); ``latency_s``: wall time (in a batch: the
-    batch's wall time divided by its questions); ``notes``: recovered failures and departures from the bundle;
+    question's share of the batch's calls, so these can be fractions); ``latency_s``: the answer's wall time (its
+    steps'; a step shared by a batch counts its share); ``notes``: recovered failures and departures from the bundle;
     ``trace``: every step with its decisions and cost.
     """
 
@@ -194,7 +194,7 @@ class Runtime:
                 examples = [{"id": f"q{start + i}", "question": q} for i, q in enumerate(batch)]
                 began = time.perf_counter()
                 answers = runner.answer_many(examples)
-                share = (time.perf_counter() - began) / len(batch)
+                share = (time.perf_counter() - began) / len(batch)  # when a method records no step times
                 out += [self._wrap(q, runner.name, a, share) for q, a in zip(batch, answers, strict=True)]
         return out
 
@@ -214,7 +214,7 @@ class Runtime:
             tokens=float(totals["prefill_tokens"] + totals["decoded_tokens"] + totals["scored_tokens"]),
             nli_pairs=float(totals["nli_pairs"]),
             retrieval_calls=float(totals["retrieval_calls"]),
-            latency_s=latency,
+            latency_s=float(totals["seconds"]) or latency,
             fallbacks=int(trace["fallbacks"]),
             notes=[*trace["notes"], *self.notes],
             trace=trace,

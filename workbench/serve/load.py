@@ -1,11 +1,15 @@
-"""A bounded HTTP load generator for a running ``workbench serve`` (real requests over a socket, via httpx)."""
+"""A bounded HTTP load generator for a running ``workbench serve`` (real requests over a socket, via httpx), and a
+``workbench serve`` in a separate process to point it at (:func:`serve_process`)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError
@@ -100,3 +104,57 @@ def run_load(
         "seconds": seconds,
         "throughput_rps": done / seconds if seconds > 0 else None,
     }
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_process(
+    bundle: str | Path, *, args: Sequence[str] = (), port: int | None = None, ready_timeout: float = 300.0
+) -> Iterator[str]:
+    """Run ``workbench serve --bundle BUNDLE`` in a separate process on a free localhost port; yield its base URL
+    once ``GET /health`` answers; stop it on exit. A server that dies or never gets ready is a one-line
+    :class:`~workbench.core.errors.WorkbenchError` with the end of its output."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import httpx
+
+    from workbench.core.errors import WorkbenchError
+
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "workbench", "--quiet", "serve", "--bundle", str(bundle), "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                if process.poll() is not None:
+                    log.seek(0)
+                    tail = log.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+                    raise WorkbenchError(f"the server exited ({process.returncode}): {' '.join(tail)}", "serve")
+                try:
+                    if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise WorkbenchError(f"the server was not ready after {ready_timeout:.0f} s", "serve")
+                time.sleep(0.25)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

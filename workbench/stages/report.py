@@ -141,13 +141,35 @@ def _budget_note(seconds: float, config: Any) -> str:
     return f" (budget {budget} s on 2 cores: {'within' if seconds <= budget else 'OVER'})"
 
 
+def bundle_section(export_dir: Path) -> list[str]:
+    """Where the run's bundle went and how to use it (the ``export`` stage's ``bundle.json``)."""
+    record = json.loads((export_dir / "bundle.json").read_text())
+    state = "unchanged since the last export (identical files)" if record["unchanged"] else "written"
+    lines = [
+        "## Bundle",
+        "",
+        f"**{record['name']} {record['version']}** {state}: `{record['path']}`"
+        + (f" and `{record['archive']}`" if record.get("archive") else "")
+        + f"; methods {', '.join(f'`{m}`' for m in record['methods'])}. Its model card is `README.md` in that "
+        "directory; `workbench bundles` lists every bundle.",
+        "",
+        "```bash",
+        f'workbench infer --bundle {record["path"]} --method {record["methods"][0]} "Who painted the Mona Lisa?"',
+        f"workbench serve --bundle {record['path']}",
+        "```",
+        "",
+    ]
+    lines += [f"- {note}" for note in record.get("notes", [])]
+    return [*lines, ""] if record.get("notes") else lines
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
 
     Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
     calibration (``calibrate``), routing (``classify``), retrievers by ΔSePer (``seper_eval``), the utility
     predictor (``fit_utility``), the methods side by side (``evaluate``) and the contrastive-decoding benchmark
-    (``bench_decoding``), then the time table.
+    (``bench_decoding``), the exported bundle (``export``), then the time table.
     """
     from workbench.core.errors import ConfigError
 
@@ -189,6 +211,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.bench_decoding import decoding_section
 
             body += decoding_section(ctx.inputs["bench_decoding"], tmp, config.name)
+        if "export" in ctx.inputs:
+            body += bundle_section(ctx.inputs["export"])
         lines = [
             f"# {config.name} report",
             "",

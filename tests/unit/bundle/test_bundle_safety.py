@@ -256,3 +256,13 @@ def test_archives_are_deterministic(tmp_path, bundle):
     os.utime(bundle / "README.md", (1, 1))  # timestamps never reach the archive
     second = write_archive(bundle, tmp_path / "b.tar.gz", "tiny-1.0.0").read_bytes()
     assert first == second == (FIXTURE / "tiny-1.0.0.tar.gz").read_bytes()
+
+
+def test_a_name_directory_loads_its_highest_version(tmp_path):
+    for version in ("1.0.0", "1.10.0", "1.9.3"):
+        shutil.copytree(FIXTURE / "1.0.0", tmp_path / "tiny" / version)
+    (tmp_path / "tiny" / "notes").mkdir()
+    assert load_bundle(tmp_path / "tiny").root.name == "1.10.0"  # numeric order, not text order
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="not a bundle"):
+        load_bundle(tmp_path / "empty")

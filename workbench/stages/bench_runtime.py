@@ -1,0 +1,379 @@
+"""Stage ``bench_runtime``: what a deployed bundle costs and whether it decides as its run did.
+
+Reads a finished run (``bench_runtime.run``, e.g. the quickstart's) and its bundle (``bench_runtime.bundle``; null:
+exported from the run now, which reuses the identical version when nothing changed). Measures, each in the same run:
+
+1. **Cold start** — ``from workbench import load_bundle; load_bundle(path)`` in a fresh interpreter (imports,
+   verification of every file's sha256, parsing the learned parts; models load on the first answer, so no LM weights
+   are read), the median of ``cold_starts`` processes, from the directory and from the archive. Also, once, the time
+   to the first answer (models, corpus, retriever built) for the record. Goal ≤ 2 s.
+2. **Import boundary** — which training libraries (lightning, optuna, deepspeed, wandb, scikit-learn,
+   sentence-transformers) that fresh interpreter imported after loading and answering: goal none.
+3. **Decision path** — features → calibrators → classifier → τ for one question
+   (:meth:`~workbench.runtime.runtime.Runtime.decide`), numpy and ONNX Runtime, median and p95 per call over the
+   evaluation split's collected features, after a warm-up. Goal ≤ 1 ms.
+4. **Parity** — the runtime's P(correct) and decisions on every collected question of the run's evaluation split
+   against the classify stage's (identical decisions, |ΔP| ≤ 1e-6), both backends; and end to end, the runtime's
+   answers against the evaluate stage's traces for ``end_to_end_methods`` (text, retrieval, P(correct)).
+5. **Serve under load** — ``workbench serve`` in its own process, ``serve_requests`` requests at
+   ``serve_concurrency`` at a time (``serve_method`` over ``serve_questions`` test questions): errors, p50 / p95
+   latency, throughput; once with every request generating, once with the generation cache warm (what the server
+   and the runtime cost besides the model).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.core.errors import ConfigError, DataError
+from workbench.stages.context import StageContext
+
+BANNED = ("lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "sklearn", "sentence_transformers")
+COLD_START_GOAL_S = 2.0
+DECISION_GOAL_MS = 1.0
+PARITY_TOLERANCE = 1e-6
+
+
+def _python(code: str, threads: int) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line last, which is returned."""
+    import os
+
+    env = dict(os.environ)
+    if threads > 0:
+        env["OMP_NUM_THREADS"] = str(threads)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
+    if out.returncode != 0:
+        raise DataError(f"benchmark subprocess failed: {out.stderr.strip().splitlines()[-1:]}", "bench_runtime")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+COLD = """
+import json, sys, time
+began = time.perf_counter()
+from workbench import load_bundle
+imported = time.perf_counter()
+rt = load_bundle({path!r}, {{"extract_dir": {extract!r}}})
+loaded = time.perf_counter()
+print(json.dumps({{"import_s": imported - began, "load_s": loaded - imported, "total_s": loaded - began,
+                  "modules": sorted(m for m in {banned!r} if m in sys.modules)}}))
+"""
+
+FIRST = """
+import json, sys, time
+import torch
+torch.set_num_threads({threads})
+began = time.perf_counter()
+from workbench import load_bundle
+rt = load_bundle({path!r})
+loaded = time.perf_counter()
+rt.warm([{method!r}])
+warm = time.perf_counter()
+answer = rt.answer({question!r}, {method!r})
+done = time.perf_counter()
+for name in rt.methods:
+    rt.answer({question!r}, name)
+print(json.dumps({{"load_s": loaded - began, "build_s": warm - loaded, "answer_s": done - warm,
+                  "all_methods": list(rt.methods),
+                  "modules": sorted(m for m in {banned!r} if m in sys.modules)}}))
+"""
+
+
+def _cold_start(bundle: Path, archive: Path | None, section: Any, threads: int, scratch: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    sources = {"directory": bundle, **({"archive": archive} if archive is not None else {})}
+    for label, path in sources.items():
+        runs = []
+        for i in range(section.cold_starts):
+            extract = str(scratch / f"unpack-{label}-{i}") if label == "archive" else None
+            runs.append(_python(COLD.format(path=str(path), extract=extract, banned=BANNED), threads))
+        out[label] = {
+            "runs": len(runs),
+            "median_s": statistics.median(r["total_s"] for r in runs),
+            "max_s": max(r["total_s"] for r in runs),
+            "median_import_s": statistics.median(r["import_s"] for r in runs),
+            "median_load_s": statistics.median(r["load_s"] for r in runs),
+            "modules": sorted({m for r in runs for m in r["modules"]}),
+        }
+    return out
+
+
+def _decision_path(rt_numpy: Any, rt_onnx: Any, rows: list[dict[str, float]], repeats: int) -> dict[str, Any]:
+    """Per-call latency of ``decide`` (numpy and ONNX Runtime), median and p95 in milliseconds."""
+    out = {}
+    for label, rt in (("numpy", rt_numpy), ("onnx", rt_onnx)):
+        for row in rows[:50]:  # warm-up: imports, ONNX session, caches
+            rt.decide(row)
+        times = []
+        for i in range(repeats):
+            row = rows[i % len(rows)]
+            began = time.perf_counter()
+            rt.decide(row)
+            times.append(time.perf_counter() - began)
+        ms = np.asarray(times) * 1000.0
+        out[label] = {"calls": repeats, "median_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95))}
+    return out
+
+
+def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """Runtime vs classify stage on the run's evaluation split; returns the figures and the raw feature rows."""
+    selection = json.loads((run_dir / "stages/classify/selection.json").read_text())
+    predictions = json.loads((run_dir / "stages/classify/predictions.json").read_text())
+    calibrated = json.loads((run_dir / "stages/calibrate/calibrated.json").read_text())
+    split = selection["eval_split"]
+    features = rt_numpy.policy.features
+    raw = calibrated[split]["raw"]
+    rows = [dict(zip(features, values, strict=True)) for values in zip(*(raw[f] for f in features), strict=True)]
+    expected = np.asarray(predictions["LR" if selection["chosen"] == "logistic" else "MLP"], dtype=float)
+    tau = rt_numpy.policy.tau
+    out: dict[str, Any] = {"split": split, "questions": len(rows), "tau": tau}
+    for label, rt in (("numpy", rt_numpy), ("onnx", rt_onnx)):
+        p = np.asarray([rt.decide(r).p_correct for r in rows], dtype=float)
+        out[label] = {
+            "max_abs_diff": float(np.max(np.abs(p - expected))) if len(rows) else 0.0,
+            "same_decisions": int(np.sum((p < tau) == (expected < tau))),
+        }
+    return out, rows
+
+
+def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -> dict[str, Any]:
+    """The runtime's answers against the evaluate stage's traces, per method (generation cache off, as there)."""
+    import datasets
+
+    traces_dir = run_dir / "stages/evaluate/traces"
+    if not traces_dir.is_dir():
+        return {}
+    traces = datasets.load_from_disk(str(traces_dir)).to_list()
+    from workbench.runtime import load_bundle
+
+    rt = load_bundle(bundle)
+    out = {}
+    for method in methods:
+        rows = [r for r in traces if r["method"] == method]
+        if not rows or method not in rt.methods:
+            continue
+        answers = rt.answer_many([r["question"] for r in rows], method)
+        p_expected = []
+        for r in rows:
+            decide = [s for s in json.loads(r["trace"])["steps"] if s["name"] == "decide"]
+            p_expected.append(decide[0]["detail"]["p_correct"] if decide else None)
+        out[method] = {
+            "questions": len(rows),
+            "same_text": sum(a.text == r["prediction"] for a, r in zip(answers, rows, strict=True)),
+            "same_retrieval": sum(a.retrieved == r["retrieved"] for a, r in zip(answers, rows, strict=True)),
+            "same_p_correct": sum(a.p_correct == p for a, p in zip(answers, p_expected, strict=True)),
+        }
+    return out
+
+
+def _serve(bundle: Path, questions: list[str], section: Any) -> list[dict[str, Any]]:
+    from workbench.serve import run_load, serve_process
+
+    bodies = [{"question": q, "method": section.serve_method} for q in questions]
+    rows = []
+    with serve_process(bundle) as url:
+        rows.append({"mode": "every request generates", **run_load(url, bodies, **_load_args(section))})
+    warm = ["--set", "generation_cache=true"]
+    with serve_process(bundle, args=warm) as url:
+        run_load(url, bodies, total=len(bodies), concurrency=1)  # fill the cache: one generation per question
+        rows.append({"mode": "generation cache warm", **run_load(url, bodies, **_load_args(section))})
+    return rows
+
+
+def _load_args(section: Any) -> dict[str, Any]:
+    return {"total": section.serve_requests, "concurrency": section.serve_concurrency, "timeout": 600.0}
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Measure the bundle (see the module docstring); write ``bench.json``."""
+    from workbench.bundle.export import export_run
+    from workbench.runtime import load_bundle
+
+    section = ctx.config.bench_runtime
+    run_dir = Path(section.run)
+    if not (run_dir / "stages/classify/selection.json").is_file():
+        raise ConfigError(
+            f"{run_dir} is not a finished run with a classify stage: run `workbench run quickstart` first",
+            "bench_runtime.run",
+        )
+    if section.bundle:
+        bundle, archive = Path(section.bundle), None
+        if bundle.is_file():
+            bundle, archive = None, bundle
+    else:
+        exported = export_run(run_dir, root=ctx.config.export.dir)
+        bundle, archive = exported.path, exported.archive
+    target = bundle if bundle is not None else archive
+    threads = ctx.config.threads
+    scratch = ctx.scratch_dir
+    ctx.log.info("cold start: %d fresh interpreters per source", section.cold_starts)
+    cold = _cold_start(bundle or archive, archive if bundle is not None else None, section, threads, scratch)
+    rt_numpy = load_bundle(target, {"extract_dir": str(scratch / "unpacked")})
+    rt_onnx = load_bundle(target, {"extract_dir": str(scratch / "unpacked"), "classifier": "onnx"})
+    parity, rows = _parity(run_dir, rt_numpy, rt_onnx)
+    decision = _decision_path(rt_numpy, rt_onnx, rows, section.decision_repeats)
+    ctx.log.info("end to end: %s against the evaluate traces", ", ".join(section.end_to_end_methods))
+    end_to_end = _end_to_end(run_dir, rt_numpy.root, list(section.end_to_end_methods), threads)
+    question = _questions(run_dir, 1)[0]
+    ctx.log.info("first answer in a fresh interpreter (models, corpus, retriever built)")
+    first = _python(
+        FIRST.format(path=str(rt_numpy.root), method="d2rag", question=question, banned=BANNED, threads=threads or 1),
+        threads,
+    )
+    ctx.log.info("serve: %d requests, %d concurrent", section.serve_requests, section.serve_concurrency)
+    serve = _serve(rt_numpy.root, _questions(run_dir, section.serve_questions), section)
+    bench = {
+        "bundle": {"name": rt_numpy.name, "version": rt_numpy.version, "path": str(rt_numpy.root)},
+        "run": str(run_dir),
+        "threads": threads,
+        "cold_start": cold,
+        "first_answer": first,
+        "decision_path": decision,
+        "parity": parity,
+        "end_to_end": end_to_end,
+        "serve": serve,
+        "settings": {
+            "cold_starts": section.cold_starts,
+            "decision_repeats": section.decision_repeats,
+            "serve_method": section.serve_method,
+            "serve_questions": section.serve_questions,
+        },
+    }
+    atomic_write_json(ctx.out_dir / "bench.json", bench)
+    return {
+        "cold_start_s": round(cold["directory"]["median_s"] if "directory" in cold else cold["archive"]["median_s"], 3),
+        "decision_numpy_ms": round(decision["numpy"]["median_ms"], 4),
+        "parity_max_abs_diff": max(parity["numpy"]["max_abs_diff"], parity["onnx"]["max_abs_diff"]),
+        "serve_errors": sum(row["errors"] for row in serve),
+    }
+
+
+def _questions(run_dir: Path, n: int) -> list[str]:
+    """The first ``n`` questions of the run's test split (from its build_data output)."""
+    from workbench.data.wikiqa import load_saved_dataset_dict
+
+    qa = load_saved_dataset_dict(run_dir / "stages/build_data/qa")
+    split = qa["test"]
+    return [str(q) for q in split.select(range(min(n, len(split))))["question"]]
+
+
+# ------------------------------------------------------------------------------------------------ report
+def _ok(flag: bool) -> str:
+    return "met" if flag else "**not met**"
+
+
+def report_lines(bench: dict[str, Any], name: str) -> list[str]:
+    """The Markdown report of ``bench.json``."""
+    b, cold, decision, parity = bench["bundle"], bench["cold_start"], bench["decision_path"], bench["parity"]
+    first = bench["first_answer"]
+    lines = [
+        "# Runtime benchmark",
+        "",
+        f"Recipe `{name}` (regenerate with `workbench run {name}`). Bundle **{b['name']} {b['version']}** "
+        f"(`{b['path']}`), exported from `{bench['run']}`. **{bench['threads']} torch thread(s)**; each cold start "
+        "is a fresh Python interpreter. Shared, noisy machine: read the ratios and the goals, not the last digit.",
+        "",
+        "## Cold start of `load_bundle` (no LM weights read)",
+        "",
+        "| source | runs | median s | max s | of which import s | load s | goal ≤ 2 s |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for label, row in cold.items():
+        lines.append(
+            f"| {label} | {row['runs']} | {row['median_s']:.3f} | {row['max_s']:.3f} | {row['median_import_s']:.3f} "
+            f"| {row['median_load_s']:.3f} | {_ok(row['median_s'] <= COLD_START_GOAL_S)} |"
+        )
+    lines += [
+        "",
+        f"The first answer in a fresh interpreter (for the record, not a goal): `load_bundle` {first['load_s']:.2f} s, "
+        f"then building the models, corpus and retriever and D²-RAG {first['build_s']:.1f} s, then the first D²-RAG "
+        f"answer {first['answer_s']:.2f} s. Every method of the bundle answered once there: "
+        f"{', '.join(first['all_methods'])}.",
+        "",
+        "## Import boundary",
+        "",
+    ]
+    seen = sorted({*first["modules"], *(m for row in cold.values() for m in row["modules"])})
+    lines.append(
+        f"Training libraries imported by a runtime process after loading and answering with every method: "
+        f"{', '.join(seen) if seen else '**none**'} (checked: {', '.join(BANNED)}) — goal none: {_ok(not seen)}."
+    )
+    lines += [
+        "",
+        "## Decision path (features → calibrators → classifier → τ, one question)",
+        "",
+        "| classifier | calls | median ms | p95 ms | goal ≤ 1 ms |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for label, row in decision.items():
+        lines.append(
+            f"| {label} | {row['calls']} | {row['median_ms']:.4f} | {row['p95_ms']:.4f} "
+            f"| {_ok(row['median_ms'] <= DECISION_GOAL_MS)} |"
+        )
+    lines += [
+        "",
+        f"## Parity with the training run ({parity['questions']} `{parity['split']}` questions, τ = "
+        f"{parity['tau']:.6g})",
+        "",
+        "The runtime's P(correct) from the run's collected features against the `classify` stage's predictions.",
+        "",
+        "| classifier | identical decisions | max \\|ΔP(correct)\\| | goal: all identical, ≤ 1e-6 |",
+        "|---|---:|---:|---|",
+    ]
+    for label in ("numpy", "onnx"):
+        row = parity[label]
+        ok = row["same_decisions"] == parity["questions"] and row["max_abs_diff"] <= PARITY_TOLERANCE
+        lines.append(
+            f"| {label} | {row['same_decisions']} / {parity['questions']} | {row['max_abs_diff']:.2e} | {_ok(ok)} |"
+        )
+    if bench["end_to_end"]:
+        lines += [
+            "",
+            "End to end, the runtime's answers against the `evaluate` stage's traces (same questions; generation "
+            "cache off in both):",
+            "",
+            "| method | questions | same answer text | same retrieval decision | same P(correct) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for method, row in bench["end_to_end"].items():
+            p = f"{row['same_p_correct']}" if method == "d2rag" else "–"
+            lines.append(f"| {method} | {row['questions']} | {row['same_text']} | {row['same_retrieval']} | {p} |")
+    s = bench["settings"]
+    lines += [
+        "",
+        f"## `workbench serve` under load (`{s['serve_method']}` over {s['serve_questions']} test questions)",
+        "",
+        "A separate `workbench serve` process on 127.0.0.1; the load generator keeps the stated number of requests "
+        "in flight (closed loop). The runtime answers one request at a time, so latency under concurrency is mostly "
+        "queueing behind the model.",
+        "",
+        "| mode | requests | concurrency | errors | p50 s | p95 s | max s | throughput req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in bench["serve"]:
+        lines.append(
+            f"| {row['mode']} | {row['requests']} | {row['concurrency']} | {row['errors']} "
+            f"| {_f(row['p50_s'])} | {_f(row['p95_s'])} | {_f(row['max_s'])} | {_f(row['throughput_rps'], 2)} |"
+        )
+    return lines
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def report(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` to the report directory."""
+    bench = json.loads((ctx.inputs["bench_runtime"] / "bench.json").read_text())
+    report_dir = ctx.config.resolved_report_dir
+    with atomic_directory(report_dir) as tmp:
+        (tmp / "report.md").write_text("\n".join(report_lines(bench, ctx.config.name)) + "\n", encoding="utf-8")
+    return {"report": str(report_dir / "report.md")}
