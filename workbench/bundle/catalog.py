@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.integrity import read_manifest, verify_bundle_dir
-from workbench.bundle.schema import parse_semver
+from workbench.bundle.schema import bundle_versions
 from workbench.core.errors import DataError
 
 
@@ -46,13 +46,7 @@ def list_bundles(root: str | Path, *, verify: bool = False) -> list[BundleEntry]
     if not root.is_dir():
         return entries
     for name_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        versions = []
-        for child in name_dir.iterdir():
-            try:
-                versions.append((parse_semver(child.name), child))
-            except DataError:
-                continue
-        for _, path in sorted(versions):
+        for _, path in bundle_versions(name_dir):
             try:
                 manifest = verify_bundle_dir(path) if verify else read_manifest(path)
                 status = "verified" if verify else "ok"

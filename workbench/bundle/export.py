@@ -30,7 +30,7 @@ from typing import Any
 
 from workbench.bundle.archive import write_archive
 from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
-from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, check_name, parse_semver
+from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.core.atomic import atomic_directory, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
@@ -307,17 +307,6 @@ def _content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
     return stable_hash([body, {k: v for k, v in files.items() if k != "README.md"}], length=64)
 
 
-def _versions(root: Path) -> list[tuple[tuple[int, int, int], Path]]:
-    out = []
-    if root.is_dir():
-        for child in root.iterdir():
-            try:
-                out.append((parse_semver(child.name), child))
-            except DataError:
-                continue
-    return sorted(out)
-
-
 def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     try:
         manifest = read_manifest(path)
@@ -446,7 +435,7 @@ def export_run(
 def _pick_version(bundle_root: Path, version: str, digest: str, force: bool) -> tuple[str, str, bool]:
     """``(version, created, unchanged)`` by the rule in the module docstring."""
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    existing = _versions(bundle_root)
+    existing = bundle_versions(bundle_root)
     if version == "auto":
         if not existing:
             return "1.0.0", now, False

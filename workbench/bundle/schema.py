@@ -23,6 +23,7 @@ may appear: JSON, ONNX, safetensors, Markdown and PNG — nothing that can hold 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import DataError
@@ -62,6 +63,17 @@ def parse_semver(version: str, where: str = "bundle version") -> tuple[int, int,
         raise DataError(f"{version!r} is not a semantic version X.Y.Z", where)
     major, minor, patch = (int(g) for g in match.groups())
     return major, minor, patch
+
+
+def bundle_versions(name_dir: Path) -> list[tuple[tuple[int, int, int], Path]]:
+    """``[(semver, directory)]`` of the ``X.Y.Z`` version directories under a bundle's name directory, lowest
+    first (numeric order: 1.10.0 after 1.9.3); other entries are ignored."""
+    out = []
+    if name_dir.is_dir():
+        for child in name_dir.iterdir():
+            if child.is_dir() and SEMVER.match(child.name):
+                out.append((parse_semver(child.name), child))
+    return sorted(out)
 
 
 def check_schema(manifest: dict[str, Any], where: str) -> list[str]:

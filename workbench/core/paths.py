@@ -26,6 +26,18 @@ def cache_dir(*parts: str) -> Path:
 
 
 def recipes_dir() -> Path:
-    """The directory of built-in recipes (``$WORKBENCH_RECIPES_DIR`` overrides ``<project>/recipes``)."""
+    """The directory of built-in recipes: ``$WORKBENCH_RECIPES_DIR`` when set; else ``<project>/recipes`` in a source
+    checkout (or an editable install); else the copy shipped inside the installed package
+    (``workbench.builtin_recipes``, the same files: pyproject.toml maps that package to the top-level ``recipes/``)."""
     override = os.environ.get("WORKBENCH_RECIPES_DIR")
-    return Path(override) if override else PROJECT_ROOT / "recipes"
+    if override:
+        return Path(override)
+    source = PROJECT_ROOT / "recipes"
+    if source.is_dir():
+        return source
+    import importlib.util
+
+    # recipes/ holds no Python, so the package is a namespace package: its one search location is the folder
+    spec = importlib.util.find_spec("workbench.builtin_recipes")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else source

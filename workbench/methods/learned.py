@@ -114,6 +114,32 @@ class LearnedParts:
     stats: Any = None
     tau_rule: str = ""
 
+    @classmethod
+    def assemble(
+        cls,
+        calibrators: Any,
+        classifier: Any,
+        tau: float,
+        *,
+        utility: Any = None,
+        lars_scorer: Any = None,
+        stats: Any = None,
+        tau_rule: str = "",
+    ) -> LearnedParts:
+        """The parts from a loaded :class:`~workbench.calibration.calibrator_set.CalibratorSet` and classifier (what
+        both a run's stage outputs and a bundle hold)."""
+        return cls(
+            calibrators=dict(calibrators.calibrators),
+            classifier=classifier,
+            tau=float(tau),
+            features=list(calibrators.features),
+            medians=dict(calibrators.medians),
+            utility=utility,
+            lars_scorer=lars_scorer,
+            stats=stats,
+            tau_rule=tau_rule,
+        )
+
     def policy(self) -> Any:
         """The :class:`~workbench.classify.policy.DecisionPolicy` these parts make (ConfigError without τ or a
         classifier)."""

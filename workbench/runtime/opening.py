@@ -31,17 +31,12 @@ def _archive_digest(path: Path, max_bytes: int) -> str:
 
 def latest_version(name_dir: Path) -> Path:
     """The highest ``X.Y.Z`` version directory under a bundle's name directory (``artifacts/bundles/NAME``)."""
-    from workbench.bundle.schema import parse_semver
+    from workbench.bundle.schema import bundle_versions
 
-    versions = []
-    for child in name_dir.iterdir():
-        try:
-            versions.append((parse_semver(child.name), child))
-        except DataError:
-            continue
+    versions = bundle_versions(name_dir)
     if not versions:
         raise DataError("no manifest.json and no X.Y.Z version directories: not a bundle", str(name_dir))
-    return max(versions)[1]
+    return versions[-1][1]
 
 
 def open_bundle(path: str | Path, *, max_bytes: int, extract_dir: str | Path | None = None) -> tuple[Path, dict, list]:
@@ -104,14 +99,8 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
         utility = load_learned(root / utility_block["file"], expect={"ridge_utility"})
     stats = manifest.get("stats") or {}
     settings = StatSettings.from_dict(stats["settings"], f"{where}: stats.settings") if stats.get("settings") else None
-    return LearnedParts(
-        calibrators=calibrators.calibrators,
-        classifier=model,
-        tau=check_tau(decision["tau"], f"{where}: decision.tau"),
-        features=list(calibrators.features),
-        medians=calibrators.medians,
-        utility=utility,
-        lars_scorer=lars,
-        stats=settings,
-        tau_rule=str(decision.get("rule", "")),
+    tau = check_tau(decision["tau"], f"{where}: decision.tau")
+    rule = str(decision.get("rule", ""))
+    return LearnedParts.assemble(
+        calibrators, model, tau, utility=utility, lars_scorer=lars, stats=settings, tau_rule=rule
     )

@@ -61,16 +61,9 @@ def load_learned(
         if (collect_dir / "lars_scorer.json").is_file():
             lars = load_learned(collect_dir / "lars_scorer.json", expect={"lars"})
         stats = collected_stats(collect_dir)
-    return LearnedParts(
-        calibrators=calibrators.calibrators,
-        classifier=classifier,
-        tau=float(threshold["tau"]),
-        features=list(calibrators.features),
-        medians=calibrators.medians,
-        utility=utility,
-        lars_scorer=lars,
-        stats=stats,
-        tau_rule=str(threshold.get("rule", "")),
+    rule = str(threshold.get("rule", ""))
+    return LearnedParts.assemble(
+        calibrators, classifier, threshold["tau"], utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule
     )
 
 
