@@ -21,7 +21,7 @@ from workbench.core.config import (
     to_plain,
     type_name,
 )
-from workbench.core.errors import ConfigError
+from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.paths import recipes_dir
 from workbench.uncertainty.features import D2RAG_FEATURES
 
@@ -471,7 +471,43 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
             # a key=value override below the method's entry (evaluate.options.dtr.tau=...) is where it came from
             below = any(key[: len(path)] == path for key in located.overridden)
             raise ConfigError(f"{where}: {exc.what}", "command line" if below else located.where(path)) from None
+    for stage, check in (("export", _check_export), ("bench_runtime", _check_bench_runtime)):
+        if stage in config.stages:  # fail at load, not after the stages before it ran
+            try:
+                check(config)
+            except WorkbenchError as exc:
+                key = tuple(str(exc.where or stage).split("."))
+                below = any(k[: len(key)] == key for k in located.overridden)
+                raise ConfigError(exc.what, f"{'command line' if below else located.where(key)}: {exc.where}") from None
     return LoadedRecipe(config, source, located)
+
+
+def _check_export(config: RecipeConfig) -> None:
+    from workbench.bundle.integrity import GOLD_METHODS
+    from workbench.bundle.schema import check_name, parse_semver
+    from workbench.methods.registry import METHODS
+
+    section = config.export
+    check_name(section.name.format(name=config.name), "export.name")
+    if section.version != "auto":
+        parse_semver(section.version, "export.version")
+    if section.methods is not None:
+        allowed = [m for m in METHODS if m not in GOLD_METHODS]
+        bad = [m for m in section.methods if m not in allowed]
+        if bad or not section.methods:
+            raise ConfigError(f"{bad or 'none'}: give methods of {', '.join(allowed)} (gold-free)", "export.methods")
+
+
+def _check_bench_runtime(config: RecipeConfig) -> None:
+    section = config.bench_runtime
+    for key in ("cold_starts", "decision_repeats", "serve_questions", "serve_requests", "serve_concurrency"):
+        if getattr(section, key) < 1:
+            raise ConfigError(f"must be >= 1, got {getattr(section, key)}", f"bench_runtime.{key}")
+    from workbench.methods.registry import METHODS
+
+    unknown = [m for m in [*section.end_to_end_methods, section.serve_method] if m not in METHODS]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {unknown} (known: {', '.join(METHODS)})", "bench_runtime")
 
 
 def recipe_template(cls: type = RecipeConfig, indent: int = 0) -> str:

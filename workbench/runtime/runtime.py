@@ -200,6 +200,7 @@ class Runtime:
 
     def _wrap(self, question: str, method: str, answer: Any, latency: float) -> RuntimeAnswer:
         trace = answer.trace.to_dict()
+        trace["runtime_notes"] = list(self.notes)  # departures from the bundle, in the trace itself too
         totals = trace["totals"]
         result = RuntimeAnswer(
             question=question,
