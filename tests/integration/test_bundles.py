@@ -245,3 +245,17 @@ def test_serve_answers_over_http_as_the_runtime_does(tiny_run):
         assert gold.status_code == 422  # a gold field never reaches the runtime
         load = run_load(url, [{"question": "Who wrote Hamlet?", "method": "no_rag"}], total=8, concurrency=4)
         assert load["errors"] == 0 and load["requests"] == 8
+
+
+def test_a_re_run_with_another_report_directory_keeps_the_version_and_the_bytes(tiny_run, tmp_path):
+    import shutil
+
+    tmp, _ = tiny_run
+    run = Path(shutil.copytree(tmp / "run", tmp_path / "run"))
+    first = export_run(run, name="same", root=tmp_path / "bundles")
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(config.replace(f"dir: {tmp}/report", "dir: elsewhere/report"))
+    assert "dir: elsewhere/report" in (run / "config.yaml").read_text()
+    again = export_run(run, name="same", root=tmp_path / "bundles")
+    assert (again.version, again.unchanged) == (first.version, True)
+    assert again.manifest["recipe"] == first.manifest["recipe"]  # the first export's provenance is kept

@@ -7,8 +7,9 @@ plots, and ``manifest.json`` (field by field in docs/bundles.md). The bundle is 
 verified exactly as a loader would verify it, and swapped in with one rename.
 
 **Versions.** ``version="auto"`` reuses the latest version of the name when the content is unchanged (the content
-digest covers every file but the card, and every manifest field but the creation time, the exporting commit, the
-name and the version), and otherwise takes the next patch version (``1.0.0`` for a new name). An explicit version
+digest covers every file but the card, and every manifest field the runtime reads: not the provenance — creation
+time, exporting workbench, resolved recipe — nor the name and version), and otherwise takes the next patch version
+(``1.0.0`` for a new name). An explicit version
 that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
 the same hashes, the same manifest and the same archive.
 
@@ -35,8 +36,13 @@ from workbench.core.atomic import atomic_directory, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
 
-DIGEST_EXCLUDES = ("created", "workbench", "name", "version", "content_sha256", "files")
-"""Manifest fields outside the content digest (provenance of the export itself, and the file table's card entry)."""
+DIGEST_EXCLUDES = ("created", "workbench", "recipe", "name", "version", "content_sha256", "files")
+"""Manifest fields outside the content digest: the provenance of the export (when, by which workbench, from which
+resolved recipe — a run re-run with another report directory is the same content) and the file table's card entry.
+Everything the runtime reads is inside it."""
+
+PROVENANCE = ("created", "workbench", "recipe")
+"""Kept from the first export of the same content, so an unchanged re-export is byte-identical."""
 
 
 @dataclass
@@ -409,7 +415,7 @@ def export_run(
         manifest.update({"version": version, "created": created, "content_sha256": digest})
         if unchanged:  # keep the first export's provenance, so the manifest (and the archive) stay byte-identical
             previous = read_manifest(bundle_root / version)
-            manifest["workbench"] = previous.get("workbench", manifest["workbench"])
+            manifest.update({key: previous[key] for key in PROVENANCE if key in previous})
         from workbench.bundle.card import model_card
 
         atomic_write_text(staging / "README.md", model_card(manifest))
