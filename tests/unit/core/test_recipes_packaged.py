@@ -29,22 +29,16 @@ def test_pyproject_lists_every_package():
 
 
 def test_the_wheel_carries_the_recipes_and_an_installed_package_finds_them(tmp_path):
+    import shutil
+
+    source = tmp_path / "src"  # a copy: setuptools writes build/ next to the project it builds
+    shutil.copytree(PROJECT_ROOT / "workbench", source / "workbench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PROJECT_ROOT / "recipes", source / "recipes")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(PROJECT_ROOT / name, source / name)
+    command = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q"]
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            str(PROJECT_ROOT),
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path / "dist"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [*command, "-w", str(tmp_path / "dist")], cwd=source, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("workbench-*.whl")
