@@ -224,3 +224,27 @@ def weights_digest(path: str | Path) -> str | None:
 
         atomic_write_json(memo_path, memo)
     return outer.hexdigest()
+
+
+def hub_snapshot(repo_id: str) -> tuple[str, Path] | None:
+    """``(revision, directory)`` of the locally cached snapshot of hub model ``repo_id`` (the commit the cache
+    holds), or None when huggingface_hub has no copy — nothing is downloaded."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached, no huggingface_hub, or an invalid id: nothing to pin
+        return None
+    return path.name, path
+
+
+def model_weights(resolved: ResolvedModel) -> dict[str, str | None]:
+    """``{"weights_sha256", "revision"}`` of a resolved model: the digest of its weight files (:func:`weights_digest`)
+    and, for a hub id, the revision of the cached snapshot those files come from (None when unknown)."""
+    if resolved.source == "hub":
+        snapshot = hub_snapshot(resolved.path)
+        if snapshot is None:
+            return {"weights_sha256": None, "revision": None}
+        revision, path = snapshot
+        return {"weights_sha256": weights_digest(path), "revision": revision}
+    return {"weights_sha256": weights_digest(resolved.path), "revision": None}

@@ -113,22 +113,24 @@ def _model_record(kind: str, ref: str) -> dict[str, Any]:
     from workbench.assets import (
         EMBEDDED_EMBEDDERS,
         EMBEDDED_GENERATORS,
+        model_weights,
         package_version,
         resolve_embedder,
         resolve_generator,
-        weights_digest,
     )
 
     resolved = resolve_generator(ref) if kind == "generator" else resolve_embedder(ref)
     embedded = EMBEDDED_GENERATORS if kind == "generator" else EMBEDDED_EMBEDDERS
-    record: dict[str, Any] = {"ref": ref, "source": resolved.source, "weights_sha256": weights_digest(resolved.path)}
+    weights = model_weights(resolved)
+    record: dict[str, Any] = {"ref": ref, "source": resolved.source, "weights_sha256": weights["weights_sha256"]}
     if ref in embedded:
         record["package"] = embedded[ref][1]
         record["package_version"] = package_version(embedded[ref][1])
     elif resolved.source == "local":
         record["path"] = str(Path(resolved.path).resolve())
-    else:
+    else:  # a hub id: the revision of the locally cached snapshot its weights were hashed from (None: not cached)
         record["hub_id"] = ref
+        record["revision"] = weights["revision"]
     return record
 
 
