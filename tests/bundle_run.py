@@ -20,7 +20,7 @@ FEATURES = ["confidence", "entropy", "dtr_nll"]
 
 def synthetic_collect(ctx: Any) -> dict[str, Any]:
     """A ``collect`` output with rows for the calib and test splits: informative features, correlated labels."""
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.collect import _settings, _write_outputs
     from workbench.uncertainty.calculators import prompts_fingerprint
 

@@ -3,7 +3,7 @@
 ``load_qa_dataset(source)`` accepts:
 
 * a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are already in the schema (validated row by row);
-* a directory written by :func:`workbench.data.wikiqa.save_dataset_dict` (pick the split);
+* a directory written by :func:`workbench.data.dataset_store.save_dataset_dict` (pick the split);
 * ``wiki-qa``: the built-in dataset built from the embedded Wikipedia summaries (default seed and settings);
 * ``hub:<name>`` or a bare known name (``nq_open``, ``trivia_qa``, ``hotpot_qa``, ``medmcqa``, ``pubmed_qa``,
   ``fever``; their hub paths work too): fetched with ``datasets.load_dataset`` and mapped by
@@ -166,7 +166,7 @@ def load_hub(name: str, split: str | None = None, *, limit: int | None = None) -
 
 
 def _load_saved(path: Path, split: str | None) -> datasets.Dataset:
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
 
     dd = load_saved_dataset_dict(path)
     if split is None and len(dd) == 1:

@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import DataError
-from workbench.core.hashing import canonical_json, tree_sha256
 from workbench.data.chunkers import split_sentences
-from workbench.data.schema import Passage, QAExample, examples_to_dataset, validate_qa_dataset
+from workbench.data.schema import Passage, QAExample, examples_to_dataset
 
 if TYPE_CHECKING:
     import datasets
@@ -43,7 +41,6 @@ SPLITS: tuple[str, ...] = ("train", "calib", "val", "test")
 OOD_SPLIT = "ood"
 DEFAULT_FRACTIONS: tuple[float, float, float, float] = (0.5, 0.2, 0.1, 0.2)
 DEFAULT_OOD_TOPICS: tuple[str, ...] = ("History",)
-FINGERPRINT_FILE = "fingerprint.json"
 BLANK = "___"
 
 _MIN_CLUE_WORDS = 6
@@ -464,89 +461,3 @@ def template_counts(ds: datasets.Dataset) -> dict[str, int]:
         template = json.loads(metadata).get("template", "?")
         counts[template] = counts.get(template, 0) + 1
     return counts
-
-
-# --------------------------------------------------------------------------------------------- saving
-
-
-def dataset_dict_fingerprint(dd: datasets.DatasetDict) -> str:
-    """A content hash of every split's rows (in order) and features; independent of Arrow file layout."""
-    digest = hashlib.sha256()
-    for split in sorted(dd):
-        digest.update(f"\x1esplit:{split}:{canonical_json(dd[split].features.to_dict())}".encode())
-        for row in dd[split]:
-            digest.update(canonical_json(row).encode("utf-8"))
-            digest.update(b"\x1f")
-    return digest.hexdigest()[:16]
-
-
-def save_dataset_dict(dd: datasets.DatasetDict, path: str | Path) -> str:
-    """Write ``dd`` to ``path`` atomically (``save_to_disk`` in a temp dir, then one swap) with a ``fingerprint.json``.
-
-    ``fingerprint.json`` holds the content fingerprint, the row count per split and the sha256 of every file.
-    Returns the fingerprint.
-    """
-    from datasets import utils as hf_utils
-
-    fingerprint = dataset_dict_fingerprint(dd)
-    bars_were_on = not hf_utils.are_progress_bars_disabled()
-    hf_utils.disable_progress_bars()  # one bar per split is noise in logs
-    try:
-        with atomic_directory(path) as tmp:
-            dd.save_to_disk(str(tmp))
-            record = {
-                "fingerprint": fingerprint,
-                "splits": {split: dd[split].num_rows for split in dd},
-                "files": tree_sha256(tmp),
-            }
-            atomic_write_json(Path(tmp) / FINGERPRINT_FILE, record)
-    finally:
-        if bars_were_on:
-            hf_utils.enable_progress_bars()
-    return fingerprint
-
-
-def read_fingerprint(path: str | Path) -> str:
-    """The fingerprint recorded in a directory written by :func:`save_dataset_dict` (DataError if absent)."""
-    return _read_record(Path(path))["fingerprint"]
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        raise DataError("no saved dataset here (directory missing)", str(path))
-    try:
-        record = json.loads((path / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"missing or unreadable {FINGERPRINT_FILE}: {exc.__class__.__name__}", str(path)) from exc
-    if not isinstance(record, dict) or not {"fingerprint", "files"} <= record.keys():
-        raise DataError(f"{FINGERPRINT_FILE} lacks 'fingerprint' or 'files'", str(path))
-    return record
-
-
-def load_saved_dataset_dict(path: str | Path, *, verify: bool = True) -> datasets.DatasetDict:
-    """Load a directory written by :func:`save_dataset_dict`; each split is schema-checked.
-
-    With ``verify`` (default) every file's sha256 is compared with ``fingerprint.json`` first. Raises
-    :class:`DataError` naming ``path`` when the directory is missing, incomplete, altered or unreadable.
-    """
-    from datasets import DatasetDict, load_from_disk
-
-    path = Path(path)
-    record = _read_record(path)
-    if verify:
-        actual = {k: v for k, v in tree_sha256(path).items() if k != FINGERPRINT_FILE}
-        if actual != record["files"]:
-            changed = sorted(set(actual.items()) ^ set(record["files"].items()))
-            names = sorted({name for name, _ in changed})
-            listed = ", ".join(names[:5])
-            raise DataError(f"files differ from {FINGERPRINT_FILE} (corrupt or edited): {listed}", str(path))
-    try:
-        dd = load_from_disk(str(path))
-    except Exception as exc:  # datasets raises several types for a damaged directory
-        detail = f"{exc.__class__.__name__}: {exc}".splitlines()[0]
-        raise DataError(f"cannot load saved dataset: {detail}", str(path)) from exc
-    if not isinstance(dd, DatasetDict):
-        raise DataError("holds a single dataset, not a dataset dict with splits", str(path))
-    for split in dd:
-        validate_qa_dataset(dd[split], f"{path} [{split}]")
-    return dd

@@ -24,7 +24,7 @@ SYSTEM_PROMPT = "You answer quiz questions. Reply with the answer only: a name, 
 
 
 def _load_split(ctx: StageContext):
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
 
     section = ctx.config.answer
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")

@@ -143,7 +143,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
     import torch
 
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
 
     section = ctx.config.bench
     test = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")["test"]

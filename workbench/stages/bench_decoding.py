@@ -95,7 +95,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
     import torch
 
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.decoding.contrastive import benchmark_contrastive
 
     section = ctx.config.bench_decoding

@@ -77,7 +77,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.backends.generator import Generator
     from workbench.backends.nli import AnswerEquivalenceJudge
     from workbench.core.logs import track
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.nli_eval import build_judge
     from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings, compute_stats
     from workbench.uncertainty.features import get_features

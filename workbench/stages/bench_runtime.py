@@ -258,7 +258,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 def _questions(run_dir: Path, n: int) -> list[str]:
     """The first ``n`` questions of the run's test split (from its build_data output)."""
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
 
     qa = load_saved_dataset_dict(run_dir / "stages/build_data/qa")
     split = qa["test"]

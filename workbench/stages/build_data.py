@@ -47,7 +47,8 @@ def _load_corpus(section: DataSection, articles):
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Build and save ``qa/`` and ``corpus/`` into the stage directory; return split sizes."""
-    from workbench.data.wikiqa import build_wikiqa, load_articles, save_dataset_dict
+    from workbench.data.dataset_store import save_dataset_dict
+    from workbench.data.wikiqa import build_wikiqa, load_articles
 
     section = ctx.config.data
     articles = load_articles() if section.dataset == "wiki-qa" or section.corpus == "wiki" else None

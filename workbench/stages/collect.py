@@ -362,7 +362,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     import datasets
 
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.nli_eval import build_judge
     from workbench.uncertainty.calculators import ATTENTION_SCOPE, prompts_fingerprint
     from workbench.uncertainty.features import required_stats

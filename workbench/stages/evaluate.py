@@ -146,7 +146,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Answer the split with every selected method; write the traces dataset and the summary."""
     import datasets
 
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.registry import build_method, check_options
 
     section = ctx.config.evaluate

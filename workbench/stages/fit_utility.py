@@ -101,7 +101,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.core.logs import track
-    from workbench.data.wikiqa import load_saved_dataset_dict
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.common import context_block
     from workbench.methods.d2rag import D2RAGSettings
     from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor, utility_inputs

@@ -13,9 +13,10 @@ import pytest
 
 from tests.unit.data import FIXTURES, fake_articles
 from workbench.core.errors import DataError
+from workbench.data.dataset_store import save_dataset_dict
 from workbench.data.loaders import load_qa_dataset, load_raw_local, read_rows
 from workbench.data.schema import QA_FEATURES, QAExample
-from workbench.data.wikiqa import build_wikiqa, save_dataset_dict
+from workbench.data.wikiqa import build_wikiqa
 
 
 def _rows(n: int = 3) -> list[dict]:

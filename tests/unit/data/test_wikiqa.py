@@ -9,6 +9,7 @@ import pytest
 
 from tests.unit.data import by_title, fake_articles
 from workbench.core.errors import DataError
+from workbench.data.dataset_store import load_saved_dataset_dict, read_fingerprint, save_dataset_dict
 from workbench.data.schema import QA_FEATURES
 from workbench.data.wikiqa import (
     BLANK,
@@ -18,13 +19,10 @@ from workbench.data.wikiqa import (
     assign_splits,
     build_wikiqa,
     load_articles,
-    load_saved_dataset_dict,
     make_cloze,
     make_description,
     make_two_hop,
     mentions,
-    read_fingerprint,
-    save_dataset_dict,
     template_counts,
     title_variants,
 )

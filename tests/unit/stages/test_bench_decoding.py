@@ -37,8 +37,8 @@ def build_data_dir(tmp_path_factory) -> Path:
     """A build_data output: ``qa/`` (a five-question ``test`` split) and ``corpus/`` (one chunk per passage)."""
     import datasets
 
+    from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import rows_to_dataset, validate_qa_row
-    from workbench.data.wikiqa import save_dataset_dict
 
     out = tmp_path_factory.mktemp("build_data")
     rows = [validate_qa_row({"id": f"q{i}", "question": q, "answers": ["x"]}, "test") for i, q in enumerate(QUESTIONS)]
