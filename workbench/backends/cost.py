@@ -1,4 +1,9 @@
-"""Cost accounting shared by every backend: LM calls, prefill and decoded tokens, NLI pairs, retrieval calls."""
+"""Cost accounting shared by every backend: LM calls, prefill and decoded tokens, NLI pairs, retrieval calls.
+
+``lm_calls`` counts **prompts** run through the model, not forward batches: eight questions answered in one batched
+generate call are eight LM calls, exactly as eight one-question calls would be, so a method's LM calls per question
+do not depend on how it batches (or on ``generator.batch_size``). The forward batches are ``lm_batches``.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,18 @@ from dataclasses import asdict, dataclass, field, fields
 
 @dataclass
 class CostCounter:
-    """Additive cost counters. ``prefill_tokens`` counts prompt tokens encoded (shared prefills count once);
-    ``decoded_tokens`` counts tokens generated or teacher-forced one step at a time; ``seconds`` maps a step name
-    to accumulated wall time."""
+    """Additive cost counters.
+
+    ``lm_calls``: prompts run through the model — one per prompt generated from (its ``n`` samples share the
+    prompt's prefill and count once), per (prompt, continuation) pair scored, per prompt read by a next-token
+    log-prob call; a contrastive decoder's two streams are two prompts. A generation answered from the generation
+    cache is not a call. ``lm_batches``: forward batches (one prefill and its decoding loop, or one teacher-forced
+    pass), however many prompts each holds. ``prefill_tokens`` counts prompt tokens encoded (shared prefills count
+    once); ``decoded_tokens`` counts tokens generated or teacher-forced one step at a time; ``seconds`` maps a step
+    name to accumulated wall time."""
 
     lm_calls: int = 0
+    lm_batches: int = 0
     prefill_tokens: int = 0
     decoded_tokens: int = 0
     scored_tokens: int = 0

@@ -17,8 +17,9 @@ Per generated token it records the token id, its log-prob under the raw (T=1) di
 processed (temperature/top-k/top-p) distribution — 0 for greedy, a point mass — and the entropy of the full raw
 distribution. Optional: one layer's hidden states and the attention diagonal (see :class:`Generation`).
 
-Costs go to a :class:`~workbench.backends.cost.CostCounter`: ``lm_calls`` +1 per prompt batch run through the model
-(one prefill and its decoding loop, or one teacher-forced pass of :meth:`Generator.score`); ``prefill_tokens``
+Costs go to a :class:`~workbench.backends.cost.CostCounter`: ``lm_calls`` +1 per prompt run through the model (its
+``n`` samples count once; one per scored pair of :meth:`Generator.score`), ``lm_batches`` +1 per forward batch (one
+prefill and its decoding loop, or one teacher-forced pass); ``prefill_tokens``
 prompt tokens encoded (once per prompt with a shared prefill; padding excluded); ``decoded_tokens`` tokens generated;
 ``scored_tokens`` continuation tokens scored; ``truncated_prompts``; ``cache_hits``/``cache_misses`` one per
 requested sample (a :class:`Generation`).
@@ -417,7 +418,8 @@ class Generator:
                 state = _select(state, row_to_job)
         else:
             state = self._prefill([jobs[r.job].ids for r in rows], params)
-        self.counter.lm_calls += 1
+        self.counter.lm_calls += len(jobs)  # prompts, not batches (CostCounter)
+        self.counter.lm_batches += 1
         active = list(range(len(rows)))
         for step in range(params.max_new_tokens):
             _record_extras(rows, active, state, params)
@@ -581,7 +583,8 @@ class Generator:
         Prompt and continuation are tokenised separately (the prompt as in :meth:`generate`, the continuation
         without special tokens) and concatenated, so the scored tokens are exactly the continuation's; ``add_eos``
         appends the EOS token to it. Prompts are left-truncated to fit ``max_context``. Counts: ``lm_calls`` +1 per
-        batch, prompt tokens in ``prefill_tokens``, continuation tokens in ``scored_tokens``.
+        pair, ``lm_batches`` +1 per batch, prompt tokens in ``prefill_tokens``, continuation tokens in
+        ``scored_tokens``.
         """
         import torch
 
@@ -612,7 +615,8 @@ class Generator:
         seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
         keep = max(len(c) for c in conts) + 1
         logits = self._forward_tail(seqs, keep)
-        self.counter.lm_calls += 1
+        self.counter.lm_calls += len(batch)
+        self.counter.lm_batches += 1
         self.counter.prefill_tokens += sum(len(p) for p in prompt_ids)
         self.counter.scored_tokens += sum(len(c) for c in conts)
         results = []
@@ -649,7 +653,7 @@ class Generator:
 
         Returns an ``(len(prompts), len(options))`` float32 array from one forward pass per batch of prompts: the
         cheap way to read a one-word verdict ("yes" / "no" / "maybe") or a multiple-choice letter. Counts
-        ``lm_calls`` and ``prefill_tokens``.
+        ``lm_calls`` (one per prompt), ``lm_batches`` and ``prefill_tokens``.
         """
         import torch
 
@@ -666,7 +670,8 @@ class Generator:
                 ids = [self._encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
                 with self.counter.timed("score"):
                     logits = self._forward_tail(ids, 1)[:, -1]
-                self.counter.lm_calls += 1
+                self.counter.lm_calls += len(ids)
+                self.counter.lm_batches += 1
                 self.counter.prefill_tokens += sum(len(i) for i in ids)
                 out[start : start + len(ids)] = torch.log_softmax(logits, -1)[:, first].cpu().numpy()
         return out

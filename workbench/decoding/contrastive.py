@@ -33,8 +33,9 @@ Engines:
 The generator's own pieces are reused (its prompt encoding and truncation, ``_prefill`` / ``_step``, the stop / EOS
 rule and the answer-token bookkeeping), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
 
-Costs go to ``generator.counter``: ``lm_calls`` +1 per batch of pairs (at most ``generator.batch_size`` pairs; one
-call for any request that fits one batch) in the batched engine, +2 in the sequential one (one per stream);
+Costs go to ``generator.counter``: ``lm_calls`` +2 per pair (its two prompts, expert and amateur, in either engine);
+``lm_batches`` +1 per batch of pairs (at most ``generator.batch_size`` pairs; one for any request that fits one
+batch) in the batched engine, +2 in the sequential one (one per stream);
 ``prefill_tokens`` the prompt tokens of both streams (padding excluded); ``decoded_tokens`` 2 per step per active pair.
 Generations are not cached (the generation cache keys single-prompt requests).
 """
@@ -355,7 +356,8 @@ def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bo
 
     _new_rows(chunk)
     state = prefill_streams(generator, [p.ids_expert for p in chunk], [p.ids_amateur for p in chunk], params)
-    generator.counter.lm_calls += 1
+    generator.counter.lm_calls += 2 * len(chunk)  # prompts: both streams of every pair
+    generator.counter.lm_batches += 1
     alphas, para = _pair_tensors(chunk, state["logits"].device)
     active = list(range(len(chunk)))
     for step in range(params.max_new_tokens):
@@ -383,7 +385,8 @@ def _decode_sequential(generator: Any, chunk: list[_Pair], params: Any, dynamic:
     _new_rows(chunk)
     expert = generator._prefill([p.ids_expert for p in chunk], params)
     amateur = generator._prefill([p.ids_amateur for p in chunk], params)
-    generator.counter.lm_calls += 2
+    generator.counter.lm_calls += 2 * len(chunk)
+    generator.counter.lm_batches += 2
     alphas, para = _pair_tensors(chunk, expert["logits"].device)
     active = list(range(len(chunk)))
     for step in range(params.max_new_tokens):

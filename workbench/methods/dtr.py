@@ -17,7 +17,8 @@ Per question:
 
 :meth:`DTR.answer_many` batches every stage over the questions: one closed-book generate call, one pseudo-context
 call for the questions that retrieve, one retrieval call per path, one embedding call and one final generate call.
-A batched stage's cost and wall time are split evenly over the traces of the questions that took part in it.
+A batched stage's cost and wall time are split evenly over the traces of the questions that took part in it; every
+such question sends one prompt to the stage, so its LM calls (prompts, not batches) are exactly its own.
 """
 
 from __future__ import annotations

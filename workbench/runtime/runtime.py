@@ -32,10 +32,11 @@ class RuntimeAnswer:
     ``retrieved``: whether retrieved text reached the final prompt; ``passages``: those passages (id and title);
     ``p_correct`` / ``tau`` / ``features`` (raw) / ``calibrated``: D²-RAG's retrieval decision (None for other
     methods); ``utility_class``: D²-RAG's decoding class (``closed``, ``relevant``, ``neutral`` or ``noisy``);
-    ``lm_calls`` … ``retrieval_calls``: the answer's own cost (a method that batches questions — DTR — reports each
-    question's share of the batch's calls, so these can be fractions); ``latency_s``: the answer's wall time (its
-    steps'; a step shared by a batch counts its share); ``notes``: recovered failures and departures from the bundle;
-    ``trace``: every step with its decisions and cost.
+    ``lm_calls`` … ``retrieval_calls``: the answer's own cost; ``lm_calls`` counts the prompts run through the model
+    for it, not forward batches (a method that batches questions — DTR — splits a batched stage's cost over the
+    questions in it: its LM calls stay whole numbers, its token counts can be fractions); ``latency_s``: the answer's
+    wall time (its steps'; a step shared by a batch counts its share); ``notes``: recovered failures and departures
+    from the bundle; ``trace``: every step with its decisions and cost.
     """
 
     question: str

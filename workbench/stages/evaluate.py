@@ -12,6 +12,9 @@ generated would otherwise show zero LM calls and near-zero latency. Outputs:
 * ``summary.json`` — per method: mean EM / F1 / containment, retrieval rate, LM calls and tokens per question,
   latency p50 / p95, fallbacks.
 
+``lm_calls`` counts prompts run through the model (:class:`~workbench.backends.cost.CostCounter`), not forward
+batches, so a method's LM calls per question do not depend on ``batch_questions`` or ``generator.batch_size``.
+
 D²-RAG reads its learned parts from the run's ``calibrate`` and ``classify`` outputs (calibrators, the chosen
 classifier, its τ) and, when the run has ``fit_utility``, the learned utility predictor; without it, the oracle
 utility (ΔSePer, gold-dependent) is used and the summary says so. ``d2rag_oracle`` always uses the oracle, so the

@@ -160,7 +160,8 @@ def test_shared_prefill_equals_naive_reencoding(gen):
     assert shared_cost.prefill_tokens == prompt_tokens
     assert naive_cost.prefill_tokens == n * prompt_tokens
     assert shared_cost.decoded_tokens == naive_cost.decoded_tokens
-    assert shared_cost.lm_calls == naive_cost.lm_calls == 1
+    assert shared_cost.lm_calls == naive_cost.lm_calls == 2  # prompts (their samples count once)
+    assert shared_cost.lm_batches == naive_cost.lm_batches == 1
 
 
 def test_greedy_with_n_returns_identical_copies(gen):
@@ -299,7 +300,7 @@ def test_score_equals_manual_log_likelihood(gen):
         np.testing.assert_allclose(s.logprobs, manual, atol=1e-5)
         assert s.sum_logprob == pytest.approx(float(manual.sum()), abs=1e-4)
         assert s.mean_logprob == pytest.approx(float(manual.mean()), abs=1e-5)
-    assert gen.counter.lm_calls == 1
+    assert gen.counter.lm_calls == 2 and gen.counter.lm_batches == 1  # two scored pairs, one batch
     assert gen.counter.scored_tokens == sum(len(s.token_ids) for s in scored)
 
 
@@ -387,7 +388,7 @@ def test_unknown_model_path_is_a_one_line_asset_error(tmp_path):
 
 def test_cost_counts_of_a_plain_call(gen):
     outs = gen.generate(PROMPTS, max_new_tokens=3, stop=None)
-    assert gen.counter.lm_calls == 1  # one prompt batch (batch_size 8)
+    assert gen.counter.lm_calls == 3 and gen.counter.lm_batches == 1  # three prompts, one batch (batch_size 8)
     assert gen.counter.prefill_tokens == sum(len(_ids(gen, p)) for p in PROMPTS)
     assert gen.counter.decoded_tokens == sum(len(g.token_ids) + (g.finish_reason == "eos") for g in outs)
     assert gen.fingerprint and isinstance(gen.fingerprint, str)

@@ -32,12 +32,12 @@ def test_next_token_logprobs_match_a_forward_pass(generator):
 def test_llm_judge_returns_normalised_probabilities_and_dedups(generator):
     judge = make_nli_judge("llm", generator=generator)
     assert isinstance(judge, LLMJudgeNLI)
-    before = generator.counter.lm_calls
+    before = generator.counter.lm_batches
     probs = judge.entail(["Paris is in France."] * 3, ["Paris is in Europe.", "Paris is in Europe.", "No."], "q?")
     assert probs.shape == (3, 3)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(probs[0], probs[1])
-    assert judge.counter.nli_pairs >= 2 and generator.counter.lm_calls == before + 1  # 2 unique pairs, one batch
+    assert judge.counter.nli_pairs >= 2 and generator.counter.lm_batches == before + 1  # 2 unique pairs, one batch
 
 
 def test_verdicts_map_to_label_order(generator, monkeypatch):

@@ -154,7 +154,7 @@ def test_one_forward_per_step_and_costs(generator, prompts):
     # the streams' prompts differ in width: one prefill forward per stream, then ONE forward per later step
     assert n_batched == 2 + (steps - 1)
     assert n_sequential == 2 * steps
-    assert spent.lm_calls == 1
+    assert spent.lm_batches == 1 and spent.lm_calls == 2 * len(batched)  # one batch; two prompts per pair
     assert spent.decoded_tokens == 2 * sum(g.steps for g in batched)
     assert spent.prefill_tokens == sum(sum(g.prompt_tokens) for g in batched)  # padding is never counted
 
@@ -260,7 +260,7 @@ def test_many_pairs_run_in_generator_batches(generator, prompts):
     try:
         before = generator.counter.snapshot()
         small = contrastive_generate(generator, experts, amateurs, 1.0, max_new_tokens=5, stop=())
-        calls = generator.counter.since(before).lm_calls
+        calls = generator.counter.since(before).lm_batches
     finally:
         generator.batch_size = saved
     whole = contrastive_generate(generator, experts, amateurs, 1.0, max_new_tokens=5, stop=())
@@ -276,7 +276,8 @@ def test_benchmark_returns_the_three_timings(generator, prompts):
         assert result[key] > 0 and len(result["times_s"][key.removesuffix("_s")]) == 2
     assert result["ratio_batched_vs_greedy"] == pytest.approx(result["batched_s"] / result["greedy_s"])
     assert result["parity"] is True
-    assert result["costs"]["batched"]["lm_calls"] == 1 and result["costs"]["sequential"]["lm_calls"] == 2
+    assert result["costs"]["batched"]["lm_batches"] == 1 and result["costs"]["sequential"]["lm_batches"] == 2
+    assert result["costs"]["batched"]["lm_calls"] == result["costs"]["sequential"]["lm_calls"]  # the same prompts
     assert set(result["steps"]) == {"greedy", "batched", "sequential", "padded"}
     assert result["forwards"]["sequential"] == 2 * 4 and result["forwards"]["batched"] == 2 + 3  # split prefill
     assert result["forwards"]["padded"] == 4 and result["padded_s"] > 0  # one padded prefill forward

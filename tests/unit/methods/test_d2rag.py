@@ -130,7 +130,9 @@ def test_decoding_mode_follows_the_utility_class(tools, delta, klass, mode, deco
     assert generate["mode"] == mode and generate["decoding"] == decoding
     assert len(trace.find("retrieve").detail["ids"]) == 2
     totals = trace.totals()
-    assert totals["lm_calls"] == 2  # stage-1 answer + one answer (contrastive: both streams in one call)
+    # LM calls count prompts: the stage-1 answer, then one answer (contrastive decoding runs two prompts, the
+    # with-context and the closed-book stream, in one batched forward)
+    assert totals["lm_calls"] == (3 if decoding == "contrastive" else 2)
     if klass == "relevant":
         assert generate["expert"] == "context" and generate["amateur"] == "closed_book"
         assert generate["alpha"] == 1.0 and generate["parametric"] == "amateur"
@@ -311,7 +313,7 @@ def test_utility_features_shape_and_batching(tools):
     X = utility_features(tools, questions, contexts, scores)
     spent = tools.counter.since(before)
     assert X.shape == (3, len(UTILITY_FEATURES))
-    assert spent.lm_calls == 2  # one greedy call per condition for the whole batch
+    assert spent.lm_calls == 6 and spent.lm_batches == 2  # 3 prompts per condition, one batched call each
     assert 1 <= spent.nli_pairs <= 6  # one entail call: two hypotheses per pair (duplicates counted once)
     col = {name: X[:, j] for j, name in enumerate(UTILITY_FEATURES)}
     np.testing.assert_allclose(col["score_max"], [max(s) for s in scores])
@@ -322,7 +324,7 @@ def test_utility_features_shape_and_batching(tools):
     before = tools.counter.snapshot()
     closed = [ClosedAnswer("Paris", 0.5)] * 3
     inputs = utility_inputs(tools, questions, contexts, scores, closed=closed)
-    assert tools.counter.since(before).lm_calls == 1 and np.all(inputs.X[:, 2] == 0.5)
+    assert tools.counter.since(before).lm_calls == 3 and np.all(inputs.X[:, 2] == 0.5)
     assert len(inputs.context_generations) == 3
 
 

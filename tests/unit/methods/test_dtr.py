@@ -200,7 +200,7 @@ def test_an_empty_closed_book_answer_is_uncertain_but_tau_inf_never_retrieves(dt
 
 
 # ---------------------------------------------------------------------------------------------- batching
-def test_answer_many_matches_answer_with_fewer_lm_calls(dtr_tools, monkeypatch):
+def test_answer_many_matches_answer_with_the_same_lm_calls_in_fewer_batches(dtr_tools, monkeypatch):
     questions = ["What is the capital of France?", "Who wrote Hamlet?", "Where is Stratford?", "What is the Seine?"]
     closed = {questions[0]: "", questions[1]: "", questions[2]: "England", questions[3]: "a river"}
     pseudo = {
@@ -211,20 +211,24 @@ def test_answer_many_matches_answer_with_fewer_lm_calls(dtr_tools, monkeypatch):
     method = DTR(dtr_tools, DTRSettings(tau=100.0, k=2, **FAST))  # empty answers (u = inf) retrieve, others not
     examples = [{"question": q} for q in questions]
     counter = dtr_tools.counter
-    before = counter.lm_calls
+    before = counter.snapshot()
     single = [method.answer(ex) for ex in examples]
-    single_calls = counter.lm_calls - before
-    before = counter.lm_calls
+    single_cost = counter.since(before)
+    before = counter.snapshot()
     batched = method.answer_many(examples)
-    batch_calls = counter.lm_calls - before
+    batch_cost = counter.since(before)
     assert [a.text for a in batched] == [a.text for a in single]
     assert [a.trace.retrieved for a in batched] == [True, True, False, False]
     for one, many in zip(single, batched, strict=True):
         assert [s.name for s in one.trace.steps] == [s.name for s in many.trace.steps]
         if one.trace.retrieved:
             assert one.trace.find("select").detail["kept_ids"] == many.trace.find("select").detail["kept_ids"]
-    assert single_calls == 3 + 3 + 1 + 1 and batch_calls == 3 < single_calls
-    assert sum(a.trace.totals()["lm_calls"] for a in batched) == pytest.approx(batch_calls)  # costs split evenly
+    # LM calls count prompts: the same 3 + 3 + 1 + 1 either way; batching saves forward batches (8 → 3)
+    assert single_cost.lm_calls == batch_cost.lm_calls == 3 + 3 + 1 + 1
+    assert single_cost.lm_batches == 8 and batch_cost.lm_batches == 3
+    # a batched stage's cost is split over the questions that took part: each trace holds its own prompts, exactly
+    assert [a.trace.totals()["lm_calls"] for a in batched] == [3.0, 3.0, 1.0, 1.0]
+    assert [a.trace.totals()["lm_calls"] for a in single] == [3.0, 3.0, 1.0, 1.0]
 
 
 # ---------------------------------------------------------------------------------------------- fallbacks

@@ -83,9 +83,9 @@ def generator(tiny_lm_dir):
 
 def test_tiny_model_one_call_in_range_and_deterministic(generator):
     judge = LLMCorrectnessJudge(generator)
-    before = generator.counter.lm_calls
+    before = generator.counter.lm_batches
     p = judge.judge(QUESTIONS, ANSWERS, GOLDS)
-    assert generator.counter.lm_calls - before == 1  # one batched next-token read
+    assert generator.counter.lm_batches - before == 1  # one batched next-token read
     assert p.shape == (3,) and np.all((p >= 0.0) & (p <= 1.0)) and all(math.isfinite(v) for v in p)
     assert np.array_equal(judge.judge(QUESTIONS, ANSWERS, GOLDS), p)
     labels = judge.labels(QUESTIONS, ANSWERS, GOLDS)

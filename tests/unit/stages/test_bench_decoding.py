@@ -112,7 +112,7 @@ def test_bench_json_has_one_result_per_batch_size(finished):
         assert 2 <= r["forwards"]["batched"] <= 4 and r["forwards"]["greedy"] >= 1
         assert r["forwards"]["sequential"] == 2 * r["forwards"]["batched"] - 2
         assert r["forwards"]["padded"] == r["forwards"]["batched"] - 1  # one prefill forward for both streams
-        assert r["costs"]["batched"]["lm_calls"] == 1 and r["costs"]["sequential"]["lm_calls"] == 2
+        assert r["costs"]["batched"]["lm_batches"] == 1 and r["costs"]["sequential"]["lm_batches"] == 2
         for key in (
             "ratio_batched_vs_greedy",
             "ratio_sequential_vs_greedy",

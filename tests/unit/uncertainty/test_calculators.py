@@ -71,9 +71,9 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
 
     generator.generate = spy
     try:
-        calls_before = generator.counter.lm_calls
+        calls_before = generator.counter.lm_batches
         stats = compute_stats(QUESTIONS, needed, generator=generator, judge=judge, embedder=embedder, settings=settings)
-        calls = generator.counter.lm_calls - calls_before
+        calls = generator.counter.lm_batches - calls_before
     finally:
         del generator.generate
     assert len(stats) == 2 and all(set(s) == needed for s in stats)
@@ -107,12 +107,12 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
 
 
 def test_only_needed_stats_are_computed(generator):
-    before = generator.counter.lm_calls
+    before = generator.counter.lm_batches
     stats = compute_stats(
         QUESTIONS, {"greedy_logprobs", "greedy_eos"}, generator=generator, settings=StatSettings(max_new_tokens=3)
     )
     assert all(set(s) == {"greedy_text", "greedy_logprobs", "greedy_eos"} for s in stats)
-    assert generator.counter.lm_calls - before <= 2  # the greedy call (cached after the first test) + EOS scoring
+    assert generator.counter.lm_batches - before <= 2  # the greedy call (cached after the first test) + EOS scoring
 
 
 def test_unavailable_and_unknown_stats_are_refused(generator):

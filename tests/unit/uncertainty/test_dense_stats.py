@@ -100,7 +100,7 @@ def test_compute_stats_produces_dense_stats_with_a_tiny_model(tiny_lm_long_dir):
     from workbench.backends.generator import Generator
 
     generator = Generator(tiny_lm_long_dir, batch_size=16)
-    before = generator.counter.lm_calls
+    before = generator.counter.lm_batches
     stats = compute_stats(
         [{"question": "Where is Paris?"}, {"question": "Who wrote Hamlet?"}],
         {"dense_answers", "dense_nli_probs"},
@@ -109,7 +109,7 @@ def test_compute_stats_produces_dense_stats_with_a_tiny_model(tiny_lm_long_dir):
         contexts=[["Paris is in France.", "It is big."], ["Hamlet is a play."]],
         dense_settings=DenseSettings(rephrase_max_new_tokens=6, answer_max_new_tokens=4),
     )
-    assert generator.counter.lm_calls - before == 2  # rephrasing + answering, each one batched call
+    assert generator.counter.lm_batches - before == 2  # rephrasing + answering, each one batched call
     assert [len(s["dense_answers"]) for s in stats] == [3, 2]
     assert stats[0]["dense_nli_probs"].shape == (3, 3, 3)
     value = compute_features(stats[0], ["dense"])["dense"]
