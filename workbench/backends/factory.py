@@ -7,24 +7,70 @@ Each function imports its backend lazily; nothing here knows about recipes or bu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from workbench.backends.cost import CostCounter
-from workbench.core.errors import ConfigError
+from workbench.core.errors import AssetError, ConfigError, WorkbenchError
 
 JUDGE_KINDS = ("answer_equivalence", "cross_encoder", "hf", "llm")
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
-def resolve_device(device: str) -> str:
-    """``"auto"`` → ``"cuda"`` when torch sees a GPU, else ``"cpu"``; any other value unchanged."""
-    if device != "auto":
+def check_device(device: Any, key: str = "device") -> None:
+    """Refuse a device string that is not one of :data:`DEVICES` with a one-line :class:`ConfigError` naming
+    ``key``. Syntax only: torch is not imported, so a recipe is checked on any machine."""
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+        raise ConfigError(f"unknown device {device!r} (use {DEVICES})", key)
+
+
+def resolve_device(device: str, key: str = "device") -> str:
+    """The torch device to use for ``device``: ``"auto"`` → ``"cuda"`` when torch sees a GPU, else ``"cpu"``.
+
+    Every other value is checked first (:func:`check_device`), then against this machine: ``cuda`` / ``cuda:N``
+    need a GPU with that index, ``mps`` an available MPS backend. A device that cannot work is a one-line
+    :class:`ConfigError` naming ``key``, never a torch traceback."""
+    check_device(device, key)
+    if device == "cpu":
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError("'mps' but torch sees no MPS backend on this machine (use cpu or auto)", key)
+        return device
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        seen = f"{count} GPU(s), cuda:0 to cuda:{count - 1}" if count else "no GPU (CUDA not available)"
+        raise ConfigError(f"{device!r} but torch sees {seen}; use cpu or auto", key)
+    return device
+
+
+@contextlib.contextmanager
+def backend_errors(what: str, where: str) -> Iterator[None]:
+    """Turn any exception a third-party library raises while ``what`` is built (a bad checkpoint, an unusable
+    device or dtype) into a one-line :class:`AssetError` at ``where``; workbench errors pass unchanged."""
+    try:
+        yield
+    except WorkbenchError:
+        raise
+    except Exception as exc:  # transformers, torch, safetensors, sentence-transformers raise many types
+        lines = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        raise AssetError(f"cannot build the {what}: {detail}", where) from exc
+
+
+def _model_where(model: Any) -> str:
+    """How a model reference is named in errors: a resolved model's path, else the reference itself."""
+    return str(getattr(model, "path", model))
 
 
 def build_generator(
@@ -37,9 +83,13 @@ def build_generator(
     cache: bool = True,
     counter: CostCounter | None = None,
     seed: int = 0,
+    device_key: str = "device",
 ) -> Any:
     """A :class:`~workbench.backends.generator.Generator` for ``model`` (an embedded name, a local directory, an
-    explicit hub id or a resolved model), with the on-disk generation cache when ``cache``."""
+    explicit hub id or a resolved model), with the on-disk generation cache when ``cache``.
+
+    ``device`` goes through :func:`resolve_device` (errors name ``device_key``); anything else that fails while the
+    model loads is a one-line :class:`AssetError` naming the model."""
     from workbench.backends.generator import Generator
 
     generation_cache = None
@@ -47,25 +97,36 @@ def build_generator(
         from workbench.backends.gencache import GenerationCache
 
         generation_cache = GenerationCache()
-    return Generator(
-        model,
-        device=resolve_device(device),
-        dtype=dtype,
-        max_context=max_context,
-        batch_size=batch_size,
-        cache=generation_cache,
-        counter=counter,
-        seed=seed,
-    )
+    torch_device = resolve_device(device, device_key)
+    with backend_errors(f"generator on {torch_device} ({dtype})", _model_where(model)):
+        return Generator(
+            model,
+            device=torch_device,
+            dtype=dtype,
+            max_context=max_context,
+            batch_size=batch_size,
+            cache=generation_cache,
+            counter=counter,
+            seed=seed,
+        )
 
 
 def build_embedder(
-    model: str | Path = "minilm", *, batch_size: int = 64, counter: CostCounter | None = None, device: str = "cpu"
+    model: str | Path = "minilm",
+    *,
+    batch_size: int = 64,
+    counter: CostCounter | None = None,
+    device: str = "cpu",
+    cache: bool = True,
+    device_key: str = "device",
 ) -> Any:
-    """A :class:`~workbench.backends.embedder.Embedder` for ``model`` (embedded name, local directory or hub id)."""
+    """A :class:`~workbench.backends.embedder.Embedder` for ``model`` (embedded name, local directory or hub id),
+    with the on-disk embedding cache when ``cache``; errors as in :func:`build_generator`."""
     from workbench.backends.embedder import Embedder
 
-    return Embedder(model, batch_size=batch_size, counter=counter, device=resolve_device(device))
+    torch_device = resolve_device(device, device_key)
+    with backend_errors(f"embedder on {torch_device}", _model_where(model)):
+        return Embedder(model, batch_size=batch_size, counter=counter, device=torch_device, cache=cache)
 
 
 def build_judge(
@@ -90,7 +151,8 @@ def build_judge(
         from workbench.backends.nli import CrossEncoderNLI, HFSequenceClassificationNLI
 
         cls = CrossEncoderNLI if kind == "cross_encoder" else HFSequenceClassificationNLI
-        return cls(model, batch_size=batch_size, counter=counter)
+        with backend_errors(f"{kind} NLI judge", _model_where(model)):
+            return cls(model, batch_size=batch_size, counter=counter)
     if kind == "llm":
         from workbench.backends.nli_llm import LLMJudgeNLI
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from workbench.backends.cost import CostCounter
 from workbench.backends.embedder import TextEncoder
+from workbench.backends.factory import resolve_device
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.core.hashing import stable_hash, tree_fingerprint
 from workbench.metrics.qa import containment, exact_match, normalize_answer, token_f1
@@ -146,7 +147,8 @@ class HFSequenceClassificationNLI(NLIJudge):
 
     Pairs are encoded as (premise, hypothesis), truncating the premise first to ``max_length`` tokens, in batches of
     ``batch_size`` sorted by length; softmax over the logits is re-ordered to :data:`NLI_LABELS` via ``id2label``
-    or ``label_order``.
+    or ``label_order``. ``device`` is resolved by :func:`~workbench.backends.factory.resolve_device` (``auto``
+    picks a GPU when torch sees one; an unusable device is a one-line ConfigError).
     """
 
     kind = "hf"
@@ -163,7 +165,7 @@ class HFSequenceClassificationNLI(NLIJudge):
     ) -> None:
         super().__init__(counter=counter)
         self.model_path = str(model_path)
-        self.batch_size, self.max_length, self.device = batch_size, max_length, device
+        self.batch_size, self.max_length, self.device = batch_size, max_length, resolve_device(device)
         self._tokenizer, self._model = self._load()
         id2label = {int(k): v for k, v in (self._model.config.id2label or {}).items()}
         self.columns = label_permutation(id2label, label_order)

@@ -61,17 +61,19 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
     from workbench.assets import resolve_generator
-    from workbench.backends.generator import Generator
+    from workbench.backends.factory import build_generator
     from workbench.backends.prompts import format_passages
     from workbench.stages.answer import SYSTEM_PROMPT
 
     section, gen_cfg = ctx.config.bench, ctx.config.generator
-    generator = Generator(
+    generator = build_generator(  # no generation cache: the timings measure generation
         resolve_generator(gen_cfg.model),
         device=gen_cfg.device,
         dtype=gen_cfg.dtype,
         batch_size=gen_cfg.batch_size,
+        cache=False,
         seed=ctx.config.seed,
+        device_key="generator.device",
     )
     retriever = ctx.resources.retriever(corpus)
     hits = retriever.search([r["question"] for r in rows], k=5)

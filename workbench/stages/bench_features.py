@@ -73,8 +73,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from workbench.assets import resolve_generator
     from workbench.backends.cost import CostCounter
-    from workbench.backends.embedder import Embedder
-    from workbench.backends.generator import Generator
+    from workbench.backends.factory import build_embedder, build_generator
     from workbench.backends.nli import AnswerEquivalenceJudge
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
@@ -88,17 +87,20 @@ def run(ctx: StageContext) -> dict[str, Any]:
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     rows = list(qa[section.split].select(range(min(section.questions, len(qa[section.split])))))
     counter = CostCounter()
-    generator = Generator(  # no generation cache: every way pays for what it generates
+    generator = build_generator(  # no generation cache: every way pays for what it generates
         resolve_generator(gen_cfg.model),
         device=gen_cfg.device,
         dtype=gen_cfg.dtype,
         max_context=gen_cfg.max_context,
         batch_size=gen_cfg.batch_size,
+        cache=False,
         counter=counter,
         seed=ctx.config.seed,
+        device_key="generator.device",
     )
-    embedder = Embedder(ctx.config.embedder.model, batch_size=ctx.config.embedder.batch_size, cache=False)
-    embedder.counter = counter
+    embedder = build_embedder(
+        ctx.config.embedder.model, batch_size=ctx.config.embedder.batch_size, cache=False, counter=counter
+    )
     if ctx.config.nli.kind == "answer_equivalence":
         judge = AnswerEquivalenceJudge(embedder, counter=counter)
     else:

@@ -43,6 +43,7 @@ class Resources:
                 cache=section.cache,
                 counter=self.counter,
                 seed=self.config.seed,
+                device_key="generator.device",
             )
 
         return self.get("generator", build)
