@@ -30,7 +30,7 @@ def _overrides(tmp_path, model, *extra):
     ]
 
 
-def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_dir):
+def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_dir, monkeypatch):
     import datasets
 
     run_recipe(load_recipe("evaluate", _overrides(tmp_path, tiny_lm_long_dir)))
@@ -61,6 +61,8 @@ def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_d
     # the first run generated these answers already; by default every method still makes its own (comparable cost)
     summary = json.loads((stage / "summary.json").read_text())
     assert summary["methods"]["no_rag"]["lm_calls"] == 1.0 and summary["reuse_generations"] is False
+    # a generation cache of this test's own: another test in this worker may have answered the same prompts
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "own-cache"))
     calls = []
     for limit in ("2", "1"):  # the first fills the generation cache, the second answers from it
         result = CliRunner().invoke(app, [*args[:-1], limit, "evaluate.reuse_generations=true"])
