@@ -4,18 +4,21 @@
 ``required_stats(feature_names)``) and returns one ``{stat: value}`` mapping per question, following the contract in
 :mod:`workbench.uncertainty.stats`. Model calls per batch (each one call over every question of the batch):
 
-1. one greedy generation of the closed-book answer (the middle hidden layer when ``sample_hidden`` is needed; the
-   attention diagonal only when ``attention_logdiag`` is needed);
+1. one greedy generation of the closed-book answer (the middle hidden layer when ``sample_hidden`` is needed);
 2. one sampling call with ``n = samples`` (the generator shares each prompt's prefill across its samples);
 3. the EOS token's log-prob and entropy of answers that ended with EOS, recorded by the generator while decoding
    (it drops EOS from the answer text; the contract keeps it in ``greedy_logprobs`` / ``sample_logprobs``) — a
    teacher-forced scoring pass only for answers that lack them (e.g. from an older generation cache);
-4. P(True): one next-token read over the options "true" / "false" after a prompt of our own (ptrue =
-   P(true) / (P(true) + P(false)); the TTLM forced-reply reading in the stats contract is not used);
-5. verbalized confidence: one greedy generation;
-6. Self-Detection: one sampling call for the P − 1 paraphrases, one greedy batch answering them;
-7. one ``judge.entail`` call holding every NLI pair of the batch (answer matrices and paraphrase matrices);
-8. DENSE, only when its stats are needed and ``contexts`` (each question's ranked chunks) are given: one rephrasing
+4. Attention Score, only when ``attention_logdiag`` is needed: one teacher-forced eager-attention pass over
+   prompt + greedy answer, reading the last layer's diagonal A^h_jj at the answer tokens' own positions
+   (:func:`answer_attention_logdiag`);
+5. P(True): one next-token read over the options "true" / "false" after :data:`PTRUE_PROMPT` (ptrue =
+   P(true) / (P(true) + P(false)); see :func:`ptrue_from_logprobs`);
+6. verbalized confidence: one greedy generation;
+7. Self-Detection: one sampling call for the P − 1 paraphrases (preambles stripped by :func:`clean_paraphrase`),
+   one greedy batch answering them;
+8. one ``judge.entail`` call holding every NLI pair of the batch (answer matrices and paraphrase matrices);
+9. DENSE, only when its stats are needed and ``contexts`` (each question's ranked chunks) are given: one rephrasing
    call, one greedy call over the k + 1 single-edit contexts, one ``judge.entail`` call
    (:func:`~workbench.uncertainty.dense_stats.dense_stats`).
 
@@ -27,6 +30,7 @@ after the stats pass (:mod:`workbench.uncertainty.lars_fit`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +49,8 @@ DENSE_STATS: frozenset[str] = frozenset({"dense_answers", "dense_nli_probs"})
 """Stats that need each question's retrieved chunks (``contexts=``)."""
 
 ATTENTION_SCOPE = "answer_positions"
-"""``attention_logdiag`` holds the answer positions only (the generator's ``attentions[-1]``), not prompt + answer."""
+"""``attention_logdiag`` holds the greedy answer tokens' own positions only (the response span), not the prompt's:
+see :func:`answer_attention_logdiag`."""
 
 ANSWER_SYSTEM = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
 PTRUE_PROMPT = (
@@ -110,10 +115,13 @@ class StatSettings:
     """How the stats are produced (documented in the collection metadata).
 
     ``samples`` N answers sampled at ``temperature`` (each at most ``max_new_tokens`` tokens, cut at ``stop``);
-    the greedy answer uses the same length and stop strings. ``paraphrases`` P (the question + P − 1 paraphrases,
-    sampled at ``paraphrase_temperature``, at most ``paraphrase_max_new_tokens`` tokens); ``verbalized_max_new_tokens``
-    caps the confidence reply; ``ptrue_ideas`` samples are listed as ideas in the P(True) prompt. ``seed`` overrides
-    the generator's sampling seed (None: the generator's).
+    the greedy answer uses the same length and stop strings. N = 5 by default: every feature but INSIDE reads at
+    most 5 samples; INSIDE reads min(10, N), so K = 5 instead of the paper's 10 unless N = 10 is asked for (each
+    extra sample is one more decoded sequence per question). ``paraphrases`` P (the question + P − 1 paraphrases,
+    sampled at ``paraphrase_temperature``, at most ``paraphrase_max_new_tokens`` tokens, no stop string, then
+    cleaned by :func:`clean_paraphrase`); ``verbalized_max_new_tokens`` caps the confidence reply; ``ptrue_ideas``
+    samples are listed as ideas in the P(True) prompt. ``seed`` overrides the generator's sampling seed (None: the
+    generator's).
     """
 
     samples: int = 5
@@ -122,7 +130,7 @@ class StatSettings:
     stop: tuple[str, ...] = ("\n",)
     paraphrases: int = 5
     paraphrase_temperature: float = 1.0
-    paraphrase_max_new_tokens: int = 40
+    paraphrase_max_new_tokens: int = 64
     verbalized_max_new_tokens: int = 6
     ptrue_ideas: int = 5
     seed: int | None = None
@@ -238,7 +246,7 @@ def compute_stats(
 
     greedy = []
     if need_greedy:
-        greedy = generator.generate(prompts, temperature=0.0, return_attentions="attention_logdiag" in needed, **common)
+        greedy = generator.generate(prompts, temperature=0.0, **common)
     samples: list[list[Any]] = [[] for _ in questions]
     if need_samples:
         n = settings.samples
@@ -248,9 +256,12 @@ def compute_stats(
     greedy_texts = [g.text.strip() for g in greedy]
     sample_texts = [[s.text.strip() for s in group] for group in samples]
 
+    attention = answer_attention_logdiag(generator, prompts, greedy) if "attention_logdiag" in needed else None
     for i, row in enumerate(out):
         if need_greedy:
             _greedy_stats(row, greedy[i], eos_extra.get(("g", i)), needed, generator)
+        if attention is not None:
+            row["attention_logdiag"] = attention[i]
         if need_samples:
             row["sample_texts"] = sample_texts[i]
             logprobs = []
@@ -340,7 +351,7 @@ def _eos_logprobs(
 
 
 def _greedy_stats(row: dict[str, Any], gen: Any, eos: tuple[float, float] | None, needed: set[str], generator: Any):
-    """The greedy answer's text, log-probs (+ EOS), entropies, importance and attention diagonal."""
+    """The greedy answer's text, log-probs (+ EOS), entropies and MARS importance."""
     row["greedy_text"] = gen.text.strip()
     row["greedy_eos"] = eos is not None
     lp = [float(v) for v in gen.logprobs]
@@ -350,9 +361,85 @@ def _greedy_stats(row: dict[str, Any], gen: Any, eos: tuple[float, float] | None
     if "token_importance" in needed:
         tokens = [generator.tokenizer.decode([int(t)]) for t in gen.token_ids]
         row["token_importance"] = heuristic_token_importance(tokens)
-    if "attention_logdiag" in needed:
-        attn = np.asarray(gen.attentions, dtype=np.float64)[-1]  # (heads, L) of the last layer
-        row["attention_logdiag"] = np.log(np.maximum(attn, 1e-12))
+
+
+def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Sequence[Any]) -> list[np.ndarray]:
+    """log A^h_jj of the LAST layer at the answer tokens' own positions, one ``(H, L)`` array per answer.
+
+    LLM-Check's attention score (D²-RAG paper eqs. 22–23; Sriramanan et al. 2024) reads the diagonal of each head's
+    post-softmax attention matrix Ker^h. For a sequence prompt (P tokens) + answer y_0..y_{L−1}, answer token y_j
+    sits at position P + j, and its diagonal entry is the weight that the query at P + j puts on key P + j. One
+    teacher-forced forward pass with eager attention over prompt + answer (left-padded, batched by
+    ``generator.batch_size``) reads exactly those entries: column j of the result is log A^h_{P+j, P+j}, for
+    every head h. The prompt positions are left out (the scope :data:`ATTENTION_SCOPE`; LLM-Check's code slices the
+    matrices to the response's token span the same way). The D²-RAG paper and TTLM average over prompt + answer
+    (m = the whole sequence), where the prompt positions — which do not depend on the answer — dominate m.
+
+    ``answers`` are :class:`~workbench.backends.generator.Generation` objects of ``prompts`` (their ``token_ids``
+    — EOS excluded — and ``prompt_tokens``, the prompt ids the generator kept after left truncation). An answer
+    with no token gets an ``(H, 0)`` array (the feature is then NaN). Probabilities are floored at 1e-12 before the
+    log. Counts ``lm_calls`` (one per answer), ``lm_batches``, ``prefill_tokens`` (prompt) and ``scored_tokens``
+    (answer) on ``generator.counter``.
+
+    The decoding loop cannot give these entries for free: the step that predicts y_j runs the query at position
+    P + j − 1 (its diagonal belongs to the previous token), and the last answer token is fed only when a
+    terminator follows it.
+    """
+    import torch
+
+    from workbench.backends.prompts import encode
+
+    model = generator.model
+    heads = int(model.config.num_attention_heads)
+    out = [np.zeros((heads, 0)) for _ in answers]
+    rows: list[tuple[int, list[int], int]] = []  # (answer index, prompt + answer ids, answer length)
+    for i, (prompt, gen) in enumerate(zip(prompts, answers, strict=True)):
+        answer = [int(t) for t in gen.token_ids]
+        if not answer:
+            continue
+        ids = encode(generator.tokenizer, prompt)
+        kept = int(getattr(gen, "prompt_tokens", 0) or len(ids))
+        rows.append((i, ids[-kept:] + answer, len(answer)))
+    if not rows:
+        return out
+    pad = generator.tokenizer.pad_token_id
+    pad = generator.tokenizer.eos_token_id if pad is None else pad
+    device = getattr(generator, "device", None) or next(model.parameters()).device
+    counter = generator.counter
+    previous = getattr(model.config, "_attn_implementation", None)
+    if previous != "eager":
+        model.set_attn_implementation("eager")  # SDPA / flash kernels do not return attention weights
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(rows), max(int(generator.batch_size), 1)):
+                batch = rows[start : start + max(int(generator.batch_size), 1)]
+                width = max(len(seq) for _, seq, _ in batch)
+                input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for b, (_, seq, _) in enumerate(batch):
+                    input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+                    mask[b, width - len(seq) :] = 1
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                with counter.timed("score"):
+                    result = model(
+                        input_ids=input_ids.to(device),
+                        attention_mask=mask.to(device),
+                        position_ids=positions.to(device),
+                        output_attentions=True,
+                        use_cache=False,
+                        logits_to_keep=1,
+                    )
+                diagonal = torch.diagonal(result.attentions[-1], dim1=-2, dim2=-1).float().cpu().numpy()  # (B, H, T)
+                for b, (i, _, length) in enumerate(batch):
+                    out[i] = np.log(np.maximum(diagonal[b, :, width - length :].astype(np.float64), 1e-12))
+                counter.lm_calls += len(batch)  # prompts run through the model
+                counter.lm_batches += 1
+                counter.prefill_tokens += sum(len(seq) - length for _, seq, length in batch)
+                counter.scored_tokens += sum(length for _, _, length in batch)
+    finally:
+        if previous is not None and previous != "eager":
+            model.set_attn_implementation(previous)
+    return out
 
 
 def _token_relevance(out: list[dict], questions: list[str], greedy: list[Any], generator: Any, embedder: Any):
@@ -374,24 +461,136 @@ def _token_relevance(out: list[dict], questions: list[str], greedy: list[Any], g
         row["token_relevance"] = 1.0 - np.clip(sims, 0.0, 1.0)
 
 
+def ptrue_prompt(question: str, answer: str, samples: Sequence[str], ideas: int) -> str:
+    """The user message of the P(True) prompt: :data:`PTRUE_PROMPT` with the first ``ideas`` samples listed one per
+    line as "- sample" (the brainstormed ideas of Kadavath et al.'s template; "- (none)" without samples) and the
+    greedy ``answer`` as the proposed answer."""
+    listed = "\n".join(f"- {s}" for s in list(samples)[:ideas]) or "- (none)"
+    return PTRUE_PROMPT.format(question=question, ideas=listed, answer=answer)
+
+
+def ptrue_from_logprobs(logprobs: Any, n_true: int = len(PTRUE_OPTIONS_TRUE)) -> np.ndarray:
+    """P(True) of each row of next-token log-probs ``(B, n_true + n_false)``: the "true" options first.
+
+    ptrue = P_true / (P_true + P_false) with P_true = Σ exp(log-probs of the first ``n_true`` columns) (the case
+    variants "true" / "True" pooled) and P_false the same over the remaining columns; computed as
+    σ(logsumexp(true) − logsumexp(false)). The mass on every other token is left out (a renormalised two-way
+    choice, in [0, 1]).
+    """
+    lp = np.asarray(logprobs, dtype=np.float64)
+    if lp.ndim != 2 or not 0 < n_true < lp.shape[1]:
+        raise ValueError(f"expected (B, options) log-probs with 0 < n_true < options, got {lp.shape}, {n_true}")
+    yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
+    no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
+    return 1.0 / (1.0 + np.exp(no - yes))
+
+
 def _ptrue(out, questions, greedy_texts, sample_texts, generator, settings: StatSettings) -> None:
-    """ptrue = P("true") / (P("true") + P("false")) over the next-token options (case variants pooled)."""
-    chats = []
-    for q, a, ideas in zip(questions, greedy_texts, sample_texts, strict=True):
-        listed = "\n".join(f"- {s}" for s in ideas[: settings.ptrue_ideas]) or "- (none)"
-        chats.append(generator.render_chat(PTRUE_PROMPT.format(question=q, ideas=listed, answer=a)))
+    """ptrue of every question from ONE ``next_token_logprobs`` call (see :func:`ptrue_from_logprobs`)."""
+    chats = [
+        generator.render_chat(ptrue_prompt(q, a, ideas, settings.ptrue_ideas))
+        for q, a, ideas in zip(questions, greedy_texts, sample_texts, strict=True)
+    ]
     options = [*PTRUE_OPTIONS_TRUE, *PTRUE_OPTIONS_FALSE]
-    lp = np.asarray(generator.next_token_logprobs(chats, options), dtype=np.float64)
-    k = len(PTRUE_OPTIONS_TRUE)
-    yes = np.logaddexp.reduce(lp[:, :k], axis=1)
-    no = np.logaddexp.reduce(lp[:, k:], axis=1)
-    values = 1.0 / (1.0 + np.exp(no - yes))
+    values = ptrue_from_logprobs(generator.next_token_logprobs(chats, options), len(PTRUE_OPTIONS_TRUE))
     for row, value in zip(out, values, strict=True):
         row["ptrue"] = float(value)
 
 
+_LEAD_IN = re.compile(
+    r"^(?:(?:sure|certainly|of course|okay|ok|absolutely|alright|no problem|here you go)\b[\s!.,:;-]*"
+    r"|(?:great|good question|happy to help)[!.,:;-]+\s*)",
+    flags=re.IGNORECASE,
+)
+_HERE_IS = re.compile(r"^(?:here\s+is|here's|here\s+are)\b[^:?\n]{0,80}(?::\s*|$)", flags=re.IGNORECASE)
+_LABEL = re.compile(
+    r"^(?:(?:the|a|an|my|your|one)\s+)?"
+    r"(?:(?:new|reworded|rephrased|paraphrased|rewritten|restated|reformulated|revised|alternative|alternate|"
+    r"different|possible)\s+)*"
+    r"(?:question|version|paraphrase|rephrasing|rewording|reformulation|rewrite|query|wording|q"
+    r"|reworded|rephrased|paraphrased|rewritten|restated)"
+    r"\s*(?:#?\d{1,2})?\s*[:：]\s*",
+    flags=re.IGNORECASE,
+)
+_SAID_AS = re.compile(
+    r"^.{0,120}?\b(?:reworded|rephrased|paraphrased|rewritten|restated|reformulated|asked|phrased)\s+as"
+    r"(?:\s+follows)?\s*(?::\s*|(?=[\"“'‘]))",
+    flags=re.IGNORECASE,
+)
+_NUMBERING = re.compile(r"^(?:\(?\d{1,2}[.)]|[-*•]|#{1,6})\s+")
+_OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’", "'": "'", "«": "»", "`": "`"}
+
+
+def _strip_quotes(text: str) -> str:
+    """The text inside a leading quote and its closing quote (anything after the closing quote dropped); a closing
+    quote is one followed by white space, punctuation or the end, so "'Who is Hamlet's author?'" keeps its
+    apostrophe."""
+    if text and text[0] in _OPENING_QUOTES:
+        close = re.search(re.escape(_OPENING_QUOTES[text[0]]) + r"(?=\s|$|[.,;:!?)])", text[1:])
+        inner = text[1 : 1 + close.start()] if close else text[1:]
+        if inner.strip():
+            return inner.strip()
+    return text
+
+
+def _paraphrase_line(line: str) -> str:
+    """One line with its preamble, label, numbering, markdown emphasis and wrapping quotes removed ('' if none
+    is left). A line that ends with ':' and asks nothing ("Sure! Here is a paraphrase:") is all preamble."""
+    text = line.strip()
+    for _ in range(6):  # the wrappers nest: '1. **Reworded question:** "..."'
+        before = text
+        text = _LEAD_IN.sub("", text, count=1).strip()
+        text = text.replace("**", "").replace("__", "").strip()
+        text = _NUMBERING.sub("", text, count=1).strip()
+        text = _HERE_IS.sub("", text, count=1).strip()
+        text = _SAID_AS.sub("", text, count=1).strip()
+        text = _LABEL.sub("", text, count=1).strip()
+        text = _strip_quotes(text)
+        if text == before:
+            break
+    if text.endswith(":") and "?" not in text:
+        return ""
+    return " ".join(text.split())
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def clean_paraphrase(text: str, question: str | None = None) -> str:
+    """The paraphrased question in a model's reply, without preambles: '' when the reply holds none.
+
+    Small chat models wrap the one question they were asked for: "Sure! Here is a paraphrase:\n\nWhat is ...?",
+    "Paraphrased question: ...", "**Reworded question:** ...", '"What is ...?"', numbered or bulleted lists
+    ("1. ...\n2. ..."), a closing remark or an answer after the question. Rules, line by line:
+
+    * remove a lead-in ("Sure!", "Certainly,"), a "Here is ...:" preamble, a "... can be rephrased as:" lead, a
+      label ("Question:", "Rephrased:", "New question 2:"), list numbering or bullets, markdown emphasis and
+      wrapping quotes (text after the closing quote is dropped); a line ending in ':' without a '?' is preamble;
+    * when some line asks a question ('?'), the paraphrase is the first such line, cut after its first '?' (the
+      closing remark or answer that follows is dropped); otherwise it is the first non-empty line;
+    * with ``question`` given, a question line that merely repeats it (case and spacing ignored) is skipped when a
+      later question line differs (the model echoed the question before rewording it).
+    """
+    lines = [c for c in (_paraphrase_line(line) for line in (text or "").splitlines()) if c]
+    asking = [line[: line.index("?") + 1] for line in lines if "?" in line]
+    if not asking:
+        return lines[0] if lines else ""
+    if question is not None:
+        for line in asking:
+            if not _same_text(line, question):
+                return line
+    return asking[0]
+
+
 def _paraphrase_answers(questions, greedy_texts, generator, settings: StatSettings) -> list[list[str]]:
-    """[greedy answer of q] + greedy answers of P − 1 sampled paraphrases, per question (two generator calls)."""
+    """[greedy answer of q] + greedy answers of P − 1 sampled paraphrases, per question (two generator calls).
+
+    The P − 1 paraphrases of a question are sampled in ONE call (``n = P − 1``, shared prefill, T =
+    ``paraphrase_temperature``), with no stop string so a preamble line does not end the reply, then cleaned by
+    :func:`clean_paraphrase`; a reply with no paraphrase left falls back to the question itself (its answer is then
+    the greedy answer again). Every paraphrase is answered greedily with the answering prompt (Zhao et al.).
+    """
     extra = settings.paraphrases - 1
     if extra == 0:
         return [[a] for a in greedy_texts]
@@ -401,10 +600,10 @@ def _paraphrase_answers(questions, greedy_texts, generator, settings: StatSettin
         n=extra,
         temperature=settings.paraphrase_temperature,
         max_new_tokens=settings.paraphrase_max_new_tokens,
-        stop=settings.stop,
+        stop=None,
         seed=settings.seed,
     )
-    paraphrased = [g.text.strip() or questions[i // extra] for i, g in enumerate(flat)]
+    paraphrased = [clean_paraphrase(g.text, questions[i // extra]) or questions[i // extra] for i, g in enumerate(flat)]
     prompts = [
         generator.build_prompt(p, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
         for p in paraphrased

@@ -10,8 +10,8 @@ Conventions shared by every stat:
 * Log-probabilities are natural-log, from ``log_softmax`` of the **raw** (temperature-1, unprocessed) logits,
   evaluated at the chosen token, even when the token was sampled at T > 0 (D²-RAG §3.2; DTR §3.2).
 * "Greedy answer" is the Stage-1 answer a_para decoded greedily (D²-RAG §13.6 [REC]; TTLM samples it at T = 0.7).
-* "Samples" are the N answers sampled at T > 0 (N = 10 covers every feature: INSIDE uses 10, the others the first
-  5 or 4), each cut at its first EOS.
+* "Samples" are the N answers sampled at T > 0, each cut at its first EOS. The paper's N = 10 covers every feature
+  (INSIDE uses 10, the others the first 5 or 4); the stats graph samples N = 5 by default (INSIDE then uses 5).
 * NLI probabilities are ordered (contradiction, neutral, entailment) — :data:`NLI_ORDER` — and are the judge's
   softmax at temperature 1. Features that need a tempered NLI distribution (the Lin et al. graph methods,
   T = 3.0) re-derive it exactly from these probabilities: softmax(log p / T) = softmax(z / T) for logits z, because
@@ -106,9 +106,11 @@ _SPECS: tuple[StatSpec, ...] = (
         "float",
         "[H, m]",
         "log A^h_jj: log of the diagonal of the LAST layer's post-softmax attention, per head h, at each position "
-        "j of the sequence (spec: prompt + answer, m tokens). A producer that only has the answer positions (the "
-        "workbench Generator's `attentions[-1]`) may pass those and must record it in the collection metadata.",
-        "generator (eager attention)",
+        "j of the sequence (spec: prompt + answer, m tokens), probabilities floored at 1e-12. The stats graph "
+        "passes the greedy answer tokens' own positions only (m = L' answer tokens, EOS excluded: column j is the "
+        "query at answer token j attending to itself, from a teacher-forced pass over prompt + answer) and records "
+        "the scope in the collection metadata (attention_logdiag_scope = 'answer_positions').",
+        "stats graph (teacher-forced pass, eager attention)",
     ),
     StatSpec(
         "lars_score",
@@ -123,8 +125,9 @@ _SPECS: tuple[StatSpec, ...] = (
         "ptrue",
         "float",
         "()",
-        "P(True): P(true) / (P(true) + P(false)) of the first token after a P(True) prompt that lists the first "
-        "samples as ideas and the greedy answer ('true'/'True' pooled against 'false'/'False'; see calculators.py).",
+        "P(True): P(true) / (P(true) + P(false)) of the reply's first token after the P(True) prompt that lists "
+        "the first 5 samples as ideas and the greedy answer as the proposed answer ('true'/'True' pooled against "
+        "'false'/'False'; calculators.PTRUE_PROMPT, ptrue_from_logprobs).",
         "generator (next-token log-probs)",
     ),
     StatSpec(
@@ -140,7 +143,8 @@ _SPECS: tuple[StatSpec, ...] = (
         "sample_texts",
         "list[str]",
         "[N]",
-        "N answers sampled at T > 0 (N = 10 recommended), each cut at its first EOS, special tokens removed.",
+        "N answers sampled at T > 0 (N = 5 by default; the paper's 10 for INSIDE's K = 10), each cut at its "
+        "first EOS, special tokens removed.",
         "generator",
     ),
     StatSpec(
@@ -157,8 +161,11 @@ _SPECS: tuple[StatSpec, ...] = (
         "float",
         "[N, d]",
         "INSIDE embedding z_b of each sample: the hidden state of the middle layer (index floor(n_hs/2) of HF "
-        "hidden_states, embeddings included) at the last decoding step kept (the step whose input is the last "
-        "token before EOS) — the workbench Generator's hidden_last.",
+        "hidden_states, embeddings included) at the last decoding step kept: the step whose input is the sample's "
+        "last token (the last before EOS), computed when a terminator (EOS, or a token holding the stop string) "
+        "followed it; otherwise (cut by the length cap, or the stop string inside the last token) the last step "
+        "computed, whose input is the token before "
+        "the last, as HF generate's last hidden state — the workbench Generator's hidden_last.",
         "generator",
     ),
     StatSpec(
@@ -208,7 +215,9 @@ _SPECS: tuple[StatSpec, ...] = (
         "paraphrase_answers",
         "list[str]",
         "[P]",
-        "Answers to the question and its P − 1 paraphrases (P = 5: q + 4 paraphrases), one answer each.",
+        "Answers to the question and its P − 1 paraphrases (P = 5: q + 4 paraphrases), one greedy answer each, "
+        "the question's own first (the greedy answer). The paraphrases are sampled from the generator and "
+        "stripped of preambles, labels and quotes before they are answered (calculators.clean_paraphrase).",
         "generator",
     ),
     StatSpec(

@@ -78,8 +78,9 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
         del generator.generate
     assert len(stats) == 2 and all(set(s) == needed for s in stats)
     assert sampled == [2, 2]  # answers (n=3 each, shared prefill) and paraphrases: one sampling call each
-    # greedy, samples, eos scoring (at most one batch), ptrue, verbalized, paraphrases, paraphrase answers
-    assert 6 <= calls <= 7
+    # greedy, samples, the attention pass, eos scoring (at most one batch), ptrue, verbalized, paraphrases,
+    # paraphrase answers
+    assert 7 <= calls <= 8
     hidden = generator.model.config.hidden_size
     for s in stats:
         length = len(s["greedy_logprobs"])

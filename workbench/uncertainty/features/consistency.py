@@ -53,13 +53,25 @@ class SelfDetection(Feature):
     """Self-Detection: answer diversity across question paraphrases (paper eqs. 24–25; Zhao et al. 2024; TTLM).
 
     The P (5) answers to the question and its 4 paraphrases are clustered with the semantic-entropy rule on
-    ``paraphrase_nli_probs``; raw = −Σ_l (N_l/P) ln(N_l/P) over cluster sizes (the entropy variant of eq. 24,
-    ``output_type="entropy"``). ↑ = uncertain, orientation −1. NaN when there is no answer.
+    ``paraphrase_nli_probs`` (question-prefixed with the original question); raw = −Σ_l (N_l/P) ln(N_l/P) over
+    cluster sizes (eq. 25, the entropy form; TTLM ``output_type="entropy"``). ↑ = uncertain, orientation −1. NaN
+    when there is no answer.
 
-    TTLM compares answers with NLI (as here); the paper's exact match for fixed-format answers is not used.
+    How the stats graph makes ``paraphrase_answers``: the 4 paraphrases are sampled in one call (n = 4, T = 1.0 as
+    TTLM, ≤ 64 tokens, no stop string), each reply stripped of preambles, labels, numbering and quotes
+    (``calculators.clean_paraphrase``; nothing left → the question itself); every question is then answered
+    greedily (the paper; TTLM samples at T = 0.7), the original question's answer being the greedy answer.
+    Departures: TTLM asks for the paraphrases one at a time, listing the earlier ones so that each differs (4
+    sequential calls); here sampling alone makes them differ (one call with a shared prefill). TTLM compares answers
+    with NLI (as here); the paper's exact match for fixed-format answers is not used.
+
+    Version 2: paraphrases cleaned of preambles (version 1 cut each reply at its first newline and answered
+    "Sure! Here is a paraphrase:" as a question).
     """
 
     rule: str = "no_contradiction"
+
+    version = "2"
 
     name = "self_detection"
     category = "consistency"

@@ -31,10 +31,14 @@ def eigen_score(hidden: np.ndarray, alpha: float = 1e-3) -> float:
 
 @dataclass(frozen=True)
 class Inside(Feature):
-    """INSIDE EigenScore over the first ``n_samples`` (10) samples' middle-layer hidden states (eqs. 20–21; TTLM).
+    """INSIDE EigenScore over the samples' middle-layer hidden states (eqs. 20–21; Chen et al. 2024; TTLM).
 
-    See :func:`eigen_score`; α = 1e-3, no feature clipping. ↑E = more diverse = uncertain, orientation −1.
-    NaN without samples.
+    z_k = ``sample_hidden`` row k: layer ⌊n_hs/2⌋ of HF ``hidden_states`` at the last decoding step kept (its input
+    is the sample's last token before EOS). K = min(``n_samples``, N) = the first 10 samples as in the paper, but the
+    stats graph samples N = 5 by default (``collect.samples``; every other feature reads at most 5, and each extra
+    sample is one more decoded sequence per question), so K = 5 unless N = 10 is collected. See
+    :func:`eigen_score`; α = 1e-3, no feature clipping. ↑E = more diverse = uncertain, orientation −1. NaN without
+    samples.
     """
 
     n_samples: int = 10
@@ -57,11 +61,18 @@ class AttentionScore(Feature):
     """LLM-Check attention score (paper eqs. 22–23; Sriramanan et al. 2024; TTLM ``AttentionScore(layer_index=-1)``).
 
     Score = (1/H) Σ_h (1/m) Σ_j log A^h_jj over the last layer's heads and the m positions in
-    ``attention_logdiag`` (log-diagonals floored at ln 1e-12). Used unflipped, as TTLM does: orientation +1 — the
-    spec notes (§3.1 note B) it is near-uninformative (AUROC ≈ 0.5) and possibly wrongly signed; the increasing
-    isotonic calibrator then makes it near-constant. NaN when there is no position.
+    ``attention_logdiag`` (log-diagonals floored at ln 1e-12). The stats graph passes the greedy answer's m = L
+    tokens, each at its own position (a teacher-forced pass over prompt + answer); the paper and TTLM average over
+    the whole prompt + answer sequence, whose prompt positions do not depend on the answer and outnumber it. Used
+    unflipped, as TTLM does: orientation +1 — the spec notes (§3.1 note B) it is near-uninformative (AUROC ≈ 0.5)
+    and possibly wrongly signed; the increasing isotonic calibrator then makes it near-constant. NaN when there is
+    no position.
+
+    Version 2: the answer tokens' own positions (version 1 read the diagonal one position early, at the query that
+    predicts each token, and missed the last answer token).
     """
 
+    version = "2"
     name = "attention_score"
     category = "internal"
     orientation = 1

@@ -32,9 +32,16 @@ def parse_verbalized_confidence(text: str) -> float:
 class PTrue(Feature):
     """P(True) (paper eq. 28; Kadavath et al. 2022; TTLM ``PTrue(number_of_ideas=5)``).
 
-    Raw = the ``ptrue`` stat: exp(mean log-prob of the token(s) spelling "true") in the forced reply after the TTLM
-    template (question, 5 samples as brainstormed ideas, the greedy answer). ↑ = certain, orientation +1. Values
-    outside [0, 1] are a producer bug (DataError); NaN passes through.
+    Raw = the ``ptrue`` stat (``workbench.uncertainty.calculators``): the model is shown the question, the first 5
+    sampled answers as brainstormed ideas and the greedy answer as the proposed answer, and asked for a one-word
+    verdict; ptrue = P(true) / (P(true) + P(false)) of the reply's first token, "true"/"True" and "false"/"False"
+    pooled. ↑ = certain, orientation +1. Values outside [0, 1] are a producer bug (DataError); NaN passes through.
+
+    Departures: eq. 28 reads P("(A)") after a lettered "(A) True / (B) False … The possible answer is:" prompt, and
+    TTLM exp(mean log-prob of "true") in a forced reply "The generated answer is true"; here the verdict word is the
+    reply's first token (no forced prefix; one forward pass, as in both) and the two verdicts are renormalised, so
+    the mass a small chat model puts on other first tokens does not enter the value. The ideas are the shared
+    samples (T = 0.7, as TTLM), not fresh samples at T = 1.
     """
 
     name = "ptrue"
