@@ -123,8 +123,7 @@ def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> li
         "fit_utility.limit=6",
         "fit_utility.folds=2",
         "fit_utility.samples=2",
-        "fit_utility.max_new_tokens=4",
-        "fit_utility.k=2",
+        "fit_utility.max_new_tokens=4",  # = evaluate.max_new_tokens; fit_utility.k is D²-RAG's default k
         "retrieval.k=2",
         "evaluate.limit=3",
         "evaluate.max_new_tokens=4",

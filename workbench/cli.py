@@ -2,13 +2,16 @@
 doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
-(:class:`WorkbenchError`) print one line and exit with status 2.
+(:class:`WorkbenchError`, including what torch or transformers raised while a model was built) print one line and
+exit with status 2; set ``WORKBENCH_TRACEBACK=1`` to see the traceback behind that line as well.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -387,6 +390,8 @@ def main() -> None:
     try:
         app()
     except WorkbenchError as exc:
+        if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
+            traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:

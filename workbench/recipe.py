@@ -471,18 +471,277 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
             # a key=value override below the method's entry (evaluate.options.dtr.tau=...) is where it came from
             below = any(key[: len(path)] == path for key in located.overridden)
             raise ConfigError(f"{where}: {exc.what}", "command line" if below else located.where(path)) from None
-    for stage, check in (("export", _check_export), ("bench_runtime", _check_bench_runtime)):
-        if stage in config.stages:  # fail at load, not after the stages before it ran
-            try:
-                check(config)
-            except WorkbenchError as exc:
-                key = tuple(str(exc.where or stage).split("."))
-                below = any(k[: len(key)] == key for k in located.overridden)
-                raise ConfigError(exc.what, f"{'command line' if below else located.where(key)}: {exc.where}") from None
+    for check in LOAD_CHECKS:  # fail at load, not after the stages before the one that needs the setting ran
+        try:
+            check(config)
+        except WorkbenchError as exc:
+            key = tuple(str(exc.where or "stages").split("."))
+            below = any(k[: len(key)] == key for k in located.overridden)
+            raise ConfigError(exc.what, f"{'command line' if below else located.where(key)}: {exc.where}") from None
     return LoadedRecipe(config, source, located)
 
 
+# --------------------------------------------------------------------------------------------- checks at load
+
+INT_MINIMUMS: dict[str, int] = {
+    "seed": 0,
+    "threads": 0,
+    "data.chunk_overlap": 0,
+    "train_nli.answer_pairs": 0,
+    "classify.seeds": 0,
+    "classify.mlp_patience": 0,
+    "calibrate.folds": 2,
+    "fit_utility.folds": 2,
+}
+"""Integer keys whose smallest accepted value is not 1. Every other integer of a recipe (a count, a limit, a size,
+a length, each item of an integer list) must be >= 1; ``null`` stays allowed where the schema allows it."""
+
+
+def _integer_kind(tp: Any) -> str | None:
+    """``"int"`` for ``int`` / ``int | None``, ``"list"`` for ``list[int]``, else None."""
+    import typing
+
+    if tp is int:
+        return "int"
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is list and args == (int,):
+        return "list"
+    if args and int in args and all(a in (int, type(None)) for a in args):
+        return "int"
+    return None
+
+
+def _integers(obj: Any, prefix: str = "") -> list[tuple[str, int]]:
+    """Every integer value of the config tree ``obj`` with its dotted key (list items under the list's key)."""
+    import typing
+
+    out: list[tuple[str, int]] = []
+    hints = typing.get_type_hints(type(obj))
+    for fld in fields(obj):
+        key, value = f"{prefix}{fld.name}", getattr(obj, fld.name)
+        if is_dataclass(value):
+            out.extend(_integers(value, f"{key}."))
+        elif value is not None and _integer_kind(hints[fld.name]) == "int":
+            out.append((key, value))
+        elif value is not None and _integer_kind(hints[fld.name]) == "list":
+            out.extend((key, item) for item in value)
+    return out
+
+
+def _check_numbers(config: RecipeConfig) -> None:
+    """No negative (or, for counts, zero) integer anywhere; temperatures >= 0; data.fractions well formed."""
+    for key, value in _integers(config):
+        minimum = INT_MINIMUMS.get(key, 1)
+        if value < minimum:
+            raise ConfigError(f"must be >= {minimum}, got {value}", key)
+    for section in fields(config):
+        value = getattr(config, section.name)
+        for fld in fields(value) if is_dataclass(value) else ():
+            number = getattr(value, fld.name)
+            if fld.name.endswith("temperature") and not number >= 0:
+                raise ConfigError(f"must be >= 0, got {number}", f"{section.name}.{fld.name}")
+    data = config.data
+    if len(data.fractions) != 4 or min(data.fractions) < 0 or abs(sum(data.fractions) - 1.0) > 1e-6:
+        raise ConfigError(
+            f"needs four non-negative numbers (train, calib, val, test) summing to 1, got {data.fractions}",
+            "data.fractions",
+        )
+    if data.chunking == "fixed" and data.chunk_overlap >= data.chunk_size:
+        raise ConfigError(
+            f"must be < data.chunk_size ({data.chunk_size}), got {data.chunk_overlap}", "data.chunk_overlap"
+        )
+
+
+def _check_devices(config: RecipeConfig) -> None:
+    """The generator's device string is one torch can be given (its availability is checked when it loads, so a
+    run made on a GPU machine can still be exported on another)."""
+    from workbench.backends.factory import check_device
+
+    check_device(config.generator.device, "generator.device")
+
+
+def _check_stage_sections(config: RecipeConfig) -> None:
+    """The checks the stages themselves run on their own section (collect, fit_utility, bench_decoding)."""
+    from workbench.stages import bench_decoding, collect, fit_utility
+
+    for stage, check in (
+        ("collect", collect._check_section),
+        ("fit_utility", fit_utility._validate),
+        ("bench_decoding", bench_decoding.validate_section),
+    ):
+        if stage not in config.stages:
+            continue
+        try:
+            check(getattr(config, stage))
+        except ConfigError as exc:  # a helper may name the bare field ("features"): make it the section's key
+            where = str(exc.where or stage)
+            if not where.startswith(f"{stage}."):
+                where = f"{stage}.{where}" if where in {f.name for f in fields(getattr(config, stage))} else stage
+            raise ConfigError(exc.what, where) from None
+
+
+SPLIT_READERS: dict[str, str] = {
+    "answer": "answer.split",
+    "collect": "collect.splits",
+    "evaluate": "evaluate.split",
+    "seper_eval": "seper_eval.split",
+    "fit_utility": "fit_utility.split",
+    "bench_decoding": "bench_decoding.split",
+    "bench_features": "bench_features.split",
+    "bench_backends": "data.fractions",
+}
+"""The key naming the split(s) each stage reads from build_data (``bench_backends`` always reads ``test``)."""
+
+
+def dataset_splits(config: RecipeConfig) -> dict[str, bool]:
+    """The splits build_data makes for ``config.data`` → whether questions can land there (False: data.fractions
+    gives the split 0, or wiki-qa's ``ood`` split with no ood_topics)."""
+    from workbench.stages.build_data import SPLITS
+
+    splits = {split: fraction > 0 for split, fraction in zip(SPLITS, config.data.fractions, strict=True)}
+    if config.data.dataset == "wiki-qa":
+        splits["ood"] = bool(config.data.ood_topics)
+    return splits
+
+
+def _check_splits(config: RecipeConfig) -> None:
+    """Every split a stage of the recipe reads exists in the dataset and can hold questions."""
+    splits = dataset_splits(config)
+    for stage, key in SPLIT_READERS.items():
+        if stage not in config.stages:
+            continue
+        value = "test" if stage == "bench_backends" else _value(config, key)
+        for split in value if isinstance(value, list) else [value]:
+            if split not in splits:
+                raise ConfigError(f"{stage} reads split {split!r}; the dataset has {', '.join(splits)}", key)
+            if not splits[split]:
+                why = "data.ood_topics is empty" if split == "ood" else "data.fractions gives it 0"
+                raise ConfigError(f"{stage} reads split {split!r}, which gets no questions ({why})", key)
+
+
+def _value(config: RecipeConfig, key: str) -> Any:
+    """The config value at a dotted key."""
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _check_calibrate(config: RecipeConfig) -> None:
+    """calibrate ← collect: the fit split, the label and the features it reads were collected."""
+    if "calibrate" not in config.stages:
+        return
+    from workbench.stages.collect import LABELS, labels_for
+
+    section, collect = config.calibrate, config.collect
+    if section.fit_split not in collect.splits:
+        raise ConfigError(f"{section.fit_split!r} is not among collect.splits {collect.splits}", "calibrate.fit_split")
+    collected = labels_for(list(collect.labels))
+    if section.label not in collected:
+        need = LABELS.get(section.label, {}).get("needs")
+        hint = f"add {need} to collect.labels" if need else f"collected labels: {', '.join(collected)}"
+        raise ConfigError(f"label {section.label!r} is not collected ({hint})", "calibrate.label")
+    missing = [f for f in section.features or [] if f not in collect.features]
+    if missing or section.features == []:
+        raise ConfigError(f"{missing or 'no features'}: give features of collect.features", "calibrate.features")
+
+
+def _check_classify(config: RecipeConfig) -> None:
+    """classify ← collect: answers with retrieval (the routing table), a split to evaluate on besides the fit split."""
+    if "classify" not in config.stages:
+        return
+    if "rag" not in config.collect.labels:
+        raise ConfigError("classify's routing table needs answers with retrieval: add rag", "collect.labels")
+    if not [s for s in config.collect.splits if s != config.calibrate.fit_split]:
+        raise ConfigError(
+            f"classify evaluates on a collected split besides calibrate.fit_split {config.calibrate.fit_split!r}: "
+            "add one",
+            "collect.splits",
+        )
+
+
+def _d2rag(config: RecipeConfig, key: str) -> Any:
+    """D²-RAG's effective setting ``key`` (``evaluate.options.d2rag``, else the method's default)."""
+    from workbench.methods.d2rag import D2RAGSettings
+
+    options = config.evaluate.options.get("d2rag") or {}
+    return options.get(key, getattr(D2RAGSettings(), key))
+
+
+def _exported_methods(config: RecipeConfig) -> list[str]:
+    """The methods the export stage bundles (its explicit list, else the gold-free evaluate methods)."""
+    from workbench.bundle.integrity import GOLD_METHODS
+
+    if config.export.methods is not None:
+        return list(config.export.methods)
+    methods = [m for m in config.evaluate.methods if m not in GOLD_METHODS]
+    return [*methods, "d2rag"] if "d2rag_oracle" in config.evaluate.methods and "d2rag" not in methods else methods
+
+
+def _check_learned_methods(config: RecipeConfig) -> None:
+    """evaluate / export ← calibrate, classify: D²-RAG needs the calibrators, the classifier and its τ."""
+    decision = "calibrate" in config.stages and "classify" in config.stages
+    if "evaluate" in config.stages and not decision:
+        learned = [m for m in config.evaluate.methods if m in ("d2rag", "d2rag_oracle")]
+        if learned:
+            raise ConfigError(
+                f"{learned[0]} needs the calibrate and classify stages before evaluate", "evaluate.methods"
+            )
+    exported = config.export.methods or []
+    if "export" in config.stages and "d2rag" in exported and not decision:
+        raise ConfigError("d2rag needs the calibrate and classify stages before export", "export.methods")
+
+
+def _check_fit_utility(config: RecipeConfig) -> None:
+    """fit_utility → evaluate / export: the predictor learns on D²-RAG's contexts and answers, so its k,
+    passage_chars and max_new_tokens must be D²-RAG's."""
+    stages = config.stages
+    reads = ("evaluate" in stages and "d2rag" in config.evaluate.methods) or (
+        "export" in stages and "d2rag" in _exported_methods(config)
+    )
+    if "fit_utility" not in stages or not reads:
+        return
+    section = config.fit_utility
+    used = {
+        "k": (_d2rag(config, "k"), "evaluate.options.d2rag.k"),
+        "passage_chars": (config.evaluate.passage_chars, "evaluate.passage_chars"),
+        "max_new_tokens": (
+            _d2rag(config, "max_new_tokens") or config.evaluate.max_new_tokens,
+            "evaluate.options.d2rag.max_new_tokens" if _d2rag(config, "max_new_tokens") else "evaluate.max_new_tokens",
+        ),
+    }
+    for key, (value, source) in used.items():
+        if getattr(section, key) != value:
+            raise ConfigError(
+                f"is {getattr(section, key)} but D²-RAG answers with {value} ({source}): the utility predictor must "
+                "learn on the contexts and answers D²-RAG makes, so keep them equal",
+                f"fit_utility.{key}",
+            )
+
+
+def _check_report(config: RecipeConfig) -> None:
+    """report ← at least one stage whose output it shows."""
+    if "report" not in config.stages:
+        return
+    from workbench.stages.registry import STAGES
+
+    shown = STAGES["report"].optional_inputs
+    if not any(stage in config.stages for stage in shown):
+        raise ConfigError(f"the report stage needs one of {', '.join(shown)} before it", "stages")
+
+
+def _check_stage(stage: str, check: Any) -> Any:
+    """``check(config)`` run only when ``stage`` is in the recipe."""
+
+    def run(config: RecipeConfig) -> None:
+        if stage in config.stages:
+            check(config)
+
+    return run
+
+
 def _check_export(config: RecipeConfig) -> None:
+    """export: a valid bundle name and version, gold-free methods, and at least one method to bundle."""
     from workbench.bundle.integrity import GOLD_METHODS
     from workbench.bundle.schema import check_name, parse_semver
     from workbench.methods.registry import METHODS
@@ -496,9 +755,16 @@ def _check_export(config: RecipeConfig) -> None:
         bad = [m for m in section.methods if m not in allowed]
         if bad or not section.methods:
             raise ConfigError(f"{bad or 'none'}: give methods of {', '.join(allowed)} (gold-free)", "export.methods")
+        return
+    decision = "calibrate" in config.stages and "classify" in config.stages  # else export leaves d2rag out
+    if not [m for m in _exported_methods(config) if m != "d2rag" or decision]:
+        raise ConfigError(
+            "no gold-free method to export: add one to evaluate.methods or set export.methods", "evaluate.methods"
+        )
 
 
 def _check_bench_runtime(config: RecipeConfig) -> None:
+    """bench_runtime: positive counts and known methods."""
     section = config.bench_runtime
     for key in ("cold_starts", "decision_repeats", "serve_questions", "serve_requests", "serve_concurrency"):
         if getattr(section, key) < 1:
@@ -508,6 +774,24 @@ def _check_bench_runtime(config: RecipeConfig) -> None:
     unknown = [m for m in [*section.end_to_end_methods, section.serve_method] if m not in METHODS]
     if unknown:
         raise ConfigError(f"unknown method(s) {unknown} (known: {', '.join(METHODS)})", "bench_runtime")
+
+
+LOAD_CHECKS = (
+    _check_numbers,
+    _check_devices,
+    _check_stage_sections,
+    _check_splits,
+    _check_calibrate,
+    _check_classify,
+    _check_learned_methods,
+    _check_fit_utility,
+    _check_report,
+    _check_stage("export", _check_export),
+    _check_stage("bench_runtime", _check_bench_runtime),
+)
+"""What :func:`load_recipe` checks after the schema, in order: each raises a ConfigError naming a dotted key (the
+error then gets that key's file and line). Cross-stage requirements live here, so a recipe that cannot finish
+fails before its first stage runs."""
 
 
 def recipe_template(cls: type = RecipeConfig, indent: int = 0) -> str:

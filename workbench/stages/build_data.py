@@ -16,10 +16,14 @@ SPLITS = ("train", "calib", "val", "test")
 
 
 def make_chunker(section: DataSection):
-    """The corpus chunker the data section asks for (None: one passage per document)."""
+    """The corpus chunker the data section asks for (None: one passage per document); a size the chunker refuses is
+    a one-line ConfigError naming the data section."""
     from workbench.data.corpus import make_chunker as chunker_for
 
-    return chunker_for(section.chunking, section.chunk_size, section.chunk_overlap)
+    try:
+        return chunker_for(section.chunking, section.chunk_size, section.chunk_overlap)
+    except ValueError as exc:
+        raise ConfigError(f"{section.chunking} chunking: {exc}".splitlines()[0], "data") from None
 
 
 def _split_by_fractions(dataset, fractions: list[float], seed: int):
@@ -53,14 +57,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     section = ctx.config.data
     articles = load_articles() if section.dataset == "wiki-qa" or section.corpus == "wiki" else None
     if section.dataset == "wiki-qa":
-        qa = build_wikiqa(
-            articles,
-            seed=ctx.config.seed,
-            templates=tuple(section.templates),
-            max_per_template=section.max_per_template,
-            fractions=tuple(section.fractions),
-            ood_topics=list(section.ood_topics),
-        )
+        try:
+            qa = build_wikiqa(
+                articles,
+                seed=ctx.config.seed,
+                templates=tuple(section.templates),
+                max_per_template=section.max_per_template,
+                fractions=tuple(section.fractions),
+                ood_topics=list(section.ood_topics),
+            )
+        except ValueError as exc:  # the builder's own checks (templates, sizes, fractions) name the setting
+            raise ConfigError(str(exc).splitlines()[0], "data") from None
     else:
         from workbench.data.loaders import load_qa_dataset
 
