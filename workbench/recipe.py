@@ -561,13 +561,16 @@ def _check_devices(config: RecipeConfig) -> None:
 
 
 def _check_stage_sections(config: RecipeConfig) -> None:
-    """The checks the stages themselves run on their own section (collect, fit_utility, bench_decoding)."""
+    """The checks the stages themselves run on their own section (collect, fit_utility, bench_decoding, the feature
+    names of bench_features)."""
     from workbench.stages import bench_decoding, collect, fit_utility
+    from workbench.uncertainty.features import get_features
 
     for stage, check in (
         ("collect", collect._check_section),
         ("fit_utility", fit_utility._validate),
         ("bench_decoding", bench_decoding.validate_section),
+        ("bench_features", lambda section: get_features(section.features)),
     ):
         if stage not in config.stages:
             continue

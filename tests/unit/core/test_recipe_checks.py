@@ -97,6 +97,12 @@ def test_cross_stage_requirements_fail_at_load(overrides, expected):
     assert expected in refused("quickstart", *overrides)
 
 
+def test_bench_features_names_are_checked_at_load():
+    assert "bench_features.features: unknown feature(s) ['nope']" in refused(
+        "bench-features", "bench_features.features=[nope]"
+    )
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
