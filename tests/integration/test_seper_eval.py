@@ -12,9 +12,19 @@ from workbench.stages.runner import run_recipe
 pytestmark = pytest.mark.integration
 
 
-def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, monkeypatch):
     import datasets
 
+    from workbench.methods.dtr import DTR
+
+    searched = []  # what DTR's two paths search: the dense row's own index (the paper's dense retrieval)
+    real_search = DTR._search
+
+    def spy(self, queries, k):
+        searched.append((type(self.retriever).__name__, len(self.retriever.corpus), len(queries), k))
+        return real_search(self, queries, k)
+
+    monkeypatch.setattr(DTR, "_search", spy)
     run_recipe(
         load_recipe(
             "seper-eval",
@@ -46,5 +56,8 @@ def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encod
     for qid, value in zip(rows["id"], rows["seper_s_closed"], strict=True):
         assert closed.setdefault(qid, value) == pytest.approx(value)
     assert len(closed) == 2
+    # forced to retrieve: the question path of both questions searches the 200 passages' dense index (the random
+    # model's pseudo-contexts are empty, so there is no second path)
+    assert searched == [("DenseRetriever", 200, 2, 5)]
     report = (tmp_path / "report" / "report.md").read_text()
     assert "ranked by retrieval utility" in report and "| dtr |" in report

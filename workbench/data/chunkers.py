@@ -197,21 +197,39 @@ class FixedSizeChunker:
 # --------------------------------------------------------------------------------------------- recursive
 
 
+LANGCHAIN_SEPARATORS = ("\n\n", "\n", " ")
+"""The separators of LangChain's ``RecursiveCharacterTextSplitter`` (its final ``""`` is the per-character cut that
+:class:`RecursiveChunker` makes when no separator is left)."""
+
+
 class RecursiveChunker:
     """Recursive splitting: pieces of at most ``max_chars`` characters, cut at the coarsest separator possible.
 
     The text is cut after each occurrence of the first separator it contains (the separator stays with the piece
     before it); neighbouring pieces are packed greedily while they fit in ``max_chars``; a piece still too long
     is cut with the next separator, and with no separator left it is cut every ``max_chars`` characters.
+
+    ``overlap`` (characters, default 0) carries trailing pieces of a chunk into the next one, as LangChain's
+    ``RecursiveCharacterTextSplitter(chunk_size, chunk_overlap)`` does: when a piece no longer fits, the chunk is
+    closed and the next one starts with the longest run of the closed chunk's last pieces that spans at most
+    ``overlap`` characters and leaves room for the new piece. Pieces are whole (words, with ``" "`` as the finest
+    separator; the last part of a piece that had to be cut further counts as one piece), so the overlap is at most
+    ``overlap`` characters, possibly less. DENSE-RAG's fixed chunks (spec seed-000 §6.1: 512 / 64 characters,
+    LangChain's separators :data:`LANGCHAIN_SEPARATORS`) use it. ``overlap = 0`` packs exactly as without it.
     """
 
-    def __init__(self, max_chars: int = 512, separators: Sequence[str] = ("\n\n", "\n", ". ", " ")) -> None:
+    def __init__(
+        self, max_chars: int = 512, separators: Sequence[str] = ("\n\n", "\n", ". ", " "), overlap: int = 0
+    ) -> None:
         if not isinstance(max_chars, int) or max_chars <= 0:
             raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
         if isinstance(separators, str) or not all(isinstance(s, str) and s for s in separators):
             raise ValueError(f"separators must be a sequence of non-empty strings, got {separators!r}")
+        if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_chars:
+            raise ValueError(f"overlap must be an integer with 0 <= overlap < max_chars ({max_chars}), got {overlap!r}")
         self.max_chars = max_chars
         self.separators = tuple(separators)
+        self.overlap = overlap
 
     def chunk(self, text: str, doc_id: str) -> list[Chunk]:
         """The recursive split of ``text`` as chunks of document ``doc_id``."""
@@ -224,15 +242,24 @@ class RecursiveChunker:
         if separator is None:
             return [(s, min(s + self.max_chars, end)) for s in range(start, end, self.max_chars)]
         level = self.separators.index(separator)
-        pieces = _cut_after(text, start, end, separator)
         spans: list[Span] = []
-        for piece_start, piece_end in pieces:
+        current: list[Span] = []  # the pieces of the chunk being packed (contiguous)
+        for piece_start, piece_end in _cut_after(text, start, end, separator):
             if piece_end - piece_start > self.max_chars:
+                if current:
+                    spans.append((current[0][0], current[-1][1]))
                 spans.extend(self._split(text, piece_start, piece_end, level + 1))
-            elif spans and piece_end - spans[-1][0] <= self.max_chars and spans[-1][1] == piece_start:
-                spans[-1] = (spans[-1][0], piece_end)
-            else:
-                spans.append((piece_start, piece_end))
+                current = [spans.pop()]  # its last part may still take the pieces that follow
+                continue
+            if current and piece_end - current[0][0] > self.max_chars:
+                spans.append((current[0][0], current[-1][1]))
+                while current and (
+                    current[-1][1] - current[0][0] > self.overlap or piece_end - current[0][0] > self.max_chars
+                ):
+                    current.pop(0)
+            current.append((piece_start, piece_end))
+        if current:
+            spans.append((current[0][0], current[-1][1]))
         return spans
 
 

@@ -118,6 +118,96 @@ def corpus_columns(articles: Sequence[WikiArticle], chunker: Chunker | None = No
     return columns
 
 
+def document_text(pieces: Sequence[tuple[int, str, int | None, int | None]]) -> str:
+    """A document rebuilt from its corpus chunks ``(index, text, start, end)``, joined in ``index`` order.
+
+    With character offsets for every chunk, overlapping text (fixed-size chunking with overlap) is kept once and a
+    gap becomes one space; without offsets the chunks are joined with single spaces.
+    """
+    ordered = sorted(pieces, key=lambda p: p[0])
+    if not ordered:
+        return ""
+    if any(p[2] is None or p[3] is None for p in ordered):
+        return " ".join(p[1] for p in ordered if p[1])
+    out, covered = "", None
+    for _, text, start, end in ordered:
+        assert start is not None and end is not None
+        if covered is None:
+            out = text
+        elif start >= covered:
+            out = f"{out} {text}" if out else text
+        else:
+            out += text[covered - start :]
+        covered = end if covered is None else max(covered, end)
+    return out
+
+
+def _optional_column(corpus: Any, name: str) -> list | None:
+    """Column ``name`` of a Dataset or a mapping of columns as a list (None when the corpus has no such column)."""
+    names = getattr(corpus, "column_names", None)
+    if names is None:
+        names = list(corpus)
+    return list(corpus[name]) if name in names else None
+
+
+def rebuilt_documents(corpus: Any) -> list[tuple[str, str, str, str]]:
+    """``(doc_id, title, text, topic)`` of every document of ``corpus`` (a Dataset or a mapping of columns with
+    ``doc_id``, ``title``, ``text``; ``index`` / ``start`` / ``end`` / ``topic`` when present), in order of first
+    appearance. A document's text is its chunks joined by :func:`document_text` (``index`` order, overlaps kept
+    once), so a corpus of one passage per document gives the passages back and a chunked one its documents."""
+    doc_ids, titles, texts = (list(corpus[name]) for name in ("doc_id", "title", "text"))
+    index = _optional_column(corpus, "index")
+    start, end = _optional_column(corpus, "start"), _optional_column(corpus, "end")
+    topics = _optional_column(corpus, "topic")
+    rows: dict[str, list[int]] = {}
+    for row, doc_id in enumerate(doc_ids):
+        rows.setdefault(str(doc_id), []).append(row)
+    offsets = start is not None and end is not None
+    out = []
+    for doc_id, members in rows.items():
+        pieces = [
+            (
+                int(index[r]) if index is not None else n,
+                str(texts[r]),
+                int(start[r]) if offsets else None,
+                int(end[r]) if offsets else None,
+            )
+            for n, r in enumerate(members)
+        ]
+        first = members[0]
+        topic = str(topics[first]) if topics is not None else ""
+        out.append((doc_id, str(titles[first]), document_text(pieces), topic))
+    return out
+
+
+def chunked_view(corpus: Any, chunker: Chunker, tag: str) -> dict[str, list]:
+    """A method's own chunked view of ``corpus``: its documents rebuilt (:func:`rebuilt_documents`) and cut again by
+    ``chunker``, whatever chunking the corpus was built with, as plain columns (:data:`CORPUS_COLUMNS`).
+
+    Chunk ids are ``<doc_id>#<tag><index>`` (``tag`` names the view, e.g. ``"w"`` for InSemRAG's token windows), so
+    they never collide with the corpus's own ``<doc_id>#<index>``; ``index`` is the chunk's position in its document
+    (neighbours are ``index ± 1`` of the same ``doc_id``), ``start`` / ``end`` its offsets in the rebuilt text.
+    """
+    documents = rebuilt_documents(corpus)
+    meta = {doc_id: (title, topic) for doc_id, title, _, topic in documents}
+    chunks = chunk_documents(chunker, [(doc_id, text) for doc_id, _, text, _ in documents if text.strip()])
+    columns: dict[str, list] = {name: [] for name in CORPUS_COLUMNS}
+    for chunk in chunks:
+        title, topic = meta[chunk.doc_id]
+        for name, value in (
+            ("chunk_id", f"{chunk.doc_id}#{tag}{chunk.index}"),
+            ("doc_id", chunk.doc_id),
+            ("title", title),
+            ("text", chunk.text),
+            ("index", chunk.index),
+            ("start", chunk.start),
+            ("end", chunk.end),
+            ("topic", topic),
+        ):
+            columns[name].append(value)
+    return columns
+
+
 def corpus_chunks(corpus: datasets.Dataset) -> list[Chunk]:
     """The corpus rows back as :class:`Chunk` objects (e.g. for a :class:`~workbench.data.chunkers.ChunkIndex`)."""
     return [

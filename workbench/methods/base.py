@@ -141,6 +141,11 @@ class Tools:
     ``corpus`` is a Dataset (or any mapping of columns) with ``chunk_id``, ``doc_id``, ``title``, ``text`` and, when
     chunked, ``index`` (the chunk's position in its document). ``passage_chars`` caps each passage in prompts.
     ``judge`` and ``embedder`` may be None for methods that do not need them.
+
+    Heavy things derived from them — a method's chunked view of the corpus (:meth:`with_corpus`), a dense or BM25
+    index over the corpus (:meth:`dense_retriever`, :meth:`bm25_retriever`) — are built once per Tools and shared by
+    every method built on it (:meth:`shared`), so DTR and InSemRAG search one dense index, and the evaluation stage
+    and the runtime build the same ones.
     """
 
     def __init__(
@@ -164,6 +169,76 @@ class Tools:
         self.passage_chars = passage_chars
         self.max_new_tokens = max_new_tokens
         self._columns: dict[str, list] = {}
+        self._shared: dict[str, Any] = {}
+
+    def shared(self, key: str, build: Any) -> Any:
+        """The object stored under ``key``, built by ``build()`` the first time (one per Tools and its copies)."""
+        if key not in self._shared:
+            self._shared[key] = build()
+        return self._shared[key]
+
+    def with_corpus(self, corpus: Any, retriever: Any = None) -> Tools:
+        """The same machinery (generator, judge, embedder, counter, limits) over another ``corpus`` — a method's own
+        view of it — with ``retriever`` (None: none; the method builds what it searches) and fresh column and index
+        caches."""
+        view = Tools(
+            generator=self.generator,
+            retriever=retriever,
+            corpus=corpus,
+            counter=self.counter,
+            judge=self.judge,
+            embedder=self.embedder,
+            passage_chars=self.passage_chars,
+            max_new_tokens=self.max_new_tokens,
+        )
+        return view
+
+    def bm25_retriever(self) -> Any:
+        """A BM25 retriever over ``corpus``: the tools' own when it is one over the same passages, else one built
+        (its index cached on disk) and shared."""
+        from workbench.backends.retrievers import BM25Retriever, as_corpus
+
+        own = self.retriever
+        if isinstance(own, BM25Retriever) and own.corpus.fingerprint == self._fingerprint():
+            return own
+        return self.shared("bm25", lambda: BM25Retriever(as_corpus(self.corpus), counter=self.counter))
+
+    def dense_retriever(self, index: str = "full", pool: int = 50) -> Any:
+        """A dense retriever over ``corpus`` with ``embedder`` (cosine of L2-normalised vectors).
+
+        ``index="full"``: exact inner-product search over every passage (a faiss flat index, cached on disk by corpus
+        and embedder; the tools' own retriever when it is such an index over the same passages). ``"pooled"``: the
+        top ``pool`` BM25 passages of each query ranked by embedding similarity
+        (:class:`~workbench.backends.retrievers.PooledDenseRetriever`; recall bounded by BM25's recall@pool).
+        """
+        from workbench.backends.retrievers import DenseRetriever, PooledDenseRetriever, as_corpus
+        from workbench.core.errors import ConfigError
+
+        if self.embedder is None:
+            raise ConfigError("a dense retriever needs an embedder (tools.embedder is None)", "tools")
+        if index == "pooled":
+            return self.shared(
+                f"dense:pooled:{pool}",
+                lambda: PooledDenseRetriever(self.bm25_retriever(), self.embedder, pool=pool, counter=self.counter),
+            )
+        if index != "full":
+            raise ConfigError(f"dense index must be full or pooled, got {index!r}", "tools")
+        own = self.retriever
+        if (
+            isinstance(own, DenseRetriever)
+            and own.index_kind == "flat"
+            and own.corpus.fingerprint == self._fingerprint()
+            and getattr(own.embedder, "fingerprint", None) == getattr(self.embedder, "fingerprint", None)
+        ):
+            return own
+        return self.shared(
+            "dense:full", lambda: DenseRetriever(as_corpus(self.corpus), self.embedder, counter=self.counter)
+        )
+
+    def _fingerprint(self) -> str:
+        from workbench.backends.retrievers import as_corpus
+
+        return self.shared("corpus_fingerprint", lambda: as_corpus(self.corpus).fingerprint)
 
     def column(self, name: str) -> list:
         """A corpus column as a list (read once)."""

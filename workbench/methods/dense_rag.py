@@ -3,8 +3,11 @@ not (adaptive semantic chunking + iterative context refinement). Spec: ``specs/s
 
 Per question (spec §3):
 
-1. ``retrieve`` — fixed chunks from the run's retriever; the top ``k`` form C₀, the documents of the top
-   ``doc_pool_k`` form 𝒟 (the documents semantic chunking re-splits).
+1. ``retrieve`` — the run's retriever finds the documents 𝒟 (those of its top ``max(k, doc_pool_k)`` passages);
+   𝒟 is cut into DENSE-RAG's own fixed-size chunks — LangChain-style recursive splitting into 512-character chunks
+   with a 64-character overlap (spec §3 step 1, §6.1, A8), whatever chunking the corpus was built with — and the
+   chunks are ranked by cosine to the question with the embedder (the paper's per-question dense index, §6.2); the
+   top ``k`` form C₀. ``chunking = "corpus"`` takes the retriever's top ``k`` corpus passages as C₀ instead.
 2. ``dense`` — DENSE on C₀ (:func:`~workbench.uncertainty.dense_stats.dense_stats`: each chunk rephrased alone,
    k + 1 single-edit contexts, greedy answers R₀, NLI); DSE₀ from the
    :class:`~workbench.uncertainty.features.dense.Dense` feature. DSE₀ ≤ θ → *certain*: the answer is
@@ -26,9 +29,13 @@ Per question (spec §3):
 5. ``select_answer`` — SELECT_ANSWER (§4.8, :func:`select_answer`) over the reply set of the best context: the
    successful one, else the lowest-DSE context seen (sufficiency preferred).
 
+Each chunk's rephrasing may take up to ``rephrase_length_factor`` (1.5) × the chunk's token count new tokens (spec
+A7), so a rephrasing is not cut short by a fixed cap.
+
 Recovered failures go to ``trace.fallbacks`` / ``trace.notes``: empty retrieval (closed-book answer), empty
-rephrasings (original chunk kept, as ``dense_stats`` does), an unparseable self-evaluation reply (counted as "no",
-i.e. not sufficient: the spec's default 0), and prompts the generator's prompt builder cut to fit the model window.
+rephrasings (original chunk kept, as ``dense_stats`` does), rephrasings cut at their length cap, an unparseable
+self-evaluation reply (counted as "no", i.e. not sufficient: the spec's default 0), and prompts the generator's
+prompt builder cut to fit the model window.
 """
 
 from __future__ import annotations
@@ -45,11 +52,18 @@ import numpy as np
 
 from workbench.backends.prompts import number_chunks
 from workbench.core.errors import ConfigError
-from workbench.data.chunkers import SemanticChunker
+from workbench.data.chunkers import (
+    LANGCHAIN_SEPARATORS,
+    FixedSizeChunker,
+    RecursiveChunker,
+    SemanticChunker,
+    chunk_documents,
+)
+from workbench.data.corpus import document_text
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
 from workbench.methods.common import ANSWER_SYSTEM, generate_answers
 from workbench.metrics.qa import normalize_answer
-from workbench.uncertainty.dense_stats import DenseSettings, dense_stats
+from workbench.uncertainty.dense_stats import REPHRASE_PROMPT, DenseSettings, dense_stats
 from workbench.uncertainty.features.dense import Dense
 from workbench.uncertainty.graph_math import ENTAILMENT
 
@@ -59,6 +73,8 @@ STOP_RULES = ("and", "or")
 STOP_FLAGS = ("best", "current")
 REFILL_FROM = ("necessary", "certain", "none")
 ADJACENCY_RULES = ("argmax", "soft")
+CHUNKINGS = ("recursive", "fixed", "corpus")
+REPHRASE_CAP_STEP = 16  # rephrasing caps are rounded up to a multiple of this (fewer distinct caps per batch)
 
 SELF_EVAL_SYSTEM = "You judge whether reference passages are enough to answer a question. Reply with yes or no only."
 SELF_EVAL_TEMPLATE = (
@@ -75,6 +91,11 @@ class DenseRAGSettings:
 
     * ``k = 5`` chunks per context [P §6.1, App H]; ``theta = 0.2`` certain threshold on DSE [P §5]: triage uses
       ``DSE ≤ θ``, the refinement success test ``DSE < θ`` (A9; the same split for k ≤ 10).
+    * ``chunking = "recursive"``, ``chunk_size = 512``, ``chunk_overlap = 64`` — C₀'s fixed-size chunks [P §6.1,
+      App H, C]: the documents of 𝒟 split like LangChain's ``RecursiveCharacterTextSplitter`` (separators "\\n\\n",
+      "\\n", " ", sizes in characters [C; A8]) and ranked by cosine to the question. ``"fixed"`` cuts plain
+      character windows of the same size and overlap; ``"corpus"`` uses the run's corpus passages as they are
+      (the top ``k`` of the run's retriever), e.g. when the corpus is already chunked the paper's way.
     * ``doc_pool_k = 10`` [W]: 𝒟 = documents of the top-10 fixed chunks (the paper re-chunks each question's own
       document set — 2Wiki gives 10 paragraphs; the workbench corpus is shared, so the retrieved documents stand in).
     * ``tau = 0.6`` sentence-merge cosine, strict ``>`` [App H, Alg 2]; ``max_chunk_chars = 512`` T_max in
@@ -92,7 +113,10 @@ class DenseRAGSettings:
       ``refill_from = "certain"`` refills around certain chunks; ``"none"`` only removes chunks (no refill, no
       top-up, [R]).
     * Decoding: ``rephrase_temperature = 0`` greedy rephrasing [R §4.2 "or greedy for full determinism";
-      ``DenseSettings`` default; C samples at 0.5], ``rephrase_max_new_tokens = 96`` (``DenseSettings``),
+      ``DenseSettings`` default; C samples at 0.5]; each rephrasing may run to ``rephrase_length_factor = 1.5`` ×
+      its chunk's token count (generator tokens), rounded up to a multiple of 16 [R A7: "rephrase ≥ 1.5× the
+      chunk's token count"; C: as many tokens as the prompt has characters]; ``rephrase_max_new_tokens = None``
+      caps that (a quick-run knob below the spec's budget; every rephrasing cut at its cap is counted);
       ``seed`` for sampled rephrasings; ``self_eval_max_new_tokens = 8`` [R; A7], greedy [C];
       ``answer_max_new_tokens = None`` → the run's ``tools.max_new_tokens``, so r₀ is Standard RAG's answer.
     """
@@ -112,18 +136,41 @@ class DenseRAGSettings:
     self_evaluation: bool = True
     refill_from: str = "necessary"
     rephrase_temperature: float = 0.0
-    rephrase_max_new_tokens: int = 96
+    rephrase_length_factor: float = 1.5
+    rephrase_max_new_tokens: int | None = None
     seed: int | None = None
     self_eval_max_new_tokens: int = 8
     answer_max_new_tokens: int | None = None
+    chunking: str = "recursive"
+    chunk_size: int = 512
+    chunk_overlap: int = 64
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` (naming the field) on an out-of-range value or an unknown rule."""
         where = "DenseRAGSettings"
-        for name in ("k", "doc_pool_k", "max_chunk_chars", "candidates", "max_iterations", "self_eval_max_new_tokens"):
+        for name in (
+            "k",
+            "doc_pool_k",
+            "max_chunk_chars",
+            "candidates",
+            "max_iterations",
+            "self_eval_max_new_tokens",
+            "chunk_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", where)
+        overlap = self.chunk_overlap
+        if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < self.chunk_size:
+            raise ConfigError(f"chunk_overlap must be an integer in [0, chunk_size), got {overlap!r}", where)
+        if self.chunking not in CHUNKINGS:
+            raise ConfigError(f"chunking must be one of {', '.join(CHUNKINGS)}, got {self.chunking!r}", where)
+        factor = self.rephrase_length_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 0:
+            raise ConfigError(f"rephrase_length_factor must be a number > 0, got {factor!r}", where)
+        cap = self.rephrase_max_new_tokens
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ConfigError(f"rephrase_max_new_tokens must be None or an integer >= 1, got {cap!r}", where)
         if self.candidates < self.k:
             raise ConfigError(f"candidates ({self.candidates}) must be >= k ({self.k})", where)
         if not (isinstance(self.theta, int | float) and math.isfinite(self.theta) and self.theta >= 0):
@@ -143,14 +190,25 @@ class DenseRAGSettings:
             raise ConfigError(f"answer_max_new_tokens must be >= 1 or None, got {self.answer_max_new_tokens}", where)
         self.dense_settings(1).validate()
 
-    def dense_settings(self, answer_tokens: int) -> DenseSettings:
-        """The :class:`DenseSettings` of every DENSE call (answers capped at ``answer_tokens``)."""
+    def dense_settings(self, answer_tokens: int, rephrase_tokens: int = 1) -> DenseSettings:
+        """The :class:`DenseSettings` of a DENSE call: answers capped at ``answer_tokens``; ``rephrase_tokens`` is the
+        nominal rephrasing cap (DENSE-RAG's memo gives each chunk its own, :meth:`rephrase_cap`)."""
         return DenseSettings(
             rephrase_temperature=self.rephrase_temperature,
-            rephrase_max_new_tokens=self.rephrase_max_new_tokens,
+            rephrase_max_new_tokens=rephrase_tokens,
             answer_max_new_tokens=answer_tokens,
             seed=self.seed,
         )
+
+    def rephrase_cap(self, chunk_tokens: int) -> int:
+        """The new-token cap of the rephrasing of a chunk of ``chunk_tokens`` tokens: ⌈factor × chunk_tokens⌉
+        rounded up to a multiple of 16 (spec A7: at least 1.5× the chunk), then ``rephrase_max_new_tokens`` if
+        set."""
+        cap = math.ceil(self.rephrase_length_factor * max(int(chunk_tokens), 1))
+        cap = REPHRASE_CAP_STEP * math.ceil(cap / REPHRASE_CAP_STEP)
+        if self.rephrase_max_new_tokens is not None:
+            cap = min(cap, self.rephrase_max_new_tokens)
+        return max(cap, 1)
 
 
 # --------------------------------------------------------------------------------------------- pure decisions
@@ -281,65 +339,78 @@ def parse_self_evaluation(reply: str) -> int | None:
     return 1 if match.group(1).lower() == "yes" else 0
 
 
-def document_text(pieces: Sequence[tuple[int, str, int | None, int | None]]) -> str:
-    """A document rebuilt from its corpus chunks ``(index, text, start, end)``, joined in ``index`` order.
-
-    With character offsets for every chunk, overlapping text (fixed-size chunking with overlap) is kept once and a
-    gap becomes one space; without offsets the chunks are joined with single spaces.
-    """
-    ordered = sorted(pieces, key=lambda p: p[0])
-    if not ordered:
-        return ""
-    if any(p[2] is None or p[3] is None for p in ordered):
-        return " ".join(p[1] for p in ordered if p[1])
-    out, covered = "", None
-    for _, text, start, end in ordered:
-        assert start is not None and end is not None
-        if covered is None:
-            out = text
-        elif start >= covered:
-            out = f"{out} {text}" if out else text
-        else:
-            out += text[covered - start :]
-        covered = end if covered is None else max(covered, end)
-    return out
-
-
 # --------------------------------------------------------------------------------------------- machinery
+
+
+def _token_count(generator: Any, text: str) -> int:
+    """``text``'s length in the generator's tokens (white-space words when it has no tokenizer)."""
+    tokenizer = getattr(generator, "tokenizer", None)
+    if tokenizer is None:
+        return len(text.split())
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class _Memo:
     """A per-question memo in front of the generator: a deterministic ``generate`` request (same prompt and
     decoding parameters; the generator seeds samples per prompt) is answered from memory the second time, so a
-    chunk is rephrased once per question and a context answered once. Everything else is delegated."""
+    chunk is rephrased once per question and a context answered once. Everything else is delegated.
+
+    Rephrasing prompts registered in ``rephrase_caps`` (prompt → new-token cap) are generated with their own cap
+    whatever cap the request names (``dense_stats`` asks for all of a context's chunks in one call with one cap):
+    the missing ones in one call per distinct cap, remembered without the request's cap. ``cut`` records the
+    rephrasings that stopped at their cap (finish reason ``length``)."""
 
     def __init__(self, generator: Any) -> None:
         self._generator = generator
         self._memo: dict[tuple[str, Any], Any] = {}
+        self.rephrase_caps: dict[str, int] = {}
+        self.cut: dict[str, bool] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._generator, name)
 
-    def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[Any]:
-        if kwargs.get("n", 1) != 1:
-            return self._generator.generate(prompts, **kwargs)
+    @staticmethod
+    def _params(kwargs: dict[str, Any]) -> Any:
         try:
             params = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
             hash(params)
         except TypeError:
+            return None
+        return params
+
+    def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[Any]:
+        if kwargs.get("n", 1) != 1:
             return self._generator.generate(prompts, **kwargs)
         prompts = list(prompts)
+        if prompts and all(p in self.rephrase_caps for p in prompts):
+            return self._rephrase(prompts, kwargs)
+        params = self._params(kwargs)
+        if params is None:
+            return self._generator.generate(prompts, **kwargs)
         missing = list(dict.fromkeys(p for p in prompts if (p, params) not in self._memo))
         if missing:
             for prompt, output in zip(missing, self._generator.generate(missing, **kwargs), strict=True):
                 self._memo[(prompt, params)] = output
         return [self._memo[(p, params)] for p in prompts]
 
+    def _rephrase(self, prompts: list[str], kwargs: dict[str, Any]) -> list[Any]:
+        """Rephrasings, each with its registered cap (see the class docstring)."""
+        rest = {k: v for k, v in kwargs.items() if k != "max_new_tokens"}
+        params = ("rephrase", self._params(rest))
+        missing = list(dict.fromkeys(p for p in prompts if (p, params) not in self._memo))
+        for cap in sorted({self.rephrase_caps[p] for p in missing}):
+            group = [p for p in missing if self.rephrase_caps[p] == cap]
+            for prompt, output in zip(group, self._generator.generate(group, max_new_tokens=cap, **rest), strict=True):
+                self._memo[(prompt, params)] = output
+                self.cut[prompt] = getattr(output, "finish_reason", None) == "length"
+        return [self._memo[(p, params)] for p in prompts]
+
 
 @dataclass
 class _DenseRun:
     """One DENSE evaluation of a context: chunk texts, replies R, directional verdicts, DSE, and how many chunks were
-    rephrased for the first time in this question (``new_rephrasings``) and came back empty (``fallbacks``)."""
+    rephrased for the first time in this question (``new_rephrasings``), came back empty (``fallbacks``) or were cut
+    at their length cap (``capped``); ``caps`` are those new rephrasings' caps."""
 
     texts: list[str]
     answers: list[str]
@@ -347,6 +418,8 @@ class _DenseRun:
     dse: float
     fallbacks: int
     new_rephrasings: int
+    capped: int = 0
+    caps: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -397,12 +470,14 @@ class DenseRAG(Method):
 
         with trace.step("retrieve", tools.counter) as step:
             hits = tools.search([question], max(s.k, s.doc_pool_k))[0]
-            fixed = hits[: s.k]
+            step["documents"] = list(dict.fromkeys(p.doc_id for p in hits))
+            step["chunking"] = s.chunking
+            fixed = hits[: s.k] if s.chunking == "corpus" else self._fixed_chunks(question, hits, step)
             step["ids"] = [p.chunk_id for p in fixed]
             step["scores"] = [p.score for p in fixed]
-            step["documents"] = list(dict.fromkeys(p.doc_id for p in hits))
         if not fixed:
-            trace.fallback("retrieval returned nothing: answered closed-book")
+            what = "retrieval returned nothing" if not hits else "the retrieved documents gave no chunk"
+            trace.fallback(f"{what}: answered closed-book")
             with trace.step("generate", tools.counter) as step:
                 out = generate_answers(view, [question], [None], self._answer_tokens())[0]
                 step["prompt_tokens"] = out.built.n_tokens
@@ -411,7 +486,8 @@ class DenseRAG(Method):
             return Answer(out.text.strip(), trace)
 
         with trace.step("dense", tools.counter) as step:
-            texts = [p.prompt_text(tools.passage_chars) for p in fixed]
+            chars = tools.passage_chars if s.chunking == "corpus" else max(tools.passage_chars, s.chunk_size)
+            texts = [p.prompt_text(chars) for p in fixed]
             first = self._dense(memo, question, texts, rephrased)
             certain = first.dse <= s.theta
             step.update(
@@ -420,6 +496,8 @@ class DenseRAG(Method):
                 certain=certain,
                 theta=s.theta,
                 rephrase_fallbacks=first.fallbacks,
+                rephrase_caps=first.caps,
+                rephrase_capped=first.capped,
             )
         self._note_rephrase_fallbacks(trace, first)
         trace.retrieved = True
@@ -484,6 +562,8 @@ class DenseRAG(Method):
                     answers=run.answers,
                     new_rephrasings=run.new_rephrasings,
                     rephrase_fallbacks=run.fallbacks,
+                    rephrase_caps=run.caps,
+                    rephrase_capped=run.capped,
                 )
                 self._note_rephrase_fallbacks(trace, run)
                 flag = self._self_evaluate(trace, memo, question, run.texts, step)
@@ -570,15 +650,19 @@ class DenseRAG(Method):
 
     # ------------------------------------------------------------------ DENSE and chunking
     def _dense(self, memo: _Memo, question: str, texts: list[str], rephrased: set[str]) -> _DenseRun:
-        """DENSE on one context via ``dense_stats``; DSE by the ``Dense`` feature (eq. 6)."""
+        """DENSE on one context via ``dense_stats``; DSE by the ``Dense`` feature (eq. 6). Each chunk's rephrasing
+        is capped at :meth:`DenseRAGSettings.rephrase_cap` of its own token count (registered with the memo)."""
         s = self.settings
+        chats = {c: memo.render_chat(REPHRASE_PROMPT.format(chunk=c)) for c in dict.fromkeys(texts)}
+        caps = {c: s.rephrase_cap(_token_count(self.tools.generator, c)) for c in chats}
+        memo.rephrase_caps.update({chats[c]: caps[c] for c in chats})
         row = dense_stats(
             [question],
             [texts],
             generator=memo,
             judge=self.tools.judge,
             system=ANSWER_SYSTEM,
-            settings=s.dense_settings(self._answer_tokens()),
+            settings=s.dense_settings(self._answer_tokens(), max(caps.values(), default=1)),
         )[0]
         new = [c for c in dict.fromkeys(texts) if c not in rephrased]
         rephrasing = dict(zip(texts, row["dense_rephrased"], strict=True))
@@ -586,7 +670,51 @@ class DenseRAG(Method):
         probs = np.asarray(row["dense_nli_probs"], dtype=float)
         dse = Dense(rule=s.adjacency_rule).raw(row)
         kept_original = sum(1 for c in new if rephrasing[c] == c)  # noted once per chunk and question
-        return _DenseRun(texts, list(row["dense_answers"]), entailment_verdicts(probs), dse, kept_original, len(new))
+        capped = sum(1 for c in new if memo.cut.get(chats[c], False))
+        return _DenseRun(
+            texts,
+            list(row["dense_answers"]),
+            entailment_verdicts(probs),
+            dse,
+            kept_original,
+            len(new),
+            capped=capped,
+            caps=[caps[c] for c in new],
+        )
+
+    def _fixed_chunks(self, question: str, hits: list[Passage], step: dict[str, Any]) -> list[Passage]:
+        """C₀ from DENSE-RAG's own fixed-size chunks of 𝒟 (spec §3 steps 1–3, §6.1–6.2): the documents of ``hits``
+        rebuilt from the corpus, split by ``chunking`` (``chunk_size`` / ``chunk_overlap`` characters), embedded and
+        ranked by cosine to the question; the top ``k``, best first. Chunk ids are ``<doc_id>#f<index>``."""
+        s, tools = self.settings, self.tools
+        doc_ids = list(dict.fromkeys(p.doc_id for p in hits))
+        titles = {p.doc_id: p.title for p in hits}
+        documents = [(d, text) for d in doc_ids if (text := self._document(d)).strip()]
+        if s.chunking == "fixed":
+            chunker: Any = FixedSizeChunker(size=s.chunk_size, overlap=s.chunk_overlap, unit="chars")
+        else:
+            chunker = RecursiveChunker(max_chars=s.chunk_size, separators=LANGCHAIN_SEPARATORS, overlap=s.chunk_overlap)
+        chunks = chunk_documents(chunker, documents)
+        step.update(chunk_size=s.chunk_size, chunk_overlap=s.chunk_overlap, chunks=len(chunks))
+        if not chunks:
+            return []
+        vectors = np.asarray(tools.embedder.encode([c.text for c in chunks]), dtype=float)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        query = np.asarray(tools.embedder.encode([question]), dtype=float)[0]
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        scores = vectors @ query
+        order = np.argsort(-scores, kind="stable")[: s.k]
+        return [
+            Passage(
+                -1,
+                f"{chunks[i].doc_id}#f{chunks[i].index}",
+                chunks[i].doc_id,
+                titles[chunks[i].doc_id],
+                chunks[i].text,
+                float(scores[i]),
+            )
+            for i in order
+        ]
 
     def _semantic_pool(
         self, question: str, hits: list[Passage], step: dict[str, Any]
@@ -668,6 +796,8 @@ class DenseRAG(Method):
     def _note_rephrase_fallbacks(trace: Trace, run: _DenseRun) -> None:
         if run.fallbacks:
             trace.fallback(f"{run.fallbacks} rephrasing(s) came back empty or unchanged: the original chunk was kept")
+        if run.capped:
+            trace.fallback(f"{run.capped} rephrasing(s) cut at their length cap: part of the chunk may be missing")
 
     def _finish(self, trace: Trace, answers: list[str], detail: dict[str, Any], truncated_before: int) -> Answer:
         with trace.step("select_answer", self.tools.counter) as step:

@@ -9,8 +9,11 @@ Per question:
    that is empty after stripping has u = +inf: it is treated as uncertain and retrieves (spec §10.3).
 2. ``pseudo_context`` — the same LM writes a short passage answering the question (greedy, capped at
    ``pseudo_max_tokens``).
-3. ``retrieve`` — two searches, top ``n`` for the question and top ``n`` for the pseudo-context; the union
-   (duplicates merged) holds at most ``2n`` candidates (:func:`merge_candidates`).
+3. ``retrieve`` — two searches of a **dense** index (spec §3.4, §6.2: "dense only; no BM25 anywhere"), top ``n`` for
+   the question and top ``n`` for the pseudo-context; the union (duplicates merged) holds at most ``2n`` candidates
+   (:func:`merge_candidates`). The index is exact inner product over ``tools.embedder``'s vectors of the whole
+   corpus by default (``retriever = "dense"``, ``dense_index = "full"``), whatever retriever the run uses for the
+   other methods; ``retriever = "run"`` searches ``tools.retriever`` instead (e.g. the run's BM25).
 4. ``select`` — s1 = cos(d, q), s2 = cos(d, p) with the embedder; score by ``cos_sum`` (paper, eq. 7:
    cos(θ1 + θ2)) or ``score_sum`` (authors' code: s1 + s2) (:func:`selection_scores`); keep the top ``k``.
 5. ``generate`` — greedy answer with the ``k`` kept passages, in descending score.
@@ -40,6 +43,7 @@ from workbench.uncertainty.features.dtr import DtrNll
 __all__ = [
     "DTR",
     "PSEUDO_CONTEXT_PROMPT",
+    "RETRIEVERS",
     "RULES",
     "Candidate",
     "DTRSettings",
@@ -52,6 +56,9 @@ __all__ = [
 
 RULES: tuple[str, ...] = ("cos_sum", "score_sum")
 """Selection rules: ``cos_sum`` = cos(θ1 + θ2) (paper, eq. 7); ``score_sum`` = s1 + s2 (authors' released code)."""
+
+RETRIEVERS: tuple[str, ...] = ("dense", "run")
+"""What the two paths search: ``dense`` = a dense index over the corpus (paper); ``run`` = the run's retriever."""
 
 PSEUDO_CONTEXT_PROMPT = (
     "Question: {question}\n\n"
@@ -82,6 +89,14 @@ class DTRSettings:
       ``max_new_tokens``). The code uses 1024 with short answers; our answers stop at a newline.
     * ``embed_titles`` = False — candidates are embedded by their text only, as in the code (spec §10.9); True
       embeds ``"title: text"``.
+    * ``retriever`` = ``"dense"`` — what both paths search: ``"dense"`` is the paper's dense index over the corpus
+      with ``tools.embedder`` (§3.4, §6.2), ``"run"`` the run's own retriever (``tools.retriever``, BM25 unless the
+      recipe's ``retrieval.retriever`` says otherwise).
+    * ``dense_index`` = ``"full"`` — the dense index: ``"full"`` is exact inner-product search over every passage
+      (the paper's FAISS flat index; built once, cached on disk by corpus and embedder — embedding a 10,000-passage
+      corpus takes minutes on a CPU the first time); ``"pooled"`` ranks the top ``dense_pool`` BM25 passages of each
+      query by embedding similarity (a cheaper substitute whose recall is bounded by BM25's recall@pool).
+    * ``dense_pool`` = 50 — the pool of ``dense_index = "pooled"``.
     """
 
     tau: float = 0.001
@@ -92,6 +107,9 @@ class DTRSettings:
     rule: str = "cos_sum"
     answer_max_tokens: int | None = None
     embed_titles: bool = False
+    retriever: str = "dense"
+    dense_index: str = "full"
+    dense_pool: int = 50
 
     def validate(self) -> DTRSettings:
         """Raise :class:`ConfigError` on a bad value; return ``self`` for chaining."""
@@ -104,7 +122,7 @@ class DTRSettings:
         for name in ("include_eos", "embed_titles"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, f"{name} must be true or false")
-        for name in ("pseudo_max_tokens", "n_per_path", "k"):
+        for name in ("pseudo_max_tokens", "n_per_path", "k", "dense_pool"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(name, f"{name} must be an integer >= 1")
@@ -112,6 +130,10 @@ class DTRSettings:
             raise bad("k", f"k must be <= 2 * n_per_path = {2 * self.n_per_path} (the size of the candidate pool)")
         if self.rule not in RULES:
             raise bad("rule", f"rule must be one of {', '.join(RULES)}")
+        if self.retriever not in RETRIEVERS:
+            raise bad("retriever", f"retriever must be one of {', '.join(RETRIEVERS)}")
+        if self.dense_index not in ("full", "pooled"):
+            raise bad("dense_index", "dense_index must be full or pooled")
         budget = self.answer_max_tokens
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise bad("answer_max_tokens", "answer_max_tokens must be None or an integer >= 1")
@@ -271,17 +293,37 @@ class DTR(Method):
     """Decide Then Retrieve: answer closed-book when the answer's normalised NLL is below τ, otherwise answer with
     the top ``k`` of a dual-path (question + pseudo-context) retrieval re-scored by adaptive information selection.
 
-    Needs ``tools.embedder`` (selection scores) and ``tools.retriever``. See the module docstring for the steps.
+    Needs ``tools.embedder`` (selection scores and the dense index). ``retriever``: what both paths search (any
+    object with ``search(queries, k)`` returning corpus rows of ``tools.corpus``); None takes the one
+    ``settings.retriever`` / ``dense_index`` name (a dense index over ``tools.corpus`` by default, shared with other
+    methods built on the same tools). See the module docstring for the steps.
     """
 
     name = "dtr"
     requires_gold = False
 
-    def __init__(self, tools: Tools, settings: DTRSettings = DTRSettings()) -> None:
+    def __init__(self, tools: Tools, settings: DTRSettings = DTRSettings(), retriever: Any = None) -> None:
         super().__init__(tools)
         self.settings = settings.validate()
         if tools.embedder is None:
             raise ConfigError("DTR's adaptive information selection needs an embedder (tools.embedder)", "dtr")
+        self._retriever = retriever
+
+    @property
+    def retriever(self) -> Any:
+        """The retriever both paths search (built on first use: a full dense index embeds the whole corpus)."""
+        if self._retriever is None:
+            s = self.settings
+            if s.retriever == "run":
+                self._retriever = self.tools.retriever
+            else:
+                self._retriever = self.tools.dense_retriever(s.dense_index, s.dense_pool)
+        return self._retriever
+
+    def _search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        results = self.retriever.search(list(queries), k=k)
+        tools = self.tools
+        return [[tools.passage(int(i), float(v)) for i, v in zip(r.indices, r.scores, strict=True)] for r in results]
 
     def answer(self, example: dict[str, Any]) -> Answer:
         return self.answer_many([example])[0]
@@ -353,14 +395,17 @@ class DTR(Method):
         if not work:
             return []
         n, tools = self.settings.n_per_path, self.tools
+        retriever = self.retriever  # built before the step: a first full dense index is not a retrieval cost
+        kind = type(retriever).__name__
         with _shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
-            for w, hits in zip(work, tools.search([w.question for w in work], n), strict=True):
+            for w, hits in zip(work, self._search([w.question for w in work], n), strict=True):
                 w.query_hits = hits
             if pseudo_ok:
-                for w, hits in zip(pseudo_ok, tools.search([w.pseudo for w in pseudo_ok], n), strict=True):
+                for w, hits in zip(pseudo_ok, self._search([w.pseudo for w in pseudo_ok], n), strict=True):
                     w.pseudo_hits = hits
             for w, detail in zip(work, details, strict=True):
                 detail.update(
+                    retriever=kind,
                     queries={"query": w.question, "pseudo": w.pseudo or None},
                     n=n,
                     query_ids=[p.chunk_id for p in w.query_hits],

@@ -1,7 +1,15 @@
 """InSemRAG — intent-aware retrieval and semantics-preserving chunking (spec ``seed-004-insemrag.md``).
 
 A controller (:mod:`workbench.methods.controller`) makes every intermediate decision; the generator is called once,
-at the end. Per question (steps as they appear in the trace):
+at the end.
+
+InSemRAG searches its **own chunked view of the corpus** by default (``chunking = "fixed"``, spec §5 / D16): every
+document is rebuilt from the corpus and cut into consecutive, non-overlapping windows of ``chunk_tokens`` (64) dense-
+encoder tokens, whatever ``data.chunking`` built the corpus with, so a retrieved chunk has neighbours to be repaired
+from (with one passage per document — the default corpus — nothing could ever be repaired). 64 is the shortest
+length of the paper's sweep (512 / 256 / 128 / 64) and what spec §12.3 recommends for short documents, so that
+fragmentation actually occurs: the Wikipedia summaries average ~100 encoder tokens (512 would leave them whole).
+``chunking = "corpus"`` searches the corpus rows as they are. Per question (steps as they appear in the trace):
 
 1. ``elements`` — the controller extracts the question's key information elements once (S6; spec D7).
 2. Rounds t = 1 .. ``max_rounds`` (3, paper), over the round's active queries (round 1: the question; later: the
@@ -20,14 +28,15 @@ at the end. Per question (steps as they appear in the trace):
    * ``repair`` (per damaged chunk) — the previous and next chunk of the same document (``doc_id``, ``index`` ± 1)
      are stitched around it and the controller compresses the stitch to ``compression_length`` tokens (S5). The
      repaired chunk (``chunk_id`` ``"rep:<id>"``) replaces the damaged one; a chunk with no neighbour is kept as
-     it is and flagged ``unrepairable``;
+     it is, flagged ``unrepairable`` and counted as a fallback (spec §20 "Neighbors");
    * ``coverage`` (per round) — the controller scores every element against the cumulative evidence (S7);
-     uncovered iff score < ``gamma``. Stop when nothing is uncovered or after the last round;
+     uncovered iff score < ``gamma``. Stop when nothing is uncovered or after the last round. A repaired chunk is
+     given whole (its length is already bounded by L); raw chunks are cut at ``tools.passage_chars``;
    * ``follow_up`` (per round that continues) — one new query per uncovered element (S8), at most
      ``max_follow_ups``; queries already asked are skipped, and a round with no new query stops the loop.
 
 3. ``generate`` — exactly one generator call: the question with the cumulative evidence (round order, then
-   relevance; at most ``max_final_chunks``).
+   relevance; at most ``max_final_chunks``), repaired chunks whole as in the coverage check.
 
 Every controller decision (values, raw reply, fallback flag, note) is in its step's detail; each fallback is also
 counted in ``trace.fallbacks`` with a note. The controller is the paper's prompted small LM
@@ -43,18 +52,17 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workbench.backends.prompts import number_chunks
 from workbench.backends.retrievers import (
-    BM25Retriever,
-    DenseRetriever,
     HybridRetriever,
-    PooledDenseRetriever,
     RetrievalResult,
     Retriever,
-    as_corpus,
 )
 from workbench.core.errors import ConfigError
+from workbench.data.chunkers import FixedSizeChunker
+from workbench.data.corpus import chunked_view
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
-from workbench.methods.common import context_block, generate_answers
+from workbench.methods.common import generate_answers
 from workbench.methods.controller import (
     CHANNELS,
     ChannelWeights,
@@ -64,7 +72,19 @@ from workbench.methods.controller import (
     uniform_weights,
 )
 
-__all__ = ["InSemRAG", "InSemRAGSettings", "ViewChannel", "build_hybrid_retriever", "route_views"]
+__all__ = [
+    "CHUNKINGS",
+    "InSemRAG",
+    "InSemRAGSettings",
+    "ViewChannel",
+    "build_hybrid_retriever",
+    "encoder_tokenizer",
+    "route_views",
+    "token_window_view",
+]
+
+CHUNKINGS = ("fixed", "corpus")
+"""InSemRAG's corpus: ``fixed`` = its own token windows of the documents (default); ``corpus`` = the rows as built."""
 
 
 # ------------------------------------------------------------------------------------------------------ settings
@@ -80,7 +100,13 @@ class InSemRAGSettings:
     * ``candidates_per_channel`` = 50 — each channel's own top-N before fusion [D: N = k1].
     * ``k1`` = 50 — size of the fused candidate pool E0 the controller refines [D; the paper's value is lost].
     * ``k`` = 10 — chunks kept per active query after refinement (k2) [I].
-    * ``compression_length`` = 512 — length budget L of a repaired chunk, in tokens [I: the chunk length].
+    * ``chunking`` = ``"fixed"`` — search InSemRAG's own view of the corpus: the documents cut into consecutive,
+      non-overlapping windows of ``chunk_tokens`` tokens of the dense encoder's tokenizer (white-space words when it
+      has none) [D: spec §5, D16], whatever ``data.chunking`` is; ``"corpus"`` searches the corpus rows as built.
+    * ``chunk_tokens`` = 64 — the window length L [P: the sweep 512 / 256 / 128 / 64; D §12.3: 64–128 on short
+      documents "so fragmentation actually occurs" — the default corpus's summaries average ~100 encoder tokens].
+    * ``compression_length`` = None — length budget of a repaired chunk, in tokens; None = ``chunk_tokens``
+      ["rewriting it to meet the chunk length requirement", spec §7.3: ≤ L].
     * ``max_follow_ups`` = 3 — follow-up queries per round [D].
     * ``max_final_chunks`` = 30 — cap on the evidence in the final prompt [D: k2 · max_rounds].
     * ``channels`` = ("dense", "sparse") — channels of the retriever built when none is given; add ``"extended"``
@@ -103,7 +129,7 @@ class InSemRAGSettings:
     candidates_per_channel: int = 50
     k1: int = 50
     k: int = 10
-    compression_length: int = 512
+    compression_length: int | None = None
     max_follow_ups: int = 3
     max_final_chunks: int = 30
     channels: tuple[str, ...] = ("dense", "sparse")
@@ -114,6 +140,13 @@ class InSemRAGSettings:
     answer_max_tokens: int | None = None
     dense_index: str = "pooled"
     dense_pool: int = 50
+    chunking: str = "fixed"
+    chunk_tokens: int = 64
+
+    @property
+    def repair_length(self) -> int:
+        """L, the token budget of a repaired chunk: ``compression_length``, else ``chunk_tokens``."""
+        return self.compression_length if self.compression_length is not None else self.chunk_tokens
 
     def __post_init__(self) -> None:
         if isinstance(self.channels, list):
@@ -129,10 +162,15 @@ class InSemRAGSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise bad(name, f"{name} must be a finite number >= 0")
-        for name in ("max_rounds", "candidates_per_channel", "k1", "k", "compression_length", "max_follow_ups"):
+        for name in ("max_rounds", "candidates_per_channel", "k1", "k", "max_follow_ups", "chunk_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(name, f"{name} must be an integer >= 1")
+        length = self.compression_length
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise bad("compression_length", "compression_length must be None or an integer >= 1")
+        if self.chunking not in CHUNKINGS:
+            raise bad("chunking", f"chunking must be one of {', '.join(CHUNKINGS)}")
         if self.max_final_chunks is not None and (
             isinstance(self.max_final_chunks, bool)
             or not isinstance(self.max_final_chunks, int)
@@ -219,20 +257,44 @@ def build_hybrid_retriever(
     own BM25 retriever when it searches the same corpus) and, if asked, extended (the dense channel again)."""
     if tools.embedder is None and ("dense" in channels or "extended" in channels):
         raise ConfigError("InSemRAG's dense channel needs an embedder (tools.embedder is None)", "insemrag.retriever")
-    corpus = as_corpus(tools.corpus)
     built: dict[str, Retriever] = {}
-    own = tools.retriever
-    same = isinstance(own, BM25Retriever) and own.corpus.fingerprint == corpus.fingerprint
-    bm25 = own if same else BM25Retriever(corpus, counter=tools.counter)
+    bm25 = tools.bm25_retriever()  # the tools' own BM25 when it searches the same passages, else one shared
     if "dense" in channels or "extended" in channels:
-        if dense_index == "pooled":
-            dense: Retriever = PooledDenseRetriever(bm25, tools.embedder, pool=dense_pool, counter=tools.counter)
-        else:
-            dense = DenseRetriever(corpus, tools.embedder, counter=tools.counter)
+        dense: Retriever = tools.dense_retriever(dense_index, dense_pool)
         built.update({name: dense for name in ("dense", "extended") if name in channels})
     if "sparse" in channels:
         built["sparse"] = bm25
     return HybridRetriever({name: built[name] for name in channels}, counter=tools.counter)
+
+
+def encoder_tokenizer(embedder: Any) -> Any:
+    """The dense encoder's fast tokenizer (None when it has none: callers count white-space words instead)."""
+    model = getattr(embedder, "_model", None)
+    tokenizer = getattr(embedder, "tokenizer", None) or getattr(model, "tokenizer", None)
+    return tokenizer if getattr(tokenizer, "is_fast", False) else None
+
+
+def token_window_view(tools: Tools, tokens: int) -> tuple[Tools, dict[str, Any]]:
+    """InSemRAG's own view of ``tools.corpus`` (spec §5, D16): every document rebuilt from its rows and cut into
+    consecutive, non-overlapping windows of ``tokens`` tokens of the dense encoder's tokenizer (white-space words
+    without one), chunk ids ``<doc_id>#w<index>`` (:func:`~workbench.data.corpus.chunked_view`). Returns the Tools
+    over the view (built once per Tools and window length, shared by every InSemRAG on them) and a description of it
+    for the trace."""
+
+    def build() -> tuple[Tools, dict[str, Any]]:
+        tokenizer = encoder_tokenizer(tools.embedder)
+        chunker = FixedSizeChunker(size=tokens, overlap=0, unit="tokens", tokenizer=tokenizer)
+        columns = chunked_view(tools.corpus, chunker, "w")
+        info = {
+            "chunking": "fixed",
+            "chunk_tokens": tokens,
+            "unit": "encoder tokens" if tokenizer is not None else "words",
+            "chunks": len(columns["chunk_id"]),
+            "documents": len(dict.fromkeys(columns["doc_id"])),
+        }
+        return tools.with_corpus(columns), info
+
+    return tools.shared(f"insemrag:view:{tokens}", build)
 
 
 def _scores_by_row(result: RetrievalResult) -> dict[int, float]:
@@ -255,7 +317,8 @@ class _Evidence:
 class InSemRAG(Method):
     """InSemRAG with a pluggable controller (module doc). ``retriever``: a
     :class:`~workbench.backends.retrievers.HybridRetriever` whose channels are named ``dense`` / ``sparse`` /
-    ``extended`` over ``tools.corpus`` (its rows are the corpus rows); None builds one from ``tools.corpus`` and
+    ``extended`` over ``tools.corpus`` (its rows are the corpus rows; only with ``chunking = "corpus"``); None
+    builds one over the method's corpus — its own token-window view (:func:`token_window_view`) by default — and
     ``tools.embedder`` with ``settings.channels``. Its channels are wrapped so each searches its own query view."""
 
     name = "insemrag"
@@ -268,9 +331,17 @@ class InSemRAG(Method):
         settings: InSemRAGSettings | None = None,
         retriever: HybridRetriever | None = None,
     ) -> None:
+        settings = (settings or InSemRAGSettings()).validate()
+        self.corpus_view: dict[str, Any] = {"chunking": "corpus"}
+        if settings.chunking == "fixed":
+            if retriever is not None:
+                raise ConfigError(
+                    "a given retriever searches tools.corpus as it is: set chunking to corpus", "insemrag.retriever"
+                )
+            tools, self.corpus_view = token_window_view(tools, settings.chunk_tokens)
         super().__init__(tools)
         self.controller = controller
-        self.settings = (settings or InSemRAGSettings()).validate()
+        self.settings = settings
         if retriever is None:
             retriever = build_hybrid_retriever(
                 tools,
@@ -309,6 +380,12 @@ class InSemRAG(Method):
             return None, None
         key_doc, pos = str(self.tools.column("doc_id")[row]), int(self.tools.column("index")[row])
         return self._neighbours.get((key_doc, pos - 1)), self._neighbours.get((key_doc, pos + 1))
+
+    def _evidence_text(self, evidence: _Evidence) -> str:
+        """An evidence chunk as the coverage check and the final prompt see it: ``title: text``, a repaired chunk
+        whole (the repair already bounded it by L tokens), a raw one cut at ``tools.passage_chars``."""
+        limit = None if evidence.repaired_from is not None else self.tools.passage_chars
+        return evidence.passage.prompt_text(limit)
 
     def _views(self, query: str, enrichment: Enrichment) -> dict[str, str]:
         dense = enrichment.dense.strip() or query
@@ -361,7 +438,7 @@ class InSemRAG(Method):
                         ],
                     }
                 )
-            step.update(round=round_, k1=s.k1, per_query=logged)
+            step.update(round=round_, k1=s.k1, per_query=logged, corpus=self.corpus_view)
         return pools
 
     def _refine(self, trace: Trace, round_: int, query: str, pool: list[Passage]) -> list[tuple[Passage, float]]:
@@ -422,13 +499,16 @@ class InSemRAG(Method):
             )
             if prev is None and nxt is None:
                 step["unrepairable"] = True
+                trace.fallback(f"unrepairable chunk {passage.chunk_id}: no neighbour in its document, kept as it is")
                 return passage, [passage.chunk_id]
             step["stitched"] = " ".join(x.text.strip() for x in (prev, passage, nxt) if x is not None)
+            length = s.repair_length
+            step["length"] = length
             decision = self.controller.compress(
-                query, prev.text if prev else None, passage.text, nxt.text if nxt else None, s.compression_length
+                query, prev.text if prev else None, passage.text, nxt.text if nxt else None, length
             )
             self._record(trace, step, "decision", decision, "compress")
-            text = " ".join(decision.text.split()[: s.compression_length]).strip()
+            text = " ".join(decision.text.split()[:length]).strip()
             if not text:
                 trace.fallback("controller compress: empty text, damaged chunk kept")
                 step["unrepairable"] = True
@@ -496,7 +576,7 @@ class InSemRAG(Method):
                     if passage.index not in evidence:
                         evidence[passage.index] = _Evidence(passage, round_, query)
 
-            texts = [e.passage.prompt_text(self.tools.passage_chars) for e in evidence.values()]
+            texts = [self._evidence_text(e) for e in evidence.values()]
             with trace.step("coverage", counter) as step:
                 decision = controller.coverage(question, elements, texts)
                 self._record(trace, step, "decision", decision, "coverage")
@@ -532,12 +612,8 @@ class InSemRAG(Method):
         chosen = list(evidence.values())[: s.max_final_chunks]
         passages = [e.passage for e in chosen]
         with trace.step("generate", counter) as step:
-            out = generate_answers(
-                self.tools,
-                [question],
-                [context_block(passages, self.tools.passage_chars)],
-                max_new_tokens=s.answer_max_tokens,
-            )[0]
+            context = number_chunks([self._evidence_text(e) for e in chosen]) if chosen else None
+            out = generate_answers(self.tools, [question], [context], max_new_tokens=s.answer_max_tokens)[0]
             step.update(
                 rounds=rounds,
                 stop=stop,

@@ -1,7 +1,8 @@
 """Stage ``seper_eval``: rank retrievers by the retrieval utility they deliver, mean ΔSePer on a labelled split.
 
 For the first ``seper_eval.limit`` questions of ``seper_eval.split``, every retriever in ``seper_eval.retrievers``
-(``bm25``, ``dense``, ``hybrid``, and ``dtr`` — DTR's dual-path retrieval with adaptive selection, forced to retrieve)
+(``bm25``, ``dense``, ``hybrid``, and ``dtr`` — DTR's dual-path retrieval with adaptive selection over the ``dense``
+row's index, as the paper's DTR searches a dense index, forced to retrieve)
 gives a context of ``seper_eval.k`` passages from a corpus of ``seper_eval.corpus_size`` passages (every chunk of the
 questions' gold documents plus random others — a full dense index of the 10,033 passages takes tens of minutes on
 two CPU cores; null searches the whole corpus). ΔSePer (SePer spec §3.8) = the model's belief in the gold answer with
@@ -45,10 +46,21 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
     from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 
     questions = [str(r["question"]) for r in rows]
+    counter = ctx.counter
+    bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
+
+    def dense() -> DenseRetriever:
+        return ctx.resources.get(
+            "seper_eval:dense", lambda: DenseRetriever(corpus, ctx.resources.embedder(), counter=counter)
+        )
+
     if kind == "dtr":
         from workbench.methods.dtr import DTR, DTRSettings
 
-        method = DTR(tools, settings=DTRSettings(tau=float("-inf"), k=k, n_per_path=max(k, 5)))
+        # both paths search the ``dense`` row's own index (the paper's dense retrieval): the two rows differ only
+        # by DTR's pseudo-context path and its adaptive selection
+        settings = DTRSettings(tau=float("-inf"), k=k, n_per_path=max(k, 5))
+        method = DTR(tools, settings=settings, retriever=dense())
         answers = method.answer_many(rows)
         out = []
         for answer in answers:
@@ -57,15 +69,10 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
             index = {cid: i for i, cid in enumerate(tools.column("chunk_id"))} if ids else {}
             out.append([tools.passage(index[cid]) for cid in ids])
         return out
-    counter = ctx.counter
-    bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
     if kind == "bm25":
         retriever = bm25
     else:
-        dense = ctx.resources.get(
-            "seper_eval:dense", lambda: DenseRetriever(corpus, ctx.resources.embedder(), counter=counter)
-        )
-        retriever = dense if kind == "dense" else HybridRetriever({"bm25": bm25, "dense": dense}, counter=counter)
+        retriever = dense() if kind == "dense" else HybridRetriever({"bm25": bm25, "dense": dense()}, counter=counter)
     results = retriever.search(questions, k=k)
     return [[tools.passage(int(i), float(s)) for i, s in zip(r.indices, r.scores, strict=True)] for r in results]
 

@@ -135,6 +135,10 @@ def test_settings_are_validated():
         {"necessity_rule": "other"},
         {"refill_from": "all"},
         {"rephrase_temperature": -1.0},
+        {"chunking": "none"},
+        {"chunk_overlap": 512},
+        {"rephrase_length_factor": 0},
+        {"rephrase_max_new_tokens": 0},
     ):
         with pytest.raises(ConfigError):
             DenseRAGSettings(**bad).validate()
@@ -185,6 +189,7 @@ def _chunks(block: str) -> list[str]:
 class _Out:
     text: str
     built: Any = None
+    finish_reason: str = "stop"
 
 
 @dataclass
@@ -203,6 +208,8 @@ class ScriptedGenerator:
             lambda chunks: "Yes." if "wrote hamlet" in " ".join(chunks).lower() else "No."
         )
         self.prompts: list[str] = []
+        self.caps: dict[str, int] = {}  # prompt -> the max_new_tokens it was generated with
+        self.cut_rephrasings: set[str] = set()  # chunk texts whose rephrasing stops at its cap ("length")
 
     def render_chat(self, message, system=None):
         return "CHAT\x1f" + message
@@ -211,14 +218,17 @@ class ScriptedGenerator:
         return _Built(("EVAL\x1f" if template else "QA\x1f") + (context or ""))
 
     def generate(self, prompts, *, max_new_tokens, temperature=0.0, stop=None, seed=None, **kwargs):
-        self.counter.lm_calls += 1
+        self.counter.lm_calls += len(prompts)  # LM calls count prompts
+        self.counter.lm_batches += 1
         self.prompts.extend(prompts)
         out = []
         for prompt in prompts:
             kind, _, body = prompt.partition("\x1f")
+            self.caps[prompt] = max_new_tokens
             if kind == "CHAT":
                 assert body.startswith(REPHRASE_PROMPT.split("{chunk}")[0])
-                out.append(_Out(body.rsplit("Passage: ", 1)[1].upper()))
+                chunk = body.rsplit("Passage: ", 1)[1]
+                out.append(_Out(chunk.upper(), finish_reason="length" if chunk in self.cut_rephrasings else "stop"))
             elif kind == "EVAL":
                 out.append(_Out(self.judge_reply(_chunks(body))))
             else:
@@ -249,27 +259,27 @@ class FakeEmbedder:
         return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
-def scripted_tools(order=None, **generator_kwargs) -> tuple[Tools, ScriptedGenerator]:
+def scripted_tools(order=None, docs=DOCS, embedder=None, **generator_kwargs) -> tuple[Tools, ScriptedGenerator]:
     import datasets
 
     counter = CostCounter()
     corpus = datasets.Dataset.from_dict(
         {
-            "chunk_id": [f"{d}#0" for d, _, _ in DOCS],
-            "doc_id": [d for d, _, _ in DOCS],
-            "title": [t for _, t, _ in DOCS],
-            "text": [x for _, _, x in DOCS],
-            "index": [0] * len(DOCS),
+            "chunk_id": [f"{d}#0" for d, _, _ in docs],
+            "doc_id": [d for d, _, _ in docs],
+            "title": [t for _, t, _ in docs],
+            "text": [x for _, _, x in docs],
+            "index": [0] * len(docs),
         }
     )
     generator = ScriptedGenerator(counter, **generator_kwargs)
     tools = Tools(
         generator=generator,
-        retriever=FakeRetriever(list(range(len(DOCS))) if order is None else order, counter),
+        retriever=FakeRetriever(list(range(len(docs))) if order is None else order, counter),
         corpus=corpus,
         counter=counter,
         judge=AnswerEquivalenceJudge(counter=counter),
-        embedder=FakeEmbedder(),
+        embedder=embedder or FakeEmbedder(),
     )
     return tools, generator
 
@@ -285,8 +295,10 @@ def test_a_certain_question_stops_after_the_first_dense():
     assert _names(answer) == ["retrieve", "dense", "select_answer"]
     dense = answer.trace.find("dense")
     assert dense.detail["certain"] and dense.detail["dse"] == 0.0 and len(dense.detail["answers"]) == 6
-    assert dense.cost["lm_calls"] == 2  # one batched rephrasing call, one batched answering call
-    assert tools.embedder.texts == 0 and answer.trace.fallbacks == 0 and answer.trace.retrieved
+    assert dense.cost["lm_calls"] == 5 + 6  # 5 chunks rephrased, the 6 contexts (C₀ and 5 single edits) answered
+    # C₀ = the top 5 of DENSE-RAG's own chunks of the 7 retrieved documents, ranked by cosine (7 chunks + question)
+    assert answer.trace.find("retrieve").detail["ids"] == [f"{d}#f0" for d, _, _ in DOCS[:5]]
+    assert tools.embedder.texts == len(DOCS) + 1 and answer.trace.fallbacks == 0 and answer.trace.retrieved
 
 
 def test_an_uncertain_question_prunes_the_misleading_chunk_and_refills_the_answer_chunk():
@@ -321,12 +333,17 @@ def test_an_uncertain_question_prunes_the_misleading_chunk_and_refills_the_answe
     final = answer.trace.find("select_answer").detail
     assert answer.text == "Shakespeare" and final["success"] and final["iteration"] == 2
     # the memo: iteration 1 re-uses the fixed context's rephrasings and answers (same chunk texts) → only the
-    # self-evaluation and the ablation answers are generated; iteration 2 rephrases only the new chunk
-    assert first.cost["lm_calls"] == 2 and second.cost["lm_calls"] == 3
+    # self-evaluation and the ablation answers of the 2 uncertain chunks are generated; iteration 2 rephrases only
+    # the new chunk, answers its 6 new contexts and self-evaluates (LM calls count prompts)
+    assert first.cost["lm_calls"] == 1 + 2 and second.cost["lm_calls"] == 1 + 6 + 1
     assert first.detail["new_rephrasings"] == 0 and second.detail["new_rephrasings"] == 1
     assert sum(1 for p in generator.prompts if p.startswith("CHAT")) == len(DOCS) - 1  # "other" never rephrased
     totals = answer.trace.totals()
-    assert totals["retrieval_calls"] == 1 and totals["nli_pairs"] > 0 and answer.trace.fallbacks == 0
+    # NLI pairs: the 2 distinct answers of C₀'s replies (Marlowe / Unknown) both ways, again when iteration 1 re-runs
+    # DENSE on the same replies, and r₀ against the one differing ablation answer ("Unknown") both ways; iteration
+    # 2's replies all agree (no pair)
+    assert [s.cost["nli_pairs"] for s in answer.trace.steps] == [0, 2, 0, 2 + 2, 0, 0]
+    assert totals["retrieval_calls"] == 1 and totals["nli_pairs"] == 6 and answer.trace.fallbacks == 0
 
 
 def test_an_unparseable_self_evaluation_counts_a_fallback_and_blocks_the_and_rule():
@@ -378,6 +395,74 @@ def test_dense_rag_needs_a_judge_and_an_embedder():
         DenseRAG(tools)
 
 
+# --------------------------------------------------------------------------------------------- own chunks, caps
+
+KEYWORDS = ("alpha", "beta", "gamma", "delta")
+
+
+class CountEmbedder:
+    """Any text: keyword counts plus a small constant, L2-normalised (so every text has a vector)."""
+
+    def encode(self, texts):
+        rows = np.array([[t.lower().count(k) for k in KEYWORDS] + [0.1] for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+LONG = " ".join(
+    f"Sentence {i} is about {KEYWORDS[i % 4]} matters and says a little more about them." for i in range(16)
+)  # one document of 1,105 characters, stored as ONE corpus passage (data.chunking: none)
+
+
+def test_c0_is_the_top_k_of_dense_rags_own_512_64_chunks_of_the_retrieved_documents():
+    """Spec §3 steps 1–3 / §6.1: the retrieved documents are cut into 512-character chunks with a 64-character
+    overlap (LangChain's recursive splitter) and ranked by cosine, whatever the corpus's own chunking."""
+    from workbench.data.chunkers import LANGCHAIN_SEPARATORS, RecursiveChunker
+
+    assert len(LONG) == 1105
+    tools, generator = scripted_tools(docs=[("long", "Long", LONG)], embedder=CountEmbedder(), qa=lambda c: "x")
+    question = "Which delta matters?"
+    answer = DenseRAG(tools, DenseRAGSettings(k=2)).answer({"question": question})
+    chunks = RecursiveChunker(512, LANGCHAIN_SEPARATORS, overlap=64).chunk(LONG, "long")
+    assert [(c.start, c.end) for c in chunks] == [(0, 506), (446, 953), (891, 1105)]  # ≤ 512 chars, ≤ 64 overlap
+    vectors = CountEmbedder().encode([c.text for c in chunks])
+    cosine = vectors @ CountEmbedder().encode([question])[0]
+    best = np.argsort(-cosine, kind="stable")[:2]
+    retrieve = answer.trace.find("retrieve").detail
+    assert retrieve["chunking"] == "recursive" and retrieve["chunks"] == 3 and retrieve["documents"] == ["long"]
+    assert retrieve["ids"] == [f"long#f{i}" for i in best] and retrieve["scores"] == pytest.approx(cosine[best])
+    assert answer.trace.passages == retrieve["ids"]
+    # each chunk reaches the prompts whole (not cut at passage_chars = 400)
+    answered = next(p for p in generator.prompts if p.startswith("QA"))
+    assert all(f"Long: {chunks[i].text}" in answered for i in best) and max(len(chunks[i].text) for i in best) > 400
+    # chunking "corpus": the run's passages as they are (here the whole document, cut at passage_chars)
+    tools, _ = scripted_tools(docs=[("long", "Long", LONG)], embedder=CountEmbedder(), qa=lambda c: "x")
+    corpus = DenseRAG(tools, DenseRAGSettings(k=2, chunking="corpus")).answer({"question": question})
+    assert corpus.trace.find("retrieve").detail["ids"] == ["long#0"]
+
+
+def test_each_rephrasing_may_take_one_and_a_half_times_its_chunk_and_a_cut_one_is_counted():
+    """Spec A7: a rephrasing's budget is at least 1.5× its chunk's token count (the old fixed 96 tokens cut chunks of
+    up to ~130 tokens); a rephrasing that stops at its cap is counted."""
+    long_text = " ".join(["aa"] * 100)  # 300 characters: one chunk; "Long: aa aa …" = 101 tokens (words here)
+    docs = [("long", "Long", long_text), ("short", "Short", "tiny text here")]
+    tools, generator = scripted_tools(docs=docs, embedder=CountEmbedder(), qa=lambda c: "x")
+    generator.tokenizer = lambda text, add_special_tokens=False: {"input_ids": text.split()}
+    generator.cut_rephrasings = {f"Long: {long_text}"}
+    answer = DenseRAG(tools, DenseRAGSettings(k=2)).answer({"question": "What?"})
+    caps = {p.rsplit("Passage: ", 1)[1]: cap for p, cap in generator.caps.items() if p.startswith("CHAT")}
+    # ⌈1.5 × 101⌉ = 152 → 160 (a multiple of 16); ⌈1.5 × 4⌉ = 6 → 16
+    assert caps == {f"Long: {long_text}": 160, "Short: tiny text here": 16}
+    dense = answer.trace.find("dense").detail
+    assert sorted(dense["rephrase_caps"]) == [16, 160] and dense["rephrase_capped"] == 1
+    assert answer.trace.fallbacks == 1
+    assert answer.trace.notes == ["1 rephrasing(s) cut at their length cap: part of the chunk may be missing"]
+    # rephrase_max_new_tokens caps the budget (a quick-run knob): both cut to 50 → still counted when cut
+    tools, generator = scripted_tools(docs=docs, embedder=CountEmbedder(), qa=lambda c: "x")
+    generator.tokenizer = lambda text, add_special_tokens=False: {"input_ids": text.split()}
+    DenseRAG(tools, DenseRAGSettings(k=2, rephrase_max_new_tokens=50)).answer({"question": "What?"})
+    assert sorted(cap for p, cap in generator.caps.items() if p.startswith("CHAT")) == [16, 50]
+
+
 # --------------------------------------------------------------------------------------------- tiny models
 
 
@@ -405,7 +490,11 @@ def test_tiny_model_certain_question_runs_one_dense(tiny_tools):
     assert _names(answer) == ["retrieve", "dense", "select_answer"]
     dense = answer.trace.find("dense")
     assert dense.detail["certain"] and dense.detail["dse"] == 0.0
-    assert dense.cost["lm_calls"] == 2 and dense.cost["decoded_tokens"] > 0
+    chunks = answer.trace.find("retrieve").detail["ids"]
+    # the random model's rephrasings are empty (each falls back to its chunk), so every single-edit context is C₀:
+    # one prompt per chunk rephrased, one answer prompt for the one distinct context
+    assert dense.detail["rephrase_fallbacks"] == len(chunks) and set(dense.detail["answers"]) == {""}
+    assert dense.cost["lm_calls"] == len(chunks) + 1 and dense.cost["decoded_tokens"] > 0
     assert answer.text == select_answer(dense.detail["answers"])
 
 
@@ -424,4 +513,10 @@ def test_tiny_model_uncertain_question_chunks_and_refines_within_the_cap(tiny_to
     assert all(s.cost["lm_calls"] >= 1 for s in refines)  # at least the self-evaluation
     assert not answer.trace.find("select_answer").detail["success"]
     totals = answer.trace.to_dict()["totals"]
-    assert totals["lm_calls"] >= 3 and totals["nli_pairs"] >= 0 and totals["seconds"] > 0
+    # the random model answers "" under every context (and every ablation): no two answers differ, so no NLI pair
+    # is ever judged; each iteration self-evaluates once
+    replies = [a for s in [answer.trace.find("dense"), *refines] for a in s.detail["answers"]]
+    replies += [a for s in refines for a in s.detail.get("ablation_answers", {}).values()]
+    assert set(replies) == {""} and totals["nli_pairs"] == 0
+    assert all(s.detail["self_eval"]["reply"] == "" for s in refines)
+    assert totals["lm_calls"] >= 3 and totals["seconds"] > 0

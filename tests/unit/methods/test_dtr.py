@@ -234,7 +234,8 @@ def test_answer_many_matches_answer_with_the_same_lm_calls_in_fewer_batches(dtr_
 # ---------------------------------------------------------------------------------------------- fallbacks
 def test_no_hits_on_either_path_keeps_the_closed_book_answer(dtr_tools, monkeypatch):
     script(monkeypatch, dtr_tools, closed="somewhere", pseudo="xyzzy plugh")
-    answer = DTR(dtr_tools, DTRSettings(tau=-1.0, **FAST)).answer({"question": "zzzz qqqq"})
+    # the run's BM25 finds no passage with an unknown word (a dense index always returns its nearest passages)
+    answer = DTR(dtr_tools, DTRSettings(tau=-1.0, retriever="run", **FAST)).answer({"question": "zzzz qqqq"})
     assert answer.text == "somewhere" and not answer.trace.retrieved and answer.trace.fallbacks == 1
     assert "nothing on either path" in answer.trace.notes[0]
     assert [s.name for s in answer.trace.steps] == ["closed_book", "pseudo_context", "retrieve"]
@@ -253,6 +254,44 @@ def test_empty_pseudo_context_uses_the_query_path_only(dtr_tools, monkeypatch):
     assert candidates and all(c["paths"] == ["query"] and c["s1"] == c["s2"] for c in candidates)
 
 
+# ---------------------------------------------------------------------------------------------- the dense index
+def test_both_paths_search_a_dense_index_by_default_not_the_runs_bm25(dtr_tools, monkeypatch):
+    """Spec §3.4 / §6.2: DTR searches a dense index ("no BM25 anywhere"), whatever the run's retriever is."""
+    from workbench.backends.retrievers import BM25Retriever, DenseRetriever
+
+    script(monkeypatch, dtr_tools, pseudo="xyzzy plugh")  # no word BM25 knows, in the question or the passage
+    assert isinstance(dtr_tools.retriever, BM25Retriever)
+    method = DTR(dtr_tools, DTRSettings(tau=-1.0, n_per_path=2, k=2, **FAST))
+    question = {"question": "zzzz qqqq"}
+    answer = method.answer(question)
+    assert isinstance(method.retriever, DenseRetriever) and method.retriever.index_kind == "flat"
+    retrieve = answer.trace.find("retrieve").detail
+    assert retrieve["retriever"] == "DenseRetriever" and answer.trace.retrieved and answer.trace.fallbacks == 0
+    # exactly the dense index's top 2 by cosine (exact inner product over the embedder's unit vectors)
+    texts = dtr_tools.column("text")
+    passages = dtr_tools.embedder.encode(texts)
+    for path, query in (("query", "zzzz qqqq"), ("pseudo", "xyzzy plugh")):
+        cosine = passages @ dtr_tools.embedder.encode([query])[0]
+        top = np.argsort(-cosine, kind="stable")[:2]
+        assert retrieve[f"{path}_ids"] == [dtr_tools.column("chunk_id")[i] for i in top]
+        np.testing.assert_allclose(retrieve[f"{path}_scores"], cosine[top], atol=1e-5)
+    # the run's retriever on request (here BM25: nothing matches, the closed-book answer stays)
+    run = DTR(dtr_tools, DTRSettings(tau=-1.0, retriever="run", **FAST)).answer(question)
+    assert run.trace.find("retrieve").detail["retriever"] == "BM25Retriever" and not run.trace.retrieved
+
+
+def test_methods_on_one_tools_share_one_dense_index_and_a_dense_run_retriever_is_reused(dtr_tools):
+    from workbench.backends.retrievers import DenseRetriever, PooledDenseRetriever
+
+    first, second = DTR(dtr_tools), DTR(dtr_tools)
+    assert first.retriever is second.retriever is dtr_tools.dense_retriever("full")
+    pooled = DTR(dtr_tools, DTRSettings(dense_index="pooled", dense_pool=3)).retriever
+    assert isinstance(pooled, PooledDenseRetriever) and pooled.pool == 3 and pooled.base is dtr_tools.bm25_retriever()
+    own = DenseRetriever(dtr_tools.corpus, dtr_tools.embedder, counter=dtr_tools.counter, cache=False)
+    dtr_tools.retriever = own  # retrieval.retriever: dense over the same passages is the same index
+    assert DTR(dtr_tools).retriever is own
+
+
 # ---------------------------------------------------------------------------------------------- settings
 @pytest.mark.parametrize(
     "bad",
@@ -266,6 +305,9 @@ def test_empty_pseudo_context_uses_the_query_path_only(dtr_tools, monkeypatch):
         {"rule": "alpha"},
         {"answer_max_tokens": 0},
         {"include_eos": "no"},
+        {"retriever": "bm25"},
+        {"dense_index": "hnsw"},
+        {"dense_pool": 0},
     ],
 )
 def test_settings_validation(bad):
@@ -276,6 +318,7 @@ def test_settings_validation(bad):
 def test_defaults_follow_the_spec_and_an_embedder_is_required(tools):
     s = DTRSettings().validate()
     assert (s.tau, s.n_per_path, s.k, s.rule, s.include_eos) == (0.001, 5, 3, "cos_sum", False)
+    assert (s.retriever, s.dense_index) == ("dense", "full")  # the paper's exact dense search
     with pytest.raises(ConfigError, match="embedder"):
         DTR(tools)
     with pytest.raises(ConfigError, match="rule"):

@@ -45,7 +45,8 @@ CHUNKS = [
 ]
 TEXT = {f"{d}#{i}": text for d, i, _, text in CHUNKS}
 QUESTION = {"question": "Who designed the Eiffel Tower?", "answers": ["Gustave Eiffel"]}
-FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7, "dense_index": "full"}  # full: every chunk reaches the fusion
+# full: every chunk reaches the fusion; corpus: these tests search the corpus's own chunks (CHUNKS)
+FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7, "dense_index": "full", "chunking": "corpus"}
 
 
 def chunked_corpus():
@@ -250,6 +251,13 @@ def test_repair_at_document_boundaries_and_unrepairable_single_chunks(ctools):
     ids = answer.trace.find("generate").detail["ids"]
     assert {"rep:louvre#0", "rep:louvre#1", "seine#0"} <= set(ids)
     assert controller.calls["compress"] == sum(1 for r in repairs.values() if not r.get("unrepairable"))
+    # every kept chunk is damaged (completeness 0): the two single-chunk documents have no neighbour — each is an
+    # unrepairable chunk, counted as a fallback (spec §20 "Neighbors"), and nothing else falls back
+    unrepairable = sorted(cid for cid, r in repairs.items() if r.get("unrepairable"))
+    assert unrepairable == ["hamlet#0", "seine#0"] and answer.trace.fallbacks == 2
+    assert sorted(answer.trace.notes) == [
+        f"unrepairable chunk {cid}: no neighbour in its document, kept as it is" for cid in unrepairable
+    ]
 
 
 @pytest.mark.parametrize(
@@ -494,7 +502,9 @@ def test_heuristic_checks_weights_and_stitch():
 # ------------------------------------------------------------------------------------------------------ settings
 def test_settings_defaults_and_validation():
     s = InSemRAGSettings().validate()
-    assert (s.tau, s.gamma, s.max_rounds, s.k, s.compression_length) == (0.5, 0.5, 3, 10, 512)
+    assert (s.tau, s.gamma, s.max_rounds, s.k, s.compression_length) == (0.5, 0.5, 3, 10, None)
+    assert (s.chunking, s.chunk_tokens, s.repair_length) == ("fixed", 64, 64)  # L = the chunk length (spec §7.3)
+    assert InSemRAGSettings(compression_length=96).repair_length == 96
     assert InSemRAGSettings(channels=["dense", "sparse", "extended"]).validate().channels == (
         "dense",
         "sparse",
@@ -513,6 +523,9 @@ def test_settings_defaults_and_validation():
         {"channels": ("dense", "dense")},
         {"refine": "yes"},
         {"answer_max_tokens": 0},
+        {"chunking": "none"},
+        {"chunk_tokens": 0},
+        {"compression_length": 0},
     ):
         with pytest.raises(ConfigError, match="insemrag"):
             InSemRAGSettings(**bad).validate()
@@ -520,12 +533,112 @@ def test_settings_defaults_and_validation():
 
 def test_prompted_controller_on_the_tiny_generator_runs_end_to_end(ctools):
     controller = PromptedLMController(ctools.generator, enrich_tokens=12, elements_tokens=12, follow_up_tokens=8)
-    settings = InSemRAGSettings(**FAST, compression_length=16, max_rounds=2)
+    settings = InSemRAGSettings(**FAST, compression_length=16, max_rounds=2, tau=1.5)  # τ > 1: every chunk damaged
     trace = InSemRAG(ctools, controller, settings).answer(QUESTION).trace
     assert controller.score_mode == "logprobs"  # log-prob scoring on a random model
     assert names(trace).count("generate") == 1 and trace.find("generate").cost["lm_calls"] == 1
     for step in trace.steps:
         if step.name == "refine":
             assert all(0.0 <= d["score"] <= 1.0 for d in step.detail["decisions"])
-    assert trace.fallbacks == len(trace.notes)
+    # the random model generates only special tokens (empty text): every generated decision falls back — elements
+    # (S6: the question itself), enrich (S1: the query and its content words), each repair with a neighbour (S5: the
+    # extractive stitch), each follow-up (S8: the element, here the question, already asked: the loop stops) — and a
+    # damaged chunk without a neighbour is unrepairable; the log-prob decisions (S2, S3, S4, S7) never fall back
+    assert trace.find("elements").detail["decision"]["elements"] == [QUESTION["question"]]
+    expected = []
+    for step in trace.steps:
+        if step.name == "elements":
+            expected.append("controller elements: no element list in the reply")
+        elif step.name == "enrich":
+            expected.append("controller enrich: unusable dense and keywords in the reply: used the fallback")
+            assert step.detail["views"]["dense"] == step.detail["query"]
+        elif step.name == "repair" and step.detail.get("unrepairable"):
+            chunk = step.detail["chunk_id"]
+            expected.append(f"unrepairable chunk {chunk}: no neighbour in its document, kept as it is")
+        elif step.name == "repair":
+            expected.append("controller compress: empty or too short compression: extractive stitch used")
+        elif step.name == "follow_up":
+            expected += ["controller follow_up: no query in the reply: element used"] * len(step.detail["decisions"])
+            assert step.detail["queries"] == [] and trace.find("generate").detail["stop"] == "no_new_queries"
+    repairs = [s.detail for s in trace.steps if s.name == "repair"]
+    assert any(r.get("unrepairable") for r in repairs) and not all(r.get("unrepairable") for r in repairs)
+    assert trace.notes == expected and trace.fallbacks == len(expected)
     json.dumps(trace.to_dict())
+
+
+# ------------------------------------------------------------------------------------------------------ own view
+def test_insemrag_searches_its_own_token_windows_of_the_documents_and_repairs_from_neighbours(ctools):
+    """Spec §5 / D16: the documents are rebuilt from the corpus (here already chunked by sentence) and cut into
+    non-overlapping windows of ``chunk_tokens`` encoder tokens; a damaged window is repaired from the windows
+    before and after it (with the corpus rows as they are, a one-passage-per-document corpus has no neighbours)."""
+    from workbench.data.chunkers import FixedSizeChunker
+    from workbench.methods.insemrag import encoder_tokenizer
+
+    # every window is retrieved (the view has about 30), so the middle Eiffel window is always repaired
+    settings = InSemRAGSettings(k1=64, k=64, candidates_per_channel=64, dense_index="full", chunk_tokens=8)
+    controller = Scripted(completeness=0.0, coverage=(1.0,))
+    method = InSemRAG(ctools, controller, settings)
+    view = method.tools.corpus
+    tokenizer = encoder_tokenizer(ctools.embedder)
+    eiffel = " ".join(TEXT[f"eiffel#{i}"] for i in range(3))  # rebuilt by index, rows interleaved in the corpus
+    windows = FixedSizeChunker(8, 0, unit="tokens", tokenizer=tokenizer).chunk(eiffel, "eiffel")
+    assert len(windows) >= 3
+    rows = [i for i, d in enumerate(view["doc_id"]) if d == "eiffel"]
+    assert [view["chunk_id"][i] for i in rows] == [f"eiffel#w{w.index}" for w in windows]
+    assert [view["text"][i] for i in rows] == [w.text for w in windows]
+    assert [view["title"][i] for i in rows] == ["Eiffel Tower"] * len(windows)
+    assert method.corpus_view == {
+        "chunking": "fixed",
+        "chunk_tokens": 8,
+        "unit": "encoder tokens" if tokenizer is not None else "words",
+        "chunks": len(view["chunk_id"]),
+        "documents": 4,
+    }
+    assert ctools.corpus["chunk_id"][0] == "eiffel#0"  # the run's corpus is untouched
+    trace = method.answer(QUESTION).trace
+    assert trace.find("retrieve").detail["corpus"] == method.corpus_view
+    repairs = {s.detail["chunk_id"]: s.detail for s in trace.steps if s.name == "repair"}
+    middle = repairs["eiffel#w1"]
+    assert (middle["previous_id"], middle["next_id"]) == ("eiffel#w0", "eiffel#w2")
+    assert middle["sources"] == ["eiffel#w0", "eiffel#w1", "eiffel#w2"] and middle["length"] == 8
+    assert all(cid.startswith(("eiffel#w", "louvre#w", "seine#w", "hamlet#w")) for cid in repairs)
+    # a document of one window has no neighbour: unrepairable, counted
+    single = [cid for cid, r in repairs.items() if r.get("unrepairable")]
+    assert trace.fallbacks == len(single) and all("no neighbour" in n for n in trace.notes)
+    # the same view for every InSemRAG on these tools (built once)
+    assert InSemRAG(ctools, HeuristicController(), settings).tools is method.tools
+    # a given retriever searches tools.corpus as it is: only with chunking "corpus"
+    hybrid, _, _ = spied_hybrid(ctools)
+    with pytest.raises(ConfigError, match="chunking"):
+        InSemRAG(ctools, controller, InSemRAGSettings(), hybrid)
+
+
+def test_repaired_chunks_reach_the_coverage_check_and_the_prompt_whole(ctools, monkeypatch):
+    """A repaired chunk (bounded by L) is not cut to ``passage_chars`` in the coverage check or the final prompt;
+    raw chunks still are."""
+    long_repair = "Gustave Eiffel's company designed and built the tower. " * 12  # 672 characters
+    seen: dict[str, list] = {"coverage": [], "prompts": []}
+
+    class LongRepair(Scripted):
+        def compress(self, query, previous, center, following, max_tokens):
+            self._count("compress")
+            return Compression(text=long_repair, raw="scripted")
+
+        def coverage(self, question, elements, passages):
+            seen["coverage"].append(list(passages))
+            return super().coverage(question, elements, passages)
+
+    real = ctools.generator.generate
+    monkeypatch.setattr(
+        ctools.generator, "generate", lambda prompts, **kw: seen["prompts"].extend(prompts) or real(prompts, **kw)
+    )
+    ctools.passage_chars = 40
+    controller = LongRepair(completeness=lambda text: 0.0 if text == TEXT["eiffel#1"] else 1.0)
+    settings = InSemRAGSettings(**FAST, compression_length=200)
+    trace = InSemRAG(ctools, controller, settings).answer(QUESTION).trace
+    assert "rep:eiffel#1" in trace.find("generate").detail["ids"]
+    repaired = f"Eiffel Tower: {long_repair.strip()}"
+    assert len(repaired) > 400 and repaired in seen["coverage"][-1]
+    assert repaired in seen["prompts"][-1]
+    raw = [t for t in seen["coverage"][-1] if t != repaired]
+    assert raw and all(t.endswith("...") for t in raw)  # raw chunks: still cut at passage_chars
