@@ -56,7 +56,9 @@ class DataSection:
         "wiki-qa",
     )
     templates: list[str] = doc(
-        "wiki-qa question templates: cloze, description, two_hop", ["cloze", "description", "two_hop"]
+        "wiki-qa question templates: the either-or choice_cloze, choice_nationality, choice_country (default: a"
+        " small model's answers carry signal on them) or the open-answer cloze, description, two_hop (docs/task.md)",
+        ["choice_cloze", "choice_nationality", "choice_country"],
     )
     max_per_template: int | None = doc(
         "wiki-qa: at most this many questions per template in each split (null: all)", 800
@@ -87,7 +89,11 @@ class AnswerSection:
 
     split: str = doc("which split to answer (train, calib, val, test, ood)", "test")
     limit: int | None = doc("answer only the first N questions of the split (null: all)", 50)
-    modes: list[Literal["closed_book", "rag"]] = doc("answering modes to run", ["closed_book", "rag"])
+    per_template: int | None = doc("then at most N questions of each template, in split order (null: no cap)", None)
+    modes: list[Literal["closed_book", "rag", "gold"]] = doc(
+        "answering modes: closed_book, rag (retrieved top-k) and gold (the gold passages: the ceiling)",
+        ["closed_book", "rag"],
+    )
     max_new_tokens: int = doc("answer length cap in tokens (answers stop at the first newline)", 16)
     passage_chars: int = doc("each retrieved passage is cut to this many characters in the prompt", 400)
 

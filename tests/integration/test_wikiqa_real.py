@@ -15,10 +15,10 @@ SPLITS = ("train", "calib", "val", "test", "ood")
 
 @pytest.fixture(scope="module")
 def real():
-    from workbench.data.wikiqa import build_wikiqa, load_articles
+    from workbench.data.wikiqa import TEMPLATES, build_wikiqa, load_articles
 
     articles = load_articles()
-    return articles, build_wikiqa(articles, seed=0)
+    return articles, build_wikiqa(articles, seed=0, templates=TEMPLATES)
 
 
 def test_sizes_per_split_and_template(real) -> None:
@@ -30,8 +30,13 @@ def test_sizes_per_split_and_template(real) -> None:
     counts = {split: template_counts(dd[split]) for split in SPLITS}
     print(json.dumps(counts, indent=1))
     for split in SPLITS:
-        assert set(counts[split]) == {"cloze", "description", "two_hop"}, split
-        assert min(counts[split].values()) >= 50, (split, counts[split])
+        assert {"cloze", "description", "two_hop", "choice_cloze"} <= set(counts[split]), split
+        big = {t: n for t, n in counts[split].items() if t not in ("choice_nationality", "choice_country")}
+        assert min(big.values()) >= 50, (split, counts[split])
+    # People are never the OOD topic here (History is); few place descriptions name a country article
+    for split in SPLITS[:-1]:
+        assert counts[split]["choice_nationality"] >= 100 and counts[split]["choice_country"] >= 5, counts[split]
+    assert sum(c.get("choice_country", 0) for c in counts.values()) >= 80
     # most summaries open with their own title; the split sizes follow the 0.5 / 0.2 / 0.1 / 0.2 fractions
     assert sum(c["cloze"] for c in counts.values()) > 8_000
     in_dist = {split: dd[split].num_rows for split in SPLITS[:-1]}
@@ -45,11 +50,17 @@ def test_cloze_questions_never_contain_their_answer(real) -> None:
     checked = 0
     for split in SPLITS:
         for row in dd[split]:
-            if json.loads(row["metadata"])["template"] == "cloze":
+            template = json.loads(row["metadata"])["template"]
+            if template == "cloze":
                 assert "___" in row["question"]
                 assert containment(row["question"], row["answers"]) == 0.0, row["question"]
                 checked += 1
-    assert checked > 8_000
+            elif template == "choice_cloze":  # the options name the answer; the quoted sentence must not
+                question = row["question"]
+                sentence = question[question.index('? "') + 3 : question.rindex('"')]
+                assert "___" in sentence and containment(sentence, row["answers"]) == 0.0, row["question"]
+                checked += 1
+    assert checked > 16_000
 
 
 def test_no_leakage_and_ood_isolated(real) -> None:

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 
 DATASET_NAME = "wiki-qa"
 BUILDER_VERSION = 1
-TEMPLATES: tuple[str, ...] = ("cloze", "description", "two_hop")
+OPEN_TEMPLATES: tuple[str, ...] = ("cloze", "description", "two_hop")
+# The either-or templates live in workbench.data.wiki_choice (which imports this module).
+CHOICE_TEMPLATES: tuple[str, ...] = ("choice_cloze", "choice_nationality", "choice_country")
+TEMPLATES: tuple[str, ...] = (*OPEN_TEMPLATES, *CHOICE_TEMPLATES)
+DEFAULT_TEMPLATES: tuple[str, ...] = CHOICE_TEMPLATES
 SPLITS: tuple[str, ...] = ("train", "calib", "val", "test")
 OOD_SPLIT = "ood"
 DEFAULT_FRACTIONS: tuple[float, float, float, float] = (0.5, 0.2, 0.1, 0.2)
@@ -183,11 +187,11 @@ def _metadata(template: str, articles: Sequence[WikiArticle], split: str) -> dic
 # --------------------------------------------------------------------------------------------- templates
 
 
-def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
-    """A fill-in-the-blank question from the first sentence, or None when it does not mention the title.
+def cloze_sentence(article: WikiArticle) -> str | None:
+    """The article's first sentence with every title mention blanked (no final full stop), or None.
 
-    Every mention of any title variant in the sentence is blanked; the question is dropped if the title still
-    shows through (see :func:`answer_leaks`) or fewer than four words remain besides the blank.
+    None when the sentence does not mention the title, the title still shows through after blanking, or fewer
+    than four words remain besides the blank.
     """
     sentences = split_sentences(article.extract)
     if not sentences:
@@ -200,6 +204,16 @@ def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
     masked = pattern.sub(BLANK, first).rstrip(" .")
     if _mentions_any(masked, variants) or len(_TOKEN.findall(masked)) < 4:
         return None
+    return masked
+
+
+def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
+    """A fill-in-the-blank question from :func:`cloze_sentence`, or None when there is none or the question
+    leaks the title (see :func:`answer_leaks`)."""
+    masked = cloze_sentence(article)
+    if masked is None:
+        return None
+    variants = title_variants(article.title)
     question = f'Which name belongs in the blank? "{masked}."'
     if answer_leaks(question, variants):
         return None
@@ -392,13 +406,21 @@ def _description_counts(articles: Iterable[WikiArticle]) -> dict[str, int]:
 
 
 def _questions_for_split(
-    articles: Sequence[WikiArticle], split: str, templates: Sequence[str], description_counts: dict[str, int]
+    articles: Sequence[WikiArticle],
+    split: str,
+    templates: Sequence[str],
+    description_counts: dict[str, int],
+    choices: Any = None,
 ) -> dict[str, list[QAExample]]:
     """All questions of each template whose articles all lie in ``articles`` (one split).
 
     ``description_counts`` counts descriptions over *all* articles: a two-hop source must be unique there.
+    ``choices``: the :class:`~workbench.data.wiki_choice.ChoiceBuilder` over all articles (either-or templates).
     """
     out: dict[str, list[QAExample]] = {t: [] for t in templates}
+    for template in templates:
+        if template in CHOICE_TEMPLATES:
+            out[template] = choices.build(template, articles, split)
     if "cloze" in out:
         out["cloze"] = [q for a in articles if (q := make_cloze(a, split)) is not None]
     if "description" in out:
@@ -418,7 +440,7 @@ def build_wikiqa(
     articles: Sequence[WikiArticle],
     *,
     seed: int = 0,
-    templates: Sequence[str] = TEMPLATES,
+    templates: Sequence[str] = DEFAULT_TEMPLATES,
     max_per_template: int | None = None,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     ood_topics: Iterable[str] | None = None,
@@ -439,12 +461,17 @@ def build_wikiqa(
     from datasets import DatasetDict
 
     description_counts = _description_counts(articles)
+    choices = None
+    if any(t in CHOICE_TEMPLATES for t in templates):
+        from workbench.data.wiki_choice import ChoiceBuilder
+
+        choices = ChoiceBuilder(articles, seed=seed)
     result = {}
     for index, split in enumerate((*SPLITS, OOD_SPLIT)):
         members = sorted((a for a in articles if assignment[a.doc_id] == split), key=lambda a: a.doc_id)
         rng = random.Random(f"{seed}:{split}:{index}")
         rows: list[QAExample] = []
-        for questions in _questions_for_split(members, split, templates, description_counts).values():
+        for questions in _questions_for_split(members, split, templates, description_counts, choices).values():
             if max_per_template is not None and len(questions) > max_per_template:
                 questions = rng.sample(questions, max_per_template)
             rows.extend(questions)

@@ -71,11 +71,12 @@ class OracleRouting(Method):
         self.closed, self.rag = NoRAG(tools), StandardRAG(tools, k)
 
     def answer(self, example: dict[str, Any]) -> Answer:
-        from workbench.metrics.qa import containment
+        from workbench.metrics.qa import score_answer
 
         first = self.closed.answer(example)
         trace = Trace(self.name, steps=list(first.trace.steps))
-        correct = containment(first.text, list(example["answers"])) > 0.5
+        scores = score_answer(first.text, list(example["answers"]), list(example.get("options") or []))
+        correct = scores["contains"] > 0.5
         trace.steps[-1].detail["closed_book_correct"] = correct
         if correct:
             return Answer(first.text, trace)

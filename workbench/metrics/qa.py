@@ -2,6 +2,9 @@
 
 Normalisation follows the SQuAD convention: lower-case, drop punctuation and the articles a / an / the, collapse
 white space. Every score takes the best over the gold aliases.
+
+Questions with ``options`` (either-or, multiple choice) are scored by the option the prediction names
+(:func:`resolve_choice`): right when that is the gold option, wrong when it is another one or none.
 """
 
 from __future__ import annotations
@@ -52,10 +55,45 @@ def containment(prediction: str, golds: Sequence[str]) -> float:
     return float(any((g := normalize_answer(gold)) and f" {g} " in pred for gold in golds))
 
 
-def score_answer(prediction: str, golds: Sequence[str]) -> dict[str, float]:
-    """All three scores at once: ``{"em": ..., "f1": ..., "contains": ...}``."""
+_LETTER = re.compile(r"^\W*(?:answer\s*(?:is)?\s*:?\s*)?\(?([A-Z])\s*(?:[).:]|$)", re.IGNORECASE)
+
+
+def resolve_choice(prediction: str, options: Sequence[str]) -> int:
+    """The index of the option ``prediction`` names, or -1 when it names none or several.
+
+    An option is named by its text (whole words after normalisation, as :func:`containment`; an option whose text
+    lies inside a longer named option does not count twice) or, when the reply opens with a single letter
+    ("B", "(b)", "B) Paris", "Answer: B"), by that letter (A = the first option).
+    """
+    named = [i for i, option in enumerate(options) if containment(prediction, [option])]
+    named = [
+        i
+        for i in named
+        if not any(j != i and normalize_answer(options[i]) in normalize_answer(options[j]) for j in named)
+    ]
+    if len(named) == 1:
+        return named[0]
+    if not named and (match := _LETTER.match(prediction.strip())):
+        index = ord(match.group(1).upper()) - ord("A")
+        if 0 <= index < len(options):
+            return index
+    return -1
+
+
+def score_answer(prediction: str, golds: Sequence[str], options: Sequence[str] = ()) -> dict[str, float]:
+    """All three scores at once: ``{"em": ..., "f1": ..., "contains": ...}``.
+
+    With ``options`` (whose gold is ``golds[0]``), each score is 1.0 when :func:`resolve_choice` picks the gold
+    option and 0.0 otherwise, and ``"format_ok"`` says whether the prediction named exactly one option (without
+    options: whether it is non-empty after normalisation).
+    """
+    if options:
+        choice = resolve_choice(prediction, options)
+        right = float(choice >= 0 and normalize_answer(options[choice]) in {normalize_answer(g) for g in golds})
+        return {"em": right, "f1": right, "contains": right, "format_ok": float(choice >= 0)}
     return {
         "em": exact_match(prediction, golds),
         "f1": token_f1(prediction, golds),
         "contains": containment(prediction, golds),
+        "format_ok": float(bool(normalize_answer(prediction))),
     }

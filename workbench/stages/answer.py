@@ -33,14 +33,27 @@ def _load_split(ctx: StageContext):
     split = qa[section.split]
     if section.limit is not None:
         split = split.select(range(min(section.limit, len(split))))
+    if section.per_template is not None:
+        seen: dict[str, int] = {}
+        keep = []
+        for i, metadata in enumerate(split["metadata"]):
+            template = _template_of({"metadata": metadata})
+            seen[template] = seen.get(template, 0) + 1
+            if seen[template] <= section.per_template:
+                keep.append(i)
+        split = split.select(keep)
     return split
 
 
-def _template_of(row: dict[str, Any]) -> str:
+def _metadata_field(row: dict[str, Any], key: str, default: str = "unknown") -> str:
     try:
-        return str(json.loads(row.get("metadata") or "{}").get("template", "unknown"))
+        return str(json.loads(row.get("metadata") or "{}").get(key, default))
     except json.JSONDecodeError:
-        return "unknown"
+        return default
+
+
+def _template_of(row: dict[str, Any]) -> str:
+    return _metadata_field(row, "template")
 
 
 def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
@@ -57,6 +70,13 @@ def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
             retrieved[i] = list(result.ids)
             idx = [int(j) for j in result.indices]
             contexts[i] = format_passages([titles[j] for j in idx], [texts[j] for j in idx], section.passage_chars)
+    elif mode == "gold":  # the passages the question was made from: what retrieval at best could give
+        for i, row in enumerate(rows):
+            golds = row["gold_passages"]
+            retrieved[i] = [p["doc_id"] for p in golds]
+            contexts[i] = format_passages(
+                [p["title"] for p in golds], [p["text"] for p in golds], section.passage_chars
+            )
     prompts = [
         generator.build_prompt(row["question"], context, max_new_tokens=section.max_new_tokens, system=SYSTEM_PROMPT)
         for row, context in zip(rows, contexts, strict=True)
@@ -83,17 +103,25 @@ def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
                     "question": row["question"],
                     "answers": list(row["answers"]),
                     "template": _template_of(row),
+                    "difficulty": _metadata_field(row, "difficulty", ""),
+                    "gold_option": int(row.get("answer_index", -1)),
                     "prediction": prediction,
-                    **score_answer(prediction, row["answers"]),
+                    **score_answer(prediction, row["answers"], row.get("options") or []),
                     "prompt_tokens": prompt.n_tokens,
                     "new_tokens": len(output.token_ids),
                     "truncated": prompt.truncated,
                     "retrieved_ids": retrieved[start + offset],
-                    "gold_retrieved": float(bool(gold_docs & hit_docs)) if mode == "rag" and gold_docs else -1.0,
+                    "gold_retrieved": float(bool(gold_docs & hit_docs))
+                    if mode != "closed_book" and gold_docs
+                    else -1.0,
                     "seconds": seconds,
                 }
             )
     return records
+
+
+def _share(flags: list[bool]) -> float | None:
+    return float(np.mean(flags)) if flags else None
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -119,6 +147,13 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
                 "n": len(sub),
                 "em": float(np.mean([r["em"] for r in sub])),
                 "contains": float(np.mean([r["contains"] for r in sub])),
+                "format_ok": float(np.mean([r.get("format_ok", 1.0) for r in sub])),
+                # where the gold option sits (either-or / multiple choice): a biased model shows up against it
+                "gold_first": _share([r.get("gold_option", -1) == 0 for r in sub if r.get("gold_option", -1) >= 0]),
+                "by_difficulty": {
+                    d: float(np.mean([r["contains"] for r in sub if r.get("difficulty") == d]))
+                    for d in sorted({r.get("difficulty", "") for r in sub} - {""})
+                },
             }
     return {"modes": modes, "by_template": by_template}
 

@@ -159,6 +159,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
     generator = ctx.resources.generator()
     questions = [str(r["question"]) for r in rows]
     golds = [[str(a) for a in r["answers"]] for r in rows]
+    options = [[str(o) for o in r.get("options") or []] for r in rows]  # either-or / multiple choice
     needed = (required_stats(section.features) - UNAVAILABLE_STATS) | {"greedy_text", "greedy_logprobs", "greedy_eos"}
     want_dense = "dense" in section.features
     want_passages = want_dense or bool({"rag", "seper"} & set(section.labels))
@@ -200,8 +201,8 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
         answers = generator.generate(
             [b.text for b in built], temperature=0.0, max_new_tokens=section.max_new_tokens, stop=("\n",)
         )
-        for row, b, a, gold, pid in zip(extra, built, answers, golds, ids, strict=True):
-            scores = score_answer(a.text.strip(), gold)
+        for row, b, a, gold, opts, pid in zip(extra, built, answers, golds, options, ids, strict=True):
+            scores = score_answer(a.text.strip(), gold, opts)
             row.update(
                 rag_answer=a.text.strip(),
                 rag_em=scores["em"],
@@ -232,10 +233,10 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
 
     share = 1.0 / len(rows)
     records = []
-    for position, row, st, feats, more, answer, gold, n_prompt in zip(
-        positions, rows, stats, features, extra, greedy, golds, closed_tokens, strict=True
+    for position, row, st, feats, more, answer, gold, opts, n_prompt in zip(
+        positions, rows, stats, features, extra, greedy, golds, options, closed_tokens, strict=True
     ):
-        scores = score_answer(answer, gold)
+        scores = score_answer(answer, gold, opts)
         logprobs = [float(v) for v in st.get("greedy_logprobs", [])]
         records.append(
             {

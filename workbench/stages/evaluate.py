@@ -104,7 +104,7 @@ def trace_record(method: str, example: dict[str, Any], answer: Any) -> dict[str,
     """One row of the traces dataset (scores against the gold aliases, totals, the trace as JSON)."""
     from workbench.metrics.qa import score_answer
 
-    scores = score_answer(answer.text, list(example["answers"]))
+    scores = score_answer(answer.text, list(example["answers"]), list(example.get("options") or []))
     trace = answer.trace.to_dict()
     totals = trace["totals"]
     return {

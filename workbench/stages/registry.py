@@ -54,10 +54,11 @@ STAGES: dict[str, StageSpec] = {
         ),
         StageSpec(
             "answer",
-            "answer a split closed-book and with retrieval; score EM / F1 / containment; count tokens",
+            "answer a split closed-book, with retrieval and with its gold passages; score EM / F1 / containment; count tokens",
             "workbench.stages.answer:run",
             sections=("generator", "embedder", "retrieval", "answer"),
             inputs=("build_data",),
+            version=2,  # 2: either-or questions scored by the option named; format_ok; the gold mode
             uses=("generator",),
         ),
         StageSpec(
@@ -157,6 +158,7 @@ STAGES: dict[str, StageSpec] = {
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
+            version=2,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring
             uses=("generator", "embedder"),
         ),
         StageSpec(
@@ -165,6 +167,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.seper_eval:run",
             sections=("seper_eval", "generator", "embedder", "nli"),
             inputs=("build_data",),
+            version=2,  # 2: DTR's dual path searches densely by default
             uses=("generator", "embedder"),
         ),
         StageSpec(
@@ -221,7 +224,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.collect:run",
             sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
-            version=3,
+            version=4,  # 4: attention_score and self_detection values changed (features version 2)
             uses=("generator", "embedder"),
         ),
     )

@@ -15,7 +15,7 @@ from typing import Any
 from workbench.core.atomic import atomic_directory
 from workbench.stages.context import StageContext
 
-MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG"}
+MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG", "gold": "gold passage"}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -58,17 +58,35 @@ def quality_table(summary: dict[str, Any]) -> list[str]:
 
 
 def template_table(summary: dict[str, Any]) -> list[str]:
-    """Markdown rows: containment accuracy per question template and mode."""
-    modes = list(summary["by_template"])
-    templates = sorted({t for per_mode in summary["by_template"].values() for t in per_mode})
-    lines = [
-        "| template | questions | " + " | ".join(f"{MODE_TITLES.get(m, m)} containment" for m in modes) + " |",
-        "|---|---:|" + "---:|" * len(modes),
-    ]
+    """Markdown rows per question template: accuracy (containment, or the chosen option) and answer-format
+    compliance per mode, the lift retrieval gives over closed-book, where the gold option sits, and the
+    closed-book accuracy per difficulty band (either-or templates)."""
+    by = summary["by_template"]
+    modes = list(by)
+    templates = sorted({t for per_mode in by.values() for t in per_mode})
+    lift = "rag" in by and "closed_book" in by
+    header = ["template", "questions"]
+    header += [f"{MODE_TITLES.get(m, m)} accuracy" for m in modes]
+    header += [f"{MODE_TITLES.get(m, m)} format ok" for m in modes]
+    header += ["RAG − closed-book"] * lift + ["gold option first", "closed-book by difficulty"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for template in templates:
-        counts = {summary["by_template"][m].get(template, {}).get("n", 0) for m in modes}
-        cells = [_fmt(summary["by_template"][m].get(template, {}).get("contains")) for m in modes]
-        lines.append(f"| {template} | {max(counts)} | " + " | ".join(cells) + " |")
+        rows = {m: by[m].get(template, {}) for m in modes}
+        cells = [template, str(max(r.get("n", 0) for r in rows.values()))]
+        cells += [_fmt(rows[m].get("contains")) for m in modes]
+        cells += [_fmt(rows[m].get("format_ok")) for m in modes]
+        if lift:
+            gap = (
+                None
+                if not rows["rag"] or not rows["closed_book"]
+                else rows["rag"]["contains"] - rows["closed_book"]["contains"]
+            )
+            cells.append(_fmt(gap) if gap is None else f"{gap:+.3f}")
+        first = next(iter(rows.values()))
+        cells.append(_fmt(first.get("gold_first")))
+        bands = rows.get("closed_book", first).get("by_difficulty") or {}
+        cells.append(", ".join(f"{d} {_fmt(v, 2)}" for d, v in bands.items()) or "–")
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -118,12 +136,17 @@ def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[s
         "![answer quality](quality.png)",
         "",
         "EM and token F1 compare the normalised answer with every gold alias; containment asks whether a gold "
-        "alias appears in the answer (the fairest score for a chatty 135M model). *Gold passage in top-k* is the "
-        "share of questions whose gold passage the retriever placed in the prompt.",
+        "alias appears in the answer (the fairest score for a chatty 135M model). An either-or question is "
+        "scored by the option the answer names: right only when it names the gold option and not the other. "
+        "*Gold passage in top-k* is the share of questions whose gold passage the retriever placed in the prompt.",
         "",
         "## By question template",
         "",
         *template_table(summary),
+        "",
+        "*Format ok*: the answer names exactly one option (either-or), or is not empty (open questions). *Gold "
+        "option first*: the share of questions whose gold is the first option named (0.5 by construction). "
+        "Difficulty bands: how close the distractor's article is to the gold one (docs/task.md).",
         "",
         "## Examples",
         "",

@@ -52,7 +52,7 @@ def test_bool_is_not_an_int(tmp_path):
 
 
 def test_literal_choices_are_enforced(tmp_path):
-    with pytest.raises(ConfigError, match=r"'answer\.modes' expects list\['closed_book' \| 'rag'\]"):
+    with pytest.raises(ConfigError, match=r"'answer\.modes' expects list\['closed_book' \| 'rag' \| 'gold'\]"):
         load_recipe(str(write(tmp_path, GOOD.replace("[rag]", "[web]"))))
 
 

@@ -13,7 +13,10 @@ from workbench.data.dataset_store import load_saved_dataset_dict, read_fingerpri
 from workbench.data.schema import QA_FEATURES
 from workbench.data.wikiqa import (
     BLANK,
+    DEFAULT_TEMPLATES,
+    OPEN_TEMPLATES,
     SPLITS,
+    TEMPLATES,
     WikiArticle,
     answer_leaks,
     assign_splits,
@@ -148,8 +151,8 @@ def test_two_hop_rejects_description_that_names_the_answer() -> None:
     assert make_two_hop(by_title("Dune (novel)"), by_title("Frank Herbert")) is None
 
 
-def test_all_templates_on_fake_articles() -> None:
-    train = _all_in_train()
+def test_open_templates_on_fake_articles() -> None:
+    train = _all_in_train(templates=OPEN_TEMPLATES)
     assert template_counts(train) == {"cloze": 20, "description": 20, "two_hop": 8}
     pairs = {tuple(_meta(r)["doc_ids"]) for r in train if _meta(r)["template"] == "two_hop"}
     assert pairs == {
@@ -166,10 +169,15 @@ def test_all_templates_on_fake_articles() -> None:
     assert len(set(train["id"])) == train.num_rows
 
 
+def test_default_templates_are_the_either_or_ones() -> None:
+    assert DEFAULT_TEMPLATES == ("choice_cloze", "choice_nationality", "choice_country")
+    assert set(template_counts(_all_in_train())) <= set(DEFAULT_TEMPLATES)
+
+
 def test_templates_subset_and_cap() -> None:
     train = _all_in_train(templates=("cloze",), max_per_template=5)
     assert template_counts(train) == {"cloze": 5}
-    capped = _all_in_train(max_per_template=3)
+    capped = _all_in_train(templates=OPEN_TEMPLATES, max_per_template=3)
     assert template_counts(capped) == {"cloze": 3, "description": 3, "two_hop": 3}
 
 
@@ -220,7 +228,7 @@ def test_no_article_in_two_splits(seed: int) -> None:
 
 
 def test_ood_topics_only_in_ood_split() -> None:
-    dd = build_wikiqa(fake_articles(), seed=0, ood_topics=["History", "Science"])
+    dd = build_wikiqa(fake_articles(), seed=0, ood_topics=["History", "Science"], templates=TEMPLATES)
     ood_topics = {t for row in dd["ood"] for t in _meta(row)["topics"]}
     assert ood_topics == {"History", "Science"}
     for split in SPLITS:
