@@ -54,7 +54,7 @@ STAGES: dict[str, StageSpec] = {
         ),
         StageSpec(
             "answer",
-            "answer a split closed-book, with retrieval and with its gold passages; score EM / F1 / containment; count tokens",
+            "answer a split closed-book, with retrieval and with its gold passages; score the answers; count tokens",
             "workbench.stages.answer:run",
             sections=("generator", "embedder", "retrieval", "answer"),
             inputs=("build_data",),
