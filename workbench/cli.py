@@ -127,6 +127,8 @@ def run_command(
     loaded = load_recipe(recipe, overrides or [])
     result = run_recipe(loaded, force=force or [])
     cached = sum(s.cached for s in result.stages)
+    rows = [[s.name, "cached" if s.cached else f"{s.seconds:.1f}"] for s in result.stages]
+    _echo_table(rows, ["stage", "seconds"])
     typer.echo(
         f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
         f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"

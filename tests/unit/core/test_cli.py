@@ -94,3 +94,18 @@ def test_doctor_reports_assets_and_threads():
     assert out.returncode == 0, out.stdout + out.stderr
     for needle in ("smollm2", "minilm", "torch threads", "transformers", "everything required is installed"):
         assert needle in out.stdout
+
+
+def test_run_ends_with_the_per_stage_times(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(f'{{"id": "{i}", "question": "q{i}?", "answers": ["a"]}}\n' for i in range(4)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"name: t\nstages: [build_data]\ntracker: none\nrun_dir: {tmp_path}/run\ndata:\n  dataset: {data}\n"
+    )
+    first = wb("run", str(recipe))
+    assert first.returncode == 0, first.stderr
+    rows = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines() if line.startswith("build_data")}
+    assert float(rows["build_data"]) >= 0.0
+    again = wb("run", str(recipe))
+    assert any(line.split() == ["build_data", "cached"] for line in again.stdout.splitlines()), again.stdout
