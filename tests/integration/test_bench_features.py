@@ -45,3 +45,22 @@ def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
     report = (tmp_path / "report" / "report.md").read_text()
     assert "target ≥ 5x" in report and "target ≤ 1.3x" in report and "| lars |" in report
     assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
+
+
+def test_bench_features_without_an_nli_feature_reports_no_nli_ratio(tmp_path, tiny_lm_long_dir):
+    overrides = [
+        f"generator.model={tiny_lm_long_dir}",
+        "tracker=none",
+        "threads=0",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "data.max_per_template=20",
+        "bench_features.questions=1",
+        "bench_features.samples=2",
+        "bench_features.max_new_tokens=3",
+        "bench_features.features=[confidence,entropy]",
+    ]
+    result = run_recipe(load_recipe("bench-features", overrides))
+    summary = next(s.summary for s in result.stages if s.name == "bench_features")
+    assert summary["nli_ratio"] is None and summary["forwards_ratio"] > 0
+    assert "n/a" in (tmp_path / "report" / "report.md").read_text()

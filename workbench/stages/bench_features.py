@@ -176,11 +176,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
     atomic_write_json(ctx.out_dir / "bench.json", bench)
     ratios = results["ratios"]["library_over_workbench"]
     return {
-        "forwards_ratio": round(ratios["token_forwards"], 2),
-        "nli_ratio": round(ratios["nli_pairs"], 2),
-        "time_ratio": round(ratios["seconds"], 2),
-        "over_bare_seconds": round(results["ratios"]["workbench_over_bare"]["seconds"], 2),
+        "forwards_ratio": _rounded(ratios["token_forwards"]),
+        "nli_ratio": _rounded(ratios["nli_pairs"]),  # None when no selected feature uses the NLI judge
+        "time_ratio": _rounded(ratios["seconds"]),
+        "over_bare_seconds": _rounded(results["ratios"]["workbench_over_bare"]["seconds"]),
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
