@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The quickstart recipe (ends by exporting its bundle), then three questions answered by that bundle.
-QUESTIONS := "Who wrote the play Hamlet?" "Who painted the Mona Lisa?" "In which city is the Eiffel Tower?"
+QUESTIONS := "Was Vincent van Gogh Dutch or Belgian? Reply with one word." "Is Kyoto in China or in Japan? Reply with the country only." "Which name fills the blank, Mona Lisa or The Starry Night? \"The ___ is a portrait painted by Leonardo da Vinci.\" Reply with the name only."
 
 quickstart: setup
 	$(VENV)/bin/workbench run quickstart
