@@ -123,7 +123,8 @@ def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> li
         "fit_utility.limit=6",
         "fit_utility.folds=2",
         "fit_utility.samples=2",
-        "fit_utility.max_new_tokens=4",  # = evaluate.max_new_tokens; fit_utility.k is D²-RAG's default k
+        "fit_utility.max_new_tokens=4",  # = evaluate.max_new_tokens
+        "fit_utility.k=5",  # = D²-RAG's default k (METHOD_OPTIONS replaces the quickstart's evaluate.options)
         "retrieval.k=2",
         "evaluate.limit=3",
         "evaluate.max_new_tokens=4",

@@ -53,7 +53,7 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
 
     answers = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "answer" / "answers"))
     assert len(answers) == 8 and all(
-        len(ids) == 5 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"]
+        len(ids) == 3 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"]
     )
 
     second = quickstart(tmp_path, tiny_lm_long_dir)
