@@ -350,6 +350,17 @@ def _token_count(generator: Any, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _unit_rows(vectors: Any) -> np.ndarray:
+    """``vectors`` as float rows scaled to unit length (zero rows stay zero)."""
+    rows = np.asarray(vectors, dtype=float)
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
+
+def _cosine_to_question(embedder: Any, question: str, texts: list[str]) -> np.ndarray:
+    """Cosine similarity of each text's embedding to the question's (the per-question dense ranking, §6.2)."""
+    return _unit_rows(embedder.encode(texts)) @ _unit_rows(embedder.encode([question]))[0]
+
+
 class _Memo:
     """A per-question memo in front of the generator: a deterministic ``generate`` request (same prompt and
     decoding parameters; the generator seeds samples per prompt) is answered from memory the second time, so a
@@ -698,11 +709,7 @@ class DenseRAG(Method):
         step.update(chunk_size=s.chunk_size, chunk_overlap=s.chunk_overlap, chunks=len(chunks))
         if not chunks:
             return []
-        vectors = np.asarray(tools.embedder.encode([c.text for c in chunks]), dtype=float)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        query = np.asarray(tools.embedder.encode([question]), dtype=float)[0]
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        scores = vectors @ query
+        scores = _cosine_to_question(tools.embedder, question, [c.text for c in chunks])
         order = np.argsort(-scores, kind="stable")[: s.k]
         return [
             Passage(
@@ -732,11 +739,8 @@ class DenseRAG(Method):
         if not chunks:
             step["pool"] = []
             return [], np.zeros((0, 1))
-        vectors = np.asarray(tools.embedder.encode([c.text for c in chunks]), dtype=float)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        query = np.asarray(tools.embedder.encode([question]), dtype=float)[0]
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        scores = vectors @ query
+        vectors = _unit_rows(tools.embedder.encode([c.text for c in chunks]))
+        scores = vectors @ _unit_rows(tools.embedder.encode([question]))[0]
         order = np.argsort(-scores, kind="stable")[: s.candidates]
         prompt_chars = max(tools.passage_chars, s.max_chunk_chars)
         pool = [
