@@ -53,13 +53,13 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
 
     answers = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "answer" / "answers"))
     assert len(answers) == 8 and all(
-        len(ids) == 3 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"]
+        len(ids) == 2 for ids in answers.filter(lambda r: r["mode"] == "rag")["retrieved_ids"]
     )
 
     second = quickstart(tmp_path, tiny_lm_long_dir)
     assert [s.cached for s in second.stages] == [True, True, True, False]  # the report is always rewritten
 
-    third = quickstart(tmp_path, tiny_lm_long_dir, "retrieval.k=2")
+    third = quickstart(tmp_path, tiny_lm_long_dir, "retrieval.k=3")
     assert [s.cached for s in third.stages] == [True, False, False, False]  # collect retrieves: retrieval.k counts
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["stages"]["answer"]["cached"] is False and "answers/dataset_info.json" in str(

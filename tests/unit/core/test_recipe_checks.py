@@ -77,7 +77,7 @@ def test_the_error_names_the_file_and_line(tmp_path):
         # evaluate ← calibrate, classify
         (["stages=[build_data,evaluate]", "evaluate.methods=[d2rag]"], "d2rag needs the calibrate and classify"),
         # fit_utility → evaluate: D²-RAG's k, passage_chars and max_new_tokens
-        (["fit_utility.k=4"], "fit_utility.k: is 4 but D²-RAG answers with 3 (evaluate.options.d2rag.k)"),
+        (["fit_utility.k=4"], "fit_utility.k: is 4 but D²-RAG answers with 2 (evaluate.options.d2rag.k)"),
         (["fit_utility.passage_chars=300"], "fit_utility.passage_chars: is 300 but D²-RAG answers with 200"),
         (["evaluate.max_new_tokens=8"], "fit_utility.max_new_tokens: is 16 but D²-RAG answers with 8"),
         (["evaluate.options.d2rag.max_new_tokens=12"], "with 12 (evaluate.options.d2rag.max_new_tokens)"),
