@@ -140,3 +140,25 @@ def test_bad_collections_get_one_line_errors(tmp_path):
         calibrate.run(_ctx(tmp_path, "c2", {"collect": collect_dir}, calibrate={"features": ["good", "missing"]}))
     with pytest.raises(DataError, match="label column"):
         calibrate.run(_ctx(tmp_path, "c3", {"collect": collect_dir}, calibrate={"label": "nope"}))
+
+
+def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_itself():
+    from workbench.stages.report_calibration import paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    labels = np.array([0, 1] * 30, dtype=float)
+    perfect = labels + 0.01 * rng.random(labels.size)
+    noise = rng.random(labels.size)
+    out = paired_bootstrap({"perfect": list(perfect), "noise": list(noise), "same": list(noise)}, labels, "noise")
+    assert out["perfect"]["auroc"][0] > 0.99 and out["perfect"]["d_auroc"][0] > 0.2  # interval excludes 0
+    assert out["perfect"]["d_prr"][0] > 0.2
+    assert out["same"]["d_auroc"] == (0.0, 0.0) and out["same"]["d_prr"] == (0.0, 0.0)
+    assert out["noise"]["auroc"][0] < 0.5 < out["noise"]["auroc"][1]
+
+
+def test_paired_bootstrap_gives_nan_without_both_classes():
+    from workbench.stages.report_calibration import paired_bootstrap
+
+    labels = np.ones(40)
+    out = paired_bootstrap({"a": list(np.linspace(0, 1, 40))}, labels, "a", draws=50)
+    assert all(np.isnan(v) for v in out["a"]["auroc"])
