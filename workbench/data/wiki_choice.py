@@ -201,7 +201,7 @@ def _choice_example(
     rank: int,
     rng: random.Random,
     split: str,
-) -> QAExample | None:
+) -> QAExample:
     options = [gold, distractor]
     rng.shuffle(options)
     question = question_stem(*options)
@@ -231,7 +231,7 @@ class ChoiceBuilder:
         by_topic: dict[str, list[WikiArticle]] = {}
         for article in articles:
             by_topic.setdefault(article.topic, []).append(article)
-        self._pools = {topic: members for topic, members in by_topic.items()}
+        self._pools = by_topic
         self._neighbours: dict[str, Neighbours] = {}
         self._position = {a.doc_id: (a.topic, i) for members in by_topic.values() for i, a in enumerate(members)}
         counts = Counter(n for a in articles if (n := nationality_of(a)) is not None)
@@ -272,7 +272,7 @@ class ChoiceBuilder:
         example = _choice_example(
             "choice_cloze", article, stem, gold, pool[picked[0]].title, gold_variants, difficulty, picked[1], rng, split
         )
-        return None if example is None or answer_leaks(masked, gold_variants) else example
+        return None if answer_leaks(masked, gold_variants) else example
 
     def nationality(self, article: WikiArticle, split: str = "") -> QAExample | None:
         """``choice_nationality``: which of two nationalities a person had (None when the description has none)."""
