@@ -136,6 +136,11 @@ def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> li
 
 def build_tiny_run(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> Any:
     """Run the tiny pipeline (see the module docstring) under ``tmp``; returns the runner's result."""
+    return run_with_synthetic_collect("quickstart", run_overrides(tmp, lm_dir, encoder_dir, *extra))
+
+
+def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
+    """Run a built-in recipe with its ``collect`` stage replaced by :func:`synthetic_collect`."""
     import pytest
 
     from workbench.recipe import load_recipe
@@ -153,4 +158,4 @@ def build_tiny_run(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> A
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(registry.STAGES, "collect", spec)
-        return run_recipe(load_recipe("quickstart", run_overrides(tmp, lm_dir, encoder_dir, *extra)))
+        return run_recipe(load_recipe(recipe, overrides))

@@ -12,25 +12,26 @@ from workbench.stages.runner import run_recipe
 pytestmark = pytest.mark.integration
 
 
+def _run(tmp_path, model, features: str, questions: int, samples: int, max_new_tokens: int):
+    """The bench-features recipe on the tiny model, writing under ``tmp_path``."""
+    overrides = [
+        f"generator.model={model}",
+        "tracker=none",
+        "threads=0",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "data.max_per_template=20",
+        f"bench_features.questions={questions}",
+        f"bench_features.samples={samples}",
+        f"bench_features.max_new_tokens={max_new_tokens}",
+        f"bench_features.features={features}",
+    ]
+    return run_recipe(load_recipe("bench-features", overrides))
+
+
 def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
     features = "[confidence,semantic_entropy,matrix_degree_uncertainty,eccentricity_uncertainty,lars,ptrue]"
-    run_recipe(
-        load_recipe(
-            "bench-features",
-            [
-                f"generator.model={tiny_lm_long_dir}",
-                "tracker=none",
-                "threads=0",
-                f"run_dir={tmp_path}/run",
-                f"report.dir={tmp_path}/report",
-                "data.max_per_template=20",
-                "bench_features.questions=2",
-                "bench_features.samples=3",
-                "bench_features.max_new_tokens=4",
-                f"bench_features.features={features}",
-            ],
-        )
-    )
+    _run(tmp_path, tiny_lm_long_dir, features, questions=2, samples=3, max_new_tokens=4)
     bench = json.loads((tmp_path / "run" / "stages" / "bench_features" / "bench.json").read_text())
     assert len(bench["per_feature"]) == 6 and bench["questions"] == 2
     work, total, bare = bench["workbench"], bench["per_feature_total"], bench["bare"]
@@ -48,19 +49,7 @@ def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
 
 
 def test_bench_features_without_an_nli_feature_reports_no_nli_ratio(tmp_path, tiny_lm_long_dir):
-    overrides = [
-        f"generator.model={tiny_lm_long_dir}",
-        "tracker=none",
-        "threads=0",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "data.max_per_template=20",
-        "bench_features.questions=1",
-        "bench_features.samples=2",
-        "bench_features.max_new_tokens=3",
-        "bench_features.features=[confidence,entropy]",
-    ]
-    result = run_recipe(load_recipe("bench-features", overrides))
+    result = _run(tmp_path, tiny_lm_long_dir, "[confidence,entropy]", questions=1, samples=2, max_new_tokens=3)
     summary = next(s.summary for s in result.stages if s.name == "bench_features")
     assert summary["nli_ratio"] is None and summary["forwards_ratio"] > 0
     assert "n/a" in (tmp_path / "report" / "report.md").read_text()

@@ -89,9 +89,7 @@ def test_evaluate_runs_every_method_with_tiny_models(tmp_path, tiny_lm_long_dir,
     never right, so a real one would hold one class)."""
     import datasets
 
-    from tests.bundle_run import FEATURES, write_corpus
-    from workbench.stages import registry
-    from workbench.stages.registry import StageSpec
+    from tests.bundle_run import FEATURES, run_with_synthetic_collect, write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     overrides = [
@@ -116,17 +114,7 @@ def test_evaluate_runs_every_method_with_tiny_models(tmp_path, tiny_lm_long_dir,
         f"evaluate.methods=[{','.join(EVERY_METHOD)}]",
         SMALL_OPTIONS,
     ]
-    spec = StageSpec(
-        "collect",
-        "synthetic collection for tests",
-        "tests.bundle_run:synthetic_collect",
-        version=1000,
-        sections=("collect", "generator"),
-        inputs=("build_data",),
-    )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(registry.STAGES, "collect", spec)
-        run_recipe(load_recipe("evaluate", overrides))
+    run_with_synthetic_collect("evaluate", overrides)
     stage = tmp_path / "run" / "stages" / "evaluate"
     traces = datasets.load_from_disk(str(stage / "traces")).to_list()
     assert [r["method"] for r in traces] == [m for m in EVERY_METHOD for _ in range(2)]
