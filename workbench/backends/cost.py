@@ -3,6 +3,11 @@
 ``lm_calls`` counts **prompts** run through the model, not forward batches: eight questions answered in one batched
 generate call are eight LM calls, exactly as eight one-question calls would be, so a method's LM calls per question
 do not depend on how it batches (or on ``generator.batch_size``). The forward batches are ``lm_batches``.
+
+Work the generation cache saved is counted apart, never as real work: ``cached_lm_calls``, ``cached_prefill_tokens``
+and ``cached_decoded_tokens`` hold what the cached generations would have cost uncached, so a run on a warm cache
+reports both what it paid (``lm_calls``, ``prefill_tokens``, ``decoded_tokens``) and what it would pay on a cold one
+(the sums of the two).
 """
 
 from __future__ import annotations
@@ -19,11 +24,18 @@ class CostCounter:
 
     ``lm_calls``: prompts run through the model — one per prompt generated from (its ``n`` samples share the
     prompt's prefill and count once), per (prompt, continuation) pair scored, per prompt read by a next-token
-    log-prob call; a contrastive decoder's two streams are two prompts. A generation answered from the generation
-    cache is not a call. ``lm_batches``: forward batches (one prefill and its decoding loop, or one teacher-forced
-    pass), however many prompts each holds. ``prefill_tokens`` counts prompt tokens encoded (shared prefills count
-    once); ``decoded_tokens`` counts tokens generated or teacher-forced one step at a time; ``seconds`` maps a step
-    name to accumulated wall time."""
+    log-prob call; a contrastive decoder's two streams are two prompts. ``lm_batches``: forward batches (one prefill
+    and its decoding loop, or one teacher-forced pass), however many prompts each holds. ``prefill_tokens`` counts
+    prompt tokens encoded (shared prefills count once); ``decoded_tokens`` counts tokens generated or teacher-forced
+    one step at a time; ``seconds`` maps a step name to accumulated wall time.
+
+    A generation answered from the generation cache is not a call and costs no tokens; what it saved is counted
+    apart. A prompt whose samples all came from the cache adds 1 to ``cached_lm_calls`` and its prompt tokens (as
+    its shared prefill would have counted them, after left truncation) to ``cached_prefill_tokens``; every cached
+    sample adds its answer tokens (``len(token_ids)``: the terminating EOS or stop-string token, which the decoding
+    loop also ran, is not kept, so a sample that ended on one counts one token short) to ``cached_decoded_tokens``.
+    A prompt with some samples missing is a real call: its prefill and the missing samples' decoding count as usual.
+    """
 
     lm_calls: int = 0
     lm_batches: int = 0
@@ -36,6 +48,9 @@ class CostCounter:
     retrieval_calls: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    cached_lm_calls: int = 0
+    cached_prefill_tokens: int = 0
+    cached_decoded_tokens: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: CostCounter) -> CostCounter:

@@ -22,7 +22,9 @@ Costs go to a :class:`~workbench.backends.cost.CostCounter`: ``lm_calls`` +1 per
 prefill and its decoding loop, or one teacher-forced pass); ``prefill_tokens``
 prompt tokens encoded (once per prompt with a shared prefill; padding excluded); ``decoded_tokens`` tokens generated;
 ``scored_tokens`` continuation tokens scored; ``truncated_prompts``; ``cache_hits``/``cache_misses`` one per
-requested sample (a :class:`Generation`).
+requested sample (a :class:`Generation`). What the generation cache saved goes to ``cached_lm_calls`` (+1 per prompt
+whose samples all came from the cache), ``cached_prefill_tokens`` (that prompt's tokens after truncation) and
+``cached_decoded_tokens`` (each cached sample's answer tokens).
 """
 
 from __future__ import annotations
@@ -327,7 +329,20 @@ class Generator:
         found = {pj: hits[key] for pj, key in keys.items() if key in hits}
         self.counter.cache_hits += len(found)
         self.counter.cache_misses += len(keys) - len(found)
+        self._count_cached(found, needed, params)
         return found
+
+    def _count_cached(self, found: dict[tuple[str, int], Generation], needed: int, params: DecodingParams) -> None:
+        """Count what the cache saved (:class:`~workbench.backends.cost.CostCounter`): per fully cached prompt one
+        ``cached_lm_calls`` and its prefill tokens; per cached sample its answer tokens."""
+        budget = max(self.max_context - params.max_new_tokens, 1)
+        for prompt in dict.fromkeys(p for p, _ in found):
+            if all((prompt, j) in found for j in range(needed)):
+                first = found[(prompt, 0)]
+                tokens = first.prompt_tokens or min(len(encode(self.tokenizer, prompt)), budget)
+                self.counter.cached_lm_calls += 1
+                self.counter.cached_prefill_tokens += int(tokens)
+        self.counter.cached_decoded_tokens += sum(len(gen.token_ids) for gen in found.values())
 
     def _store(self, fresh: dict[tuple[str, int], Generation], params: DecodingParams) -> None:
         """Write newly generated samples to the cache (if any)."""

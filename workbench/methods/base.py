@@ -15,8 +15,9 @@ return Answer(answer.text, trace)
 ```
 
 :meth:`Trace.step` measures the step's wall time and the counter's change (LM calls, prefill / decoded / scored
-tokens, NLI pairs, retrieval calls). ``trace.fallbacks`` counts recovered failures (an unparseable controller reply,
-empty retrieval results, a context cut to fit the model window) with a note each in ``trace.notes``.
+tokens, NLI pairs, retrieval calls, and the LM calls and tokens the generation cache saved). ``trace.fallbacks``
+counts recovered failures (an unparseable controller reply, empty retrieval results, a context cut to fit the model
+window) with a note each in ``trace.notes``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-COST_FIELDS = ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs", "retrieval_calls")
-"""The counter fields a step records (see :class:`~workbench.backends.cost.CostCounter`)."""
+COST_FIELDS = (
+    "lm_calls",
+    "prefill_tokens",
+    "decoded_tokens",
+    "scored_tokens",
+    "nli_pairs",
+    "retrieval_calls",
+    "cached_lm_calls",
+    "cached_prefill_tokens",
+    "cached_decoded_tokens",
+)
+"""The counter fields a step records (see :class:`~workbench.backends.cost.CostCounter`); the ``cached_*`` ones are
+what the generation cache saved, never counted in the others."""
 
 
 @dataclass

@@ -1,16 +1,23 @@
 """Stage ``evaluate``: run any subset of the methods over a split; save every trace; compare them.
 
 For each method in ``evaluate.methods`` (built by :func:`workbench.methods.registry.build_method` with the options in
-``evaluate.options[<method>]``) the stage answers the first ``evaluate.limit`` questions of ``evaluate.split`` and
-scores each answer (EM, token F1, containment against the gold aliases). The generation cache is off while the
-methods answer (``evaluate.reuse_generations: false``, the default): a method whose answers earlier stages already
-generated would otherwise show zero LM calls and near-zero latency. Outputs:
+``evaluate.options[<method>]``; all of them before any question is answered, so a bad option fails early) the stage
+answers the first ``evaluate.limit`` questions of ``evaluate.split`` and scores each answer (EM, token F1,
+containment against the gold aliases) with :func:`workbench.methods.evaluation.evaluate_built`, the code the
+hyperparameter study evaluates its trials with. The generation cache is off while the methods answer
+(``evaluate.reuse_generations: false``, the default): a method whose answers earlier stages already generated would
+otherwise show zero LM calls and near-zero latency. With it on, the work the cache saved is reported apart
+(``cached_lm_calls``, ``cached_tokens``) and ``lm_calls_uncached`` / ``tokens_uncached`` are the cold-cache costs.
+Outputs:
 
-* ``traces/`` — an HF dataset, one row per (method, question): the answer, its scores, whether retrieval reached the
-  prompt, the decoding mode, fallbacks, the summed cost (LM calls, prefill / decoded / scored tokens, NLI pairs,
-  retrieval calls, seconds) and the full trace as JSON (``trace``: every step with its cost and decisions);
-* ``summary.json`` — per method: mean EM / F1 / containment, retrieval rate, LM calls and tokens per question,
-  latency p50 / p95, fallbacks.
+* ``traces/`` — an HF dataset, one row per (method, question) (:func:`~workbench.methods.evaluation.trace_record`):
+  the answer, its scores, whether retrieval reached the prompt, the decoding mode, fallbacks, the summed cost (LM
+  calls, prefill / decoded / scored tokens, NLI pairs, retrieval calls, the cached LM calls and prefill / decoded
+  tokens, seconds), ``tokens``, ``cached_tokens``, ``lm_calls_uncached``, ``tokens_uncached`` and the full trace as
+  JSON (``trace``: every step with its cost and decisions);
+* ``summary.json`` — per method (:func:`~workbench.methods.evaluation.summary_metrics`): mean EM / F1 / containment,
+  retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
+  tokens and the uncached totals per question, latency p50 / p95, fallbacks.
 
 ``lm_calls`` counts prompts run through the model (:class:`~workbench.backends.cost.CostCounter`), not forward
 batches, so a method's LM calls per question do not depend on ``batch_questions`` or ``generator.batch_size``.
@@ -25,14 +32,12 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.methods.evaluation import summarise
 from workbench.stages.context import StageContext
 
 
@@ -100,51 +105,6 @@ def build_tools(
     )
 
 
-def trace_record(method: str, example: dict[str, Any], answer: Any) -> dict[str, Any]:
-    """One row of the traces dataset (scores against the gold aliases, totals, the trace as JSON)."""
-    from workbench.metrics.qa import score_answer
-
-    scores = score_answer(answer.text, list(example["answers"]), list(example.get("options") or []))
-    trace = answer.trace.to_dict()
-    totals = trace["totals"]
-    return {
-        "method": method,
-        "id": str(example["id"]),
-        "question": str(example["question"]),
-        "answers": [str(a) for a in example["answers"]],
-        "prediction": answer.text,
-        "em": scores["em"],
-        "f1": scores["f1"],
-        "contains": scores["contains"],
-        "retrieved": bool(trace["retrieved"]),
-        "decoding": trace["decoding"],
-        "fallbacks": int(trace["fallbacks"]),
-        **{k: float(v) for k, v in totals.items()},
-        "tokens": float(totals["prefill_tokens"] + totals["decoded_tokens"] + totals["scored_tokens"]),
-        "trace": json.dumps(trace),
-    }
-
-
-def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-method means and latency percentiles."""
-    out: dict[str, Any] = {}
-    for method in dict.fromkeys(r["method"] for r in records):
-        rows = [r for r in records if r["method"] == method]
-        seconds = np.asarray([r["seconds"] for r in rows])
-        out[method] = {
-            "n": len(rows),
-            **{k: float(np.mean([r[k] for r in rows])) for k in ("em", "f1", "contains")},
-            "retrieval_rate": float(np.mean([r["retrieved"] for r in rows])),
-            "lm_calls": float(np.mean([r["lm_calls"] for r in rows])),
-            "tokens": float(np.mean([r["tokens"] for r in rows])),
-            "nli_pairs": float(np.mean([r["nli_pairs"] for r in rows])),
-            "latency_p50": float(np.percentile(seconds, 50)),
-            "latency_p95": float(np.percentile(seconds, 95)),
-            "fallbacks": int(sum(r["fallbacks"] for r in rows)),
-        }
-    return out
-
-
 def run(ctx: StageContext) -> dict[str, Any]:
     """Answer the split with every selected method; write the traces dataset and the summary."""
     import datasets
@@ -172,17 +132,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
         options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
         options.update(section.options.get(name, {}) or {})
         methods[name] = build_method(name, tools, options, learned, utility_fallback="oracle")
-    records: list[dict[str, Any]] = []
-    notes: dict[str, str] = {}
     saved_cache = tools.generator.cache
     if not section.reuse_generations:  # each method pays for its own generations: comparable cost and latency
         tools.generator.cache = None
     try:
-        _answer_all(ctx, methods, rows, learned, records, notes)
+        results = _answer_all(ctx, methods, rows)
     finally:
         tools.generator.cache = saved_cache
+    records = [record for result in results for record in result.records]
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
-    summary = summarise(records)
+    summary = summarise(records)  # the same as each result's summary, keyed in the recipe's order
+    notes = _notes(methods, learned)
     atomic_write_json(
         ctx.out_dir / "summary.json",
         {
@@ -199,26 +159,24 @@ def run(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def _answer_all(
-    ctx: StageContext,
-    methods: dict[str, Any],
-    rows: list[dict[str, Any]],
-    learned: Any,
-    records: list[dict[str, Any]],
-    notes: dict[str, str],
-) -> None:
-    """Every method answers ``rows`` in batches (a progress bar each); one trace record per answer."""
-    from workbench.core.logs import track
+def _answer_all(ctx: StageContext, methods: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any]:
+    """Every method answers ``rows`` in batches (a progress bar each): one
+    :class:`~workbench.methods.evaluation.MethodEvaluation` per method, in ``methods``' order."""
+    from workbench.methods.evaluation import evaluate_built
 
-    section = ctx.config.evaluate
+    results = []
     for name, method in methods.items():
-        if name == "d2rag" and learned is not None and learned.utility is None:
-            notes[name] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
-        if name == "d2rag_oracle":
-            notes[name] = "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
-        began = time.perf_counter()
-        batches = [rows[i : i + section.batch_questions] for i in range(0, len(rows), section.batch_questions)]
-        for batch in track(batches, f"evaluate ({name})", total=len(batches)):
-            for example, answer in zip(batch, method.answer_many(batch), strict=True):
-                records.append(trace_record(name, example, answer))
-        ctx.log.info("%s: %d questions in %.1f s", name, len(rows), time.perf_counter() - began)
+        result = evaluate_built(name, method, rows, batch_questions=ctx.config.evaluate.batch_questions)
+        ctx.log.info("%s: %d questions in %.1f s", name, len(rows), result.seconds)
+        results.append(result)
+    return results
+
+
+def _notes(methods: dict[str, Any], learned: Any) -> dict[str, str]:
+    """The summary's notes: which utility each D²-RAG variant ran with."""
+    notes: dict[str, str] = {}
+    if "d2rag" in methods and learned is not None and learned.utility is None:
+        notes["d2rag"] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
+    if "d2rag_oracle" in methods:
+        notes["d2rag_oracle"] = "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
+    return notes

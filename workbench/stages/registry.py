@@ -158,7 +158,8 @@ STAGES: dict[str, StageSpec] = {
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
-            version=2,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring
+            version=3,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
+            # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs
             uses=("generator", "embedder"),
         ),
         StageSpec(
