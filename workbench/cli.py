@@ -144,6 +144,10 @@ def evaluate_command(
     ] = None,
     split: Annotated[str | None, typer.Option("--split", help="Split to answer.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Questions per method.")] = None,
+    params: Annotated[
+        list[str] | None,
+        typer.Option("--params", help="A study's params/<method>.json to lay over the recipe's options (repeatable)."),
+    ] = None,
 ) -> None:
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
@@ -158,6 +162,8 @@ def evaluate_command(
         extra.append(f"evaluate.split={split}")
     if limit is not None:
         extra.append(f"evaluate.limit={limit}")
+    if params:
+        extra.append(f"evaluate.params={json.dumps([str(Path(p).resolve()) for p in params])}")
     loaded = load_recipe(recipe, extra)
     if "evaluate" not in loaded.config.stages:
         raise WorkbenchError("the recipe has no evaluate stage", loaded.source)
@@ -178,6 +184,58 @@ def evaluate_command(
     ]
     _echo_table(rows, ["method", "EM", "F1", "contains", "retrieval", "LM calls/q", "tokens/q", "p50 s"])
     typer.echo(f"traces: {result.run_dir / 'stages' / 'evaluate' / 'traces'}")
+
+
+@app.command("study")
+def study_command(
+    recipe: Annotated[str, typer.Argument(help="Recipe with a study stage (name or YAML path).")] = "study",
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides.")] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option("--storage", help="Optuna storage URL (journal:PATH, sqlite:///..., postgresql://...)."),
+    ] = None,
+    study_name: Annotated[
+        str | None, typer.Option("--study-name", help="Study name prefix to create or join (one study per method).")
+    ] = None,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Complete trials per method.")] = None,
+    methods: Annotated[str | None, typer.Option("--methods", help="Comma-separated methods to tune.")] = None,
+) -> None:
+    """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
+    import json
+
+    from workbench.recipe import load_recipe
+    from workbench.stages.runner import run_recipe
+
+    extra = list(overrides or [])
+    if storage is not None:
+        extra.append(f"study.storage={json.dumps(storage)}")
+    if study_name is not None:
+        extra.append(f"study.study_name={json.dumps(study_name)}")
+    if n_trials is not None:
+        extra.append(f"study.n_trials={n_trials}")
+    if methods:
+        extra.append(f"study.methods=[{methods}]")
+    loaded = load_recipe(recipe, extra)
+    if "study" not in loaded.config.stages:
+        raise WorkbenchError("the recipe has no study stage", loaded.source)
+    result = run_recipe(loaded, force=["study"])  # a worker always works on the study, even after a finished run
+    summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
+    objective = summary["objective"]
+    rows = []
+    for name, row in summary["methods"].items():
+        best, defaults = row["scores"]["best"], row["scores"]["defaults"]
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row["params"].items())
+        rows.append(
+            [
+                name,
+                params,
+                f"{best['val'][objective]:.3f} / {best['test'][objective]:.3f}",
+                f"{defaults['val'][objective]:.3f} / {defaults['test'][objective]:.3f}",
+                str(len(row["trials"])),
+            ]
+        )
+    _echo_table(rows, ["method", "chosen", f"{objective} val / test", "defaults val / test", "trials"])
+    typer.echo(f"storage: {summary['storage']} → parameters in {result.run_dir / 'stages' / 'study' / 'params'}")
 
 
 @app.command("merge")

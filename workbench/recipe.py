@@ -268,6 +268,9 @@ class EvaluateSection:
     max_new_tokens: int = doc("answer length cap of every final answer", 16)
     passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
     batch_questions: int = doc("questions handed to a method at once (methods that batch use it)", 8)
+    params: list[str] = doc(
+        "study parameter files (<run>/stages/study/params/<method>.json) laid over options (and D²-RAG's τ)", []
+    )
     reuse_generations: bool = doc(
         "answer from the on-disk generation cache where earlier stages or runs made the same generation; false: "
         "every method generates its own text, so its LM calls, tokens and latency are its own",
@@ -327,6 +330,43 @@ class BenchDecodingSection:
     k: int = doc("passages in the expert (with-context) prompt", 5)
     passage_chars: int = doc("each passage is cut to this many characters", 400)
     target_ratio: float = doc("target: batched contrastive time / greedy time at most this", 1.3)
+
+
+@dataclass
+class StudySection:
+    """The 'study' stage: Optuna studies of the methods' thresholds and decoding coefficients (docs/studies.md)."""
+
+    methods: list[str] = doc("methods to tune (dtr, d2rag, dense_rag, insemrag)", ["dtr", "d2rag"])
+    space: dict[str, dict] = doc(
+        "per method {parameter: {low, high[, log][, int]} | {choices: [...]} | {breakpoints: true}}; a method not "
+        "named gets its default space (dtr: tau on a log scale; d2rag: tau, alpha_pos, alpha_neg; dense_rag: theta "
+        "over its DSE breakpoints)",
+        {},
+    )
+    split: str = doc("split every trial is scored on", "val")
+    test_split: str = doc("split the chosen and the default parameters are scored on once, after the study", "test")
+    limit: int | None = doc("first N questions of each of the two splits (null: all)", 40)
+    n_trials: int = doc("complete trials per method (workers joining one study share them)", 30)
+    objective: Literal["em", "f1", "contains"] = doc("quality metric to maximise", "contains")
+    multi_objective: bool = doc("also minimise tokens per question (NSGA-II; the Pareto front is reported)", False)
+    constraints: dict[str, float] = doc(
+        "upper limits on per-question means: retrieval_rate, tokens, latency, lm_calls, nli_pairs", {}
+    )
+    token_budget: float | None = doc(
+        "multi_objective: pick the best quality within this many tokens per question", None
+    )
+    sampler: Literal["auto", "tpe", "nsga2", "random"] = doc(
+        "Optuna sampler (auto: TPE, NSGA-II if multi-objective)", "auto"
+    )
+    storage: str | None = doc(
+        "Optuna storage: null = a SQLite file in the run directory; journal:PATH = a journal file (workers sharing a "
+        "disk); or an RDB URL (postgresql://..., mysql+pymysql://..., sqlite:///...)",
+        None,
+    )
+    study_name: str = doc(
+        "study name prefix ('{name}': the recipe name); one study per method: <prefix>-<method>", "{name}"
+    )
+    batch_questions: int = doc("questions handed to a method at once", 8)
 
 
 @dataclass
@@ -410,6 +450,7 @@ class RecipeConfig:
     seper_eval: SeperEvalSection = doc("the 'seper_eval' stage", SeperEvalSection())
     fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
+    study: StudySection = doc("the 'study' stage", StudySection())
     export: ExportSection = doc("the 'export' stage", ExportSection())
     bench_runtime: BenchRuntimeSection = doc("the 'bench_runtime' stage", BenchRuntimeSection())
     report: ReportSection = doc("the report", ReportSection())
@@ -589,17 +630,18 @@ def _check_stage_sections(config: RecipeConfig) -> None:
             raise ConfigError(exc.what, where) from None
 
 
-SPLIT_READERS: dict[str, str] = {
-    "answer": "answer.split",
-    "collect": "collect.splits",
-    "evaluate": "evaluate.split",
-    "seper_eval": "seper_eval.split",
-    "fit_utility": "fit_utility.split",
-    "bench_decoding": "bench_decoding.split",
-    "bench_features": "bench_features.split",
-    "bench_backends": "data.fractions",
+SPLIT_READERS: dict[str, tuple[str, ...]] = {
+    "answer": ("answer.split",),
+    "collect": ("collect.splits",),
+    "evaluate": ("evaluate.split",),
+    "seper_eval": ("seper_eval.split",),
+    "fit_utility": ("fit_utility.split",),
+    "bench_decoding": ("bench_decoding.split",),
+    "bench_features": ("bench_features.split",),
+    "bench_backends": ("data.fractions",),
+    "study": ("study.split", "study.test_split"),
 }
-"""The key naming the split(s) each stage reads from build_data (``bench_backends`` always reads ``test``)."""
+"""The keys naming the split(s) each stage reads from build_data (``bench_backends`` always reads ``test``)."""
 
 
 def dataset_splits(config: RecipeConfig) -> dict[str, bool]:
@@ -616,16 +658,24 @@ def dataset_splits(config: RecipeConfig) -> dict[str, bool]:
 def _check_splits(config: RecipeConfig) -> None:
     """Every split a stage of the recipe reads exists in the dataset and can hold questions."""
     splits = dataset_splits(config)
-    for stage, key in SPLIT_READERS.items():
+    for stage, keys in SPLIT_READERS.items():
         if stage not in config.stages:
             continue
-        value = "test" if stage == "bench_backends" else _value(config, key)
-        for split in value if isinstance(value, list) else [value]:
+        for key, split in _split_values(config, stage, keys):
             if split not in splits:
                 raise ConfigError(f"{stage} reads split {split!r}; the dataset has {', '.join(splits)}", key)
             if not splits[split]:
                 why = "data.ood_topics is empty" if split == "ood" else "data.fractions gives it 0"
                 raise ConfigError(f"{stage} reads split {split!r}, which gets no questions ({why})", key)
+
+
+def _split_values(config: RecipeConfig, stage: str, keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, split) for every split ``stage`` reads (bench_backends always reads test)."""
+    out = []
+    for key in keys:
+        value = "test" if stage == "bench_backends" else _value(config, key)
+        out += [(key, split) for split in (value if isinstance(value, list) else [value])]
+    return out
 
 
 def _value(config: RecipeConfig, key: str) -> Any:
@@ -739,6 +789,50 @@ def _check_report(config: RecipeConfig) -> None:
         raise ConfigError(f"the report stage needs one of {', '.join(shown)} before it", "stages")
 
 
+def _check_evaluate_params(config: RecipeConfig) -> None:
+    """evaluate.params: every file is a study parameters file of a method the recipe evaluates."""
+    from workbench.stages.study import read_params
+
+    for path in config.evaluate.params:
+        try:
+            params = read_params(Path(path))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc.where}: {exc.what}", "evaluate.params") from None
+        if params["method"] not in config.evaluate.methods:
+            raise ConfigError(
+                f"{path} holds {params['method']}'s parameters, not in evaluate.methods", "evaluate.params"
+            )
+
+
+def _check_study(config: RecipeConfig) -> None:
+    """study: tunable methods with valid spaces and options, known constraint metrics, D²-RAG's learned parts."""
+    from workbench.methods.registry import check_options
+    from workbench.tuning.space import parse_spaces
+    from workbench.tuning.study import CONSTRAINT_METRICS
+
+    section = config.study
+    if not section.methods:
+        raise ConfigError("name at least one method to tune", "study.methods")
+    if len(set(section.methods)) != len(section.methods):
+        raise ConfigError(f"a method is listed twice: {section.methods}", "study.methods")
+    parse_spaces(list(section.methods), dict(section.space), "study.space")
+    options = {m: config.evaluate.options.get(m, {}) for m in section.methods}
+    check_options(list(section.methods), options)
+    for name, limit in section.constraints.items():
+        if name not in CONSTRAINT_METRICS:
+            raise ConfigError(
+                f"constraint on unknown metric {name!r} (known: {', '.join(CONSTRAINT_METRICS)})", "study.constraints"
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
+            raise ConfigError(f"the limit of {name} must be a number >= 0, got {limit!r}", "study.constraints")
+    if section.token_budget is not None and not section.multi_objective:
+        raise ConfigError("token_budget picks from a Pareto front: set multi_objective: true", "study.token_budget")
+    if "d2rag" in section.methods:
+        missing = [s for s in ("collect", "calibrate", "classify") if s not in config.stages]
+        if missing:
+            raise ConfigError(f"tuning d2rag needs the stages {', '.join(missing)} before study", "study.methods")
+
+
 def _check_stage(stage: str, check: Any) -> Any:
     """``check(config)`` run only when ``stage`` is in the recipe."""
 
@@ -795,6 +889,8 @@ LOAD_CHECKS = (
     _check_learned_methods,
     _check_fit_utility,
     _check_report,
+    _check_stage("study", _check_study),
+    _check_stage("evaluate", _check_evaluate_params),
     _check_stage("export", _check_export),
     _check_stage("bench_runtime", _check_bench_runtime),
 )

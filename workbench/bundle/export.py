@@ -273,7 +273,11 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     if "d2rag" not in methods:
         return blocks
     learned = load_learned(
-        run.stage("calibrate"), run.stage("classify"), run.stage("fit_utility"), run.stage("collect")
+        run.stage("calibrate"),
+        run.stage("classify"),
+        run.stage("fit_utility"),
+        run.stage("collect"),
+        run.stage("study"),
     )
     features = list(learned.features)
     save_learned(CalibratorSet(tuple(features), learned.calibrators, learned.medians), tmp / "learned/calibrators.json")

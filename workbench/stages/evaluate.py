@@ -30,6 +30,7 @@ two side by side compare the learned utility with the paper's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -46,12 +47,14 @@ def load_learned(
     classify_dir: Path | None,
     utility_dir: Path | None,
     collect_dir: Path | None = None,
+    study_dir: Path | None = None,
 ) -> Any:
     """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run), each read through
     the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`).
 
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
-    needs at answer time, and the stats settings the features were collected with (``metadata.json``)."""
+    needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
+    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``)."""
     from workbench.methods.learned import CLASSIFIER_KINDS, LearnedParts, load_learned
 
     if calibrate_dir is None or classify_dir is None:
@@ -69,10 +72,44 @@ def load_learned(
         if (collect_dir / "lars_scorer.json").is_file():
             lars = load_learned(collect_dir / "lars_scorer.json", expect={"lars"})
         stats = collected_stats(collect_dir)
-    rule = str(threshold.get("rule", ""))
+    rule, tau = str(threshold.get("rule", "")), threshold["tau"]
+    studied = study_params(study_dir).get("d2rag_tau") if study_dir is not None else None
+    if studied is not None:
+        rule, tau = "study", float(studied)
     return LearnedParts.assemble(
-        calibrators, classifier, threshold["tau"], utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule
+        calibrators, classifier, tau, utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule
     )
+
+
+def study_params(study_dir: Path | None) -> dict[str, Any]:
+    """A study stage's ``best_params.json`` (``{"methods": {method: options}, "d2rag_tau": τ}``; {} without one)."""
+    if study_dir is None or not (study_dir / "best_params.json").is_file():
+        return {}
+    return json.loads((study_dir / "best_params.json").read_text())
+
+
+def method_options(ctx: StageContext, name: str) -> dict[str, Any]:
+    """Method ``name``'s options: the recipe's ``evaluate.options``, overlaid by the run's study (when it has one)
+    and then by the ``evaluate.params`` files (``workbench evaluate --params FILE``) that name this method."""
+    from workbench.stages.study import read_params
+
+    options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
+    options.update(ctx.config.evaluate.options.get(name, {}) or {})
+    options.update(study_params(ctx.inputs.get("study")).get("methods", {}).get(name, {}) or {})
+    for path in ctx.config.evaluate.params:
+        params = read_params(Path(path))
+        if params["method"] == name:
+            options.update(params["options"])
+    return options
+
+
+def params_tau(ctx: StageContext) -> float | None:
+    """D²-RAG's τ from the last ``evaluate.params`` file that gives one (None: none does)."""
+    from workbench.stages.study import read_params
+
+    taus = [read_params(Path(p)).get("tau") for p in ctx.config.evaluate.params]
+    taus = [t for t in taus if t is not None]
+    return float(taus[-1]) if taus else None
 
 
 def collected_stats(collect_dir: Path) -> Any:
@@ -126,12 +163,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ctx.inputs.get("classify"),
         ctx.inputs.get("fit_utility"),
         ctx.inputs.get("collect"),
+        ctx.inputs.get("study"),
     )
+    tau = params_tau(ctx)
+    if tau is not None and learned is not None:
+        learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
-        options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
-        options.update(section.options.get(name, {}) or {})
-        methods[name] = build_method(name, tools, options, learned, utility_fallback="oracle")
+        methods[name] = build_method(name, tools, method_options(ctx, name), learned, utility_fallback="oracle")
     saved_cache = tools.generator.cache
     if not section.reuse_generations:  # each method pays for its own generations: comparable cost and latency
         tools.generator.cache = None

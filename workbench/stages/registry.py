@@ -72,6 +72,7 @@ STAGES: dict[str, StageSpec] = {
                 "calibrate",
                 "classify",
                 "fit_utility",
+                "study",
                 "evaluate",
                 "seper_eval",
                 "bench_decoding",
@@ -157,9 +158,18 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.evaluate:run",
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
-            optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
+            optional_inputs=("collect", "calibrate", "classify", "fit_utility", "study"),
             version=3,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
             # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "study",
+            "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
+            "workbench.stages.study:run",
+            sections=("study", "evaluate", "generator", "embedder", "nli", "retrieval"),
+            inputs=("build_data",),
+            optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
             uses=("generator", "embedder"),
         ),
         StageSpec(
@@ -201,7 +211,7 @@ STAGES: dict[str, StageSpec] = {
             "export the run's decision logic as a versioned bundle (+ .tar.gz) for the runtime, infer and serve",
             "workbench.stages.export:run",
             sections=("export",),
-            optional_inputs=("build_data", "collect", "calibrate", "classify", "fit_utility", "evaluate"),
+            optional_inputs=("build_data", "collect", "calibrate", "classify", "fit_utility", "study", "evaluate"),
             cacheable=False,
         ),
         StageSpec(

@@ -226,6 +226,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_evaluate import utility_section
 
             body += utility_section(ctx.inputs["fit_utility"], tmp)
+        if "study" in ctx.inputs:
+            from workbench.stages.report_study import study_section
+
+            body += study_section(ctx.inputs["study"], tmp)
         if "evaluate" in ctx.inputs:
             from workbench.stages.report_evaluate import evaluate_section
 

@@ -1,0 +1,148 @@
+"""Studies on Optuna storages: best pick under constraints, joining, two workers on one journal, kill -9 recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.core.errors import ConfigError
+from workbench.tuning.space import parse_space
+from workbench.tuning.storage import open_storage
+from workbench.tuning.study import StudySettings, pick_best, run_study
+
+ROOT = Path(__file__).resolve().parents[3]
+SPACE = {"tau": {"low": 0.01, "high": 10.0, "log": True}}
+
+
+def _score(params):
+    tau = float(params["tau"])
+    return {"contains": 1.0 / (1.0 + (tau - 1.0) ** 2), "tokens": 100.0 * tau, "retrieval_rate": min(1.0, tau / 2)}, (
+        "replay"
+    )
+
+
+def _specs():
+    return parse_space("dtr", SPACE, "test")
+
+
+def test_study_finds_the_peak_and_starts_from_the_defaults(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    out = run_study(storage, "a", _specs(), _score, StudySettings(n_trials=25), fixed={"tau": 0.001 + 0.01})
+    assert len(out.trials) == 25 and out.trials[0]["defaults"] and out.trials[0]["params"] == {"tau": 0.011}
+    assert abs(out.best_params["tau"] - 1.0) < 0.3 and out.feasible
+    assert out.kinds["replay"]["trials"] == 25 and out.kinds["replay"]["per_second"] > 0
+    again = run_study(storage, "a", _specs(), _score, StudySettings(n_trials=25))  # already complete: no new trial
+    assert len(again.trials) == 25 and not again.kinds
+
+
+def test_constraints_steer_the_pick(tmp_path):
+    settings = StudySettings(n_trials=25, constraints={"retrieval_rate": 0.25})
+    out = run_study(open_storage(f"sqlite:///{tmp_path}/s.db"), "c", _specs(), _score, settings)
+    assert out.feasible and out.best_metrics["retrieval_rate"] <= 0.25 and out.best_params["tau"] <= 0.5 + 1e-9
+
+
+def test_pick_best_rules():
+    rows = [
+        {"number": 0, "params": {}, "metrics": {"contains": 0.5, "tokens": 10.0, "retrieval_rate": 0.9}},
+        {"number": 1, "params": {}, "metrics": {"contains": 0.5, "tokens": 5.0, "retrieval_rate": 0.2}},
+        {"number": 2, "params": {}, "metrics": {"contains": 0.7, "tokens": 50.0, "retrieval_rate": 0.8}},
+    ]
+    assert pick_best(rows, StudySettings())[0]["number"] == 2
+    assert pick_best(rows, StudySettings(constraints={"retrieval_rate": 0.5}))[0]["number"] == 1
+    multi = StudySettings(multi_objective=True, token_budget=20.0)
+    assert pick_best(rows, multi)[0]["number"] == 1  # quality tie inside the budget: fewer tokens
+    best, feasible = pick_best(rows, StudySettings(constraints={"retrieval_rate": 0.1}))
+    assert not feasible and best["number"] == 1  # least violation
+
+
+def test_multi_objective_reports_a_pareto_front(tmp_path):
+    settings = StudySettings(n_trials=20, multi_objective=True, token_budget=150.0)
+    out = run_study(open_storage(f"sqlite:///{tmp_path}/s.db"), "m", _specs(), _score, settings)
+    assert out.pareto and out.best_metrics["tokens"] <= 150.0
+    front = [(t["metrics"]["contains"], t["metrics"]["tokens"]) for t in out.pareto]
+    for q, tok in front:  # no front point is dominated by any trial
+        assert not any(
+            t["metrics"]["contains"] >= q
+            and t["metrics"]["tokens"] <= tok
+            and (t["metrics"]["contains"], t["metrics"]["tokens"]) != (q, tok)
+            for t in out.trials
+        )
+
+
+def test_joining_with_another_space_or_direction_is_refused_and_leaves_the_study(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    run_study(storage, "j", _specs(), _score, StudySettings(n_trials=3))
+    other = parse_space("dtr", {"tau": {"low": 0.1, "high": 5.0}}, "test")
+    with pytest.raises(ConfigError, match="exists with another space"):
+        run_study(storage, "j", other, _score, StudySettings(n_trials=5))
+    with pytest.raises(ConfigError, match="exists with another directions"):
+        run_study(storage, "j", _specs(), _score, StudySettings(n_trials=5, multi_objective=True))
+    import optuna
+
+    assert len(optuna.load_study(study_name="j", storage=storage).trials) == 3
+
+
+def test_unreachable_storage_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        open_storage("postgresql://user:secret@127.0.0.1:1/db")
+    assert "secret" not in info.value.what and "\n" not in info.value.what
+
+
+def _worker(url: str, name: str, n: int, sleep: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "tests.unit.tuning.worker", url, name, str(n), str(sleep)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env)
+
+
+def test_two_workers_on_one_journal_share_the_trials(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    url = f"journal:{tmp_path}/study.journal"
+    workers = [_worker(url, "shared", 12, 0.2) for _ in range(2)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    trials = optuna.load_study(study_name="shared", storage=open_storage(url)).trials
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert 12 <= len(complete) <= 13  # a worker busy when the 12th finished completes its trial
+    assert len({t.number for t in trials}) == len(trials) and not [t for t in trials if t.state != TrialState.COMPLETE]
+    assert len({t.user_attrs["worker"] for t in complete}) == 2  # both worked
+
+
+def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    worker = _worker(url, "killed", 8, 1.5)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until it is inside a trial that has completed none... or a few
+        try:
+            trials = optuna.load_study(study_name="killed", storage=open_storage(url)).trials
+        except (KeyError, ConfigError):
+            trials = []
+        if any(t.state == TrialState.RUNNING for t in trials) and sum(t.state == TrialState.COMPLETE for t in trials):
+            break
+        time.sleep(0.2)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    running = [
+        t
+        for t in optuna.load_study(study_name="killed", storage=open_storage(url)).trials
+        if t.state == TrialState.RUNNING
+    ]
+    assert len(running) == 1
+    rerun = _worker(url, "killed", 8, 0.0)
+    assert rerun.wait(timeout=120) == 0
+    trials = optuna.load_study(study_name="killed", storage=open_storage(url)).trials
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) == 8 and states.count(TrialState.FAIL) == 1
+    assert TrialState.RUNNING not in states
+    dead = trials[running[0].number]
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == dead.number]
+    assert dead.state == TrialState.FAIL and len(retry) == 1 and retry[0].params == dead.params

@@ -1,0 +1,129 @@
+"""The report's study section: chosen vs default parameters on val and test, trial kinds and speed, optimisation
+history, parameter importances and the Pareto front, and how to open the storage in optuna-dashboard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k} = {_fmt(v)}" for k, v in params.items()) or "–"
+
+
+def history_plot(path: Path, methods: dict[str, Any], objective: str) -> Path:
+    """One panel per method: each trial's val score (dots, coloured by kind) and the best so far (line)."""
+    from workbench.plots import _finish, _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.0), dpi=110, squeeze=False)
+    colours = {"replay": "tab:blue", "decode": "tab:orange", "memo": "tab:grey"}
+    for ax, (name, row) in zip(axes[0], methods.items(), strict=True):
+        trials = row["trials"]
+        xs = [t["number"] for t in trials]
+        ys = [t["metrics"][objective] for t in trials]
+        for kind, colour in colours.items():
+            pts = [(x, y) for x, y, t in zip(xs, ys, trials, strict=True) if t["kind"] == kind]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), s=14, color=colour, label=kind)
+        best, running = [], float("-inf")
+        for y in ys:
+            running = max(running, y)
+            best.append(running)
+        ax.step(xs, best, where="post", color="black", linewidth=1, label="best so far")
+        ax.set_title(f"{name}: {objective} on val", fontsize=9)
+        ax.set_xlabel("trial")
+        ax.legend(fontsize=7, frameon=False)
+    return _finish(plt, fig, list(axes[0]), path)
+
+
+def pareto_plot(path: Path, methods: dict[str, Any], objective: str) -> Path:
+    """Quality vs tokens per question for every trial; the Pareto front's trials ringed."""
+    from workbench.plots import _finish, _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.0), dpi=110, squeeze=False)
+    for ax, (name, row) in zip(axes[0], methods.items(), strict=True):
+        front = set(row.get("pareto") or [])
+        for t in row["trials"]:
+            on = t["number"] in front
+            ax.scatter(
+                t["metrics"]["tokens"],
+                t["metrics"][objective],
+                s=30 if on else 12,
+                facecolors="none" if on else "tab:blue",
+                edgecolors="tab:red" if on else "tab:blue",
+            )
+        ax.set_title(f"{name}: Pareto front (ringed)", fontsize=9)
+        ax.set_xlabel("tokens / question")
+        ax.set_ylabel(objective)
+    return _finish(plt, fig, list(axes[0]), path)
+
+
+def study_section(study_dir: Path, out_dir: Path) -> list[str]:
+    """Markdown lines (and PNGs under ``out_dir``) for a study stage's output."""
+    summary = json.loads((study_dir / "summary.json").read_text())
+    methods, objective = summary["methods"], summary["objective"]
+    n = summary["questions"]
+    lines = [
+        "## Hyperparameter studies",
+        "",
+        f"One Optuna study per method, {objective} maximised on the first {n['val']} `{summary['split']}` questions"
+        + (" and tokens per question minimised (NSGA-II)" if summary["multi_objective"] else "")
+        + (f", subject to {summary['constraints']}" if summary["constraints"] else "")
+        + f"; the chosen parameters and the defaults then scored once on {n['test']} `{summary['test_split']}` "
+        "questions no trial read. Costs count cached generations at their uncached price.",
+        "",
+        f"| method | chosen | {objective} val | {objective} test | retrieval test | tokens / q test "
+        f"| defaults | {objective} val | {objective} test | retrieval test | tokens / q test | trials |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in methods.items():
+        best, dflt = row["scores"]["best"], row["scores"]["defaults"]
+        lines.append(
+            f"| {name} | {_params(row['params'])}{'' if row['feasible'] else ' (infeasible)'} "
+            f"| {best['val'][objective]:.3f} | {best['test'][objective]:.3f} | {best['test']['retrieval_rate']:.2f} "
+            f"| {best['test']['tokens']:.0f} | {_params(row['defaults'])} | {dflt['val'][objective]:.3f} "
+            f"| {dflt['test'][objective]:.3f} | {dflt['test']['retrieval_rate']:.2f} | {dflt['test']['tokens']:.0f} "
+            f"| {len(row['trials'])} |"
+        )
+    lines += [
+        "",
+        "| method | trial kind | trials (this invocation) | seconds | trials / s |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for name, row in methods.items():
+        for kind, k in row["kinds"].items():
+            lines.append(f"| {name} | {kind} | {k['trials']} | {k['seconds']:.1f} | {k['per_second']:.3g} |")
+    lines += [
+        "",
+        "*replay*: a threshold re-routes answers made once at always-retrieve (no generation); *decode*: the method "
+        "ran (new α, or the first trial of a setting); *memo*: parameters seen before.",
+        "",
+    ]
+    importances = {m: r.get("importances") for m, r in methods.items() if r.get("importances")}
+    if importances:
+        lines += ["Parameter importances (Optuna's fANOVA over the complete trials):", ""]
+        for m, imp in importances.items():
+            lines.append(f"- {m}: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()))
+        lines.append("")
+    history_plot(out_dir / "study_history.png", methods, objective)
+    lines += ["![optimisation history](study_history.png)", ""]
+    if summary["multi_objective"]:
+        pareto_plot(out_dir / "study_pareto.png", methods, objective)
+        lines += ["![Pareto front](study_pareto.png)", ""]
+    storage = summary["storage"]
+    lines += [
+        f"Storage: `{storage}`. Browse it with `pip install optuna-dashboard && optuna-dashboard {storage}`; "
+        f"the chosen parameters are in `{study_dir.name}/params/<method>.json`, which the evaluate stage and the "
+        "export read.",
+        "",
+    ]
+    return lines

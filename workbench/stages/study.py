@@ -1,0 +1,209 @@
+"""Stage ``study``: tune each method's thresholds and decoding coefficients with Optuna on the ``val`` split.
+
+For every method in ``study.methods`` the stage opens (or joins) the Optuna study ``<study_name>-<method>`` in
+``study.storage`` (a SQLite file in the run directory by default; any Optuna storage URL otherwise), and runs trials
+until it holds ``study.n_trials`` complete ones. Each trial scores its parameters on the first ``study.limit``
+questions of ``study.split`` through the evaluate stage's own function (:class:`~workbench.tuning.objective.
+MethodObjective`); threshold parameters are replays of traces computed once, so most trials generate nothing. The
+paper's defaults are the first trial (when they lie inside the space) and are scored in any case. The chosen
+parameters (:func:`~workbench.tuning.study.pick_best`: constraints first, then quality, then tokens) and the defaults
+are then scored **once** on ``study.test_split``, which no trial reads.
+
+Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ}``, what the evaluate stage and the
+bundle export lay over the recipe's ``evaluate.options`` (and D²-RAG's τ over classify's); ``params/<method>.json``
+— one method's chosen parameters with their val and test metrics next to the defaults' (``workbench evaluate
+--params FILE`` reads one).
+``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
+the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError
+from workbench.stages.context import StageContext
+
+__all__ = ["default_params", "read_params", "run"]
+
+
+def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
+    """The paper defaults of the parameters in ``specs`` (D²-RAG's ``tau``: the one classify chose)."""
+    from workbench.methods.registry import _settings_class
+
+    cls = _settings_class(method)
+    defaults = {f.name: f.default for f in fields(cls)} if cls is not None else {}
+    out = {}
+    for spec in specs:
+        if method == "d2rag" and spec.name == "tau":
+            if learned is not None and learned.tau is not None:
+                out["tau"] = float(learned.tau)
+        elif spec.name in defaults:
+            out[spec.name] = defaults[spec.name]
+    return out
+
+
+def _inside(spec: Any, value: Any) -> bool:
+    """Whether ``value`` can be enqueued as a trial of ``spec``."""
+    if spec.breakpoints:
+        return False
+    if spec.kind == "categorical":
+        return value in spec.choices
+    return isinstance(value, int | float) and spec.low <= value <= spec.high
+
+
+def read_params(path: Path) -> dict[str, Any]:
+    """A ``params/<method>.json`` file: ``{method, options, tau?}``; ConfigError naming the file when malformed."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read study parameters: {exc}", str(path)) from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("method"), str)
+        or not isinstance(data.get("options"), dict)
+    ):
+        raise ConfigError("not a study parameters file (needs 'method' and 'options')", str(path))
+    return data
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Run every method's study; write the parameter files and the summary."""
+    import datasets
+
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.stages.evaluate import build_tools, load_learned
+    from workbench.tuning.objective import MethodObjective, dense_breakpoints
+    from workbench.tuning.space import parse_spaces
+    from workbench.tuning.storage import describe_storage, open_storage, storage_url
+    from workbench.tuning.study import StudySettings, run_study
+
+    config, section = ctx.config, ctx.config.study
+    specs_by_method = parse_spaces(section.methods, section.space, "study.space")
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    rows = {}
+    for key in ("split", "test_split"):
+        split = getattr(section, key)
+        if split not in qa:
+            raise ConfigError(f"split {split!r} not in the dataset (has: {', '.join(qa)})", f"study.{key}")
+        data = qa[split]
+        limit = len(data) if section.limit is None else min(section.limit, len(data))
+        rows[key] = list(data.select(range(limit)))
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    tools = build_tools(ctx, corpus)
+    learned = load_learned(
+        ctx.inputs.get("calibrate"),
+        ctx.inputs.get("classify"),
+        ctx.inputs.get("fit_utility"),
+        ctx.inputs.get("collect"),
+    )
+    url = storage_url(section.storage, ctx.run_dir)
+    storage = open_storage(url)
+    settings = StudySettings(
+        objective=section.objective,
+        multi_objective=section.multi_objective,
+        constraints=dict(section.constraints),
+        token_budget=section.token_budget,
+        n_trials=section.n_trials,
+        seed=config.seed,
+        sampler=section.sampler,
+    )
+    base_name = section.study_name.format(name=config.name)
+    params_dir = ctx.out_dir / "params"
+    params_dir.mkdir(parents=True, exist_ok=True)
+    methods_out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
+    for method in section.methods:
+        specs = specs_by_method[method]
+        options = dict(config.evaluate.options.get(method, {}) or {})
+        common = {"options": options, "learned": learned, "batch_questions": section.batch_questions}
+        on_val = MethodObjective(tools, method, rows["split"], specs, **common)
+        defaults = default_params(method, specs, learned)
+        breakpoints = None
+        if any(s.breakpoints for s in specs):
+            breakpoints = dense_breakpoints(on_val.run({}))
+            if not breakpoints:
+                raise ConfigError(f"{method}: no DSE values on the study split to place θ between", "study.space")
+        fixed = defaults if all(_inside(s, defaults.get(s.name)) for s in specs) else None
+        ctx.log.info(
+            "study %s-%s: %d trials on %d %s questions",
+            base_name,
+            method,
+            section.n_trials,
+            len(on_val.rows),
+            section.split,
+        )
+        outcome = run_study(
+            storage, f"{base_name}-{method}", specs, on_val, settings, breakpoints=breakpoints, fixed=fixed
+        )
+        on_test = MethodObjective(tools, method, rows["test_split"], specs, **common)
+        scores = {
+            "best": {"val": outcome.best_metrics, "test": on_test(outcome.best_params)[0]},
+            "defaults": {"val": on_val(defaults)[0], "test": on_test(defaults)[0]},
+        }
+        chosen_options = {k: v for k, v in outcome.best_params.items() if not (method == "d2rag" and k == "tau")}
+        record = {
+            "method": method,
+            "options": chosen_options,
+            "study": outcome.name,
+            "storage": describe_storage(url),
+            "objective": section.objective,
+            "feasible": outcome.feasible,
+            "defaults": defaults,
+            "scores": scores,
+        }
+        if method == "d2rag" and "tau" in outcome.best_params:
+            record["tau"] = float(outcome.best_params["tau"])
+        atomic_write_json(params_dir / f"{method}.json", record)
+        importances = _importances(storage, outcome.name) if len(specs) > 1 else {specs[0].name: 1.0}
+        methods_out[method] = {
+            "importances": importances,
+            **record,
+            "params": outcome.best_params,
+            "space": {s.name: s.to_dict() for s in specs},
+            "breakpoints": breakpoints,
+            "kinds": outcome.kinds,
+            "recovered": outcome.recovered,
+            "trials": outcome.trials,
+            "pareto": [t["number"] for t in outcome.pareto],
+        }
+        objective = section.objective
+        flat[f"{method}_val_{objective}"] = round(scores["best"]["val"][objective], 4)
+        flat[f"{method}_test_{objective}"] = round(scores["best"]["test"][objective], 4)
+        flat[f"{method}_trials"] = len(outcome.trials)
+    best = {"methods": {m: row["options"] for m, row in methods_out.items()}}
+    if "tau" in methods_out.get("d2rag", {}):
+        best["d2rag_tau"] = methods_out["d2rag"]["tau"]
+    atomic_write_json(ctx.out_dir / "best_params.json", best)  # what evaluate and export overlay on the recipe's
+    atomic_write_json(
+        ctx.out_dir / "summary.json",
+        {
+            "split": section.split,
+            "test_split": section.test_split,
+            "questions": {"val": len(rows["split"]), "test": len(rows["test_split"])},
+            "objective": section.objective,
+            "multi_objective": section.multi_objective,
+            "constraints": dict(section.constraints),
+            "token_budget": section.token_budget,
+            "storage": describe_storage(url),
+            "methods": methods_out,
+        },
+    )
+    return flat
+
+
+def _importances(storage: Any, name: str) -> dict[str, float]:
+    """Optuna's parameter importances of the study's first objective ({} when too few distinct trials)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        return {
+            k: float(v) for k, v in optuna.importance.get_param_importances(study, target=lambda t: t.values[0]).items()
+        }
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        return {}

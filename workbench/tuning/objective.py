@@ -1,0 +1,141 @@
+"""What one trial costs and scores: a method's parameters → its metrics on the study split.
+
+:class:`MethodObjective` evaluates a method through :func:`workbench.methods.evaluation.evaluate_method` — the same
+function the evaluate stage uses — with the generation cache on, so a generation made by an earlier trial (or
+stage) is never made again, while its cost still counts (cached calls are priced as uncached ones). When the
+method's space has a *threshold* parameter (DTR's and D²-RAG's τ), the method runs once per setting of the other
+parameters at "always retrieve", and every threshold is a replay of those traces
+(:mod:`workbench.tuning.replay`). Trial kinds: ``replay`` (re-routing only), ``decode`` (the method ran), ``memo``
+(the same parameters again: the stored result).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.tuning.replay import ALWAYS, ReplayTable, replay_table
+from workbench.tuning.space import ParamSpec
+
+__all__ = ["MethodObjective", "dense_breakpoints", "metrics_of"]
+
+
+def metrics_of(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per-question means of trace records: quality, retrieval rate, and cost priced uncached (``lm_calls`` and
+    ``tokens`` include generations served by the cache, ``cached_tokens`` says how many were)."""
+    if not records:
+        raise ValueError("no records to score")
+
+    def mean(key: str) -> float:
+        return float(np.mean([float(r.get(key, 0.0)) for r in records]))
+
+    cached_tokens = mean("cached_prefill_tokens") + mean("cached_decoded_tokens")
+    return {
+        "em": mean("em"),
+        "f1": mean("f1"),
+        "contains": mean("contains"),
+        "retrieval_rate": mean("retrieved"),
+        "lm_calls": mean("lm_calls") + mean("cached_lm_calls"),
+        "tokens": mean("tokens") + cached_tokens,
+        "cached_tokens": cached_tokens,
+        "nli_pairs": mean("nli_pairs"),
+        "latency": mean("seconds"),
+        "n": float(len(records)),
+    }
+
+
+def dense_breakpoints(records: Sequence[dict[str, Any]]) -> list[float]:
+    """θ candidates for DENSE-RAG: midpoints between the distinct DSE₀ values in ``records`` (its traces' ``dense``
+    step), one value below the smallest (every question uncertain) and one above the largest (every one certain)."""
+    values = set()
+    for record in records:
+        for step in json.loads(record["trace"])["steps"]:
+            if step["name"] == "dense" and step["detail"].get("dse") is not None:
+                values.add(round(float(step["detail"]["dse"]), 9))
+    points = sorted(values)
+    if not points:
+        return []
+    mids = [(a + b) / 2 for a, b in itertools.pairwise(points)]
+    below = points[0] / 2 if points[0] > 0 else None  # θ ≥ 0; triage is DSE ≤ θ, so θ < min(DSE) needs min > 0
+    return [round(x, 6) for x in ([below] if below is not None else []) + mids + [points[-1] + 0.05]]
+
+
+class MethodObjective:
+    """Scores parameter settings of one method on fixed ``rows``.
+
+    ``options`` are the method's base options (the recipe's ``evaluate.options[method]``); ``learned`` the run's
+    D²-RAG parts (its ``tau`` is what D²-RAG's ``tau`` parameter replaces). Calling it with a parameter dict returns
+    ``(metrics, kind)``; results are memoised by parameters.
+    """
+
+    def __init__(
+        self,
+        tools: Any,
+        method: str,
+        rows: Sequence[dict[str, Any]],
+        specs: Sequence[ParamSpec],
+        *,
+        options: dict[str, Any] | None = None,
+        learned: Any = None,
+        batch_questions: int = 8,
+        progress: bool = False,
+    ) -> None:
+        self.tools = tools
+        self.method = method
+        self.rows = list(rows)
+        self.options = dict(options or {})
+        self.learned = learned
+        self.batch_questions = batch_questions
+        self.progress = progress
+        self.threshold = next((s.name for s in specs if s.threshold), None)
+        self.tables: dict[str, ReplayTable] = {}
+        self.memo: dict[str, dict[str, float]] = {}
+
+    def run(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Trace records of the method run with ``params`` over the rows (cache on)."""
+        from workbench.methods.evaluation import evaluate_method
+
+        options = dict(self.options)
+        learned = self.learned
+        for name, value in params.items():
+            if self.method == "d2rag" and name == "tau":
+                if learned is None:
+                    from workbench.core.errors import ConfigError
+
+                    raise ConfigError("d2rag's tau needs the run's calibrate and classify stages", "study.space.d2rag")
+                learned = dataclasses.replace(learned, tau=float(value))
+            else:
+                options[name] = value
+        result = evaluate_method(
+            self.tools,
+            self.method,
+            options,
+            self.rows,
+            learned,
+            batch_questions=self.batch_questions,
+            progress=self.progress,
+        )
+        return list(result.records)
+
+    def __call__(self, params: dict[str, Any]) -> tuple[dict[str, float], str]:
+        key = json.dumps(params, sort_keys=True)
+        if key in self.memo:
+            return dict(self.memo[key]), "memo"
+        if self.threshold is None:
+            metrics, kind = metrics_of(self.run(params)), "decode"
+        else:
+            others = {k: v for k, v in params.items() if k != self.threshold}
+            table_key = json.dumps(others, sort_keys=True)
+            kind = "replay"
+            if table_key not in self.tables:
+                records = self.run({**others, self.threshold: ALWAYS[self.method]})
+                self.tables[table_key] = replay_table(self.method, records, self.rows)
+                kind = "decode"
+            metrics = self.tables[table_key].evaluate(float(params[self.threshold]))
+        self.memo[key] = metrics
+        return dict(metrics), kind
