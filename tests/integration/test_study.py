@@ -165,3 +165,23 @@ def test_bad_study_settings_fail_at_load(override, message):
 def test_d2rag_needs_its_learned_stages():
     with pytest.raises(ConfigError, match="tuning d2rag needs the stages collect, calibrate, classify"):
         load_recipe("study", ["stages=[build_data,study]"])
+
+
+def test_a_long_trial_stops_when_its_study_says_so(study_run):
+    import datasets
+
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.tuning.objective import MethodObjective, Pruned
+
+    tmp, overrides = study_run
+    config = load_recipe("study", overrides).config
+    run = tmp / "run" / "stages"
+    rows = list(load_saved_dataset_dict(run / "build_data" / "qa")["val"].select(range(3)))
+    tools = _tools(config, datasets.load_from_disk(str(run / "build_data" / "corpus")))
+    objective = MethodObjective(tools, "no_rag", rows, [], batch_questions=1)
+    steps = []
+    with pytest.raises(Pruned, match="after 2 of 3 questions"):
+        objective({}, lambda step, value: steps.append((step, value)) or step == 1)
+    assert [s for s, _ in steps] == [0, 1]
+    metrics, kind = objective({}, lambda step, value: False)
+    assert kind == "decode" and metrics["n"] == 3.0

@@ -6,7 +6,8 @@ stage) is never made again, while its cost still counts (cached calls are priced
 method's space has a *threshold* parameter (DTR's and D²-RAG's τ), the method runs once per setting of the other
 parameters at "always retrieve", and every threshold is a replay of those traces
 (:mod:`workbench.tuning.replay`). Trial kinds: ``replay`` (re-routing only), ``decode`` (the method ran), ``memo``
-(the same parameters again: the stored result).
+(the same parameters again: the stored result). A decoding trial of a method without a threshold (DENSE-RAG,
+InSemRAG: long) reports its running score after each batch, so the study's median pruner can stop it early.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,14 @@ import numpy as np
 from workbench.tuning.replay import ALWAYS, ReplayTable, replay_table
 from workbench.tuning.space import ParamSpec
 
-__all__ = ["MethodObjective", "dense_breakpoints", "metrics_of"]
+__all__ = ["MethodObjective", "Pruned", "Reporter", "dense_breakpoints", "metrics_of"]
+
+Reporter = Callable[[int, float], bool]
+"""``report(step, value) -> prune?``: how a study watches a long trial (``trial.report`` + ``should_prune``)."""
+
+
+class Pruned(Exception):
+    """A trial stopped early by its study's pruner."""
 
 
 def metrics_of(records: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -84,6 +92,7 @@ class MethodObjective:
         learned: Any = None,
         batch_questions: int = 8,
         progress: bool = False,
+        objective: str = "contains",
     ) -> None:
         self.tools = tools
         self.method = method
@@ -92,13 +101,19 @@ class MethodObjective:
         self.learned = learned
         self.batch_questions = batch_questions
         self.progress = progress
+        self.objective = objective
         self.threshold = next((s.name for s in specs if s.threshold), None)
         self.tables: dict[str, ReplayTable] = {}
         self.memo: dict[str, dict[str, float]] = {}
 
-    def run(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Trace records of the method run with ``params`` over the rows (cache on)."""
-        from workbench.methods.evaluation import evaluate_method
+    def run(self, params: dict[str, Any], report: Reporter | None = None) -> list[dict[str, Any]]:
+        """Trace records of the method run with ``params`` over the rows (cache on).
+
+        With ``report``, the rows are answered ``batch_questions`` at a time and after each batch
+        ``report(batch index, mean objective so far)`` is called; when it returns True the run stops and
+        :class:`Pruned` is raised (a study prunes a long trial that is already worse than most)."""
+        from workbench.methods.evaluation import evaluate_built
+        from workbench.methods.registry import build_method
 
         options = dict(self.options)
         learned = self.learned
@@ -111,23 +126,27 @@ class MethodObjective:
                 learned = dataclasses.replace(learned, tau=float(value))
             else:
                 options[name] = value
-        result = evaluate_method(
-            self.tools,
-            self.method,
-            options,
-            self.rows,
-            learned,
-            batch_questions=self.batch_questions,
-            progress=self.progress,
-        )
-        return list(result.records)
+        method = build_method(self.method, self.tools, options, learned, utility_fallback="oracle")
+        if report is None:
+            return evaluate_built(
+                self.method, method, self.rows, batch_questions=self.batch_questions, progress=self.progress
+            ).records
+        records: list[dict[str, Any]] = []
+        size = self.batch_questions
+        for step, start in enumerate(range(0, len(self.rows), size)):
+            batch = self.rows[start : start + size]
+            records += evaluate_built(self.method, method, batch, batch_questions=size, progress=False).records
+            if start + size < len(self.rows) and report(step, metrics_of(records)[self.objective]):
+                raise Pruned(f"pruned after {len(records)} of {len(self.rows)} questions")
+        return records
 
-    def __call__(self, params: dict[str, Any]) -> tuple[dict[str, float], str]:
+    def __call__(self, params: dict[str, Any], report: Reporter | None = None) -> tuple[dict[str, float], str]:
+        """``(metrics, kind)`` of ``params``; ``report`` lets a decoding trial be pruned (see :meth:`run`)."""
         key = json.dumps(params, sort_keys=True)
         if key in self.memo:
             return dict(self.memo[key]), "memo"
         if self.threshold is None:
-            metrics, kind = metrics_of(self.run(params)), "decode"
+            metrics, kind = metrics_of(self.run(params, report)), "decode"
         else:
             others = {k: v for k, v in params.items() if k != self.threshold}
             table_key = json.dumps(others, sort_keys=True)

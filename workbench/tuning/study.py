@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.core.errors import ConfigError
+from workbench.tuning.objective import Pruned
 from workbench.tuning.space import ParamSpec
 from workbench.tuning.storage import WORKER_ATTR, fail_dead_workers, worker_id
 
@@ -27,7 +28,9 @@ __all__ = ["CONSTRAINT_METRICS", "StudyOutcome", "StudySettings", "pick_best", "
 CONSTRAINT_METRICS = ("retrieval_rate", "tokens", "latency", "lm_calls", "nli_pairs")
 """Metrics a constraint (``metric <= limit``) may name: per-question means of a trial on the study split."""
 
-Scorer = Callable[[dict[str, Any]], tuple[dict[str, float], str]]
+Scorer = Callable[..., tuple[dict[str, float], str]]
+"""``score(params, report) -> (metrics, kind)``; ``report(step, value) -> prune?`` may be ignored; a scorer that
+stops a trial raises :class:`workbench.tuning.objective.Pruned`."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,14 @@ def _sampler(settings: StudySettings) -> Any:
     return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True)
 
 
+def _pruner() -> Any:
+    """Median pruning of long trials: stop one whose running score is below the median of earlier trials at the same
+    step, once three trials have finished."""
+    import optuna
+
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
+
+
 def _signature(specs: tuple[ParamSpec, ...], breakpoints: list[float] | None, settings: StudySettings) -> dict:
     """What a joined study must agree on: directions, objective and the search space."""
     return {
@@ -112,11 +123,15 @@ def open_study(
     signature = _signature(specs, breakpoints, settings)
     for _attempt in range(20):
         try:
-            existing = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(settings))
+            existing = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(settings), pruner=_pruner())
         except KeyError:
             try:
                 study = optuna.create_study(
-                    study_name=name, storage=storage, directions=settings.directions, sampler=_sampler(settings)
+                    study_name=name,
+                    storage=storage,
+                    directions=settings.directions,
+                    sampler=_sampler(settings),
+                    pruner=_pruner(),
                 )
             except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
                 continue
@@ -169,7 +184,18 @@ def run_study(
         trial.set_user_attr(WORKER_ATTR, worker_id())
         params = {spec.name: suggest(trial, spec, breakpoints) for spec in specs}
         began = time.perf_counter()
-        metrics, kind = score(params)
+
+        def report(step: int, value: float) -> bool:
+            if settings.multi_objective:  # Optuna prunes single-objective studies only
+                return False
+            trial.report(value, step)
+            return trial.should_prune()
+
+        try:
+            metrics, kind = score(params, report)
+        except Pruned as exc:
+            timing.setdefault("pruned", []).append(time.perf_counter() - began)
+            raise optuna.TrialPruned(str(exc)) from None
         spent = time.perf_counter() - began
         timing.setdefault(kind, []).append(spent)
         trial.set_user_attr("metrics", metrics)
@@ -184,15 +210,17 @@ def run_study(
         if _finished(study) >= settings.n_trials:
             study.stop()
 
-    missing = settings.n_trials - _finished(study)
-    if missing > 0:
-        study.optimize(
+    idle_rounds = 0
+    while (missing := settings.n_trials - _finished(study)) > 0 and idle_rounds < 5:
+        before = _finished(study)
+        study.optimize(  # pruned and failed trials do not count: go on until n_trials are complete
             objective,
-            n_trials=missing + 2 * len(study.get_trials(deepcopy=False)) + 10,  # a cap; `enough` stops it
+            n_trials=missing,
             callbacks=[enough],
-            show_progress_bar=False if not progress else _has_tty(),
+            show_progress_bar=progress and _has_tty(),
             catch=(),
         )
+        idle_rounds = idle_rounds + 1 if _finished(study) == before else 0
     return _outcome(study, settings, timing, recovered)
 
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SPACE = {"tau": {"low": 0.01, "high": 10.0, "log": True}}
 
 
-def _score(params):
+def _score(params, report=None):
     tau = float(params["tau"])
     return {"contains": 1.0 / (1.0 + (tau - 1.0) ** 2), "tokens": 100.0 * tau, "retrieval_rate": min(1.0, tau / 2)}, (
         "replay"
@@ -146,3 +146,25 @@ def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(t
     dead = trials[running[0].number]
     retry = [t for t in trials if t.user_attrs.get("retry_of") == dead.number]
     assert dead.state == TrialState.FAIL and len(retry) == 1 and retry[0].params == dead.params
+
+
+def test_long_trials_below_the_median_are_pruned_and_not_counted(tmp_path):
+    from workbench.tuning.objective import Pruned
+
+    def score(params, report):
+        tau = float(params["tau"])
+        quality = 1.0 / (1.0 + (tau - 1.0) ** 2)
+        for step in range(4):  # four batches; the running score is the final one from the start
+            if report(step, quality):
+                raise Pruned(f"stopped at batch {step}")
+        return {"contains": quality, "tokens": 1.0}, "decode"
+
+    import optuna
+    from optuna.trial import TrialState
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    out = run_study(storage, "p", _specs(), score, StudySettings(n_trials=12, sampler="random"))
+    trials = optuna.load_study(study_name="p", storage=storage).trials
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned and len(out.trials) == 12 and out.kinds["pruned"]["trials"] == len(pruned)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)

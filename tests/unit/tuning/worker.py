@@ -9,7 +9,7 @@ import sys
 import time
 
 
-def score(params: dict) -> tuple[dict, str]:
+def score(params: dict, report=None) -> tuple[dict, str]:
     """Quality peaks at tau = 1; tokens grow with tau."""
     time.sleep(float(sys.argv[4]))
     tau = float(params["tau"])
