@@ -284,9 +284,10 @@ class SeperEvalSection:
 
     split: str = doc("split to evaluate on (needs gold answers)", "test")
     limit: int = doc("questions evaluated", 30)
-    retrievers: list[Literal["bm25", "dense", "hybrid", "dtr"]] = doc(
-        "retrievers to rank (dtr = DTR's dual-path retrieval with adaptive selection)",
-        ["bm25", "dense", "hybrid", "dtr"],
+    retrievers: list[Literal["bm25", "dense", "hybrid", "dtr", "gold", "random"]] = doc(
+        "context sources to rank (dtr = DTR's dual-path retrieval with adaptive selection; controls: gold = the "
+        "question's gold passages, random = irrelevant passages of other documents)",
+        ["bm25", "dense", "hybrid", "dtr", "gold", "random"],
     )
     k: int = doc("passages per context", 5)
     corpus_size: int | None = doc(

@@ -46,12 +46,15 @@ def test_seper_eval_ranks_every_retriever(tmp_path, tiny_lm_long_dir, tiny_encod
     )
     stage = tmp_path / "run" / "stages" / "seper_eval"
     summary = json.loads((stage / "summary.json").read_text())
-    assert sorted(summary["ranking"]) == ["bm25", "dense", "dtr", "hybrid"]
+    assert sorted(summary["ranking"]) == ["bm25", "dense", "dtr", "gold", "hybrid", "random"]
     for entry in summary["retrievers"].values():
         s = entry["delta_seper_s"]
         assert -1.0 <= s["low"] <= s["mean"] <= s["high"] <= 1.0
     rows = datasets.load_from_disk(str(stage / "per_question"))
-    assert len(rows) == 8 and all(len(ids) <= 2 for ids in rows["passage_ids"])
+    assert len(rows) == 12 and all(len(ids) <= 2 for ids in rows["passage_ids"])
+    controls = {r: [x for x in rows if x["retriever"] == r] for r in ("gold", "random")}
+    assert all(x["gold_retrieved"] == 1.0 for x in controls["gold"])  # the controls are what they say
+    assert all(x["gold_retrieved"] == 0.0 and len(x["passage_ids"]) == 2 for x in controls["random"])
     closed = {}  # SePer without context is one number per question, whichever retriever's row it sits in
     for qid, value in zip(rows["id"], rows["seper_s_closed"], strict=True):
         assert closed.setdefault(qid, value) == pytest.approx(value)

@@ -178,7 +178,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.seper_eval:run",
             sections=("seper_eval", "generator", "embedder", "nli"),
             inputs=("build_data",),
-            version=2,  # 2: DTR's dual path searches densely by default
+            version=3,  # 2: DTR's dual path searches densely by default; 3: gold and random controls
             uses=("generator", "embedder"),
         ),
         StageSpec(

@@ -2,7 +2,8 @@
 
 For the first ``seper_eval.limit`` questions of ``seper_eval.split``, every retriever in ``seper_eval.retrievers``
 (``bm25``, ``dense``, ``hybrid``, and ``dtr`` — DTR's dual-path retrieval with adaptive selection over the ``dense``
-row's index, as the paper's DTR searches a dense index, forced to retrieve)
+row's index, as the paper's DTR searches a dense index, forced to retrieve; and two controls, ``gold`` — the question's
+gold passages — and ``random`` — irrelevant passages of other documents)
 gives a context of ``seper_eval.k`` passages from a corpus of ``seper_eval.corpus_size`` passages (every chunk of the
 questions' gold documents plus random others — a full dense index of the 10,033 passages takes tens of minutes on
 two CPU cores; null searches the whole corpus). ΔSePer (SePer spec §3.8) = the model's belief in the gold answer with
@@ -27,7 +28,11 @@ from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
-RETRIEVERS = ("bm25", "dense", "hybrid", "dtr")
+RETRIEVERS = ("bm25", "dense", "hybrid", "dtr", "gold", "random")
+"""Context sources: four retrievers, and two controls — ``gold`` (the question's own gold passages: the most a
+context can help) and ``random`` (``k`` passages drawn at random from other documents: irrelevant, so ΔSePer should
+be near 0)."""
+CONTROLS = ("gold", "random")
 QUESTIONS_PER_CHUNK = 2  # questions per ΔSePer call (each with every retriever's context): one progress step
 
 
@@ -45,6 +50,8 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
     """Top-k passages per question from retriever ``kind`` (DTR: its selected passages, retrieval forced)."""
     from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 
+    if kind in CONTROLS:
+        return _control_contexts(kind, rows, tools, k, ctx.config.seed)
     questions = [str(r["question"]) for r in rows]
     counter = ctx.counter
     bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
@@ -75,6 +82,24 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
         retriever = dense() if kind == "dense" else HybridRetriever({"bm25": bm25, "dense": dense()}, counter=counter)
     results = retriever.search(questions, k=k)
     return [[tools.passage(int(i), float(s)) for i, s in zip(r.indices, r.scores, strict=True)] for r in results]
+
+
+def _control_contexts(kind: str, rows: list[dict], tools: Any, k: int, seed: int) -> list[list[Any]]:
+    """``gold``: every corpus chunk of the question's gold documents (at most ``k``, in corpus order); ``random``:
+    ``k`` chunks of other documents, seeded per question."""
+    doc_ids = tools.column("doc_id")
+    out = []
+    for position, row in enumerate(rows):
+        gold = {p["doc_id"] for p in row["gold_passages"]}
+        if kind == "gold":
+            chosen = [i for i, d in enumerate(doc_ids) if d in gold][:k]
+        else:
+            others = [i for i, d in enumerate(doc_ids) if d not in gold]
+            rng = np.random.default_rng([seed, position])
+            chosen = sorted(rng.choice(len(others), size=min(k, len(others)), replace=False).tolist())
+            chosen = [others[i] for i in chosen]
+        out.append([tools.passage(i) for i in chosen])
+    return out
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
