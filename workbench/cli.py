@@ -13,7 +13,7 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -114,6 +114,21 @@ def stages_command() -> None:
     _echo_table(rows, ["stage", "reads", "what it does"])
 
 
+def _recipe_with_stage(recipe: str, overrides: list[str] | None, stage: str, **options: Any) -> Any:
+    """Load ``recipe`` with ``overrides`` plus ``<stage>.<key>=<value>`` for every option that is not None (values
+    written as JSON, which YAML reads as is); a one-line error when the recipe has no ``stage``."""
+    import json
+
+    from workbench.recipe import load_recipe
+
+    extra = list(overrides or [])
+    extra += [f"{stage}.{key}={json.dumps(value)}" for key, value in options.items() if value is not None]
+    loaded = load_recipe(recipe, extra)
+    if stage not in loaded.config.stages:
+        raise WorkbenchError(f"the recipe has no {stage} stage", loaded.source)
+    return loaded
+
+
 @app.command("run")
 def run_command(
     recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
@@ -152,21 +167,17 @@ def evaluate_command(
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
 
-    from workbench.recipe import load_recipe
     from workbench.stages.runner import run_recipe
 
-    extra = list(overrides or [])
-    if methods:
-        extra.append(f"evaluate.methods=[{methods}]")
-    if split:
-        extra.append(f"evaluate.split={split}")
-    if limit is not None:
-        extra.append(f"evaluate.limit={limit}")
-    if params:
-        extra.append(f"evaluate.params={json.dumps([str(Path(p).resolve()) for p in params])}")
-    loaded = load_recipe(recipe, extra)
-    if "evaluate" not in loaded.config.stages:
-        raise WorkbenchError("the recipe has no evaluate stage", loaded.source)
+    loaded = _recipe_with_stage(
+        recipe,
+        overrides,
+        "evaluate",
+        methods=methods.split(",") if methods else None,
+        split=split,
+        limit=limit,
+        params=[str(Path(p).resolve()) for p in params] if params else None,
+    )
     result = run_recipe(loaded)
     summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
     rows = [
@@ -203,21 +214,17 @@ def study_command(
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
     import json
 
-    from workbench.recipe import load_recipe
     from workbench.stages.runner import run_recipe
 
-    extra = list(overrides or [])
-    if storage is not None:
-        extra.append(f"study.storage={json.dumps(storage)}")
-    if study_name is not None:
-        extra.append(f"study.study_name={json.dumps(study_name)}")
-    if n_trials is not None:
-        extra.append(f"study.n_trials={n_trials}")
-    if methods:
-        extra.append(f"study.methods=[{methods}]")
-    loaded = load_recipe(recipe, extra)
-    if "study" not in loaded.config.stages:
-        raise WorkbenchError("the recipe has no study stage", loaded.source)
+    loaded = _recipe_with_stage(
+        recipe,
+        overrides,
+        "study",
+        storage=storage,
+        study_name=study_name,
+        n_trials=n_trials,
+        methods=methods.split(",") if methods else None,
+    )
     result = run_recipe(loaded, force=["study"])  # a worker always works on the study, even after a finished run
     summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
     objective = summary["objective"]

@@ -81,6 +81,18 @@ def load_learned(
     )
 
 
+def run_learned(ctx: StageContext, *, with_study: bool = True) -> Any:
+    """:func:`load_learned` from the stage outputs the run has (a study's D²-RAG τ only ``with_study``)."""
+    inputs = ctx.inputs
+    return load_learned(
+        inputs.get("calibrate"),
+        inputs.get("classify"),
+        inputs.get("fit_utility"),
+        inputs.get("collect"),
+        inputs.get("study") if with_study else None,
+    )
+
+
 def study_params(study_dir: Path | None) -> dict[str, Any]:
     """A study stage's ``best_params.json`` (``{"methods": {method: options}, "d2rag_tau": τ}``; {} without one)."""
     if study_dir is None or not (study_dir / "best_params.json").is_file():
@@ -158,13 +170,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = list(rows.select(range(min(section.limit, len(rows))))) if section.limit is not None else list(rows)
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
-    learned = load_learned(
-        ctx.inputs.get("calibrate"),
-        ctx.inputs.get("classify"),
-        ctx.inputs.get("fit_utility"),
-        ctx.inputs.get("collect"),
-        ctx.inputs.get("study"),
-    )
+    learned = run_learned(ctx)
     tau = params_tau(ctx)
     if tau is not None and learned is not None:
         learned = dataclasses.replace(learned, tau=tau, tau_rule="study")

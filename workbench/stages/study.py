@@ -76,7 +76,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.stages.evaluate import build_tools, load_learned
+    from workbench.stages.evaluate import build_tools, run_learned
     from workbench.tuning.objective import MethodObjective, dense_breakpoints
     from workbench.tuning.space import parse_spaces
     from workbench.tuning.storage import describe_storage, open_storage, storage_url
@@ -95,12 +95,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         rows[key] = list(data.select(range(limit)))
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
-    learned = load_learned(
-        ctx.inputs.get("calibrate"),
-        ctx.inputs.get("classify"),
-        ctx.inputs.get("fit_utility"),
-        ctx.inputs.get("collect"),
-    )
+    learned = run_learned(ctx, with_study=False)  # the study starts from classify's τ, never from its own output
     url = storage_url(section.storage, ctx.run_dir)
     storage = open_storage(url)
     settings = StudySettings(
