@@ -18,7 +18,8 @@ It writes:
   column per feature, the labels, per-question prompt sizes (``closed_prompt_tokens`` / ``closed_new_tokens`` and,
   with ``rag``, ``rag_prompt_tokens`` / ``rag_new_tokens``, ``retrieved_ids``) and the cost of the features
   (``lm_calls``, ``prefill_tokens``, ``decoded_tokens``, ``scored_tokens``, ``nli_pairs``, ``retrieval_calls``,
-  ``seconds``: the chunk's totals divided evenly over its questions) and ``label_seconds``;
+  ``seconds``: the chunk's totals divided evenly over its questions; ``cached_lm_calls`` / ``cached_prefill_tokens``
+  / ``cached_decoded_tokens``: what the generations the cache served would have cost) and ``label_seconds``;
 * ``summary.json`` — rows per split, label means, each feature's AUROC for ``correct_contains`` and NaN counts;
 * ``labels.json`` / ``features.json`` / ``metadata.json`` — label docs, feature descriptions, settings;
 * ``lars_scorer.json`` when ``lars`` is selected: the scorer fitted on ``lars_fit_split`` (the rows of that split
@@ -67,7 +68,7 @@ LABELS: dict[str, dict[str, Any]] = {
 """Every label column: training / evaluation targets only, never runtime features (they need the gold answer)."""
 
 COST_COLUMNS = ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs", "retrieval_calls")
-COST_COLUMNS += ("seconds",)
+COST_COLUMNS += ("cached_lm_calls", "cached_prefill_tokens", "cached_decoded_tokens", "seconds")
 
 
 def labels_for(options: list[str]) -> dict[str, dict[str, Any]]:

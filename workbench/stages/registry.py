@@ -235,7 +235,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.collect:run",
             sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
-            version=4,  # 4: attention_score and self_detection values changed (features version 2)
+            version=4,  # 4: attention_score and self_detection values changed (cached_* columns: added, optional)
             uses=("generator", "embedder"),
         ),
     )

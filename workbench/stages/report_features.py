@@ -117,12 +117,19 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
     lines += ["", "![feature AUROC](feature_auroc.png)", ""]
     if data.get(split):
         rows = data[split]
-        cost = {k: float(np.mean([r[k] for r in rows])) for k in ("lm_calls", "prefill_tokens", "decoded_tokens")}
-        cost["seconds"] = float(np.mean([r["seconds"] for r in rows]))
+        keys = ("lm_calls", "prefill_tokens", "decoded_tokens", "cached_lm_calls", "cached_prefill_tokens")
+        cost = {k: float(np.mean([r.get(k, 0.0) for r in rows])) for k in (*keys, "cached_decoded_tokens", "seconds")}
+        cached = ""
+        if cost["cached_lm_calls"] > 0:  # earlier runs made these generations: their cost, had they been made here
+            cached = (
+                f" The generation cache served {cost['cached_lm_calls']:.2f} more LM calls per question "
+                f"({cost['cached_prefill_tokens']:.0f} prefill + {cost['cached_decoded_tokens']:.0f} decoded tokens) "
+                "that earlier runs had made."
+            )
         lines += [
             f"Collecting all {len(features)} features cost, per `{split}` question: {cost['lm_calls']:.2f} LM calls, "
             f"{cost['prefill_tokens']:.0f} prefill + {cost['decoded_tokens']:.0f} decoded tokens, "
-            f"{cost['seconds']:.2f} s.",
+            f"{cost['seconds']:.2f} s.{cached}",
             "",
         ]
         if "delta_seper_s" in rows[0]:

@@ -96,7 +96,7 @@ def study_section(study_dir: Path, out_dir: Path) -> list[str]:
         )
     lines += [
         "",
-        "| method | trial kind | trials (this invocation) | seconds | trials / s |",
+        "| method | trial kind | trials (all workers) | seconds | trials / s |",
         "|---|---|---:|---:|---:|",
     ]
     for name, row in methods.items():

@@ -76,7 +76,12 @@ def open_storage(url: str, where: str = "study.storage") -> Any:
 
 
 def describe_storage(url: str) -> str:
-    """``url`` without a password (for logs and reports)."""
+    """``url`` without a password, and a SQLite file below the working directory as a relative path (for logs and
+    reports)."""
+    if url.startswith("sqlite:////"):
+        path = Path(url[len("sqlite:///") :])
+        if path.is_relative_to(Path.cwd()):
+            return f"sqlite:///{path.relative_to(Path.cwd())}"
     if "://" in url and "@" in url:
         scheme, rest = url.split("://", 1)
         credentials, host = rest.rsplit("@", 1)

@@ -56,7 +56,8 @@ class StudySettings:
 @dataclass
 class StudyOutcome:
     """A finished study: its name, the best trial's parameters and val metrics, the Pareto front (multi-objective),
-    the trials by kind with their wall time, and the number of trials failed because their worker died."""
+    the trials by kind with their wall time (every worker's, read from the storage), and the number of trials this
+    run failed because their worker had died."""
 
     name: str
     best_params: dict[str, Any]
@@ -178,7 +179,6 @@ def run_study(
     recovered = fail_dead_workers(study)
     if fixed and not study.trials:
         study.enqueue_trial(fixed, user_attrs={"defaults": True})
-    timing: dict[str, list[float]] = {}
 
     def objective(trial: Any) -> Any:
         trial.set_user_attr(WORKER_ATTR, worker_id())
@@ -194,10 +194,9 @@ def run_study(
         try:
             metrics, kind = score(params, report)
         except Pruned as exc:
-            timing.setdefault("pruned", []).append(time.perf_counter() - began)
+            trial.set_user_attr("seconds", time.perf_counter() - began)
             raise optuna.TrialPruned(str(exc)) from None
         spent = time.perf_counter() - began
-        timing.setdefault(kind, []).append(spent)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("kind", kind)
         trial.set_user_attr("seconds", spent)
@@ -221,7 +220,7 @@ def run_study(
             catch=(),
         )
         idle_rounds = idle_rounds + 1 if _finished(study) == before else 0
-    return _outcome(study, settings, timing, recovered)
+    return _outcome(study, settings, recovered)
 
 
 def _has_tty() -> bool:
@@ -279,16 +278,24 @@ def trial_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _outcome(study: Any, settings: StudySettings, timing: dict[str, list[float]], recovered: int) -> StudyOutcome:
+def _outcome(study: Any, settings: StudySettings, recovered: int) -> StudyOutcome:
     rows = trial_rows(study)
     best, feasible = pick_best(rows, settings)
     pareto = []
     if settings.multi_objective:
         numbers = {t.number for t in study.best_trials}
         pareto = [r for r in rows if r["number"] in numbers]
+    spent_by_kind: dict[str, list[float]] = {}
+    for row in rows:  # every worker's trials, from the storage: the table does not depend on who ran them
+        spent_by_kind.setdefault(row["kind"] or "unknown", []).append(row["seconds"])
+    from optuna.trial import TrialState
+
+    pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+    if pruned:
+        spent_by_kind["pruned"] = [float(t.user_attrs.get("seconds", 0.0)) for t in pruned]
     kinds = {
         kind: {"trials": len(spent), "seconds": float(sum(spent)), "per_second": len(spent) / max(sum(spent), 1e-9)}
-        for kind, spent in timing.items()
+        for kind, spent in spent_by_kind.items()
     }
     return StudyOutcome(
         name=study.study_name,

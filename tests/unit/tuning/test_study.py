@@ -38,7 +38,7 @@ def test_study_finds_the_peak_and_starts_from_the_defaults(tmp_path):
     assert abs(out.best_params["tau"] - 1.0) < 0.3 and out.feasible
     assert out.kinds["replay"]["trials"] == 25 and out.kinds["replay"]["per_second"] > 0
     again = run_study(storage, "a", _specs(), _score, StudySettings(n_trials=25))  # already complete: no new trial
-    assert len(again.trials) == 25 and not again.kinds
+    assert len(again.trials) == 25 and again.kinds["replay"]["trials"] == 25  # read back from the storage
 
 
 def test_constraints_steer_the_pick(tmp_path):
@@ -168,3 +168,12 @@ def test_long_trials_below_the_median_are_pruned_and_not_counted(tmp_path):
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert pruned and len(out.trials) == 12 and out.kinds["pruned"]["trials"] == len(pruned)
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+
+
+def test_storage_descriptions_hide_passwords_and_shorten_local_paths(monkeypatch, tmp_path):
+    from workbench.tuning.storage import describe_storage
+
+    assert describe_storage("postgresql://me:secret@db:5432/optuna") == "postgresql://me:***@db:5432/optuna"
+    monkeypatch.chdir(tmp_path)
+    assert describe_storage(f"sqlite:///{tmp_path}/run/studies.db") == "sqlite:///run/studies.db"
+    assert describe_storage("sqlite:////elsewhere/s.db") == "sqlite:////elsewhere/s.db"
