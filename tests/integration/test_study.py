@@ -185,3 +185,23 @@ def test_a_long_trial_stops_when_its_study_says_so(study_run):
     assert [s for s, _ in steps] == [0, 1]
     metrics, kind = objective({}, lambda step, value: False)
     assert kind == "decode" and metrics["n"] == 3.0
+
+
+def test_a_dense_rag_theta_study_searches_its_breakpoints(study_run, tmp_path):
+    from workbench.stages.runner import run_recipe
+
+    _, overrides = study_run
+    extra = [
+        "stages=[build_data,study]",
+        "study.methods=[dense_rag]",
+        "study.space={dense_rag: {theta: {breakpoints: true}}}",
+        "study.n_trials=3",
+        "study.limit=2",
+        f"run_dir={tmp_path}/run",
+    ]
+    run_recipe(load_recipe("study", [*overrides, *extra]))
+    summary = json.loads((tmp_path / "run" / "stages" / "study" / "summary.json").read_text())
+    dense = summary["methods"]["dense_rag"]
+    assert dense["breakpoints"] and {t["params"]["theta"] for t in dense["trials"]} <= set(dense["breakpoints"])
+    assert len(dense["trials"]) == 3 and set(dense["kinds"]) <= {"decode", "memo"}
+    assert dense["defaults"] == {"theta": 0.2} and dense["scores"]["defaults"]["test"]["n"] == 2.0

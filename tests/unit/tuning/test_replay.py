@@ -86,3 +86,16 @@ def test_a_trace_that_did_not_retrieve_is_refused():
         replay_table("dtr", [_record("a", 0.2, "x", "y", retrieve=False)], EXAMPLES[:1])
     with pytest.raises(DataError, match="no replayable threshold"):
         replay_table("dense_rag", [], [])
+
+
+def test_dense_breakpoints_split_every_pair_of_distinct_dse_values():
+    from workbench.tuning.objective import dense_breakpoints
+
+    def record(dse):
+        steps = [{"name": "retrieve", "detail": {}}, {"name": "dense", "detail": {"dse": dse}}]
+        return {"trace": json.dumps({"steps": steps})}
+
+    points = dense_breakpoints([record(v) for v in (0.4, 0.0, 0.4, 1.1, 0.4)])
+    assert points == [0.2, 0.75, 1.15]  # between 0 and 0.4, between 0.4 and 1.1, above 1.1 (0 has nothing below)
+    assert dense_breakpoints([record(0.3)]) == [0.15, 0.35]
+    assert dense_breakpoints([{"trace": json.dumps({"steps": []})}]) == []
