@@ -232,9 +232,20 @@ class ClassifySection:
         "classifier kinds to train (the best mean PRR is chosen)", ["logistic", "mlp"]
     )
     seeds: list[int] = doc("training seeds per kind", [0, 1, 2])
-    val_fraction: float = doc("share of the fit split held out for validation (selection, τ, early stopping)", 0.3)
+    val_fraction: float = doc(
+        "share of the fit split held out for validation (MLP early stopping, model and seed choice; τ too when "
+        "tau_from is val)",
+        0.3,
+    )
+    tau_from: Literal["oof", "val"] = doc(
+        "where τ is chosen: oof — out-of-fold predictions over the whole fit split (each fold predicted by the "
+        "chosen kind and seed refitted on the other folds), not the predictions that stopped the MLP and chose the "
+        "model and the seed; val — the validation split's predictions (it then does all four jobs)",
+        "oof",
+    )
+    tau_folds: int = doc("tau_from oof: folds of the fit split", 5)
     threshold_rule: Literal["max_f1", "target_rate", "max_routed_score"] = doc(
-        "how τ is chosen on validation: max F1 of the retrieve class, a target retrieval rate, max routed QA score",
+        "how τ is chosen: max F1 of the retrieve class, a target retrieval rate, max routed QA score",
         "max_routed_score",
     )
     target_rate: float = doc("target_rate: the retrieval rate to reach", 0.5)
@@ -301,19 +312,30 @@ class SeperEvalSection:
 
 @dataclass
 class FitUtilitySection:
-    """The 'fit_utility' stage: D²-RAG's gold-free utility predictor, trained on ΔSePer labels of (question, top-k
+    """The 'fit_utility' stage: D²-RAG's gold-free utility (spec §13.1), trained on ΔSePer labels of (question, top-k
     context) pairs. Keep ``k``, ``passage_chars`` and ``max_new_tokens`` equal to the evaluate stage's (D²-RAG's
     contexts and answers)."""
 
     split: str = doc("split the (question, context) pairs come from (needs gold answers)", "calib")
     limit: int | None = doc("first N questions of the split (null: all)", 60)
     label: Literal["delta_seper_s", "delta_seper_h"] = doc("ΔSePer variant the predictor learns", "delta_seper_s")
+    model: Literal["classifier", "ridge"] = doc(
+        "classifier: balanced multinomial logistic regression onto the three utility classes (relevant / neutral / "
+        "noisy: the label cut at D²-RAG's default τ_pos / τ_neg), D²-RAG decodes with its class; ridge: regression "
+        "onto the label, cut at τ_pos / τ_neg (the earlier predictor, which rarely says noisy)",
+        "classifier",
+    )
+    dev_fraction: float = doc(
+        "classifier: share of the training pairs held out (stratified) to set its per-class decision biases "
+        "(0: no biases)",
+        0.25,
+    )
     k: int = doc("passages per context (D²-RAG's k)", 5)
     passage_chars: int = doc("each passage is cut to this many characters", 400)
     max_new_tokens: int = doc("answer length cap (greedy answers and SePer samples)", 16)
     samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
     temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
-    l2: float = doc("ridge penalty on the standardised features", 1.0)
+    l2: float = doc("L2 penalty on the standardised weights (ridge: λ; classifier: C = 1 / l2, 0 = none)", 1.0)
     folds: int = doc("cross-validation folds for the out-of-fold quality figures", 5)
     batch_questions: int = doc("questions per batch", 8)
 
@@ -538,6 +560,7 @@ INT_MINIMUMS: dict[str, int] = {
     "train_nli.answer_pairs": 0,
     "classify.seeds": 0,
     "classify.mlp_patience": 0,
+    "classify.tau_folds": 2,
     "calibrate.folds": 2,
     "fit_utility.folds": 2,
 }

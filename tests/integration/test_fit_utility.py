@@ -7,7 +7,9 @@ import json
 import pytest
 
 from workbench.core.errors import ConfigError
+from workbench.methods.utility import UTILITY_CLASSES as CLASSES
 from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
+from workbench.methods.utility_classifier import UtilityClassifier
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 
@@ -33,22 +35,33 @@ def _overrides(tmp_path, model, *extra):
     ]
 
 
-def test_fit_utility_saves_a_predictor_pairs_and_a_report_section(tmp_path, tiny_lm_long_dir):
+@pytest.mark.parametrize("model", ["classifier", "ridge"])
+def test_fit_utility_saves_a_model_pairs_and_a_report_section(tmp_path, tiny_lm_long_dir, model):
     import datasets
 
-    run_recipe(load_recipe("evaluate", _overrides(tmp_path, tiny_lm_long_dir)))
+    from workbench.methods.learned import load_learned
+
+    run_recipe(load_recipe("evaluate", _overrides(tmp_path, tiny_lm_long_dir, f"fit_utility.model={model}")))
     stage = tmp_path / "run" / "stages" / "fit_utility"
-    predictor = UtilityPredictor.from_dict(json.loads((stage / "utility.json").read_text()))
-    assert predictor.is_fitted and predictor.n_train_ == 6 and predictor.feature_names == UTILITY_FEATURES
+    fitted = load_learned(stage / "utility.json", expect={"logistic_utility", "ridge_utility"})
+    assert isinstance(fitted, UtilityClassifier if model == "classifier" else UtilityPredictor)
+    assert fitted.is_fitted and fitted.n_train_ == 6 and fitted.feature_names == UTILITY_FEATURES
     pairs = datasets.load_from_disk(str(stage / "pairs"))
     assert len(pairs) == 6 and all(len(ids) == 2 for ids in pairs["retrieved_ids"])
-    assert all(-1.0 <= v <= 1.0 for v in pairs["delta_seper_s"]) and all(v == v for v in pairs["oof_prediction"])
+    assert all(-1.0 <= v <= 1.0 for v in pairs["delta_seper_s"])
+    assert set(pairs["oof_class"]) <= {"noisy", "neutral", "relevant"}
+    if model == "ridge":
+        assert all(v == v for v in pairs["oof_prediction"])
+    else:
+        assert all(abs(a + b + c - 1) < 1e-6 for a, b, c in zip(*(pairs[f"oof_p_{k}"] for k in CLASSES), strict=True))
     assert all(v == v for v in pairs["nll_context"])  # every pair has its with-context answer's NLL
     summary = json.loads((stage / "summary.json").read_text())
-    assert summary["usable"] == 6 and set(summary["coefficients"]) == set(UTILITY_FEATURES)
+    assert summary["usable"] == 6 and summary["model"] == model
     assert sum(sum(row.values()) for row in summary["oof"]["confusion"].values()) == 6
+    assert sum(summary["oof"]["majority"]["predicted"].values()) == 6
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## D²-RAG utility predictor" in report and (tmp_path / "report" / "utility_fit.png").is_file()
+    assert "| majority class (" in report and "three-class agreement" in report
 
 
 @pytest.mark.parametrize(
@@ -58,6 +71,8 @@ def test_fit_utility_saves_a_predictor_pairs_and_a_report_section(tmp_path, tiny
         ("fit_utility.limit=1", "fit_utility.limit"),
         ("fit_utility.split=nope", "fit_utility.split"),
         ("fit_utility.k=0", "fit_utility.k"),
+        ("fit_utility.model=forest", "fit_utility.model"),
+        ("fit_utility.dev_fraction=1.0", "fit_utility.dev_fraction"),
     ],
 )
 def test_fit_utility_refuses_bad_settings(tmp_path, tiny_lm_long_dir, override, match):

@@ -56,7 +56,13 @@ def model_card(manifest: dict[str, Any]) -> str:
         ]
         utility = manifest.get("utility") or {}
         if utility.get("kind") == "learned":
-            lines.append("- **D²-RAG utility:** a gold-free predictor of ΔSePer (`learned/utility.json`).")
+            if utility.get("model") == "logistic_utility":
+                lines.append(
+                    "- **D²-RAG utility:** a gold-free classifier of the utility class (relevant / neutral / noisy; "
+                    "`learned/utility.json`)."
+                )
+            else:
+                lines.append("- **D²-RAG utility:** a gold-free predictor of ΔSePer (`learned/utility.json`).")
         else:
             lines.append(f"- **D²-RAG utility:** none — {utility.get('meaning', '')}.")
     stats = manifest.get("stats")
@@ -102,14 +108,16 @@ def model_card(manifest: dict[str, Any]) -> str:
         lines += ["", "![methods](plots/methods.png)", ""]
     utility = metrics.get("utility")
     if utility:
-        lines += [
-            "## Utility predictor (out of fold)",
-            "",
-            f"R² {_fmt(utility.get('r2'))}, Spearman ρ {_fmt(utility.get('spearman'))}, utility-class agreement "
-            f"{_fmt(utility.get('class_agreement'))} against {_fmt(utility.get('majority_agreement'))} for always "
-            "predicting the commonest class.",
-            "",
-        ]
+        figures = (
+            [f"R² {_fmt(utility.get('r2'))}, Spearman ρ {_fmt(utility.get('spearman'))}"] if "r2" in utility else []
+        )
+        figures.append(
+            f"utility-class agreement {_fmt(utility.get('class_agreement'))} against "
+            f"{_fmt(utility.get('majority_agreement'))} for always predicting the commonest class"
+        )
+        if "macro_f1" in utility:
+            figures.append(f"macro-F1 {_fmt(utility.get('macro_f1'))} against {_fmt(utility.get('majority_macro_f1'))}")
+        lines += ["## Utility predictor (out of fold)", "", "; ".join(figures) + ".", ""]
     default = "d2rag" if "d2rag" in manifest["methods"] else next(iter(manifest["methods"]))
     lines += [
         "## How to load it",

@@ -203,9 +203,10 @@ def _metrics(run: _Run) -> dict[str, Any]:
     utility = run.json("fit_utility", "summary.json")
     if utility and "oof" in utility:
         oof = utility["oof"]
-        out["utility"] = {
-            k: oof.get(k) for k in ("n", "r2", "spearman", "class_agreement", "majority_agreement") if k in oof
-        }
+        keys = ("n", "r2", "spearman", "class_agreement", "majority_agreement", "macro_f1", "majority_macro_f1")
+        out["utility"] = {k: oof.get(k) for k in (*keys, "predicted") if k in oof}
+        if "model" in utility:
+            out["utility"]["model"] = utility["model"]
     evaluate = run.json("evaluate", "summary.json")
     if evaluate:
         keys = ("n", "em", "f1", "contains", "retrieval_rate", "lm_calls", "tokens", "latency_p50")
@@ -303,7 +304,12 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
         blocks["decision"]["files"]["lars"] = "learned/lars.json"
     if learned.utility is not None:
         save_learned(learned.utility, tmp / "learned" / "utility.json")
-        blocks["utility"] = {"kind": "learned", "file": "learned/utility.json", "label": run.config.fit_utility.label}
+        blocks["utility"] = {
+            "kind": "learned",
+            "file": "learned/utility.json",
+            "label": run.config.fit_utility.label,
+            "model": learned.utility.kind,
+        }
     else:
         blocks["utility"] = {
             "kind": "none",

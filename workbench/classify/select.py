@@ -3,6 +3,10 @@
 Each (kind, seed) run is scored on the validation split by the prediction-rejection ratio (confidence = predicted
 P(correct), quality = the 0/1 label) and by AUROC. The kind with the highest mean PRR wins (ties go to the logistic
 model, the simpler one); its best-seed model is returned.
+
+:func:`out_of_fold_proba` gives every row of the fit split a prediction by a model of the chosen kind and seed that
+never saw it, so the decision threshold τ can be chosen on rows that played no part in early stopping, model choice
+or seed choice (issue 17: the validation split had been doing all four jobs).
 """
 
 from __future__ import annotations
@@ -71,6 +75,83 @@ class SelectionResult:
         }
 
 
+def split_train_val(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index arrays ``(train, val)``: a stratified ``fraction`` of each class goes to validation (≥ 1 of a class with
+    at least 2 rows; none of a class with fewer)."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for value in (0.0, 1.0):
+        idx = rng.permutation(np.flatnonzero(labels == value))
+        n_val = max(1, round(fraction * idx.size)) if idx.size >= 2 else 0
+        val.extend(idx[:n_val].tolist())
+        train.extend(idx[n_val:].tolist())
+    return np.sort(np.asarray(train, dtype=int)), np.sort(np.asarray(val, dtype=int))
+
+
+def fit_one(
+    kind: str,
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_val: np.ndarray | None,
+    y_val: np.ndarray | None,
+    *,
+    seed: int,
+    mlp_config: MLPConfig,
+    feature_names: Sequence[str],
+    logistic_C: float,
+) -> LogisticModel | MLPModel:
+    """One classifier of ``kind`` fitted with ``seed`` (the MLP early-stops on ``X_val`` / ``y_val``; the logistic
+    model ignores them)."""
+    if kind == "logistic":
+        return fit_logistic(X_train, y_train, C=logistic_C, seed=seed, feature_names=feature_names)
+    return fit_mlp(X_train, y_train, X_val, y_val, mlp_config, seed, feature_names=feature_names)
+
+
+def out_of_fold_proba(
+    kind: str,
+    X: object,
+    y: object,
+    folds: np.ndarray,
+    *,
+    seed: int,
+    val_fraction: float,
+    mlp_config: MLPConfig | None = None,
+    feature_names: Sequence[str] | None = None,
+    logistic_C: float = 1.0,
+) -> np.ndarray:
+    """P(correct) of every row of ``X`` from a ``kind`` model (``seed``) fitted on the rows of the other folds
+    (``folds``: a fold index per row). The MLP early-stops on a stratified ``val_fraction`` of those training rows
+    (:func:`split_train_val`), never on the held-out fold. DataError when a training part holds one class only."""
+    xt = as_features(X, where="X")
+    yt = as_labels(y, xt.shape[0], where="y")
+    names = resolve_feature_names(feature_names, xt.shape[1])
+    config = mlp_config or MLPConfig()
+    out = np.full(yt.size, np.nan)
+    for fold in np.unique(folds):
+        held = folds == fold
+        rows = np.flatnonzero(~held)
+        x_part, y_part = xt[rows], yt[rows]
+        if kind == "mlp":
+            train, val = split_train_val(y_part, val_fraction, seed)
+            x_stop, y_stop = x_part[val], y_part[val]
+            x_part, y_part = x_part[train], y_part[train]
+        else:
+            x_stop = y_stop = None
+        model = fit_one(
+            kind,
+            x_part,
+            y_part,
+            x_stop,
+            y_stop,
+            seed=seed,
+            mlp_config=config,
+            feature_names=names,
+            logistic_C=logistic_C,
+        )
+        out[held] = model.predict_proba(xt[held])
+    return out
+
+
 def _score(p_correct: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     from workbench.metrics.ranking import auroc
     from workbench.metrics.rejection import prr
@@ -121,10 +202,9 @@ def train_classifiers(
     models: dict[tuple[str, int], LogisticModel | MLPModel] = {}
     for kind in kinds:
         for seed in seeds:
-            if kind == "logistic":
-                model = fit_logistic(xt, yt, C=logistic_C, seed=seed, feature_names=names)
-            else:
-                model = fit_mlp(xt, yt, xv, yv, config, seed, feature_names=names)
+            model = fit_one(
+                kind, xt, yt, xv, yv, seed=seed, mlp_config=config, feature_names=names, logistic_C=logistic_C
+            )
             prr_value, auroc_value = _score(model.predict_proba(xv), yv)
             runs.append(RunScore(kind, seed, prr_value, auroc_value))
             models[kind, seed] = model

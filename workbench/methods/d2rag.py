@@ -18,10 +18,16 @@ A utility δ of that context (spec §7.1: one δ for the whole top-k block) pick
 * δ > τ_pos — **relevant** (``ctx-pos-acd``): expert = prompt with the context, amateur = closed-book prompt, α = α_pos;
 * otherwise, or δ unknown — **neutral** (``ctx-normal``): plain greedy with the context.
 
+A utility that decides the class itself — the gold-free
+:class:`~workbench.methods.utility_classifier.UtilityClassifier`, spec §13.1 [REC] — returns it in
+``UtilityEstimate.classes``; D²-RAG then decodes with that class and cuts no δ (:func:`decoding_class`), so its own
+τ_pos / τ_neg only act on δ-valued utilities (the oracle ΔSePer, the older ridge predictor).
+
 Contrastive steps pick argmax((1+λ_t)·log p_expert − λ_t·log p_amateur), λ_t = α·w_t, w_t = H_para/(H_para + H_rag)
 (spec eqs. 7, 8, 37; :mod:`workbench.decoding.contrastive`, both streams in one batched forward per step).
 
-The utility is pluggable (:mod:`workbench.methods.utility`): :class:`~workbench.methods.utility.UtilityPredictor`
+The utility is pluggable (:mod:`workbench.methods.utility`):
+:class:`~workbench.methods.utility_classifier.UtilityClassifier` or :class:`~workbench.methods.utility.UtilityPredictor`
 (gold-free, runtime), :class:`~workbench.methods.utility.NoUtility` (gold-free default when no predictor was fitted:
 δ unknown, so every retrieved context is decoded neutrally) or :class:`~workbench.methods.utility.OracleUtility` (the
 paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
@@ -40,7 +46,7 @@ from typing import Any
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
 from workbench.methods.common import context_block, generate_answers, prompt_for
-from workbench.methods.utility import closed_from_stats
+from workbench.methods.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
 from workbench.uncertainty.calculators import StatSettings
 
 MODES = {"relevant": "ctx-pos-acd", "noisy": "ctx-neg-acd", "neutral": "ctx-normal", "closed": "noctx-normal"}
@@ -52,7 +58,8 @@ class D2RAGSettings:
     """D²-RAG's hyper-parameters (defaults and their sources in the spec).
 
     * ``tau_pos`` / ``tau_neg`` — utility thresholds: relevant iff δ > τ_pos, noisy iff δ < τ_neg (§13.3 [REC]:
-      0.12 / −0.10, the medians of the paper's App. C values; tune on dev).
+      0.12 / −0.10, the medians of the paper's App. C values; tune on dev). A utility classifier decides the class
+      itself (its training labels were cut at the τ's it stores), so these act only on δ-valued utilities.
     * ``alpha_pos`` / ``alpha_neg`` — contrast strengths (§13.4 [REC]: 1.0 / 0.1).
     * ``dynamic`` — the entropy factor w_t of eq. 37 (False: λ_t = α).
     * ``k`` — passages retrieved (§6: top-5).
@@ -114,6 +121,20 @@ def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
     return "neutral"
 
 
+def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: float) -> tuple[str, str]:
+    """``(class, how)`` of pair ``i``: the estimator's own class when it gives ``classes`` (``how`` ``"classifier"``),
+    else δ cut at τ_pos / τ_neg by :func:`utility_class` (``how`` ``"delta"``). DataError on a class name that is not
+    one of :data:`~workbench.methods.utility.UTILITY_CLASSES`."""
+    if estimate.classes is not None:
+        from workbench.core.errors import DataError
+
+        klass = str(estimate.classes[i])
+        if klass not in UTILITY_CLASSES:
+            raise DataError(f"unknown utility class {klass!r} (known: {', '.join(UTILITY_CLASSES)})", "d2rag utility")
+        return klass, "classifier"
+    return utility_class(float(estimate.values[i]), tau_pos, tau_neg), "delta"
+
+
 def negative_block(passages: Sequence[Passage], max_chars: int | None) -> str:
     """The context block with ``[NEG-i]`` labels instead of ``[i]`` (the noisy mode's amateur prompt, spec §7.5)."""
     return "\n".join(f"[NEG-{i}] {p.prompt_text(max_chars)}" for i, p in enumerate(passages, start=1))
@@ -126,6 +147,7 @@ class D2RAG(Method):
     ``calibrators`` (feature → fitted calibrator or its ``to_dict()``), ``classifier`` (anything with
     ``predict_proba(X) -> P(correct)``: logistic, MLP, ONNX), ``tau`` (retrieve iff p < τ; 1 + ε = always) and
     ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf). ``utility`` is a
+    :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
     :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
     :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
     ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.
@@ -280,20 +302,24 @@ class D2RAG(Method):
                 closed = [closed_from_stats(stats)]
             estimate = self.utility.estimate(tools, [example], [context], [[p.score for p in passages]], closed=closed)
             delta = float(estimate.values[0])
-            klass = utility_class(delta, s.tau_pos, s.tau_neg)
+            klass, how = decoding_class(estimate, 0, s.tau_pos, s.tau_neg)
             step.update(
                 {
                     "delta": None if math.isnan(delta) else delta,
                     "class": klass,
                     "mode": MODES[klass],
                     "source": estimate.source,
-                    "tau_pos": s.tau_pos,
-                    "tau_neg": s.tau_neg,
+                    "class_from": how,
                 }
             )
+            if how == "delta":
+                step.update({"tau_pos": s.tau_pos, "tau_neg": s.tau_neg})
+            if estimate.probabilities is not None:
+                row = estimate.probabilities[0]
+                step["probabilities"] = {c: float(p) for c, p in zip(UTILITY_CLASSES, row, strict=True)}
             if estimate.features is not None:
                 step["features"] = [None if math.isnan(v) else float(v) for v in estimate.features[0]]
-            if math.isnan(delta) and estimate.source != "none":  # "none": no predictor, neutral by design
+            if how == "delta" and math.isnan(delta) and estimate.source != "none":  # "none": neutral by design
                 trace.fallback("utility unknown: decoded as neutral")
         with trace.step("generate", tools.counter) as step:
             step.update({"class": klass, "mode": MODES[klass]})

@@ -18,7 +18,8 @@ kind                   class                                                    
 ``logistic``           :class:`~workbench.classify.logistic.LogisticModel`          ``classify``
 ``mlp``                :class:`~workbench.classify.mlp.MLPModel`                    ``classify``
 ``lars``               :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`  ``collect``
-``ridge_utility``      :class:`~workbench.methods.utility.UtilityPredictor`         ``fit_utility``
+``logistic_utility``   :class:`~workbench.methods.utility_classifier.UtilityClassifier`  ``fit_utility`` (default)
+``ridge_utility``      :class:`~workbench.methods.utility.UtilityPredictor`         ``fit_utility`` (``model: ridge``)
 =====================  ===========================================================  ==============================
 """
 
@@ -42,11 +43,16 @@ LEARNED_KINDS: dict[str, str] = {
     "mlp": "workbench.classify.mlp:MLPModel",
     "lars": "workbench.uncertainty.features.probability:LarsLikeScorer",
     "ridge_utility": "workbench.methods.utility:UtilityPredictor",
+    "logistic_utility": "workbench.methods.utility_classifier:UtilityClassifier",
 }
 """kind → ``module:Class`` of the workbench's own learned artifacts (the only classes a file can become)."""
 
 CLASSIFIER_KINDS = frozenset({"logistic", "mlp"})
 """Kinds a retrieval-decision classifier can be."""
+
+UTILITY_KINDS = frozenset({"logistic_utility", "ridge_utility"})
+"""Kinds D²-RAG's gold-free utility can be (a run's ``fit_utility/utility.json``, a bundle's ``learned/utility.json``);
+``ridge_utility`` stays readable for runs and bundles made before the classifier."""
 
 
 def _class_of(kind: str, where: str) -> type:

@@ -1,16 +1,22 @@
-"""Retrieval utility for D²-RAG Stage 2: the gold-free predictor used at runtime, and the oracle used in evaluation.
+"""Retrieval utility for D²-RAG Stage 2: the gold-free estimators used at runtime, and the oracle used in evaluation.
 
 The paper's utility δ is ΔSePer = SePer(q | C) − SePer(q) (spec §7.1, :mod:`workbench.uncertainty.seper`): the
 model's belief mass on the **gold** answer with minus without the retrieved context. It needs the gold answer, so it
-is a *label*, never a runtime signal (spec §13.1). Two utilities share one small interface,
+is a *label*, never a runtime signal (spec §13.1). The utilities share one small interface,
 ``estimate(tools, examples, contexts, scores, closed=None) -> UtilityEstimate``:
 
-* :class:`UtilityPredictor` (``requires_gold = False``) — the runtime substitute: a ridge regression (numpy closed
-  form on standardised inputs) from gold-free features of the (question, context) pair to ΔSePer, trained where gold
-  answers exist (collected ``delta_seper_s`` labels). Its output is on the ΔSePer scale, so the same τ_pos / τ_neg
-  apply.
+* :class:`~workbench.methods.utility_classifier.UtilityClassifier` (``requires_gold = False``, kind
+  ``logistic_utility``; what ``fit_utility`` trains by default) — the runtime substitute of spec §13.1 [REC]
+  ``utility_learned``: a multinomial logistic regression from the gold-free features below to the three utility
+  classes (ΔSePer cut at τ_pos / τ_neg). Its estimate carries the predicted ``classes``, which D²-RAG decodes with
+  directly.
+* :class:`UtilityPredictor` (``requires_gold = False``, kind ``ridge_utility``; ``fit_utility.model: ridge`` and
+  older runs and bundles) — a ridge regression (numpy closed form on standardised inputs) from the same features to
+  ΔSePer. Its output is on the ΔSePer scale and D²-RAG cuts it at τ_pos / τ_neg. Shrinkage towards the mean makes it
+  rarely, if ever, cross τ_neg: it does not predict "noisy" (issue 17), which is why the classifier replaced it.
 * :class:`OracleUtility` (``requires_gold = True``) — reads the example's stored ΔSePer (paper-faithful replication
   and upper bound; evaluation only, a bundle refuses it).
+* :class:`NoUtility` — δ unknown: every retrieved context decoded neutrally (a bundle without ``fit_utility``).
 
 The features (:data:`UTILITY_FEATURES`, one row per pair; :func:`utility_features`):
 
@@ -29,7 +35,7 @@ The features (:data:`UTILITY_FEATURES`, one row per pair; :func:`utility_feature
 
 Cost per batch: one greedy ``generate`` call per condition (closed-book — skipped when the caller passes the
 closed-book answers it already has — and with context), one ``judge.entail`` call holding both hypotheses of every
-pair. Without a judge the entailment columns are NaN, which the predictor imputes with its training means.
+pair. Without a judge the entailment columns are NaN, which the learned utilities impute with their training means.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ UTILITY_FEATURES: tuple[str, ...] = (
 )
 """Column order of :func:`utility_features`."""
 
+UTILITY_CLASSES: tuple[str, ...] = ("noisy", "neutral", "relevant")
+"""D²-RAG's three utility classes (spec §7.2), in the order of every per-class array (probabilities, biases)."""
+
 ENTAILMENT = 2  # column of NLIJudge.entail
 FORMAT_VERSION = 1
 
@@ -82,17 +91,35 @@ class UtilityInputs:
 
 @dataclass
 class UtilityEstimate:
-    """Utility δ per (question, context) pair and how it was obtained.
+    """Utility per (question, context) pair and how it was obtained.
 
-    ``values`` δ (NaN where unknown: the caller falls back to plain decoding); ``source`` ``"learned"`` or
-    ``"oracle"``; ``features`` the predictor's inputs (None for the oracle); ``context_generations`` the greedy
-    with-context answers the features needed (reusable as the neutral-mode answer), or None.
+    ``values`` δ on the ΔSePer scale (NaN where unknown — and for a classifier, which predicts a class, not δ);
+    ``source`` ``"learned"``, ``"oracle"`` or ``"none"``; ``features`` the estimator's inputs (None for the oracle);
+    ``context_generations`` the greedy with-context answers the features needed (reusable as the neutral-mode
+    answer), or None. ``classes`` (one of :data:`UTILITY_CLASSES` per pair, or None) is the decoding class when the
+    estimator decides it itself: D²-RAG then uses it as is and cuts no δ (``values`` decide only when ``classes`` is
+    None); ``probabilities`` ``(n, 3)`` the classifier's class probabilities in :data:`UTILITY_CLASSES` order.
     """
 
     values: np.ndarray
     source: str
     features: np.ndarray | None = None
     context_generations: list[Any] | None = None
+    classes: list[str] | None = None
+    probabilities: np.ndarray | None = None
+
+
+def impute_and_standardise(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean, scale, z)`` of a feature matrix: NaN cells filled with their column's mean (0 for an all-NaN column),
+    then each column standardised (:func:`~workbench.classify.inputs.fit_standardizer`: a constant column gets scale
+    1). ``mean`` doubles as the imputation value at prediction time."""
+    from workbench.classify.inputs import fit_standardizer
+
+    with np.errstate(all="ignore"):
+        column_means = np.nanmean(arr, axis=0)
+    filled = np.where(np.isnan(arr), np.where(np.isfinite(column_means), column_means, 0.0), arr)
+    mean, scale = fit_standardizer(filled)
+    return mean, scale, (filled - mean) / scale
 
 
 def answer_nll(logprobs: Sequence[float], eos_logprob: float | None = None) -> float:
@@ -182,6 +209,10 @@ class UtilityPredictor:
     ``fit(X, y)`` imputes NaN inputs with the column means, standardises each column (a constant column gets scale
     1), and solves ``(ZᵀZ + l2·I) w = Zᵀ(y − ȳ)`` with intercept ȳ. ``predict(X)`` imputes NaN with the training
     means and clips to [−1, 1] (the range of ΔSePer). JSON only: ``to_dict()`` / ``from_dict()``.
+
+    Kept for ``fit_utility.model: ridge`` and for runs and bundles that hold a ``ridge_utility``; the default is
+    :class:`~workbench.methods.utility_classifier.UtilityClassifier` (spec §13.1 asks for a classifier of the
+    classes: a regression onto ΔSePer shrinks towards the mean and, cut at τ_neg, hardly ever says "noisy").
     """
 
     kind = "ridge_utility"
@@ -219,13 +250,7 @@ class UtilityPredictor:
             raise DataError(f"{arr.shape[0]} rows but {target.size} labels", "UtilityPredictor.fit")
         if target.size < 2 or not np.isfinite(target).all():
             raise DataError("need at least 2 rows with finite labels", "UtilityPredictor.fit")
-        from workbench.classify.inputs import fit_standardizer
-
-        with np.errstate(all="ignore"):
-            column_means = np.nanmean(arr, axis=0)
-        filled = np.where(np.isnan(arr), np.where(np.isfinite(column_means), column_means, 0.0), arr)
-        mean, scale = fit_standardizer(filled)
-        z = (filled - mean) / scale
+        mean, scale, z = impute_and_standardise(arr)
         intercept = float(target.mean())
         gram = z.T @ z + self.l2 * np.eye(z.shape[1])
         coef = np.linalg.lstsq(gram, z.T @ (target - intercept), rcond=None)[0]

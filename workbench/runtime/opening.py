@@ -75,7 +75,7 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
 
     ``classifier`` picks the numpy weights (``learned/classifier.json``) or the ONNX graph (ONNX Runtime)."""
     from workbench.classify.policy import check_tau
-    from workbench.methods.learned import CLASSIFIER_KINDS, LearnedParts, load_learned
+    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts, load_learned
     from workbench.uncertainty.calculators import StatSettings
 
     decision = manifest.get("decision")
@@ -96,7 +96,7 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     utility_block = manifest.get("utility") or {}
     utility = None
     if utility_block.get("kind") == "learned":
-        utility = load_learned(root / utility_block["file"], expect={"ridge_utility"})
+        utility = load_learned(root / utility_block["file"], expect=UTILITY_KINDS)
     stats = manifest.get("stats") or {}
     settings = StatSettings.from_dict(stats["settings"], f"{where}: stats.settings") if stats.get("settings") else None
     tau = check_tau(decision["tau"], f"{where}: decision.tau")

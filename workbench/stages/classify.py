@@ -3,9 +3,14 @@
 Reads the ``calibrate`` stage's ``calibrated.json``. The fit split (out-of-fold calibrated features) is divided into
 a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds``
 (logistic regression, the Lightning MLP) is trained with binary cross-entropy over ``classify.seeds`` and scored on
-validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic). The threshold τ of each
-classifier (retrieve iff P(correct) < τ) is chosen on validation by ``classify.threshold_rule``; each single
-calibrated feature gets its own τ by the same rule on the whole fit split.
+validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic), and each kind's best seed is
+kept. The validation split thus does early stopping (MLP), model choice and seed choice. The threshold τ of each
+classifier (retrieve iff P(correct) < τ) is chosen by ``classify.threshold_rule`` on rows that did none of that:
+with ``classify.tau_from: oof`` (the default) on out-of-fold predictions over the whole fit split
+(:func:`~workbench.classify.select.out_of_fold_proba`: ``tau_folds`` stratified folds, each predicted by the kind
+at its chosen seed refitted on the other folds); with ``tau_from: val`` on the validation predictions (the earlier
+behaviour). ``selection.json`` records which split chose what (``roles``). Each single calibrated feature gets its
+own τ by the same rule on the whole fit split (a feature has nothing fitted).
 
 On the evaluation split (the first collected split other than the fit split) the **routing table** compares No-RAG,
 Always-RAG, Oracle (retrieve iff the closed-book answer is wrong: needs the gold answer, an upper bound), every
@@ -27,24 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from workbench.classify.select import split_train_val
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
 from workbench.stages.context import StageContext
 
 ONNX_TOLERANCE = 1e-5
 QA_SCORES = ("em", "f1", "contains")
-
-
-def split_train_val(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Index arrays ``(train, val)``: a stratified ``fraction`` of each class goes to validation (≥ 1 each)."""
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for value in (0.0, 1.0):
-        idx = rng.permutation(np.flatnonzero(labels == value))
-        n_val = max(1, round(fraction * idx.size)) if idx.size >= 2 else 0
-        val.extend(idx[:n_val].tolist())
-        train.extend(idx[n_val:].tolist())
-    return np.sort(np.asarray(train, dtype=int)), np.sort(np.asarray(val, dtype=int))
 
 
 def routing_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], base_calls, base_tokens) -> dict:
@@ -91,8 +85,9 @@ def _mlp_config(section: Any) -> Any:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, select, threshold, export and route; write the models, ONNX graphs and JSON results."""
+    from workbench.calibration.oof import stratified_folds
     from workbench.classify.onnx_export import export_onnx, run_onnx
-    from workbench.classify.select import train_classifiers
+    from workbench.classify.select import out_of_fold_proba, train_classifiers
     from workbench.classify.threshold import choose_threshold
     from workbench.methods.learned import save_learned
 
@@ -126,6 +121,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
             extra = {"target_rate": section.target_rate}
         return choose_threshold(p, y, rule=section.threshold_rule, **extra)
 
+    folds = None
+    if section.tau_from == "oof":
+        smallest = int(min((y_fit > 0.5).sum(), (y_fit <= 0.5).sum()))
+        if smallest < section.tau_folds:
+            raise DataError(
+                f"tau_from oof needs at least tau_folds={section.tau_folds} questions of each class in the fit split "
+                f"{fit_split!r}, got {smallest}: lower classify.tau_folds or set classify.tau_from: val",
+                "classify",
+            )
+        folds = stratified_folds(y_fit, section.tau_folds, ctx.config.seed)
     results: dict[str, Any] = {}
     for kind in section.kinds:
         selection = train_classifiers(
@@ -139,7 +144,21 @@ def run(ctx: StageContext) -> dict[str, Any]:
             feature_names=features,
             logistic_C=section.logistic_c,
         )
-        choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
+        if folds is None:
+            choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
+        else:
+            oof = out_of_fold_proba(
+                kind,
+                X_fit,
+                y_fit,
+                folds,
+                seed=selection.seed,
+                val_fraction=section.val_fraction,
+                mlp_config=_mlp_config(section),
+                feature_names=features,
+                logistic_C=section.logistic_c,
+            )
+            choice = threshold(oof, y_fit, np.arange(y_fit.size))
         results[kind] = {"selection": selection, "threshold": choice}
     ranked = sorted(
         results,
@@ -186,6 +205,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "features": features,
             "train_rows": int(train.size),
             "val_rows": int(val.size),
+            "tau_from": section.tau_from,
+            "tau_folds": section.tau_folds if folds is not None else None,
+            "roles": _roles(section, fit_split, int(train.size), int(val.size), int(y_fit.size)),
             "eval_split": eval_split,
             "kinds": {k: r["selection"].to_dict() for k, r in results.items()},
             "thresholds": thresholds,
@@ -200,6 +222,25 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "routed_contains": round(by_name[best]["contains"], 4),
         "retrieval_rate": round(by_name[best]["retrieval_rate"], 4),
         "onnx_max_abs_diff": max(parity.values()) if parity else 0.0,
+    }
+
+
+def _roles(section: Any, fit_split: str, n_train: int, n_val: int, n_fit: int) -> dict[str, str]:
+    """Which rows chose what, in words (``selection.json``'s ``roles``; the report prints them)."""
+    val = f"validation ({n_val} of {n_fit} `{fit_split}` questions)"
+    tau = (
+        f"out-of-fold predictions over all {n_fit} `{fit_split}` questions ({section.tau_folds} folds; each refit "
+        "early-stops on its own training part)"
+        if section.tau_from == "oof"
+        else val
+    )
+    return {
+        "weights": f"training ({n_train} of {n_fit} `{fit_split}` questions)",
+        "mlp_early_stopping": val,
+        "model_choice": val,
+        "seed_choice": val,
+        "tau": tau,
+        "single_feature_tau": f"all {n_fit} `{fit_split}` questions (a feature has nothing fitted)",
     }
 
 

@@ -55,7 +55,7 @@ def load_learned(
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
     needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
     output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``)."""
-    from workbench.methods.learned import CLASSIFIER_KINDS, LearnedParts, load_learned
+    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts, load_learned
 
     if calibrate_dir is None or classify_dir is None:
         return None
@@ -66,7 +66,7 @@ def load_learned(
     threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
     utility = None
     if utility_dir is not None:
-        utility = load_learned(utility_dir / "utility.json", expect={"ridge_utility"})
+        utility = load_learned(utility_dir / "utility.json", expect=UTILITY_KINDS)
     lars, stats = None, None
     if collect_dir is not None:
         if (collect_dir / "lars_scorer.json").is_file():

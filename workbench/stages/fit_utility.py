@@ -1,33 +1,44 @@
-"""Stage ``fit_utility``: train D²-RAG's gold-free utility predictor on ΔSePer labels.
+"""Stage ``fit_utility``: train D²-RAG's gold-free utility on ΔSePer labels (spec §13.1 [REC] ``utility_learned``).
 
-D²-RAG's Stage 2 picks its decoding mode from the utility δ of the retrieved context; the paper's δ is ΔSePer, which
+D²-RAG's Stage 2 picks its decoding mode from the utility of the retrieved context; the paper's δ is ΔSePer, which
 needs the gold answer (:mod:`workbench.methods.utility`). This stage builds the runtime substitute: for the first
 ``fit_utility.limit`` questions of ``fit_utility.split`` it retrieves D²-RAG's context (the run's retriever, top-k,
 the same context block and answering prompt as the method), labels each (question, context) pair with ΔSePer
 (:func:`workbench.uncertainty.seper.delta_seper`, one sampling call and one NLI call per batch), computes the
-gold-free features (:func:`workbench.methods.utility.utility_inputs`), and fits a
-:class:`~workbench.methods.utility.UtilityPredictor` (ridge) on ``fit_utility.label``.
+gold-free features (:func:`workbench.methods.utility.utility_inputs`), and fits on ``fit_utility.label``:
+
+* ``model: classifier`` (default) — a :class:`~workbench.methods.utility_classifier.UtilityClassifier`: balanced
+  multinomial logistic regression onto the three classes (the label cut at D²-RAG's default τ_pos / τ_neg), its
+  per-class decision biases set on a held-out ``dev_fraction`` of the training pairs; D²-RAG decodes with its class.
+* ``model: ridge`` — the earlier :class:`~workbench.methods.utility.UtilityPredictor` (regression onto ΔSePer, cut at
+  τ_pos / τ_neg by D²-RAG).
 
 Quality is measured out of fold (``folds``-fold cross-validation on the same pairs, each fold predicted by a model
-that never saw it): R², MAE, Spearman ρ, and — what D²-RAG acts on — how often the predicted utility class
-(relevant / neutral / noisy at D²-RAG's default τ_pos / τ_neg) equals the oracle's class.
+fitted — dev split and biases included — on the other folds only): what D²-RAG acts on, the utility class, as
+three-class agreement with the label's class, per-class recall, macro-F1, the confusion matrix and how often each
+class is predicted (so a model that never says "noisy" shows it), next to the same figures for the majority-class
+baseline (each fold predicted with the commonest class of the other folds). The ridge adds R², MAE and Spearman ρ.
 
-Outputs: ``utility.json`` (the predictor fitted on every pair; read by ``evaluate``), ``pairs/`` (an HF dataset: one
-row per pair with its features, SePer terms, out-of-fold prediction and both answers) and ``summary.json``.
+Outputs: ``utility.json`` (the model fitted on every pair; read by ``evaluate`` and ``export``), ``pairs/`` (an HF
+dataset: one row per pair with its features, SePer terms, out-of-fold class — and probabilities or δ prediction —
+and both answers) and ``summary.json``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.methods.utility import UTILITY_CLASSES
 from workbench.stages.context import StageContext
 
-CLASSES = ("noisy", "neutral", "relevant")
+CLASSES = UTILITY_CLASSES
+"""The utility classes in report order (:data:`workbench.methods.utility.UTILITY_CLASSES`)."""
 
 
 def _validate(section: Any) -> None:
@@ -41,6 +52,10 @@ def _validate(section: Any) -> None:
         raise ConfigError(f"needs at least folds={section.folds} questions, got {section.limit}", "fit_utility.limit")
     if not math.isfinite(section.l2) or section.l2 < 0:
         raise ConfigError(f"must be a finite number >= 0, got {section.l2}", "fit_utility.l2")
+    if section.model not in ("classifier", "ridge"):
+        raise ConfigError(f"must be classifier or ridge, got {section.model!r}", "fit_utility.model")
+    if not (math.isfinite(section.dev_fraction) and 0.0 <= section.dev_fraction < 1.0):
+        raise ConfigError(f"must be in [0, 1), got {section.dev_fraction}", "fit_utility.dev_fraction")
 
 
 def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
@@ -65,46 +80,158 @@ def out_of_fold(
     return pred
 
 
-def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg: float) -> dict[str, Any]:
-    """R² (against the labels' mean), MAE, Spearman ρ, and the agreement of utility classes at τ_pos / τ_neg.
+def out_of_fold_classes(
+    X: np.ndarray, y: np.ndarray, folds: np.ndarray, build: Callable[[], Any]
+) -> tuple[list[str], np.ndarray]:
+    """``(classes, probabilities)`` of each row from a classifier ``build()`` fitted on the other folds' features and
+    ΔSePer labels ``y`` (its dev split and biases come from those folds too); probabilities ``(n, 3)`` in
+    :data:`CLASSES` order."""
+    classes = [""] * len(y)
+    proba = np.full((len(y), len(CLASSES)), np.nan)
+    for fold in np.unique(folds):
+        held = np.flatnonzero(folds == fold)
+        model = build().fit(X[folds != fold], y[folds != fold])
+        for i, klass in zip(held, model.predict(X[held]), strict=True):
+            classes[i] = klass
+        proba[held] = model.predict_proba(X[held])
+    return classes, proba
 
-    ``class_agreement`` is the share of pairs whose predicted class equals the label's; ``confusion[a][b]`` counts
-    pairs of label class ``a`` predicted as class ``b``; ``mean_baseline_mae`` is the MAE of always predicting the
-    labels' mean and ``majority_agreement`` the class agreement of always predicting the commonest class (what a
-    predictor has to beat).
-    """
-    from workbench.methods.d2rag import utility_class
+
+def commonest(labels: Sequence[str]) -> str:
+    """The most frequent class of ``labels`` (ties: neutral, then relevant, then noisy — the least intrusive mode)."""
+    return max(("neutral", "relevant", "noisy"), key=lambda c: list(labels).count(c))
+
+
+def majority_out_of_fold(truth: Sequence[str], folds: np.ndarray) -> list[str]:
+    """The majority-class baseline out of fold: every row of a fold gets the commonest class of the other folds."""
+    truth = list(truth)
+    out = [""] * len(truth)
+    for fold in np.unique(folds):
+        klass = commonest([t for t, f in zip(truth, folds, strict=True) if f != fold])
+        for i in np.flatnonzero(folds == fold):
+            out[i] = klass
+    return out
+
+
+def class_quality(truth: Sequence[str], guess: Sequence[str]) -> dict[str, Any]:
+    """Three-class figures of predicted vs label classes: ``n``, ``class_agreement`` (accuracy), ``recall`` per class
+    (None for a class with no label), ``macro_f1`` (:func:`~workbench.methods.utility_classifier.macro_f1`),
+    ``confusion[a][b]`` (pairs of label class ``a`` predicted ``b``), ``predicted`` and ``labels`` (counts per
+    class)."""
+    from workbench.methods.utility_classifier import macro_f1
+
+    truth, guess = list(truth), list(guess)
+    confusion = {a: dict.fromkeys(CLASSES, 0) for a in CLASSES}
+    for a, b in zip(truth, guess, strict=True):
+        confusion[a][b] += 1
+    support = {c: sum(confusion[c].values()) for c in CLASSES}
+    return {
+        "n": len(truth),
+        "class_agreement": float(np.mean([a == b for a, b in zip(truth, guess, strict=True)])) if truth else math.nan,
+        "recall": {c: confusion[c][c] / support[c] if support[c] else None for c in CLASSES},
+        "macro_f1": macro_f1(truth, guess),
+        "confusion": confusion,
+        "predicted": {c: guess.count(c) for c in CLASSES},
+        "labels": support,
+    }
+
+
+def regression_figures(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """R² (against the labels' mean), MAE, the MAE of always predicting the labels' mean, Spearman ρ."""
     from workbench.metrics.rejection import spearman
 
     residual = float(np.sum((y - pred) ** 2))
     total = float(np.sum((y - y.mean()) ** 2))
-    truth = [utility_class(float(v), tau_pos, tau_neg) for v in y]
-    guess = [utility_class(float(v), tau_pos, tau_neg) for v in pred]
-    confusion = {a: {b: 0 for b in CLASSES} for a in CLASSES}
-    for a, b in zip(truth, guess, strict=True):
-        confusion[a][b] += 1
     return {
         "r2": 1.0 - residual / total if total > 0 else float("nan"),
         "mae": float(np.mean(np.abs(y - pred))),
         "mean_baseline_mae": float(np.mean(np.abs(y - y.mean()))),
         "spearman": float(spearman(pred, y)) if np.ptp(y) > 0 and np.ptp(pred) > 0 else float("nan"),
-        "class_agreement": float(np.mean([a == b for a, b in zip(truth, guess, strict=True)])),
+    }
+
+
+def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg: float) -> dict[str, Any]:
+    """:func:`regression_figures` plus the :func:`class_quality` of the prediction cut at τ_pos / τ_neg, and
+    ``majority_agreement``: the agreement of always predicting the labels' commonest class (in sample)."""
+    from workbench.methods.utility_classifier import class_labels
+
+    truth = class_labels(y, tau_pos, tau_neg).tolist()
+    guess = class_labels(pred, tau_pos, tau_neg).tolist()
+    return {
+        **regression_figures(y, pred),
+        **class_quality(truth, guess),
         "majority_agreement": max(truth.count(c) for c in CLASSES) / len(truth),
-        "confusion": confusion,
         "tau_pos": tau_pos,
         "tau_neg": tau_neg,
     }
 
 
+def oof_quality(truth: Sequence[str], guess: Sequence[str], folds: np.ndarray) -> dict[str, Any]:
+    """The summary's ``oof`` block: the model's :func:`class_quality`, and under ``majority`` the same figures for
+    the out-of-fold majority baseline (:func:`majority_out_of_fold`; ``classes``: the classes it predicted);
+    ``majority_agreement`` / ``majority_macro_f1`` repeat the baseline's figures at the top level."""
+    baseline = majority_out_of_fold(truth, folds)
+    majority = {"classes": sorted(set(baseline)), **class_quality(truth, baseline)}
+    return {
+        **class_quality(truth, guess),
+        "majority": majority,
+        "majority_agreement": majority["class_agreement"],
+        "majority_macro_f1": majority["macro_f1"],
+    }
+
+
+def fit_and_score(
+    section: Any, X: np.ndarray, y: np.ndarray, seed: int, tau_pos: float, tau_neg: float
+) -> tuple[Any, dict[str, list[Any]], dict[str, Any], dict[str, Any]]:
+    """Fit ``section.model`` on the rows ``X`` / ΔSePer ``y`` (all finite) and score it out of fold.
+
+    Returns ``(model fitted on every row, out-of-fold columns per row, the summary's oof block, the fitted
+    parameters for the summary)``. Columns: ``oof_class`` always; ``oof_p_<class>`` (classifier) or
+    ``oof_prediction`` (ridge, δ). The oof block is :func:`oof_quality` (+ :func:`regression_figures` for the
+    ridge) with the τ's that cut the labels."""
+    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
+    from workbench.methods.utility_classifier import UtilityClassifier, class_labels
+
+    folds = fold_ids(len(y), section.folds, seed)
+    truth = class_labels(y, tau_pos, tau_neg).tolist()
+    if section.model == "classifier":
+
+        def build() -> UtilityClassifier:
+            return UtilityClassifier(
+                section.l2, tau_pos=tau_pos, tau_neg=tau_neg, dev_fraction=section.dev_fraction, seed=seed
+            )
+
+        guess, proba = out_of_fold_classes(X, y, folds, build)
+        columns: dict[str, list[Any]] = {f"oof_p_{c}": [float(v) for v in proba[:, k]] for k, c in enumerate(CLASSES)}
+        model: Any = build().fit(X, y)
+        extra: dict[str, Any] = {}
+        fitted = {
+            "coefficients": model.weights(),
+            "biases": dict(zip(CLASSES, (float(b) for b in model.bias_), strict=True)),
+            "dev_fraction": section.dev_fraction,
+        }
+    else:
+        pred = out_of_fold(X, y, folds, section.l2)
+        guess = class_labels(pred, tau_pos, tau_neg).tolist()
+        columns = {"oof_prediction": [float(v) for v in pred]}
+        model = UtilityPredictor(section.l2).fit(X, y)
+        extra = regression_figures(y, pred)
+        fitted = {"coefficients": dict(zip(UTILITY_FEATURES, (float(c) for c in model.coef_), strict=True))}
+    columns["oof_class"] = list(guess)
+    quality = {**oof_quality(truth, guess, folds), **extra, "tau_pos": tau_pos, "tau_neg": tau_neg}
+    return model, columns, quality, fitted
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
-    """Label (question, context) pairs with ΔSePer, compute gold-free features, fit and save the predictor."""
+    """Label (question, context) pairs with ΔSePer, compute gold-free features, fit and save the utility model
+    (``fit_utility.model``), and write its out-of-fold figures next to the majority baseline's."""
     import datasets
 
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.common import context_block
     from workbench.methods.d2rag import D2RAGSettings
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor, utility_inputs
+    from workbench.methods.utility import UTILITY_FEATURES, utility_inputs
     from workbench.stages.evaluate import build_tools
     from workbench.uncertainty.seper import SeperSettings, delta_seper
 
@@ -161,21 +288,24 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "fit_utility",
         )
     X = np.asarray([[r[name] for name in UTILITY_FEATURES] for r in records], dtype=float)
-    folds = fold_ids(int(usable.sum()), section.folds, ctx.config.seed)
-    oof = np.full(y.shape, np.nan)
-    oof[usable] = out_of_fold(X[usable], y[usable], folds, section.l2)
-    for record, value in zip(records, oof, strict=True):
-        record["oof_prediction"] = float(value)
-    predictor = UtilityPredictor(section.l2).fit(X[usable], y[usable])
     defaults = D2RAGSettings()
-    quality = regression_quality(y[usable], oof[usable], defaults.tau_pos, defaults.tau_neg)
+    model, columns, quality, fitted = fit_and_score(
+        section, X[usable], y[usable], ctx.config.seed, defaults.tau_pos, defaults.tau_neg
+    )
+    rows_used = {int(i): j for j, i in enumerate(np.flatnonzero(usable))}
+    for i, record in enumerate(records):
+        j = rows_used.get(i)
+        for name, values in columns.items():
+            record[name] = values[j] if j is not None else (None if name == "oof_class" else float("nan"))
     from workbench.methods.learned import save_learned
 
-    save_learned(predictor, ctx.out_dir / "utility.json")
+    save_learned(model, ctx.out_dir / "utility.json")
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "pairs"))
     summary = {
         "split": section.split,
         "label": section.label,
+        "model": section.model,
+        "kind": model.kind,
         "pairs": len(records),
         "usable": int(usable.sum()),
         "skipped_no_passages": skipped,
@@ -184,12 +314,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "folds": section.folds,
         "l2": section.l2,
         "oof": quality,
-        "coefficients": dict(zip(UTILITY_FEATURES, (float(c) for c in predictor.coef_), strict=True)),
+        **fitted,
     }
     atomic_write_json(ctx.out_dir / "summary.json", summary)
-    return {
+    out = {
         "pairs": len(records),
-        "oof_r2": round(quality["r2"], 4),
-        "oof_spearman": round(quality["spearman"], 4),
+        "model": section.model,
         "class_agreement": round(quality["class_agreement"], 4),
+        "majority_agreement": round(quality["majority_agreement"], 4),
+        "macro_f1": round(quality["macro_f1"], 4),
+        "predicted_noisy": quality["predicted"]["noisy"],
     }
+    if section.model == "ridge":
+        out.update({"oof_r2": round(quality["r2"], 4), "oof_spearman": round(quality["spearman"], 4)})
+    return out

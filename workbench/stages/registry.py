@@ -148,7 +148,7 @@ STAGES: dict[str, StageSpec] = {
             "classify",
             "train LR / MLP retrieval-decision classifiers, choose τ, export ONNX, build the routing table",
             "workbench.stages.classify:run",
-            version=2,
+            version=3,  # 3: τ from out-of-fold predictions over the fit split (classify.tau_from)
             sections=("classify",),
             inputs=("calibrate",),
         ),
@@ -183,9 +183,9 @@ STAGES: dict[str, StageSpec] = {
         ),
         StageSpec(
             "fit_utility",
-            "train D²-RAG's gold-free utility predictor on ΔSePer labels of (question, top-k context) pairs",
+            "train D²-RAG's gold-free utility classifier on ΔSePer labels of (question, top-k context) pairs",
             "workbench.stages.fit_utility:run",
-            version=3,
+            version=4,  # 4: a three-class classifier by default, out-of-fold figures next to the majority baseline
             sections=("fit_utility", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),

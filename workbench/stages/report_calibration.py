@@ -88,6 +88,22 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
     return lines, split
 
 
+def _role_lines(selection: dict) -> list[str]:
+    """Which split chose what (``selection.json``'s ``roles``; absent from runs made before it existed)."""
+    roles = selection.get("roles")
+    if not roles:
+        return []
+    names = {
+        "weights": "classifier weights",
+        "mlp_early_stopping": "MLP early stopping",
+        "model_choice": "model choice (LR vs MLP)",
+        "seed_choice": "seed choice",
+        "tau": "classifier τ",
+        "single_feature_tau": "single-feature τ",
+    }
+    return ["| what | chosen on |", "|---|---|", *[f"| {names.get(k, k)} | {v} |" for k, v in roles.items()], ""]
+
+
 def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     """Markdown for the decision-classifier section and the routing table (+ its PNGs in ``out_dir``)."""
     from workbench.plots import horizontal_bars, rejection_curves, roc_curves
@@ -106,7 +122,9 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         + ", ".join(f"{k} {v:.1e}" for k, v in selection["onnx_max_abs_diff"].items())
         + ".",
         "",
-        "| classifier | seeds | validation PRR (mean ± std) | validation AUROC (mean ± std) | τ | val retrieval rate |",
+        *_role_lines(selection),
+        "| classifier | seeds | validation PRR (mean ± std) | validation AUROC (mean ± std) | τ | retrieval rate "
+        "where τ was chosen |",
         "|---|---:|---|---|---:|---:|",
     ]
     short = {"logistic": "LR", "mlp": "MLP"}

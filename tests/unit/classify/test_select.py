@@ -61,3 +61,25 @@ def test_bad_kinds_and_seeds_are_config_errors(data):
         _train(data, kinds=("forest",))
     with pytest.raises(ConfigError, match=r"classify\.seeds"):
         _train(data, kinds=("logistic",), seeds=())
+
+
+@pytest.mark.parametrize("kind", ["logistic", "mlp"])
+def test_out_of_fold_predictions_come_from_models_that_never_saw_the_row(data, kind):
+    from workbench.calibration.oof import stratified_folds
+    from workbench.classify.select import fit_one, out_of_fold_proba, split_train_val
+
+    X, y = data.X_train, data.y_train
+    folds = stratified_folds(y, 3, seed=0)
+    kw = {"seed": 1, "mlp_config": SMALL_MLP, "feature_names": FEATURE_NAMES, "logistic_C": 1.0}
+    p = out_of_fold_proba(kind, X, y, folds, val_fraction=0.3, **kw)
+    assert p.shape == y.shape and np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
+    held = folds == 1
+    rows = np.flatnonzero(~held)
+    if kind == "mlp":  # the refit early-stops on a split of its own training rows, not on the held-out fold
+        train, val = split_train_val(y[rows], 0.3, 1)
+        alone = fit_one(kind, X[rows][train], y[rows][train], X[rows][val], y[rows][val], **kw)
+    else:
+        alone = fit_one(kind, X[rows], y[rows], None, None, **kw)
+    assert np.allclose(p[held], alone.predict_proba(X[held]), atol=1e-6)
+    in_sample = fit_one(kind, X, y, data.X_val, data.y_val, **kw).predict_proba(X)
+    assert not np.allclose(p, in_sample, atol=1e-3)  # out of fold is not the in-sample fit

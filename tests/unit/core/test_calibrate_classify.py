@@ -120,6 +120,54 @@ def test_classify_selects_exports_onnx_and_routes(stages_done):
     assert rows["good"]["contains"] > rows["No-RAG"]["contains"]
 
 
+def test_classify_chooses_tau_out_of_fold_on_rows_that_chose_nothing_else(stages_done, tmp_path):
+    # issue 17 item 4: the validation split stops, chooses the model and the seed; τ comes from out-of-fold
+    # predictions over the whole fit split, and selection.json says which split chose what
+    from workbench.calibration.oof import stratified_folds
+    from workbench.classify.select import out_of_fold_proba
+    from workbench.classify.threshold import choose_threshold
+
+    _, cal_dir, cls_dir, _, _ = stages_done
+    selection = json.loads((cls_dir / "selection.json").read_text())
+    assert selection["tau_from"] == "oof" and selection["tau_folds"] == 5
+    assert "out-of-fold" in selection["roles"]["tau"] and "validation" in selection["roles"]["model_choice"]
+    data = json.loads((cal_dir / "calibrated.json").read_text())
+    X = np.asarray([data["calib"]["calibrated"][f] for f in selection["features"]], dtype=float).T
+    y = np.asarray(data["calib"]["label"], dtype=float)
+    cols = data["calib"]["columns"]
+    seed = selection["kinds"]["logistic"]["seed"]
+    p = out_of_fold_proba(
+        "logistic", X, y, stratified_folds(y, 5, 0), seed=seed, val_fraction=0.3, feature_names=selection["features"]
+    )
+    rag, closed = np.asarray(cols["rag_contains"], dtype=float), np.asarray(cols["correct_contains"], dtype=float)
+    expected = choose_threshold(p, y, rule="max_routed_score", qa_closed=closed, qa_rag=rag)
+    assert selection["thresholds"]["LR"]["tau"] == pytest.approx(expected.tau)
+    # tau_from: val keeps the earlier behaviour (τ on the validation predictions) and says so
+    ctx = _ctx(
+        tmp_path,
+        "classify_val",
+        {"calibrate": cal_dir},
+        classify={"seeds": [0], "kinds": ["logistic"], "tau_from": "val"},
+    )
+    classify.run(ctx)
+    val_selection = json.loads((ctx.out_dir / "selection.json").read_text())
+    assert val_selection["tau_from"] == "val" and val_selection["tau_folds"] is None
+    assert val_selection["roles"]["tau"] == val_selection["roles"]["model_choice"]
+    text = "\n".join(calibration_sections(cal_dir, cls_dir, tmp_path))
+    assert "| classifier τ | out-of-fold predictions over all" in text
+
+
+def test_classify_refuses_oof_tau_with_too_few_questions_of_a_class(tmp_path):
+    rows = _rows(40, 4)
+    for i, row in enumerate(rows):
+        row["correct_contains"] = 1.0 if i < 3 else 0.0
+    collect_dir = _collection(tmp_path, rows, _rows(20, 5))
+    ctx = _ctx(tmp_path, "cal", {"collect": collect_dir}, calibrate={"folds": 2})
+    calibrate.run(ctx)
+    with pytest.raises(DataError, match="tau_folds=5"):
+        classify.run(_ctx(tmp_path, "cls", {"calibrate": ctx.out_dir}, classify={"seeds": [0]}))
+
+
 def test_report_sections_show_the_routing_table_and_plots(stages_done, tmp_path):
     _, cal_dir, cls_dir, _, _ = stages_done
     lines = calibration_sections(cal_dir, cls_dir, tmp_path)

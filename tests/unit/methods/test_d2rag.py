@@ -206,6 +206,20 @@ def test_learned_utility_reuses_the_stage1_and_utility_answers(tools):
     assert answer.text == StandardRAG(tools, k=2).answer(EXAMPLE).text
 
 
+def test_a_learned_classifier_picks_the_decoding_mode_itself(tools):
+    from workbench.methods.utility_classifier import UtilityClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, len(UTILITY_FEATURES)))
+    clf = UtilityClassifier(dev_fraction=0.0).fit(X, rng.choice([-0.5, 0.0, 0.5], size=30))
+    clf.bias_ = np.array([100.0, 0.0, 0.0])  # every pair decided noisy, whatever its features
+    trace = make(tools, p=0.1, delta=clf, tau_neg=-0.99).answer(EXAMPLE).trace
+    utility = trace.find("utility").detail
+    assert utility["class"] == "noisy" and utility["class_from"] == "classifier" and "tau_neg" not in utility
+    assert set(utility["probabilities"]) == {"noisy", "neutral", "relevant"} and utility["delta"] is None
+    assert trace.find("generate").detail["mode"] == "ctx-neg-acd" and trace.fallbacks == 0
+
+
 def test_utility_class_boundaries():
     assert utility_class(0.12, 0.12, -0.1) == "neutral" and utility_class(0.13, 0.12, -0.1) == "relevant"
     assert utility_class(-0.1, 0.12, -0.1) == "neutral" and utility_class(-0.11, 0.12, -0.1) == "noisy"
