@@ -299,14 +299,12 @@ def bundles_command(
 ) -> None:
     """List exported bundles: name, version, methods and key held-out figures."""
     from workbench.bundle.catalog import list_bundles
+    from workbench.core.formatting import fmt
 
     entries = list_bundles(root, verify=verify)
     if not entries:
         typer.echo(f"no bundles under {root} (export one with `workbench export RUN_DIR`)")
         return
-
-    def fmt(value: object) -> str:
-        return f"{value:.3f}" if isinstance(value, float) else "–"
 
     rows = [
         [

@@ -7,20 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.core.formatting import fmt
+
 EMBEDDED_CAVEAT = (
     "The embedded generator is SmolLM2-135M-Instruct, a 135M-parameter model that answers few closed-book questions "
     "correctly: the features, calibrators and thresholds learned here describe *that* model on *this* data. They do "
     "not transfer to another generator — export a bundle from a run with your own model (`generator.model=...`) "
     "before relying on its decisions."
 )
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def model_card(manifest: dict[str, Any]) -> str:
@@ -85,8 +79,8 @@ def model_card(manifest: dict[str, Any]) -> str:
         for row in routing["rows"]:
             router = f"**{row['router']}** (this bundle)" if row["router"] == routing["chosen"] else row["router"]
             lines.append(
-                f"| {router} | {_fmt(row['retrieval_rate'], 2)} | {_fmt(row['em'])} | {_fmt(row['f1'])} | "
-                f"{_fmt(row['contains'])} | {_fmt(row['lm_calls'], 1)} | {_fmt(row['tokens'], 0)} |"
+                f"| {router} | {fmt(row['retrieval_rate'], 2)} | {fmt(row['em'])} | {fmt(row['f1'])} | "
+                f"{fmt(row['contains'])} | {fmt(row['lm_calls'], 1)} | {fmt(row['tokens'], 0)} |"
             )
         lines += ["", "Oracle retrieves exactly when the closed-book answer is wrong (it reads the gold answer).", ""]
         lines += ["![routing](plots/routing.png)", ""]
@@ -102,21 +96,19 @@ def model_card(manifest: dict[str, Any]) -> str:
             row = evaluate["methods"][method]
             label = method if method in manifest["methods"] else f"{method} (reads the gold answer: not in the bundle)"
             lines.append(
-                f"| {label} | {_fmt(row['contains'])} | {_fmt(row['retrieval_rate'], 2)} | "
-                f"{_fmt(row['lm_calls'], 1)} | {_fmt(row['tokens'], 0)} | {_fmt(row['latency_p50'], 2)} |"
+                f"| {label} | {fmt(row['contains'])} | {fmt(row['retrieval_rate'], 2)} | "
+                f"{fmt(row['lm_calls'], 1)} | {fmt(row['tokens'], 0)} | {fmt(row['latency_p50'], 2)} |"
             )
         lines += ["", "![methods](plots/methods.png)", ""]
     utility = metrics.get("utility")
     if utility:
-        figures = (
-            [f"R² {_fmt(utility.get('r2'))}, Spearman ρ {_fmt(utility.get('spearman'))}"] if "r2" in utility else []
-        )
+        figures = [f"R² {fmt(utility.get('r2'))}, Spearman ρ {fmt(utility.get('spearman'))}"] if "r2" in utility else []
         figures.append(
-            f"utility-class agreement {_fmt(utility.get('class_agreement'))} against "
-            f"{_fmt(utility.get('majority_agreement'))} for always predicting the commonest class"
+            f"utility-class agreement {fmt(utility.get('class_agreement'))} against "
+            f"{fmt(utility.get('majority_agreement'))} for always predicting the commonest class"
         )
         if "macro_f1" in utility:
-            figures.append(f"macro-F1 {_fmt(utility.get('macro_f1'))} against {_fmt(utility.get('majority_macro_f1'))}")
+            figures.append(f"macro-F1 {fmt(utility.get('macro_f1'))} against {fmt(utility.get('majority_macro_f1'))}")
         lines += ["## Utility predictor (out of fold)", "", "; ".join(figures) + ".", ""]
     default = "d2rag" if "d2rag" in manifest["methods"] else next(iter(manifest["methods"]))
     lines += [

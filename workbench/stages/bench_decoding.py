@@ -32,6 +32,7 @@ from typing import Any
 
 from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.core.formatting import fmt
 from workbench.stages.context import StageContext
 
 VARIANTS = ("greedy", "batched", "sequential")  # the main table's forwards column
@@ -174,12 +175,6 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None or not math.isfinite(value) else round(float(value), digits)
 
 
-def _fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:.{digits}f}{suffix}"
-
-
 def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     """The Markdown report: settings, one table row per batch size, and what the ratios say in plain words."""
     s = bench["settings"]
@@ -213,9 +208,10 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         forwards = " / ".join(str(r["forwards"][v]) for v in VARIANTS)
         lines.append(
             f"| {r['pairs']} | {r['greedy_s']:.3f} | {r['batched_s']:.3f} | {r['sequential_s']:.3f} "
-            f"| {_fmt(r['ratio_batched_vs_greedy'], suffix='x')} | {_fmt(r['ratio_sequential_vs_greedy'], suffix='x')} "
-            f"| {_fmt(r['speedup_batched_vs_sequential'], suffix='x')} "
-            f"| {_fmt(r['ratio_per_forward_batched_vs_greedy'], suffix='x')} | {forwards} "
+            f"| {fmt(r['ratio_batched_vs_greedy'], 2, suffix='x')} "
+            f"| {fmt(r['ratio_sequential_vs_greedy'], 2, suffix='x')} "
+            f"| {fmt(r['speedup_batched_vs_sequential'], 2, suffix='x')} "
+            f"| {fmt(r['ratio_per_forward_batched_vs_greedy'], 2, suffix='x')} | {forwards} "
             f"| {'yes' if r['parity'] else '**no**'} | {'yes' if r['meets_target'] else '**no**'} |"
         )
     lines += ["", *_verdict(results, target, bench.get("no_context", 0))]
@@ -231,8 +227,8 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "|---:|---:|---:|---:|---:|",
             *[
                 f"| {r['pairs']} | {r['batched_s']:.3f} | {r['padded_s']:.3f} "
-                f"| {_fmt(r['ratio_padded_vs_greedy'], suffix='x')} "
-                f"| {_fmt(r['speedup_split_vs_padded_prefill'], suffix='x')} |"
+                f"| {fmt(r['ratio_padded_vs_greedy'], 2, suffix='x')} "
+                f"| {fmt(r['speedup_split_vs_padded_prefill'], 2, suffix='x')} |"
                 for r in results
             ],
         ]
@@ -262,8 +258,8 @@ def _verdict(results: list[dict[str, Any]], target: float, no_context: int) -> l
     top = max(results, key=lambda r: r["pairs"])
     headline = (
         f" At the largest batch size (B = {top['pairs']}) batched contrastive decoding takes "
-        f"{_fmt(top['ratio_batched_vs_greedy'])}x the greedy time, two sequential decoders "
-        f"{_fmt(top['ratio_sequential_vs_greedy'])}x."
+        f"{fmt(top['ratio_batched_vs_greedy'], 2)}x the greedy time, two sequential decoders "
+        f"{fmt(top['ratio_sequential_vs_greedy'], 2)}x."
     )
     value = top["ratio_per_forward_batched_vs_greedy"]
     if value is None or not math.isfinite(value):
@@ -286,7 +282,7 @@ def _verdict(results: list[dict[str, Any]], target: float, no_context: int) -> l
             )
         forward_text = (
             f"One batched forward carries 2B rows against greedy's B rows; at B = {top['pairs']} it costs "
-            f"{_fmt(value)}x a greedy forward, {meaning}. Per-forward times include each step's host-side work "
+            f"{fmt(value, 2)}x a greedy forward, {meaning}. Per-forward times include each step's host-side work "
             "(for contrastive decoding: two log-softmaxes over the vocabulary, two entropies and the rule)."
         )
     paragraphs = [target_text + headline, "", forward_text]

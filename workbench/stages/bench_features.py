@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.core.formatting import fmt
 from workbench.stages.context import StageContext
 
 
@@ -187,10 +188,6 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
 def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     """The Markdown report: settings, the two ratio tables with their targets, and the per-feature costs."""
     n = bench["questions"]
@@ -239,8 +236,8 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             f" {verdict(lib_ratio, lambda v: v >= 5.0)}" if key in ("token_forwards", "nli_pairs", "seconds") else ""
         )
         lines.append(
-            f"| {label} | {cell(work[key], key)} | {cell(lib[key], key)} | {_fmt(lib_ratio)}x{target} "
-            f"| {cell(per[key], key)} | {_fmt(per_ratio)}x |"
+            f"| {label} | {cell(work[key], key)} | {cell(lib[key], key)} | {fmt(lib_ratio, 2)}x{target} "
+            f"| {cell(per[key], key)} | {fmt(per_ratio, 2)}x |"
         )
     lines += [
         "",
@@ -249,8 +246,8 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         "| cost (all questions) | bare generation | workbench, all features | ratio | target ≤ 1.3x |",
         "|---|---:|---:|---:|---|",
         f"| LM token-forwards | {bare['token_forwards']:.0f} | {work['token_forwards']:.0f} "
-        f"| {_fmt(over['token_forwards'])}x | {verdict(over['token_forwards'], lambda v: v <= 1.3)} |",
-        f"| wall time (s) | {bare['seconds']:.1f} | {work['seconds']:.1f} | {_fmt(over['seconds'])}x "
+        f"| {fmt(over['token_forwards'], 2)}x | {verdict(over['token_forwards'], lambda v: v <= 1.3)} |",
+        f"| wall time (s) | {bare['seconds']:.1f} | {work['seconds']:.1f} | {fmt(over['seconds'], 2)}x "
         f"| {verdict(over['seconds'], lambda v: v <= 1.3)} |",
         "",
         "Token-forwards count prompt tokens too, which a forward pass processes in parallel, so wall time is the "

@@ -35,6 +35,7 @@ import numpy as np
 
 from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.formatting import fmt
 from workbench.stages.context import StageContext
 
 BANNED = ("lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "sklearn", "sentence_transformers")
@@ -361,13 +362,9 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     for row in bench["serve"]:
         lines.append(
             f"| {row['mode']} | {row['requests']} | {row['concurrency']} | {row['errors']} "
-            f"| {_f(row['p50_s'])} | {_f(row['p95_s'])} | {_f(row['max_s'])} | {_f(row['throughput_rps'], 2)} |"
+            f"| {fmt(row['p50_s'])} | {fmt(row['p95_s'])} | {fmt(row['max_s'])} | {fmt(row['throughput_rps'], 2)} |"
         )
     return lines
-
-
-def _f(value: Any, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def report(ctx: StageContext) -> dict[str, Any]:

@@ -13,17 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.atomic import atomic_directory
+from workbench.core.formatting import fmt
 from workbench.stages.context import StageContext
 
 MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG", "gold": "gold passage"}
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _stage_times(run_dir: Path, stages: list[str]) -> list[tuple[str, float, bool]]:
@@ -50,9 +43,9 @@ def quality_table(summary: dict[str, Any]) -> list[str]:
     ]
     for mode, row in summary["modes"].items():
         lines.append(
-            f"| {MODE_TITLES.get(mode, mode)} | {row['n']} | {_fmt(row['em'])} | {_fmt(row['f1'])} "
-            f"| {_fmt(row['contains'])} | {_fmt(row.get('recall_at_k'))} | {_fmt(row['prompt_tokens'], 1)} "
-            f"| {_fmt(row['new_tokens'], 1)} | {_fmt(row['seconds_per_question'], 2)} |"
+            f"| {MODE_TITLES.get(mode, mode)} | {row['n']} | {fmt(row['em'])} | {fmt(row['f1'])} "
+            f"| {fmt(row['contains'])} | {fmt(row.get('recall_at_k'))} | {fmt(row['prompt_tokens'], 1)} "
+            f"| {fmt(row['new_tokens'], 1)} | {fmt(row['seconds_per_question'], 2)} |"
         )
     return lines
 
@@ -73,19 +66,19 @@ def template_table(summary: dict[str, Any]) -> list[str]:
     for template in templates:
         rows = {m: by[m].get(template, {}) for m in modes}
         cells = [template, str(max(r.get("n", 0) for r in rows.values()))]
-        cells += [_fmt(rows[m].get("contains")) for m in modes]
-        cells += [_fmt(rows[m].get("format_ok")) for m in modes]
+        cells += [fmt(rows[m].get("contains")) for m in modes]
+        cells += [fmt(rows[m].get("format_ok")) for m in modes]
         if lift:
             gap = (
                 None
                 if not rows["rag"] or not rows["closed_book"]
                 else rows["rag"]["contains"] - rows["closed_book"]["contains"]
             )
-            cells.append(_fmt(gap) if gap is None else f"{gap:+.3f}")
+            cells.append(fmt(gap) if gap is None else f"{gap:+.3f}")
         first = next(iter(rows.values()))
-        cells.append(_fmt(first.get("gold_first")))
+        cells.append(fmt(first.get("gold_first")))
         bands = rows.get("closed_book", first).get("by_difficulty") or {}
-        cells.append(", ".join(f"{d} {_fmt(v, 2)}" for d, v in bands.items()) or "–")
+        cells.append(", ".join(f"{d} {fmt(v, 2)}" for d, v in bands.items()) or "–")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

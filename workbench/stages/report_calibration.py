@@ -8,9 +8,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _f(value: Any, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+from workbench.core.formatting import fmt, markdown_table
 
 
 def _minmax(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -49,8 +47,8 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
         m = metrics[name][split]
         b, a = m["before"], m["after"]
         lines.append(
-            f"| {name} | {_f(b['auroc'])} → {_f(a['auroc'])} | {_f(b['prr'])} → {_f(a['prr'])} | {_f(a['aurac'])} "
-            f"| {_f(a['ece'])} | {_f(a['brier'])} |"
+            f"| {name} | {fmt(b['auroc'])} → {fmt(a['auroc'])} | {fmt(b['prr'])} → {fmt(a['prr'])} | {fmt(a['aurac'])} "
+            f"| {fmt(a['ece'])} | {fmt(a['brier'])} |"
         )
     ranked = sorted(features, key=lambda f: -(metrics[f][split]["after"]["auroc"] or 0.0))
     panels = {}
@@ -101,7 +99,7 @@ def _role_lines(selection: dict) -> list[str]:
         "tau": "classifier τ",
         "single_feature_tau": "single-feature τ",
     }
-    return ["| what | chosen on |", "|---|---|", *[f"| {names.get(k, k)} | {v} |" for k, v in roles.items()], ""]
+    return [*markdown_table(["what", "chosen on"], [[names.get(k, k), v] for k, v in roles.items()], "ll"), ""]
 
 
 def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
@@ -132,8 +130,8 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         s = info["summary"][kind]
         t = selection["thresholds"][short[kind]]
         lines.append(
-            f"| {kind} | {len(info['runs'])} | {_f(s['mean_prr'])} ± {_f(s['std_prr'])} "
-            f"| {_f(s['mean_auroc'])} ± {_f(s['std_auroc'])} | {t['tau']:.3f} | {t['retrieval_rate']:.2f} |"
+            f"| {kind} | {len(info['runs'])} | {fmt(s['mean_prr'])} ± {fmt(s['std_prr'])} "
+            f"| {fmt(s['mean_auroc'])} ± {fmt(s['std_auroc'])} | {t['tau']:.3f} | {t['retrieval_rate']:.2f} |"
         )
     lines += [
         "",
@@ -224,7 +222,7 @@ def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: 
     intervals = paired_bootstrap(scores, labels, best)
 
     def cell(value: float, bounds: tuple[float, float]) -> str:
-        return f"{_f(value)} ({_f(bounds[0], 2)} – {_f(bounds[1], 2)})"
+        return f"{fmt(value)} ({fmt(bounds[0], 2)} – {fmt(bounds[1], 2)})"
 
     lines = [
         "",

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workbench.core.formatting import fmt, markdown_table
+
 
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
@@ -167,7 +169,7 @@ def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
         )
 
     def row(name: str, figures: dict[str, Any]) -> str:
-        recall = " | ".join(_num(figures["recall"][c]) for c in classes)
+        recall = " | ".join(fmt(figures["recall"][c], 2) for c in classes)
         predicted = " / ".join(str(figures["predicted"][c]) for c in classes)
         return f"| {name} | {figures['class_agreement']:.3f} | {figures['macro_f1']:.3f} | {recall} | {predicted} |"
 
@@ -207,9 +209,9 @@ def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
     lines += [
         "Rows: the label's class, columns: the predicted class (out of fold):",
         "",
-        "| label \\ predicted | " + " | ".join(classes) + " |",
-        "|---|" + "---:|" * len(classes),
-        *[f"| {a} | " + " | ".join(str(oof["confusion"][a][b]) for b in classes) + " |" for a in classes],
+        *markdown_table(
+            ["label \\ predicted", *classes], [[a, *(oof["confusion"][a][b] for b in classes)] for a in classes]
+        ),
         "",
         _weight_lines(summary["coefficients"]),
         "",
@@ -217,10 +219,6 @@ def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:
         "",
     ]
     return lines
-
-
-def _num(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
 
 
 def _biases(biases: dict[str, float]) -> str:

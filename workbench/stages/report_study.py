@@ -7,15 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+from workbench.core.formatting import fmt
 
 
 def _params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k} = {_fmt(v)}" for k, v in params.items()) or "–"
+    return ", ".join(f"{k} = {fmt(v, 4, style='g')}" for k, v in params.items()) or "–"
 
 
 def history_plot(path: Path, methods: dict[str, Any], objective: str) -> Path:
