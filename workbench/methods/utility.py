@@ -109,6 +109,17 @@ class UtilityEstimate:
     probabilities: np.ndarray | None = None
 
 
+def feature_matrix(X: Any, columns: int, where: str) -> np.ndarray:
+    """``X`` as a float matrix of ``columns`` columns (NaN allowed: the learned utilities impute it); DataError on
+    another shape or on ±inf."""
+    arr = np.asarray(X, dtype=float)
+    if arr.ndim != 2 or arr.shape[1] != columns:
+        raise DataError(f"expected a 2-D array with {columns} columns, got {arr.shape}", where)
+    if np.isinf(arr).any():
+        raise DataError("features hold ±inf", where)
+    return arr
+
+
 def impute_and_standardise(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(mean, scale, z)`` of a feature matrix: NaN cells filled with their column's mean (0 for an all-NaN column),
     then each column standardised (:func:`~workbench.classify.inputs.fit_standardizer`: a constant column gets scale
@@ -235,12 +246,7 @@ class UtilityPredictor:
         return self.coef_ is not None
 
     def _matrix(self, X: Any, where: str) -> np.ndarray:
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[1] != len(self.feature_names):
-            raise DataError(f"expected a 2-D array with {len(self.feature_names)} columns, got {arr.shape}", where)
-        if np.isinf(arr).any():
-            raise DataError("features hold ±inf", where)
-        return arr
+        return feature_matrix(X, len(self.feature_names), where)
 
     def fit(self, X: Any, y: Any) -> UtilityPredictor:
         """Fit on feature rows ``X`` and ΔSePer labels ``y`` (finite, one per row, at least 2 rows); returns self."""

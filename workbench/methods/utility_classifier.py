@@ -43,6 +43,7 @@ from workbench.methods.utility import (
     UTILITY_FEATURES,
     ClosedAnswer,
     UtilityEstimate,
+    feature_matrix,
     impute_and_standardise,
     utility_inputs,
 )
@@ -206,12 +207,7 @@ class UtilityClassifier:
         return self.model_ is not None
 
     def _matrix(self, X: Any, where: str) -> np.ndarray:
-        arr = np.asarray(X, dtype=float)
-        if arr.ndim != 2 or arr.shape[1] != len(self.feature_names):
-            raise DataError(f"expected a 2-D array with {len(self.feature_names)} columns, got {arr.shape}", where)
-        if np.isinf(arr).any():
-            raise DataError("features hold ±inf", where)
-        return arr
+        return feature_matrix(X, len(self.feature_names), where)
 
     def _dev_mask(self, labels: np.ndarray) -> np.ndarray | None:
         """Stratified held-out rows for the biases (None: no shift — ``dev_fraction`` 0, or too few rows)."""
