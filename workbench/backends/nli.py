@@ -32,14 +32,13 @@ import numpy as np
 from workbench.backends.cost import CostCounter
 from workbench.backends.embedder import TextEncoder
 from workbench.backends.factory import resolve_device
+from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL, NLI_LABELS
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.core.hashing import stable_hash, tree_fingerprint
 from workbench.metrics.qa import containment, exact_match, normalize_answer, token_f1
 
 log = logging.getLogger(__name__)
 
-NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
-CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
 QuestionArg = str | Sequence[str] | None
 
 

@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from workbench.core.errors import DataError
-
-CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
-LABEL_NAMES = ("contradiction", "neutral", "entailment")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.nli_labels import ENTAILMENT
 from workbench.core.errors import DataError
 from workbench.methods.base import Tools
 from workbench.methods.common import generate_answers
@@ -67,7 +68,6 @@ UTILITY_FEATURES: tuple[str, ...] = (
 UTILITY_CLASSES: tuple[str, ...] = ("noisy", "neutral", "relevant")
 """D²-RAG's three utility classes (spec §7.2), in the order of every per-class array (probabilities, biases)."""
 
-ENTAILMENT = 2  # column of NLIJudge.entail
 FORMAT_VERSION = 1
 
 

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from workbench.backends.nli_labels import NLI_LABELS
 from workbench.core.errors import AssetError
 from workbench.stages.context import Resources
 
@@ -68,9 +69,7 @@ def judge_table_lines(table: dict[str, Any]) -> list[str]:
             lines.append(f"| {kind} | skipped: {row['skipped']} | | | | |")
             continue
         nli, short = row["nli_pairs"], row["short_answers"]
-        recall = " / ".join(
-            f"{nli['recall'].get(c, float('nan')):.2f}" for c in ("contradiction", "neutral", "entailment")
-        )
+        recall = " / ".join(f"{nli['recall'].get(c, float('nan')):.2f}" for c in NLI_LABELS)
         lines.append(
             f"| {kind} | {nli['accuracy']:.3f} (n={nli['n']}) | {recall} | {nli['pairs_per_s']:.0f} "
             f"| {short['accuracy']:.3f} (n={short['n']}) | {short['pairs_per_s']:.0f} |"

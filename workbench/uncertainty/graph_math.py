@@ -12,7 +12,8 @@ import string
 
 import numpy as np
 
-CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
+from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT
+
 _PROB_FLOOR = 1e-12
 
 

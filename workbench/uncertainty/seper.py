@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from workbench.core.errors import ConfigError, DataError
 from workbench.uncertainty.calculators import ANSWER_SYSTEM
 from workbench.uncertainty.features.base import LOGPROB_FLOOR
@@ -47,7 +48,6 @@ NORMALISATIONS: tuple[str, ...] = ("softmax_mean", "frequency", "sequence")
 DIRECTIONS: tuple[str, ...] = ("max", "fwd")
 ALIAS_AGGREGATIONS: tuple[str, ...] = ("max", "mean")
 MATCH_PREDICATES: tuple[str, ...] = ("loose", "bi")
-CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2  # column order of NLIJudge.entail
 
 
 @dataclass(frozen=True)

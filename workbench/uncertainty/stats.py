@@ -29,10 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.backends.nli_labels import NLI_LABELS
 from workbench.core.errors import DataError
 
-NLI_ORDER: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
-"""Column order of the last axis of every ``*_nli_probs`` stat (same as ``workbench.backends.nli.NLI_LABELS``)."""
+NLI_ORDER = NLI_LABELS
+"""Column order of the last axis of every ``*_nli_probs`` stat (:data:`workbench.backends.nli_labels.NLI_LABELS`)."""
 
 
 @dataclass(frozen=True)
