@@ -15,16 +15,7 @@ from workbench.calibration.base import (
     finite_number,
     require_keys,
 )
-
-
-def sigmoid(f: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-f))`` computed as ``(1 + tanh(f / 2)) / 2`` (no overflow)."""
-    return 0.5 * (1.0 + np.tanh(0.5 * f))
-
-
-def _loss(f: np.ndarray, t: np.ndarray) -> float:
-    """Cross-entropy ``Σ log(1 + e^f) - t·f`` of logits f against targets t."""
-    return float(np.sum(np.logaddexp(0.0, f) - t * f))
+from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
 
 
 def platt_targets(labels: np.ndarray, prior_smoothing: bool) -> np.ndarray:
@@ -42,9 +33,9 @@ def platt_targets(labels: np.ndarray, prior_smoothing: bool) -> np.ndarray:
 def fit_logistic_1d(scores: np.ndarray, targets: np.ndarray, max_iter: int = 100) -> tuple[float, float]:
     """Maximum-likelihood ``(a, b)`` of ``P = σ(a·s + b)`` by damped Newton steps on the standardised score.
 
-    Minimises ``Σ_i log(1 + e^{f_i}) - t_i f_i`` with ``f_i = a·s_i + b`` (targets t_i in [0, 1]). Newton steps
-    (a 1e-12 ridge keeps the Hessian invertible) with Armijo back-tracking; stops when the step is below 1e-10
-    or after ``max_iter`` steps (separable data without smoothing has no finite optimum).
+    Minimises ``Σ_i log(1 + e^{f_i}) - t_i f_i`` with ``f_i = a·s_i + b`` (targets t_i in [0, 1]), unpenalised, by
+    :func:`~workbench.calibration.logistic_fit.fit_logistic_newton` started at the prior log-odds (separable data
+    without smoothing has no finite optimum: it stops after ``max_iter`` steps).
     """
     mu = float(scores.mean())
     sd = float(scores.std())
@@ -52,26 +43,10 @@ def fit_logistic_1d(scores: np.ndarray, targets: np.ndarray, max_iter: int = 100
         sd = 1.0
     z = (scores - mu) / sd
     t_mean = float(np.clip(targets.mean(), 1e-12, 1.0 - 1e-12))
-    theta = np.array([0.0, np.log(t_mean / (1.0 - t_mean))])
     design = np.stack([z, np.ones_like(z)], axis=1)
-    loss = _loss(design @ theta, targets)
-    for _ in range(max_iter):
-        p = sigmoid(design @ theta)
-        grad = design.T @ (p - targets)
-        hess = (design * (p * (1.0 - p))[:, None]).T @ design + 1e-12 * np.eye(2)
-        step = np.linalg.solve(hess, grad)
-        rate = 1.0
-        while rate > 1e-10:
-            trial = theta - rate * step
-            trial_loss = _loss(design @ trial, targets)
-            if trial_loss <= loss - 1e-4 * rate * float(grad @ step):
-                break
-            rate *= 0.5
-        else:
-            break
-        theta, loss = trial, trial_loss
-        if float(np.max(np.abs(rate * step))) < 1e-10:
-            break
+    theta = fit_logistic_newton(
+        design, targets, start=np.array([0.0, np.log(t_mean / (1.0 - t_mean))]), max_iter=max_iter
+    )
     a_std, b_std = float(theta[0]), float(theta[1])
     return a_std / sd, b_std - a_std * mu / sd
 

@@ -1,4 +1,4 @@
-"""Logistic regression on standardised features: fitted with scikit-learn, applied in numpy, stored as JSON."""
+"""Logistic regression on standardised features: fitted and applied in numpy, stored as JSON."""
 
 from __future__ import annotations
 
@@ -8,22 +8,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
 from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
 
 FORMAT_VERSION = 1
 """Version of the dict layout written by :meth:`LogisticModel.to_dict`."""
-
-
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    """The logistic function, computed without overflow for large ``|z|``."""
-    z = np.asarray(z, dtype=np.float64)
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    ez = np.exp(z[~pos])
-    out[~pos] = ez / (1.0 + ez)
-    return out
 
 
 @dataclass(frozen=True)
@@ -122,24 +112,25 @@ def fit_logistic(
 ) -> LogisticModel:
     """Fit an L2 logistic regression of ``y`` (1 = correct) on standardised ``X``.
 
-    scikit-learn's ``LogisticRegression(C, lbfgs, max_iter, random_state=seed)`` is fitted on ``(X − mean) / scale``
-    (see :func:`~workbench.classify.inputs.fit_standardizer`). DataError on non-finite features, non-binary or
-    one-class labels, or a feature-name count that does not match ``X``.
+    Minimises ``C · Σ_i log-loss_i + ½‖w‖²`` (scikit-learn's ``LogisticRegression(C)`` objective; the intercept is
+    not penalised) on ``(X − mean) / scale`` (:func:`~workbench.classify.inputs.fit_standardizer`) with the
+    workbench's one logistic fit, :func:`~workbench.calibration.logistic_fit.fit_logistic_newton` (penalty 1 / C).
+    Deterministic: ``seed`` is accepted for the common classifier signature and changes nothing. DataError on
+    non-finite features, non-binary or one-class labels, or a feature-name count that does not match ``X``.
     """
-    from sklearn.linear_model import LogisticRegression
-
     arr = as_features(X)
     labels = as_labels(y, arr.shape[0])
     names = resolve_feature_names(feature_names, arr.shape[1])
     if not C > 0:
         raise ConfigError(f"must be positive, got {C}", "C")
     mean, scale = fit_standardizer(arr)
-    clf = LogisticRegression(C=C, max_iter=max_iter, random_state=seed)
-    clf.fit((arr - mean) / scale, labels)
+    design = np.hstack([(arr - mean) / scale, np.ones((arr.shape[0], 1))])
+    penalty = np.append(np.full(arr.shape[1], 1.0 / C), 0.0)
+    theta = fit_logistic_newton(design, labels, penalty, max_iter=max_iter)
     return LogisticModel(
         mean=mean,
         scale=scale,
-        coef=np.asarray(clf.coef_, dtype=np.float64).reshape(-1).copy(),
-        intercept=float(clf.intercept_[0]),
+        coef=theta[:-1].copy(),
+        intercept=float(theta[-1]),
         feature_names=names,
     )

@@ -236,7 +236,7 @@ class MLPModel:
         """P(correct) for each row of ``X`` (raw features), a float64 vector ``[rows]``; DataError on bad input.
 
         Pure numpy (float32 weights, float64 arithmetic): no torch needed, as in the runtime."""
-        from workbench.classify.logistic import sigmoid
+        from workbench.calibration.logistic_fit import sigmoid
 
         h = (as_features(X, n_features=self.n_features) - self.mean) / self.scale
         layers = self.layers()

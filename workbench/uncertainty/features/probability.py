@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
 from workbench.core.errors import DataError
 from workbench.uncertainty.features.base import (
     Feature,
@@ -230,8 +231,9 @@ class LarsLikeScorer:
     * the mean and the minimum log-prob (0 for an empty answer),
     * ln(1 + L).
 
-    Features are standardised with the training mean and standard deviation, and the model is fitted by Newton's
-    method (IRLS) with penalty ``l2``·‖w‖²/2 (intercept unpenalised). :meth:`predict` returns σ(w·x + b) ∈ (0, 1)
+    Features are standardised with the training mean and standard deviation, and the model is fitted by damped
+    Newton steps (:func:`~workbench.calibration.logistic_fit.fit_logistic_newton`) with penalty ``l2``·‖w‖²/2
+    (intercept unpenalised). :meth:`predict` returns σ(w·x + b) ∈ (0, 1)
     — the ``lars_score`` stat. Serialises to a JSON-ready dict only (:meth:`to_dict` / :meth:`from_dict`), never pickle.
     """
 
@@ -286,17 +288,9 @@ class LarsLikeScorer:
         std = x.std(axis=0)
         self.scale_ = np.where(std > 1e-12, std, 1.0)
         z = np.hstack([(x - self.mean_) / self.scale_, np.ones((y.size, 1))])
-        beta = np.zeros(z.shape[1])
         penalty = np.full(z.shape[1], self.l2)
-        penalty[-1] = 0.0
-        for _ in range(self.max_iter):
-            p = 1.0 / (1.0 + np.exp(-(z @ beta)))
-            grad = z.T @ (p - y) + penalty * beta
-            hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(z.shape[1])
-            step = np.linalg.solve(hess, grad)
-            beta -= step
-            if np.abs(step).max() < 1e-8:
-                break
+        penalty[-1] = 0.0  # the intercept is not shrunk
+        beta = fit_logistic_newton(z, y, penalty, max_iter=self.max_iter)
         self.coef_ = beta[:-1]
         self.intercept_ = float(beta[-1])
         self.n_train_ = int(y.size)
@@ -309,7 +303,7 @@ class LarsLikeScorer:
         if not len(logprob_lists):
             return np.zeros(0)
         z = (self._design(logprob_lists) - self.mean_) / self.scale_
-        return 1.0 / (1.0 + np.exp(-(z @ self.coef_ + self.intercept_)))
+        return sigmoid(z @ self.coef_ + self.intercept_)
 
     def predict(self, logprobs: Sequence[float] | np.ndarray) -> float:
         """Confidence σ(w·x + b) ∈ (0, 1) that the answer with these log-probs is correct (the ``lars_score``)."""
