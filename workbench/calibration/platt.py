@@ -16,6 +16,7 @@ from workbench.calibration.base import (
     require_keys,
 )
 from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
+from workbench.calibration.standardize import fit_standardizer
 
 
 def platt_targets(labels: np.ndarray, prior_smoothing: bool) -> np.ndarray:
@@ -37,10 +38,8 @@ def fit_logistic_1d(scores: np.ndarray, targets: np.ndarray, max_iter: int = 100
     :func:`~workbench.calibration.logistic_fit.fit_logistic_newton` started at the prior log-odds (separable data
     without smoothing has no finite optimum: it stops after ``max_iter`` steps).
     """
-    mu = float(scores.mean())
-    sd = float(scores.std())
-    if sd == 0.0:
-        sd = 1.0
+    mean, scale = fit_standardizer(scores)
+    mu, sd = float(mean), float(scale)
     z = (scores - mu) / sd
     t_mean = float(np.clip(targets.mean(), 1e-12, 1.0 - 1e-12))
     design = np.stack([z, np.ones_like(z)], axis=1)

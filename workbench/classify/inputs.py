@@ -65,17 +65,6 @@ def resolve_feature_names(feature_names: Sequence[str] | None, n_features: int) 
     return names
 
 
-def fit_standardizer(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column means and scales (population std, 1.0 where a column is constant) of a validated matrix ``X``.
-
-    Same convention as scikit-learn's ``StandardScaler``: ``(X - mean) / scale``.
-    """
-    mean = X.mean(axis=0)
-    scale = X.std(axis=0)
-    scale = np.where(scale < 10 * np.finfo(np.float64).eps * np.maximum(np.abs(mean), 1.0), 1.0, scale)
-    return mean, scale
-
-
 def check_vector(values: object, size: int, *, where: str) -> np.ndarray:
     """A float64 vector of ``size`` finite values read from ``values``; DataError otherwise."""
     try:

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
-from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
+from workbench.calibration.standardize import fit_standardizer
+from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
 
 FORMAT_VERSION = 1
@@ -113,7 +114,7 @@ def fit_logistic(
     """Fit an L2 logistic regression of ``y`` (1 = correct) on standardised ``X``.
 
     Minimises ``C · Σ_i log-loss_i + ½‖w‖²`` (scikit-learn's ``LogisticRegression(C)`` objective; the intercept is
-    not penalised) on ``(X − mean) / scale`` (:func:`~workbench.classify.inputs.fit_standardizer`) with the
+    not penalised) on ``(X − mean) / scale`` (:func:`~workbench.calibration.standardize.fit_standardizer`) with the
     workbench's one logistic fit, :func:`~workbench.calibration.logistic_fit.fit_logistic_newton` (penalty 1 / C).
     Deterministic: ``seed`` is accepted for the common classifier signature and changes nothing. DataError on
     non-finite features, non-binary or one-class labels, or a feature-name count that does not match ``X``.

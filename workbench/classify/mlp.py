@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from workbench.classify.inputs import as_features, as_labels, fit_standardizer, resolve_feature_names
+from workbench.calibration.standardize import fit_standardizer
+from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
 
 FORMAT_VERSION = 1

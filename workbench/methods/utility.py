@@ -122,9 +122,9 @@ def feature_matrix(X: Any, columns: int, where: str) -> np.ndarray:
 
 def impute_and_standardise(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(mean, scale, z)`` of a feature matrix: NaN cells filled with their column's mean (0 for an all-NaN column),
-    then each column standardised (:func:`~workbench.classify.inputs.fit_standardizer`: a constant column gets scale
-    1). ``mean`` doubles as the imputation value at prediction time."""
-    from workbench.classify.inputs import fit_standardizer
+    then each column standardised (:func:`~workbench.calibration.standardize.fit_standardizer`: a constant column
+    gets scale 1). ``mean`` doubles as the imputation value at prediction time."""
+    from workbench.calibration.standardize import fit_standardizer
 
     with np.errstate(all="ignore"):
         column_means = np.nanmean(arr, axis=0)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
+from workbench.calibration.standardize import fit_standardizer
 from workbench.core.errors import DataError
 from workbench.uncertainty.features.base import (
     Feature,
@@ -284,9 +285,7 @@ class LarsLikeScorer:
         if y.size < 2 or y.min() == y.max():
             raise DataError("need at least one correct and one wrong answer", "LarsLikeScorer.fit")
         x = self._design(logprob_lists)
-        self.mean_ = x.mean(axis=0)
-        std = x.std(axis=0)
-        self.scale_ = np.where(std > 1e-12, std, 1.0)
+        self.mean_, self.scale_ = fit_standardizer(x)
         z = np.hstack([(x - self.mean_) / self.scale_, np.ones((y.size, 1))])
         penalty = np.full(z.shape[1], self.l2)
         penalty[-1] = 0.0  # the intercept is not shrunk
