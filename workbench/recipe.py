@@ -268,7 +268,7 @@ class EvaluateSection:
     limit: int | None = doc("first N questions of the split (null: all)", 10)
     methods: list[str] = doc(
         "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, d2rag_oracle "
-        "(gold-dependent utility), insemrag",
+        "(gold-dependent utility), insemrag, insemrag_distilled (InSemRAG with the distilled controller)",
         ["no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag"],
     )
     options: dict[str, dict] = doc(
@@ -338,6 +338,84 @@ class FitUtilitySection:
     l2: float = doc("L2 penalty on the standardised weights (ridge: λ; classifier: C = 1 / l2, 0 = none)", 1.0)
     folds: int = doc("cross-validation folds for the out-of-fold quality figures", 5)
     batch_questions: int = doc("questions per batch", 8)
+
+
+@dataclass
+class DistillDataSection:
+    """The 'distill_data' stage: InSemRAG's controller decisions recorded from a prompted teacher, plus labels derived
+    from the gold data, as the trace dataset a distilled controller learns from (spec §16; docs in
+    workbench/stages/distill_data.py). Passages are cut at evaluate.passage_chars, as the evaluated method cuts them."""
+
+    split: str = doc("split the training traces come from (a training split, never one you evaluate on)", "train")
+    limit: int | None = doc(
+        "first N questions of split (null: all); each runs InSemRAG's whole loop with the teacher (~30 model calls)",
+        40,
+    )
+    heldout_split: str = doc("split of the dataset's 'heldout' traces (the student is scored on them)", "val")
+    heldout_limit: int | None = doc("first N questions of heldout_split (null: all)", 20)
+    teacher: str | None = doc(
+        "the teacher's model: an embedded name, a local directory or an explicit HF hub id (null: generator.model); "
+        "a larger instruct model where you have one",
+        None,
+    )
+    sources: list[Literal["teacher", "gold"]] = doc(
+        "where targets come from: teacher (the prompted teacher's replies; unusable ones are skipped and counted) and "
+        "gold (refine / completeness / coverage / channel-weight labels derived from the gold passages and answers)",
+        ["teacher", "gold"],
+    )
+    insemrag: dict[str, Any] = doc(
+        "InSemRAG's settings while the teacher runs: the keys of evaluate.options.insemrag (e.g. {k1: 20, "
+        "max_rounds: 2, enrich_tokens: 64}); controller stays prompted, its model is teacher",
+        {},
+    )
+    seed: int = doc("seed of the gold completeness labels' synthetic damage (with each question id)", 0)
+
+
+@dataclass
+class DistillSection:
+    """The 'distill' stage: a LoRA student (peft + PyTorch Lightning) trained on the distill_data traces to be
+    InSemRAG's controller, then scored on the traces' heldout rows against its base prompted as the controller
+    (docs in workbench/stages/distill.py; multi-GPU launches in the README)."""
+
+    base_model: str = doc(
+        "the student's base model: embedded 'smollm2', a local model directory or an explicit HF hub id", "smollm2"
+    )
+    lora_r: int = doc("LoRA rank r", 16)
+    lora_alpha: int = doc("LoRA alpha (the adapter's update is scaled by alpha / r)", 32)
+    lora_dropout: float = doc("dropout on the LoRA input, in [0, 1)", 0.05)
+    target_modules: list[str] = doc(
+        "modules LoRA wraps (default: the attention projections of Llama-style models); absent names are an error",
+        ["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
+    learning_rate: float = doc("AdamW learning rate (constant)", 0.0001)
+    epochs: int = doc("training epochs", 2)
+    batch_size: int = doc("rows per batch and device", 8)
+    grad_accum: int = doc(
+        "batches per optimizer step (effective batch: batch_size x grad_accum x devices x num_nodes)", 1
+    )
+    precision: Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true"] = doc(
+        "Lightning precision: 32-true on CPU, bf16-mixed on recent GPUs (16-*: GPUs only)", "32-true"
+    )
+    accelerator: Literal["auto", "cpu", "gpu"] = doc("where to train (auto: a GPU when torch sees one)", "auto")
+    devices: int = doc("devices (processes) per node; more than 1 needs a multi-process launch (README)", 1)
+    num_nodes: int = doc("nodes (launch with torchrun or srun; README)", 1)
+    strategy: Literal["auto", "ddp", "deepspeed_stage_2", "deepspeed_stage_3"] = doc(
+        "Lightning strategy: auto (one device, DDP for several), ddp, or DeepSpeed ZeRO stage 2 / 3 (needs the "
+        "deepspeed package; on CPU a C++ compiler for its communication op)",
+        "auto",
+    )
+    max_length: int = doc("tokens per training sequence (longer prompts lose their start)", 1024)
+    sources: list[Literal["teacher", "gold"]] = doc(
+        "which rows of the trace dataset to train on: teacher replies, gold-derived labels, or both",
+        ["teacher", "gold"],
+    )
+    checkpoint_every: int = doc(
+        "optimizer steps between checkpoints (0: at epoch ends only); an interrupted run resumes from the newest", 50
+    )
+    merge: bool = doc("also write the merged model (base + LoRA) to merged/ in the stage output", False)
+    eval_limit: int | None = doc("heldout rows scored per decision and source (null: all)", 50)
+    eval_batch_size: int = doc("prompts per batch when base and student are scored on the heldout rows", 8)
+    seed: int | None = doc("training seed: adapter initialisation and row order (null: the recipe's seed)", None)
 
 
 @dataclass
@@ -472,6 +550,8 @@ class RecipeConfig:
     evaluate: EvaluateSection = doc("the 'evaluate' stage", EvaluateSection())
     seper_eval: SeperEvalSection = doc("the 'seper_eval' stage", SeperEvalSection())
     fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
+    distill_data: DistillDataSection = doc("the 'distill_data' stage", DistillDataSection())
+    distill: DistillSection = doc("the 'distill' stage", DistillSection())
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
     study: StudySection = doc("the 'study' stage", StudySection())
     export: ExportSection = doc("the 'export' stage", ExportSection())
@@ -563,6 +643,9 @@ INT_MINIMUMS: dict[str, int] = {
     "classify.tau_folds": 2,
     "calibrate.folds": 2,
     "fit_utility.folds": 2,
+    "distill_data.seed": 0,
+    "distill.seed": 0,
+    "distill.checkpoint_every": 0,
 }
 """Integer keys whose smallest accepted value is not 1. Every other integer of a recipe (a count, a limit, a size,
 a length, each item of an integer list) must be >= 1; ``null`` stays allowed where the schema allows it."""
@@ -634,12 +717,14 @@ def _check_devices(config: RecipeConfig) -> None:
 def _check_stage_sections(config: RecipeConfig) -> None:
     """The checks the stages themselves run on their own section (collect, fit_utility, bench_decoding, the feature
     names of bench_features)."""
-    from workbench.stages import bench_decoding, collect, fit_utility
+    from workbench.stages import bench_decoding, collect, distill, distill_data, fit_utility
     from workbench.uncertainty.features import get_features
 
     for stage, check in (
         ("collect", collect._check_section),
         ("fit_utility", fit_utility._validate),
+        ("distill_data", distill_data.validate_section),
+        ("distill", distill.validate_section),
         ("bench_decoding", bench_decoding.validate_section),
         ("bench_features", lambda section: get_features(section.features)),
     ):
@@ -660,6 +745,7 @@ SPLIT_READERS: dict[str, tuple[str, ...]] = {
     "evaluate": ("evaluate.split",),
     "seper_eval": ("seper_eval.split",),
     "fit_utility": ("fit_utility.split",),
+    "distill_data": ("distill_data.split", "distill_data.heldout_split"),
     "bench_decoding": ("bench_decoding.split",),
     "bench_features": ("bench_features.split",),
     "bench_backends": ("data.fractions",),
@@ -813,6 +899,33 @@ def _check_report(config: RecipeConfig) -> None:
         raise ConfigError(f"the report stage needs one of {', '.join(shown)} before it", "stages")
 
 
+def _check_insemrag_controller(config: RecipeConfig) -> None:
+    """evaluate ← distill: InSemRAG's ``controller: distilled`` without a ``controller_model`` reads the run's distill
+    output, which only the evaluate stage reads (and only when distill runs before it); the study never reads it."""
+    from workbench.methods.registry import INSEMRAG_METHODS
+
+    users = []  # (method, why the run's distill output is out of reach)
+    if "evaluate" in config.stages and "distill" not in config.stages:
+        users += [
+            (m, "add the distill stage before evaluate") for m in config.evaluate.methods if m in INSEMRAG_METHODS
+        ]
+    if "study" in config.stages:
+        users += [
+            (m, "the study does not read the distill stage") for m in config.study.methods if m in INSEMRAG_METHODS
+        ]
+    for method, hint in users:
+        options = config.evaluate.options.get(method) or {}
+        if not isinstance(options, dict):
+            continue  # check_options names it
+        default = "distilled" if method == "insemrag_distilled" else "prompted"
+        if options.get("controller", default) == "distilled" and options.get("controller_model") is None:
+            raise ConfigError(
+                f"the distilled controller of {method} needs controller_model (an adapter.json, its directory or a "
+                f"model) or the run's distill output: {hint}, or set controller_model",
+                f"evaluate.options.{method}.controller",
+            )
+
+
 def _check_evaluate_params(config: RecipeConfig) -> None:
     """evaluate.params: every file is a study parameters file of a method the recipe evaluates."""
     from workbench.stages.study import read_params
@@ -913,6 +1026,7 @@ LOAD_CHECKS = (
     _check_learned_methods,
     _check_fit_utility,
     _check_report,
+    _check_insemrag_controller,
     _check_stage("study", _check_study),
     _check_stage("evaluate", _check_evaluate_params),
     _check_stage("export", _check_export),

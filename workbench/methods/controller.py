@@ -34,8 +34,13 @@ Two implementations:
   brackets, relevance and coverage from token overlap, extractive compression. Useful for tests, as a baseline and
   as a floor a distilled controller must beat.
 
+The distilled controller is no third class: it is :class:`PromptedLMController` (``name="distilled"``, log-prob
+scoring) over the distilled student, so the student is read exactly as its teacher was prompted. The controller's
+model may differ from the answering model (InSemRAG's ``controller_model`` option).
+
 Fallbacks (spec §9.1): S1 → dense = the query, keywords = its content words; S2 → uniform weights; S3 → keep with
-score 0.5 (the method breaks ties by the fused retrieval rank); S4 → intact (score 1); S5 → the extractive stitch
+score 0.5 (the method breaks ties by the fused retrieval rank; when a filter drops every candidate, the method
+keeps the top k2 by score); S4 → intact (score 1); S5 → the extractive stitch
 of previous + chunk + next cut to the budget; S6 → the question itself as the only element; S7 → covered (score 1,
 which stops the loop); S8 → the element text as the query.
 """
@@ -593,10 +598,12 @@ class PromptedLMController(Controller):
     ``generator``: anything with ``render_chat(message, system=...)`` and ``generate(prompts, max_new_tokens=...,
     temperature=..., stop=...)`` returning objects with ``.text``; for ``score_mode="logprobs"`` also
     ``next_token_logprobs(prompts, options)``. ``score_mode``: ``"auto"`` (log-probs when the generator offers
-    them), ``"logprobs"`` or ``"generate"``. ``keep_threshold``: keep a candidate iff its relevance ≥ it (0.5 =
-    the model prefers Yes). ``templates``: per-intent channel weights (:data:`INTENT_TEMPLATES`). ``max_elements``:
-    cap on S6. ``passage_chars``: passages are cut to this many characters in prompts. Generative decisions decode
-    greedily.
+    them), ``"logprobs"`` or ``"generate"``. ``keep_threshold`` in [0, 1]: keep a candidate iff its relevance ≥
+    it (0.5 = the model prefers Yes; not in the paper, which re-ranks and keeps the top k2 — InSemRAG's
+    ``keep_threshold`` setting). ``templates``: per-intent channel weights (:data:`INTENT_TEMPLATES`).
+    ``max_elements``: cap on S6. ``passage_chars``: passages are cut to this many characters in prompts. Generative
+    decisions decode greedily. ``name``: how the trace names the controller (``"distilled"`` for the same code over a
+    distilled student: the student is read exactly like the prompted model).
     """
 
     name = "prompted"
@@ -613,14 +620,19 @@ class PromptedLMController(Controller):
         enrich_tokens: int = 128,
         elements_tokens: int = 128,
         follow_up_tokens: int = 48,
+        name: str = "prompted",
     ) -> None:
         if score_mode not in ("auto", "logprobs", "generate"):
             raise ValueError(f"score_mode must be auto, logprobs or generate, got {score_mode!r}")
+        threshold_ok = isinstance(keep_threshold, int | float) and not isinstance(keep_threshold, bool)
+        if not threshold_ok or not 0.0 <= float(keep_threshold) <= 1.0:
+            raise ValueError(f"keep_threshold must be a number in [0, 1], got {keep_threshold!r}")
+        self.name = name
         if score_mode == "auto":
             score_mode = "logprobs" if hasattr(generator, "next_token_logprobs") else "generate"
         self.generator = generator
         self.score_mode = score_mode
-        self.keep_threshold = keep_threshold
+        self.keep_threshold = float(keep_threshold)
         self.templates = {k: dict(v) for k, v in (templates or INTENT_TEMPLATES).items()}
         missing = set(INTENTS) - set(self.templates)
         if missing:

@@ -22,8 +22,10 @@ fragmentation actually occurs: the Wikipedia summaries average ~100 encoder toke
      top ``candidates_per_channel``; :class:`~workbench.backends.retrievers.HybridRetriever` min-max normalises and
      fuses them with the query's weights (eq. 8) into the top ``k1`` pool E0. Fused and per-channel raw scores
      are logged;
-   * ``refine`` (per query) — the controller keeps / drops each candidate with a relevance score (S3); the kept
-     ones, by score (ties: fused rank), capped at ``k`` (k2), form Er;
+   * ``refine`` (per query) — the controller keeps / drops each candidate with a relevance score (S3; an LM
+     controller keeps iff score ≥ ``keep_threshold``); the kept ones, by score (ties: fused rank), capped at ``k``
+     (k2), form Er. When the filter drops **every** candidate, Er = the top ``k`` by score (ties: fused rank), as in
+     the spec's re-ranking (§7.1), counted as a fallback and flagged ``all_dropped`` in the step;
    * ``damage`` (per query) — a completeness score per kept chunk (S4); damaged iff score < ``tau``;
    * ``repair`` (per damaged chunk) — the previous and next chunk of the same document (``doc_id``, ``index`` ± 1)
      are stitched around it and the controller compresses the stitch to ``compression_length`` tokens (S5). The
@@ -100,6 +102,10 @@ class InSemRAGSettings:
     * ``candidates_per_channel`` = 50 — each channel's own top-N before fusion [D: N = k1].
     * ``k1`` = 50 — size of the fused candidate pool E0 the controller refines [D; the paper's value is lost].
     * ``k`` = 10 — chunks kept per active query after refinement (k2) [I].
+    * ``keep_threshold`` = 0.5 — the relevance filter of an LM controller (prompted, distilled): keep a candidate iff
+      p(Yes) / (p(Yes) + p(No)) ≥ it [not in the paper, which re-ranks E0 and keeps the top k2 (spec §7.1): 0.5 =
+      the model prefers Yes]. The heuristic controller keeps any candidate sharing a keyword with the query. A round
+      whose filter drops every candidate keeps the top ``k`` by score instead (a counted fallback).
     * ``chunking`` = ``"fixed"`` — search InSemRAG's own view of the corpus: the documents cut into consecutive,
       non-overlapping windows of ``chunk_tokens`` tokens of the dense encoder's tokenizer (white-space words when it
       has none) [D: spec §5, D16], whatever ``data.chunking`` is; ``"corpus"`` searches the corpus rows as built.
@@ -129,6 +135,7 @@ class InSemRAGSettings:
     candidates_per_channel: int = 50
     k1: int = 50
     k: int = 10
+    keep_threshold: float = 0.5
     compression_length: int | None = None
     max_follow_ups: int = 3
     max_final_chunks: int = 30
@@ -162,6 +169,9 @@ class InSemRAGSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise bad(name, f"{name} must be a finite number >= 0")
+        keep = self.keep_threshold
+        if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0.0 <= keep <= 1.0:
+            raise bad("keep_threshold", "keep_threshold must be a number in [0, 1]")
         for name in ("max_rounds", "candidates_per_channel", "k1", "k", "max_follow_ups", "chunk_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -340,6 +350,13 @@ class InSemRAG(Method):
                 )
             tools, self.corpus_view = token_window_view(tools, settings.chunk_tokens)
         super().__init__(tools)
+        own = getattr(controller, "keep_threshold", None)  # an LM controller's relevance filter
+        if own is not None and float(own) != float(settings.keep_threshold):
+            raise ConfigError(
+                f"the controller keeps candidates at {own} but keep_threshold is {settings.keep_threshold}: "
+                "give the same value to both",
+                "insemrag.keep_threshold",
+            )
         self.controller = controller
         self.settings = settings
         if retriever is None:
@@ -354,6 +371,18 @@ class InSemRAG(Method):
         self.retriever = route_views(retriever, self.settings.candidates_per_channel)
         self.channels: tuple[str, ...] = tuple(self.retriever.names)
         self._neighbours: dict[tuple[str, int], int] | None = None
+
+    @property
+    def controller_info(self) -> dict[str, Any]:
+        """Which controller decides (``name``) and on which model (``model``: the reference of its generator;
+        ``answering_model``: True when it is the answering model itself; both None for a model-free controller)."""
+        generator = getattr(self.controller, "generator", None)
+        resolved = getattr(generator, "resolved", None)
+        return {
+            "name": self.controller.name,
+            "model": getattr(resolved, "ref", None) if generator is not None else None,
+            "answering_model": (generator is self.tools.generator) if generator is not None else None,
+        }
 
     # ------------------------------------------------------------------ helpers
     def _record(self, trace: Trace, step: dict[str, Any], key: str, decision: Decision, what: str) -> None:
@@ -449,20 +478,34 @@ class InSemRAG(Method):
                 step["disabled"] = True
                 kept = [(p, p.score) for p in pool[: s.k]]
             else:
+                step["keep_threshold"] = getattr(self.controller, "keep_threshold", None)
                 decisions = self.controller.refine(query, [p.prompt_text(self.tools.passage_chars) for p in pool])
+                all_dropped = False
                 if len(decisions) != len(pool):
                     trace.fallback(f"controller refine: {len(decisions)} verdicts for {len(pool)} candidates")
                     decisions = []
                     kept = [(p, p.score) for p in pool[: s.k]]
                 else:
-                    order = sorted(
-                        (i for i, d in enumerate(decisions) if d.keep), key=lambda i: (-decisions[i].score, i)
-                    )
+                    # by relevance, ties by the fused rank (the pool's order): spec §7.1 re-ranking
+                    ranked = sorted(range(len(pool)), key=lambda i: (-float(decisions[i].score), i))
+                    order = [i for i in ranked if decisions[i].keep]
+                    all_dropped = bool(pool) and not order
+                    if all_dropped:  # never silently no evidence: Er = TopK_k2(E0 by r) as the spec re-ranks
+                        order = ranked
                     kept = [(pool[i], float(decisions[i].score)) for i in order[: s.k]]
                 step["decisions"] = [
                     {"chunk_id": p.chunk_id, **d.to_dict()} for p, d in zip(pool, decisions, strict=False)
                 ]
                 step["fallbacks"] = self._record_many(trace, decisions, "refine")
+                step["all_dropped"] = all_dropped
+                if all_dropped:
+                    note = (
+                        f"controller refine: the relevance filter dropped all {len(pool)} candidates: kept the top "
+                        f"{len(kept)} by relevance score"
+                    )
+                    trace.fallback(note)
+                    step["fallbacks"] += 1
+                    step["fallback_note"] = note
             step["kept"] = [p.chunk_id for p, _ in kept]
         return kept
 
@@ -529,6 +572,7 @@ class InSemRAG(Method):
         evidence: dict[int, _Evidence] = {}  # by corpus row: a repaired chunk supersedes its raw one
 
         with trace.step("elements", counter) as step:
+            step.update(controller=self.controller_info)
             decision = controller.elements(question)
             self._record(trace, step, "decision", decision, "elements")
             elements = list(decision.elements) or [question]

@@ -48,6 +48,42 @@ class Resources:
 
         return self.get("generator", build)
 
+    def controller_generator(self, spec: str | Path) -> Any:
+        """A second generator for InSemRAG's controller (``evaluate.options.<method>.controller_model``), cached per
+        ``spec``: an embedded name, a local model directory, an explicit hub id, or a distilled adapter
+        (an ``adapter.json`` or a directory holding one; merged over its base by
+        :func:`workbench.backends.lora.resolve_adapter_model`). The run's own generator when ``spec`` is the
+        recipe's ``generator.model`` or resolves to the same weights. Built with the ``generator`` section's device,
+        dtype, batch size and cache and the run's seed (its own context window); it counts in the run's counter."""
+        spec = str(spec)
+        section = self.config.generator
+        if spec == str(section.model):
+            return self.generator()
+
+        def build():
+            from workbench.backends.factory import build_generator
+            from workbench.methods.registry import resolve_controller_model, same_weights
+
+            resolved = resolve_controller_model(spec)
+            run = self.generator()
+            if same_weights(run.resolved, resolved):
+                return run
+            return self.get(  # one generator per model, whatever reference names it
+                f"controller_generator@{resolved.path}:{resolved.fingerprint}",
+                lambda: build_generator(
+                    resolved,
+                    device=section.device,
+                    dtype=section.dtype,
+                    batch_size=section.batch_size,
+                    cache=section.cache,
+                    counter=self.counter,
+                    seed=self.config.seed,
+                    device_key="generator.device",
+                ),
+            )
+
+        return self.get(f"controller_generator:{spec}", build)
+
     def embedder(self):
         """The run's :class:`workbench.backends.embedder.Embedder`."""
 

@@ -26,6 +26,13 @@ D²-RAG reads its learned parts from the run's ``calibrate`` and ``classify`` ou
 classifier, its τ) and, when the run has ``fit_utility``, the learned utility predictor; without it, the oracle
 utility (ΔSePer, gold-dependent) is used and the summary says so. ``d2rag_oracle`` always uses the oracle, so the
 two side by side compare the learned utility with the paper's.
+
+InSemRAG's controller may run on a model of its own (``controller_model``): a second generator from
+:meth:`~workbench.stages.context.Resources.controller_generator`, counted in the same cost counter and, like the
+answering generator, without the generation cache while the methods answer. ``controller: distilled`` (the default of
+``insemrag_distilled``) without a ``controller_model`` reads the run's ``distill`` output (``adapter.json``), so
+``insemrag`` and ``insemrag_distilled`` side by side compare the prompted controller with the distilled one. The
+summary's notes say which controller each InSemRAG variant ran and on which model.
 """
 
 from __future__ import annotations
@@ -176,14 +183,25 @@ def run(ctx: StageContext) -> dict[str, Any]:
         learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
-        methods[name] = build_method(name, tools, method_options(ctx, name), learned, utility_fallback="oracle")
-    saved_cache = tools.generator.cache
+        methods[name] = build_method(
+            name,
+            tools,
+            method_options(ctx, name),
+            learned,
+            utility_fallback="oracle",
+            controller_generator=ctx.resources.controller_generator,
+            distilled_adapter=ctx.inputs.get("distill"),
+        )
+    generators = _generators(tools, methods)
+    saved_caches = [g.cache for g in generators]
     if not section.reuse_generations:  # each method pays for its own generations: comparable cost and latency
-        tools.generator.cache = None
+        for generator in generators:
+            generator.cache = None
     try:
         results = _answer_all(ctx, methods, rows)
     finally:
-        tools.generator.cache = saved_cache
+        for generator, cache in zip(generators, saved_caches, strict=True):
+            generator.cache = cache
     records = [record for result in results for record in result.records]
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
     summary = summarise(records)  # the same as each result's summary, keyed in the recipe's order
@@ -217,9 +235,25 @@ def _answer_all(ctx: StageContext, methods: dict[str, Any], rows: list[dict[str,
     return results
 
 
+def _generators(tools: Any, methods: dict[str, Any]) -> list[Any]:
+    """Every distinct generator the methods call: the answering one, then each controller's own (InSemRAG)."""
+    found = [tools.generator]
+    for method in methods.values():
+        generator = getattr(getattr(method, "controller", None), "generator", None)
+        if generator is not None and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
 def _notes(methods: dict[str, Any], learned: Any) -> dict[str, str]:
-    """The summary's notes: which utility each D²-RAG variant ran with."""
+    """The summary's notes: which utility each D²-RAG variant ran with, which controller each InSemRAG variant."""
     notes: dict[str, str] = {}
+    for name, method in methods.items():
+        info = getattr(method, "controller_info", None)
+        if info is None:
+            continue
+        where = "no model" if info["model"] is None else f"model {info['model']}"
+        notes[name] = f"{info['name']} controller, {'the answering model' if info['answering_model'] else where}"
     if "d2rag" in methods and learned is not None and learned.utility is None:
         notes["d2rag"] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
     if "d2rag_oracle" in methods:

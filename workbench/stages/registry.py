@@ -72,6 +72,8 @@ STAGES: dict[str, StageSpec] = {
                 "calibrate",
                 "classify",
                 "fit_utility",
+                "distill_data",
+                "distill",
                 "study",
                 "evaluate",
                 "seper_eval",
@@ -158,9 +160,11 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.evaluate:run",
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
-            optional_inputs=("collect", "calibrate", "classify", "fit_utility", "study"),
-            version=3,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
-            # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs
+            optional_inputs=("collect", "calibrate", "classify", "fit_utility", "study", "distill"),
+            version=4,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
+            # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs;
+            # 4: InSemRAG's controller options and keep_threshold; a refine round that drops every candidate keeps
+            # the top k2
             uses=("generator", "embedder"),
         ),
         StageSpec(
@@ -189,6 +193,22 @@ STAGES: dict[str, StageSpec] = {
             sections=("fit_utility", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "distill_data",
+            "record InSemRAG's controller decisions from a prompted teacher plus gold-derived labels (trace dataset)",
+            "workbench.stages.distill_data:run",
+            # evaluate: its passage_chars / max_new_tokens shape the passages the controller is shown
+            sections=("distill_data", "generator", "embedder", "evaluate"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "distill",
+            "train a LoRA student controller on the distill_data traces (Lightning; resumable); score it vs its base",
+            "workbench.stages.distill:run",
+            sections=("distill",),
+            inputs=("distill_data",),
         ),
         StageSpec(
             "bench_decoding",

@@ -219,6 +219,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_evaluate import utility_section
 
             body += utility_section(ctx.inputs["fit_utility"], tmp)
+        if "distill_data" in ctx.inputs:
+            from workbench.stages.report_distill import distill_data_lines
+
+            body += distill_data_lines(ctx.inputs["distill_data"], tmp)
+        if "distill" in ctx.inputs:
+            from workbench.stages.report_distill import distill_lines
+
+            body += distill_lines(ctx.inputs["distill"], tmp)
         if "study" in ctx.inputs:
             from workbench.stages.report_study import study_section
 

@@ -58,12 +58,13 @@ TUNABLE: dict[str, dict[str, Tunable]] = {
     "insemrag": {
         "tau": Tunable("float", 0.0, 1.0),
         "gamma": Tunable("float", 0.0, 1.0),
+        "keep_threshold": Tunable("float", 0.0, 1.0),
     },
 }
 """Every tunable parameter by method. The names are the methods' option names (``evaluate.options``), except D²-RAG's
 ``tau``, the decision threshold on P(correct) (retrieve iff p < τ) that the classify stage otherwise chooses.
 DENSE-RAG's ``tau`` is its semantic-chunking threshold, InSemRAG's ``tau`` / ``gamma`` its completeness and coverage
-thresholds."""
+thresholds and ``keep_threshold`` the relevance filter of its LM controller (keep a candidate iff p(Yes) ≥ it)."""
 
 DEFAULT_SPACES: dict[str, dict[str, dict[str, Any]]] = {
     "dtr": {"tau": {"low": 0.01, "high": 10.0, "log": True}},

@@ -642,3 +642,103 @@ def test_repaired_chunks_reach_the_coverage_check_and_the_prompt_whole(ctools, m
     assert repaired in seen["prompts"][-1]
     raw = [t for t in seen["coverage"][-1] if t != repaired]
     assert raw and all(t.endswith("...") for t in raw)  # raw chunks: still cut at passage_chars
+
+
+# ------------------------------------------------------------------------------------------------------ keep filter
+class Dropping(Scripted):
+    """A controller whose relevance filter drops every candidate, with scores given per chunk id (default 0.1)."""
+
+    def __init__(self, scores: dict[str, float], **kwargs):
+        super().__init__(**kwargs)
+        self.scores = scores
+
+    def refine(self, query: str, passages: Sequence[str]) -> list[Relevance]:
+        self._count("refine", len(passages))
+        out = []
+        for passage in passages:
+            chunk = next((cid for cid, text in TEXT.items() if text in passage), "")
+            out.append(Relevance(score=self.scores.get(chunk, 0.1), keep=False, raw="No"))
+        return out
+
+
+def test_a_round_whose_filter_drops_every_candidate_keeps_the_top_k2_by_score_and_counts_a_fallback(ctools):
+    """Before issue 14 such a round added no evidence (6 of 10 reference questions were answered closed-book); now
+    Er = the top k2 by relevance score, ties broken by the fused rank (spec §7.1), and it is a counted fallback."""
+    scores = {"louvre#1": 0.45, "seine#0": 0.3, "hamlet#0": 0.3, "eiffel#2": 0.3}
+    controller = Dropping(scores, coverage=(1.0,))
+    settings = InSemRAGSettings(**{**FAST, "k": 3})
+    trace = InSemRAG(ctools, controller, settings).answer(QUESTION).trace
+
+    refine = trace.find("refine").detail
+    fused = [c["chunk_id"] for c in trace.find("retrieve").detail["per_query"][0]["candidates"]]
+    tied = sorted(["seine#0", "hamlet#0", "eiffel#2"], key=fused.index)  # equal scores: fused rank decides
+    assert refine["kept"] == ["louvre#1", *tied[:2]]
+    assert refine["all_dropped"] is True and all(not d["keep"] for d in refine["decisions"])
+    note = f"controller refine: the relevance filter dropped all {len(fused)} candidates: kept the top 3 by "
+    note += "relevance score"
+    assert refine["fallback_note"] == note and refine["fallbacks"] == 1
+    assert trace.notes == [note] and trace.fallbacks == 1
+    assert trace.retrieved and trace.find("generate").detail["ids"] == refine["kept"]
+    assert not any("no evidence" in n for n in trace.notes)
+
+
+def test_a_round_that_keeps_something_is_no_fallback(ctools):
+    trace = InSemRAG(ctools, Scripted(), InSemRAGSettings(**FAST)).answer(QUESTION).trace
+    assert trace.find("refine").detail["all_dropped"] is False and trace.fallbacks == 0
+
+
+def test_keep_threshold_is_the_prompted_filter_and_settings_and_controller_must_agree(ctools):
+    def logprobs(prompt, options):
+        if options == ["A", "B", "C"]:
+            return np.log([0.6, 0.2, 0.2])
+        yes = 0.7 if "Eiffel" in prompt.split("Passage:")[-1] else 0.4  # p(Yes) / (p(Yes) + p(No))
+        return np.log([yes, 1e-9, 1 - yes, 1e-9])
+
+    def relevance(threshold):
+        controller = PromptedLMController(FakeGenerator(well_formed, logprobs), keep_threshold=threshold)
+        return controller.refine("q", PASSAGES)
+
+    assert [r.keep for r in relevance(0.5)] == [True, False]
+    assert [r.keep for r in relevance(0.3)] == [True, True]
+    assert [r.keep for r in relevance(0.8)] == [False, False]
+    assert [r.score for r in relevance(0.8)] == pytest.approx([0.7, 0.4])
+
+    controller = PromptedLMController(FakeGenerator(well_formed, logprobs), keep_threshold=0.3)
+    trace = InSemRAG(ctools, controller, InSemRAGSettings(**FAST, keep_threshold=0.3)).answer(QUESTION).trace
+    refine = trace.find("refine").detail
+    assert refine["keep_threshold"] == 0.3 and not refine["all_dropped"]
+    assert {d["chunk_id"] for d in refine["decisions"] if d["keep"]} == {d["chunk_id"] for d in refine["decisions"]}
+    with pytest.raises(ConfigError, match="keep_threshold") as caught:
+        InSemRAG(ctools, controller, InSemRAGSettings(**FAST))  # 0.5 in the settings, 0.3 in the controller
+    assert caught.value.where == "insemrag.keep_threshold"
+    for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
+        with pytest.raises(ConfigError, match="keep_threshold"):
+            InSemRAGSettings(keep_threshold=bad).validate()
+        with pytest.raises(ValueError, match="keep_threshold"):
+            PromptedLMController(GARBAGE, keep_threshold=bad)
+
+
+def test_prompted_filter_that_drops_everything_on_the_tiny_model_still_leaves_evidence(ctools):
+    """The reference failure on a real controller: p(Yes) below the threshold for every candidate (here forced by
+    ``keep_threshold`` 1.0) — through the registry, as a recipe sets it."""
+    from workbench.methods.registry import build_method
+
+    options = {**FAST, "keep_threshold": 1.0, "max_rounds": 1, "repair": False}
+    options.update(enrich_tokens=4, elements_tokens=4, follow_up_tokens=4)
+    method = build_method("insemrag", ctools, options, None)
+    assert method.controller.keep_threshold == 1.0 and method.controller.generator is ctools.generator
+    trace = method.answer(QUESTION).trace
+    refine = trace.find("refine").detail
+    assert refine["all_dropped"] and len(refine["kept"]) == FAST["k"]
+    scores = {d["chunk_id"]: d["score"] for d in refine["decisions"]}
+    assert [scores[c] for c in refine["kept"]] == sorted(scores.values(), reverse=True)[: FAST["k"]]
+    assert trace.retrieved and sum("dropped all" in n for n in trace.notes) == 1
+
+
+def test_a_study_trial_keep_threshold_reaches_the_prompted_controller(tools):
+    """The study passes a trial's parameters as options (tuning/objective.py): keep_threshold must reach the filter."""
+    from workbench.methods.registry import build_method
+
+    tools.embedder = object()  # InSemRAG's dense channel needs one; nothing is embedded here
+    method = build_method("insemrag", tools, {"keep_threshold": 0.25, "k1": 8, "k": 3}, None)
+    assert method.settings.keep_threshold == 0.25 and method.controller.keep_threshold == 0.25

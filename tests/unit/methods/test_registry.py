@@ -19,7 +19,7 @@ from workbench.recipe import load_recipe
         (["dtr"], {"dtr": 3}, "evaluate.options.dtr", "must be a mapping"),
         (["no_rag"], {"no_rag": {"k": 3}}, "evaluate.options.no_rag", "known: none"),
         (["oracle"], {"oracle": {"k": 0}}, "evaluate.options.oracle", "k must be an integer >= 1"),
-        (["insemrag"], {"insemrag": {"controller": "big"}}, "evaluate.options.insemrag", "prompted or heuristic"),
+        (["insemrag"], {"insemrag": {"controller": "big"}}, "evaluate.options.insemrag", "heuristic or distilled"),
         (["insemrag"], {"insemrag": {"max_rounds": 0}}, "evaluate.options.insemrag", "max_rounds"),
         (["insemrag"], {"insemrag": {"enrich_tokens": 0}}, "evaluate.options.insemrag", "enrich_tokens must be"),
         (

@@ -1,0 +1,63 @@
+"""Issue 14 end to end on the tiny models: teacher traces (distill_data) → a LoRA student (distill) → InSemRAG with
+``controller: distilled`` reading the run's own distill output in the evaluate stage, next to the prompted
+controller, and one report with every section."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_distill_data import OPTIONS, write_data
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+SMALL = "k1: 4, candidates_per_channel: 4, k: 2, max_rounds: 1, chunk_tokens: 32"
+
+
+def test_the_distilled_controller_is_trained_and_answers_through_the_controller_option(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
+    qa, corpus = write_data(tmp_path)
+    overrides = [
+        f"generator.model={tiny_lm_long_dir}",
+        f"embedder.model={tiny_encoder_dir}",
+        f"data.dataset={qa}",
+        f"data.corpus={corpus}",
+        "data.fractions=[0.5, 0.0, 0.4, 0.1]",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "tracker=none",
+        "threads=1",
+        "stages=[build_data,distill_data,distill,evaluate,report]",
+        "distill_data.limit=2",
+        "distill_data.heldout_limit=1",
+        OPTIONS,
+        f"distill.base_model={tiny_lm_long_dir}",
+        "distill.lora_r=4",
+        "distill.lora_alpha=8",
+        "distill.epochs=1",
+        "distill.max_length=256",
+        "distill.eval_limit=2",
+        "evaluate.limit=1",
+        "evaluate.max_new_tokens=4",
+        "evaluate.methods=[insemrag,insemrag_distilled]",
+        f"evaluate.options={{insemrag: {{{SMALL}}}, insemrag_distilled: {{{SMALL}}}}}",
+    ]
+    run_recipe(load_recipe("evaluate", overrides))
+    run = tmp_path / "run" / "stages"
+    adapter = json.loads((run / "distill" / "adapter.json").read_text())
+    assert adapter["kind"] == "lora_adapter" and adapter["base_model"] == str(tiny_lm_long_dir)
+    import datasets
+
+    traces = datasets.load_from_disk(str(run / "evaluate" / "traces"))
+    by_method = {row["method"]: json.loads(row["trace"]) for row in traces}
+    assert set(by_method) == {"insemrag", "insemrag_distilled"}
+    prompted = by_method["insemrag"]["steps"][0]["detail"]["controller"]
+    distilled = by_method["insemrag_distilled"]["steps"][0]["detail"]["controller"]
+    assert prompted["name"] == "prompted" and distilled["name"] == "distilled"
+    assert distilled["model"] != prompted["model"]  # the merged student, not the answering model
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Distilled controller" in report and "insemrag_distilled" in report

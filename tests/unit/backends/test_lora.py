@@ -1,0 +1,138 @@
+"""The LoRA adapter artifact: saving, loading (merge over the base, cached once) and refusing bad adapters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.core.errors import AssetError, DataError
+
+SETTINGS = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], "learning_rate": 0.01}
+
+
+@pytest.fixture(scope="module")
+def peft_model(tiny_lm_dir):
+    """The tiny Llama with a LoRA adapter whose A and B are both random (non-zero update)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    return get_peft_model(base, config).eval()
+
+
+@pytest.fixture()
+def adapter_dir(tmp_path, peft_model, tiny_lm_dir):
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import save_lora_adapter
+
+    base = resolve_generator(str(tiny_lm_dir))
+    out = tmp_path / "distill"
+    save_lora_adapter(
+        peft_model,
+        out,
+        base_model=str(tiny_lm_dir),
+        base_fingerprint=base.fingerprint,
+        settings=SETTINGS,
+        decisions=["refine", "enrich"],
+    )
+    return out
+
+
+def _logits(model, ids):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].numpy()
+
+
+def test_adapter_round_trips_to_the_merged_model(adapter_dir, peft_model, tiny_lm_dir):
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import resolve_adapter_model
+
+    payload = json.loads((adapter_dir / "adapter.json").read_text())
+    assert payload["kind"] == "lora_adapter" and payload["format"] == "insemrag-controller-v1"
+    assert (payload["r"], payload["alpha"], payload["target_modules"]) == (4, 8.0, ["q_proj", "v_proj"])
+    assert payload["decisions"] == ["refine", "enrich"] and payload["training"] == {"learning_rate": 0.01}
+    assert (adapter_dir / "peft_adapter" / "adapter_config.json").is_file()
+    assert (adapter_dir / "peft_adapter" / "adapter_model.safetensors").is_file()
+
+    resolved = resolve_adapter_model(adapter_dir)  # the directory or its adapter.json
+    base = resolve_generator(str(tiny_lm_dir))
+    assert resolved.fingerprint != base.fingerprint and resolved.source == "adapter"
+    merged = AutoModelForCausalLM.from_pretrained(resolved.path).eval()
+    expected = copy.deepcopy(peft_model).merge_and_unload()
+    ids = [5, 17, 42, 99, 7, 3]
+    np.testing.assert_allclose(_logits(merged, ids), _logits(expected, ids), atol=1e-5)
+    # the adapter changes the model: the merged outputs are not the base's
+    plain = AutoModelForCausalLM.from_pretrained(tiny_lm_dir).eval()
+    assert np.abs(_logits(merged, ids) - _logits(plain, ids)).max() > 1e-3
+    # peft users load peft_adapter/ over the base and get the same model
+    from peft import PeftModel
+
+    with_peft = PeftModel.from_pretrained(plain, adapter_dir / "peft_adapter").eval()
+    np.testing.assert_allclose(_logits(with_peft, ids), _logits(expected, ids), atol=1e-5)
+
+    config = Path(resolved.path) / "config.json"
+    stamp = config.stat().st_mtime_ns
+    again = resolve_adapter_model(adapter_dir / "adapter.json")
+    assert (again.path, again.fingerprint) == (resolved.path, resolved.fingerprint)
+    assert config.stat().st_mtime_ns == stamp  # merged once, then reused
+
+
+def test_a_tampered_tensor_file_is_refused(adapter_dir):
+    from workbench.backends.lora import resolve_adapter_model
+
+    blob = bytearray((adapter_dir / "adapter.safetensors").read_bytes())
+    blob[-1] ^= 0xFF
+    (adapter_dir / "adapter.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(DataError, match="sha256"):
+        resolve_adapter_model(adapter_dir)
+
+
+def test_an_artifact_of_another_kind_is_refused(adapter_dir):
+    from workbench.backends.lora import resolve_adapter_model
+
+    path = adapter_dir / "adapter.json"
+    payload = json.loads(path.read_text())
+    payload["kind"] = "mlp"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError, match="not a LoRA adapter"):
+        resolve_adapter_model(path)
+
+
+def test_tensor_names_that_do_not_match_the_base_are_refused(adapter_dir):
+    from workbench.backends.lora import resolve_adapter_model
+    from workbench.core.artifact_io import read_artifact, write_artifact
+
+    path = adapter_dir / "adapter.json"
+    payload, tensors = read_artifact(path)
+    renamed = {k.replace("layers.1.", "layers.7."): v for k, v in tensors.items()}
+    write_artifact(path, payload, renamed)  # a valid artifact (fresh sha256) whose names fit no layer of the base
+    with pytest.raises(DataError, match=r"do not match the LoRA layers.*missing.*unexpected"):
+        resolve_adapter_model(path)
+
+
+def test_a_missing_adapter_or_a_changed_base_is_an_asset_error(adapter_dir, tmp_path):
+    from workbench.backends.lora import resolve_adapter_model
+    from workbench.core.artifact_io import read_artifact, write_artifact
+
+    with pytest.raises(AssetError, match="no LoRA adapter here"):
+        resolve_adapter_model(tmp_path / "nowhere")
+    path = adapter_dir / "adapter.json"
+    payload, tensors = read_artifact(path)
+    write_artifact(path, {**payload, "base_fingerprint": "0" * 16}, tensors)
+    with pytest.raises(AssetError, match="was trained on 0000"):
+        resolve_adapter_model(path)
+    write_artifact(path, {**payload, "base_model": str(tmp_path / "gone")}, tensors)
+    with pytest.raises(AssetError, match="cannot resolve the adapter's base model"):
+        resolve_adapter_model(path)

@@ -1,0 +1,111 @@
+"""The student's rows (tokenisation, loss mask, truncation), its sampler and its settings' checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.core.errors import ConfigError, DataError
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_lm_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_lm_dir)
+
+
+def _prompt(tokenizer, text="Is the capital of France Paris?"):
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def test_the_loss_covers_the_target_only_with_eos_after_generative_targets(tokenizer):
+    from workbench.backends.prompts import encode
+    from workbench.distill.student import IGNORE_INDEX, encode_row
+
+    prompt = _prompt(tokenizer)
+    prompt_ids = encode(tokenizer, prompt)
+    target_ids = tokenizer("The capital of France is Paris.", add_special_tokens=False)["input_ids"]
+    row = encode_row(tokenizer, prompt, "The capital of France is Paris.", single_token=False, max_length=512)
+    assert list(row.input_ids) == prompt_ids + target_ids + [tokenizer.eos_token_id]
+    assert list(row.labels) == [IGNORE_INDEX] * len(prompt_ids) + target_ids + [tokenizer.eos_token_id]
+    assert row.target_tokens == len(target_ids) + 1 and not row.truncated
+
+    # a scoring decision: the first answer token only, nothing after it (the controller reads one next token)
+    first = tokenizer("Yes", add_special_tokens=False)["input_ids"][0]
+    row = encode_row(tokenizer, prompt, "Yes", single_token=True, max_length=512)
+    assert list(row.input_ids) == [*prompt_ids, first]
+    assert list(row.labels) == [IGNORE_INDEX] * len(prompt_ids) + [first]
+
+
+def test_long_rows_lose_prompt_tokens_from_the_left_and_keep_the_target(tokenizer):
+    from workbench.backends.prompts import encode
+    from workbench.distill.student import IGNORE_INDEX, encode_row
+
+    prompt = _prompt(tokenizer, "Paris is a city on the Seine. " * 20)
+    prompt_ids = encode(tokenizer, prompt)
+    row = encode_row(tokenizer, prompt, "No", single_token=True, max_length=30)
+    assert len(row.input_ids) == 30 and row.truncated
+    assert list(row.input_ids[:-1]) == prompt_ids[-29:]  # the end of the prompt (the assistant opener) survives
+    assert list(row.labels[:-1]) == [IGNORE_INDEX] * 29 and row.labels[-1] == row.input_ids[-1]
+    long_target = encode_row(tokenizer, prompt, "Paris is a city on the Seine. " * 20, single_token=False, max_length=8)
+    assert len(long_target.input_ids) == 8 and long_target.target_tokens == 7 and long_target.labels[0] == IGNORE_INDEX
+
+
+def test_collate_pads_right_and_masks_the_padding(tokenizer):
+    from workbench.distill.student import IGNORE_INDEX, EncodedRow, collate
+
+    rows = [EncodedRow((1, 2, 3), (IGNORE_INDEX, 2, 3), "refine", 2, False), EncodedRow((4,), (4,), "enrich", 1, False)]
+    batch = collate(rows, pad_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[IGNORE_INDEX, 2, 3], [4, IGNORE_INDEX, IGNORE_INDEX]]
+
+
+def test_the_row_order_depends_on_seed_and_epoch_only_and_a_resume_skips_what_was_seen():
+    from workbench.distill.student import EpochShuffle
+
+    a, b = EpochShuffle(10, seed=3), EpochShuffle(10, seed=3)
+    first = list(a)
+    assert first == list(b) and sorted(first) == list(range(10))
+    a.set_epoch(1)
+    second = list(a)
+    assert second != first and sorted(second) == list(range(10))
+    b.set_epoch(1)
+    b.skip_rows = 4
+    assert list(b) == second[4:]
+    assert list(b) == second  # the skip applies to one pass only
+
+
+def test_settings_are_checked_with_the_recipe_key():
+    from workbench.distill.student import LoraSettings
+    from workbench.distill.train import TrainSettings
+
+    with pytest.raises(ConfigError, match=r"distill\.lora_dropout"):
+        LoraSettings(dropout=1.0)
+    with pytest.raises(ConfigError, match=r"distill\.target_modules"):
+        LoraSettings(target_modules=())
+    with pytest.raises(ConfigError, match=r"distill\.strategy.*deepspeed_stage_3"):
+        TrainSettings(strategy="fsdp")
+    with pytest.raises(ConfigError, match=r"distill\.precision"):
+        TrainSettings(precision="8-bit")
+
+
+def test_target_modules_absent_from_the_base_are_a_config_error(tiny_lm_dir):
+    from workbench.distill.student import LoraSettings, load_student
+
+    with pytest.raises(ConfigError) as err:
+        load_student(str(tiny_lm_dir), LoraSettings(target_modules=("q_proj", "query_key_value")))
+    assert err.value.where == "distill.target_modules"
+    assert "['query_key_value'] not in the base model" in err.value.what and "q_proj" in err.value.what
+    assert "\n" not in str(err.value)
+    model, _ = load_student(str(tiny_lm_dir), LoraSettings(r=2, target_modules=("self_attn.q_proj",)))
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+
+
+def test_a_row_without_tokens_is_a_data_error(tokenizer):
+    from workbench.distill.student import encode_row
+
+    with pytest.raises(DataError, match="target encodes to no token"):
+        encode_row(tokenizer, _prompt(tokenizer), "", single_token=True, max_length=64)

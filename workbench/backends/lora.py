@@ -1,0 +1,238 @@
+"""LoRA adapters of a distilled controller: the artifact on disk, and loading it as a plain causal-LM directory.
+
+**The artifact** (written by the ``distill`` stage, copied into bundles by the export):
+
+* ``adapter.json`` + ``adapter.safetensors`` — one learned artifact (:mod:`workbench.core.artifact_io`), payload
+  ``{"kind": "lora_adapter", "version": 1, "format": "insemrag-controller-v1", "base_model": <the model reference
+  as the recipe gave it>, "base_fingerprint": <its ResolvedModel.fingerprint>, "r", "alpha", "dropout",
+  "target_modules": [...], "decisions": [...], "training": {...}}``; tensors: the LoRA weights, named as peft's
+  ``get_peft_model_state_dict`` names them (``...q_proj.lora_A.weight``), float32.
+* ``peft_adapter/`` — the same weights through peft's ``save_pretrained`` (``adapter_config.json`` +
+  ``adapter_model.safetensors``), for users who load adapters with peft themselves. The workbench never reads it.
+
+**Loading** (:func:`resolve_adapter_model`): only the JSON and the safetensors file are read (sha256-checked, no
+pickle, no code). The base is resolved with :func:`workbench.assets.resolve_generator` and must still have the
+fingerprint it had when the adapter was trained; the LoRA weights are applied with peft and merged
+(``merge_and_unload``), and the merged model is saved once under the workbench cache (``adapters/merged-<key>``,
+key = the adapter file's sha256 + the base fingerprint; written atomically under a file lock), so every later load
+is a plain ``from_pretrained`` of that directory. The returned :class:`~workbench.assets.ResolvedModel` has its
+own fingerprint (base + adapter), so generation caches never mix the student with its base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.core.errors import AssetError, DataError
+from workbench.core.hashing import stable_hash
+
+if TYPE_CHECKING:
+    from workbench.assets import ResolvedModel
+
+log = logging.getLogger(__name__)
+
+ADAPTER_KIND = "lora_adapter"
+ADAPTER_VERSION = 1
+ADAPTER_FORMAT = "insemrag-controller-v1"
+ADAPTER_FILE = "adapter.json"
+PEFT_DIR = "peft_adapter"
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+"""The LoRA settings every adapter records (peft's ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``)."""
+_REQUIRED = ("base_model", "base_fingerprint", *LORA_KEYS, "decisions", "format")
+
+
+def lora_state_dict(peft_model: Any) -> dict[str, Any]:
+    """The LoRA weights of ``peft_model`` as ``{peft name: float32 numpy array}`` (peft's
+    ``get_peft_model_state_dict`` names). Parameters partitioned by DeepSpeed ZeRO-3 are gathered first."""
+    import torch
+    from peft import get_peft_model_state_dict
+
+    partitioned = [p for p in peft_model.parameters() if hasattr(p, "ds_id")]
+    if partitioned:  # ZeRO-3 keeps each rank's shard only: gather the full tensors while reading them
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
+            state = get_peft_model_state_dict(peft_model)
+            return {k: v.detach().to(torch.float32).cpu().numpy().copy() for k, v in state.items()}
+    state = get_peft_model_state_dict(peft_model)
+    return {k: v.detach().to(torch.float32).cpu().numpy().copy() for k, v in state.items()}
+
+
+def save_lora_adapter(
+    peft_model: Any,
+    out_dir: str | Path,
+    *,
+    base_model: str,
+    base_fingerprint: str,
+    settings: Mapping[str, Any],
+    decisions: Sequence[str],
+    state: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """Write ``peft_model``'s LoRA adapter to ``out_dir``: ``adapter.json`` + ``adapter.safetensors`` (module doc)
+    and ``peft_adapter/`` (peft ``save_pretrained``). Returns the written artifact paths (JSON last).
+
+    ``base_model``: the base model reference as the recipe gave it; ``base_fingerprint``: its
+    ``ResolvedModel.fingerprint``; ``settings``: ``r``, ``alpha``, ``dropout``, ``target_modules`` (required) and
+    any training settings (stored under ``training``); ``decisions``: the controller decisions the student learnt.
+    ``state`` (optional): the model's LoRA weights already read (:func:`lora_state_dict`), else they are read from
+    it. The model's parameters must be whole (not partitioned by ZeRO-3): ``peft_adapter/`` is saved from them.
+    ValueError when a LoRA setting is missing or the model holds no LoRA weights.
+    """
+    from workbench.core.artifact_io import write_artifact
+
+    missing = [k for k in LORA_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    tensors = dict(state) if state is not None else lora_state_dict(peft_model)
+    if not tensors:
+        raise ValueError("the model holds no LoRA weights (is it a peft model with a LoRA adapter?)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "kind": ADAPTER_KIND,
+        "version": ADAPTER_VERSION,
+        "format": ADAPTER_FORMAT,
+        "base_model": str(base_model),
+        "base_fingerprint": str(base_fingerprint),
+        "r": int(settings["r"]),
+        "alpha": float(settings["alpha"]),
+        "dropout": float(settings["dropout"]),
+        "target_modules": [str(m) for m in settings["target_modules"]],
+        "decisions": [str(d) for d in decisions],
+        "training": {str(k): v for k, v in sorted(settings.items()) if k not in LORA_KEYS},
+    }
+    written = write_artifact(out_dir / ADAPTER_FILE, payload, tensors)
+    peft_model.save_pretrained(str(out_dir / PEFT_DIR))
+    return written
+
+
+def adapter_path(path: str | Path) -> Path:
+    """The ``adapter.json`` of ``path`` (the file itself, or a directory holding one); AssetError when absent."""
+    path = Path(path).expanduser()
+    candidate = path / ADAPTER_FILE if path.is_dir() else path
+    if not candidate.is_file():
+        raise AssetError(f"no LoRA adapter here (expected {ADAPTER_FILE} from the distill stage)", str(path))
+    return candidate
+
+
+def read_adapter(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(payload, tensors)`` of an adapter (module doc), checked: DataError when the file is tampered with (sha256
+    mismatch), is not a ``lora_adapter`` of this version and format, lacks a key, or holds no tensors."""
+    from workbench.core.artifact_io import read_artifact
+
+    file = adapter_path(path)
+    where = str(file)
+    payload, tensors = read_artifact(file)
+    if payload.get("kind") != ADAPTER_KIND:
+        raise DataError(f"not a LoRA adapter (kind {payload.get('kind')!r}, expected {ADAPTER_KIND!r})", where)
+    if payload.get("version") != ADAPTER_VERSION:
+        raise DataError(f"unsupported adapter version {payload.get('version')!r} (reads {ADAPTER_VERSION})", where)
+    missing = [k for k in _REQUIRED if k not in payload]
+    if missing:
+        raise DataError(f"the adapter lacks {missing}", where)
+    if payload["format"] != ADAPTER_FORMAT:
+        raise DataError(f"unknown adapter format {payload['format']!r} (reads {ADAPTER_FORMAT!r})", where)
+    modules = payload["target_modules"]
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
+        raise DataError("target_modules must be a non-empty list of module names", where)
+    if not tensors:
+        raise DataError("the adapter has no tensor file (adapter.safetensors)", where)
+    return payload, tensors
+
+
+def resolve_adapter_model(path: str | Path) -> ResolvedModel:
+    """The merged base + LoRA model of the adapter at ``path`` (an ``adapter.json`` or its directory), as a
+    :class:`~workbench.assets.ResolvedModel` whose ``path`` is a plain model directory in the workbench cache.
+
+    AssetError: no adapter at ``path``, the base cannot be resolved, or the base's fingerprint differs from the one
+    the adapter was trained on. DataError: the adapter is tampered with or malformed, or its tensor names / shapes do
+    not match the LoRA layers peft builds on the base. The merged model is built once per (adapter, base) and reused.
+    """
+    from filelock import FileLock
+
+    from workbench.assets import ResolvedModel, resolve_generator
+    from workbench.core.paths import cache_dir
+
+    file = adapter_path(path)
+    payload, tensors = read_adapter(file)
+    base_ref = str(payload["base_model"])
+    try:
+        base = resolve_generator(base_ref)
+    except AssetError as exc:
+        raise AssetError(f"cannot resolve the adapter's base model {base_ref!r}: {exc}", str(file)) from None
+    if base.fingerprint != payload["base_fingerprint"]:
+        raise AssetError(
+            f"the base model {base_ref!r} has fingerprint {base.fingerprint}, but the adapter was trained on "
+            f"{payload['base_fingerprint']} (different weights): retrain the adapter or restore that base",
+            str(file),
+        )
+    adapter_sha = hashlib.sha256(file.read_bytes()).hexdigest()  # the JSON records the safetensors' sha256
+    key = stable_hash([adapter_sha, base.fingerprint])
+    target = cache_dir("adapters") / f"merged-{key}"
+    if not (target / "config.json").is_file():
+        with FileLock(str(target) + ".lock"):
+            if not (target / "config.json").is_file():  # another process may have merged it while we waited
+                _merge(base.path, payload, tensors, target, str(file))
+    return ResolvedModel(
+        ref=str(file),
+        path=str(target),
+        fingerprint=stable_hash(["lora", base.fingerprint, adapter_sha]),
+        source="adapter",
+    )
+
+
+def lora_config(payload: Mapping[str, Any]) -> Any:
+    """The peft ``LoraConfig`` of an adapter payload (causal-LM task, no bias)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=int(payload["r"]),
+        lora_alpha=float(payload["alpha"]),
+        lora_dropout=float(payload["dropout"]),
+        target_modules=list(payload["target_modules"]),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def _merge(base_path: str, payload: Mapping[str, Any], tensors: Mapping[str, Any], target: Path, where: str) -> None:
+    """Apply ``tensors`` over the base at ``base_path`` with peft, merge, and save the result to ``target``
+    (atomically). DataError when the tensors do not match the LoRA layers of the base."""
+    import torch
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.core.atomic import atomic_directory
+
+    log.info("merging the LoRA adapter %s into its base (once)", where)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_path)
+        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AssetError(f"cannot load the adapter's base model: {first}", base_path) from None
+    try:
+        peft_model = get_peft_model(model, lora_config(payload))
+    except ValueError as exc:  # peft: target modules not found in the base
+        raise DataError(f"the adapter's target_modules do not fit the base model ({exc})", where) from None
+    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(peft_model).items()}
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    if expected != got:
+        missing = sorted(set(expected) - set(got))
+        unexpected = sorted(set(got) - set(expected))
+        wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+        detail = "; ".join(
+            f"{what}: {names[:3]}{' ...' if len(names) > 3 else ''}"
+            for what, names in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if names
+        )
+        raise DataError(f"the adapter's tensors do not match the LoRA layers of its base model ({detail})", where)
+    set_peft_model_state_dict(peft_model, {k: torch.from_numpy(v.copy()) for k, v in tensors.items()})
+    merged = peft_model.merge_and_unload()
+    with atomic_directory(target) as tmp:
+        merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
