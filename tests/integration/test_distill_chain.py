@@ -31,7 +31,8 @@ def test_the_distilled_controller_is_trained_and_answers_through_the_controller_
         f"report.dir={tmp_path}/report",
         "tracker=none",
         "threads=1",
-        "stages=[build_data,distill_data,distill,evaluate,report]",
+        "stages=[build_data,distill_data,distill,evaluate,export,report]",
+        f"export.dir={tmp_path}/bundles",
         "distill_data.limit=2",
         "distill_data.heldout_limit=1",
         OPTIONS,
@@ -61,3 +62,15 @@ def test_the_distilled_controller_is_trained_and_answers_through_the_controller_
     assert distilled["model"] != prompted["model"]  # the merged student, not the answering model
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Distilled controller" in report and "insemrag_distilled" in report
+    # the bundle carries the adapter and its runtime answers with the distilled controller (JSON + safetensors only)
+    from workbench import load_bundle
+
+    bundle = next((tmp_path / "bundles").glob("*/*/manifest.json")).parent
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["controller_adapter"]["file"] == "learned/adapter.json"
+    assert (bundle / "learned" / "adapter.safetensors").is_file()
+    rt = load_bundle(bundle)
+    answer = rt.answer("Which river flows through Paris?", "insemrag_distilled")
+    controller = answer.trace["steps"][0]["detail"]["controller"]
+    assert answer.lm_calls > 1 and controller["name"] == "distilled"
+    assert controller["model"] == str(bundle / "learned" / "adapter.json")  # the bundle's copy, not the run's

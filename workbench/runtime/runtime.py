@@ -155,8 +155,14 @@ class Runtime:
                 from workbench.methods.registry import build_method
 
                 tools = self.tools()
+                adapter = self.manifest.get("controller_adapter")  # a distilled InSemRAG controller, when exported
                 self._built[name] = build_method(
-                    name, tools, dict(self.method_options[name]), self.learned, utility_fallback="none"
+                    name,
+                    tools,
+                    dict(self.method_options[name]),
+                    self.learned,
+                    utility_fallback="none",
+                    distilled_adapter=self.root / adapter["file"] if adapter else None,
                 )
             return self._built[name]
 
