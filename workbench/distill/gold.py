@@ -298,7 +298,7 @@ class GoldLabeler:
         self.stats["questions"] += 1
 
         fallback = Enrichment(dense=question, keywords=content_words(question))
-        composite = json.dumps(self.method._views(question, fallback), sort_keys=True)
+        composite = json.dumps(self.method.query_views(question, fallback), sort_keys=True)
         rows_of_weights = [uniform_weights(self.channels), *(self.weights[i] for i in INTENTS)]
         results = self.method.retriever.search(
             [composite] * len(rows_of_weights), k=settings.k1, weights=rows_of_weights

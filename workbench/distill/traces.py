@@ -308,7 +308,7 @@ class PromptRecorder:
 def verdict_score(raw: Any) -> float | None:
     """p(Yes) of one yes / no verdict as the prompted controller reads it: a ``{"yes": lp, "no": lp}`` log-prob
     pair (log-prob mode) → p(Yes) / (p(Yes) + p(No)); a generated text → its parsed verdict; None when unreadable."""
-    from workbench.methods.controller import _parse_verdict
+    from workbench.methods.controller import parse_verdict
 
     if isinstance(raw, Mapping):
         try:
@@ -319,7 +319,7 @@ def verdict_score(raw: Any) -> float | None:
             return None
         return float(np.exp(yes - np.logaddexp(yes, no)))
     if isinstance(raw, str):
-        return _parse_verdict(raw)
+        return parse_verdict(raw)
     return None
 
 

@@ -76,6 +76,7 @@ __all__ = [
     "Relevance",
     "content_words",
     "extractive_stitch",
+    "parse_verdict",
     "uniform_weights",
 ]
 
@@ -556,8 +557,13 @@ def _json_value(text: str, opener: str) -> Any:
     return None
 
 
-def _parse_verdict(text: str) -> float | None:
-    """A yes / no / true / false verdict as 1.0 / 0.0, or a number in [0, 1] (``0.7``, ``70%``); None otherwise."""
+def parse_verdict(text: str) -> float | None:
+    """A generated yes / no verdict as the prompted controller reads it, as a score in [0, 1].
+
+    A reply whose first word (after leading punctuation, any case) is yes / true gives 1.0, no / false 0.0;
+    otherwise its first number (``0.7``, or a percentage: ``70%`` → 0.7) when that lies in [0, 1]. None otherwise
+    (no verdict word, no number, or a first number outside [0, 1]): the caller falls back. Never raises.
+    """
     lowered = text.strip().lower()
     match = re.match(r"^\W*(yes|no|true|false)\b", lowered)
     if match:
@@ -675,7 +681,7 @@ class PromptedLMController(Controller):
                 out.append((float(np.exp(yes - np.logaddexp(yes, no))), raw))
             return out
         replies = self._generate(messages, max_new_tokens=6, stop=("\n",))
-        return [(_parse_verdict(r.text), r.text) for r in replies]
+        return [(parse_verdict(r.text), r.text) for r in replies]
 
     # ------------------------------------------------------------------ S1
     def enrich(self, query: str) -> Enrichment:

@@ -416,7 +416,13 @@ class InSemRAG(Method):
         limit = None if evidence.repaired_from is not None else self.tools.passage_chars
         return evidence.passage.prompt_text(limit)
 
-    def _views(self, query: str, enrichment: Enrichment) -> dict[str, str]:
+    def query_views(self, query: str, enrichment: Enrichment) -> dict[str, str]:
+        """The per-channel query texts a round retrieves with, for this method's ``channels`` (in their order).
+
+        ``dense``: the enrichment's paraphrase (the query when empty); ``sparse``: its keywords joined by spaces
+        (the query when none); ``extended``: the query, the paraphrase and the keywords, each once, in that order.
+        Pure: no model call, no state change.
+        """
         dense = enrichment.dense.strip() or query
         sparse = " ".join(enrichment.keywords).strip() or query
         extended = " ".join(dict.fromkeys([query.strip(), dense, sparse]))
@@ -590,7 +596,7 @@ class InSemRAG(Method):
                     else:
                         enrichment = Enrichment(dense=query, keywords=[], note="enrichment disabled")
                         step["disabled"] = True
-                    views.append(self._views(query, enrichment))
+                    views.append(self.query_views(query, enrichment))
                     step["views"] = views[-1]
                 with trace.step("weights", counter) as step:
                     step.update(round=round_, query=query)

@@ -27,7 +27,9 @@ def make_chunker(section: DataSection):
 
 
 def _split_by_fractions(dataset, fractions: list[float], seed: int):
-    """Shuffle a single-split dataset by seed and cut it into train / calib / val / test."""
+    """Shuffle a single-split dataset by seed and cut it into train / calib / val / test, each ``round(fraction *
+    rows)`` rows in turn; the rounding remainder goes to the last split with a non-zero fraction (test, unless its
+    fraction is 0). A zero fraction gives an empty split."""
     import datasets
 
     if len(fractions) != 4 or abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
@@ -37,9 +39,14 @@ def _split_by_fractions(dataset, fractions: list[float], seed: int):
     bounds = [0]
     for fraction in fractions:
         bounds.append(min(n, bounds[-1] + round(fraction * n)))
-    bounds[-1] = n
+    last = max(i for i, fraction in enumerate(fractions) if fraction > 0)
+    bounds[last + 1 :] = [n] * (len(bounds) - last - 1)
+    # datasets refuses select(range(n, n)), an empty range starting past the last row: select([]) instead
     return datasets.DatasetDict(
-        {name: shuffled.select(range(bounds[i], bounds[i + 1])) for i, name in enumerate(SPLITS)}
+        {
+            name: shuffled.select(range(bounds[i], bounds[i + 1]) if bounds[i] < bounds[i + 1] else [])
+            for i, name in enumerate(SPLITS)
+        }
     )
 
 

@@ -19,7 +19,9 @@ class StageSpec:
     stage's output is the hash of ``name``, ``version``, the recipe seed, the config ``sections`` listed, the
     fingerprints of the assets in ``uses``, and the keys of the ``inputs`` stages. ``optional_inputs`` are read
     when the recipe runs them before this stage (a report covers whatever the run produced). ``cacheable=False``
-    stages (cheap, with outputs outside the run directory) always run.
+    stages (cheap, with outputs outside the run directory) always run. ``multi_process`` stages take part in a
+    multi-process launch (torchrun / srun, one process per device): ranks other than 0 run only them, writing
+    nothing (:func:`workbench.stages.runner.run_recipe`); the stage itself lets only rank 0 write.
     """
 
     name: str
@@ -31,6 +33,7 @@ class StageSpec:
     optional_inputs: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
     cacheable: bool = True
+    multi_process: bool = False
 
     def inputs_in(self, stages: list[str]) -> tuple[str, ...]:
         """The stages this one reads in a recipe running ``stages``: its inputs, then its optional inputs that run."""
@@ -209,6 +212,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.distill:run",
             sections=("distill",),
             inputs=("distill_data",),
+            multi_process=True,  # every rank of a torchrun / srun launch trains; rank 0 writes
         ),
         StageSpec(
             "bench_decoding",

@@ -9,6 +9,11 @@ Layout of a run directory::
 
 A stage whose ``_stage.json`` holds the current key is skipped. A stage writes into a temporary directory that
 replaces its output only when it finishes, so an interrupted run loses nothing and resumes at the stage it was in.
+
+In a multi-process launch (torchrun / srun: one ``workbench run`` per device) of a recipe with a multi-process
+stage (``distill``), rank 0 runs the recipe as above; every other rank takes no lock and writes nothing (no config,
+manifest, log file or stage output): it checks that the stages before the first multi-process stage are cached,
+runs only the multi-process stages (their outputs discarded: the stage lets rank 0 write) and returns.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +34,12 @@ from typing import Any
 from workbench.backends.cost import CostCounter
 from workbench.core.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from workbench.core.config import dump_yaml, to_plain
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
+from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
 from workbench.core.seeding import seed_everything
-from workbench.core.tracking import make_tracker
+from workbench.core.tracking import NullTracker, make_tracker
 from workbench.recipe import LoadedRecipe, RecipeConfig
 from workbench.stages.context import Resources, StageContext
 from workbench.stages.registry import STAGES, StageSpec
@@ -144,11 +151,15 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None) -> RunRe
     """Run every stage of ``recipe`` in order, skipping stages whose cached output matches; return the results.
 
     ``force`` names stages to recompute even when cached. Raises :class:`WorkbenchError` when another process
-    holds the run directory.
+    holds the run directory. A rank other than 0 of a multi-process launch (:func:`~workbench.core.launch.
+    launch_rank`) of a recipe with a ``multi_process`` stage runs :func:`run_other_rank` instead.
     """
     from filelock import FileLock, Timeout
 
     config = recipe.config
+    rank = launch_rank()
+    if rank > 0 and any(STAGES[name].multi_process for name in config.stages):
+        return run_other_rank(recipe, rank, force=force)
     run_dir = config.resolved_run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(run_dir / ".lock"))
@@ -160,6 +171,79 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None) -> RunRe
         return _run_locked(recipe, run_dir, set(force or ()))
     finally:
         lock.release()
+
+
+def run_other_rank(recipe: LoadedRecipe, rank: int, *, force: list[str] | None = None) -> RunResult:
+    """A rank other than 0 of a multi-process launch: run only the recipe's ``multi_process`` stages, write nothing.
+
+    Takes no lock (rank 0 holds it) and writes no config, manifest, log file or stage output; logs go to the
+    console only and the tracker is off. Every cacheable stage before the first multi-process stage must already be
+    cached under its current key: otherwise, or when ``force`` names one of them (rank 0 would rebuild it while
+    this rank read the old one), a one-line ConfigError names what to run first, in one process. A multi-process
+    stage cached under its current key (and not forced) is skipped, as rank 0 skips it; otherwise it runs with a
+    throwaway output directory outside the run directory (its ``scratch_dir`` is the run's, shared with rank 0).
+    Other stages are left to rank 0. Returns the stages this rank ran or found cached.
+    """
+    config = recipe.config
+    run_dir = config.resolved_run_dir
+    forced = set(force or ())
+    started = time.perf_counter()
+    setup_logging(config.log_level)  # console only: rank 0 writes the run's log file
+    seed_everything(config.seed)
+    _apply_threads(config.threads)
+    first = next(i for i, name in enumerate(config.stages) if STAGES[name].multi_process)
+    first_run = f"workbench run {recipe.source} 'stages=[{','.join(config.stages[:first])}]' (same overrides)"
+    log.info("rank %d: running only the multi-process stage(s) of %s; rank 0 writes", rank, config.name)
+    resources = Resources(config, CostCounter())
+    result = RunResult(run_dir)
+    keys: dict[str, str] = {}
+    for index, name in enumerate(config.stages):
+        spec = STAGES[name]
+        key = keys[name] = stage_key(spec, config, keys)
+        out_dir = run_dir / "stages" / name
+        marker = _read_marker(out_dir)
+        cached = spec.cacheable and marker is not None and marker.get("key") == key
+        if index < first:
+            if not spec.cacheable:
+                continue  # rank 0 runs it; its outputs lie outside the run directory and feed no stage
+            if name in forced:
+                raise ConfigError(
+                    f"--force {name} in a multi-process launch would have rank 0 rebuild it while rank {rank} reads "
+                    f"the old one: run {first_run} --force {name} in one process first",
+                    f"rank {rank}",
+                )
+            if not cached:
+                raise ConfigError(
+                    f"stage {name} is not cached for this configuration and ranks other than 0 of a multi-process "
+                    f"launch only run {config.stages[first]}: run {first_run} in one process first",
+                    f"rank {rank}",
+                )
+            continue
+        if not spec.multi_process:
+            continue  # rank 0's alone
+        if cached and name not in forced:
+            log.info("stage %s: cached (key %s)", name, key)
+            result.stages.append(StageResult(name, key, True, 0.0, marker.get("summary", {}), out_dir))
+            continue
+        log.info("stage %s: running on rank %d — %s", name, rank, spec.summary)
+        stage_started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix=f"workbench-rank{rank}-{name}-") as tmp:
+            context = StageContext(
+                config=config,
+                spec=spec,
+                out_dir=Path(tmp),
+                run_dir=run_dir,
+                inputs={n: run_dir / "stages" / n for n in spec.inputs_in(config.stages)},
+                resources=resources,
+                tracker=NullTracker(),
+                counter=resources.counter,
+                run_started=started,
+                key=key,
+            )
+            summary = dict(spec.load()(context) or {})
+        result.stages.append(StageResult(name, key, False, time.perf_counter() - stage_started, summary, out_dir))
+    result.seconds = time.perf_counter() - started
+    return result
 
 
 def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResult:

@@ -25,3 +25,12 @@ def consume(ctx):
     value = int((ctx.inputs["produce"] / "value.txt").read_text())
     (ctx.out_dir / "double.txt").write_text(str(2 * value))
     return {"double": 2 * value}
+
+
+def spread(ctx):
+    """A multi-process stage: records where it was asked to write, then writes there."""
+    _bump(ctx, "spread")
+    (Path(ctx.run_dir).parent / "spread-out-dir.txt").write_text(str(ctx.out_dir))
+    value = int((ctx.inputs["produce"] / "value.txt").read_text())
+    (ctx.out_dir / "spread.txt").write_text(str(value + 1))
+    return {"spread": value + 1}

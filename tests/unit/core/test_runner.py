@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from workbench.core.errors import ConfigError
+from workbench.core.launch import launch_rank
 from workbench.recipe import load_recipe
 from workbench.stages import registry
 from workbench.stages.registry import StageSpec
@@ -87,3 +90,96 @@ def test_force_recomputes(tmp_path, fake_stages):
     run_recipe(recipe(tmp_path))
     res = run_recipe(recipe(tmp_path), force=["produce"])
     assert [s.cached for s in res.stages] == [False, True]
+
+
+# ---------------------------------------------------------------------------------------- multi-process launches
+RANK_ENV = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "JSM_NAMESPACE_RANK")
+
+
+@pytest.fixture
+def spread_stage(fake_stages, monkeypatch):
+    monkeypatch.setitem(
+        registry.STAGES,
+        "spread",
+        StageSpec("spread", "s", f"{MODULE}:spread", sections=("retrieval",), inputs=("produce",), multi_process=True),
+    )
+    for name in RANK_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def spread_recipe(tmp_path, *overrides):
+    return recipe(tmp_path, "stages=[produce,spread,consume]", *overrides)
+
+
+def snapshot(root):
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("variable", ["RANK", "LOCAL_RANK", "SLURM_PROCID"])
+def test_other_rank_runs_only_the_multi_process_stage_without_lock_or_writes(
+    tmp_path, spread_stage, monkeypatch, variable
+):
+    from filelock import FileLock
+
+    run_recipe(recipe(tmp_path, "stages=[produce]"))  # the stages before the multi-process one, in one process
+    run = tmp_path / "run"
+    lock = FileLock(str(run / ".lock"))
+    lock.acquire(timeout=0)  # rank 0 holds the run directory
+    try:
+        before = snapshot(run)
+        monkeypatch.setenv(variable, "1")
+        result = run_recipe(spread_recipe(tmp_path))
+        assert snapshot(run) == before
+    finally:
+        lock.release()
+    assert [(s.name, s.cached) for s in result.stages] == [("spread", False)]
+    assert result.stage("spread").summary["spread"] == 5
+    assert calls(tmp_path, "spread") == 1 and calls(tmp_path, "produce") == 1
+    assert not (tmp_path / "calls-consume.txt").exists()  # rank 0's alone
+    out_dir = (tmp_path / "spread-out-dir.txt").read_text()
+    assert not out_dir.startswith(str(run)) and not os.path.exists(out_dir)
+
+
+def test_other_rank_refuses_when_an_earlier_stage_is_not_cached(tmp_path, spread_stage, monkeypatch):
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    with pytest.raises(ConfigError, match=r"stage produce is not cached.*stages=\[produce\]") as info:
+        run_recipe(spread_recipe(tmp_path))
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "calls-spread.txt").exists()
+    # a changed earlier stage (its key) is not cached either
+    monkeypatch.delenv("SLURM_PROCID")
+    run_recipe(recipe(tmp_path, "stages=[produce]"))
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    with pytest.raises(ConfigError, match="stage produce is not cached"):
+        run_recipe(spread_recipe(tmp_path, "answer.limit=5"))
+    with pytest.raises(ConfigError, match="--force produce"):
+        run_recipe(spread_recipe(tmp_path), force=["produce"])
+    assert not (tmp_path / "calls-spread.txt").exists()
+
+
+def test_other_rank_skips_a_cached_multi_process_stage_and_rank_zero_runs_everything(
+    tmp_path, spread_stage, monkeypatch
+):
+    first = run_recipe(spread_recipe(tmp_path))  # no launcher variables: rank 0, the whole recipe
+    assert [s.cached for s in first.stages] == [False, False, False]
+    assert (tmp_path / "run" / "stages" / "spread" / "spread.txt").read_text() == "5"
+    monkeypatch.setenv("RANK", "2")
+    again = run_recipe(spread_recipe(tmp_path))
+    assert [(s.name, s.cached) for s in again.stages] == [("spread", True)]
+    assert calls(tmp_path, "spread") == 1
+
+
+def test_other_rank_of_a_recipe_without_multi_process_stage_runs_as_usual(tmp_path, spread_stage, monkeypatch):
+    monkeypatch.setenv("RANK", "1")  # e.g. srun tasks each running their own recipe
+    result = run_recipe(recipe(tmp_path))
+    assert [s.cached for s in result.stages] == [False, False]
+    assert (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_launch_rank_reads_the_launchers_variables():
+    assert launch_rank({}) == 0
+    assert launch_rank({"RANK": "0", "LOCAL_RANK": "0"}) == 0
+    assert launch_rank({"RANK": "5", "LOCAL_RANK": "1"}) == 5
+    assert launch_rank({"SLURM_PROCID": "7"}) == 7
+    with pytest.raises(ConfigError, match="RANK"):
+        launch_rank({"RANK": "one"})

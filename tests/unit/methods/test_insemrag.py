@@ -742,3 +742,36 @@ def test_a_study_trial_keep_threshold_reaches_the_prompted_controller(tools):
     tools.embedder = object()  # InSemRAG's dense channel needs one; nothing is embedded here
     method = build_method("insemrag", tools, {"keep_threshold": 0.25, "k1": 8, "k": 3}, None)
     assert method.settings.keep_threshold == 0.25 and method.controller.keep_threshold == 0.25
+
+
+# ------------------------------------------------------------------------------------------------------ public hooks
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("Yes.", 1.0),
+        ("  **no**, it is not", 0.0),
+        ("True", 1.0),
+        ("0.7", 0.7),
+        ("about 70% sure", 0.7),
+        ("Maybe", None),
+        ("1.5", None),
+        ("", None),
+    ],
+)
+def test_parse_verdict_reads_a_generated_verdict_as_a_score(reply, score):
+    from workbench.methods.controller import parse_verdict
+
+    assert parse_verdict(reply) == (None if score is None else pytest.approx(score))
+
+
+def test_query_views_give_each_channel_its_query_text(ctools):
+    method = InSemRAG(ctools, HeuristicController(), InSemRAGSettings(**FAST, channels=("extended", "dense", "sparse")))
+    views = method.query_views("Who designed it?", Enrichment(dense="Designer of it", keywords=["designer", "it"]))
+    assert list(views) == ["extended", "dense", "sparse"]
+    assert views == {
+        "extended": "Who designed it? Designer of it designer it",
+        "dense": "Designer of it",
+        "sparse": "designer it",
+    }
+    empty = method.query_views("Who?", Enrichment(dense=" ", keywords=[]))
+    assert empty == {"extended": "Who?", "dense": "Who?", "sparse": "Who?"}

@@ -28,3 +28,34 @@ def test_a_chunk_overlap_the_chunker_refuses_is_a_config_error():
     config.data.chunking, config.data.chunk_size, config.data.chunk_overlap = "fixed", 50, 50
     with pytest.raises(ConfigError, match=r"^data: fixed chunking: overlap must be"):
         build_data.make_chunker(config.data)
+
+
+@pytest.mark.parametrize(
+    ("rows", "fractions", "sizes"),
+    [
+        (10, [0.5, 0, 0.5, 0], {"train": 5, "calib": 0, "val": 5, "test": 0}),
+        (3, [0.5, 0.5, 0, 0], {"train": 2, "calib": 1, "val": 0, "test": 0}),
+        (1, [0.5, 0.5, 0, 0], {"train": 0, "calib": 1, "val": 0, "test": 0}),  # the remainder: calib, not test
+        (4, [0, 0, 0, 1], {"train": 0, "calib": 0, "val": 0, "test": 4}),
+    ],
+)
+def test_zero_fractions_give_empty_splits_of_a_local_file(tmp_path, rows, fractions, sizes):
+    import json
+
+    from workbench.data.dataset_store import load_saved_dataset_dict
+
+    qa_file = tmp_path / "qa.jsonl"
+    qa_file.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "question": f"Question {i}?", "answers": [f"a{i}"]}) + "\n" for i in range(rows)
+        )
+    )
+    config = RecipeConfig(name="t", stages=["build_data"])
+    config.data.dataset, config.data.fractions = str(qa_file), fractions
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = build_data.run(SimpleNamespace(config=config, out_dir=out, log=logging.getLogger("test.build_data")))
+    assert {split: summary[f"n_{split}"] for split in sizes} == sizes
+    qa = load_saved_dataset_dict(out / "qa")
+    assert {split: qa[split].num_rows for split in sizes} == sizes
+    assert sorted(i for split in sizes for i in qa[split]["id"]) == sorted(f"q{i}" for i in range(rows))
