@@ -115,7 +115,9 @@ LAUNCHER_VARIABLES = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "LSB
 def check_launch(processes: int, environ: Mapping[str, str] | None = None) -> None:
     """ConfigError naming ``distill.devices`` when a multi-process run (``processes`` > 1) was not started by a
     launcher (torchrun, srun, mpirun): Lightning would then start the other processes itself by re-running the
-    command line, i.e. the whole ``workbench run`` in each, which the run directory's lock refuses."""
+    command line, i.e. the whole ``workbench run`` in each, without the launcher variables that tell the runner a
+    process is a rank above 0 (:func:`workbench.stages.runner.run_other_rank`), so each would try to run the whole
+    recipe."""
     import os
 
     env = os.environ if environ is None else environ
