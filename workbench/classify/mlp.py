@@ -8,13 +8,10 @@ protocol (:mod:`workbench.methods.learned`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import math
 import tempfile
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -23,6 +20,7 @@ import numpy as np
 from workbench.calibration.standardize import fit_standardizer
 from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.logs import quiet_lightning
 
 FORMAT_VERSION = 1
 """Version of the dict layout written by :meth:`MLPModel.to_dict`."""
@@ -154,26 +152,6 @@ def _lightning_module_class() -> type:
             return torch.optim.AdamW(self.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
 
     return MLPClassifierModule
-
-
-@contextlib.contextmanager
-def _quiet_lightning() -> Iterator[None]:
-    """Silence lightning's informational logging and its "possible user" warnings while training."""
-    from lightning.fabric.utilities.warnings import PossibleUserWarning
-
-    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=PossibleUserWarning)
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
 
 
 @dataclass(eq=False)
@@ -351,7 +329,7 @@ def fit_mlp(
             torch.from_numpy(((x - mean) / scale).astype(np.float32)), torch.from_numpy(y.astype(np.float32))
         )
 
-    with torch.random.fork_rng(devices=[]), _quiet_lightning(), tempfile.TemporaryDirectory() as root:
+    with torch.random.fork_rng(devices=[]), quiet_lightning(), tempfile.TemporaryDirectory() as root:
         torch.manual_seed(seed)
         net = _build_network(xt.shape[1], config.hidden_sizes, config.dropout)
         module = _lightning_module_class()(net, config.learning_rate, config.weight_decay)

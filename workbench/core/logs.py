@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -77,3 +79,27 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
         for item in items:
             yield item
             progress.advance(task)
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Silence PyTorch Lightning's (and DeepSpeed's) informational logging and their known harmless warnings while a
+    model trains (the MLP classifier, the distilled controller); the levels are restored afterwards. Lightning is
+    imported only when this runs."""
+    from lightning.fabric.utilities.warnings import PossibleUserWarning
+
+    loggers = [logging.getLogger(n) for n in ("lightning", "lightning.pytorch", "lightning.fabric", "DeepSpeed")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=PossibleUserWarning)
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+            warnings.filterwarnings("ignore", message=".*litlogger.*")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)

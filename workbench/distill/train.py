@@ -33,13 +33,13 @@ import os
 import re
 import shutil
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.logs import quiet_lightning
 from workbench.distill.student import LoraSettings, RowStats
 
 log = logging.getLogger(__name__)
@@ -168,29 +168,6 @@ def _quiet_deepspeed() -> Iterator[None]:
         logger.setLevel(level)
 
 
-@contextlib.contextmanager
-def _quiet_lightning() -> Iterator[None]:
-    """Silence Lightning's informational logging and its known harmless warnings while training."""
-    from lightning.fabric.utilities.warnings import PossibleUserWarning
-
-    loggers = [logging.getLogger(n) for n in ("lightning", "lightning.pytorch", "lightning.fabric", "DeepSpeed")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=PossibleUserWarning)
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")
-            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
-            warnings.filterwarnings("ignore", message=".*litlogger.*")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-
-
-# ------------------------------------------------------------------------------------------------------ strategy
 @functools.cache
 def _cpu_deepspeed_class() -> type:
     """Lightning's DeepSpeedStrategy, allowed on CPU (module doc): the CUDA-only check of ``setup_environment`` is
@@ -393,7 +370,7 @@ def train_student(
         from lightning.pytorch.callbacks import RichProgressBar
 
         bar = [RichProgressBar(leave=True)]
-    with _quiet_lightning():
+    with quiet_lightning():
         try:
             trainer = lightning.Trainer(
                 accelerator=accelerator,

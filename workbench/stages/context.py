@@ -31,22 +31,30 @@ class Resources:
 
         def build():
             from workbench.assets import resolve_generator
-            from workbench.backends.factory import build_generator
 
-            section = self.config.generator
-            return build_generator(
-                resolve_generator(section.model),
-                device=section.device,
-                dtype=section.dtype,
-                max_context=section.max_context,
-                batch_size=section.batch_size,
-                cache=section.cache,
-                counter=self.counter,
-                seed=self.config.seed,
-                device_key="generator.device",
+            return self._build_generator(
+                resolve_generator(self.config.generator.model), self.config.generator.max_context
             )
 
         return self.get("generator", build)
+
+    def _build_generator(self, resolved: Any, max_context: int | None) -> Any:
+        """A generator for ``resolved`` with the ``generator`` section's device, dtype, batch size and cache, the run's
+        seed and counter (the run's own generator and every second one share these settings)."""
+        from workbench.backends.factory import build_generator
+
+        section = self.config.generator
+        return build_generator(
+            resolved,
+            device=section.device,
+            dtype=section.dtype,
+            max_context=max_context,
+            batch_size=section.batch_size,
+            cache=section.cache,
+            counter=self.counter,
+            seed=self.config.seed,
+            device_key="generator.device",
+        )
 
     def controller_generator(self, spec: str | Path) -> Any:
         """A second generator for InSemRAG's controller (``evaluate.options.<method>.controller_model``), cached per
@@ -61,7 +69,6 @@ class Resources:
             return self.generator()
 
         def build():
-            from workbench.backends.factory import build_generator
             from workbench.methods.registry import resolve_controller_model, same_weights
 
             resolved = resolve_controller_model(spec)
@@ -70,16 +77,7 @@ class Resources:
                 return run
             return self.get(  # one generator per model, whatever reference names it
                 f"controller_generator@{resolved.path}:{resolved.fingerprint}",
-                lambda: build_generator(
-                    resolved,
-                    device=section.device,
-                    dtype=section.dtype,
-                    batch_size=section.batch_size,
-                    cache=section.cache,
-                    counter=self.counter,
-                    seed=self.config.seed,
-                    device_key="generator.device",
-                ),
+                lambda: self._build_generator(resolved, None),
             )
 
         return self.get(f"controller_generator:{spec}", build)

@@ -97,34 +97,16 @@ def validate_section(section: Any) -> None:
 
 
 def load_teacher(ctx: StageContext) -> Any:
-    """The teacher generator: the run's generator when ``distill_data.teacher`` is null or names
-    ``generator.model``, else ``teacher`` resolved by :func:`workbench.assets.resolve_generator` and built by
-    :func:`workbench.backends.factory.build_generator` with the generator section's device, dtype, context, batch
-    size and cache (cached in the run's resources). Anything that fails is one :class:`AssetError` at
+    """The teacher generator: the run's generator when ``distill_data.teacher`` is null or names the same weights as
+    ``generator.model``, else a second generator built like the controller's
+    (:meth:`~workbench.stages.context.Resources.controller_generator`: the generator section's device, dtype, batch
+    size and cache; cached in the run's resources). Anything that fails is one :class:`AssetError` at
     ``distill_data.teacher``."""
     spec = ctx.config.distill_data.teacher
-    section = ctx.config.generator
-    if spec is None or spec == section.model:
+    if spec is None:
         return ctx.resources.generator()
-
-    def build() -> Any:
-        from workbench.assets import resolve_generator
-        from workbench.backends.factory import build_generator
-
-        return build_generator(
-            resolve_generator(spec),
-            device=section.device,
-            dtype=section.dtype,
-            max_context=section.max_context,
-            batch_size=section.batch_size,
-            cache=section.cache,
-            counter=ctx.counter,
-            seed=ctx.config.seed,
-            device_key="generator.device",
-        )
-
     try:
-        return ctx.resources.get(f"teacher:{spec}", build)
+        return ctx.resources.controller_generator(spec)
     except WorkbenchError as exc:
         detail = f"{exc.where}: {exc.what}" if exc.where else exc.what
         raise AssetError(f"cannot load the teacher {spec!r} ({detail})", "distill_data.teacher") from None
