@@ -105,6 +105,7 @@ STOP_WORDS: frozenset[str] = frozenset(
 """English stop words (and question words) dropped when extracting keywords."""
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’\-]*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _DANGLING_STARTS = frozenset(
     """he she it they them this that these those his her its their such however therefore thus hence moreover
     furthermore also then besides meanwhile consequently additionally otherwise nevertheless instead but and or
@@ -305,6 +306,10 @@ def _normalise(raw: Mapping[str, float], channels: Sequence[str]) -> dict[str, f
     return {c: v / total for c, v in row.items()} if total > 0 else uniform_weights(channels)
 
 
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+
+
 def _cut_words(text: str, max_words: int) -> str:
     parts = text.split()
     return text.strip() if len(parts) <= max_words else " ".join(parts[:max_words])
@@ -321,10 +326,8 @@ def extractive_stitch(previous: str | None, center: str, following: str | None, 
     if len(center.split()) >= max_tokens:
         return _cut_words(center, max_tokens)
     budget = max_tokens - len(center.split())
-    from workbench.data.chunkers import split_sentences  # the workbench's one sentence splitter
-
-    before = split_sentences(previous or "")
-    after = split_sentences(following or "")
+    before = _sentences(previous or "")
+    after = _sentences(following or "")
     head: list[str] = []
     tail: list[str] = []
     take_before = True
