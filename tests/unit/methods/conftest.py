@@ -55,3 +55,33 @@ def tools(method_generator):
         judge=AnswerEquivalenceJudge(counter=counter),
         max_new_tokens=6,
     )
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_encoder_dir):
+    """The tiny sentence encoder (InSemRAG's dense channel)."""
+    from workbench.backends.embedder import Embedder
+
+    return Embedder(tiny_encoder_dir)
+
+
+@pytest.fixture
+def ctools(method_generator, embedder):
+    """Tools over InSemRAG's chunked test corpus (tests/unit/methods/test_insemrag.py): the tiny generator, BM25,
+    the tiny encoder, one fresh counter."""
+    from tests.unit.methods.test_insemrag import chunked_corpus
+    from workbench.backends.cost import CostCounter
+    from workbench.backends.retrievers import BM25Retriever
+    from workbench.methods.base import Tools
+
+    counter = CostCounter()
+    method_generator.counter = counter
+    corpus = chunked_corpus()
+    return Tools(
+        generator=method_generator,
+        retriever=BM25Retriever(corpus, counter=counter),
+        corpus=corpus,
+        counter=counter,
+        embedder=embedder,
+        max_new_tokens=4,
+    )

@@ -63,33 +63,6 @@ def chunked_corpus():
     )
 
 
-@pytest.fixture(scope="module")
-def embedder(tiny_encoder_dir):
-    from workbench.backends.embedder import Embedder
-
-    return Embedder(tiny_encoder_dir)
-
-
-@pytest.fixture
-def ctools(method_generator, embedder):
-    """Tools over the chunked corpus: the tiny generator, BM25, the tiny encoder, one fresh counter."""
-    from workbench.backends.cost import CostCounter
-    from workbench.backends.retrievers import BM25Retriever
-    from workbench.methods.base import Tools
-
-    counter = CostCounter()
-    method_generator.counter = counter
-    corpus = chunked_corpus()
-    return Tools(
-        generator=method_generator,
-        retriever=BM25Retriever(corpus, counter=counter),
-        corpus=corpus,
-        counter=counter,
-        embedder=embedder,
-        max_new_tokens=4,
-    )
-
-
 class Spy(Retriever):
     """Wraps a retriever and records the texts its ``_search`` receives."""
 

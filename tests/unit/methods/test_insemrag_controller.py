@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.methods.test_insemrag import FAST, QUESTION, chunked_corpus
+from tests.unit.methods.test_insemrag import FAST, QUESTION
 from workbench.core.errors import AssetError, ConfigError
 from workbench.methods.registry import build_method, check_options
 from workbench.recipe import load_recipe
@@ -26,33 +26,6 @@ def other_lm_dir(tmp_path_factory):
     from tests.tiny_models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-controller"), seed=1, max_positions=4096)
-
-
-@pytest.fixture(scope="module")
-def embedder(tiny_encoder_dir):
-    from workbench.backends.embedder import Embedder
-
-    return Embedder(tiny_encoder_dir)
-
-
-@pytest.fixture
-def ctools(method_generator, embedder):
-    """Tools over the chunked corpus with the tiny answering generator and a fresh counter."""
-    from workbench.backends.cost import CostCounter
-    from workbench.backends.retrievers import BM25Retriever
-    from workbench.methods.base import Tools
-
-    counter = CostCounter()
-    method_generator.counter = counter
-    corpus = chunked_corpus()
-    return Tools(
-        generator=method_generator,
-        retriever=BM25Retriever(corpus, counter=counter),
-        corpus=corpus,
-        counter=counter,
-        embedder=embedder,
-        max_new_tokens=4,
-    )
 
 
 def spy(monkeypatch, generator) -> dict[str, int]:
