@@ -3,7 +3,6 @@
 from workbench.decoding.contrastive import (
     ContrastiveGeneration,
     StepChoice,
-    benchmark_contrastive,
     choose_tokens,
     contrastive_generate,
     contrastive_scores,
@@ -15,7 +14,6 @@ from workbench.decoding.contrastive import (
 __all__ = [
     "ContrastiveGeneration",
     "StepChoice",
-    "benchmark_contrastive",
     "choose_tokens",
     "contrastive_generate",
     "contrastive_scores",

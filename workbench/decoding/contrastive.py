@@ -28,7 +28,7 @@ Engines:
   their rows, cache included) at once.
 * :func:`sequential_contrastive_generate` is the reference: the same decisions with two forwards per step (the expert
   batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
-  tests and for :func:`benchmark_contrastive`.
+  tests and for :func:`workbench.stages.bench_decoding.benchmark_contrastive`.
 
 The generator's own pieces are reused (its prompt encoding and truncation, ``_prefill`` / ``_step``, the stop / EOS
 rule and the answer-token bookkeeping), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
@@ -42,8 +42,6 @@ Generations are not cached (the generation cache keys single-prompt requests).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -432,114 +430,3 @@ def _finalise(generator: Any, pair: _Pair, params: Any, dynamic: bool) -> Contra
         amateur_entropies=arrays[5],
         prompt_tokens=(len(pair.ids_expert), len(pair.ids_amateur)),
     )
-
-
-# ---------------------------------------------------------------------------------------------- benchmark
-def benchmark_contrastive(
-    generator: Any,
-    prompts_expert: Sequence[str],
-    prompts_amateur: Sequence[str],
-    *,
-    max_new_tokens: int,
-    repeats: int = 3,
-    alpha: float = 1.0,
-    stop: Sequence[str] | None = (),
-    target_ratio: float = 1.3,
-) -> dict[str, Any]:
-    """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding, and of
-    the batched engine with both streams prefilled by one padded forward (``padded``: what the split prefill saves).
-
-    Each variant runs once to warm up, then ``repeats`` times. The generation cache is bypassed and the generator's
-    counter is left untouched (both restored afterwards); the costs and the number of model forward passes of one
-    run of each variant are reported. Steps differ between variants when they stop at different places (EOS,
-    ``stop``: contrast changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and
-    per-forward times are given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of
-    2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤
-    ``target_ratio``); ``parity`` says whether batched, sequential and padded chose the same tokens.
-    """
-    from workbench.backends.cost import CostCounter
-
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    experts, amateurs = list(prompts_expert), list(prompts_amateur)
-    saved_cache, saved_counter = generator.cache, generator.counter
-    generator.cache = None
-
-    def padded() -> list[ContrastiveGeneration]:  # the batched engine with both streams prefilled in one forward
-        saved = generator.joinable_cache
-        generator.joinable_cache = False
-        try:
-            return contrastive_generate(generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop)
-        finally:
-            generator.joinable_cache = saved
-
-    variants = {
-        "greedy": lambda: generator.generate(experts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop),
-        "batched": lambda: contrastive_generate(
-            generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop
-        ),
-        "sequential": lambda: sequential_contrastive_generate(
-            generator, experts, amateurs, alpha, max_new_tokens=max_new_tokens, stop=stop
-        ),
-        "padded": padded,
-    }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    outputs: dict[str, Any] = {}
-    costs: dict[str, Any] = {}
-    forwards: dict[str, int] = {}
-    calls: list[int] = []
-    hook = generator.model.register_forward_hook(lambda module, args, output: calls.append(1))
-    try:
-        for name, run in variants.items():  # warm-up run: outputs, costs and model forward passes
-            generator.counter = CostCounter()
-            calls.clear()
-            outputs[name] = run()
-            forwards[name] = len(calls)
-            costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
-        hook.remove()
-        for _ in range(repeats):
-            for name, run in variants.items():
-                generator.counter = CostCounter()
-                began = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - began)
-    finally:
-        hook.remove()
-        generator.cache, generator.counter = saved_cache, saved_counter
-    median = {name: statistics.median(values) for name, values in times.items()}
-    steps = {
-        "greedy": sum(len(g.token_ids) + (g.finish_reason != "length") for g in outputs["greedy"]),
-        **{name: sum(g.steps for g in outputs[name]) for name in ("batched", "sequential", "padded")},
-    }
-    ratio = median["batched"] / median["greedy"] if median["greedy"] > 0 else float("nan")
-    per_forward = {k: (median[k] / forwards[k] if forwards[k] else None) for k in median}
-    return {
-        "pairs": len(experts),
-        "max_new_tokens": max_new_tokens,
-        "repeats": repeats,
-        "alpha": alpha,
-        "greedy_s": median["greedy"],
-        "batched_s": median["batched"],
-        "sequential_s": median["sequential"],
-        "padded_s": median["padded"],
-        "times_s": times,
-        "ratio_batched_vs_greedy": ratio,
-        "ratio_sequential_vs_greedy": median["sequential"] / median["greedy"] if median["greedy"] > 0 else None,
-        "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
-        "ratio_padded_vs_greedy": median["padded"] / median["greedy"] if median["greedy"] > 0 else None,
-        "speedup_split_vs_padded_prefill": median["padded"] / median["batched"] if median["batched"] > 0 else None,
-        "steps": steps,
-        "seconds_per_step": {k: (median[k] / steps[k] if steps[k] else None) for k in median},
-        "forwards": forwards,
-        "seconds_per_forward": per_forward,
-        "ratio_per_forward_batched_vs_greedy": (
-            per_forward["batched"] / per_forward["greedy"] if per_forward["batched"] and per_forward["greedy"] else None
-        ),
-        "costs": costs,
-        "parity": all(
-            np.array_equal(b.token_ids, s.token_ids) and np.array_equal(b.token_ids, p.token_ids)
-            for b, s, p in zip(outputs["batched"], outputs["sequential"], outputs["padded"], strict=True)
-        ),
-        "target_ratio": target_ratio,
-        "meets_target": bool(ratio <= target_ratio),
-    }

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from workbench.decoding.contrastive import (
-    benchmark_contrastive,
     choose_tokens,
     contrastive_generate,
     contrastive_scores,
@@ -18,6 +17,7 @@ from workbench.decoding.contrastive import (
     entropy_weight,
     sequential_contrastive_generate,
 )
+from workbench.stages.bench_decoding import benchmark_contrastive
 
 
 @pytest.fixture(scope="module")
