@@ -49,14 +49,7 @@ CHUNKS = [
 
 
 def chunked_corpus():
-    import datasets
+    """This package's chunks as a corpus dataset (the InSemRAG tests' builder)."""
+    from tests.unit.methods.test_insemrag import chunked_corpus as build
 
-    return datasets.Dataset.from_dict(
-        {
-            "chunk_id": [f"{d}#{i}" for d, i, _, _ in CHUNKS],
-            "doc_id": [d for d, _, _, _ in CHUNKS],
-            "title": [t for _, _, t, _ in CHUNKS],
-            "text": [x for _, _, _, x in CHUNKS],
-            "index": [i for _, i, _, _ in CHUNKS],
-        }
-    )
+    return build(CHUNKS)

@@ -49,16 +49,18 @@ QUESTION = {"question": "Who designed the Eiffel Tower?", "answers": ["Gustave E
 FAST = {"k1": 7, "k": 4, "candidates_per_channel": 7, "dense_index": "full", "chunking": "corpus"}
 
 
-def chunked_corpus():
+def chunked_corpus(chunks=None):
+    """A chunked corpus dataset from ``(doc_id, index, title, text)`` rows (default :data:`CHUNKS`)."""
     import datasets
 
+    chunks = CHUNKS if chunks is None else chunks
     return datasets.Dataset.from_dict(
         {
-            "chunk_id": [f"{d}#{i}" for d, i, _, _ in CHUNKS],
-            "doc_id": [d for d, _, _, _ in CHUNKS],
-            "title": [t for _, _, t, _ in CHUNKS],
-            "text": [x for _, _, _, x in CHUNKS],
-            "index": [i for _, i, _, _ in CHUNKS],
+            "chunk_id": [f"{d}#{i}" for d, i, _, _ in chunks],
+            "doc_id": [d for d, _, _, _ in chunks],
+            "title": [t for _, _, t, _ in chunks],
+            "text": [x for _, _, _, x in chunks],
+            "index": [i for _, i, _, _ in chunks],
         }
     )
 
