@@ -32,7 +32,11 @@ class GeneratorSection:
 
     model: str = doc("embedded name 'smollm2', a local model directory, or an explicit HF hub id", "smollm2")
     device: str = doc("torch device: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)", "cpu")
-    dtype: Literal["float32", "bfloat16", "float16"] = doc("weights and activations dtype", "float32")
+    dtype: Literal["float32", "bfloat16", "float16"] = doc(
+        "weights and activations dtype: bfloat16 / float16 halve the memory and are faster on a GPU (keep float32"
+        " on a CPU); they round the logits, so near-tied tokens can flip and greedy answers may differ from float32",
+        "float32",
+    )
     batch_size: int = doc("prompts per forward batch", 8)
     max_context: int | None = doc("context window in tokens (null: the model's own)", None)
     cache: bool = doc("use the on-disk generation cache (never generate the same prompt twice)", True)
@@ -43,6 +47,7 @@ class EmbedderSection:
     """The sentence embedder used for dense retrieval and similarity."""
 
     model: str = doc("embedded name 'minilm', a local directory, or an explicit HF hub id", "minilm")
+    device: str = doc("torch device: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)", "cpu")
     batch_size: int = doc("texts per encoding batch", 64)
 
 
@@ -109,6 +114,11 @@ class NLISection:
         "cross_encoder: directory of a model trained by the train-nli recipe; hf: a local NLI checkpoint or an"
         " explicit hub id (unused by answer_equivalence and llm)",
         "artifacts/runs/train-nli/stages/train_nli/model",
+    )
+    device: str = doc(
+        "torch device of the cross_encoder / hf model: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available);"
+        " answer_equivalence runs on embedder.device, llm on generator.device",
+        "cpu",
     )
     batch_size: int = doc("pairs per forward batch (model judges)", 32)
 
@@ -707,18 +717,19 @@ def _check_numbers(config: RecipeConfig) -> None:
 
 
 def _check_devices(config: RecipeConfig) -> None:
-    """The generator's device string is one torch can be given (its availability is checked when it loads, so a
-    run made on a GPU machine can still be exported on another)."""
+    """The generator's, embedder's and NLI judge's device strings are ones torch can be given (their availability is
+    checked when each model loads, so a run made on a GPU machine can still be exported on another)."""
     from workbench.backends.factory import check_device
 
     check_device(config.generator.device, "generator.device")
+    check_device(config.embedder.device, "embedder.device")
+    check_device(config.nli.device, "nli.device")
 
 
 def _check_stage_sections(config: RecipeConfig) -> None:
     """The checks the stages themselves run on their own section (collect, fit_utility, bench_decoding, the feature
     names of bench_features)."""
-    from workbench.stages import bench_decoding, collect, distill, distill_data, fit_utility
-    from workbench.uncertainty.features import get_features
+    from workbench.stages import bench_decoding, bench_features, collect, distill, distill_data, fit_utility
 
     for stage, check in (
         ("collect", collect._check_section),

@@ -137,10 +137,15 @@ def build_judge(
     generator: Callable[[], Any] | None = None,
     batch_size: int = 32,
     counter: CostCounter | None = None,
+    device: str = "cpu",
+    device_key: str = "device",
 ) -> Any:
     """The NLI judge ``kind``: ``answer_equivalence`` (rules + the embedder's cosine), ``cross_encoder`` / ``hf``
     (a checkpoint directory or hub id in ``model``), or ``llm`` (the generator as judge). ``embedder`` and
-    ``generator`` are callables returning the shared objects, so only the one a judge needs is built."""
+    ``generator`` are callables returning the shared objects, so only the one a judge needs is built.
+
+    ``device`` (through :func:`resolve_device`; errors name ``device_key``) places the ``cross_encoder`` / ``hf``
+    model; the other two judges have no model of their own and run where the embedder / generator runs."""
     if kind == "answer_equivalence":
         from workbench.backends.nli import AnswerEquivalenceJudge
 
@@ -151,8 +156,9 @@ def build_judge(
         from workbench.backends.nli import CrossEncoderNLI, HFSequenceClassificationNLI
 
         cls = CrossEncoderNLI if kind == "cross_encoder" else HFSequenceClassificationNLI
-        with backend_errors(f"{kind} NLI judge", _model_where(model)):
-            return cls(model, batch_size=batch_size, counter=counter)
+        torch_device = resolve_device(device, device_key)
+        with backend_errors(f"{kind} NLI judge on {torch_device}", _model_where(model)):
+            return cls(model, batch_size=batch_size, counter=counter, device=torch_device)
     if kind == "llm":
         from workbench.backends.nli_llm import LLMJudgeNLI
 

@@ -5,6 +5,9 @@ results (never library objects), and adds one to ``counter.retrieval_calls`` per
 under ``cache_dir("indexes")``, keyed by the corpus fingerprint and the index parameters; they are written with the
 libraries' own non-pickle formats (bm25s ``.npy`` arrays saved with ``allow_pickle=False`` + JSON vocabulary; faiss
 ``write_index``) through a temporary sibling and an atomic rename, so two processes never see half an index.
+
+bm25s is imported only through :func:`import_bm25s`, which keeps JAX (that bm25s imports when it is installed) off
+the GPU: see :func:`keep_jax_on_cpu`.
 """
 
 from __future__ import annotations
@@ -185,6 +188,23 @@ def _write_file_atomically(path: Path, writer: Any) -> None:
 # --------------------------------------------------------------------------------------------------- BM25
 
 
+def keep_jax_on_cpu() -> None:
+    """Set ``JAX_PLATFORMS=cpu`` unless the user has set ``JAX_PLATFORMS`` (then it is left as it is).
+
+    bm25s imports JAX when JAX is installed, and a CUDA build of JAX preallocates 75 % of the GPU's memory when its
+    backend starts, memory the generator then lacks. BM25 needs no GPU. Effective only before JAX is first imported
+    in the process, so it runs before every ``import bm25s`` (:func:`import_bm25s`)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def import_bm25s() -> Any:
+    """The ``bm25s`` module, imported after :func:`keep_jax_on_cpu` (the one way this package imports bm25s)."""
+    keep_jax_on_cpu()
+    import bm25s
+
+    return bm25s
+
+
 class BM25Retriever(Retriever):
     """Lexical retrieval with bm25s (Lucene BM25 by default; ``k1``, ``b``, ``method`` as in bm25s).
 
@@ -212,12 +232,12 @@ class BM25Retriever(Retriever):
         self._bm25 = self._load_or_build(cache) if len(self.corpus) else None
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[str]]:
-        import bm25s
+        bm25s = import_bm25s()
 
         return bm25s.tokenize(list(texts), stopwords=self.params["stopwords"], return_ids=False, show_progress=False)
 
     def _load_or_build(self, cache: bool) -> Any:
-        import bm25s
+        bm25s = import_bm25s()
 
         target = cache_dir("indexes") / f"bm25-{self.fingerprint}"
         if cache and (target / "params.index.json").is_file():

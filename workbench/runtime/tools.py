@@ -99,6 +99,7 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         generator=lambda: generator,
         batch_size=int(nli.get("batch_size", 32)),
         counter=counter,
+        device=options.device,
     )
     corpus = runtime_corpus(manifest, options.corpus, options.allow_corpus_mismatch, notes)
     retriever = build_retriever(answering["retriever"], corpus, embedder=embedder, counter=counter)

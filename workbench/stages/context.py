@@ -83,13 +83,19 @@ class Resources:
         return self.get(f"controller_generator:{spec}", build)
 
     def embedder(self):
-        """The run's :class:`workbench.backends.embedder.Embedder`."""
+        """The run's :class:`workbench.backends.embedder.Embedder`, on ``embedder.device``."""
 
         def build():
             from workbench.backends.factory import build_embedder
 
             section = self.config.embedder
-            return build_embedder(section.model, batch_size=section.batch_size, counter=self.counter)
+            return build_embedder(
+                section.model,
+                batch_size=section.batch_size,
+                counter=self.counter,
+                device=section.device,
+                device_key="embedder.device",
+            )
 
         return self.get("embedder", build)
 
@@ -106,7 +112,8 @@ class Resources:
 
     def judge(self, kind: str | None = None, model: str | Path | None = None):
         """The NLI judge ``kind`` (default: the recipe's ``nli.kind``) on the run's shared embedder / generator;
-        ``model`` is the checkpoint of ``cross_encoder`` / ``hf`` judges (default: ``nli.model``)."""
+        ``model`` is the checkpoint of ``cross_encoder`` / ``hf`` judges (default: ``nli.model``), placed on
+        ``nli.device`` (the other judges run where the embedder / generator runs)."""
         from workbench.backends.factory import build_judge
 
         kind = kind or self.config.nli.kind
@@ -118,6 +125,8 @@ class Resources:
             generator=self.generator,
             batch_size=self.config.nli.batch_size,
             counter=self.counter,
+            device=self.config.nli.device,
+            device_key="nli.device",
         )
 
 
