@@ -175,6 +175,12 @@ class BenchFeaturesSection:
     temperature: float = doc("sampling temperature", 0.7)
     max_new_tokens: int = doc("length cap of the greedy answer and of each sample", 16)
     paraphrases: int = doc("self_detection: the question plus P - 1 paraphrases (P)", 5)
+    repeats: int = doc(
+        "timed runs of the bare generations and the workbench, after one warm-up run each, in rotated order "
+        "(median and min-max reported)",
+        3,
+    )
+    per_feature_repeats: int = doc("timed runs of each feature alone, both per-feature ways (median reported)", 1)
 
 
 @dataclass
@@ -436,11 +442,14 @@ class BenchDecodingSection:
     split: str = doc("split the questions come from", "test")
     batch_sizes: list[int] = doc("pairs decoded at once; one measurement per size", [1, 4, 8])
     max_new_tokens: int = doc("tokens decoded per answer (stop strings are ignored so every variant runs them all)", 16)
-    repeats: int = doc("timing repeats after one warm-up (the median is reported)", 3)
+    repeats: int = doc("timing repeats after one warm-up, in rotated order (median and min-max reported)", 3)
     alpha: float = doc("contrast strength α", 1.0)
     k: int = doc("passages in the expert (with-context) prompt", 5)
     passage_chars: int = doc("each passage is cut to this many characters", 400)
     target_ratio: float = doc("target: batched contrastive time / greedy time at most this", 1.3)
+    ignore_eos: bool = doc(
+        "decode every answer to max_new_tokens even past EOS, so every variant does the same number of steps", True
+    )
 
 
 @dataclass
@@ -737,7 +746,7 @@ def _check_stage_sections(config: RecipeConfig) -> None:
         ("distill_data", distill_data.validate_section),
         ("distill", distill.validate_section),
         ("bench_decoding", bench_decoding.validate_section),
-        ("bench_features", lambda section: get_features(section.features)),
+        ("bench_features", bench_features.validate_section),
     ):
         if stage not in config.stages:
             continue

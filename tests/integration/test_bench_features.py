@@ -25,6 +25,7 @@ def _run(tmp_path, model, features: str, questions: int, samples: int, max_new_t
         f"bench_features.samples={samples}",
         f"bench_features.max_new_tokens={max_new_tokens}",
         f"bench_features.features={features}",
+        "bench_features.repeats=2",
     ]
     return run_recipe(load_recipe("bench-features", overrides))
 
@@ -43,8 +44,23 @@ def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
     assert ratios["per_feature_over_workbench"]["token_forwards"] == pytest.approx(
         total["token_forwards"] / work["token_forwards"]
     )
+    # the naive way: transformers generate, one question at a time, the prompt encoded once per sample
+    naive = bench["naive"]
+    assert naive["lm_calls"] == 2 * 2 and naive["token_forwards"] > bare["token_forwards"]
+    for way in ("bare", "naive", "workbench", "workbench_core"):  # warm-up untimed, then 2 timed runs each
+        assert len(bench[way]["seconds_runs"]) == 2
+        assert bench[way]["seconds_min"] <= bench[way]["seconds"] <= bench[way]["seconds_max"]
+    assert bench["core_features"] == [
+        "confidence",
+        "semantic_entropy",
+        "matrix_degree_uncertainty",
+        "eccentricity_uncertainty",
+        "lars",
+    ]  # ptrue prompts the model itself
+    assert ratios["workbench_over_naive"]["seconds"] == pytest.approx(work["seconds"] / naive["seconds"])
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "target ≥ 5x" in report and "target ≤ 1.3x" in report and "| lars |" in report
+    assert "target ≥ 5x" in report and "≤ 2x" in report and "≤ 1x" in report and "| lars |" in report
+    assert "transformers `generate`" in report and "TruthTorchLM" in report and "5 features" in report
     assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.generator import Generation
+from workbench.backends.generation_types import Generation
 from workbench.core.hashing import canonical_json
 from workbench.core.paths import cache_dir
 

@@ -38,6 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.generation_types import FINISH_REASONS as FINISH_REASONS
+from workbench.backends.generation_types import DecodingParams as DecodingParams
+from workbench.backends.generation_types import Generation as Generation
+from workbench.backends.generation_types import Scored as Scored
 from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, encode
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
@@ -48,115 +52,6 @@ if TYPE_CHECKING:
     from workbench.backends.gencache import GenerationCache
 
 log = logging.getLogger(__name__)
-
-FINISH_REASONS = ("stop", "eos", "length")
-
-
-@dataclass
-class Generation:
-    """One generated continuation of one prompt (plain Python / numpy, no HF objects).
-
-    ``text`` is the decoded continuation (special tokens skipped), cut before the first stop string.
-    ``token_ids`` are the answer tokens: the shortest prefix of the generated tokens whose decoding covers ``text``
-    (so neither EOS nor a token that holds only the stop string is included). ``logprobs`` (raw T=1 distribution),
-    ``logprobs_processed`` (the distribution actually sampled from; 0 for greedy) and ``entropies`` (nats, full raw
-    distribution) are float32 arrays aligned with ``token_ids``. ``finish_reason`` is ``"stop"``, ``"eos"`` or
-    ``"length"``.
-
-    Decoding step ``s`` is the forward position whose output predicts generated token ``s`` (step 0 is the last
-    prompt token). With ``return_hidden_layer=L`` (an index into HF ``hidden_states``, 0 = embeddings, negative
-    allowed): ``hidden_mean`` is the mean of layer L over the steps that predicted the answer tokens (step 0 alone
-    for an empty answer); ``hidden_last`` is layer L at the step whose input is the last answer token (the "last
-    decoding step kept", computed when a terminator followed), else at the last step computed. With
-    ``return_attentions``: ``attentions`` is a float32 array ``(n_layers, n_heads, len(token_ids))`` holding, for
-    each answer token, the attention weight its predicting step puts on its own position (the diagonal A_jj used
-    by attention-score features). When the answer ended with EOS, ``eos_logprob`` / ``eos_entropy`` hold the raw
-    log-prob of that EOS token and the entropy of its step (None otherwise), so no scoring pass is needed for them.
-    """
-
-    prompt: str
-    text: str
-    token_ids: np.ndarray
-    logprobs: np.ndarray
-    logprobs_processed: np.ndarray
-    entropies: np.ndarray
-    finish_reason: str
-    sample_index: int = 0
-    prompt_tokens: int = 0
-    hidden_last: np.ndarray | None = None
-    hidden_mean: np.ndarray | None = None
-    attentions: np.ndarray | None = None
-    eos_logprob: float | None = None
-    eos_entropy: float | None = None
-
-    @property
-    def sum_logprob(self) -> float:
-        """Sum of the raw token log-probs (0 for an empty answer)."""
-        return float(self.logprobs.sum())
-
-    @property
-    def mean_logprob(self) -> float:
-        """Mean raw token log-prob (NaN for an empty answer)."""
-        return float(self.logprobs.mean()) if len(self.logprobs) else float("nan")
-
-
-@dataclass
-class Scored:
-    """Teacher-forced log-likelihood of ``continuation`` after ``prompt``.
-
-    ``token_ids`` are the continuation tokens (plus EOS when asked), ``logprobs`` their raw log-probs and
-    ``entropies`` the full-vocabulary entropies at those positions (float32). ``mean_logprob`` is NaN when the
-    continuation has no tokens.
-    """
-
-    prompt: str
-    continuation: str
-    token_ids: np.ndarray
-    logprobs: np.ndarray
-    entropies: np.ndarray
-    sum_logprob: float
-    mean_logprob: float
-
-
-@dataclass(frozen=True)
-class DecodingParams:
-    """The decoding parameters of one :meth:`Generator.generate` call, normalised for cache keys.
-
-    Greedy decoding (``temperature == 0``) ignores ``top_p``, ``top_k`` and ``seed``, so they are normalised away.
-    """
-
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop: tuple[str, ...] = ()
-    seed: int | None = 0
-    hidden_layer: int | None = None
-    attentions: bool = False
-
-    @property
-    def greedy(self) -> bool:
-        """Whether this is greedy decoding."""
-        return self.temperature == 0.0
-
-    def normalised(self) -> DecodingParams:
-        """A copy with the parameters that greedy decoding ignores reset."""
-        if self.greedy:
-            return replace(self, top_p=1.0, top_k=0, seed=None)
-        return self
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` on out-of-range parameters."""
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
 
 
 @dataclass
@@ -169,8 +64,14 @@ class _Job:
 
 
 @dataclass
-class _Row:
-    """Decoding state of one sample (one row of the expanded batch)."""
+class DecodingRow:
+    """The record of one decoded sequence (one row of a decoding batch), filled step by step.
+
+    ``job`` / ``sample`` say which prompt and sample it is (free for other decoders to use as they like);
+    ``generator`` is its sampling RNG (None for greedy). ``tokens`` are every token chosen so far, the terminating one
+    included; the decoding loop appends to ``raw`` / ``processed`` / ``entropy`` (and ``hidden`` / ``attn``) as it
+    goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and, for a stop string, ``text``.
+    """
 
     job: int
     sample: int
@@ -367,11 +268,17 @@ class Generator:
         for prompt in dict.fromkeys(prompts):
             missing = [j for j in range(needed) if (prompt, j) not in found]
             if missing:
-                jobs.append(_Job(prompt, self._encode_prompt(prompt, budget), missing))
+                jobs.append(_Job(prompt, self.encode_prompt(prompt, budget), missing))
         return jobs
 
-    def _encode_prompt(self, prompt: str, budget: int) -> list[int]:
-        """Prompt token ids, left-truncated to ``budget`` tokens (counted, warned once)."""
+    # ------------------------------------------------------------------ the step API (decode loops use it)
+    # A decoding *state* is a dict: "cache" (the KV cache), "mask" (attention mask [rows, width]), "next_pos" (the
+    # position of each row's next token [rows, 1]) and "logits" (the last position's logits [rows, V]), plus "hidden"
+    # / "attn" when the params ask for them. This loop and workbench.decoding.contrastive both drive one with
+    # prefill → (choose tokens, finish_row, select_rows) → step, and turn finished rows into answers with answer().
+    def encode_prompt(self, prompt: str, budget: int) -> list[int]:
+        """Prompt token ids, left-truncated to ``budget`` tokens (counted in ``truncated_prompts``, warned once);
+        ``ValueError`` for a prompt that encodes to no tokens."""
         ids = encode(self.tokenizer, prompt)
         if not ids:
             raise ValueError(f"prompt {prompt!r} encodes to no tokens")
@@ -386,6 +293,8 @@ class Generator:
                 budget,
             )
         return ids[-budget:]
+
+    _encode_prompt = encode_prompt  # the former private name, kept for callers that still use it
 
     def _generate_jobs(
         self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
@@ -422,17 +331,17 @@ class Generator:
         import torch
 
         rows = [
-            _Row(job=i, sample=j, generator=None if params.greedy else self._rng(job.prompt, j, params.seed))
+            DecodingRow(job=i, sample=j, generator=None if params.greedy else self._rng(job.prompt, j, params.seed))
             for i, job in enumerate(jobs)
             for j in job.samples
         ]
         row_to_job = torch.tensor([r.job for r in rows], dtype=torch.long)
         if share_prefill:
-            state = self._prefill([job.ids for job in jobs], params)
+            state = self.prefill([job.ids for job in jobs], params)
             if len(rows) > len(jobs):  # expand each prompt's cache, logits and extras to its samples
-                state = _select(state, row_to_job)
+                state = select_rows(state, row_to_job)
         else:
-            state = self._prefill([jobs[r.job].ids for r in rows], params)
+            state = self.prefill([jobs[r.job].ids for r in rows], params)
         self.counter.lm_calls += len(jobs)  # prompts, not batches (CostCounter)
         self.counter.lm_batches += 1
         active = list(range(len(rows)))
@@ -440,14 +349,14 @@ class Generator:
             _record_extras(rows, active, state, params)
             tokens = self._choose_tokens(rows, active, state["logits"], params)
             self.counter.decoded_tokens += len(active)
-            keep = [k for k, r in enumerate(active) if not self._finish_row(rows[r], tokens[k], step, params)]
+            keep = [k for k, r in enumerate(active) if not self.finish_row(rows[r], tokens[k], step, params)]
             if not keep:
                 break
             if len(keep) < len(active):
-                state = _select(state, torch.tensor(keep, dtype=torch.long))
+                state = select_rows(state, torch.tensor(keep, dtype=torch.long))
                 tokens = [tokens[k] for k in keep]
                 active = [active[k] for k in keep]
-            state = self._step(state, tokens, params)
+            state = self.step(state, tokens, params)
         return {(jobs[r.job].prompt, r.sample): self._finalise(r, jobs[r.job], params) for r in rows}
 
     def _rng(self, prompt: str, sample: int, seed: int | None) -> Any:
@@ -456,8 +365,10 @@ class Generator:
 
         return torch.Generator().manual_seed(sample_seed(int(seed or 0), prompt, sample))
 
-    def _prefill(self, id_lists: list[list[int]], params: DecodingParams) -> dict[str, Any]:
-        """Encode left-padded prompts once; returns the decoding state (cache, mask, positions, last logits)."""
+    def prefill(self, id_lists: list[list[int]], params: DecodingParams) -> dict[str, Any]:
+        """Encode token-id lists as one left-padded batch (positions from each row's first real token) in one
+        forward; returns the decoding state (see above). Counts ``prefill_tokens`` (padding excluded) only: callers
+        count their calls and batches."""
         import torch
 
         pad = self.tokenizer.pad_token_id
@@ -482,8 +393,9 @@ class Generator:
         state.update(_outputs(out, params))
         return state
 
-    def _step(self, state: dict[str, Any], tokens: list[int], params: DecodingParams) -> dict[str, Any]:
-        """Feed one token per active row; returns the advanced state."""
+    def step(self, state: dict[str, Any], tokens: list[int], params: DecodingParams) -> dict[str, Any]:
+        """Feed ``tokens`` (one per row of ``state``, in row order) in one forward; returns the advanced state (the
+        KV cache object is reused)."""
         import torch
 
         mask = torch.cat([state["mask"], state["mask"].new_ones((len(tokens), 1))], dim=1)
@@ -501,7 +413,9 @@ class Generator:
         new.update(_outputs(out, params))
         return new
 
-    def _choose_tokens(self, rows: list[_Row], active: list[int], logits: Any, params: DecodingParams) -> list[int]:
+    def _choose_tokens(
+        self, rows: list[DecodingRow], active: list[int], logits: Any, params: DecodingParams
+    ) -> list[int]:
         """Pick the next token of every active row and record its log-probs and entropy."""
         import torch
 
@@ -530,8 +444,10 @@ class Generator:
             row.entropy.append(ent)
         return columns[0]
 
-    def _finish_row(self, row: _Row, token: int, step: int, params: DecodingParams) -> bool:
-        """Set ``row.finish`` if the row ends after ``token``; returns whether it finished."""
+    def finish_row(self, row: DecodingRow, token: int, step: int, params: DecodingParams) -> bool:
+        """Whether ``row`` ends after ``token`` (already appended to ``row.tokens``), chosen at decoding step ``step``:
+        at an EOS id (``eos_ids``), when the decoded text holds a stop string (``row.text`` = the text before it) or
+        at the ``max_new_tokens``-th step; sets ``row.finish`` accordingly."""
         if token in self.eos_ids:
             row.finish = "eos"
             return True
@@ -546,15 +462,18 @@ class Generator:
             return True
         return False
 
-    def _finalise(self, row: _Row, job: _Job, params: DecodingParams) -> Generation:
-        """Turn a finished row into a :class:`Generation` (answer tokens, text, optional hidden/attentions)."""
+    def answer(self, row: DecodingRow) -> tuple[list[int], str]:
+        """The answer of a finished row: its tokens without a final EOS and, when a stop string ended it, only the
+        shortest prefix whose decoding covers the text before the stop string; and the answer text."""
         tokens = row.tokens[:-1] if row.finish == "eos" else row.tokens
         if row.finish == "stop":
-            kept = self._covering_prefix(tokens, row.text)
-            text = row.text
-        else:
-            kept = len(tokens)
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            return tokens[: self._covering_prefix(tokens, row.text)], row.text
+        return tokens, self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _finalise(self, row: DecodingRow, job: _Job, params: DecodingParams) -> Generation:
+        """Turn a finished row into a :class:`Generation` (answer tokens, text, optional hidden/attentions)."""
+        tokens, text = self.answer(row)
+        kept = len(tokens)
         gen = Generation(
             prompt=job.prompt,
             text=text,
@@ -566,9 +485,9 @@ class Generator:
             sample_index=row.sample,
             prompt_tokens=len(job.ids),
         )
-        if row.finish == "eos" and len(row.raw) > len(tokens):
-            gen.eos_logprob = float(row.raw[len(tokens)])
-            gen.eos_entropy = float(row.entropy[len(tokens)])
+        if row.finish == "eos" and len(row.raw) > kept:  # EOS ends the answer: no stop cut, the EOS step is `kept`
+            gen.eos_logprob = float(row.raw[kept])
+            gen.eos_entropy = float(row.entropy[kept])
         if params.hidden_layer is not None:
             states = np.stack(row.hidden)
             gen.hidden_mean = states[: max(kept, 1)].mean(axis=0)
@@ -624,7 +543,7 @@ class Generator:
             eos = self.tokenizer.eos_token_id
             conts = [[*c, eos] for c in conts]
         prompt_ids = [
-            self._encode_prompt(prompt, max(self.max_context - len(c), 1))
+            self.encode_prompt(prompt, max(self.max_context - len(c), 1))
             for (prompt, _), c in zip(batch, conts, strict=True)
         ]
         seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
@@ -682,7 +601,7 @@ class Generator:
         out = np.zeros((len(prompts), len(first)), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(prompts), self.batch_size):
-                ids = [self._encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
+                ids = [self.encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
                 with self.counter.timed("score"):
                     logits = self._forward_tail(ids, 1)[:, -1]
                 self.counter.lm_calls += len(ids)
@@ -762,8 +681,8 @@ def _returned_cache(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
-def _select(state: dict[str, Any], index: Any) -> dict[str, Any]:
-    """Keep (or repeat) rows ``index`` of a decoding state, the KV cache included."""
+def select_rows(state: dict[str, Any], index: Any) -> dict[str, Any]:
+    """Keep (or repeat) rows ``index`` (a long tensor) of a decoding state, the KV cache included (in place)."""
     index = index.to(state["mask"].device)
     state["cache"].batch_select_indices(index)
     out = {"cache": state["cache"]}
@@ -773,8 +692,8 @@ def _select(state: dict[str, Any], index: Any) -> dict[str, Any]:
     return out
 
 
-def _joinable(state: dict[str, Any]) -> bool:
-    """Whether ``state``'s KV cache can be joined with another by :func:`_join_states`: a plain dynamic cache whose
+def joinable(state: dict[str, Any]) -> bool:
+    """Whether ``state``'s KV cache can be joined with another by :func:`join_states`: a plain dynamic cache whose
     every layer holds full-attention keys for all the state's positions (no sliding-window or special layers)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -785,8 +704,8 @@ def _joinable(state: dict[str, Any]) -> bool:
     )
 
 
-def _join_states(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """One decoding state holding the rows of ``first`` then those of ``second`` (both :func:`_joinable`).
+def join_states(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One decoding state holding the rows of ``first`` then those of ``second`` (both :func:`joinable`).
 
     Each state was prefilled on its own, left-padded to its own width. The narrower one is left-padded further (zero
     keys and values, mask 0, so the new positions are never attended to) and the two are stacked along the batch.
@@ -818,7 +737,7 @@ def _join_states(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any
     return joined
 
 
-def _record_extras(rows: list[_Row], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:
+def _record_extras(rows: list[DecodingRow], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:
     """Append the current step's hidden state / attention diagonal to each active row."""
     if params.hidden_layer is not None:
         hidden = state["hidden"].float().cpu().numpy()

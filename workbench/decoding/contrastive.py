@@ -30,8 +30,9 @@ Engines:
   batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
   tests and for :func:`workbench.stages.bench_decoding.benchmark_contrastive`.
 
-The generator's own pieces are reused (its prompt encoding and truncation, ``_prefill`` / ``_step``, the stop / EOS
-rule and the answer-token bookkeeping), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
+The generator's public step API is reused (its prompt encoding and truncation ``encode_prompt``, ``prefill`` /
+``step``, ``select_rows`` / ``join_states``, the stop / EOS rule ``finish_row`` and the answer-token bookkeeping
+``answer``), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
 
 Costs go to ``generator.counter``: ``lm_calls`` +2 per pair (its two prompts, expert and amateur, in either engine);
 ``lm_batches`` +1 per batch of pairs (at most ``generator.batch_size`` pairs; one for any request that fits one
@@ -199,7 +200,7 @@ class _Pair:
     ids_amateur: list[int]
     alpha: float
     para_is_expert: bool
-    row: Any = None  # the generator's _Row (tokens / finish / text)
+    row: Any = None  # the generator's DecodingRow (tokens / finish / text)
     columns: list[list[float]] = field(default_factory=lambda: [[] for _ in range(6)])
 
 
@@ -272,7 +273,7 @@ def _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, sto
     if budget < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_context={generator.max_context}")
     pairs = [
-        _Pair(e, a, generator._encode_prompt(e, budget), generator._encode_prompt(a, budget), alpha, s == "expert")
+        _Pair(e, a, generator.encode_prompt(e, budget), generator.encode_prompt(a, budget), alpha, s == "expert")
         for e, a, alpha, s in zip(experts, amateurs, alpha_list, streams, strict=True)
     ]
     order = sorted(range(len(pairs)), key=lambda i: max(len(pairs[i].ids_expert), len(pairs[i].ids_amateur)))
@@ -310,17 +311,17 @@ def _record(generator: Any, chunk: list[_Pair], active: list[int], choice: StepC
         pair.row.tokens.append(token)
         for column, values in zip(pair.columns, rest, strict=True):
             column.append(values[k])
-        if not generator._finish_row(pair.row, token, step, params):
+        if not generator.finish_row(pair.row, token, step, params):
             keep.append(k)
     generator.counter.decoded_tokens += 2 * len(active)
     return keep, tokens
 
 
 def _new_rows(chunk: list[_Pair]) -> None:
-    from workbench.backends.generator import _Row
+    from workbench.backends.generator import DecodingRow
 
     for i, pair in enumerate(chunk):
-        pair.row = _Row(job=i, sample=0, generator=None)
+        pair.row = DecodingRow(job=i, sample=0, generator=None)
         pair.columns = [[] for _ in range(6)]
 
 
@@ -330,27 +331,49 @@ def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: li
     A prompt with five passages is several times longer than the closed-book prompt it is contrasted with; one
     forward over all 2B rows would pad every short prompt to the long width and (where the forward is compute-bound,
     as on a CPU) cost about twice the expert prefill. So when the two streams' widths differ, each stream is encoded
-    by a forward of its own, padded to its own width, and the two KV caches are joined into one (``_join_states``);
+    by a forward of its own, padded to its own width, and the two KV caches are joined into one (``join_states``);
     every decoding step after that is one forward of 2B rows. Equal widths, or a model whose cache cannot be joined
     (sliding-window layers: found out once per generator, by its first split prefill), take a single forward over
     the 2B rows.
     """
-    from workbench.backends.generator import _join_states, _joinable
+    from workbench.backends.generator import join_states, joinable
 
     if max(map(len, expert_ids)) == max(map(len, amateur_ids)) or generator.joinable_cache is False:
-        return generator._prefill(expert_ids + amateur_ids, params)
-    experts = generator._prefill(expert_ids, params)
-    generator.joinable_cache = _joinable(experts)
+        return generator.prefill(expert_ids + amateur_ids, params)
+    experts = generator.prefill(expert_ids, params)
+    generator.joinable_cache = joinable(experts)
     if generator.joinable_cache:
-        return _join_states(experts, generator._prefill(amateur_ids, params))
-    return generator._prefill(expert_ids + amateur_ids, params)
+        return join_states(experts, generator.prefill(amateur_ids, params))
+    return generator.prefill(expert_ids + amateur_ids, params)
+
+
+def _keep_pairs(
+    keep: list[int], states: list[Any], alphas: Any, para: Any, active: list[int], tokens: list[int], stacked: bool
+) -> tuple[list[Any], Any, Any, list[int], list[int]]:
+    """Drop the finished pairs: only the pairs at positions ``keep`` (of the n active ones) go on decoding.
+
+    Their rows are kept in every decoding state — with ``stacked``, one state whose rows are the n experts then the
+    n amateurs (the batched engine); otherwise one state per stream (the sequential engine) — and in the per-pair
+    α / stream tensors, the active list and this step's tokens. Returns ``(states, alphas, para, active, tokens)``.
+    """
+    import torch
+
+    from workbench.backends.generator import select_rows
+
+    n = len(active)
+    rows = torch.tensor(keep + [n + k for k in keep] if stacked else keep, dtype=torch.long)
+    index = torch.tensor(keep, dtype=torch.long, device=alphas.device)
+    return (
+        [select_rows(state, rows) for state in states],
+        alphas[index],
+        para[index],
+        [active[k] for k in keep],
+        [tokens[k] for k in keep],
+    )
 
 
 def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
     """Rows 0..n-1 are the experts and rows n..2n-1 the amateurs of the n active pairs; one forward per step."""
-    import torch
-
-    from workbench.backends.generator import _select
 
     _new_rows(chunk)
     state = prefill_streams(generator, [p.ids_expert for p in chunk], [p.ids_amateur for p in chunk], params)
@@ -366,23 +389,16 @@ def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bo
         if not keep:
             break
         if len(keep) < n:
-            state = _select(state, torch.tensor(keep + [n + k for k in keep], dtype=torch.long))
-            index = torch.tensor(keep, dtype=torch.long, device=alphas.device)
-            alphas, para = alphas[index], para[index]
-            active = [active[k] for k in keep]
-            tokens = [tokens[k] for k in keep]
-        state = generator._step(state, tokens + tokens, params)
+            (state,), alphas, para, active, tokens = _keep_pairs(keep, [state], alphas, para, active, tokens, True)
+        state = generator.step(state, tokens + tokens, params)
 
 
 def _decode_sequential(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
     """The same decisions with one state (and one forward per step) per stream."""
-    import torch
-
-    from workbench.backends.generator import _select
 
     _new_rows(chunk)
-    expert = generator._prefill([p.ids_expert for p in chunk], params)
-    amateur = generator._prefill([p.ids_amateur for p in chunk], params)
+    expert = generator.prefill([p.ids_expert for p in chunk], params)
+    amateur = generator.prefill([p.ids_amateur for p in chunk], params)
     generator.counter.lm_calls += 2 * len(chunk)
     generator.counter.lm_batches += 2
     alphas, para = _pair_tensors(chunk, expert["logits"].device)
@@ -394,30 +410,23 @@ def _decode_sequential(generator: Any, chunk: list[_Pair], params: Any, dynamic:
         if not keep:
             break
         if len(keep) < n:
-            rows = torch.tensor(keep, dtype=torch.long)
-            expert, amateur = _select(expert, rows), _select(amateur, rows)
-            index = rows.to(alphas.device)
-            alphas, para = alphas[index], para[index]
-            active = [active[k] for k in keep]
-            tokens = [tokens[k] for k in keep]
-        expert = generator._step(expert, tokens, params)
-        amateur = generator._step(amateur, tokens, params)
+            (expert, amateur), alphas, para, active, tokens = _keep_pairs(
+                keep, [expert, amateur], alphas, para, active, tokens, False
+            )
+        expert = generator.step(expert, tokens, params)
+        amateur = generator.step(amateur, tokens, params)
 
 
 def _finalise(generator: Any, pair: _Pair, params: Any, dynamic: bool) -> ContrastiveGeneration:
     """Answer tokens and text by the generator's rules (EOS dropped, text cut before a stop string)."""
     row = pair.row
-    tokens = row.tokens[:-1] if row.finish == "eos" else row.tokens
-    if row.finish == "stop":
-        kept, text = generator._covering_prefix(tokens, row.text), row.text
-    else:
-        kept, text = len(tokens), generator.tokenizer.decode(tokens, skip_special_tokens=True)
+    tokens, text = generator.answer(row)
     arrays = [np.asarray(c, dtype=np.float32) for c in pair.columns]
     return ContrastiveGeneration(
         expert_prompt=pair.expert,
         amateur_prompt=pair.amateur,
         text=text,
-        token_ids=np.asarray(tokens[:kept], dtype=np.int64),
+        token_ids=np.asarray(tokens, dtype=np.int64),
         finish_reason=row.finish or "length",
         alpha=pair.alpha,
         parametric="expert" if pair.para_is_expert else "amateur",

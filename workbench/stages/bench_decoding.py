@@ -13,10 +13,11 @@ B (expert, amateur) pairs of ``bench_decoding.split`` are decoded four ways by
 * **padded** — the batched engine with both streams prefilled by ONE forward of 2B rows padded to the longest
   prompt, instead of one forward per stream at its own width (what the split prefill saves).
 
-Stop strings are disabled, so every variant decodes ``max_new_tokens`` steps unless EOS ends a row; each time is the
-median of ``repeats`` runs after one warm-up, with no generation cache. Target: batched / greedy time at most
-``target_ratio``. Batch sizes above ``generator.batch_size`` are decoded in chunks of that many pairs (every variant
-alike), so the generator's batch size should be at least the largest B.
+Stop strings are disabled and, with ``bench_decoding.ignore_eos`` (the default), so is EOS: every variant decodes
+exactly ``max_new_tokens`` steps, the same work. Each time is the median of ``repeats`` runs after one warm-up (the
+rounds in rotated order; the report gives the min–max next to each median), with no generation cache. Target: batched /
+greedy time at most ``target_ratio``. Batch sizes above ``generator.batch_size`` are decoded in chunks of that many
+pairs (every variant alike), so the generator's batch size should be at least the largest B.
 
 Output of ``bench_decoding``: ``bench.json`` — the settings, the torch thread count, the device, the model and one
 :func:`benchmark_contrastive` result per batch size (``results``, in ``batch_sizes`` order). ``report_bench_decoding``
@@ -135,6 +136,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             alpha=section.alpha,
             stop=(),
             target_ratio=section.target_ratio,
+            ignore_eos=section.ignore_eos,
         )
         results.append(result)
     bench = {
@@ -153,6 +155,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "passage_chars": section.passage_chars,
             "retriever": ctx.config.retrieval.retriever,
             "target_ratio": section.target_ratio,
+            "ignore_eos": section.ignore_eos,
         },
         "no_context": no_context,
         "results": results,
@@ -187,9 +190,16 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         f"({bench['dtype']}) on **{bench['device']}**, **{bench['threads']} torch thread(s)**, generator batch size "
         f"{bench['generator_batch_size']}. Questions from `{s['split']}`; expert = the answering prompt with the top "
         f"{s['k']} `{s['retriever']}` passages (≤ {s['passage_chars']} characters each), amateur = the closed-book "
-        f"prompt (D²-RAG's relevant mode), α = {s['alpha']}. Every answer decodes {s['max_new_tokens']} tokens "
-        f"(stop strings off; EOS may end a row sooner); times are the median of {s['repeats']} run(s) after one "
-        "warm-up, no generation cache. Compare the ratios, not the absolute times (shared, noisy machines).",
+        f"prompt (D²-RAG's relevant mode), α = {s['alpha']}. "
+        + (
+            f"Every answer decodes exactly {s['max_new_tokens']} tokens (stop strings and EOS off: every variant "
+            "does the same number of steps)"
+            if s.get("ignore_eos")
+            else f"Every answer decodes {s['max_new_tokens']} tokens (stop strings off; EOS may end a row sooner, "
+            "so the variants may take different numbers of steps)"
+        )
+        + f"; times are the median of {s['repeats']} run(s) after one warm-up (rounds in rotated order; min–max "
+        "in brackets), no generation cache. Compare the ratios, not the absolute times (shared, noisy machines).",
         "",
         "*greedy*: plain greedy decoding of the expert prompts (one forward of B rows per step). *batched*: "
         "contrastive decoding with both streams in one forward of 2B rows per step (the prompts encoded by one "
@@ -207,7 +217,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     for r in results:
         forwards = " / ".join(str(r["forwards"][v]) for v in VARIANTS)
         lines.append(
-            f"| {r['pairs']} | {r['greedy_s']:.3f} | {r['batched_s']:.3f} | {r['sequential_s']:.3f} "
+            f"| {r['pairs']} | {_timed(r, 'greedy')} | {_timed(r, 'batched')} | {_timed(r, 'sequential')} "
             f"| {fmt(r['ratio_batched_vs_greedy'], 2, suffix='x')} "
             f"| {fmt(r['ratio_sequential_vs_greedy'], 2, suffix='x')} "
             f"| {fmt(r['speedup_batched_vs_sequential'], 2, suffix='x')} "
@@ -226,7 +236,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "| split-prefill speed-up |",
             "|---:|---:|---:|---:|---:|",
             *[
-                f"| {r['pairs']} | {r['batched_s']:.3f} | {r['padded_s']:.3f} "
+                f"| {r['pairs']} | {_timed(r, 'batched')} | {_timed(r, 'padded')} "
                 f"| {fmt(r['ratio_padded_vs_greedy'], 2, suffix='x')} "
                 f"| {fmt(r['speedup_split_vs_padded_prefill'], 2, suffix='x')} |"
                 for r in results
@@ -240,6 +250,13 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "those pairs were decoded in chunks (every variant alike), so a step is several forwards there.",
         ]
     return [*lines, ""]
+
+
+def _timed(result: dict[str, Any], variant: str) -> str:
+    """A variant's median seconds with the min–max of its timed runs: ``1.840 (1.801–2.226)``."""
+    runs = result.get("times_s", {}).get(variant, [])
+    median = f"{result[f'{variant}_s']:.3f}"
+    return f"{median} ({min(runs):.3f}–{max(runs):.3f})" if len(runs) > 1 else median
 
 
 def _verdict(results: list[dict[str, Any]], target: float, no_context: int) -> list[str]:
@@ -346,17 +363,22 @@ def benchmark_contrastive(
     alpha: float = 1.0,
     stop: Sequence[str] | None = (),
     target_ratio: float = 1.3,
+    ignore_eos: bool = False,
 ) -> dict[str, Any]:
     """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding, and of
     the batched engine with both streams prefilled by one padded forward (``padded``: what the split prefill saves).
 
-    Each variant runs once to warm up, then ``repeats`` times. The generation cache is bypassed and the generator's
-    counter is left untouched (both restored afterwards); the costs and the number of model forward passes of one
-    run of each variant are reported. Steps differ between variants when they stop at different places (EOS,
-    ``stop``: contrast changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and
-    per-forward times are given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of
-    2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤
-    ``target_ratio``); ``parity`` says whether batched, sequential and padded chose the same tokens.
+    Each variant runs once to warm up, then ``repeats`` rounds, round r starting with variant r mod 4 (rotated order:
+    none is always first or always right after another); ``times_s`` holds every timed run, the medians and ``spread_s``
+    (min, max) come from them. ``ignore_eos`` lets no token end an answer (the generator's ``eos_ids`` emptied for the
+    run), so with ``stop=()`` every variant decodes exactly ``max_new_tokens`` tokens: the same work, whatever the
+    contrast does to where an answer would end. The generation cache is bypassed and the generator's counter is left
+    untouched (all three restored afterwards); the costs and the number of model forward passes of one run of each
+    variant are reported. Steps differ between variants when they stop at different places (EOS, ``stop``: contrast
+    changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and per-forward times are
+    given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of 2B rows relative to one of
+    B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``); ``parity`` says whether
+    batched, sequential and padded chose the same tokens.
     """
     import statistics
     import time
@@ -373,8 +395,10 @@ def benchmark_contrastive(
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     experts, amateurs = list(prompts_expert), list(prompts_amateur)
-    saved_cache, saved_counter = generator.cache, generator.counter
+    saved_cache, saved_counter, saved_eos = generator.cache, generator.counter, generator.eos_ids
     generator.cache = None
+    if ignore_eos:
+        generator.eos_ids = frozenset()
 
     def padded() -> list[ContrastiveGeneration]:  # the batched engine with both streams prefilled in one forward
         saved = generator.joinable_cache
@@ -408,15 +432,17 @@ def benchmark_contrastive(
             forwards[name] = len(calls)
             costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
         hook.remove()
-        for _ in range(repeats):
-            for name, run in variants.items():
+        names = list(variants)
+        for r in range(repeats):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
                 generator.counter = CostCounter()
                 began = time.perf_counter()
-                run()
+                variants[name]()
                 times[name].append(time.perf_counter() - began)
     finally:
         hook.remove()
-        generator.cache, generator.counter = saved_cache, saved_counter
+        generator.cache, generator.counter, generator.eos_ids = saved_cache, saved_counter, saved_eos
     median = {name: statistics.median(values) for name, values in times.items()}
     steps = {
         "greedy": sum(len(g.token_ids) + (g.finish_reason != "length") for g in outputs["greedy"]),
@@ -434,6 +460,8 @@ def benchmark_contrastive(
         "sequential_s": median["sequential"],
         "padded_s": median["padded"],
         "times_s": times,
+        "spread_s": {name: (min(values), max(values)) for name, values in times.items()},
+        "ignore_eos": ignore_eos,
         "ratio_batched_vs_greedy": ratio,
         "ratio_sequential_vs_greedy": median["sequential"] / median["greedy"] if median["greedy"] > 0 else None,
         "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
