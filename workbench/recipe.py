@@ -922,7 +922,7 @@ def _check_report(config: RecipeConfig) -> None:
 def _check_insemrag_controller(config: RecipeConfig) -> None:
     """evaluate ← distill: InSemRAG's ``controller: distilled`` without a ``controller_model`` reads the run's distill
     output, which only the evaluate stage reads (and only when distill runs before it); the study never reads it."""
-    from workbench.methods.registry import INSEMRAG_METHODS
+    from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE
 
     users = []  # (method, why the run's distill output is out of reach)
     if "evaluate" in config.stages and "distill" not in config.stages:
@@ -937,7 +937,7 @@ def _check_insemrag_controller(config: RecipeConfig) -> None:
         options = config.evaluate.options.get(method) or {}
         if not isinstance(options, dict):
             continue  # check_options names it
-        default = "distilled" if method == "insemrag_distilled" else "prompted"
+        default = METHOD_TABLE[method].defaults.get("controller", "prompted")
         if options.get("controller", default) == "distilled" and options.get("controller_model") is None:
             raise ConfigError(
                 f"the distilled controller of {method} needs controller_model (an adapter.json, its directory or a "
@@ -1083,4 +1083,8 @@ def recipe_template(cls: type = RecipeConfig, indent: int = 0) -> str:
             continue
         shown = yaml.safe_dump(default, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
         lines.append(f"{pad}{fld.name}: {shown}  # {type_name(tp)} — {text}")
+        if cls is EvaluateSection and fld.name == "options":  # each method's settings, from the method table
+            from workbench.methods.registry import options_template
+
+            lines.append(options_template(indent + 1))
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
 from workbench.methods.common import context_block, generate_answers, prompt_for
@@ -71,16 +72,22 @@ class D2RAGSettings:
       fidelity per §13.14 [REC]; set False for the ablation).
     """
 
-    tau_pos: float = 0.12
-    tau_neg: float = -0.10
-    alpha_pos: float = 1.0
-    alpha_neg: float = 0.1
-    dynamic: bool = True
-    k: int = 5
-    features: tuple[str, ...] | None = None
-    stats: StatSettings | None = None
-    max_new_tokens: int | None = None
-    noisy_labels: bool = True
+    tau_pos: float = doc("utility threshold: a context is relevant iff its utility > tau_pos", 0.12)
+    tau_neg: float = doc(
+        "utility threshold: a context is noisy iff its utility < tau_neg (-1 <= tau_neg < tau_pos <= 1)", -0.10
+    )
+    alpha_pos: float = doc("contrast strength of relevant contexts (>= 0)", 1.0)
+    alpha_neg: float = doc("contrast strength of noisy contexts (>= 0)", 0.1)
+    dynamic: bool = doc("scale the contrast by the entropy factor w_t (false: constant alpha)", True)
+    k: int = doc("passages retrieved", 5)
+    features: tuple[str, ...] | None = doc(
+        "the classifier's features in column order (set by the run: the classify stage's features)", None
+    )
+    stats: StatSettings | None = doc(
+        "how the features' stats are produced (set by the run: the settings the features were collected with)", None
+    )
+    max_new_tokens: int | None = doc("answer token budget (null: evaluate.max_new_tokens)", None)
+    noisy_labels: bool = doc("label passages [NEG-i] in the noisy mode's amateur prompt", True)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on out-of-range or inconsistent settings."""
@@ -93,8 +100,9 @@ class D2RAGSettings:
             raise ConfigError(
                 f"need -1 <= tau_neg < tau_pos <= 1 (ΔSePer range), got {self.tau_neg} / {self.tau_pos}", where
             )
-        if self.alpha_pos < 0 or self.alpha_neg < 0:
-            raise ConfigError(f"alphas must be >= 0, got {self.alpha_pos} / {self.alpha_neg}", where)
+        for name in ("alpha_pos", "alpha_neg"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"alphas must be >= 0, got {self.alpha_pos} / {self.alpha_neg}", f"{where}.{name}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"k must be an integer >= 1, got {self.k!r}", f"{where}.k")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

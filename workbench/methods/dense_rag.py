@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.prompts import number_chunks
+from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.data.chunkers import (
     LANGCHAIN_SEPARATORS,
@@ -121,33 +122,49 @@ class DenseRAGSettings:
       ``answer_max_new_tokens = None`` → the run's ``tools.max_new_tokens``, so r₀ is Standard RAG's answer.
     """
 
-    k: int = 5
-    theta: float = 0.2
-    doc_pool_k: int = 10
-    tau: float = 0.6
-    max_chunk_chars: int = 512
-    candidates: int = 30
-    max_iterations: int = 10
-    stop_rule: str = "and"
-    stop_flag: str = "best"
-    necessity_rule: str = "code_oneway"
-    adjacency_rule: str = "argmax"
-    refine: bool = True
-    self_evaluation: bool = True
-    refill_from: str = "necessary"
-    rephrase_temperature: float = 0.0
-    rephrase_length_factor: float = 1.5
-    rephrase_max_new_tokens: int | None = None
-    seed: int | None = None
-    self_eval_max_new_tokens: int = 8
-    answer_max_new_tokens: int | None = None
-    chunking: str = "recursive"
-    chunk_size: int = 512
-    chunk_overlap: int = 64
+    k: int = doc("chunks per context", 5)
+    theta: float = doc("certainty threshold on DSE (degree-based semantic entropy): certain iff DSE <= theta", 0.2)
+    doc_pool_k: int = doc("the documents of the top-N retrieved chunks form the question's document set", 10)
+    tau: float = doc("sentence-merge cosine threshold of semantic chunking (strict >), in [-1, 1]", 0.6)
+    max_chunk_chars: int = doc("maximum semantic chunk length in characters", 512)
+    candidates: int = doc("candidate pool size for refinement (>= k)", 30)
+    max_iterations: int = doc("refinement iterations at most", 10)
+    stop_rule: str = doc("stop refining when DSE < theta and (and) / or (or) the context is judged sufficient", "and")
+    stop_flag: str = doc("sufficiency flag of the best context (best) or of the current one (current)", "best")
+    necessity_rule: str = doc(
+        "when a chunk is unnecessary: code_oneway, alg3_bidirectional or eq10_both_zero", "code_oneway"
+    )
+    adjacency_rule: str = doc(
+        "graph weights from argmax verdicts (argmax) or entailment probabilities (soft, DSE only)", "argmax"
+    )
+    refine: bool = doc(
+        "run the iterative refinement (false: chunking only, one answer on the top-k semantic chunks)", True
+    )
+    self_evaluation: bool = doc(
+        "ask the model whether the context suffices (false: stop and pick the best by DSE alone)", True
+    )
+    refill_from: str = doc("refill around necessary chunks, certain chunks, or none (only remove chunks)", "necessary")
+    rephrase_temperature: float = doc("temperature of the context rephrasings (0: greedy)", 0.0)
+    rephrase_length_factor: float = doc(
+        "each rephrasing may run to this many times its chunk's token count (rounded up to 16)", 1.5
+    )
+    rephrase_max_new_tokens: int | None = doc(
+        "cap on every rephrasing's new tokens (null: no cap beyond the length factor)", None
+    )
+    seed: int | None = doc("seed of sampled rephrasings (null: the run's)", None)
+    self_eval_max_new_tokens: int = doc("token budget of the sufficiency self-evaluation", 8)
+    answer_max_new_tokens: int | None = doc("token budget of the answers (null: evaluate.max_new_tokens)", None)
+    chunking: str = doc(
+        "initial chunks: recursive or fixed character windows of the retrieved documents, or corpus"
+        " (the run's passages)",
+        "recursive",
+    )
+    chunk_size: int = doc("initial chunk length in characters", 512)
+    chunk_overlap: int = doc("overlap of neighbouring initial chunks in characters (< chunk_size)", 64)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` (naming the field) on an out-of-range value or an unknown rule."""
-        where = "DenseRAGSettings"
+        where = "dense_rag"  # errors name dense_rag.<setting>
         for name in (
             "k",
             "doc_pool_k",
@@ -159,24 +176,33 @@ class DenseRAGSettings:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", where)
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", f"{where}.{name}")
         overlap = self.chunk_overlap
         if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < self.chunk_size:
-            raise ConfigError(f"chunk_overlap must be an integer in [0, chunk_size), got {overlap!r}", where)
+            raise ConfigError(
+                f"chunk_overlap must be an integer in [0, chunk_size), got {overlap!r}", f"{where}.chunk_overlap"
+            )
         if self.chunking not in CHUNKINGS:
-            raise ConfigError(f"chunking must be one of {', '.join(CHUNKINGS)}, got {self.chunking!r}", where)
+            raise ConfigError(
+                f"chunking must be one of {', '.join(CHUNKINGS)}, got {self.chunking!r}", f"{where}.chunking"
+            )
         factor = self.rephrase_length_factor
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 0:
-            raise ConfigError(f"rephrase_length_factor must be a number > 0, got {factor!r}", where)
+            raise ConfigError(
+                f"rephrase_length_factor must be a number > 0, got {factor!r}", f"{where}.rephrase_length_factor"
+            )
         cap = self.rephrase_max_new_tokens
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ConfigError(f"rephrase_max_new_tokens must be None or an integer >= 1, got {cap!r}", where)
+            raise ConfigError(
+                f"rephrase_max_new_tokens must be None or an integer >= 1, got {cap!r}",
+                f"{where}.rephrase_max_new_tokens",
+            )
         if self.candidates < self.k:
-            raise ConfigError(f"candidates ({self.candidates}) must be >= k ({self.k})", where)
+            raise ConfigError(f"candidates ({self.candidates}) must be >= k ({self.k})", f"{where}.candidates")
         if not (isinstance(self.theta, int | float) and math.isfinite(self.theta) and self.theta >= 0):
-            raise ConfigError(f"theta must be a finite number >= 0, got {self.theta!r}", where)
+            raise ConfigError(f"theta must be a finite number >= 0, got {self.theta!r}", f"{where}.theta")
         if not (isinstance(self.tau, int | float) and -1.0 <= self.tau <= 1.0):
-            raise ConfigError(f"tau must be a cosine in [-1, 1], got {self.tau!r}", where)
+            raise ConfigError(f"tau must be a cosine in [-1, 1], got {self.tau!r}", f"{where}.tau")
         for name, allowed in (
             ("stop_rule", STOP_RULES),
             ("stop_flag", STOP_FLAGS),
@@ -185,9 +211,14 @@ class DenseRAGSettings:
             ("refill_from", REFILL_FROM),
         ):
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}", where)
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}", f"{where}.{name}"
+                )
         if self.answer_max_new_tokens is not None and self.answer_max_new_tokens < 1:
-            raise ConfigError(f"answer_max_new_tokens must be >= 1 or None, got {self.answer_max_new_tokens}", where)
+            raise ConfigError(
+                f"answer_max_new_tokens must be >= 1 or None, got {self.answer_max_new_tokens}",
+                f"{where}.answer_max_new_tokens",
+            )
         self.dense_settings(1).validate()
 
     def dense_settings(self, answer_tokens: int, rephrase_tokens: int = 1) -> DenseSettings:
@@ -369,7 +400,13 @@ class _Memo:
     Rephrasing prompts registered in ``rephrase_caps`` (prompt → new-token cap) are generated with their own cap
     whatever cap the request names (``dense_stats`` asks for all of a context's chunks in one call with one cap):
     the missing ones in one call per distinct cap, remembered without the request's cap. ``cut`` records the
-    rephrasings that stopped at their cap (finish reason ``length``)."""
+    rephrasings that stopped at their cap (finish reason ``length``).
+
+    Why not the generator's own cache: the evaluation stage turns that cache off (``evaluate.reuse_generations:
+    false``), and where it is on, a repeat it answers is counted as a cached LM call (``cached_lm_calls``, and so in
+    ``lm_calls_uncached``); a repeat the memo answers is no call at all, as in the paper's algorithm, which rephrases a
+    chunk once per question. Measured on the tiny test model (an uncertain question, k = 2, 3 iterations): with the
+    memo 4 LM calls; without it 7 with the cache off, or 4 plus 3 cached calls with it on — the same answers."""
 
     def __init__(self, generator: Any) -> None:
         self._generator = generator

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import COST_FIELDS, Answer, Method, Passage, Step, Tools, Trace
 from workbench.methods.common import context_block, generate_answers
@@ -99,17 +100,31 @@ class DTRSettings:
     * ``dense_pool`` = 50 — the pool of ``dense_index = "pooled"``.
     """
 
-    tau: float = 0.001
-    include_eos: bool = False
-    pseudo_max_tokens: int = 256
-    n_per_path: int = 5
-    k: int = 3
-    rule: str = "cos_sum"
-    answer_max_tokens: int | None = None
-    embed_titles: bool = False
-    retriever: str = "dense"
-    dense_index: str = "full"
-    dense_pool: int = 50
+    tau: float = doc(
+        "threshold on the closed-book answer's normalised NLL (nats per token): retrieve iff u >= tau"
+        " (<= 0: always, .inf: never)",
+        0.001,
+    )
+    include_eos: bool = doc("average the NLL over the EOS token too (the code leaves it out)", False)
+    pseudo_max_tokens: int = doc("token cap of the pseudo-context (the closed-book answer used as a second query)", 256)
+    n_per_path: int = doc("passages retrieved per path (query path and pseudo-context path)", 5)
+    k: int = doc("passages kept for the answer (at most 2 * n_per_path)", 3)
+    rule: str = doc(
+        "candidate score: cos_sum (the paper's eq. 7) or score_sum (the released code's s1 + s2)", "cos_sum"
+    )
+    answer_max_tokens: int | None = doc(
+        "token budget of the closed-book and final answers (null: evaluate.max_new_tokens)", None
+    )
+    embed_titles: bool = doc("embed candidates as 'title: text' (false: text only, as the code)", False)
+    retriever: str = doc(
+        "what both paths search: dense (the paper's dense index over the corpus) or run (the run's retriever)", "dense"
+    )
+    dense_index: str = doc(
+        "dense index: full (exact search over every passage, cached on disk) or pooled (top dense_pool BM25"
+        " passages re-ranked by embedding)",
+        "full",
+    )
+    dense_pool: int = doc("BM25 pool size of dense_index: pooled", 50)
 
     def validate(self) -> DTRSettings:
         """Raise :class:`ConfigError` on a bad value; return ``self`` for chaining."""

@@ -60,6 +60,7 @@ from workbench.backends.retrievers import (
     RetrievalResult,
     Retriever,
 )
+from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.data.chunkers import FixedSizeChunker
 from workbench.data.corpus import chunked_view
@@ -129,26 +130,37 @@ class InSemRAGSettings:
     * ``dense_pool`` = 50 — the pool size of the pooled dense channel.
     """
 
-    tau: float = 0.5
-    gamma: float = 0.5
-    max_rounds: int = 3
-    candidates_per_channel: int = 50
-    k1: int = 50
-    k: int = 10
-    keep_threshold: float = 0.5
-    compression_length: int | None = None
-    max_follow_ups: int = 3
-    max_final_chunks: int = 30
-    channels: tuple[str, ...] = ("dense", "sparse")
-    enrich: bool = True
-    dynamic_weights: bool = True
-    refine: bool = True
-    repair: bool = True
-    answer_max_tokens: int | None = None
-    dense_index: str = "pooled"
-    dense_pool: int = 50
-    chunking: str = "fixed"
-    chunk_tokens: int = 64
+    tau: float = doc("completeness threshold: a kept chunk is damaged (and repaired) iff its score < tau", 0.5)
+    gamma: float = doc("coverage threshold: an element is uncovered (and followed up) iff its score < gamma", 0.5)
+    max_rounds: int = doc("rounds of retrieve, refine, repair and audit at most", 3)
+    candidates_per_channel: int = doc("each channel's own top-N before fusion", 50)
+    k1: int = doc("size of the fused candidate pool the controller refines", 50)
+    k: int = doc("chunks kept per active query after refinement (<= k1)", 10)
+    keep_threshold: float = doc(
+        "an LM controller keeps a candidate iff p(Yes) / (p(Yes) + p(No)) >= this, in [0, 1]", 0.5
+    )
+    compression_length: int | None = doc("token budget of a repaired chunk (null: chunk_tokens)", None)
+    max_follow_ups: int = doc("follow-up queries per round at most", 3)
+    max_final_chunks: int = doc("chunks in the final prompt at most", 30)
+    channels: tuple[str, ...] = doc(
+        "retrieval channels: distinct names from dense, sparse, extended", ("dense", "sparse")
+    )
+    enrich: bool = doc("enrich the query (false: every channel searches the raw query; the paper's w/o QE-IAR)", True)
+    dynamic_weights: bool = doc("weight the channels per query (false: uniform weights; w/o DW-IAR)", True)
+    refine: bool = doc("let the controller refine the candidates (false: the top k by fused score; w/o ER-SPC)", True)
+    repair: bool = doc("detect and repair damaged chunks", True)
+    answer_max_tokens: int | None = doc("token budget of the final answer (null: evaluate.max_new_tokens)", None)
+    dense_index: str = doc(
+        "dense channel: full (every passage embedded, cached on disk) or pooled (top dense_pool BM25 passages"
+        " re-ranked by embedding)",
+        "pooled",
+    )
+    dense_pool: int = doc("BM25 pool size of dense_index: pooled", 50)
+    chunking: str = doc(
+        "what is searched: fixed (the documents cut into chunk_tokens windows) or corpus (the corpus rows as built)",
+        "fixed",
+    )
+    chunk_tokens: int = doc("window length in tokens of chunking: fixed", 64)
 
     @property
     def repair_length(self) -> int:

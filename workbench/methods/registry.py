@@ -1,8 +1,19 @@
-"""Methods by name: build any method from the run's tools, its recipe options and the learned parts it needs.
+"""Methods by name: one table entry per method, and building any method from the run's tools, its recipe options and
+the learned parts it needs.
 
-``build_method(name, tools, options, learned)``: ``options`` are the method's settings by field name (an unknown one
-is a one-line :class:`ConfigError`); ``learned`` holds what earlier stages fitted (D²-RAG's calibrators, classifier,
-τ and utility predictor). The method modules are imported only when built.
+**The table.** :data:`METHOD_TABLE` holds one :class:`MethodEntry` per method name: its settings dataclass (named as
+``module:Class`` and imported only when needed), the dataclass of its options besides those settings
+(:class:`RetrievalOptions`, :class:`ControllerOptions`, :class:`UtilityOptions`), defaults a variant changes
+(``insemrag_distilled``: ``controller = distilled``), its builder, the learned parts it cannot run without and the
+stages that make them, and whether it reads the gold answer. Adding a method is adding one entry. Every option's
+type, default and meaning come from the two dataclasses' fields (:func:`workbench.core.config.doc`);
+:func:`options_template` prints them for ``workbench config``.
+
+**Options.** ``build_method(name, tools, options, learned)``: ``options`` are the method's settings and options by
+field name; :func:`check_options` checks them before anything runs. An error names the option's own key
+(``evaluate.options.dtr.tau``; the method's entry when no single given key is at fault). ``learned`` holds what
+earlier stages fitted (D²-RAG's calibrators, classifier, τ and utility predictor). The method modules are imported
+only when built.
 
 InSemRAG's controller (``controller: prompted | heuristic | distilled``) may run on a model of its own
 (``controller_model``: an embedded name, a local model directory, an explicit hub id, or a distilled LoRA adapter —
@@ -13,148 +24,483 @@ else built here like the answering generator and shared per :class:`Tools`. Its 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import fields
+import importlib
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.core.config import doc, to_plain, type_name
 from workbench.core.errors import AssetError, ConfigError
 from workbench.methods.base import Method, Tools
 from workbench.methods.learned import LearnedParts
 
 __all__ = [
     "CONTROLLERS",
+    "CONTROLLER_TOKENS",
     "GOLD_METHODS",
     "INSEMRAG_METHODS",
     "METHODS",
+    "METHOD_TABLE",
+    "BuildRequest",
+    "ControllerOptions",
     "LearnedParts",
+    "MethodEntry",
+    "RetrievalOptions",
+    "UtilityOptions",
     "adapter_file",
     "build_method",
     "check_options",
+    "option_fields",
+    "options_template",
     "resolve_controller_model",
     "same_weights",
+    "settings_class",
 ]
-
-METHODS: tuple[str, ...] = (
-    "no_rag",
-    "standard_rag",
-    "oracle",
-    "dtr",
-    "dense_rag",
-    "d2rag",
-    "d2rag_oracle",
-    "insemrag",
-    "insemrag_distilled",
-)
-"""Every method name ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (when none
-was fitted: ``utility_fallback`` decides); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the
-side-by-side. ``insemrag_distilled`` is InSemRAG whose controller defaults to ``distilled`` (the run's ``distill``
-output unless ``controller_model`` names one), so one evaluation puts the prompted and the distilled controller side
-by side on the same questions."""
-
-INSEMRAG_METHODS: tuple[str, ...] = ("insemrag", "insemrag_distilled")
-"""The InSemRAG variants (same settings and options; they differ in the default ``controller``)."""
 
 CONTROLLERS: tuple[str, ...] = ("prompted", "heuristic", "distilled")
 """InSemRAG's controllers: the paper's prompted LM, the model-free heuristic, and the prompted controller's code over
 a distilled student (log-prob scoring)."""
 
-GOLD_METHODS = frozenset({"oracle", "d2rag_oracle"})
-"""Methods that read the gold answer (evaluation only, never in a bundle)."""
-
-
-def _settings(cls: type, options: dict[str, Any], method: str) -> Any:
-    """``cls(**options)`` with unknown keys reported as a ConfigError naming the method and the known keys (the
-    method's :data:`EXTRA_OPTIONS`, already popped from ``options``, are listed as known too)."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        known_all = sorted(known | EXTRA_OPTIONS.get(method, set()))
-        raise ConfigError(f"unknown option(s) {unknown} (known: {', '.join(known_all)})", f"evaluate.{method}")
-    settings = cls(**options)
-    if hasattr(settings, "validate"):
-        settings.validate()
-    return settings
-
-
 CONTROLLER_TOKENS = ("enrich_tokens", "elements_tokens", "follow_up_tokens")
 """Generation caps of the prompted controller's free-text decisions (S1 enrich, S6 elements, S8 follow-up)."""
 
-EXTRA_OPTIONS: dict[str, set[str]] = {
-    "standard_rag": {"k"},
-    "oracle": {"k"},
-    "insemrag": {"controller", "controller_model", *CONTROLLER_TOKENS},
-    "insemrag_distilled": {"controller", "controller_model", *CONTROLLER_TOKENS},
-    "d2rag": {"seper_samples", "utility_label"},
-    "d2rag_oracle": {"seper_samples", "utility_label"},
-}
-"""Options a method takes besides its settings dataclass's fields (popped by :func:`build_method`)."""
+
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
 
 
-def _settings_class(name: str) -> type | None:
-    """The settings dataclass of method ``name`` (None for the baselines)."""
-    if name == "dtr":
-        from workbench.methods.dtr import DTRSettings
+# ------------------------------------------------------------------------------------------------------ options
+@dataclass(frozen=True)
+class RetrievalOptions:
+    """The option of the baselines that retrieve (Standard RAG, oracle routing)."""
 
-        return DTRSettings
-    if name == "dense_rag":
-        from workbench.methods.dense_rag import DenseRAGSettings
+    k: int = doc("passages retrieved and placed in the prompt", 5)
 
-        return DenseRAGSettings
-    if name in INSEMRAG_METHODS:
-        from workbench.methods.insemrag import InSemRAGSettings
-
-        return InSemRAGSettings
-    if name in ("d2rag", "d2rag_oracle"):
-        from workbench.methods.d2rag import D2RAGSettings
-
-        return D2RAGSettings
-    return None
+    def validate(self, given: Mapping[str, Any]) -> RetrievalOptions:
+        """Raise a :class:`ConfigError` naming the bad key; return ``self``."""
+        if not _positive_int(self.k):
+            raise ConfigError(f"k must be an integer >= 1, got {self.k!r}", "k")
+        return self
 
 
-def _extras(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Pop and check the options of ``EXTRA_OPTIONS[name]`` from ``options``; returns them with their defaults."""
-    where = f"evaluate.{name}"
-    out: dict[str, Any] = {}
-    if name in ("standard_rag", "oracle"):
-        out["k"] = options.pop("k", 5)
-        if isinstance(out["k"], bool) or not isinstance(out["k"], int) or out["k"] < 1:
-            raise ConfigError(f"k must be an integer >= 1, got {out['k']!r}", where)
-    elif name in INSEMRAG_METHODS:
-        out["controller"] = options.pop("controller", "distilled" if name == "insemrag_distilled" else "prompted")
-        if out["controller"] not in CONTROLLERS:
-            raise ConfigError(f"controller must be prompted, heuristic or distilled, got {out['controller']!r}", where)
-        out["controller_model"] = options.pop("controller_model", None)
-        model = out["controller_model"]
+@dataclass(frozen=True)
+class ControllerOptions:
+    """InSemRAG's controller: which one, on which model, and the prompted controller's generation caps."""
+
+    controller: str = doc(
+        "prompted (the paper's prompted LM), heuristic (model-free) or distilled (the prompted controller over a"
+        " distilled student: controller_model, else the run's distill output)",
+        "prompted",
+    )
+    controller_model: str | None = doc(
+        "the LM controller's model: an embedded name, a local model directory, a hub id, or a distilled adapter"
+        " (adapter.json or its directory); null: the answering model (distilled: the run's distill output)",
+        None,
+    )
+    enrich_tokens: int = doc("LM controller: token cap of the query enrichment (S1)", 128)
+    elements_tokens: int = doc("LM controller: token cap of the key-element list (S6)", 128)
+    follow_up_tokens: int = doc("LM controller: token cap of a follow-up query (S8)", 48)
+
+    def validate(self, given: Mapping[str, Any]) -> ControllerOptions:
+        """Raise a :class:`ConfigError` naming the bad key; return ``self`` with ``controller_model`` as a string.
+        ``given``: the options as written (the token caps may only be set for an LM controller)."""
+        if self.controller not in CONTROLLERS:
+            raise ConfigError(
+                f"controller must be prompted, heuristic or distilled, got {self.controller!r}", "controller"
+            )
+        model = self.controller_model
         if model is not None:
-            if out["controller"] == "heuristic":
+            if self.controller == "heuristic":
                 raise ConfigError(
-                    "controller_model sets an LM controller's model: the heuristic controller has none", where
+                    "controller_model sets an LM controller's model: the heuristic controller has none",
+                    "controller_model",
                 )
-            _check_model_spec(model, where)
-            out["controller_model"] = str(model)
-        out["tokens"] = {key: options.pop(key) for key in CONTROLLER_TOKENS if key in options}
-        for key, value in out["tokens"].items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}", where)
-        if out["tokens"] and out["controller"] == "heuristic":
+            _check_model_spec(model, "controller_model")
+            model = str(model)
+        caps = [key for key in CONTROLLER_TOKENS if key in given]
+        for key in caps:
+            value = getattr(self, key)
+            if not _positive_int(value):
+                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}", key)
+        if caps and self.controller == "heuristic":
             raise ConfigError(
-                f"{', '.join(out['tokens'])} set the prompted controller's caps only (prompted or distilled)",
-                where,
+                f"{', '.join(caps)} set the prompted controller's caps only (prompted or distilled)", caps[0]
             )
-    elif name in ("d2rag", "d2rag_oracle"):
-        out["seper_samples"] = options.pop("seper_samples", 10)
-        out["utility_label"] = str(options.pop("utility_label", "delta_seper_s"))
-        samples = out["seper_samples"]
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ConfigError(f"seper_samples must be an integer >= 1, got {samples!r}", where)
-        if out["utility_label"] not in ("delta_seper_s", "delta_seper_h"):
-            raise ConfigError(
-                f"utility_label must be delta_seper_s or delta_seper_h, got {out['utility_label']!r}", where
-            )
+        return replace(self, controller_model=model)
+
+
+@dataclass(frozen=True)
+class UtilityOptions:
+    """How D²-RAG's oracle utility (ΔSePer, read with the gold answer) is computed when it is used."""
+
+    seper_samples: int = doc("answers sampled per SePer estimate", 10)
+    utility_label: str = doc("the oracle utility: delta_seper_s or delta_seper_h", "delta_seper_s")
+
+    def validate(self, given: Mapping[str, Any]) -> UtilityOptions:
+        """Raise a :class:`ConfigError` naming the bad key; return ``self`` with ``utility_label`` as a string."""
+        if not _positive_int(self.seper_samples):
+            raise ConfigError(f"seper_samples must be an integer >= 1, got {self.seper_samples!r}", "seper_samples")
+        label = str(self.utility_label)
+        if label not in ("delta_seper_s", "delta_seper_h"):
+            raise ConfigError(f"utility_label must be delta_seper_s or delta_seper_h, got {label!r}", "utility_label")
+        return replace(self, utility_label=label)
+
+
+# ------------------------------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class BuildRequest:
+    """What a :class:`MethodEntry`'s builder gets: the method's name, the run's tools, its settings values as given
+    (``values``; the builder makes the settings with :meth:`settings`), its checked options (``options``: an
+    instance of the entry's options class, or None), the learned parts and the caller's build arguments."""
+
+    name: str
+    entry: MethodEntry
+    tools: Tools
+    values: dict[str, Any]
+    options: Any
+    learned: LearnedParts | None
+    utility_fallback: str
+    controller_generator: Callable[[str], Any] | None
+    distilled_adapter: str | Path | None
+
+    def settings(self, **extra: Any) -> Any:
+        """The validated settings: ``entry``'s settings class over ``extra`` then the given values (None when the
+        method has no settings class)."""
+        return _settings(self.name, self.entry, {**extra, **self.values})
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One method of the table.
+
+    ``settings``: ``module:Class`` of its settings dataclass (None: no settings); ``options``: the dataclass of its
+    options besides the settings (None: none); ``defaults``: option defaults this variant changes; ``build``: the
+    builder, ``BuildRequest -> Method``; ``requires``: the :class:`LearnedParts` attributes it cannot run without and
+    ``requires_stages`` the stages that make them; ``deferred``: settings checked only when built (known only after
+    a later stage); ``gold``: it reads the gold answer (evaluation only, never in a bundle); ``family``: the method
+    its variants share; ``summary``: one line for ``workbench config``."""
+
+    name: str
+    summary: str
+    build: Callable[[BuildRequest], Method]
+    settings: str | None = None
+    options: type | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    requires_stages: tuple[str, ...] = ()
+    deferred: tuple[str, ...] = ()
+    gold: bool = False
+    family: str = ""
+
+    def settings_class(self) -> type | None:
+        """The settings dataclass (imported now), or None."""
+        if self.settings is None:
+            return None
+        module, _, name = self.settings.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def keys(self) -> list[str]:
+        """Every option key the method takes: its settings' fields, then its options' fields."""
+        return [f.name for f in option_fields(self)]
+
+
+def _build_no_rag(req: BuildRequest) -> Method:
+    from workbench.methods.baselines import NoRAG
+
+    return NoRAG(req.tools)
+
+
+def _build_standard_rag(req: BuildRequest) -> Method:
+    from workbench.methods.baselines import StandardRAG
+
+    return StandardRAG(req.tools, k=req.options.k)
+
+
+def _build_oracle(req: BuildRequest) -> Method:
+    from workbench.methods.baselines import OracleRouting
+
+    return OracleRouting(req.tools, k=req.options.k)
+
+
+def _build_dtr(req: BuildRequest) -> Method:
+    from workbench.methods.dtr import DTR
+
+    return DTR(req.tools, settings=req.settings())
+
+
+def _build_dense_rag(req: BuildRequest) -> Method:
+    from workbench.methods.dense_rag import DenseRAG
+
+    return DenseRAG(req.tools, settings=req.settings())
+
+
+def _build_insemrag(req: BuildRequest) -> Method:
+    from workbench.methods.insemrag import InSemRAG
+
+    settings = req.settings()
+    method = InSemRAG(req.tools, _controller(req, settings), settings)
+    method.name = req.name
+    return method
+
+
+def _build_d2rag(req: BuildRequest) -> Method:
+    from workbench.methods.d2rag import D2RAG
+    from workbench.methods.utility import NoUtility, OracleUtility
+    from workbench.uncertainty.seper import SeperSettings
+
+    learned = req.learned
+    assert learned is not None  # the entry's requires, checked by build_method
+    if req.utility_fallback not in ("oracle", "none"):
+        raise ConfigError(f"utility_fallback must be oracle or none, got {req.utility_fallback!r}", "build_method")
+    seper = SeperSettings(samples=int(req.options.seper_samples), max_new_tokens=req.tools.max_new_tokens, seed=0)
+    oracle = OracleUtility(settings=seper, label=req.options.utility_label)
+    if req.name == "d2rag_oracle":
+        utility = oracle
+    elif learned.utility is not None:
+        utility = learned.utility
+    else:
+        utility = oracle if req.utility_fallback == "oracle" else NoUtility()
+    extra: dict[str, Any] = {"features": list(learned.features)}
+    if learned.stats is not None:
+        extra["stats"] = learned.stats
+    method = D2RAG(
+        req.tools,
+        utility=utility,
+        settings=req.settings(**extra),
+        lars_scorer=learned.lars_scorer,
+        policy=learned.policy(),
+    )
+    method.name = req.name
+    return method
+
+
+_INSEMRAG = "workbench.methods.insemrag:InSemRAGSettings"
+_D2RAG = "workbench.methods.d2rag:D2RAGSettings"
+_LEARNED = {"requires": ("classifier", "tau"), "requires_stages": ("calibrate", "classify"), "deferred": ("features",)}
+
+METHOD_TABLE: dict[str, MethodEntry] = {
+    entry.name: entry
+    for entry in (
+        MethodEntry("no_rag", "answer closed-book", _build_no_rag, family="no_rag"),
+        MethodEntry(
+            "standard_rag",
+            "always retrieve the top k",
+            _build_standard_rag,
+            options=RetrievalOptions,
+            family="standard_rag",
+        ),
+        MethodEntry(
+            "oracle",
+            "retrieve only when the closed-book answer is wrong (reads the gold answer)",
+            _build_oracle,
+            options=RetrievalOptions,
+            gold=True,
+            family="oracle",
+        ),
+        MethodEntry(
+            "dtr",
+            "DTR: retrieve iff the closed-book answer's normalised NLL >= tau; dual-path retrieval",
+            _build_dtr,
+            settings="workbench.methods.dtr:DTRSettings",
+            family="dtr",
+        ),
+        MethodEntry(
+            "dense_rag",
+            "DENSE-RAG: semantic chunking and context refinement driven by degree-based semantic entropy",
+            _build_dense_rag,
+            settings="workbench.methods.dense_rag:DenseRAGSettings",
+            family="dense_rag",
+        ),
+        MethodEntry(
+            "d2rag",
+            "D²-RAG: retrieve from calibrated uncertainty features; utility-aware contrastive decoding (learned"
+            " utility)",
+            _build_d2rag,
+            settings=_D2RAG,
+            options=UtilityOptions,
+            family="d2rag",
+            **_LEARNED,
+        ),
+        MethodEntry(
+            "d2rag_oracle",
+            "D²-RAG with the paper's ΔSePer utility (reads the gold answer)",
+            _build_d2rag,
+            settings=_D2RAG,
+            options=UtilityOptions,
+            gold=True,
+            family="d2rag",
+            **_LEARNED,
+        ),
+        MethodEntry(
+            "insemrag",
+            "InSemRAG: a controller enriches, weights, refines, repairs and audits the retrieval",
+            _build_insemrag,
+            settings=_INSEMRAG,
+            options=ControllerOptions,
+            family="insemrag",
+        ),
+        MethodEntry(
+            "insemrag_distilled",
+            "InSemRAG with the distilled controller by default",
+            _build_insemrag,
+            settings=_INSEMRAG,
+            options=ControllerOptions,
+            defaults={"controller": "distilled"},
+            family="insemrag",
+        ),
+    )
+}
+"""Every method ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (when none
+was fitted: ``utility_fallback`` decides); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the
+side-by-side. ``insemrag_distilled`` is InSemRAG whose controller defaults to ``distilled`` (the run's ``distill``
+output unless ``controller_model`` names one), so one evaluation puts the prompted and the distilled controller side
+by side on the same questions."""
+
+METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
+"""Every method name, in the table's order."""
+
+INSEMRAG_METHODS: tuple[str, ...] = tuple(n for n, e in METHOD_TABLE.items() if e.family == "insemrag")
+"""The InSemRAG variants (same settings and options; they differ in the default ``controller``)."""
+
+GOLD_METHODS = frozenset(n for n, e in METHOD_TABLE.items() if e.gold)
+"""Methods that read the gold answer (evaluation only, never in a bundle)."""
+
+
+def settings_class(name: str) -> type | None:
+    """The settings dataclass of method ``name`` (None for the baselines)."""
+    return METHOD_TABLE[name].settings_class()
+
+
+_settings_class = settings_class  # the name callers used before the table
+
+
+def option_fields(entry: MethodEntry) -> list[Any]:
+    """The :class:`dataclasses.Field` of every option of ``entry``: its settings', then its options' (with the
+    variant's ``defaults`` laid over the fields' own)."""
+    out = []
+    for cls in (entry.settings_class(), entry.options):
+        if cls is not None:
+            for f in fields(cls):
+                if f.name in entry.defaults:
+                    f = _with_default(f, entry.defaults[f.name])
+                out.append(f)
     return out
 
 
+def _with_default(f: Any, default: Any) -> Any:
+    """A copy of field ``f`` whose default is ``default``."""
+    import copy
+
+    out = copy.copy(f)
+    out.default, out.default_factory = default, MISSING
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ checking
+def _split(name: str, entry: MethodEntry, given: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``given`` as (settings values, checked options instance); unknown keys and bad options are ConfigErrors
+    whose ``where`` is the bad key (relative to the method's entry)."""
+    cls = entry.settings_class()
+    setting_names = {f.name for f in fields(cls)} if cls is not None else set()
+    option_names = {f.name for f in fields(entry.options)} if entry.options is not None else set()
+    unknown = [key for key in given if key not in setting_names | option_names]
+    if unknown:
+        known = ", ".join(sorted(setting_names | option_names)) or "none"
+        raise ConfigError(f"unknown option(s) {sorted(unknown)} (known: {known})", str(unknown[0]))
+    options = None
+    if entry.options is not None:
+        values = {**entry.defaults, **{k: v for k, v in given.items() if k in option_names}}
+        options = entry.options(**values).validate(given)
+    return {k: v for k, v in given.items() if k in setting_names}, options
+
+
+def _settings(name: str, entry: MethodEntry, values: dict[str, Any]) -> Any:
+    """``entry``'s settings class over ``values``, validated (a wrong kind of value reaching the dataclass is a
+    ConfigError too); None for a method without settings."""
+    cls = entry.settings_class()
+    if cls is None:
+        return None
+    try:
+        settings = cls(**values)
+        if hasattr(settings, "validate"):
+            settings.validate()
+    except TypeError as exc:  # a value of the wrong kind reaching a dataclass
+        raise ConfigError(f"bad option value: {exc}") from None
+    return settings
+
+
+def _located(name: str, exc: ConfigError, given: Mapping[str, Any]) -> ConfigError:
+    """``exc`` placed in the recipe: ``evaluate.options.<name>.<key>`` when the last part of its ``where`` is a key
+    the options give, else the method's entry (the ``where`` kept in the message when it says more)."""
+    base = f"evaluate.options.{name}"
+    where = str(exc.where or "")
+    key = where.rsplit(".", 1)[-1]
+    if where and key in given:
+        return ConfigError(exc.what, f"{base}.{key}")
+    if where in ("", name, f"evaluate.{name}", base) or where.startswith(f"{base}."):
+        return ConfigError(exc.what, where if where.startswith(f"{base}.") else base)
+    return ConfigError(f"{where}: {exc.what}", base)
+
+
+def _parse(name: str, given: Any) -> tuple[MethodEntry, dict[str, Any], Any]:
+    """The method's entry, settings values and checked options from its ``evaluate.options`` entry; every error a
+    one-line ConfigError at its own key."""
+    entry = METHOD_TABLE[name]
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"options must be a mapping of setting: value, got {given!r}", f"evaluate.options.{name}")
+    try:
+        values, options = _split(name, entry, given)
+        checked = {k: v for k, v in values.items() if k not in entry.deferred}
+        _settings(name, entry, checked)
+    except ConfigError as exc:
+        raise _located(name, exc, given) from None
+    return entry, values, options
+
+
+def check_options(methods: list[str], options: dict[str, Any]) -> None:
+    """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
+    known methods, every option a known setting with a valid value. Raises a one-line :class:`ConfigError` whose
+    ``where`` is the bad option's key (``evaluate.options.<method>.<key>``), or the method's entry when no single
+    given key is at fault."""
+    unknown = [m for m in methods if m not in METHOD_TABLE]
+    if unknown or not methods:
+        raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
+    strays = sorted(set(options) - set(METHOD_TABLE))
+    if strays:
+        raise ConfigError(f"options for unknown method(s) {strays} (known: {', '.join(METHODS)})", "evaluate.options")
+    for name, given in options.items():
+        _parse(name, given)
+
+
+# ------------------------------------------------------------------------------------------------------ template
+def options_template(indent: int = 0) -> str:
+    """Every method's options as commented YAML, one block per method of the table: ``key: default  # type —
+    meaning`` (what ``workbench config`` prints under ``evaluate.options``)."""
+    import yaml
+
+    pad = "  " * indent
+    lines = []
+    for name, entry in METHOD_TABLE.items():
+        keys = option_fields(entry)
+        lines.append(f"{pad}# {name}:{'' if keys else ' {}'}  # {entry.summary}")
+        hints: dict[str, Any] = {}
+        for cls in (entry.settings_class(), entry.options):
+            if cls is not None:
+                hints.update(typing.get_type_hints(cls))
+        for f in keys:
+            default = f.default if f.default is not MISSING else f.default_factory()
+            shown = yaml.safe_dump(to_plain(default), default_flow_style=True, width=10**9)
+            shown = shown.strip().removesuffix("...").strip()
+            text = f.metadata.get("doc", "")
+            lines.append(f"{pad}#   {f.name}: {shown}  # {type_name(hints[f.name])} — {text}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------ controller
 def adapter_file(spec: str | Path) -> Path | None:
     """The ``adapter.json`` a controller model reference names — the file itself, or a directory holding one (a
     ``distill`` stage output) — else None (a model reference)."""
@@ -238,33 +584,27 @@ def _shared_controller_generator(tools: Tools) -> Callable[[str], Any]:
     return load
 
 
-def _controller(
-    name: str,
-    extras: dict[str, Any],
-    settings: Any,
-    tools: Tools,
-    load: Callable[[str], Any] | None,
-    distilled_adapter: str | Path | None,
-) -> Any:
+def _controller(req: BuildRequest, settings: Any) -> Any:
     """InSemRAG's controller from its options (see the module doc)."""
     from workbench.methods.controller import HeuristicController, PromptedLMController
 
-    kind, spec = extras["controller"], extras["controller_model"]
+    name, opts, tools = req.name, req.options, req.tools
+    kind, spec = opts.controller, opts.controller_model
     if kind == "heuristic":
         return HeuristicController()
     option = "controller_model"
     if kind == "distilled" and spec is None:
-        if distilled_adapter is None:
+        if req.distilled_adapter is None:
             raise ConfigError(
                 "the distilled controller needs controller_model (an adapter.json, its directory or a model) or the "
                 "run's distill stage before evaluate",
                 f"evaluate.options.{name}.controller",
             )
-        spec, option = str(distilled_adapter), "controller"  # the run's distill output
+        spec, option = str(req.distilled_adapter), "controller"  # the run's distill output
     generator = tools.generator
     if spec is not None:
         try:
-            generator = (load or _shared_controller_generator(tools))(str(spec))
+            generator = (req.controller_generator or _shared_controller_generator(tools))(str(spec))
         except AssetError as exc:
             detail = f"{exc.where}: {exc.what}" if exc.where else exc.what
             raise AssetError(detail, f"evaluate.options.{name}.{option}") from None
@@ -273,48 +613,11 @@ def _controller(
         score_mode="logprobs" if kind == "distilled" else "auto",
         keep_threshold=settings.keep_threshold,
         name=kind,
-        **extras["tokens"],
+        **{key: getattr(opts, key) for key in CONTROLLER_TOKENS},
     )
 
 
-def check_options(methods: list[str], options: dict[str, Any]) -> None:
-    """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
-    known methods, every option a known setting with a valid value. Raises a one-line :class:`ConfigError`."""
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
-    strays = sorted(set(options) - set(METHODS))
-    if strays:
-        raise ConfigError(f"options for unknown method(s) {strays} (known: {', '.join(METHODS)})", "evaluate.options")
-    for name, given in options.items():
-        try:
-            _check_method_options(name, given)
-        except ConfigError as exc:  # one place for every option error: the method's entry in evaluate.options
-            detail = exc.what if exc.where in (None, f"evaluate.{name}") else f"{exc.where}: {exc.what}"
-            raise ConfigError(detail, f"evaluate.options.{name}") from None
-
-
-def _check_method_options(name: str, given: Any) -> None:
-    if given is None:
-        return
-    if not isinstance(given, dict):
-        raise ConfigError(f"options must be a mapping of setting: value, got {given!r}")
-    rest = dict(given)
-    _extras(name, rest)
-    cls = _settings_class(name)
-    if cls is None:
-        if rest:
-            known = ", ".join(sorted(EXTRA_OPTIONS.get(name, set()))) or "none"
-            raise ConfigError(f"unknown option(s) {sorted(rest)} (known: {known})")
-        return
-    if name in ("d2rag", "d2rag_oracle"):
-        rest.pop("features", None)  # the classifier's features are known only after classify
-    try:
-        _settings(cls, rest, name)
-    except TypeError as exc:  # a value of the wrong kind reaching a dataclass
-        raise ConfigError(f"bad option value: {exc}") from None
-
-
+# ------------------------------------------------------------------------------------------------------ building
 def build_method(
     name: str,
     tools: Tools,
@@ -338,65 +641,27 @@ def build_method(
     without either, a :class:`ConfigError` naming ``evaluate.options.<name>.controller``. A model that cannot be
     loaded is an :class:`AssetError` naming ``evaluate.options.<name>.controller_model`` (``.controller`` for the
     run's distill output)."""
-    if name not in METHODS:
+    if name not in METHOD_TABLE:
         raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")
-    check_options([name], {name: options or {}})
-    options = dict(options or {})
-    extras = _extras(name, options)
-    cls = _settings_class(name)
-    if name == "no_rag":
-        from workbench.methods.baselines import NoRAG
-
-        return NoRAG(tools)
-    if name == "standard_rag":
-        from workbench.methods.baselines import StandardRAG
-
-        return StandardRAG(tools, k=extras["k"])
-    if name == "oracle":
-        from workbench.methods.baselines import OracleRouting
-
-        return OracleRouting(tools, k=extras["k"])
-    if name == "dtr":
-        from workbench.methods.dtr import DTR
-
-        return DTR(tools, settings=_settings(cls, options, name))
-    if name == "dense_rag":
-        from workbench.methods.dense_rag import DenseRAG
-
-        return DenseRAG(tools, settings=_settings(cls, options, name))
-    if name in INSEMRAG_METHODS:
-        from workbench.methods.insemrag import InSemRAG
-
-        settings = _settings(cls, options, name)
-        controller = _controller(name, extras, settings, tools, controller_generator, distilled_adapter)
-        method = InSemRAG(tools, controller, settings)
-        method.name = name
-        return method
-    # d2rag / d2rag_oracle
-    if learned is None or learned.classifier is None or learned.tau is None:
-        raise ConfigError(f"{name} needs the calibrate and classify stages before evaluate", "evaluate.methods")
-    from workbench.methods.d2rag import D2RAG
-    from workbench.methods.utility import NoUtility, OracleUtility
-    from workbench.uncertainty.seper import SeperSettings
-
-    if utility_fallback not in ("oracle", "none"):
-        raise ConfigError(f"utility_fallback must be oracle or none, got {utility_fallback!r}", "build_method")
-    seper = SeperSettings(samples=int(extras["seper_samples"]), max_new_tokens=tools.max_new_tokens, seed=0)
-    oracle = OracleUtility(settings=seper, label=extras["utility_label"])
-    if name == "d2rag_oracle":
-        utility = oracle
-    elif learned.utility is not None:
-        utility = learned.utility
-    else:
-        utility = oracle if utility_fallback == "oracle" else NoUtility()
-    if learned.stats is not None and "stats" not in options:
-        options["stats"] = learned.stats
-    method = D2RAG(
-        tools,
-        utility=utility,
-        settings=_settings(cls, {"features": list(learned.features), **options}, name),
-        lars_scorer=learned.lars_scorer,
-        policy=learned.policy(),
+    entry, values, opts = _parse(name, options or {})
+    missing = [part for part in entry.requires if learned is None or getattr(learned, part) is None]
+    if missing:
+        stages = " and ".join(entry.requires_stages)
+        raise ConfigError(f"{name} needs the {stages} stages before evaluate", "evaluate.methods")
+    request = BuildRequest(
+        name=name,
+        entry=entry,
+        tools=tools,
+        values=values,
+        options=opts,
+        learned=learned,
+        utility_fallback=utility_fallback,
+        controller_generator=controller_generator,
+        distilled_adapter=distilled_adapter,
     )
-    method.name = name
-    return method
+    try:
+        return entry.build(request)
+    except ConfigError as exc:  # a settings error seen only now (a deferred setting): at its own key
+        if str(exc.where or "").startswith("evaluate.") or exc.where == "build_method":
+            raise
+        raise _located(name, exc, values) from None

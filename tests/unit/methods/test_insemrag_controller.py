@@ -204,24 +204,44 @@ def test_distilled_without_an_adapter_is_refused_when_the_recipe_loads(tmp_path,
 
 # ------------------------------------------------------------------------------------------------------ options
 @pytest.mark.parametrize(
-    ("method", "options", "message"),
+    ("method", "options", "key", "message"),
     [
-        ("insemrag", {"controller": "big"}, "controller must be prompted, heuristic or distilled, got 'big'"),
-        ("insemrag_distilled", {"controller": None}, "controller must be prompted, heuristic or distilled"),
-        ("insemrag", {"controller": "heuristic", "controller_model": "smollm2"}, "heuristic controller has none"),
-        ("insemrag", {"controller_model": "/no/such/model"}, "no such model directory or adapter"),
-        ("insemrag", {"controller_model": "./relative/missing"}, "no such model directory or adapter"),
-        ("insemrag", {"controller_model": ""}, "controller_model must be"),
-        ("insemrag", {"controller_model": 3}, "controller_model must be"),
-        ("insemrag", {"keep_threshold": 1.5}, "keep_threshold must be a number in [0, 1]"),
-        ("insemrag_distilled", {"keep_threshold": "high"}, "keep_threshold must be"),
-        ("insemrag_distilled", {"controller": "heuristic", "enrich_tokens": 8}, "prompted controller's caps only"),
+        (
+            "insemrag",
+            {"controller": "big"},
+            "controller",
+            "controller must be prompted, heuristic or distilled, got 'big'",
+        ),
+        (
+            "insemrag_distilled",
+            {"controller": None},
+            "controller",
+            "controller must be prompted, heuristic or distilled",
+        ),
+        (
+            "insemrag",
+            {"controller": "heuristic", "controller_model": "smollm2"},
+            "controller_model",
+            "heuristic controller has none",
+        ),
+        ("insemrag", {"controller_model": "/no/such/model"}, "controller_model", "no such model directory or adapter"),
+        ("insemrag", {"controller_model": "./relative/missing"}, "controller_model", "no such model directory"),
+        ("insemrag", {"controller_model": ""}, "controller_model", "controller_model must be"),
+        ("insemrag", {"controller_model": 3}, "controller_model", "controller_model must be"),
+        ("insemrag", {"keep_threshold": 1.5}, "keep_threshold", "keep_threshold must be a number in [0, 1]"),
+        ("insemrag_distilled", {"keep_threshold": "high"}, "keep_threshold", "keep_threshold must be"),
+        (
+            "insemrag_distilled",
+            {"controller": "heuristic", "enrich_tokens": 8},
+            "enrich_tokens",
+            "prompted controller's caps only",
+        ),
     ],
 )
-def test_bad_controller_options_are_refused_naming_the_method(method, options, message):
+def test_bad_controller_options_are_refused_naming_the_option(method, options, key, message):
     with pytest.raises(ConfigError) as caught:
         check_options([method], {method: options})
-    assert caught.value.where == f"evaluate.options.{method}" and message in caught.value.what
+    assert caught.value.where == f"evaluate.options.{method}.{key}" and message in caught.value.what
 
 
 def test_good_controller_options_pass(tmp_path):
@@ -246,7 +266,9 @@ def test_the_recipe_loader_names_the_line_of_a_bad_controller(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_recipe(str(recipe))
     assert caught.value.where == f"{recipe}:6"
-    assert "evaluate.options.insemrag: controller must be prompted, heuristic or distilled" in caught.value.what
+    assert (
+        "evaluate.options.insemrag.controller: controller must be prompted, heuristic or distilled" in caught.value.what
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ evaluate

@@ -15,22 +15,38 @@ from workbench.recipe import load_recipe
         (["dtr", "nope"], {}, "evaluate.methods", "unknown or no method"),
         ([], {}, "evaluate.methods", "unknown or no method"),
         (["dtr"], {"nope": {}}, "evaluate.options", "options for unknown method"),
-        (["dtr"], {"dtr": {"tauu": 1.0}}, "evaluate.options.dtr", "unknown option(s) ['tauu']"),
+        (["dtr"], {"dtr": {"tauu": 1.0}}, "evaluate.options.dtr.tauu", "unknown option(s) ['tauu']"),
         (["dtr"], {"dtr": 3}, "evaluate.options.dtr", "must be a mapping"),
-        (["no_rag"], {"no_rag": {"k": 3}}, "evaluate.options.no_rag", "known: none"),
-        (["oracle"], {"oracle": {"k": 0}}, "evaluate.options.oracle", "k must be an integer >= 1"),
-        (["insemrag"], {"insemrag": {"controller": "big"}}, "evaluate.options.insemrag", "heuristic or distilled"),
-        (["insemrag"], {"insemrag": {"max_rounds": 0}}, "evaluate.options.insemrag", "max_rounds"),
-        (["insemrag"], {"insemrag": {"enrich_tokens": 0}}, "evaluate.options.insemrag", "enrich_tokens must be"),
+        (["no_rag"], {"no_rag": {"k": 3}}, "evaluate.options.no_rag.k", "known: none"),
+        (["oracle"], {"oracle": {"k": 0}}, "evaluate.options.oracle.k", "k must be an integer >= 1"),
+        (["insemrag"], {"insemrag": {"controller": "big"}}, "evaluate.options.insemrag.controller", "or distilled"),
+        (["insemrag"], {"insemrag": {"max_rounds": 0}}, "evaluate.options.insemrag.max_rounds", "max_rounds"),
+        (["insemrag"], {"insemrag": {"enrich_tokens": 0}}, "evaluate.options.insemrag.enrich_tokens", "must be"),
         (
             ["insemrag"],
             {"insemrag": {"controller": "heuristic", "elements_tokens": 9}},
-            "evaluate.options.insemrag",
+            "evaluate.options.insemrag.elements_tokens",
             "prompted controller's caps only",
         ),
-        (["dense_rag"], {"dense_rag": {"candidates": 1}}, "evaluate.options.dense_rag", "candidates (1) must be >= k"),
+        (
+            ["dense_rag"],
+            {"dense_rag": {"candidates": 1}},
+            "evaluate.options.dense_rag.candidates",
+            "candidates (1) must be >= k",
+        ),
+        (["dense_rag"], {"dense_rag": {"stop_rule": "x"}}, "evaluate.options.dense_rag.stop_rule", "stop_rule must"),
+        (["dtr"], {"dtr": {"tau": "high"}}, "evaluate.options.dtr.tau", "tau must be a number"),
+        (["dtr"], {"dtr": {"n_per_path": 1}}, "evaluate.options.dtr", "dtr.k: k must be <= 2"),  # k not given
+        (["d2rag"], {"d2rag": {"alpha_neg": -1.0}}, "evaluate.options.d2rag.alpha_neg", "alphas must be >= 0"),
+        (["insemrag"], {"insemrag": {"k": 60}}, "evaluate.options.insemrag.k", "k must be <= k1"),
         (["d2rag"], {"d2rag": {"tau_pos": 2.0}}, "evaluate.options.d2rag", "tau_neg < tau_pos"),
-        (["d2rag"], {"d2rag": {"utility_label": "x"}}, "evaluate.options.d2rag", "utility_label"),
+        (["d2rag"], {"d2rag": {"utility_label": "x"}}, "evaluate.options.d2rag.utility_label", "utility_label"),
+        (
+            ["d2rag_oracle"],
+            {"d2rag_oracle": {"seper_samples": 0}},
+            "evaluate.options.d2rag_oracle.seper_samples",
+            "must",
+        ),
     ],
 )
 def test_bad_methods_and_options_are_refused(methods, options, where, message):
@@ -58,7 +74,7 @@ def test_the_recipe_loader_names_the_line_of_a_bad_option(tmp_path):
     )
     with pytest.raises(ConfigError) as caught:
         load_recipe(str(recipe))
-    assert caught.value.where == f"{recipe}:6" and "evaluate.options.dtr: unknown option(s) ['tauu']" in str(
+    assert caught.value.where == f"{recipe}:6" and "evaluate.options.dtr.tauu: unknown option(s) ['tauu']" in str(
         caught.value
     )
     with pytest.raises(ConfigError) as caught:
@@ -81,3 +97,85 @@ def test_build_method_uses_the_extras(tools):
         build_method("d2rag", tools, {}, None)
     with pytest.raises(ConfigError, match="unknown method"):
         build_method("nope", tools, {}, None)
+
+
+def test_the_recipe_loader_names_the_line_of_the_bad_key_itself(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: r\nstages: [build_data, evaluate]\nevaluate:\n  methods: [dtr, insemrag]\n  options:\n"
+        "    dtr:\n      k: 2\n      tau: high\n    insemrag:\n      k1: 8\n      controller: big\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(str(recipe))
+    assert caught.value.where == f"{recipe}:8" and caught.value.what.startswith("evaluate.options.dtr.tau: tau must")
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(str(recipe), ["evaluate.options.dtr.tau=1.0"])
+    assert caught.value.where == f"{recipe}:11" and "evaluate.options.insemrag.controller:" in caught.value.what
+
+
+def test_every_method_option_is_in_the_table_with_a_type_default_and_meaning():
+    from workbench.methods.registry import METHOD_TABLE, METHODS, option_fields, options_template
+    from workbench.recipe import recipe_template
+
+    assert tuple(METHOD_TABLE) == METHODS
+    template = options_template()
+    for name, entry in METHOD_TABLE.items():
+        assert f"# {name}:" in template
+        for f in option_fields(entry):
+            assert f.metadata.get("doc"), f"{name}.{f.name} has no doc"
+            assert f"#   {f.name}: " in template
+    lines = template.splitlines()
+    # the variant's own default is shown: insemrag_distilled's controller is distilled
+    distilled = lines[lines.index(next(x for x in lines if x.startswith("# insemrag_distilled:"))) :]
+    assert any(x.startswith("#   controller: distilled  # str — ") for x in distilled)
+    assert "#   tau: 0.001  # float — threshold on the closed-book answer's normalised NLL" in template
+    assert "#   controller_model: null  # str | null — " in template
+    # workbench config prints them under evaluate.options (as comments: the template stays loadable YAML)
+    full = recipe_template()
+    assert "\n  options: {}" in full and "\n    #   k1: 50  # int — size of the fused candidate pool" in full
+    import yaml
+
+    assert yaml.safe_load(full)["evaluate"]["options"] == {}
+
+
+def test_the_controller_options_defaults_are_the_prompted_controllers():
+    import inspect
+
+    from workbench.methods.controller import PromptedLMController
+    from workbench.methods.registry import CONTROLLER_TOKENS, ControllerOptions
+
+    own = inspect.signature(PromptedLMController.__init__).parameters
+    assert {k: getattr(ControllerOptions(), k) for k in CONTROLLER_TOKENS} == {
+        k: own[k].default for k in CONTROLLER_TOKENS
+    }
+
+
+def test_a_new_method_is_one_table_entry(tools, monkeypatch):
+    from dataclasses import dataclass
+
+    from workbench.core.config import doc
+    from workbench.methods.baselines import NoRAG
+    from workbench.methods.registry import METHOD_TABLE, MethodEntry, RetrievalOptions, options_template
+
+    @dataclass(frozen=True)
+    class Echo(RetrievalOptions):
+        loud: bool = doc("shout the answer", False)
+
+    built = []
+
+    def build(req):
+        built.append((req.name, req.options.k, req.options.loud, req.settings()))
+        return NoRAG(req.tools)
+
+    entry = MethodEntry("echo", "a test method", build, options=Echo, requires=("tau",), requires_stages=("classify",))
+    monkeypatch.setitem(METHOD_TABLE, "echo", entry)
+    with pytest.raises(ConfigError) as caught:
+        check_options(["echo"], {"echo": {"k": 0}})
+    assert caught.value.where == "evaluate.options.echo.k"
+    with pytest.raises(ConfigError, match="echo needs the classify stages"):
+        build_method("echo", tools, {"loud": True}, None)
+    from workbench.methods.learned import LearnedParts
+
+    build_method("echo", tools, {"loud": True, "k": 2}, LearnedParts(tau=0.5))
+    assert built == [("echo", 2, True, None)]
+    assert "#   loud: false  # bool — shout the answer" in options_template()

@@ -16,6 +16,7 @@ import numpy as np
 from workbench.calibration.logistic_fit import fit_logistic_newton, sigmoid
 from workbench.calibration.standardize import fit_standardizer
 from workbench.core.errors import DataError
+from workbench.data.stopwords import TOKEN_STOP_WORDS
 from workbench.uncertainty.features.base import (
     Feature,
     answer_logprobs,
@@ -191,14 +192,9 @@ class Confidence(Feature):
 # Offline substitutes for auxiliary models
 # --------------------------------------------------------------------------------------------------------------------
 
-_STOP_WORDS_TEXT = """
-a an the and or but if of at by for with about to from in on into onto over under is are was were be been being
-am do does did has have had it its it's this that these those there here as so than then too very can could will
-would shall should may might must not no nor i you he she we they me him her us them my your his our their what
-which who whom whose when where why how all any both each few more most other some such only own same just also
-"""
-STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS_TEXT.split())
-"""English function words that get low importance in :func:`heuristic_token_importance`."""
+STOP_WORDS: frozenset[str] = TOKEN_STOP_WORDS
+"""English function words that get low importance in :func:`heuristic_token_importance`
+(:data:`workbench.data.stopwords.TOKEN_STOP_WORDS`)."""
 
 _SUBWORD_MARKERS = "Ġ▁Ċ#"
 
