@@ -4,21 +4,25 @@
 ``required_stats(feature_names)``) and returns one ``{stat: value}`` mapping per question, following the contract in
 :mod:`workbench.uncertainty.stats`. Model calls per batch (each one call over every question of the batch):
 
-1. one greedy generation of the closed-book answer (the middle hidden layer when ``sample_hidden`` is needed);
-2. one sampling call with ``n = samples`` (the generator shares each prompt's prefill across its samples);
-3. the EOS token's log-prob and entropy of answers that ended with EOS, recorded by the generator while decoding
+1. Self-Detection, only when its stats are needed: one sampling call for the P − 1 paraphrases of every question
+   (one line each, the reply opened with :data:`PARAPHRASE_REPLY_PREFIX`, capped near the question's length,
+   preambles stripped by :func:`clean_paraphrase`);
+2. one greedy generation of the closed-book answers AND the paraphrases' answers (one decode loop), without hidden
+   states or attention weights;
+3. one sampling call with ``n = samples`` (the generator shares each prompt's prefill across its samples; the
+   middle hidden layer only when ``sample_hidden`` is needed);
+4. the EOS token's log-prob and entropy of answers that ended with EOS, recorded by the generator while decoding
    (it drops EOS from the answer text; the contract keeps it in ``greedy_logprobs`` / ``sample_logprobs``) — a
    teacher-forced scoring pass only for answers that lack them (e.g. from an older generation cache);
-4. Attention Score, only when ``attention_logdiag`` is needed: one teacher-forced eager-attention pass over
+5. Attention Score, only when ``attention_logdiag`` is needed: one teacher-forced eager-attention pass over
    prompt + greedy answer, reading the last layer's diagonal A^h_jj at the answer tokens' own positions
    (:func:`answer_attention_logdiag`);
-5. P(True): one next-token read over the options "true" / "false" after :data:`PTRUE_PROMPT` (ptrue =
-   P(true) / (P(true) + P(false)); see :func:`ptrue_from_logprobs`);
-6. verbalized confidence: one greedy generation;
-7. Self-Detection: one sampling call for the P − 1 paraphrases (preambles stripped by :func:`clean_paraphrase`),
-   one greedy batch answering them;
-8. one ``judge.entail`` call holding every NLI pair of the batch (answer matrices and paraphrase matrices);
-9. DENSE, only when its stats are needed and ``contexts`` (each question's ranked chunks) are given: one rephrasing
+6. P(True) and Verbalized Confidence, when either is needed: ONE forward over one self-check prompt per question,
+   read at two positions (:func:`~workbench.uncertainty.self_check_stats.self_check_stats`);
+7. one ``judge.entail`` call holding every NLI pair of the batch that needs the judge (answer and paraphrase
+   matrices; identical texts and, for a symmetric judge, mirrored pairs need none:
+   :class:`~workbench.uncertainty.nli_matrix.NLIMatrices`);
+8. DENSE, only when its stats are needed and ``contexts`` (each question's ranked chunks) are given: one rephrasing
    call, one greedy call over the k + 1 single-edit contexts, one ``judge.entail`` call
    (:func:`~workbench.uncertainty.dense_stats.dense_stats`).
 
@@ -40,7 +44,40 @@ import numpy as np
 from workbench.core.errors import ConfigError, DataError
 from workbench.uncertainty.features import get_features
 from workbench.uncertainty.features.probability import heuristic_token_importance
+from workbench.uncertainty.nli_matrix import NLIMatrices, judge_is_symmetric
+from workbench.uncertainty.self_check_stats import (
+    CONFIDENCE_OPTIONS,
+    CONFIDENCE_REPLY_PREFIX,
+    PTRUE_OPTIONS_FALSE,
+    PTRUE_OPTIONS_TRUE,
+    SELF_CHECK_PROMPT,
+    ptrue_from_logprobs,
+    self_check_prompt,
+    self_check_stats,
+)
 from workbench.uncertainty.stats import STATS
+
+__all__ = [
+    "ANSWER_SYSTEM",
+    "ATTENTION_SCOPE",
+    "DENSE_STATS",
+    "PARAPHRASE_PROMPT",
+    "PARAPHRASE_REPLY_PREFIX",
+    "PTRUE_OPTIONS_FALSE",
+    "PTRUE_OPTIONS_TRUE",
+    "SELF_CHECK_PROMPT",
+    "UNAVAILABLE_STATS",
+    "StatSettings",
+    "answer_attention_logdiag",
+    "clean_paraphrase",
+    "compute_stats",
+    "middle_layer",
+    "paraphrase_token_cap",
+    "prompts_fingerprint",
+    "ptrue_from_logprobs",
+    "self_check_prompt",
+    "unavailable_features",
+]
 
 UNAVAILABLE_STATS: frozenset[str] = frozenset({"lars_score"})
 """Stats this graph cannot produce: LARS needs a scorer fitted on labelled answers (``collect`` fits one)."""
@@ -53,25 +90,13 @@ ATTENTION_SCOPE = "answer_positions"
 see :func:`answer_attention_logdiag`."""
 
 ANSWER_SYSTEM = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
-PTRUE_PROMPT = (
-    "Question: {question}\n"
-    "Some candidate answers that came to mind:\n{ideas}\n"
-    "Proposed answer: {answer}\n"
-    "Is the proposed answer true or false? Reply with one word: true or false."
-)
-VERBALIZED_PROMPT = (
-    "Question: {question}\n"
-    "Proposed answer: {answer}\n"
-    "How sure are you that the proposed answer is correct? Reply with a number from 0 to 100 only."
-)
-VERBALIZED_REPLY_PREFIX = "Confidence (0-100): "
-"""Appended after the rendered verbalized-confidence chat: small models then reply with a number, not a sentence."""
 PARAPHRASE_PROMPT = (
     "Reword this question so that it asks exactly the same thing in different words. "
     "Reply with the new question only.\nQuestion: {question}"
 )
-PTRUE_OPTIONS_TRUE: tuple[str, ...] = ("true", "True")
-PTRUE_OPTIONS_FALSE: tuple[str, ...] = ("false", "False")
+PARAPHRASE_REPLY_PREFIX = "Reworded question:"
+"""Appended after the rendered paraphrase chat: the reply then starts with the reworded question, not a preamble,
+so a length cap near the question's length is enough."""
 
 
 def prompts_fingerprint() -> str:
@@ -92,22 +117,29 @@ def prompts_fingerprint() -> str:
             CONTEXT_TEMPLATE,
             CLOSED_BOOK_TEMPLATE,
             passage_sample,
-            PTRUE_PROMPT,
+            SELF_CHECK_PROMPT,
+            CONFIDENCE_REPLY_PREFIX,
             PTRUE_OPTIONS_TRUE,
             PTRUE_OPTIONS_FALSE,
-            VERBALIZED_PROMPT,
-            VERBALIZED_REPLY_PREFIX,
+            CONFIDENCE_OPTIONS,
             PARAPHRASE_PROMPT,
+            PARAPHRASE_REPLY_PREFIX,
             REPHRASE_PROMPT,
         ]
     )
 
 
 _GREEDY_STATS = {"greedy_text", "greedy_logprobs", "greedy_eos", "greedy_entropies", "token_relevance"}
-_GREEDY_STATS |= {"token_importance", "attention_logdiag", "ptrue", "verbalized_text", "paraphrase_answers"}
-_SAMPLE_STATS = {"sample_texts", "sample_logprobs", "sample_hidden", "sts_samples", "ptrue"}
+_GREEDY_STATS |= {"token_importance", "attention_logdiag", "paraphrase_answers"} | {"ptrue", "verbalized_confidence"}
+_SAMPLE_STATS = {"sample_texts", "sample_logprobs", "sample_hidden", "sts_samples", "ptrue", "verbalized_confidence"}
+_SELF_CHECK_STATS = {"ptrue", "verbalized_confidence"}
 _NLI_STATS = {"nli_texts", "nli_index_greedy", "nli_index_samples", "nli_probs"}
 _PARAPHRASE_STATS = {"paraphrase_answers", "paraphrase_nli_probs"}
+
+
+_RETIRED_SETTINGS = frozenset({"verbalized_max_new_tokens"})
+"""Settings older collections and bundles record that no longer exist (ignored on load): the verbalized
+confidence is read from a digit distribution now, not generated. Their prompts fingerprint differs anyway."""
 
 
 @dataclass(frozen=True)
@@ -118,10 +150,11 @@ class StatSettings:
     the greedy answer uses the same length and stop strings. N = 5 by default: every feature but INSIDE reads at
     most 5 samples; INSIDE reads min(10, N), so K = 5 instead of the paper's 10 unless N = 10 is asked for (each
     extra sample is one more decoded sequence per question). ``paraphrases`` P (the question + P − 1 paraphrases,
-    sampled at ``paraphrase_temperature``, at most ``paraphrase_max_new_tokens`` tokens, no stop string, then
-    cleaned by :func:`clean_paraphrase`); ``verbalized_max_new_tokens`` caps the confidence reply; ``ptrue_ideas``
-    samples are listed as ideas in the P(True) prompt. ``seed`` overrides the generator's sampling seed (None: the
-    generator's).
+    sampled at ``paraphrase_temperature``, one line each, at most :func:`paraphrase_token_cap` tokens — about
+    ``paraphrase_length_ratio`` × the question's tokens + ``paraphrase_length_margin``, never more than
+    ``paraphrase_max_new_tokens`` — then cleaned by :func:`clean_paraphrase`); the first ``ptrue_ideas`` samples are
+    listed (distinct, with counts) in the self-check prompt of P(True) and Verbalized Confidence. ``seed``
+    overrides the generator's sampling seed (None: the generator's).
     """
 
     samples: int = 5
@@ -131,7 +164,8 @@ class StatSettings:
     paraphrases: int = 5
     paraphrase_temperature: float = 1.0
     paraphrase_max_new_tokens: int = 64
-    verbalized_max_new_tokens: int = 6
+    paraphrase_length_ratio: float = 1.5
+    paraphrase_length_margin: int = 4
     ptrue_ideas: int = 5
     seed: int | None = None
 
@@ -146,12 +180,13 @@ class StatSettings:
     @classmethod
     def from_dict(cls, d: Any, where: str = "stats settings") -> StatSettings:
         """Settings from :meth:`to_dict` output (e.g. a collection's ``metadata.json`` or a bundle manifest);
-        ConfigError on an unknown key or a bad value."""
+        ConfigError on an unknown key or a bad value (a retired key is ignored)."""
         from dataclasses import fields
 
         if not isinstance(d, dict):
             raise ConfigError(f"expected a mapping of settings, got {type(d).__name__}", where)
         known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k not in _RETIRED_SETTINGS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"unknown stats setting(s) {unknown} (known: {', '.join(sorted(known))})", where)
@@ -171,6 +206,11 @@ class StatSettings:
             raise ConfigError("samples, paraphrases and max_new_tokens must be >= 1", "StatSettings")
         if self.temperature <= 0 or self.paraphrase_temperature <= 0:
             raise ConfigError("sampling temperatures must be > 0", "StatSettings")
+        if self.paraphrase_max_new_tokens < 1 or self.paraphrase_length_ratio <= 0 or self.paraphrase_length_margin < 0:
+            raise ConfigError(
+                "paraphrase_max_new_tokens must be >= 1, paraphrase_length_ratio > 0, paraphrase_length_margin >= 0",
+                "StatSettings",
+            )
 
 
 def unavailable_features(names: Iterable[str]) -> dict[str, list[str]]:
@@ -203,6 +243,7 @@ def compute_stats(
     settings: StatSettings | None = None,
     contexts: Sequence[Sequence[str]] | None = None,
     dense_settings: Any = None,
+    nli_saved: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """One ``{stat: value}`` dict per example (each needs a ``"question"``) holding every stat in ``needed``.
 
@@ -211,7 +252,9 @@ def compute_stats(
     example; ``dense_settings`` is a :class:`~workbench.uncertainty.dense_stats.DenseSettings`). Values follow
     :data:`~workbench.uncertainty.stats.STATS`; texts are stripped of surrounding white space. ``greedy_text`` /
     ``sample_texts`` are also returned whenever the greedy answer / the samples were generated for another stat.
-    Deterministic for a given generator seed.
+    Deterministic for a given generator seed. ``nli_saved`` (optional) receives, added to its counts, the ordered
+    NLI pairs answered without the judge, by reason (``identical``, ``symmetric``, ``repeated``; see
+    :class:`~workbench.uncertainty.nli_matrix.NLIMatrices`).
     """
     settings = settings or StatSettings()
     settings.validate()
@@ -235,22 +278,33 @@ def compute_stats(
     out: list[dict[str, Any]] = [{} for _ in questions]
     if not questions:
         return out
-    need_greedy = bool(needed & (_GREEDY_STATS | _NLI_STATS | _PARAPHRASE_STATS))
+    # the greedy answer enters the answer NLI matrix only when a feature reads its position there
+    need_greedy = bool(needed & (_GREEDY_STATS | {"nli_index_greedy"} | _PARAPHRASE_STATS))
     need_samples = bool(needed & (_SAMPLE_STATS | _NLI_STATS))
-    hidden = middle_layer(generator) if "sample_hidden" in needed else None
     prompts = [
         generator.build_prompt(q, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
         for q in questions
     ]
-    common = {"max_new_tokens": settings.max_new_tokens, "stop": settings.stop, "return_hidden_layer": hidden}
+    common = {"max_new_tokens": settings.max_new_tokens, "stop": settings.stop}
 
-    greedy = []
-    if need_greedy:
-        greedy = generator.generate(prompts, temperature=0.0, **common)
+    # Self-Detection's paraphrases first, so that their answers join the greedy answers in ONE decode loop
+    paraphrased = _paraphrases(questions, generator, settings) if needed & _PARAPHRASE_STATS else []
+    para_prompts = [
+        generator.build_prompt(p, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
+        for p in paraphrased
+    ]
+    greedy: list[Any] = []
+    para_texts: list[str] = []
+    if need_greedy:  # no hidden states, no attention weights: the decode runs as bare greedy decoding does
+        answered = generator.generate([*prompts, *para_prompts], temperature=0.0, **common)
+        greedy, para_texts = answered[: len(prompts)], [g.text.strip() for g in answered[len(prompts) :]]
     samples: list[list[Any]] = [[] for _ in questions]
     if need_samples:
         n = settings.samples
-        flat = generator.generate(prompts, temperature=settings.temperature, n=n, seed=settings.seed, **common)
+        hidden = middle_layer(generator) if "sample_hidden" in needed else None
+        flat = generator.generate(
+            prompts, temperature=settings.temperature, n=n, seed=settings.seed, return_hidden_layer=hidden, **common
+        )
         samples = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
     eos_extra = _eos_logprobs(generator, prompts, greedy, samples, needed)
     greedy_texts = [g.text.strip() for g in greedy]
@@ -282,20 +336,18 @@ def compute_stats(
         for i, row in enumerate(out):
             block = vectors[i * n : (i + 1) * n]
             row["sts_samples"] = np.clip(block @ block.T, 0.0, 1.0)
-    if "ptrue" in needed:
-        _ptrue(out, questions, greedy_texts, sample_texts, generator, settings)
-    if "verbalized_text" in needed:
-        chats = [
-            generator.render_chat(VERBALIZED_PROMPT.format(question=q, answer=a)) + VERBALIZED_REPLY_PREFIX
-            for q, a in zip(questions, greedy_texts, strict=True)
-        ]
-        replies = generator.generate(chats, max_new_tokens=settings.verbalized_max_new_tokens, temperature=0.0)
-        for row, reply in zip(out, replies, strict=True):
-            row["verbalized_text"] = reply.text.strip()
-    para_answers = (
-        _paraphrase_answers(questions, greedy_texts, generator, settings) if needed & _PARAPHRASE_STATS else []
-    )
-    _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed, judge)
+    if needed & _SELF_CHECK_STATS:  # one forward over one prompt per question, whichever of the two is selected
+        checks = self_check_stats(generator, questions, greedy_texts, sample_texts, settings.ptrue_ideas)
+        for row, (ptrue, verbalized) in zip(out, checks, strict=True):
+            row["ptrue"], row["verbalized_confidence"] = ptrue, verbalized
+    para_answers: list[list[str]] = []
+    if needed & _PARAPHRASE_STATS:  # [answer to q (the greedy answer)] + the answers to its P − 1 paraphrases
+        extra = settings.paraphrases - 1
+        para_answers = [[greedy_texts[i], *para_texts[i * extra : (i + 1) * extra]] for i in range(len(questions))]
+    saved = _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed, judge)
+    if nli_saved is not None:
+        for reason, count in saved.items():
+            nli_saved[reason] = nli_saved.get(reason, 0) + count
     if needed & DENSE_STATS:
         from workbench.uncertainty.dense_stats import dense_stats
 
@@ -461,42 +513,6 @@ def _token_relevance(out: list[dict], questions: list[str], greedy: list[Any], g
         row["token_relevance"] = 1.0 - np.clip(sims, 0.0, 1.0)
 
 
-def ptrue_prompt(question: str, answer: str, samples: Sequence[str], ideas: int) -> str:
-    """The user message of the P(True) prompt: :data:`PTRUE_PROMPT` with the first ``ideas`` samples listed one per
-    line as "- sample" (the brainstormed ideas of Kadavath et al.'s template; "- (none)" without samples) and the
-    greedy ``answer`` as the proposed answer."""
-    listed = "\n".join(f"- {s}" for s in list(samples)[:ideas]) or "- (none)"
-    return PTRUE_PROMPT.format(question=question, ideas=listed, answer=answer)
-
-
-def ptrue_from_logprobs(logprobs: Any, n_true: int = len(PTRUE_OPTIONS_TRUE)) -> np.ndarray:
-    """P(True) of each row of next-token log-probs ``(B, n_true + n_false)``: the "true" options first.
-
-    ptrue = P_true / (P_true + P_false) with P_true = Σ exp(log-probs of the first ``n_true`` columns) (the case
-    variants "true" / "True" pooled) and P_false the same over the remaining columns; computed as
-    σ(logsumexp(true) − logsumexp(false)). The mass on every other token is left out (a renormalised two-way
-    choice, in [0, 1]).
-    """
-    lp = np.asarray(logprobs, dtype=np.float64)
-    if lp.ndim != 2 or not 0 < n_true < lp.shape[1]:
-        raise ValueError(f"expected (B, options) log-probs with 0 < n_true < options, got {lp.shape}, {n_true}")
-    yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
-    no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
-    return 1.0 / (1.0 + np.exp(no - yes))
-
-
-def _ptrue(out, questions, greedy_texts, sample_texts, generator, settings: StatSettings) -> None:
-    """ptrue of every question from ONE ``next_token_logprobs`` call (see :func:`ptrue_from_logprobs`)."""
-    chats = [
-        generator.render_chat(ptrue_prompt(q, a, ideas, settings.ptrue_ideas))
-        for q, a, ideas in zip(questions, greedy_texts, sample_texts, strict=True)
-    ]
-    options = [*PTRUE_OPTIONS_TRUE, *PTRUE_OPTIONS_FALSE]
-    values = ptrue_from_logprobs(generator.next_token_logprobs(chats, options), len(PTRUE_OPTIONS_TRUE))
-    for row, value in zip(out, values, strict=True):
-        row["ptrue"] = float(value)
-
-
 _LEAD_IN = re.compile(
     r"^(?:(?:sure|certainly|of course|okay|ok|absolutely|alright|no problem|here you go)\b[\s!.,:;-]*"
     r"|(?:great|good question|happy to help)[!.,:;-]+\s*)",
@@ -583,93 +599,74 @@ def clean_paraphrase(text: str, question: str | None = None) -> str:
     return asking[0]
 
 
-def _paraphrase_answers(questions, greedy_texts, generator, settings: StatSettings) -> list[list[str]]:
-    """[greedy answer of q] + greedy answers of P − 1 sampled paraphrases, per question (two generator calls).
+def paraphrase_token_cap(generator: Any, questions: Sequence[str], settings: StatSettings) -> int:
+    """The token cap of one paraphrasing call: ⌈``paraphrase_length_ratio`` × the longest question's tokens⌉ +
+    ``paraphrase_length_margin``, at most ``paraphrase_max_new_tokens`` (a paraphrase is about as long as its
+    question; the forced reply opening leaves no preamble to pay for)."""
+    import math
 
-    The P − 1 paraphrases of a question are sampled in ONE call (``n = P − 1``, shared prefill, T =
-    ``paraphrase_temperature``), with no stop string so a preamble line does not end the reply, then cleaned by
-    :func:`clean_paraphrase`; a reply with no paraphrase left falls back to the question itself (its answer is then
-    the greedy answer again). Every paraphrase is answered greedily with the answering prompt (Zhao et al.).
+    longest = max((len(generator.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions), default=0)
+    cap = math.ceil(settings.paraphrase_length_ratio * longest) + settings.paraphrase_length_margin
+    return max(1, min(settings.paraphrase_max_new_tokens, cap))
+
+
+def _paraphrases(questions: list[str], generator: Any, settings: StatSettings) -> list[str]:
+    """The P − 1 paraphrases of every question (question-major), from ONE sampling call.
+
+    ``n = P − 1`` per question (shared prefill, T = ``paraphrase_temperature``), the reply started with
+    :data:`PARAPHRASE_REPLY_PREFIX`, one line each (stop at a newline), at most :func:`paraphrase_token_cap`
+    tokens; each reply is cleaned by :func:`clean_paraphrase`, and one with no paraphrase left falls back to the
+    question itself (its answer is then the greedy answer again).
     """
     extra = settings.paraphrases - 1
     if extra == 0:
-        return [[a] for a in greedy_texts]
-    chats = [generator.render_chat(PARAPHRASE_PROMPT.format(question=q)) for q in questions]
+        return []
+    chats = [generator.render_chat(PARAPHRASE_PROMPT.format(question=q)) + PARAPHRASE_REPLY_PREFIX for q in questions]
     flat = generator.generate(
         chats,
         n=extra,
         temperature=settings.paraphrase_temperature,
-        max_new_tokens=settings.paraphrase_max_new_tokens,
-        stop=None,
+        max_new_tokens=paraphrase_token_cap(generator, questions, settings),
+        stop=("\n",),
         seed=settings.seed,
     )
-    paraphrased = [clean_paraphrase(g.text, questions[i // extra]) or questions[i // extra] for i, g in enumerate(flat)]
-    prompts = [
-        generator.build_prompt(p, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
-        for p in paraphrased
-    ]
-    answers = generator.generate(prompts, temperature=0.0, max_new_tokens=settings.max_new_tokens, stop=settings.stop)
-    texts = [a.text.strip() for a in answers]
-    return [[greedy_texts[i], *texts[i * extra : (i + 1) * extra]] for i in range(len(questions))]
+    return [clean_paraphrase(g.text, questions[i // extra]) or questions[i // extra] for i, g in enumerate(flat)]
 
 
-def _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed: set[str], judge) -> None:
-    """The shared answer NLI matrix and the paraphrase matrix of every question, from ONE ``judge.entail`` call.
+def _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed: set[str], judge) -> dict[str, int]:
+    """The answer NLI matrix and the paraphrase matrix of every question, from ONE ``judge.entail`` call.
 
-    Off-diagonal ordered pairs are judged (question-prefixed); diagonals are (0, 0, 1) — a text entails itself.
+    The answer matrix holds the unique texts among the samples, with the greedy answer first only when
+    ``nli_index_greedy`` is needed (no selected feature reads it otherwise). Pairs are planned by
+    :class:`~workbench.uncertainty.nli_matrix.NLIMatrices` (question-prefixed by the judge; identical texts →
+    (0, 0, 1) without a call; for a symmetric judge each unordered pair once). Returns the pairs saved, by reason.
     """
     want_nli = bool(needed & _NLI_STATS)
     want_para = bool(needed & _PARAPHRASE_STATS)
     if not (want_nli or want_para):
-        return
-    premises: list[str] = []
-    hypotheses: list[str] = []
-    asked: list[str] = []
-    plans = []
+        return {}
+    with_greedy = "nli_index_greedy" in needed
+    plan = NLIMatrices(symmetric=judge_is_symmetric(judge))
+    handles = []
     for i, q in enumerate(questions):
-        plan: dict[str, Any] = {}
+        handle: dict[str, Any] = {}
         if want_nli:
-            texts = list(dict.fromkeys([greedy_texts[i], *sample_texts[i]]))
-            plan["nli"] = (texts, len(premises))
-            for x, a in enumerate(texts):
-                for y, b in enumerate(texts):
-                    if x != y:
-                        premises.append(a)
-                        hypotheses.append(b)
-                        asked.append(q)
+            texts = list(dict.fromkeys([*(greedy_texts[i : i + 1] if with_greedy else []), *sample_texts[i]]))
+            handle["nli"] = (texts, plan.add(q, texts))
         if want_para:
-            answers = para_answers[i]
-            plan["para"] = (answers, len(premises))
-            for x, a in enumerate(answers):
-                for y, b in enumerate(answers):
-                    if x != y:
-                        premises.append(a)
-                        hypotheses.append(b)
-                        asked.append(q)
-        plans.append(plan)
-    probs = np.asarray(judge.entail(premises, hypotheses, asked), dtype=np.float64) if premises else np.zeros((0, 3))
-    for i, (row, plan) in enumerate(zip(out, plans, strict=True)):
-        if "nli" in plan:
-            texts, start = plan["nli"]
+            handle["para"] = (para_answers[i], plan.add(q, para_answers[i]))
+        handles.append(handle)
+    plan.run(judge)
+    for i, (row, handle) in enumerate(zip(out, handles, strict=True)):
+        if "nli" in handle:
+            texts, h = handle["nli"]
             row["nli_texts"] = texts
-            row["nli_index_greedy"] = texts.index(greedy_texts[i])
+            if with_greedy:
+                row["nli_index_greedy"] = texts.index(greedy_texts[i])
             row["nli_index_samples"] = [texts.index(s) for s in sample_texts[i]]
-            row["nli_probs"] = _square(probs, start, len(texts))
-        if "para" in plan:
-            answers, start = plan["para"]
+            row["nli_probs"] = plan.matrix(h)
+        if "para" in handle:
+            answers, h = handle["para"]
             row["paraphrase_answers"] = answers
-            row["paraphrase_nli_probs"] = _square(probs, start, len(answers))
-
-
-def _square(probs: np.ndarray, start: int, size: int) -> np.ndarray:
-    """Rebuild a (size, size, 3) matrix from its off-diagonal pairs (row-major from ``start``); diagonal (0,0,1)."""
-    matrix = np.zeros((size, size, 3), dtype=np.float64)
-    k = start
-    for x in range(size):
-        for y in range(size):
-            if x == y:
-                matrix[x, y] = (0.0, 0.0, 1.0)
-            else:
-                matrix[x, y] = probs[k]
-                k += 1
-    return matrix
+            row["paraphrase_nli_probs"] = plan.matrix(h)
+    return dict(plan.saved)

@@ -126,18 +126,20 @@ _SPECS: tuple[StatSpec, ...] = (
         "ptrue",
         "float",
         "()",
-        "P(True): P(true) / (P(true) + P(false)) of the reply's first token after the P(True) prompt that lists "
-        "the first 5 samples as ideas and the greedy answer as the proposed answer ('true'/'True' pooled against "
-        "'false'/'False'; calculators.PTRUE_PROMPT, ptrue_from_logprobs).",
+        "P(True): P(true) / (P(true) + P(false)) of the reply's first token after the self-check prompt, which "
+        "lists the distinct answers among the first 5 samples with their counts and the greedy answer as the "
+        "proposed answer ('true'/'True' pooled against 'false'/'False'; self_check_stats.SELF_CHECK_PROMPT, "
+        "ptrue_from_logprobs). Read in the same forward as verbalized_confidence.",
         "generator (next-token log-probs)",
     ),
     StatSpec(
-        "verbalized_text",
-        "str",
+        "verbalized_confidence",
+        "float",
         "()",
-        "Raw greedy reply to the verbalized-confidence prompt (question + greedy answer, 'a number 0-100 only'). "
-        "Parsed by features.self_check.parse_verbalized_confidence.",
-        "generator",
+        "Stated confidence in [0, 1]: the expected value / 9 of the digit 0-9 that follows the forced reply "
+        "opening 'Confidence (0-9): ' after the self-check prompt (the digit distribution renormalised over the "
+        "ten digits; self_check_stats.verbalized_from_logprobs). Read in the same forward as ptrue.",
+        "generator (next-token log-probs)",
     ),
     # --- samples ------------------------------------------------------------------------------------------------
     StatSpec(
@@ -183,14 +185,15 @@ _SPECS: tuple[StatSpec, ...] = (
         "nli_texts",
         "list[str]",
         "[U]",
-        "The UNIQUE answer strings among [greedy] + samples, in first-seen order (greedy first).",
+        "The UNIQUE answer strings among [greedy] + samples, in first-seen order (greedy first); the stats graph "
+        "includes the greedy answer only when nli_index_greedy is needed too (no other feature reads it).",
         "stats graph",
     ),
     StatSpec(
         "nli_index_greedy",
         "int",
         "()",
-        "Position of greedy_text in nli_texts.",
+        "Position of greedy_text in nli_texts (produced only when asked for: it puts the greedy answer in the matrix).",
         "stats graph",
     ),
     StatSpec(
@@ -208,7 +211,8 @@ _SPECS: tuple[StatSpec, ...] = (
         "hypothesis nli_texts[j], both prefixed with the question (as TTLM does). The diagonal [u, u] must hold the "
         "judge's output for a text against itself, or (0, 0, 1) if not computed: it is read when two positions of "
         "a feature's answer set hold the same string. Features pick sub-matrices (samples 1-5; samples 1-4 + "
-        "greedy).",
+        "greedy). The stats graph sets every entry between identical strings (the diagonal) to (0, 0, 1) without "
+        "a judge call and, for a symmetric judge, judges each unordered pair once.",
         "stats graph + NLI judge",
     ),
     # --- Self-Detection ----------------------------------------------------------------------------------------
@@ -217,8 +221,9 @@ _SPECS: tuple[StatSpec, ...] = (
         "list[str]",
         "[P]",
         "Answers to the question and its P − 1 paraphrases (P = 5: q + 4 paraphrases), one greedy answer each, "
-        "the question's own first (the greedy answer). The paraphrases are sampled from the generator and "
-        "stripped of preambles, labels and quotes before they are answered (calculators.clean_paraphrase).",
+        "the question's own first (the greedy answer). The paraphrases are sampled from the generator (one line "
+        "each, capped near the question's length) and stripped of preambles, labels and quotes before they are "
+        "answered (calculators.clean_paraphrase), in the same greedy call as the greedy answer.",
         "generator",
     ),
     StatSpec(
@@ -226,7 +231,7 @@ _SPECS: tuple[StatSpec, ...] = (
         "float",
         "[P, P, 3]",
         "NLI probabilities (contradiction, neutral, entailment) between paraphrase_answers (by position), "
-        "question-prefixed, temperature 1.",
+        "question-prefixed, temperature 1; identical answers get (0, 0, 1) without a judge call.",
         "stats graph + NLI judge",
     ),
     # --- DENSE -------------------------------------------------------------------------------------------------

@@ -61,12 +61,14 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
         return real_entail(premises, hypotheses, question)
 
     judge.entail = entail
-    sampled = []
+    sampled, greedy_calls = [], []
     original = generator.generate
 
     def spy(prompts, **kwargs):
         if kwargs.get("temperature", 0.0) > 0:
             sampled.append(len(prompts))
+        else:
+            greedy_calls.append((len(prompts), kwargs.get("return_hidden_layer"), kwargs.get("return_attentions")))
         return original(prompts, **kwargs)
 
     generator.generate = spy
@@ -77,10 +79,12 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
     finally:
         del generator.generate
     assert len(stats) == 2 and all(set(s) == needed for s in stats)
-    assert sampled == [2, 2]  # answers (n=3 each, shared prefill) and paraphrases: one sampling call each
-    # greedy, samples, the attention pass, eos scoring (at most one batch), ptrue, verbalized, paraphrases,
-    # paraphrase answers
-    assert 7 <= calls <= 8
+    assert sampled == [2, 2]  # paraphrases and answers (n each, shared prefill): one sampling call each
+    # ONE greedy decode loop for the questions and their 2 paraphrases each, without hidden states or attentions
+    assert greedy_calls == [(2 + 2 * 2, None, None)]
+    # paraphrases, greedy (+ paraphrase answers), samples, the attention pass, eos scoring (at most one batch), and
+    # ONE forward for P(True) and verbalized confidence together
+    assert 5 <= calls <= 6
     hidden = generator.model.config.hidden_size
     for s in stats:
         length = len(s["greedy_logprobs"])
@@ -98,12 +102,13 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
         assert np.asarray(s["nli_probs"]).shape == (u, u, 3)
         assert np.allclose(np.asarray(s["nli_probs"])[range(u), range(u)], [0, 0, 1])
         assert np.asarray(s["paraphrase_nli_probs"]).shape == (3, 3, 3) and len(s["paraphrase_answers"]) == 3
-        assert 0.0 <= s["ptrue"] <= 1.0 and isinstance(s["verbalized_text"], str)
+        assert 0.0 <= s["ptrue"] <= 1.0 and 0.0 <= s["verbalized_confidence"] <= 1.0
         values = compute_features(s, ALL_OFFERED)
         assert set(values) == set(ALL_OFFERED)
-    # every off-diagonal pair of both matrices, judged in one call (unique triples counted once)
-    pairs = sum(len(s["nli_texts"]) * (len(s["nli_texts"]) - 1) + 3 * 2 for s in stats)
-    assert entail_calls == [pairs] and 0 < judge.counter.nli_pairs <= pairs
+    # one call; the symmetric judge is asked each unordered pair of distinct texts at most once
+    unordered = sum(len(s["nli_texts"]) * (len(s["nli_texts"]) - 1) // 2 + 3 for s in stats)
+    assert len(entail_calls) == 1 and 0 < entail_calls[0] <= unordered
+    assert judge.counter.nli_pairs == entail_calls[0]
     assert embedder.calls == 2  # token relevance and sample similarities, each one batch
 
 

@@ -66,7 +66,9 @@ def test_parse_verbalized_confidence(text, expected):
 
 
 def test_verbalized_and_ptrue_features():
-    assert FEATURES["verbalized_confidence"].compute({"verbalized_text": "I'd say 70%"}) == pytest.approx(0.7)
+    assert FEATURES["verbalized_confidence"].compute({"verbalized_confidence": 0.7}) == pytest.approx(0.7)
+    with pytest.raises(DataError, match="verbalized_confidence"):
+        FEATURES["verbalized_confidence"].compute({"verbalized_confidence": 1.5})
     assert FEATURES["ptrue"].compute({"ptrue": 0.8}) == pytest.approx(0.8)
     assert math.isnan(FEATURES["ptrue"].compute({"ptrue": float("nan")}))
     with pytest.raises(DataError):

@@ -72,6 +72,8 @@ class ParaphrasingGenerator:
         self.replies = replies
         self.paraphrase_calls: list[dict] = []
         self.answered: list[str] = []
+        self.greedy_calls = 0
+        self.tokenizer = lambda text, add_special_tokens=True: {"input_ids": text.split()}  # one token a word
 
     def build_prompt(self, question, context=None, *, max_new_tokens, system=None):
         return SimpleNamespace(text=f"[answer] {question}")
@@ -85,8 +87,11 @@ class ParaphrasingGenerator:
             return Generation(prompt, text, np.zeros(0, dtype=np.int64), empty, empty, empty, "eos", sample_index=j)
 
         if prompts and prompts[0].startswith("[chat]"):
-            self.paraphrase_calls.append({"n": n, "stop": stop, "temperature": temperature})
+            self.paraphrase_calls.append(
+                {"n": n, "stop": stop, "temperature": temperature, "max_new_tokens": max_new_tokens}
+            )
             return [gen(p, self.replies[j], j) for p in prompts for j in range(n)]
+        self.greedy_calls += 1
         self.answered.extend(p.removeprefix("[answer] ") for p in prompts)
         return [gen(p, f"answer to {p.removeprefix('[answer] ')}") for p in prompts]
 
@@ -102,7 +107,11 @@ def test_self_detection_answers_the_cleaned_paraphrases():
     (stats,) = compute_stats(
         [{"question": Q}], {"paraphrase_answers"}, generator=fake, judge=AnswerEquivalenceJudge(), settings=settings
     )
-    assert fake.paraphrase_calls == [{"n": 3, "stop": None, "temperature": settings.paraphrase_temperature}]
-    # the greedy answer to q, then one greedy answer per cleaned paraphrase
+    # one line each, capped at ⌈1.5 × 3 words⌉ + 4 = 9 tokens (Q is 3 "tokens" for the fake tokenizer)
+    assert fake.paraphrase_calls == [
+        {"n": 3, "stop": ("\n",), "temperature": settings.paraphrase_temperature, "max_new_tokens": 9}
+    ]
+    # ONE greedy call: the answer to q, then one answer per cleaned paraphrase
+    assert fake.greedy_calls == 1
     assert fake.answered == [Q, "Which playwright wrote Hamlet?", "Who is the author of Hamlet?", Q]
     assert stats["paraphrase_answers"] == [f"answer to {q}" for q in fake.answered]

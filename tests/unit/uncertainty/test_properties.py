@@ -46,14 +46,14 @@ def test_oriented_value_is_orientation_times_raw(name):
         "attention_logdiag": np.log([[0.5, 0.4], [0.3, 0.9]]),
         "lars_score": 0.6,
         "ptrue": 0.7,
-        "verbalized_text": "80",
+        "verbalized_confidence": 0.8,
     }
     raw = feature.raw(stats)
     assert math.isfinite(raw)
     assert feature.compute(stats) == pytest.approx(feature.orientation * raw)
 
 
-@pytest.mark.parametrize("name", sorted(set(FEATURES) - {"verbalized_confidence"}))  # text input: no NaN
+@pytest.mark.parametrize("name", sorted(FEATURES))
 def test_nan_inputs_give_nan_not_errors(name):
     feature = FEATURES[name]
     nan3 = np.full((6, 6, 3), np.nan)
@@ -72,5 +72,6 @@ def test_nan_inputs_give_nan_not_errors(name):
         "attention_logdiag": np.full((2, 3), np.nan),
         "lars_score": np.nan,
         "ptrue": np.nan,
+        "verbalized_confidence": np.nan,
     }
     assert math.isnan(feature.compute(stats))

@@ -2,7 +2,8 @@
 independently, from a direct torch forward pass of the tiny model or from a fake generator whose outputs the test
 controls. Each test fails on a specific producer bug:
 
-* P(True): the "true" and "false" sides swapped, or the case variants not pooled;
+* P(True) / Verbalized Confidence: the "true" and "false" sides swapped, the case variants not pooled, the digits
+  read at the wrong position, or more than one forward for the two;
 * Attention Score: the diagonal read one position off (e.g. at the decoding step's query, the previous token);
 * INSIDE: the wrong hidden layer, the mean over steps instead of the last kept step, or the last step off by one.
 """
@@ -14,17 +15,18 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from workbench.backends.generator import Generation
 from workbench.backends.prompts import encode
-from workbench.uncertainty.calculators import (
-    ANSWER_SYSTEM,
+from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings, compute_stats
+from workbench.uncertainty.features import FEATURES
+from workbench.uncertainty.self_check_stats import (
+    CONFIDENCE_OPTIONS,
+    CONFIDENCE_REPLY_PREFIX,
     PTRUE_OPTIONS_FALSE,
     PTRUE_OPTIONS_TRUE,
-    StatSettings,
-    compute_stats,
-    ptrue_prompt,
+    ptrue_from_logprobs,
+    self_check_prompt,
+    verbalized_from_logprobs,
 )
-from workbench.uncertainty.features import FEATURES
 
 torch = pytest.importorskip("torch")
 
@@ -58,69 +60,55 @@ def _direct(generator, ids: list[int], **kwargs):
         return generator.model(input_ids=torch.tensor([ids]), **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------------- P(True)
-class ScriptedGenerator:
-    """Scripted answers and next-token probabilities per option string; records the P(True) prompts."""
-
-    def __init__(self, option_probs: dict[str, float]) -> None:
-        self.option_probs = option_probs
-        self.chats: list[str] = []
-        self.options: list[str] = []
-
-    def build_prompt(self, question, context=None, *, max_new_tokens, system=None):
-        from types import SimpleNamespace
-
-        return SimpleNamespace(text=f"[answer] {question}")
-
-    def render_chat(self, message, system=None):
-        return f"<user>{message}</user>"
-
-    def generate(self, prompts, *, max_new_tokens, temperature=0.0, n=1, stop=None, seed=None, **_):
-        def gen(prompt, j):
-            text = "Paris" if temperature == 0 else f"idea{j}"
-            empty = np.zeros(1, dtype=np.float32)
-            return Generation(prompt, text, np.array([7]), empty - 0.5, empty, empty, "stop", sample_index=j)
-
-        return [gen(p, j) for p in prompts for j in range(n)]
-
-    def next_token_logprobs(self, prompts, options):
-        self.chats.extend(prompts)
-        self.options = list(options)
-        row = np.log([self.option_probs[o] for o in options])
-        return np.tile(row, (len(prompts), 1)).astype(np.float32)
+# ------------------------------------------------------------------------------- P(True) and Verbalized Confidence
+def test_self_check_prompt_lists_each_distinct_idea_once_with_its_count():
+    message = self_check_prompt("Q?", "Paris", ["Paris", "Lyon", "Paris", "", "Paris", "Nice"], ideas=5)
+    assert "- Paris (3 of 5)" in message and "- Lyon (1 of 5)" in message and "Proposed answer: Paris" in message
+    assert message.count("- Paris") == 1 and "Nice" not in message  # the 6th sample is past the 5 ideas
+    assert "- (none)" in self_check_prompt("Q?", "x", ["", ""], ideas=5)
 
 
-def test_ptrue_is_the_pooled_true_mass_over_true_plus_false():
-    probs = {"true": 0.30, "True": 0.10, "false": 0.05, "False": 0.15}  # the rest of the mass on other tokens
-    fake = ScriptedGenerator(probs)
-    settings = StatSettings(samples=7, ptrue_ideas=5)
-    stats = compute_stats(QUESTIONS, {"ptrue"}, generator=fake, settings=settings)
-    expected = (0.30 + 0.10) / (0.30 + 0.10 + 0.05 + 0.15)  # 2/3; swapped sides give 1/3, "true" alone 6/7
-    assert [s["ptrue"] for s in stats] == pytest.approx([expected, expected], abs=1e-6)
-    assert set(fake.options) == set(probs)
-    assert len(fake.chats) == 2  # one next-token read for the batch
-    chat = fake.chats[0]
-    assert QUESTIONS[0]["question"] in chat and "Proposed answer: Paris" in chat
-    listed = [f"- idea{j}" for j in range(7)]
-    assert all(line in chat for line in listed[:5]) and not any(line in chat for line in listed[5:])
+def test_ptrue_pools_the_case_variants_and_verbalized_is_the_expected_digit():
+    probs = np.array([[0.30, 0.10, 0.05, 0.15]])  # true, True, false, False; the rest of the mass elsewhere
+    assert ptrue_from_logprobs(np.log(probs))[0] == pytest.approx(0.4 / 0.6)  # swapped 1/3, "true" alone 6/7
+    digits = np.full((1, 10), 1e-9)
+    digits[0, [3, 9]] = (0.1, 0.3)  # renormalised: 1/4 on 3, 3/4 on 9 → (0.75 + 6.75) / 9
+    assert verbalized_from_logprobs(np.log(digits))[0] == pytest.approx(7.5 / 9, abs=1e-6)
 
 
-def test_ptrue_matches_a_direct_forward_pass_of_the_tiny_model(generator):
+def test_ptrue_and_verbalized_come_from_one_forward_at_two_positions(generator):
+    """ptrue at the reply's first token, verbalized confidence after the forced 'Confidence (0-9): ' opening, both
+    from ONE batched forward (one LM batch for both questions), whichever of the two features is selected."""
     settings = StatSettings(samples=3, max_new_tokens=4, seed=1)
-    stats = compute_stats(QUESTIONS, {"ptrue"}, generator=generator, settings=settings)
+    base = compute_stats(QUESTIONS, {"greedy_text", "sample_texts"}, generator=generator, settings=settings)
+    batches = {}
+    for needed in ({"ptrue"}, {"verbalized_confidence"}, {"ptrue", "verbalized_confidence"}):
+        before = generator.counter.snapshot()
+        stats = compute_stats(QUESTIONS, needed, generator=generator, settings=settings)
+        batches[frozenset(needed)] = generator.counter.since(before).lm_batches
+    # greedy + samples (two batches each time: nothing cached) + ONE forward for the self-check read
+    assert set(batches.values()) == {3}, batches
     tok = generator.tokenizer
-    true_ids = {tok(o, add_special_tokens=False)["input_ids"][0] for o in PTRUE_OPTIONS_TRUE}
-    false_ids = {tok(o, add_special_tokens=False)["input_ids"][0] for o in PTRUE_OPTIONS_FALSE}
-    assert true_ids.isdisjoint(false_ids)
-    for example, s in zip(QUESTIONS, stats, strict=True):
-        message = ptrue_prompt(example["question"], s["greedy_text"], s["sample_texts"], settings.ptrue_ideas)
-        ids = encode(tok, generator.render_chat(message))
-        probs = torch.softmax(_direct(generator, ids).logits[0, -1].double(), -1).numpy()
-        p_true, p_false = probs[sorted(true_ids)].sum(), probs[sorted(false_ids)].sum()
-        expected = p_true / (p_true + p_false)
-        assert abs(expected - 0.5) > 1e-3  # a swap of the two sides would show
-        assert s["ptrue"] == pytest.approx(expected, abs=1e-5)
-        assert FEATURES["ptrue"].compute(s) == pytest.approx(expected, abs=1e-5)
+    true_ids = [tok(o, add_special_tokens=False)["input_ids"][0] for o in PTRUE_OPTIONS_TRUE]
+    false_ids = [tok(o, add_special_tokens=False)["input_ids"][0] for o in PTRUE_OPTIONS_FALSE]
+    digit_ids = [tok(o, add_special_tokens=False)["input_ids"][0] for o in CONFIDENCE_OPTIONS]
+    assert set(true_ids).isdisjoint(false_ids) and len(set(digit_ids)) == 10
+    for example, b, s in zip(QUESTIONS, base, stats, strict=True):
+        message = self_check_prompt(example["question"], b["greedy_text"], b["sample_texts"], settings.ptrue_ideas)
+        chat = encode(tok, generator.render_chat(message))
+        tail = tok(CONFIDENCE_REPLY_PREFIX, add_special_tokens=False)["input_ids"]
+        verdict = torch.softmax(_direct(generator, chat).logits[0, -1].double(), -1).numpy()
+        digits = torch.softmax(_direct(generator, chat + tail).logits[0, -1].double(), -1).numpy()
+        p_true, p_false = verdict[true_ids].sum(), verdict[false_ids].sum()
+        expected_ptrue = p_true / (p_true + p_false)
+        expected_conf = float(digits[digit_ids] @ np.arange(10)) / digits[digit_ids].sum() / 9
+        assert abs(expected_ptrue - 0.5) > 1e-3  # a swap of the two sides would show
+        assert s["ptrue"] == pytest.approx(expected_ptrue, abs=1e-5)
+        assert s["verbalized_confidence"] == pytest.approx(expected_conf, abs=1e-5)
+        wrong_position = float(verdict[digit_ids] @ np.arange(10)) / verdict[digit_ids].sum() / 9
+        assert abs(wrong_position - expected_conf) > 1e-3  # reading the digits at the first position would show
+        assert FEATURES["ptrue"].compute(s) == pytest.approx(expected_ptrue, abs=1e-5)
+        assert FEATURES["verbalized_confidence"].compute(s) == pytest.approx(expected_conf, abs=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------- Attention Score

@@ -58,20 +58,22 @@ class SelfDetection(Feature):
     when there is no answer.
 
     How the stats graph makes ``paraphrase_answers``: the 4 paraphrases are sampled in one call (n = 4, T = 1.0 as
-    TTLM, ≤ 64 tokens, no stop string), each reply stripped of preambles, labels, numbering and quotes
-    (``calculators.clean_paraphrase``; nothing left → the question itself); every question is then answered
-    greedily (the paper; TTLM samples at T = 0.7), the original question's answer being the greedy answer.
+    TTLM, the reply opened with "Reworded question:", one line, at most ⌈1.5 × the question's tokens⌉ + 4
+    tokens), each reply stripped of preambles, labels, numbering and quotes (``calculators.clean_paraphrase``;
+    nothing left → the question itself); every question is then answered greedily (the paper; TTLM samples at
+    T = 0.7) in the same greedy call as the original question, whose answer is the greedy answer.
     Departures: TTLM asks for the paraphrases one at a time, listing the earlier ones so that each differs (4
     sequential calls); here sampling alone makes them differ (one call with a shared prefill). TTLM compares answers
     with NLI (as here); the paper's exact match for fixed-format answers is not used.
 
     Version 2: paraphrases cleaned of preambles (version 1 cut each reply at its first newline and answered
-    "Sure! Here is a paraphrase:" as a question).
+    "Sure! Here is a paraphrase:" as a question). Version 3: the reply opening, one line and the length cap above
+    (version 2: no opening, no stop string, 64 tokens), so the paraphrases differ.
     """
 
     rule: str = "no_contradiction"
 
-    version = "2"
+    version = "3"
 
     name = "self_detection"
     category = "consistency"
