@@ -159,3 +159,28 @@ def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(registry.STAGES, "collect", spec)
         return run_recipe(load_recipe(recipe, overrides))
+
+
+def regenerate_fixture(dest: Path, work: Path) -> Path:
+    """Re-export the committed compatibility fixture (``tests/fixtures/bundles/tiny``) from a fresh tiny run under
+    ``work``: needed when a change the runtime checks (the features' prompts fingerprint) makes the old one refuse to
+    load. The fixture holds D²-RAG and the two baselines only. Returns the version directory written."""
+    import shutil
+
+    from tests.tiny_models import build_tiny_encoder, build_tiny_llama
+
+    lm = build_tiny_llama(work / "lm", max_positions=4096)
+    encoder = build_tiny_encoder(work / "encoder")
+    (work / "run").mkdir(parents=True, exist_ok=True)
+    build_tiny_run(work / "run", lm, encoder, "evaluate.methods=[no_rag,standard_rag,d2rag]")
+    exported = work / "run" / "bundles" / "tiny"
+    shutil.rmtree(dest / "1.0.0", ignore_errors=True)
+    shutil.copytree(exported / "1.0.0", dest / "1.0.0")
+    shutil.copy2(exported / "tiny-1.0.0.tar.gz", dest / "tiny-1.0.0.tar.gz")
+    return dest / "1.0.0"
+
+
+if __name__ == "__main__":  # python -m tests.bundle_run WORK_DIR: rewrite the committed fixture bundle
+    import sys
+
+    print(regenerate_fixture(Path(__file__).parent / "fixtures" / "bundles" / "tiny", Path(sys.argv[1])))

@@ -373,7 +373,6 @@ def settings_class(name: str) -> type | None:
     return METHOD_TABLE[name].settings_class()
 
 
-_settings_class = settings_class  # the name callers used before the table
 
 
 def option_fields(entry: MethodEntry) -> list[Any]:

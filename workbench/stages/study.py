@@ -33,9 +33,9 @@ __all__ = ["default_params", "read_params", "run"]
 
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
     """The paper defaults of the parameters in ``specs`` (D²-RAG's ``tau``: the one classify chose)."""
-    from workbench.methods.registry import _settings_class
+    from workbench.methods.registry import settings_class
 
-    cls = _settings_class(method)
+    cls = settings_class(method)
     defaults = {f.name: f.default for f in fields(cls)} if cls is not None else {}
     out = {}
     for spec in specs:

@@ -1,7 +1,8 @@
 """Loading a bundle never runs code and refuses anything tampered: one test per check, on the committed fixture.
 
 ``tests/fixtures/bundles/tiny/1.0.0`` is a bundle of the current schema exported from the tiny test run (see
-tests/bundle_run.py). Loading it needs no model: models load on the first answer, and these tests never answer.
+tests/bundle_run.py; `python -m tests.bundle_run WORK_DIR` re-exports it when the features' prompts change). Loading it
+needs no model: models load on the first answer, and these tests never answer.
 """
 
 from __future__ import annotations

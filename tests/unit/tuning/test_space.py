@@ -59,8 +59,8 @@ def test_space_for_a_method_not_studied_is_refused():
 def test_every_tunable_name_is_a_method_option_or_d2rag_tau():
     from dataclasses import fields
 
-    from workbench.methods.registry import _settings_class
+    from workbench.methods.registry import settings_class
 
     for method, params in TUNABLE.items():
-        names = {f.name for f in fields(_settings_class(method))}
+        names = {f.name for f in fields(settings_class(method))}
         assert set(params) - names <= ({"tau"} if method == "d2rag" else set())
