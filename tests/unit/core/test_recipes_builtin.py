@@ -28,3 +28,15 @@ def test_every_key_line_is_commented(name):
         if stripped.endswith(":"):  # a section header: its keys carry the comments
             continue
         assert "#" in stripped, f"{name}.yaml:{number} has no comment: {line!r}"
+
+
+def test_the_quickstart_study_only_replays_and_feeds_evaluate_and_export():
+    """The quickstart's short study must stay cheap (every parameter a replayable threshold, so trials generate
+    nothing) and run before evaluate and export, which read its chosen parameters."""
+    from workbench.tuning.space import parse_spaces
+
+    config = load_recipe("quickstart").config
+    stages = list(config.stages)
+    assert stages.index("study") < stages.index("evaluate") < stages.index("export")
+    specs = parse_spaces(config.study.methods, config.study.space, "study.space")
+    assert specs and all(spec.threshold for method in specs for spec in specs[method])
