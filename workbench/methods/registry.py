@@ -373,8 +373,6 @@ def settings_class(name: str) -> type | None:
     return METHOD_TABLE[name].settings_class()
 
 
-
-
 def option_fields(entry: MethodEntry) -> list[Any]:
     """The :class:`dataclasses.Field` of every option of ``entry``: its settings', then its options' (with the
     variant's ``defaults`` laid over the fields' own)."""
