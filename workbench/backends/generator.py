@@ -369,16 +369,8 @@ class Generator:
         """Encode token-id lists as one left-padded batch (positions from each row's first real token) in one
         forward; returns the decoding state (see above). Counts ``prefill_tokens`` (padding excluded) only: callers
         count their calls and batches."""
-        import torch
 
-        pad = self.tokenizer.pad_token_id
-        width = max(len(ids) for ids in id_lists)
-        input_ids = torch.full((len(id_lists), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(id_lists), width), dtype=torch.long)
-        for b, ids in enumerate(id_lists):
-            input_ids[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[b, width - len(ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = left_padded_batch(id_lists, self.tokenizer.pad_token_id)
         self.counter.prefill_tokens += int(mask.sum())
         out = self.model(
             input_ids=input_ids.to(self.device),
@@ -566,15 +558,8 @@ class Generator:
 
     def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
         """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass."""
-        import torch
 
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for b, seq in enumerate(seqs):
-            input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            mask[b, width - len(seq) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
         return self.model(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
@@ -612,6 +597,21 @@ class Generator:
 
 
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
+def left_padded_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any]:
+    """``(input_ids, attention_mask, position_ids)`` long tensors for token-id lists as one left-padded batch: each row
+    right-aligned, padding masked out, positions counted from each row's first real token (0 on the padding). The
+    one layout every forward over a batch of prompts uses (decoding, scoring, the features' teacher-forced reads)."""
+    import torch
+
+    width = max(len(seq) for seq in seqs)
+    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, seq in enumerate(seqs):
+        input_ids[b, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+        mask[b, width - len(seq) :] = 1
+    return input_ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def sample_seed(seed: int, prompt: str, sample_index: int) -> int:
     """The seed of the torch.Generator that draws sample ``sample_index`` of ``prompt`` (one uniform per step)."""
     return derive_seed(seed, "sample", prompt, sample_index)

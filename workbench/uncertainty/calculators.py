@@ -439,6 +439,7 @@ def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Se
     """
     import torch
 
+    from workbench.backends.generator import left_padded_batch
     from workbench.backends.prompts import encode
 
     model = generator.model
@@ -466,12 +467,7 @@ def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Se
             for start in range(0, len(rows), max(int(generator.batch_size), 1)):
                 batch = rows[start : start + max(int(generator.batch_size), 1)]
                 width = max(len(seq) for _, seq, _ in batch)
-                input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for b, (_, seq, _) in enumerate(batch):
-                    input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-                    mask[b, width - len(seq) :] = 1
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                input_ids, mask, positions = left_padded_batch([seq for _, seq, _ in batch], pad)
                 with counter.timed("score"):
                     result = model(
                         input_ids=input_ids.to(device),

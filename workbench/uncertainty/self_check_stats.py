@@ -113,6 +113,7 @@ def two_position_read(
     """
     import torch
 
+    from workbench.backends.generator import left_padded_batch
     from workbench.backends.prompts import encode
 
     tokenizer, model = generator.tokenizer, generator.model
@@ -136,13 +137,7 @@ def two_position_read(
     with torch.inference_mode():
         for start in range(0, len(seqs), step):
             batch = seqs[start : start + step]
-            width = max(len(seq) for _, seq in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for b, (_, seq) in enumerate(batch):
-                input_ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-                mask[b, width - len(seq) :] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            input_ids, mask, positions = left_padded_batch([seq for _, seq in batch], pad)
             with counter.timed("score"):
                 logits = model(
                     input_ids=input_ids.to(device),

@@ -392,3 +392,12 @@ def test_cost_counts_of_a_plain_call(gen):
     assert gen.counter.prefill_tokens == sum(len(_ids(gen, p)) for p in PROMPTS)
     assert gen.counter.decoded_tokens == sum(len(g.token_ids) + (g.finish_reason == "eos") for g in outs)
     assert gen.fingerprint and isinstance(gen.fingerprint, str)
+
+
+def test_left_padded_batch_right_aligns_rows_and_counts_positions_from_each_first_token():
+    from workbench.backends.generator import left_padded_batch
+
+    ids, mask, positions = left_padded_batch([[5, 6, 7], [9]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
