@@ -29,6 +29,9 @@ Messages = str | Sequence[dict[str, str]]
 
 CONTEXT_TEMPLATE = "Context: {context}\n\nAnswer the question in a few words.\nQuestion: {question}"
 CLOSED_BOOK_TEMPLATE = "Answer the question in a few words.\nQuestion: {question}"
+ANSWER_SYSTEM = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
+"""The system prompt of every answer the workbench scores: the answer stage's, the collected features', SePer's and
+the methods' closed-book and RAG answers (one string, so a generation made by one stage is a cache hit for another)."""
 
 
 def has_chat_template(tokenizer: Any) -> bool:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.backends.prompts import number_chunks
+from workbench.backends.prompts import ANSWER_SYSTEM, number_chunks
 from workbench.methods.base import Passage, Tools
-from workbench.uncertainty.calculators import ANSWER_SYSTEM
 
 __all__ = ["ANSWER_SYSTEM", "context_block", "generate_answers", "prompt_for"]
 

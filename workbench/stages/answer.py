@@ -13,14 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.prompts import format_passages
+from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.core.logs import track
 from workbench.metrics.qa import score_answer
 from workbench.stages.context import StageContext
-
-SYSTEM_PROMPT = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
 
 
 def _load_split(ctx: StageContext):
@@ -78,7 +76,7 @@ def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
                 [p["title"] for p in golds], [p["text"] for p in golds], section.passage_chars
             )
     prompts = [
-        generator.build_prompt(row["question"], context, max_new_tokens=section.max_new_tokens, system=SYSTEM_PROMPT)
+        generator.build_prompt(row["question"], context, max_new_tokens=section.max_new_tokens, system=ANSWER_SYSTEM)
         for row, context in zip(rows, contexts, strict=True)
     ]
     records: list[dict[str, Any]] = []

@@ -62,8 +62,7 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
     from workbench.assets import resolve_generator
     from workbench.backends.factory import build_generator
-    from workbench.backends.prompts import format_passages
-    from workbench.stages.answer import SYSTEM_PROMPT
+    from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
 
     section, gen_cfg = ctx.config.bench, ctx.config.generator
     generator = build_generator(  # no generation cache: the timings measure generation
@@ -87,7 +86,7 @@ def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
     out: dict[str, Any] = {}
     for style, contexts in styles.items():
         prompts = [
-            generator.build_prompt(r["question"], c, max_new_tokens=section.max_new_tokens, system=SYSTEM_PROMPT).text
+            generator.build_prompt(r["question"], c, max_new_tokens=section.max_new_tokens, system=ANSWER_SYSTEM).text
             for r, c in zip(rows, contexts, strict=True)
         ]
         out[style] = _measure_prompts(generator, prompts, section)

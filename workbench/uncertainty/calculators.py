@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import ANSWER_SYSTEM
 from workbench.core.errors import ConfigError, DataError
 from workbench.uncertainty.features import get_features
 from workbench.uncertainty.features.probability import heuristic_token_importance
@@ -89,7 +90,6 @@ ATTENTION_SCOPE = "answer_positions"
 """``attention_logdiag`` holds the greedy answer tokens' own positions only (the response span), not the prompt's:
 see :func:`answer_attention_logdiag`."""
 
-ANSWER_SYSTEM = "You answer quiz questions. Reply with the answer only: a name, a date, a number or a short phrase."
 PARAPHRASE_PROMPT = (
     "Reword this question so that it asks exactly the same thing in different words. "
     "Reply with the new question only.\nQuestion: {question}"
