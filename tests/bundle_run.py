@@ -22,7 +22,8 @@ def synthetic_collect(ctx: Any) -> dict[str, Any]:
     """A ``collect`` output with rows for the calib and test splits: informative features, correlated labels."""
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.collect import _settings, _write_outputs
-    from workbench.uncertainty.calculators import prompts_fingerprint
+    from workbench.uncertainty.calculators import prompt_group_fingerprints, prompts_fingerprint
+    from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
@@ -64,6 +65,7 @@ def synthetic_collect(ctx: Any) -> dict[str, Any]:
     meta = {
         "settings": _settings(section).to_dict(),
         "prompts": prompts_fingerprint(),
+        "prompt_groups": prompt_group_fingerprints(required_stats(section.features)),
         "shard": "0/1",
         "seed": ctx.config.seed,
         "labels": ["rag"],

@@ -16,6 +16,7 @@ from workbench.bundle.export import export_run
 from workbench.cli import app
 from workbench.core.errors import AssetError, ConfigError
 from workbench.runtime import load_bundle
+from workbench.uncertainty.calculators import prompt_fingerprints
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +56,9 @@ def test_export_stage_writes_a_bundle_with_the_runs_learned_bytes(tiny_run):
     assert manifest["utility"]["kind"] == "learned" and manifest["decision"]["rule"] == "target_rate"
     collected = json.loads((stages / "collect/metadata.json").read_text())
     assert manifest["stats"]["settings"] == collected["settings"] and manifest["stats"]["prompts"]
+    assert (
+        manifest["stats"]["prompt_groups"] == collected["prompt_groups"] == {"answer": prompt_fingerprints()["answer"]}
+    )
     assert manifest["models"]["generator"]["weights_sha256"] and manifest["corpus"]["passages"] == 300
     assert all(f["requires_gold"] is False for f in manifest["features"])
     assert "d2rag_oracle (reads the gold answer" in (root / "README.md").read_text()

@@ -252,6 +252,7 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
     return {
         "settings": meta["settings"],
         "prompts": meta.get("prompts"),
+        "prompt_groups": meta.get("prompt_groups"),
         "nli_judge": meta.get("nli_judge"),
         "attention_logdiag_scope": meta.get("attention_logdiag_scope"),
         "generator": meta.get("generator"),

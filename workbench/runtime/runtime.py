@@ -122,17 +122,30 @@ class Runtime:
         return out
 
     def _check_prompts(self) -> None:
-        """Refuse a bundle whose features were collected with other prompts than this workbench's."""
-        from workbench.uncertainty.calculators import prompts_fingerprint
+        """Refuse a bundle whose features were collected with other prompts than this workbench's: the prompt groups
+        its features read (``stats.prompt_groups``, schema 1.1), or every prompt (``stats.prompts``, schema 1.0)."""
+        from workbench.uncertainty.calculators import prompt_fingerprints, prompts_fingerprint
 
         stats = self.manifest.get("stats") or {}
+        writer = (self.manifest.get("workbench") or {}).get("version", "unknown")
+        where = str(self.root / "manifest.json")
+        groups = stats.get("prompt_groups")
+        if isinstance(groups, dict) and groups:
+            current = prompt_fingerprints()
+            changed = sorted(g for g, h in groups.items() if current.get(g) != h)
+            if changed:
+                raise DataError(
+                    f"the bundle's features were collected with other {', '.join(changed)} prompts than this "
+                    f"workbench's: load it with workbench {writer}, or re-export the run",
+                    where,
+                )
+            return
         recorded = stats.get("prompts")
         if recorded and recorded != prompts_fingerprint():
-            writer = (self.manifest.get("workbench") or {}).get("version", "unknown")
             raise DataError(
                 f"the bundle's features were collected with prompts {recorded}, this workbench's are "
                 f"{prompts_fingerprint()}: load it with workbench {writer}, or re-export the run",
-                str(self.root / "manifest.json"),
+                where,
             )
 
     # ------------------------------------------------------------------ tools

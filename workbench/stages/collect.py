@@ -366,7 +366,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.nli_eval import build_judge
-    from workbench.uncertainty.calculators import ATTENTION_SCOPE, prompts_fingerprint
+    from workbench.uncertainty.calculators import (
+        ATTENTION_SCOPE,
+        prompt_group_fingerprints,
+        prompts_fingerprint,
+    )
     from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
@@ -399,6 +403,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     meta = {
         "settings": _settings(section).to_dict(),
         "prompts": prompts_fingerprint(),
+        "prompt_groups": prompt_group_fingerprints(needed),
         "shard": section.shard,
         "seed": ctx.config.seed,
         "labels": list(section.labels),

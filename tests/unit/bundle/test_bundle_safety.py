@@ -1,8 +1,8 @@
 """Loading a bundle never runs code and refuses anything tampered: one test per check, on the committed fixture.
 
-``tests/fixtures/bundles/tiny/1.0.0`` is a bundle of the current schema exported from the tiny test run (see
-tests/bundle_run.py; `python -m tests.bundle_run WORK_DIR` re-exports it when the features' prompts change). Loading it
-needs no model: models load on the first answer, and these tests never answer.
+``tests/fixtures/bundles/tiny/1.0.0`` is a bundle of schema 1.0 (one prompts fingerprint for every prompt) exported from
+the tiny test run (see tests/bundle_run.py; `python -m tests.bundle_run WORK_DIR` re-exports it, in the current schema,
+when it must change). Loading it needs no model: models load on the first answer, and these tests never answer.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _write_manifest(root: Path, manifest: dict) -> None:
 # ----------------------------------------------------------------------------------------------- what loads
 def test_the_committed_fixture_loads_and_decides_without_a_model(bundle):
     rt = load_bundle(bundle)
-    assert rt.manifest["schema_version"] == SCHEMA_VERSION == "1.0"
+    assert rt.manifest["schema_version"] == "1.0" and SCHEMA_VERSION == "1.1"  # an older minor loads as it is
     assert rt.methods == ("d2rag", "no_rag", "standard_rag") and rt._tools is None  # nothing heavy built yet
     features = rt.policy.features
     low = rt.decide(dict.fromkeys(features, -5.0))
@@ -158,6 +158,22 @@ def test_other_prompts_than_the_features_were_collected_with_are_refused(bundle)
     manifest["stats"]["prompts"] = "0123456789abcdef"
     _write_manifest(bundle, manifest)
     with pytest.raises(DataError, match="collected with prompts 0123456789abcdef"):
+        load_bundle(bundle)
+
+
+def test_a_bundle_is_refused_only_for_the_prompt_groups_its_features_read(bundle, monkeypatch):
+    from workbench.uncertainty import calculators
+
+    current = calculators.prompt_fingerprints()
+    manifest = _manifest(bundle)
+    manifest["stats"]["prompts"] = "0123456789abcdef"  # a whole-set fingerprint of other prompts: not consulted
+    manifest["stats"]["prompt_groups"] = {"answer": current["answer"]}  # schema 1.1: confidence / entropy / NLL
+    _write_manifest(bundle, manifest)
+    assert load_bundle(bundle).methods
+    monkeypatch.setattr(calculators, "prompt_fingerprints", lambda: {**current, "self_check": "changed"})
+    assert load_bundle(bundle).methods  # P(True)'s prompt changed: this bundle's features never read it
+    monkeypatch.setattr(calculators, "prompt_fingerprints", lambda: {**current, "answer": "changed"})
+    with pytest.raises(DataError, match="other answer prompts"):
         load_bundle(bundle)
 
 

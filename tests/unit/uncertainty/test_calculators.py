@@ -133,3 +133,15 @@ def test_unavailable_and_unknown_stats_are_refused(generator):
         compute_stats(QUESTIONS, {"dense_answers"}, generator=generator, judge=AnswerEquivalenceJudge())
     with pytest.raises(ConfigError):
         StatSettings(samples=0).validate()
+
+
+def test_prompt_groups_name_the_prompts_a_feature_set_reads_and_the_whole_set_hash_is_theirs():
+    from workbench.core.hashing import stable_hash
+    from workbench.uncertainty.calculators import _prompt_parts, prompt_groups, prompts_fingerprint
+    from workbench.uncertainty.features import required_stats
+
+    assert prompt_groups(required_stats(["confidence", "entropy", "semantic_entropy"])) == ["answer"]
+    assert prompt_groups(required_stats(["ptrue", "self_detection"])) == ["answer", "paraphrase", "self_check"]
+    assert prompt_groups(required_stats(["verbalized_confidence"])) == ["answer", "self_check"]
+    parts = _prompt_parts()
+    assert prompts_fingerprint() == stable_hash([p for group in parts.values() for p in group])
