@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from workbench.backends.embedder import Embedder
-from workbench.backends.nli_pairs import load_wiki_articles, split_sentences
 from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, as_corpus
+from workbench.data.nli_pairs import pair_sentences
+from workbench.data.wikiqa import load_articles
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def cache_env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def articles():
-    every = load_wiki_articles()
+    every = sorted(load_articles(), key=lambda a: a.doc_id)
     step = len(every) // 300
     return every[::step][:300]  # spread over the alphabet, deterministic
 
@@ -44,12 +45,12 @@ def test_minilm_embeddings(embedder):
 
 
 def test_first_sentence_retrieves_its_article(embedder, articles):
-    corpus = as_corpus([{"chunk_id": a.key, "text": a.text} for a in articles])
+    corpus = as_corpus([{"chunk_id": a.doc_id, "text": " ".join(a.extract.split())} for a in articles])
     assert len(corpus) == 300
     queries, keys = [], []
     for article in articles[::6]:  # 50 queries
-        queries.append(split_sentences(article.text)[0])
-        keys.append(article.key)
+        queries.append(pair_sentences(article.extract)[0])
+        keys.append(article.doc_id)
     bm25 = BM25Retriever(corpus)
     dense = DenseRetriever(corpus, embedder)
     hybrid = HybridRetriever({"bm25": bm25, "dense": dense}, fusion="rrf")

@@ -32,9 +32,9 @@ import numpy as np
 from workbench.backends.cost import CostCounter
 from workbench.backends.embedder import TextEncoder
 from workbench.backends.factory import resolve_device
-from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL, NLI_LABELS
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.core.hashing import stable_hash, tree_fingerprint
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL, NLI_LABELS
 from workbench.metrics.qa import containment, exact_match, normalize_answer, token_f1
 
 log = logging.getLogger(__name__)

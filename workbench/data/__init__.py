@@ -1,4 +1,5 @@
-"""Data layer: the QA schema, dataset loaders (local files, hub datasets, the built-in wiki-qa), corpora, chunkers.
+"""Data layer: the QA schema, dataset loaders (local files, hub datasets, the built-in wiki-qa), corpora, chunkers,
+the NLI label order (``nli_labels``) and the NLI pair builder (``nli_pairs``).
 
 Names are imported lazily, so ``workbench.data.chunkers`` can be used without importing ``datasets``.
 """

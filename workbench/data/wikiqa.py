@@ -111,10 +111,17 @@ def load_articles(path: str | Path | None = None) -> list[WikiArticle]:
 # --------------------------------------------------------------------------------------------- text helpers
 
 
+def strip_qualifier(title: str) -> str:
+    """``title`` without a trailing parenthetical qualifier (``Dune (novel)`` → ``Dune``), stripped of white space;
+    empty when the title is nothing but a qualifier."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+
+
 def title_variants(title: str) -> list[str]:
-    """The title and its obvious variants (without a trailing parenthetical qualifier), longest first."""
+    """The names that count as the gold answer for an article: the title and the title without a trailing
+    parenthetical qualifier (:func:`strip_qualifier`), longest first."""
     variants = [title.strip()]
-    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+    bare = strip_qualifier(title)
     if bare and bare != variants[0]:
         variants.append(bare)
     return sorted(dict.fromkeys(variants), key=len, reverse=True)

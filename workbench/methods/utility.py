@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.nli_labels import ENTAILMENT
 from workbench.core.errors import DataError
+from workbench.data.nli_labels import ENTAILMENT
 from workbench.methods.base import Tools
 from workbench.methods.common import generate_answers
 

@@ -95,7 +95,7 @@ def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
 
 
 def _bench_nli(ctx: StageContext) -> dict[str, Any]:
-    from workbench.backends.nli_pairs import build_nli_pairs
+    from workbench.data.nli_pairs import build_nli_pairs
 
     section = ctx.config.bench
     _, val = build_nli_pairs(seed=ctx.config.seed)

@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from workbench.backends.nli_labels import NLI_LABELS
 from workbench.core.errors import AssetError
+from workbench.data.nli_labels import NLI_LABELS
 from workbench.stages.context import Resources
 
 
@@ -23,7 +23,7 @@ def build_judge(kind: str, resources: Resources, model: str | Path | None = None
 def eval_sets(val_pairs: list, n_pairs: int, n_answer_pairs: int, seed: int) -> dict[str, list]:
     """The two evaluation sets: a seeded sample of held-out NLI pairs, and short-answer pairs (generated from
     held-out titles, plus the built-in hand-written ones)."""
-    from workbench.backends.nli_pairs import BUILTIN_ANSWER_PAIRS, build_answer_pairs
+    from workbench.data.nli_pairs import BUILTIN_ANSWER_PAIRS, build_answer_pairs
 
     rng = random.Random(seed)
     nli = rng.sample(list(val_pairs), min(n_pairs, len(val_pairs)))

@@ -18,8 +18,8 @@ from workbench.stages.nli_eval import best_judge, eval_sets, evaluate_judges
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Build pairs and train; return the validation accuracy and training time."""
-    from workbench.backends.nli_pairs import build_nli_pairs
     from workbench.backends.nli_train import train_cross_encoder
+    from workbench.data.nli_pairs import build_nli_pairs
 
     section = ctx.config.train_nli
     train, val = build_nli_pairs(val_fraction=section.val_fraction, seed=ctx.config.seed)
@@ -45,7 +45,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 def evaluate(ctx: StageContext) -> dict[str, Any]:
     """Measure every configured judge; return the best one on short answers."""
-    from workbench.backends.nli_pairs import build_nli_pairs
+    from workbench.data.nli_pairs import build_nli_pairs
 
     section = ctx.config.train_nli
     _, val = build_nli_pairs(val_fraction=section.val_fraction, seed=ctx.config.seed)

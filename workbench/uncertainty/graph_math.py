@@ -12,7 +12,7 @@ import string
 
 import numpy as np
 
-from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT
 
 _PROB_FLOOR = 1e-12
 

@@ -1,7 +1,7 @@
 """Square NLI matrices for many answer sets from ONE ``judge.entail`` call, judging each needed pair once.
 
 :class:`NLIMatrices` collects answer sets (one question each), decides which ordered pairs need the judge, calls it
-once and rebuilds every ``(n, n, 3)`` matrix (rows in :data:`~workbench.backends.nli_labels.NLI_LABELS` order,
+once and rebuilds every ``(n, n, 3)`` matrix (rows in :data:`~workbench.data.nli_labels.NLI_LABELS` order,
 premise i → hypothesis j). Pairs that need no call:
 
 * **identical strings** (exact equality, the diagonal included): (contradiction 0, neutral 0, entailment 1) — a text
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 
 SELF_PAIR = np.zeros(3, dtype=np.float64)
 SELF_PAIR[[CONTRADICTION, NEUTRAL, ENTAILMENT]] = (0.0, 0.0, 1.0)

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from workbench.core.errors import ConfigError, DataError
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from workbench.uncertainty.calculators import ANSWER_SYSTEM
 from workbench.uncertainty.features.base import LOGPROB_FLOOR
 

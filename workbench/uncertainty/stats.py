@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.backends.nli_labels import NLI_LABELS
 from workbench.core.errors import DataError
+from workbench.data.nli_labels import NLI_LABELS
 
 NLI_ORDER = NLI_LABELS
-"""Column order of the last axis of every ``*_nli_probs`` stat (:data:`workbench.backends.nli_labels.NLI_LABELS`)."""
+"""Column order of the last axis of every ``*_nli_probs`` stat (:data:`workbench.data.nli_labels.NLI_LABELS`)."""
 
 
 @dataclass(frozen=True)

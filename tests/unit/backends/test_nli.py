@@ -25,9 +25,9 @@ from workbench.backends.nli import (
     register_nli_judge,
     with_question,
 )
-from workbench.backends.nli_pairs import BUILTIN_ANSWER_PAIRS, NLIPair
 from workbench.backends.nli_train import evaluate_judge, train_cross_encoder
 from workbench.core.errors import AssetError, ConfigError, DataError
+from workbench.data.nli_pairs import BUILTIN_ANSWER_PAIRS, NLIPair
 
 REVERSED = {"0": "ENTAILMENT", "1": "Neutral", "2": "contradiction"}
 

@@ -26,6 +26,7 @@ from workbench.data.wikiqa import (
     make_description,
     make_two_hop,
     mentions,
+    strip_qualifier,
     template_counts,
     title_variants,
 )
@@ -70,6 +71,7 @@ def test_load_articles_bad_file_names_it(tmp_path: Path) -> None:
 def test_title_variants_strip_parenthetical_qualifier() -> None:
     assert title_variants("Dune (novel)") == ["Dune (novel)", "Dune"]
     assert title_variants("Paris") == ["Paris"]
+    assert strip_qualifier(" Mercury (planet) ") == "Mercury" and strip_qualifier("(1965)") == ""
 
 
 def test_mentions_is_whole_word_and_prefix_optional() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench.backends.nli import AnswerEquivalenceJudge, NLIJudge
-from workbench.backends.nli_labels import ENTAILMENT
+from workbench.data.nli_labels import ENTAILMENT
 from workbench.uncertainty.calculators import StatSettings, compute_stats
 from workbench.uncertainty.nli_matrix import SELF_PAIR, NLIMatrices, judge_is_symmetric
 

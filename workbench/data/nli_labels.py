@@ -1,5 +1,6 @@
 """The one NLI label order of the workbench: every judge returns, and every stat, feature and utility reads,
-probability rows in :data:`NLI_LABELS` order. No imports, so any layer from backends up can use it cheaply."""
+probability rows in :data:`NLI_LABELS` order; the NLI pair builder labels its pairs with the same indices. No
+imports, so any layer from data up can use it cheaply."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""NLI pair building: sentence splitting, the three labels on fake articles, split hygiene, determinism, and
-the short-answer pairs."""
+"""NLI pair building: sentence splitting, the three labels on fake articles, split hygiene, determinism, the
+short-answer pairs, and the default articles coming from the one summaries loader."""
 
 from __future__ import annotations
 
@@ -7,27 +7,24 @@ import json
 
 import pytest
 
-from workbench.backends.nli_pairs import (
+from workbench.core.errors import DataError
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
+from workbench.data.nli_pairs import (
     BUILTIN_ANSWER_PAIRS,
-    CONTRADICTION,
-    ENTAILMENT,
-    NEUTRAL,
-    Article,
     build_answer_pairs,
     build_nli_pairs,
     build_split_pairs,
-    load_wiki_articles,
+    pair_sentences,
     pairs_to_records,
     split_articles,
-    split_sentences,
     swappable_spans,
-    title_variants,
+    title_paraphrases,
 )
-from workbench.core.errors import DataError
+from workbench.data.wikiqa import WikiArticle
 
 
-def _article(key: str, topic: str, text: str) -> Article:
-    return Article(key=key, title=key.replace("_", " "), text=text, topic=topic, description=f"About {key}")
+def _article(key: str, topic: str, text: str) -> WikiArticle:
+    return WikiArticle(doc_id=key, title=key.replace("_", " "), extract=text, description=f"About {key}", topic=topic)
 
 
 ARTICLES = [
@@ -62,19 +59,24 @@ ARTICLES = [
         "in 1687. Newton was President of the Royal Society for 24 years.",
     ),
 ]  # fmt: skip
-BY_KEY = {a.key: a for a in ARTICLES}
+BY_KEY = {a.doc_id: a for a in ARTICLES}
 
 
-def test_split_sentences():
+def test_pair_sentences():
     text = 'Arthur C. Clarke wrote it in 1968. Dr. Who met St. Paul in the U.S. Army. It was "great." Then 3 more!'
-    assert split_sentences(text) == [
+    assert pair_sentences(text) == [
         "Arthur C. Clarke wrote it in 1968.",
         "Dr. Who met St. Paul in the U.S. Army.",
         'It was "great."',
         "Then 3 more!",
     ]
-    assert split_sentences("  ") == []
-    assert split_sentences("no final stop") == ["no final stop"]
+    assert pair_sentences("  ") == []
+    assert pair_sentences("no final stop") == ["no final stop"]
+    # where it differs from data.chunkers.split_sentences (why the pair builder keeps its own splitter)
+    assert pair_sentences("It is set in a town c. 1879. It premiered  in\nOslo.") == [
+        "It is set in a town c. 1879.",
+        "It premiered in Oslo.",
+    ]
 
 
 def test_swappable_spans():
@@ -98,7 +100,7 @@ def test_labels_are_what_they_claim():
     pairs = build_split_pairs(ARTICLES, window=2, seed=3)
     assert {p.label for p in pairs} == {CONTRADICTION, NEUTRAL, ENTAILMENT}
     for pair in pairs:
-        own = split_sentences(BY_KEY[pair.article].text)
+        own = pair_sentences(BY_KEY[pair.article].extract)
         assert pair.premise in " ".join(own)  # a window of the article's own sentences
         if pair.label == ENTAILMENT:
             assert pair.hypothesis in own and pair.hypothesis in pair.premise and pair.donor is None
@@ -106,12 +108,12 @@ def test_labels_are_what_they_claim():
             assert pair.hypothesis not in own and pair.hypothesis not in pair.premise
             # exactly one span of one own sentence was replaced, by text taken from the donor article
             edits = [_edit(sentence, pair.hypothesis) for sentence in own]
-            assert any(old and new and new in BY_KEY[pair.donor].text for old, new in edits), pair
+            assert any(old and new and new in BY_KEY[pair.donor].extract for old, new in edits), pair
             assert BY_KEY[pair.donor].topic == BY_KEY[pair.article].topic
         else:
             donor = BY_KEY[pair.donor]
             assert pair.donor != pair.article and donor.topic == BY_KEY[pair.article].topic
-            assert pair.hypothesis in split_sentences(donor.text)
+            assert pair.hypothesis in pair_sentences(donor.extract)
 
 
 def test_no_article_in_both_splits_and_determinism():
@@ -126,30 +128,40 @@ def test_no_article_in_both_splits_and_determinism():
 
 def test_split_articles():
     train, val = split_articles(ARTICLES, 0.5, seed=0)
-    assert len(train) == len(val) == 3 and not {a.key for a in train} & {a.key for a in val}
+    assert len(train) == len(val) == 3 and not {a.doc_id for a in train} & {a.doc_id for a in val}
     assert split_articles(ARTICLES, 0.0, seed=0)[1] == []
     with pytest.raises(DataError):
         split_articles(ARTICLES, 1.0, seed=0)
 
 
-def test_load_wiki_articles_from_a_file(tmp_path):
+def test_default_articles_come_from_the_summaries_loader(tmp_path, monkeypatch):
     path = tmp_path / "summaries.json"
     rows = {
-        "b": {"title": "B", "extract": "Second  one.", "description": "x", "topic": "T"},
-        "a": {"title": "A", "extract": "First one.", "description": None, "topic": "T"},
-        "c": {"title": "C", "extract": "", "description": "", "topic": "T"},
+        a.doc_id: {"title": a.title, "extract": a.extract, "description": a.description, "topic": a.topic}
+        for a in ARTICLES
     }
     path.write_text(json.dumps(rows))
-    articles = load_wiki_articles(path)
-    assert [a.key for a in articles] == ["a", "b"] and articles[1].text == "Second one."
-    assert load_wiki_articles(path, limit=1)[0].description == ""
-    with pytest.raises(DataError):
-        load_wiki_articles(tmp_path / "missing.json")
+    monkeypatch.setattr("workbench.assets.wiki_summaries_path", lambda: path)
+    assert build_nli_pairs(val_fraction=0.34, seed=1) == build_nli_pairs(ARTICLES, val_fraction=0.34, seed=1)
+    assert build_answer_pairs(n=6, seed=2) == build_answer_pairs(ARTICLES, n=6, seed=2)
+
+
+def test_pairs_do_not_depend_on_article_order():
+    shuffled = ARTICLES[::-1]
+    assert build_nli_pairs(shuffled, val_fraction=0.34, seed=1) == build_nli_pairs(ARTICLES, val_fraction=0.34, seed=1)
+    assert build_answer_pairs(shuffled, n=8, seed=0) == build_answer_pairs(ARTICLES, n=8, seed=0)
 
 
 def test_answer_pairs():
-    assert "Dune" in title_variants("Dune (novel)", "1965 novel")
-    assert "dune (novel)" in title_variants("Dune (novel)")
+    assert title_paraphrases("Dune (novel)", "1965 novel") == [
+        "dune (novel)",
+        "the Dune",
+        "It is Dune.",
+        "DUNE",
+        "Dune",
+        "Dune, 1965 novel",
+    ]
+    assert title_paraphrases("(1965)") == ["the (1965)", "It is (1965)."]  # nothing but a qualifier: kept whole
     pairs = build_answer_pairs(ARTICLES, n=8, seed=0)
     assert len(pairs) == 8 and {p.label for p in pairs} == {ENTAILMENT, CONTRADICTION}
     for pair in pairs:
@@ -158,7 +170,7 @@ def test_answer_pairs():
         if pair.label == CONTRADICTION:
             assert pair.answer_b in titles and pair.answer_b != pair.answer_a
         else:
-            assert pair.answer_b in title_variants(pair.answer_a, f"About {pair.answer_a.replace(' ', '_')}")
+            assert pair.answer_b in title_paraphrases(pair.answer_a, f"About {pair.answer_a.replace(' ', '_')}")
     assert build_answer_pairs(ARTICLES, n=8, seed=0) == pairs
     assert len(BUILTIN_ANSWER_PAIRS) >= 12
     assert pairs_to_records(pairs[:1])[0]["question"] == pairs[0].question

@@ -1,6 +1,7 @@
 """Labelled NLI pairs built from the embedded Wikipedia summaries, for training and measuring NLI judges.
 
-From each article's summary (its sentences split by :func:`split_sentences`):
+Articles are :class:`~workbench.data.wikiqa.WikiArticle` rows read by :func:`workbench.data.wikiqa.load_articles`
+(the one summaries loader). From each article's summary (its sentences split by :func:`pair_sentences`):
 
 - **entailment**: premise = a window of up to ``window`` consecutive summary sentences, hypothesis = one of them;
 - **contradiction**: the same kind of premise, hypothesis = one of its sentences with a year, a number or a named
@@ -8,7 +9,8 @@ From each article's summary (its sentences split by :func:`split_sentences`):
 - **neutral**: the same kind of premise, hypothesis = a sentence from another article of the same topic.
 
 Articles are split into train / validation first (by article key, seeded), and every pair draws its premise and
-its donor article from one split only, so no article appears in both. Everything is deterministic given ``seed``.
+its donor article from one split only, so no article appears in both. Everything is deterministic given ``seed``
+and the set of articles (their order does not matter).
 
 Short-answer pairs (:class:`AnswerPair`, labels entailment = same answer / contradiction = different answer) are
 built from article titles and their surface variants, plus a small hand-made set, :data:`BUILTIN_ANSWER_PAIRS`.
@@ -16,33 +18,22 @@ built from article titles and their surface variants, plus a small hand-made set
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from workbench.backends.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from workbench.core.errors import DataError
-
-
-@dataclass(frozen=True)
-class Article:
-    """One Wikipedia summary: ``key`` (unique), ``title``, ``text`` (the lead summary), ``topic``, ``description``."""
-
-    key: str
-    title: str
-    text: str
-    topic: str
-    description: str = ""
+from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
+from workbench.data.wikiqa import WikiArticle, load_articles, strip_qualifier
 
 
 @dataclass(frozen=True)
 class NLIPair:
-    """A labelled pair: ``label`` 0 contradiction / 1 neutral / 2 entailment; ``article`` is the premise's article,
-    ``donor`` the article a swapped span or neutral sentence came from; ``kind`` says how it was made."""
+    """A labelled pair: ``label`` 0 contradiction / 1 neutral / 2 entailment; ``article`` is the premise's article
+    (its ``doc_id``), ``donor`` the article a swapped span or neutral sentence came from; ``kind`` says how it was
+    made."""
 
     premise: str
     hypothesis: str
@@ -73,33 +64,7 @@ class AnswerPair:
         return self.answer_b
 
 
-# --------------------------------------------------------------------------------------------- loading, splitting
-
-
-def load_wiki_articles(path: str | Path | None = None, *, limit: int | None = None) -> list[Article]:
-    """Articles from a summaries JSON (``{key: {title, extract, description, topic}}``; the embedded one by default),
-    sorted by key, skipping empty extracts; ``limit`` keeps the first ``limit``."""
-    if path is None:
-        from workbench.assets import wiki_summaries_path
-
-        path = wiki_summaries_path()
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read summaries JSON: {exc}", str(path)) from exc
-    articles = [
-        Article(
-            key=str(key),
-            title=str(row.get("title") or key),
-            text=" ".join(str(row.get("extract") or "").split()),
-            topic=str(row.get("topic") or "Uncategorized"),
-            description=str(row.get("description") or ""),
-        )
-        for key, row in sorted(raw.items())
-        if isinstance(row, dict) and str(row.get("extract") or "").strip()
-    ]
-    return articles[:limit] if limit is not None else articles
-
+# --------------------------------------------------------------------------------------------- sentences, splitting
 
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "prof", "st", "mt", "jr", "sr", "vs", "etc", "no", "vol", "fig", "approx", "ca", "c",
@@ -108,9 +73,14 @@ _ABBREVIATIONS = {
 _BOUNDARY = re.compile(r"[.!?][\"'”’)]*(?=\s+[\"“'(]?[A-Z0-9])")
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into sentences at ``.!?`` followed by white space and a capital or digit, except after common
-    abbreviations (``Dr.``, ``St.``, ``U.S.``, ``c.``) and single-letter initials (``Arthur C. Clarke``)."""
+def pair_sentences(text: str) -> list[str]:
+    """The pair builder's own sentence splitter: white space collapsed, then a split at ``.!?`` followed by white
+    space and a capital or digit, except after a short list of abbreviations (``Dr.``, ``St.``, ``U.S.``, ``c.``)
+    and single-letter initials (``Arthur C. Clarke``).
+
+    Not :func:`workbench.data.chunkers.split_sentences`: the two differ on 106 of the 10,033 embedded summaries
+    (``c. 1879`` stays whole here; ``G.I. Joe`` splits here), and the trained reference cross-encoder's pairs were
+    built with this one."""
     text = " ".join(text.split())
     if not text:
         return []
@@ -126,15 +96,18 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
-def split_articles(articles: Sequence[Article], val_fraction: float, seed: int) -> tuple[list[Article], list[Article]]:
-    """Seeded split by article key into (train, validation); at least one validation article when 0 < fraction."""
+def split_articles(
+    articles: Sequence[WikiArticle], val_fraction: float, seed: int
+) -> tuple[list[WikiArticle], list[WikiArticle]]:
+    """Seeded split by ``doc_id`` into (train, validation), each sorted by ``doc_id``; at least one validation
+    article when 0 < fraction."""
     if not 0.0 <= val_fraction < 1.0:
         raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}", "split_articles")
-    ordered = sorted(articles, key=lambda a: a.key)
+    ordered = sorted(articles, key=lambda a: a.doc_id)
     random.Random(seed).shuffle(ordered)
     n_val = min(len(ordered) - 1, max(1, round(val_fraction * len(ordered)))) if val_fraction > 0 else 0
     val, train = ordered[:n_val], ordered[n_val:]
-    return sorted(train, key=lambda a: a.key), sorted(val, key=lambda a: a.key)
+    return sorted(train, key=lambda a: a.doc_id), sorted(val, key=lambda a: a.doc_id)
 
 
 # --------------------------------------------------------------------------------------------- swappable spans
@@ -172,15 +145,15 @@ def _replace_span(sentence: str, old: str, new: str) -> str:
 
 @dataclass
 class _Indexed:
-    article: Article
+    article: WikiArticle
     sentences: list[str]
     spans: dict[str, list[str]]  # every swappable span in the article, by kind
 
 
-def _index(articles: Sequence[Article], min_words: int) -> list[_Indexed]:
+def _index(articles: Sequence[WikiArticle], min_words: int) -> list[_Indexed]:
     indexed = []
     for article in articles:
-        sentences = [s for s in split_sentences(article.text) if len(s.split()) >= min_words]
+        sentences = [s for s in pair_sentences(article.extract) if len(s.split()) >= min_words]
         if not sentences:
             continue
         spans: dict[str, list[str]] = defaultdict(list)
@@ -198,8 +171,8 @@ def _window(sentences: list[str], i: int, size: int, rng: random.Random) -> str:
 
 
 def _donors(item: _Indexed, by_topic: dict[str, list[_Indexed]], pool: list[_Indexed]) -> list[_Indexed]:
-    same = [d for d in by_topic[item.article.topic] if d.article.key != item.article.key]
-    return same or [d for d in pool if d.article.key != item.article.key]
+    same = [d for d in by_topic[item.article.topic] if d.article.doc_id != item.article.doc_id]
+    return same or [d for d in pool if d.article.doc_id != item.article.doc_id]
 
 
 def _contradiction(
@@ -217,7 +190,7 @@ def _contradiction(
                 hypothesis = _replace_span(sentence, old, new)
                 if hypothesis != sentence:
                     return NLIPair(
-                        premise, hypothesis, CONTRADICTION, item.article.key, f"swap_{kind}", donor.article.key
+                        premise, hypothesis, CONTRADICTION, item.article.doc_id, f"swap_{kind}", donor.article.doc_id
                     )
     return None
 
@@ -230,7 +203,7 @@ def _pairs_for_article(
     donors = _donors(item, by_topic, pool)
     if not donors:
         return []
-    sentences, key = item.sentences, item.article.key
+    sentences, key = item.sentences, item.article.doc_id
     order = rng.sample(range(len(sentences)), len(sentences))
     swappable = [i for i in order if any(swappable_spans(sentences[i]).values())]
     i = swappable[0] if swappable else order[0]
@@ -243,17 +216,17 @@ def _pairs_for_article(
     other = rng.choice(donor.sentences)
     premise = _window(sentences, rng.randrange(len(sentences)), window, rng)
     if other not in premise:
-        pairs.append(NLIPair(premise, other, NEUTRAL, key, "other_article", donor.article.key))
+        pairs.append(NLIPair(premise, other, NEUTRAL, key, "other_article", donor.article.doc_id))
     return pairs
 
 
 def build_split_pairs(
-    articles: Sequence[Article], *, window: int = 3, min_words: int = 5, seed: int = 0
+    articles: Sequence[WikiArticle], *, window: int = 3, min_words: int = 5, seed: int = 0
 ) -> list[NLIPair]:
     """Pairs for one split: for each article up to one entailment, one contradiction and one neutral pair, with
     every donor taken from ``articles`` only. Deterministic given ``seed`` and the article set."""
     rng = random.Random(seed)
-    pool = _index(sorted(articles, key=lambda a: a.key), min_words)
+    pool = _index(sorted(articles, key=lambda a: a.doc_id), min_words)
     by_topic: dict[str, list[_Indexed]] = defaultdict(list)
     for item in pool:
         by_topic[item.article.topic].append(item)
@@ -265,17 +238,17 @@ def build_split_pairs(
 
 
 def build_nli_pairs(
-    articles: Sequence[Article] | None = None,
+    articles: Sequence[WikiArticle] | None = None,
     *,
     val_fraction: float = 0.2,
     window: int = 3,
     min_words: int = 5,
     seed: int = 0,
 ) -> tuple[list[NLIPair], list[NLIPair]]:
-    """(train, validation) NLI pairs from ``articles`` (the embedded Wikipedia summaries by default), split by
-    article before any pair is made. About 3 pairs per article, near-balanced labels (contradictions need a
-    swappable span)."""
-    articles = load_wiki_articles() if articles is None else list(articles)
+    """(train, validation) NLI pairs from ``articles`` (by default the embedded Wikipedia summaries, read by
+    :func:`~workbench.data.wikiqa.load_articles`), split by article before any pair is made. About 3 pairs per
+    article, near-balanced labels (contradictions need a swappable span)."""
+    articles = load_articles() if articles is None else list(articles)
     train_articles, val_articles = split_articles(articles, val_fraction, seed)
     train = build_split_pairs(train_articles, window=window, min_words=min_words, seed=seed)
     val = build_split_pairs(val_articles, window=window, min_words=min_words, seed=seed + 1)
@@ -311,10 +284,14 @@ BUILTIN_ANSWER_PAIRS: tuple[AnswerPair, ...] = (
 )
 
 
-def title_variants(title: str, description: str = "") -> list[str]:
-    """Surface variants of a title that name the same thing: lower case, a leading ``the``, without a parenthetical
-    qualifier (``Dune (novel)`` → ``Dune``), with the description appended, and as a short sentence."""
-    bare = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip() or title
+def title_paraphrases(title: str, description: str = "") -> list[str]:
+    """Rewordings of a title that name the same thing, the title itself excluded: lower case, a leading ``the``,
+    upper case, without a parenthetical qualifier (``Dune (novel)`` → ``Dune``), with the description appended,
+    and as a short sentence.
+
+    Not :func:`workbench.data.wikiqa.title_variants` (the title and its bare form: the names accepted as a gold
+    answer); these are the equivalent answers of the short-answer pairs."""
+    bare = strip_qualifier(title) or title
     variants = [title.lower(), f"the {bare}", f"It is {bare}.", bare.upper()]
     if bare != title:
         variants.append(bare)
@@ -323,7 +300,7 @@ def title_variants(title: str, description: str = "") -> list[str]:
     return list(dict.fromkeys(v for v in variants if v != title))
 
 
-def _question(article: Article) -> str:
+def _question(article: WikiArticle) -> str:
     what = article.description or f"a subject in {article.topic}"
     return f"Which {article.topic.lower()} subject is described as: {what}?"
 
@@ -332,23 +309,27 @@ def _tokens(text: str) -> set[str]:
     return {t for t in re.findall(r"\w+", text.lower()) if len(t) > 2}
 
 
-def build_answer_pairs(articles: Sequence[Article] | None = None, *, n: int = 200, seed: int = 0) -> list[AnswerPair]:
-    """``n`` short-answer pairs, half equivalent (a title and one of its :func:`title_variants`), half not (the
-    title and another title of the same topic, preferring one that shares a word with it). Deterministic."""
-    articles = load_wiki_articles() if articles is None else list(articles)
+def build_answer_pairs(
+    articles: Sequence[WikiArticle] | None = None, *, n: int = 200, seed: int = 0
+) -> list[AnswerPair]:
+    """``n`` short-answer pairs, half equivalent (a title and one of its :func:`title_paraphrases`), half not (the
+    title and another title of the same topic, preferring one that shares a word with it). ``articles`` default to
+    the embedded summaries (:func:`~workbench.data.wikiqa.load_articles`). Deterministic given ``seed`` and the set
+    of articles (they are taken in ``doc_id`` order)."""
+    articles = sorted(load_articles() if articles is None else articles, key=lambda a: a.doc_id)
     if len(articles) < 2:
         raise DataError("need at least two articles to build answer pairs", "build_answer_pairs")
     rng = random.Random(seed)
-    by_topic: dict[str, list[Article]] = defaultdict(list)
+    by_topic: dict[str, list[WikiArticle]] = defaultdict(list)
     for article in articles:
         by_topic[article.topic].append(article)
-    chosen = rng.sample(sorted(articles, key=lambda a: a.key), min(len(articles), (n + 1) // 2))
+    chosen = rng.sample(articles, min(len(articles), (n + 1) // 2))
     pairs: list[AnswerPair] = []
     for article in chosen:
         question = _question(article)
         pairs.append(
             AnswerPair(
-                question, article.title, rng.choice(title_variants(article.title, article.description)), ENTAILMENT
+                question, article.title, rng.choice(title_paraphrases(article.title, article.description)), ENTAILMENT
             )
         )
         others = [a for a in by_topic[article.topic] if a.title.lower() != article.title.lower()]
