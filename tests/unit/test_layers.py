@@ -1,0 +1,130 @@
+"""The import direction of docs/architecture.md, checked by walking every import in the package (lazy ones too).
+
+A module may import from its own layer and the layers below it, never from a layer above: a wrong arrow (the data
+layer reaching into backends, a method importing a stage, the runtime importing a stage) fails here. The table is
+the one docs/architecture.md draws; a new top-level package must be placed in it (the test says so).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
+
+LAYERS: dict[str, int] = {
+    "workbench.core": 0,
+    "workbench.assets": 1,
+    "workbench.data": 1,
+    "workbench.metrics": 1,
+    "workbench.plots": 1,
+    "workbench.backends": 2,
+    "workbench.uncertainty": 3,
+    "workbench.calibration": 3,
+    "workbench.classify": 3,
+    "workbench.decoding": 3,
+    "workbench.methods": 4,
+    "workbench.tuning": 5,
+    "workbench.distill": 5,
+    "workbench.bundle": 5,
+    "workbench.runtime": 5,
+    "workbench.serve": 5,
+    "workbench.stages": 6,
+    "workbench.recipe": 6,
+    "workbench.bundle.export": 6,  # export reads a finished run: its recipe and the stages' outputs
+    "workbench.cli": 7,
+    "workbench.doctor": 7,
+    "workbench.__main__": 7,
+    "workbench": 0,  # the package itself: __version__, and load_bundle re-exported lazily (see ALLOWED)
+}
+"""Module prefix → layer; the longest matching prefix wins (the bare package name matches only itself)."""
+
+ALLOWED: frozenset[tuple[str, str]] = frozenset({("workbench", "workbench.runtime")})
+"""Upward imports made on purpose: ``from workbench import load_bundle`` resolves the runtime on first use (PEP 562),
+so ``import workbench`` stays light."""
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module`` (a dotted name) by its longest prefix in :data:`LAYERS`; None when unplaced."""
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in LAYERS:
+            return LAYERS[prefix]
+    return LAYERS.get(module)
+
+
+def module_name(path: Path, package_root: Path) -> str:
+    """The dotted module name of a file below ``package_root`` (whose last part is the package name)."""
+    rel = path.relative_to(package_root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every absolute import of the package in ``path``, module level or inside functions."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+            # `from workbench.bundle import export` imports the submodule: place it by its own name
+            out += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return out
+
+
+def _allowed(importer: str, target: str) -> bool:
+    return any(importer == a and (target == b or target.startswith(b + ".")) for a, b in ALLOWED)
+
+
+def layer_violations(package_root: Path) -> list[str]:
+    """One line per import that goes upwards, and per module no layer holds."""
+    name = package_root.name
+    problems = []
+    for path in sorted(package_root.rglob("*.py")):
+        importer = module_name(path, package_root)
+        own = layer_of(importer)
+        if own is None:
+            problems.append(f"{importer}: not in any layer (add it to LAYERS and docs/architecture.md)")
+            continue
+        for line, target in imported_modules(path):
+            if not (target == name or target.startswith(name + ".")):
+                continue
+            layer = layer_of(target)
+            if layer is not None and layer > own and not _allowed(importer, target):
+                where = path.relative_to(package_root.parent)
+                problems.append(f"{where}:{line}: {importer} (layer {own}) imports {target} (layer {layer})")
+    return problems
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    problems = layer_violations(PACKAGE)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_wrong_arrow_is_caught(tmp_path):
+    package = tmp_path / "workbench"
+    for sub in ("core", "data", "stages"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "data" / "loader.py").write_text("def f():\n    from workbench.stages.runner import run\n")
+    (package / "core" / "fine.py").write_text("import json\nfrom workbench.core import errors\n")
+    problems = layer_violations(package)
+    assert problems == [
+        "workbench/data/loader.py:2: workbench.data.loader (layer 1) imports workbench.stages.runner (layer 6)",
+        "workbench/data/loader.py:2: workbench.data.loader (layer 1) imports workbench.stages.runner.run (layer 6)",
+    ]
+
+
+def test_an_unplaced_package_is_named(tmp_path):
+    package = tmp_path / "workbench"
+    (package / "newthing").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "newthing" / "__init__.py").write_text("")
+    assert layer_violations(package) == [
+        "workbench.newthing: not in any layer (add it to LAYERS and docs/architecture.md)"
+    ]
