@@ -13,6 +13,31 @@ from workbench.plots import heatmap, horizontal_bars, rejection_curves, reliabil
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.fixture
+def drawn(monkeypatch):
+    """The axes of every figure the plots module saves (captured just before saving), in order."""
+    import workbench.plots as plots
+
+    axes = []
+    original = plots._finish
+
+    def capture(plt, fig, ax_list, path):
+        axes.extend(ax_list)
+        return original(plt, fig, ax_list, path)
+
+    monkeypatch.setattr(plots, "_finish", capture)
+    return axes
+
+
+def _legend(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def _curves(ax) -> list[str]:
+    """Labels of the lines that hold data (the chance diagonal included)."""
+    return [line.get_label() for line in ax.get_lines() if len(line.get_xdata())]
+
+
 def _assert_png(path: Path) -> None:
     assert path.is_file()
     assert path.stat().st_size > 2000
@@ -79,7 +104,7 @@ def test_reliability_grid_single_panel(tmp_path):
     _assert_png(out)
 
 
-def test_roc_curves_skips_undefined_series(tmp_path):
+def test_roc_curves_skips_undefined_series(tmp_path, drawn):
     labels = [0, 1, 1, 0, 1, 0, 1, 1]
     curves = {
         "good": [0.1, 0.9, 0.8, 0.2, 0.7, 0.3, np.nan, 0.6],
@@ -87,10 +112,17 @@ def test_roc_curves_skips_undefined_series(tmp_path):
         "one class left": [np.nan, 0.5, 0.4, np.nan, 0.3, np.nan, 0.2, 0.1],
     }
     _assert_png(roc_curves(tmp_path / "roc.png", curves, labels, title="ROC"))
+    (ax,) = drawn
+    legend = _legend(ax)
+    assert legend[0] == "chance" and legend[1].startswith("good (AUROC ")
+    assert legend[2:] == ["all nan (undefined)", "one class left (undefined)"]
+    assert _curves(ax) == ["chance", legend[1]]  # the undefined series are listed, not drawn
 
 
-def test_roc_curves_one_class_labels(tmp_path):
+def test_roc_curves_one_class_labels(tmp_path, drawn):
     _assert_png(roc_curves(tmp_path / "roc1.png", {"s": [0.1, 0.2, 0.3]}, [1, 1, 1], title="ROC"))
+    (ax,) = drawn
+    assert _legend(ax) == ["chance", "s (undefined)"] and _curves(ax) == ["chance"]
 
 
 def test_rejection_curves_writes_png(tmp_path):
@@ -100,9 +132,15 @@ def test_rejection_curves_writes_png(tmp_path):
     _assert_png(rejection_curves(tmp_path / "rej.png", curves, quality, title="rejection"))
 
 
-def test_heatmap_with_nan_cell(tmp_path):
+def test_heatmap_with_nan_cell(tmp_path, drawn):
     m = np.array([[1.0, 0.35, -0.8], [0.35, 1.0, np.nan], [-0.8, np.nan, 1.0]])
     _assert_png(heatmap(tmp_path / "heat.png", m, ["alpha", "beta", "gamma"], title="Spearman"))
+    (ax,) = drawn
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert (1, 2) not in cells and (2, 1) not in cells  # the NaN cells are left blank
+    assert cells == {(i, j): f"{m[i, j]:.2f}" for i in range(3) for j in range(3) if not np.isnan(m[i, j])}
+    shown = ax.get_images()[0].get_array()
+    assert shown.mask.tolist() == np.isnan(m).tolist()  # drawn masked (grey), not as a colour of the scale
 
 
 def test_heatmap_rejects_bad_shapes(tmp_path):
