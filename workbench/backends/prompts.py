@@ -2,9 +2,13 @@
 
 Two entry points, both pure functions of a tokenizer (no model, no torch import):
 
-* :func:`render_chat` renders a user message (or a list of chat messages) with the tokenizer's chat template and
-  ``add_generation_prompt=True``. A tokenizer without a chat template falls back to a plain
-  ``"System: ...\\nUser: ...\\nAssistant:"`` format (:func:`render_plain`).
+* :func:`render_chat` renders a user message (or a list of chat messages) in one of three styles
+  (:func:`prompt_style`): ``chat`` — the tokenizer's chat template with ``add_generation_prompt=True``; ``plain`` —
+  ``"System: ...\\nUser: ...\\nAssistant:"`` (:func:`render_plain`), the fallback for a tokenizer without a chat
+  template; ``completion`` — ``"<system>\\n\\n<user>\\nAnswer:"`` (:func:`render_completion`) for base models, which
+  continue text rather than follow chat turns. A generator's ``prompt_format`` (``auto`` | ``chat`` |
+  ``completion``) picks the style; ``auto`` takes what the model directory declares (``workbench_model.json``, see
+  :func:`workbench.assets.declared_prompt_format`), else ``chat`` when the tokenizer has a template, else ``plain``.
 * :func:`build_prompt` fills a template with a question and an optional context, renders it, and — when the result
   is longer than a token budget — truncates **only the context**, dropping its tokens from the left (or the right,
   if asked). The question is never cut.
@@ -21,11 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workbench.core.errors import DataError
+from workbench.core.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
 Messages = str | Sequence[dict[str, str]]
+Style = Literal["chat", "plain", "completion"]
+
+PROMPT_FORMATS = ("auto", "chat", "completion")
+"""The values of ``generator.prompt_format``."""
+COMPLETION_CUE = "Answer:"
+"""The last line of a completion-format prompt: a base model continues after it."""
 
 CONTEXT_TEMPLATE = "Context: {context}\n\nAnswer the question in a few words.\nQuestion: {question}"
 CLOSED_BOOK_TEMPLATE = "Answer the question in a few words.\nQuestion: {question}"
@@ -61,13 +71,58 @@ def render_plain(messages: Messages, system: str | None = None) -> str:
     return "\n".join([*lines, "Assistant:"])
 
 
-def render_chat(tokenizer: Any, messages: Messages, system: str | None = None) -> str:
+def render_completion(messages: Messages, system: str | None = None) -> str:
+    """Completion format for base models, ending in :data:`COMPLETION_CUE` (the model continues after it).
+
+    A single turn (a user message, optionally after a system message) is ``"<system>\\n\\n<user>\\nAnswer:"``
+    (``"<user>\\nAnswer:"`` without a system text); several turns are the ``Role: content`` lines of
+    :func:`render_plain` followed by ``"Answer:"`` instead of ``"Assistant:"``.
+    """
+    turns = _as_messages(messages, system)
+    roles = [m["role"] for m in turns]
+    if roles == ["user"]:
+        return f"{turns[0]['content']}\n{COMPLETION_CUE}"
+    if roles == ["system", "user"]:
+        return f"{turns[0]['content']}\n\n{turns[1]['content']}\n{COMPLETION_CUE}"
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in turns]
+    return "\n".join([*lines, COMPLETION_CUE])
+
+
+def check_prompt_format(prompt_format: Any, key: str = "generator.prompt_format") -> None:
+    """Refuse a ``prompt_format`` that is not one of :data:`PROMPT_FORMATS` (one-line :class:`ConfigError` at
+    ``key``)."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ConfigError(f"unknown prompt format {prompt_format!r} (use {', '.join(PROMPT_FORMATS)})", key)
+
+
+def prompt_style(prompt_format: str, tokenizer: Any, declared: str | None = None) -> Style:
+    """The rendering style for a requested ``prompt_format`` (one of :data:`PROMPT_FORMATS`).
+
+    ``completion`` → ``"completion"``; ``chat`` → ``"chat"`` when the tokenizer has a chat template, else the
+    ``"plain"`` fallback; ``auto`` → ``declared`` (what the model directory declares, ``"chat"`` or
+    ``"completion"``) when given, else as ``chat``. Anything else is a one-line :class:`ConfigError` naming
+    ``generator.prompt_format``.
+    """
+    check_prompt_format(prompt_format)
+    wanted = (declared or "chat") if prompt_format == "auto" else prompt_format
+    if wanted == "completion":
+        return "completion"
+    return "chat" if has_chat_template(tokenizer) else "plain"
+
+
+def render_chat(tokenizer: Any, messages: Messages, system: str | None = None, *, style: Style | None = None) -> str:
     """Render ``messages`` (a user string or chat messages) as the prompt text the model continues.
 
-    Uses the tokenizer's chat template with ``add_generation_prompt=True``; without a template, the plain format of
-    :func:`render_plain` (this function does not warn — :class:`PromptRenderer` does, once).
+    ``style`` (:func:`prompt_style`; None: ``prompt_style("auto", tokenizer)``): ``chat`` uses the tokenizer's chat
+    template with ``add_generation_prompt=True``, ``plain`` the format of :func:`render_plain` (the fallback when
+    there is no template; this function does not warn — :class:`PromptRenderer` does, once), ``completion`` the
+    format of :func:`render_completion`.
     """
-    if not has_chat_template(tokenizer):
+    if style is None:
+        style = prompt_style("auto", tokenizer)
+    if style == "completion":
+        return render_completion(messages, system)
+    if style == "plain" or not has_chat_template(tokenizer):
         return render_plain(messages, system)
     return tokenizer.apply_chat_template(_as_messages(messages, system), tokenize=False, add_generation_prompt=True)
 
@@ -111,22 +166,24 @@ def build_prompt(
     chat: bool = True,
     truncate_side: Literal["left", "right"] = "left",
     counter: Any = None,
+    style: Style | None = None,
 ) -> BuiltPrompt:
     """Fill ``template`` with ``question`` and ``context``, render it, and fit it into ``max_tokens`` tokens.
 
     ``template`` defaults to :data:`CONTEXT_TEMPLATE` when a context is given and :data:`CLOSED_BOOK_TEMPLATE`
-    otherwise. With ``chat`` the filled template is the user message of :func:`render_chat`; without, it is used as
-    is. When the rendered prompt exceeds ``max_tokens`` (typically ``max_context - max_new_tokens``), context
-    tokens are dropped from ``truncate_side`` (default: the left, i.e. the start of the context) until it fits, and
-    ``counter.truncated_prompts`` (a :class:`~workbench.backends.cost.CostCounter`) is incremented. The question
-    and the template are never cut: if they alone exceed the budget a :class:`DataError` is raised.
+    otherwise. With ``chat`` the filled template is the user message of :func:`render_chat` (in ``style``, see
+    there); without, it is used as is. When the rendered prompt exceeds ``max_tokens`` (typically
+    ``max_context - max_new_tokens``), context tokens are dropped from ``truncate_side`` (default: the left, i.e.
+    the start of the context) until it fits, and ``counter.truncated_prompts`` (a
+    :class:`~workbench.backends.cost.CostCounter`) is incremented. The question and the template are never cut: if
+    they alone exceed the budget a :class:`DataError` is raised.
     """
     if template is None:
         template = CONTEXT_TEMPLATE if context else CLOSED_BOOK_TEMPLATE
 
     def render(ctx: str | None) -> tuple[str, int]:
         filled = fill_template(template, question, ctx)
-        text = render_chat(tokenizer, filled, system) if chat else filled
+        text = render_chat(tokenizer, filled, system, style=style) if chat else filled
         return text, len(encode(tokenizer, text))
 
     text, n_tokens = render(context)
@@ -159,16 +216,25 @@ def _keep_tokens(ids: list[int], keep: int, side: str) -> list[int]:
 
 
 class PromptRenderer:
-    """Prompt building bound to one tokenizer; warns once (per renderer) when it falls back to the plain format."""
+    """Prompt building bound to one tokenizer and one style; warns once (per renderer) when a chat style falls back
+    to the plain format.
 
-    def __init__(self, tokenizer: Any, name: str = "model") -> None:
+    ``prompt_format`` (``auto`` | ``chat`` | ``completion``) and ``declared`` (the model directory's declared format,
+    or None) give :attr:`style` through :func:`prompt_style`; every prompt this renderer renders — :meth:`chat` and
+    :meth:`build` — uses it.
+    """
+
+    def __init__(self, tokenizer: Any, name: str = "model", prompt_format: str = "auto", declared: str | None = None):
         self.tokenizer = tokenizer
         self.name = name
+        self.style: Style = prompt_style(prompt_format, tokenizer, declared)
         self.fallback_warnings = 0
+        if self.style == "completion":
+            log.info("prompts of %s use the completion format ('...\\n%s')", name, COMPLETION_CUE)
 
     def _warn_fallback(self) -> None:
         """Log the no-chat-template warning the first time only."""
-        if not has_chat_template(self.tokenizer) and self.fallback_warnings == 0:
+        if self.style == "plain" and self.fallback_warnings == 0:
             self.fallback_warnings += 1
             log.warning(
                 "tokenizer of %s has no chat template; using the plain 'System/User/Assistant:' format", self.name
@@ -177,13 +243,13 @@ class PromptRenderer:
     def chat(self, messages: Messages, system: str | None = None) -> str:
         """:func:`render_chat` with this renderer's tokenizer."""
         self._warn_fallback()
-        return render_chat(self.tokenizer, messages, system)
+        return render_chat(self.tokenizer, messages, system, style=self.style)
 
     def build(self, question: str, context: str | None = None, template: str | None = None, **kwargs: Any):
         """:func:`build_prompt` with this renderer's tokenizer (same keyword arguments)."""
         if kwargs.get("chat", True):
             self._warn_fallback()
-        return build_prompt(self.tokenizer, question, context, template, **kwargs)
+        return build_prompt(self.tokenizer, question, context, template, style=self.style, **kwargs)
 
 
 def cut_text(text: str, max_chars: int | None) -> str:

@@ -396,6 +396,7 @@ def export_run(
                     **_model_record("generator", config.generator.model),
                     "dtype": config.generator.dtype,
                     "max_context": config.generator.max_context,
+                    "prompt_format": config.generator.prompt_format,
                 },
                 "embedder": _model_record("embedder", config.embedder.model),
                 "nli": {"kind": config.nli.kind, "batch_size": config.nli.batch_size},

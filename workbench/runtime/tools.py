@@ -73,6 +73,7 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         device=options.device,
         dtype=options.dtype or models["generator"].get("dtype", "float32"),
         max_context=models["generator"].get("max_context"),
+        prompt_format=models["generator"].get("prompt_format", "auto"),  # bundles before it was recorded: auto
         batch_size=options.batch_size or int(answering.get("batch_size", 8)),
         cache=options.generation_cache,
         counter=counter,

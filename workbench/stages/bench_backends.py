@@ -73,6 +73,7 @@ def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
         cache=False,
         seed=ctx.config.seed,
         device_key="generator.device",
+        prompt_format=gen_cfg.prompt_format,
     )
     retriever = ctx.resources.retriever(corpus)
     hits = retriever.search([r["question"] for r in rows], k=5)

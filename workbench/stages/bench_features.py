@@ -218,6 +218,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         counter=counter,
         seed=ctx.config.seed,
         device_key="generator.device",
+        prompt_format=gen_cfg.prompt_format,
     )
     embedder = build_embedder(  # no embedding cache: every way pays for what it embeds
         ctx.config.embedder.model,

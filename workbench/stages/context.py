@@ -32,15 +32,16 @@ class Resources:
         def build():
             from workbench.assets import resolve_generator
 
-            return self._build_generator(
-                resolve_generator(self.config.generator.model), self.config.generator.max_context
-            )
+            section = self.config.generator
+            return self._build_generator(resolve_generator(section.model), section.max_context, section.prompt_format)
 
         return self.get("generator", build)
 
-    def _build_generator(self, resolved: Any, max_context: int | None) -> Any:
+    def _build_generator(self, resolved: Any, max_context: int | None, prompt_format: str = "auto") -> Any:
         """A generator for ``resolved`` with the ``generator`` section's device, dtype, batch size and cache, the run's
-        seed and counter (the run's own generator and every second one share these settings)."""
+        seed and counter (the run's own generator and every second one share these settings). ``prompt_format`` is
+        the section's for the run's own generator; a second model keeps ``auto`` (its own declared format or
+        template), since the section's format was chosen for the run's model."""
         from workbench.backends.factory import build_generator
 
         section = self.config.generator
@@ -54,6 +55,7 @@ class Resources:
             counter=self.counter,
             seed=self.config.seed,
             device_key="generator.device",
+            prompt_format=prompt_format,
         )
 
     def controller_generator(self, spec: str | Path) -> Any:

@@ -118,6 +118,23 @@ def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
     raise ValueError(f"unknown asset kind {kind!r}")
 
 
+KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {("generator", "prompt_format"): "auto"}
+"""Settings added after stages were first cached, with the value that reproduces the earlier behaviour: at that value
+the setting is left out of the stage key (so adding it does not invalidate every cached stage); any other value
+enters the key as usual."""
+
+
+def _keyed_section(name: str, values: Any) -> Any:
+    """A section's plain values as they enter a stage key: without the :data:`KEY_NEUTRAL_DEFAULTS` at their value."""
+    if not isinstance(values, dict):
+        return values
+    return {
+        key: value
+        for key, value in values.items()
+        if (name, key) not in KEY_NEUTRAL_DEFAULTS or KEY_NEUTRAL_DEFAULTS[name, key] != value
+    }
+
+
 def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str]) -> str:
     """The cache key of a stage's output (see :class:`StageSpec`)."""
     plain = to_plain(config)
@@ -125,7 +142,7 @@ def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str])
         "stage": spec.name,
         "version": spec.version,
         "seed": config.seed,
-        "sections": {name: plain[name] for name in spec.sections},
+        "sections": {name: _keyed_section(name, plain[name]) for name in spec.sections},
         "assets": {kind: asset_fingerprint(kind, config) for kind in spec.uses},
         "inputs": {name: input_keys[name] for name in spec.inputs_in(config.stages)},
     }

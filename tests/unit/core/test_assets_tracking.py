@@ -31,8 +31,9 @@ def test_hub_id_is_refused_offline(monkeypatch):
 
 def test_embedded_assets_are_found_without_loading():
     rows = {row["asset"]: row for row in asset_report()}
-    assert set(rows) == {"smollm2", "minilm", "wiki"}
-    assert all(row["status"] == "ok" for row in rows.values())
+    assert set(rows) == {"smollm2", "minilm", "wiki", "gemma3"}
+    assert all(row["status"] == "ok" for row in rows.values() if not row["optional"])
+    assert [name for name, row in rows.items() if row["optional"]] == ["gemma3"]
     assert resolve_embedder("minilm").source == "embedded:minilm"
     assert wiki_summaries_path().name == "summaries_en-us.json"
 
