@@ -174,6 +174,7 @@ STAGES: dict[str, StageSpec] = {
             "study",
             "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
             "workbench.stages.study:run",
+            version=2,  # 2: parameter importances by fANOVA (Optuna 5's default ranks a custom target's low values)
             sections=("study", "evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
