@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import AssetError, ConfigError, WorkbenchError
 
-JUDGE_KINDS = ("answer_equivalence", "cross_encoder", "hf", "llm")
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -132,6 +132,56 @@ def build_embedder(
         return Embedder(model, batch_size=batch_size, counter=counter, device=torch_device, cache=cache)
 
 
+@dataclass(frozen=True)
+class JudgeRequest:
+    """What a judge builder may use: the checkpoint, lazily built shared objects, the counter and the device."""
+
+    kind: str
+    model: str | Path | None
+    embedder: Callable[[], Any] | None
+    generator: Callable[[], Any] | None
+    batch_size: int
+    counter: CostCounter | None
+    device: str
+    device_key: str
+
+
+def _answer_equivalence(req: JudgeRequest) -> Any:
+    from workbench.backends.nli import AnswerEquivalenceJudge
+
+    if req.embedder is None:
+        raise ConfigError("the answer_equivalence judge needs an embedder", "nli.kind")
+    return AnswerEquivalenceJudge(req.embedder(), counter=req.counter)
+
+
+def _model_judge(req: JudgeRequest) -> Any:
+    from workbench.backends.nli import CrossEncoderNLI, HFSequenceClassificationNLI
+
+    cls = CrossEncoderNLI if req.kind == "cross_encoder" else HFSequenceClassificationNLI
+    torch_device = resolve_device(req.device, req.device_key)
+    with backend_errors(f"{req.kind} NLI judge on {torch_device}", _model_where(req.model)):
+        return cls(req.model, batch_size=req.batch_size, counter=req.counter, device=torch_device)
+
+
+def _llm_judge(req: JudgeRequest) -> Any:
+    from workbench.backends.nli_llm import LLMJudgeNLI
+
+    if req.generator is None:
+        raise ConfigError("the llm judge needs a generator", "nli.kind")
+    return LLMJudgeNLI(req.generator())
+
+
+JUDGES: dict[str, Callable[[JudgeRequest], Any]] = {
+    "answer_equivalence": _answer_equivalence,
+    "cross_encoder": _model_judge,
+    "hf": _model_judge,
+    "llm": _llm_judge,
+}
+"""Every NLI judge kind and its builder: adding a judge is one entry here (and its backend module)."""
+
+JUDGE_KINDS: tuple[str, ...] = tuple(JUDGES)
+
+
 def build_judge(
     kind: str,
     *,
@@ -143,32 +193,16 @@ def build_judge(
     device: str = "cpu",
     device_key: str = "device",
 ) -> Any:
-    """The NLI judge ``kind``: ``answer_equivalence`` (rules + the embedder's cosine), ``cross_encoder`` / ``hf``
-    (a checkpoint directory or hub id in ``model``), or ``llm`` (the generator as judge). ``embedder`` and
-    ``generator`` are callables returning the shared objects, so only the one a judge needs is built.
+    """The NLI judge ``kind`` (a key of :data:`JUDGES`): ``answer_equivalence`` (rules + the embedder's cosine),
+    ``cross_encoder`` / ``hf`` (a checkpoint directory or hub id in ``model``), or ``llm`` (the generator as judge).
+    ``embedder`` and ``generator`` are callables returning the shared objects, so only the one a judge needs is built.
 
     ``device`` (through :func:`resolve_device`; errors name ``device_key``) places the ``cross_encoder`` / ``hf``
     model; the other two judges have no model of their own and run where the embedder / generator runs."""
-    if kind == "answer_equivalence":
-        from workbench.backends.nli import AnswerEquivalenceJudge
-
-        if embedder is None:
-            raise ConfigError("the answer_equivalence judge needs an embedder", "nli.kind")
-        return AnswerEquivalenceJudge(embedder(), counter=counter)
-    if kind in ("cross_encoder", "hf"):
-        from workbench.backends.nli import CrossEncoderNLI, HFSequenceClassificationNLI
-
-        cls = CrossEncoderNLI if kind == "cross_encoder" else HFSequenceClassificationNLI
-        torch_device = resolve_device(device, device_key)
-        with backend_errors(f"{kind} NLI judge on {torch_device}", _model_where(model)):
-            return cls(model, batch_size=batch_size, counter=counter, device=torch_device)
-    if kind == "llm":
-        from workbench.backends.nli_llm import LLMJudgeNLI
-
-        if generator is None:
-            raise ConfigError("the llm judge needs a generator", "nli.kind")
-        return LLMJudgeNLI(generator())
-    raise ConfigError(f"unknown NLI judge {kind!r} (known: {', '.join(JUDGE_KINDS)})", "nli.kind")
+    builder = JUDGES.get(kind)
+    if builder is None:
+        raise ConfigError(f"unknown NLI judge {kind!r} (known: {', '.join(JUDGE_KINDS)})", "nli.kind")
+    return builder(JudgeRequest(kind, model, embedder, generator, batch_size, counter, device, device_key))
 
 
 def build_retriever(
