@@ -17,7 +17,6 @@ from typing import Any
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import AssetError, ConfigError, WorkbenchError
 
-RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -205,20 +204,45 @@ def build_judge(
     return builder(JudgeRequest(kind, model, embedder, generator, batch_size, counter, device, device_key))
 
 
+def _bm25(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+    from workbench.backends.retrievers import BM25Retriever
+
+    return BM25Retriever(corpus, counter=counter)
+
+
+def _dense(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+    from workbench.backends.retrievers import DenseRetriever
+
+    if embedder is None:
+        raise ConfigError("the dense retriever needs an embedder", "retrieval.retriever")
+    return DenseRetriever(corpus, embedder(), counter=counter)
+
+
+def _hybrid(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+    from workbench.backends.retrievers import HybridRetriever
+
+    if embedder is None:
+        raise ConfigError("the hybrid retriever needs an embedder", "retrieval.retriever")
+    parts = {"bm25": _bm25(corpus, None, None), "dense": _dense(corpus, embedder, counter)}
+    return HybridRetriever(parts, counter=counter)
+
+
+RETRIEVERS: dict[str, Callable[[Any, Callable[[], Any] | None, CostCounter | None], Any]] = {
+    "bm25": _bm25,
+    "dense": _dense,
+    "hybrid": _hybrid,
+}
+"""Every retriever kind and its builder ``(corpus, embedder, counter) -> retriever``: a new kind is one entry."""
+
+RETRIEVER_KINDS: tuple[str, ...] = tuple(RETRIEVERS)
+
+
 def build_retriever(
     kind: str, corpus: Any, *, embedder: Callable[[], Any] | None = None, counter: CostCounter | None = None
 ) -> Any:
-    """A retriever over ``corpus`` (a Dataset or a mapping of columns with ``chunk_id`` and ``text``): ``bm25``,
-    ``dense`` (the embedder's vectors) or ``hybrid`` (both, fused)."""
-    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
-
-    if kind not in RETRIEVER_KINDS:
+    """A retriever over ``corpus`` (a Dataset or a mapping of columns with ``chunk_id`` and ``text``) of ``kind``, a
+    key of :data:`RETRIEVERS`: ``bm25``, ``dense`` (the embedder's vectors) or ``hybrid`` (both, fused)."""
+    builder = RETRIEVERS.get(kind)
+    if builder is None:
         raise ConfigError(f"unknown retriever {kind!r} (known: {', '.join(RETRIEVER_KINDS)})", "retrieval.retriever")
-    if kind == "bm25":
-        return BM25Retriever(corpus, counter=counter)
-    if embedder is None:
-        raise ConfigError(f"the {kind} retriever needs an embedder", "retrieval.retriever")
-    dense = DenseRetriever(corpus, embedder(), counter=counter)
-    if kind == "dense":
-        return dense
-    return HybridRetriever({"bm25": BM25Retriever(corpus), "dense": dense}, counter=counter)
+    return builder(corpus, embedder, counter)
