@@ -36,25 +36,28 @@ def method_generator(tiny_lm_long_dir):
     return Generator(tiny_lm_long_dir, batch_size=16)
 
 
-@pytest.fixture
-def tools(method_generator):
-    """Fresh Tools (own counter) around the shared tiny generator."""
+def _tools_over(generator, corpus, **extra):
+    """Tools with one fresh counter (also handed to the shared generator) and BM25 over ``corpus``."""
     from workbench.backends.cost import CostCounter
-    from workbench.backends.nli import AnswerEquivalenceJudge
     from workbench.backends.retrievers import BM25Retriever
     from workbench.methods.base import Tools
 
     counter = CostCounter()
-    method_generator.counter = counter
-    corpus = make_corpus()
+    generator.counter = counter
     return Tools(
-        generator=method_generator,
-        retriever=BM25Retriever(corpus, counter=counter),
-        corpus=corpus,
-        counter=counter,
-        judge=AnswerEquivalenceJudge(counter=counter),
-        max_new_tokens=6,
+        generator=generator, retriever=BM25Retriever(corpus, counter=counter), corpus=corpus, counter=counter, **extra
     )
+
+
+@pytest.fixture
+def tools(method_generator):
+    """Fresh Tools (own counter) around the shared tiny generator."""
+    from workbench.backends.nli import AnswerEquivalenceJudge
+
+    judge = AnswerEquivalenceJudge()
+    tools = _tools_over(method_generator, make_corpus(), judge=judge, max_new_tokens=6)
+    judge.counter = tools.counter
+    return tools
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +73,5 @@ def ctools(method_generator, embedder):
     """Tools over InSemRAG's chunked test corpus (tests/unit/methods/test_insemrag.py): the tiny generator, BM25,
     the tiny encoder, one fresh counter."""
     from tests.unit.methods.test_insemrag import chunked_corpus
-    from workbench.backends.cost import CostCounter
-    from workbench.backends.retrievers import BM25Retriever
-    from workbench.methods.base import Tools
 
-    counter = CostCounter()
-    method_generator.counter = counter
-    corpus = chunked_corpus()
-    return Tools(
-        generator=method_generator,
-        retriever=BM25Retriever(corpus, counter=counter),
-        corpus=corpus,
-        counter=counter,
-        embedder=embedder,
-        max_new_tokens=4,
-    )
+    return _tools_over(method_generator, chunked_corpus(), embedder=embedder, max_new_tokens=4)
