@@ -246,7 +246,9 @@ class CalibrateSection:
     fit_split: str = doc("split the calibrators are fitted on (out of fold on that split itself)", "calib")
     folds: int = doc("folds of the out-of-fold calibration on fit_split", 5)
     nan_policy: Literal["impute", "drop"] = doc(
-        "NaN / inf feature values: impute with the fit split's median, or drop the question (counted)", "impute"
+        "NaN / inf feature values: impute (NaN: the fit split's median, ±inf: the end of its finite range), or drop "
+        "the question (counted)",
+        "impute",
     )
 
 

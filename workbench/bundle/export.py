@@ -282,7 +282,8 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
         run.stage("study"),
     )
     features = list(learned.features)
-    save_learned(CalibratorSet(tuple(features), learned.calibrators, learned.medians), tmp / "learned/calibrators.json")
+    calibrator_set = CalibratorSet(tuple(features), learned.calibrators, learned.medians, learned.ranges)
+    save_learned(calibrator_set, tmp / "learned/calibrators.json")
     save_learned(learned.classifier, tmp / "learned" / "classifier.json")
     selection = run.json("classify", "selection.json")
     shutil.copyfile(run.stage("classify") / f"{selection['chosen']}.onnx", tmp / "learned" / "classifier.onnx")

@@ -6,7 +6,7 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
                                settings, the decision rule, per-method settings, held-out metrics, and every other
                                file with its sha256 and size
     README.md                  the model card
-    learned/calibrators.json   the calibrator set (features, fit-split medians, one calibrator each)
+    learned/calibrators.json   the calibrator set (features, fit-split medians and ranges, one calibrator each)
     learned/classifier.json    the decision classifier's weights (numpy path)
     learned/classifier.onnx    the same classifier as an ONNX graph (ONNX Runtime path)
     learned/lars.json          the LARS scorer (when ``lars`` is a feature)
@@ -30,7 +30,7 @@ from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 MANIFEST = "manifest.json"
 

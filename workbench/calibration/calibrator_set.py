@@ -1,10 +1,11 @@
-"""Per-feature calibrators with their imputation medians: the first half of D²-RAG's decision path.
+"""Per-feature calibrators with their imputation values: the first half of D²-RAG's decision path.
 
 A :class:`CalibratorSet` turns a vector of raw oriented features (higher = more certain) into calibrated
-probabilities ``u`` (spec §13.16): every non-finite value (NaN, ±inf) is replaced by the fit split's median of that
-feature — the rule the ``calibrate`` stage applied to its training data — and each feature goes through its own
-fitted calibrator. The ``calibrate`` stage writes one, the evaluation stage and the runtime read it, so both clean and
-calibrate with the same numbers.
+probabilities ``u`` (spec §13.16): a missing value (NaN) is replaced by the fit split's median of that feature, and
+±inf by the end of the fit split's finite range on its side (the DTR NLL of an empty answer is −inf once oriented:
+the least certain value there is, not a typical one) — the rule the ``calibrate`` stage applied to its training
+data — and each feature goes through its own fitted calibrator. The ``calibrate`` stage writes one, the evaluation
+stage and the runtime read it, so both clean and calibrate with the same numbers.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from workbench.calibration.registry import calibrator_from_dict
 from workbench.core.errors import DataError
 
 INF_CLIP = 1e10
-"""Where a feature has no stored median, ±inf becomes ±1e10 and NaN 0 (the released code's rule, spec §13.16)."""
+"""Where a feature has no stored median or range, ±inf becomes ±1e10 and NaN 0 (the released code's rule, spec
+§13.16). A set without ``ranges`` (written before they existed) imputes ±inf with the median, as it was fitted."""
 
 
 @dataclass
 class CalibratorSet:
-    """``features`` in order, one fitted calibrator each, and the fit split's median of each raw feature."""
+    """``features`` in order, one fitted calibrator each, the fit split's median of each raw feature (for NaN) and
+    its finite ``(min, max)`` range (for −inf / +inf)."""
 
     features: tuple[str, ...]
     calibrators: dict[str, Calibrator]
     medians: dict[str, float] = field(default_factory=dict)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     kind: ClassVar[str] = "calibrator_set"
     version: ClassVar[int] = 1
@@ -46,6 +50,7 @@ class CalibratorSet:
             if f in self.features
         }
         self.medians = {str(k): float(v) for k, v in self.medians.items()}
+        self.ranges = {str(k): (float(v[0]), float(v[1])) for k, v in self.ranges.items()}
 
     def clean(self, raw: Mapping[str, float] | Sequence[float]) -> tuple[np.ndarray, list[str]]:
         """``(values in feature order, names of the imputed features)`` for one question's raw features."""
@@ -60,11 +65,7 @@ class CalibratorSet:
                 out[j] = value
                 continue
             imputed.append(name)
-            median = self.medians.get(name, math.nan)
-            if math.isfinite(median):
-                out[j] = median
-            else:
-                out[j] = 0.0 if math.isnan(value) else math.copysign(INF_CLIP, value)
+            out[j] = impute_value(value, self.medians.get(name, math.nan), self.ranges.get(name))
         return out, imputed
 
     def transform(self, rows: Any) -> np.ndarray:
@@ -84,6 +85,7 @@ class CalibratorSet:
             "version": self.version,
             "features": list(self.features),
             "medians": {f: self.medians[f] for f in self.features if f in self.medians},
+            **({"ranges": {f: list(self.ranges[f]) for f in self.features if f in self.ranges}} if self.ranges else {}),
             "calibrators": {f: self.calibrators[f].to_dict() for f in self.features},
         }
 
@@ -95,7 +97,7 @@ class CalibratorSet:
             raise DataError(f"not a calibrator set (kind != {cls.kind!r})", where)
         if d.get("version") != cls.version:
             raise DataError(f"unsupported version {d.get('version')!r} (this workbench reads {cls.version})", where)
-        extra = sorted(set(d) - {"kind", "version", "features", "medians", "calibrators"})
+        extra = sorted(set(d) - {"kind", "version", "features", "medians", "ranges", "calibrators"})
         if extra:
             raise DataError(f"unknown key(s) {extra}", where)
         features, medians, calibrators = d.get("features"), d.get("medians", {}), d.get("calibrators")
@@ -104,9 +106,32 @@ class CalibratorSet:
         if not isinstance(calibrators, dict) or not isinstance(medians, dict):
             raise DataError("calibrators and medians must be mappings", where)
         for name, value in medians.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            if not _finite_number(value):
                 raise DataError(f"median of {name!r} must be a finite number", where)
+        ranges = d.get("ranges", {})
+        if not isinstance(ranges, dict):
+            raise DataError("ranges must be a mapping", where)
+        for name, pair in ranges.items():
+            if not (isinstance(pair, list) and len(pair) == 2 and all(_finite_number(v) for v in pair)):
+                raise DataError(f"range of {name!r} must be [min, max], two finite numbers", where)
+            if pair[0] > pair[1]:
+                raise DataError(f"range of {name!r} has min {pair[0]} above max {pair[1]}", where)
         missing = [f for f in features if f not in calibrators]
         if missing:
             raise DataError(f"no calibrator for feature(s) {missing}", where)
-        return cls(tuple(features), {f: calibrator_from_dict(calibrators[f]) for f in features}, medians)
+        return cls(tuple(features), {f: calibrator_from_dict(calibrators[f]) for f in features}, medians, ranges)
+
+
+def _finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def impute_value(value: float, median: float, value_range: tuple[float, float] | None) -> float:
+    """The finite stand-in for one non-finite feature value: NaN → ``median``; +inf / −inf → the top / bottom of
+    ``value_range`` (the fit split's finite range), or ``median`` without a range. Without a finite median either:
+    NaN → 0 and ±inf → ±:data:`INF_CLIP`."""
+    if not math.isnan(value) and value_range is not None:
+        return value_range[1] if value > 0 else value_range[0]
+    if math.isfinite(median):
+        return median
+    return 0.0 if math.isnan(value) else math.copysign(INF_CLIP, value)

@@ -154,8 +154,9 @@ class D2RAG(Method):
     Stage 1 is a :class:`~workbench.classify.policy.DecisionPolicy` (``policy``), or one built from its parts:
     ``calibrators`` (feature → fitted calibrator or its ``to_dict()``), ``classifier`` (anything with
     ``predict_proba(X) -> P(correct)``: logistic, MLP, ONNX), ``tau`` (retrieve iff p < τ; 1 + ε = always) and
-    ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf). ``utility`` is a
-    :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
+    ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf; a ``policy`` built from a
+    :class:`~workbench.calibration.calibrator_set.CalibratorSet` with ``ranges`` imputes ±inf with the range's
+    ends). ``utility`` is a :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
     :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
     :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
     ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.

@@ -115,6 +115,7 @@ class LearnedParts:
     tau: float | None = None
     features: list[str] = field(default_factory=list)
     medians: dict[str, float] = field(default_factory=dict)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     utility: Any = None
     lars_scorer: Any = None
     stats: Any = None
@@ -140,6 +141,7 @@ class LearnedParts:
             tau=float(tau),
             features=list(calibrators.features),
             medians=dict(calibrators.medians),
+            ranges=dict(calibrators.ranges),
             utility=utility,
             lars_scorer=lars_scorer,
             stats=stats,
@@ -156,5 +158,5 @@ class LearnedParts:
         if self.classifier is None or self.tau is None:
             raise ConfigError("no classifier or τ: run the calibrate and classify stages", "learned parts")
         features = tuple(self.features or getattr(self.classifier, "feature_names", ()) or ())
-        calibrators = CalibratorSet(features, dict(self.calibrators), dict(self.medians))
+        calibrators = CalibratorSet(features, dict(self.calibrators), dict(self.medians), dict(self.ranges))
         return DecisionPolicy(calibrators, self.classifier, self.tau, self.tau_rule)

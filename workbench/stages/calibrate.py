@@ -7,12 +7,15 @@ Reads the ``collect`` stage's per-split datasets. For each selected feature (ori
   it), so classifiers trained on them are not fed leaked labels;
 * every other split gets the values of one calibrator fitted on the whole fit split — the calibrator saved in
   ``calibrators.json`` (a :class:`~workbench.calibration.calibrator_set.CalibratorSet`: JSON breakpoints /
-  coefficients and the fit split's median of every raw feature; no pickle) for the evaluation stage and bundles.
+  coefficients and the fit split's median and finite range of every raw feature; no pickle) for the evaluation
+  stage and bundles.
 
-NaN and ±inf feature values follow ``calibrate.nan_policy``: ``impute`` replaces them with the fit split's median
-of that feature, ``drop`` removes the question from that split (for every feature); either way they are counted in
-``summary.json``. Ranking metrics (AUROC, PRR, AURAC) of every feature are measured before and after calibration on
-every split, so a calibrator that damages ranking shows up; ECE and Brier after calibration.
+NaN and ±inf feature values follow ``calibrate.nan_policy``: ``impute`` replaces NaN with the fit split's median of
+that feature and +inf / −inf with the top / bottom of the fit split's finite range (an infinite value is an extreme,
+not a missing one: the DTR NLL of an empty answer), ``drop`` removes the question from that split (for every
+feature); either way they are counted in ``summary.json``. Ranking metrics (AUROC, PRR, AURAC) of every feature are
+measured before and after calibration on every split, so a calibrator that damages ranking shows up; ECE and Brier
+after calibration.
 
 Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
 columns the routing table needs), ``metrics.json``, ``summary.json`` (the settings: kind, label, fit split, features,
@@ -89,9 +92,13 @@ def feature_matrix(rows: list[dict], features: list[str], where: str) -> np.ndar
 def apply_nan_policy(
     matrices: dict[str, np.ndarray], fit_split: str, policy: str, features: list[str]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
-    """``(matrices, kept row masks, counts)``: NaN / ±inf imputed with the fit split's median, or rows dropped.
+    """``(matrices, kept row masks, counts)``: non-finite values imputed, or their rows dropped.
 
-    ``counts["medians"]`` holds each feature's fit-split median (of its finite values): what inference imputes with."""
+    Imputing follows :func:`~workbench.calibration.calibrator_set.impute_value`: NaN → the fit split's median of the
+    feature, ±inf → the end of its finite range on that side. ``counts["medians"]`` and ``counts["ranges"]`` hold
+    those fit-split values: what inference imputes with."""
+    from workbench.calibration.calibrator_set import impute_value
+
     if policy not in ("impute", "drop"):
         raise ConfigError(f"nan_policy must be impute or drop, got {policy!r}", "calibrate.nan_policy")
     fit = matrices[fit_split]
@@ -101,12 +108,20 @@ def apply_nan_policy(
             raise DataError(f"feature {name!r} has no finite value on the fit split", "calibrate")
     counts: dict[str, Any] = {"policy": policy, "bad_values": {}, "dropped_rows": {}}
     counts["medians"] = {name: float(value) for name, value in zip(features, medians, strict=True)}
+    counts["ranges"] = {
+        name: (float(col[np.isfinite(col)].min()), float(col[np.isfinite(col)].max()))
+        for name, col in zip(features, fit.T, strict=True)
+    }
     out, keep = {}, {}
     for split, matrix in matrices.items():
         bad = ~np.isfinite(matrix)
         counts["bad_values"][split] = {f: int(n) for f, n in zip(features, bad.sum(axis=0), strict=True) if n}
         if policy == "impute":
-            fixed = np.where(bad, medians[None, :], matrix)
+            fixed = matrix.copy()
+            for j, name in enumerate(features):
+                rows = np.flatnonzero(bad[:, j])
+                for i in rows:
+                    fixed[i, j] = impute_value(matrix[i, j], medians[j], counts["ranges"][name])
             keep[split] = np.ones(matrix.shape[0], dtype=bool)
         else:
             keep[split] = ~bad.any(axis=1)
@@ -209,7 +224,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.methods.learned import save_learned
 
-    save_learned(CalibratorSet(tuple(features), calibrators, nan_counts["medians"]), ctx.out_dir / "calibrators.json")
+    calibrator_set = CalibratorSet(tuple(features), calibrators, nan_counts["medians"], nan_counts["ranges"])
+    save_learned(calibrator_set, ctx.out_dir / "calibrators.json")
     atomic_write_json(ctx.out_dir / "calibrated.json", out_rows)
     atomic_write_json(ctx.out_dir / "metrics.json", metrics)
     atomic_write_json(ctx.out_dir / "summary.json", {**meta, "rows": {s: len(v["id"]) for s, v in out_rows.items()}})

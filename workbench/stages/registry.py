@@ -145,7 +145,7 @@ STAGES: dict[str, StageSpec] = {
             "calibrate",
             "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
             "workbench.stages.calibrate:run",
-            version=2,
+            version=3,  # 3: ±inf imputed with the end of the fit split's finite range, not the median
             sections=("calibrate",),
             inputs=("collect",),
         ),

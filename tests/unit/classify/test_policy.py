@@ -49,6 +49,41 @@ def test_non_finite_values_use_the_median_or_the_clip_rule():
     assert values.tolist() == [-0.5, 1.0]
 
 
+def test_infinite_values_take_the_end_of_the_fit_range_and_nan_the_median():
+    policy = _policy()
+    cal = CalibratorSet(
+        FEATURES,
+        dict(policy.calibrators.calibrators),
+        {"confidence": -0.5, "entropy": 0.1},
+        {"confidence": (-3.0, 2.0), "entropy": (-4.0, 1.5)},
+    )
+    values, imputed = cal.clean({"confidence": -math.inf, "entropy": math.inf})
+    assert values.tolist() == [-3.0, 1.5] and imputed == ["confidence", "entropy"]
+    values, _ = cal.clean({"confidence": math.nan, "entropy": 0.7})
+    assert values.tolist() == [-0.5, 0.7]  # a missing value is still typical, not extreme
+    assert CalibratorSet.from_dict(cal.to_dict()).clean([-math.inf, math.inf])[0].tolist() == [-3.0, 1.5]
+
+
+def test_a_set_without_ranges_writes_no_ranges_key():
+    # sets fitted before ranges existed imputed ±inf with the median; readers from then refuse unknown keys
+    assert "ranges" not in _policy().calibrators.to_dict()
+
+
+@pytest.mark.parametrize(
+    "ranges, match",
+    [
+        ({"confidence": [1.0]}, "two finite"),
+        ({"confidence": [0.0, math.inf]}, "two finite"),
+        ({"confidence": [2.0, 1.0]}, "above max"),
+        ([1, 2], "mapping"),
+    ],
+)
+def test_malformed_ranges_are_refused(ranges, match):
+    d = _policy().calibrators.to_dict()
+    with pytest.raises(DataError, match=match):
+        CalibratorSet.from_dict({**d, "ranges": ranges})
+
+
 def test_tau_range_and_always_retrieve():
     assert check_tau(ABOVE_ONE) == ABOVE_ONE and _policy(ABOVE_ONE).always_retrieves
     assert _policy(ABOVE_ONE).decide({"confidence": 9.0, "entropy": 9.0}).retrieve  # p ≤ 1 < 1 + ε

@@ -105,6 +105,29 @@ def test_calibrate_fits_json_calibrators_and_reports_ranking_before_and_after(st
     assert 0.0 <= after["ece"] <= 1.0 and after["auroc"] <= metrics["good"]["test"]["before"]["auroc"] + 1e-9
 
 
+def test_infinite_values_are_imputed_at_the_end_of_the_fit_range_nan_with_the_median():
+    fit = np.array([[1.0, 5.0], [2.0, -np.inf], [3.0, 7.0], [np.nan, 6.0], [4.0, np.inf]])
+    test = np.array([[-np.inf, np.nan], [np.inf, 0.5]])
+    out, keep, counts = calibrate.apply_nan_policy({"calib": fit, "test": test}, "calib", "impute", ["a", "b"])
+    assert counts["ranges"] == {"a": (1.0, 4.0), "b": (5.0, 7.0)} and counts["medians"] == {"a": 2.5, "b": 6.0}
+    assert out["calib"][:, 1].tolist() == [5.0, 5.0, 7.0, 6.0, 7.0] and out["calib"][3, 0] == 2.5
+    assert out["test"].tolist() == [[1.0, 6.0], [4.0, 0.5]]
+    assert counts["bad_values"] == {"calib": {"a": 1, "b": 2}, "test": {"a": 2, "b": 1}} and keep["test"].all()
+    dropped, keep, _ = calibrate.apply_nan_policy({"calib": fit}, "calib", "drop", ["a", "b"])
+    assert keep["calib"].tolist() == [True, False, True, False, False] and dropped["calib"].shape == (2, 2)
+
+
+def test_calibrate_saves_the_fit_ranges_inference_imputes_with(stages_done):
+    from workbench.methods.learned import load_learned
+
+    _, cal_dir, _, _, _ = stages_done
+    data = json.loads((cal_dir / "calibrated.json").read_text())
+    saved = load_learned(cal_dir / "calibrators.json", expect={"calibrator_set"})
+    raw = data["calib"]["raw"]["noise"]
+    assert saved.ranges["noise"] == (min(raw), max(raw))
+    assert saved.clean({"good": 0.0, "noise": float("-inf")})[0].tolist() == [0.0, min(raw)]
+
+
 def test_classify_selects_exports_onnx_and_routes(stages_done):
     _, _, cls_dir, _, summary = stages_done
     assert summary["chosen"] in ("logistic", "mlp") and summary["onnx_max_abs_diff"] <= 1e-5
