@@ -602,11 +602,22 @@ class RecipeConfig:
 
 @dataclass
 class LoadedRecipe:
-    """A validated recipe plus where it came from."""
+    """A validated recipe plus where it came from: the file, the name or path it was asked for by, and the
+    ``key=value`` overrides applied to it (in order)."""
 
     config: RecipeConfig
     source: Path
     located: LocatedYAML
+    given: str = ""
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def command(self) -> str:
+        """The ``workbench run`` command line that loads this recipe again (shell-quoted where needed)."""
+        import shlex
+
+        parts = ["workbench", "run", self.given or str(self.source), *self.overrides]
+        return " ".join(shlex.quote(part) for part in parts)
 
 
 def builtin_recipes() -> dict[str, Path]:
@@ -659,7 +670,7 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
             key = tuple(str(exc.where or "stages").split("."))
             below = any(k[: len(key)] == key for k in located.overridden)
             raise ConfigError(exc.what, f"{'command line' if below else located.where(key)}: {exc.where}") from None
-    return LoadedRecipe(config, source, located)
+    return LoadedRecipe(config, source, located, name_or_path, tuple(overrides or ()))
 
 
 # --------------------------------------------------------------------------------------------- checks at load

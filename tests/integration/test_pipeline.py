@@ -48,6 +48,11 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
     assert "| closed-book | 4 |" in report and (tmp_path / "report" / "quality.png").stat().st_size > 1000
     assert "| semantic_entropy |" in report and (tmp_path / "report" / "feature_auroc.png").is_file()
     assert "(budget 600 s on 2 cores: within)" in report  # the quickstart's report.budget_seconds
+    # the header gives the command that made it: the recipe as asked for and every override, quoted for a shell
+    assert (
+        f"Regenerate with `workbench run quickstart generator.model={tiny_lm_long_dir} run_dir={tmp_path}/run" in report
+    )
+    assert "'stages=[build_data,answer,collect,report]'" in report
 
     import datasets
 

@@ -423,7 +423,7 @@ def bare_lines(bench: dict[str, Any]) -> list[str]:
     return lines
 
 
-def report_lines(bench: dict[str, Any], name: str) -> list[str]:
+def report_lines(bench: dict[str, Any], name: str, command: str = "") -> list[str]:
     """The Markdown report: settings, the library-vs-workbench table, the bare-generation comparison (with
     :func:`bare_lines`), and the per-feature costs; every wall time a median, with its spread where repeated."""
     n = bench["questions"]
@@ -439,7 +439,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     lines = [
         f"# {name} report",
         "",
-        f"Regenerate with `workbench run {name}`. Generator `{bench['generator']}`, NLI judge "
+        f"Regenerate with `{command or f'workbench run {name}'}`. Generator `{bench['generator']}`, NLI judge "
         f"`{bench['nli_judge']}`, **{bench['threads']} torch thread(s)**, {n} `{s['split']}` questions, "
         f"N = {s['samples']} samples at T = {s['temperature']}, answers ≤ {s['max_new_tokens']} tokens, "
         f"P = {s['paraphrases']} for Self-Detection, no generation or embedding cache. Every way ran once untimed "
@@ -519,5 +519,5 @@ def report(ctx: StageContext) -> dict[str, Any]:
             ylim=None,
             rotate=45,
         )
-        (tmp / "report.md").write_text("\n".join(report_lines(bench, ctx.config.name)), encoding="utf-8")
+        (tmp / "report.md").write_text("\n".join(report_lines(bench, ctx.config.name, ctx.rerun)), encoding="utf-8")
     return {"report": str(report_dir / "report.md")}

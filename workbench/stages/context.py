@@ -147,6 +147,12 @@ class StageContext:
     counter: CostCounter = field(default_factory=CostCounter)
     run_started: float = 0.0  # time.perf_counter() when the run began (for wall-time reporting)
     key: str = ""  # the stage's cache key
+    command: str = ""  # the `workbench run ...` command line of this run (recipe as given, overrides)
+
+    @property
+    def rerun(self) -> str:
+        """The command that regenerates this run's outputs: :attr:`command`, else ``workbench run <name>``."""
+        return self.command or f"workbench run {self.config.name}"
 
     @property
     def scratch_dir(self) -> Path:

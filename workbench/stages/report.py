@@ -244,7 +244,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         lines = [
             f"# {config.name} report",
             "",
-            f"Regenerate with `workbench run {config.name}`; written {_dt.datetime.now():%Y-%m-%d %H:%M}.",
+            f"Regenerate with `{ctx.rerun}`; written {_dt.datetime.now():%Y-%m-%d %H:%M}.",
             "",
             *settings,
             "",

@@ -65,7 +65,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         lines = [
             f"# {ctx.config.name} report",
             "",
-            f"Regenerate with `workbench run {ctx.config.name}`. Generator `{bench['generator']}`, "
+            f"Regenerate with `{ctx.rerun}`. Generator `{bench['generator']}`, "
             f"**{bench['threads']} torch thread(s)**, no generation cache, median of {settings['repeats']} runs; "
             "compare the ratios, not the absolute times (these machines are shared and noisy).",
             "",

@@ -34,7 +34,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         lines = [
             f"# {ctx.config.name} report",
             "",
-            f"Regenerate with `workbench run {ctx.config.name}`.",
+            f"Regenerate with `{ctx.rerun}`.",
             "",
             "## The cross-encoder",
             "",

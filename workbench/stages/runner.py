@@ -289,7 +289,9 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     try:
         for name in config.stages:
             spec = STAGES[name]
-            stage_result = _run_stage(spec, config, run_dir, keys, resources, tracker, name in force, started)
+            stage_result = _run_stage(
+                spec, config, run_dir, keys, resources, tracker, name in force, started, recipe.command
+            )
             keys[name] = stage_result.key
             result.stages.append(stage_result)
             manifest["stages"][name] = {
@@ -320,6 +322,7 @@ def _run_stage(
     tracker: Any,
     force: bool,
     run_started: float,
+    command: str = "",
 ) -> StageResult:
     out_dir = run_dir / "stages" / spec.name
     key = stage_key(spec, config, keys)
@@ -343,6 +346,7 @@ def _run_stage(
             counter=resources.counter,
             run_started=run_started,
             key=key,
+            command=command,
         )
         before = resources.counter.snapshot()
         summary = dict(func(context) or {})

@@ -94,6 +94,22 @@ def test_overrides_apply_and_are_validated(tmp_path):
         load_recipe(path, ["answer.limit"])
 
 
+def test_a_loaded_recipe_gives_the_command_that_loads_it_again(tmp_path):
+    loaded = load_recipe("quickstart", ["answer.limit=3", "data.templates=[cloze, description]"])
+    assert loaded.command == "workbench run quickstart answer.limit=3 'data.templates=[cloze, description]'"
+    path = write(tmp_path, GOOD)
+    assert load_recipe(str(path)).command == f"workbench run {path}"
+    again = load_recipe(*_split_command(loaded.command))
+    assert again.config == loaded.config
+
+
+def _split_command(command: str) -> tuple[str, list[str]]:
+    import shlex
+
+    _, _, recipe, *overrides = shlex.split(command)
+    return recipe, overrides
+
+
 def test_override_into_a_scalar_is_rejected():
     located = parse_yaml("seed: 1\n", "x")
     with pytest.raises(ConfigError, match="'seed' is not a section"):
