@@ -209,7 +209,7 @@ def run_other_rank(recipe: LoadedRecipe, rank: int, *, force: list[str] | None =
     seed_everything(config.seed)
     _apply_threads(config.threads)
     first = next(i for i, name in enumerate(config.stages) if STAGES[name].multi_process)
-    first_run = f"workbench run {recipe.source} 'stages=[{','.join(config.stages[:first])}]' (same overrides)"
+    first_run = f"{recipe.command} 'stages=[{','.join(config.stages[:first])}]'"
     log.info("rank %d: running only the multi-process stage(s) of %s; rank 0 writes", rank, config.name)
     resources = Resources(config, CostCounter())
     result = RunResult(run_dir)
