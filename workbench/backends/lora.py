@@ -1,6 +1,8 @@
-"""LoRA adapters of a distilled controller: the artifact on disk, and loading it as a plain causal-LM directory.
+"""LoRA adapters (a distilled controller, a tuned reader): the artifact on disk, and loading it as a plain causal-LM
+directory.
 
-**The artifact** (written by the ``distill`` stage, copied into bundles by the export):
+**The artifact** (written by the ``distill`` stage — copied into bundles by the export — and by the ``tune_reader``
+stage, with format ``answer-reader-v1`` and decisions = the answer modes it trained on):
 
 * ``adapter.json`` + ``adapter.safetensors`` — one learned artifact (:mod:`workbench.core.artifact_io`), payload
   ``{"kind": "lora_adapter", "version": 1, "format": "insemrag-controller-v1", "base_model": <the model reference
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 ADAPTER_KIND = "lora_adapter"
 ADAPTER_VERSION = 1
 ADAPTER_FORMAT = "insemrag-controller-v1"
+READER_FORMAT = "answer-reader-v1"
+"""The format of a reader adapter (the ``tune_reader`` stage): the answering model tuned to answer from passages."""
+ADAPTER_FORMATS = (ADAPTER_FORMAT, READER_FORMAT)
 ADAPTER_FILE = "adapter.json"
 PEFT_DIR = "peft_adapter"
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -71,6 +76,7 @@ def save_lora_adapter(
     settings: Mapping[str, Any],
     decisions: Sequence[str],
     state: Mapping[str, Any] | None = None,
+    adapter_format: str = ADAPTER_FORMAT,
 ) -> list[Path]:
     """Write ``peft_model``'s LoRA adapter to ``out_dir``: ``adapter.json`` + ``adapter.safetensors`` (module doc)
     and ``peft_adapter/`` (peft ``save_pretrained``). Returns the written artifact paths (JSON last).
@@ -79,11 +85,13 @@ def save_lora_adapter(
     ``ResolvedModel.fingerprint``; ``settings``: ``r``, ``alpha``, ``dropout``, ``target_modules`` (required) and
     any training settings (stored under ``training``); ``decisions``: the controller decisions the student learnt.
     ``state`` (optional): the model's LoRA weights already read (:func:`lora_state_dict`), else they are read from
-    it. The model's parameters must be whole (not partitioned by ZeRO-3): ``peft_adapter/`` is saved from them.
+    it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. The model's parameters must be whole (not partitioned by ZeRO-3): ``peft_adapter/`` is saved from them.
     ValueError when a LoRA setting is missing or the model holds no LoRA weights.
     """
     from workbench.core.artifact_io import write_artifact
 
+    if adapter_format not in ADAPTER_FORMATS:
+        raise ValueError(f"unknown adapter format {adapter_format!r} (one of {ADAPTER_FORMATS})")
     missing = [k for k in LORA_KEYS if k not in settings]
     if missing:
         raise ValueError(f"settings lack {missing}")
@@ -95,7 +103,7 @@ def save_lora_adapter(
     payload: dict[str, Any] = {
         "kind": ADAPTER_KIND,
         "version": ADAPTER_VERSION,
-        "format": ADAPTER_FORMAT,
+        "format": adapter_format,
         "base_model": str(base_model),
         "base_fingerprint": str(base_fingerprint),
         "r": int(settings["r"]),
@@ -115,7 +123,9 @@ def adapter_path(path: str | Path) -> Path:
     path = Path(path).expanduser()
     candidate = path / ADAPTER_FILE if path.is_dir() else path
     if not candidate.is_file():
-        raise AssetError(f"no LoRA adapter here (expected {ADAPTER_FILE} from the distill stage)", str(path))
+        raise AssetError(
+            f"no LoRA adapter here (expected {ADAPTER_FILE} from the distill or tune_reader stage)", str(path)
+        )
     return candidate
 
 
@@ -134,8 +144,8 @@ def read_adapter(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     missing = [k for k in _REQUIRED if k not in payload]
     if missing:
         raise DataError(f"the adapter lacks {missing}", where)
-    if payload["format"] != ADAPTER_FORMAT:
-        raise DataError(f"unknown adapter format {payload['format']!r} (reads {ADAPTER_FORMAT!r})", where)
+    if payload["format"] not in ADAPTER_FORMATS:
+        raise DataError(f"unknown adapter format {payload['format']!r} (reads {', '.join(ADAPTER_FORMATS)})", where)
     modules = payload["target_modules"]
     if not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules):
         raise DataError("target_modules must be a non-empty list of module names", where)

@@ -111,6 +111,7 @@ def _git_commit() -> str | None:
 def _model_record(kind: str, ref: str) -> dict[str, Any]:
     """Name, source, package and weights digest of a generator / embedder reference."""
     from workbench.assets import (
+        EMBEDDED_ADAPTERS,
         EMBEDDED_EMBEDDERS,
         EMBEDDED_GENERATORS,
         model_weights,
@@ -126,8 +127,11 @@ def _model_record(kind: str, ref: str) -> dict[str, Any]:
     if ref in embedded:
         record["package"] = embedded[ref][1]
         record["package_version"] = package_version(embedded[ref][1])
-    elif resolved.source == "local":
-        record["path"] = str(Path(resolved.path).resolve())
+    elif kind == "generator" and ref in EMBEDDED_ADAPTERS:  # a base shipped by its package + our adapter
+        record["package"] = "workbench"
+        record["package_version"] = package_version("workbench")
+    elif resolved.source in ("local", "adapter"):  # an adapter: its adapter.json, not the merged copy in the cache
+        record["path"] = str(Path(resolved.path if resolved.source == "local" else ref).resolve())
     else:  # a hub id: the revision of the locally cached snapshot its weights were hashed from (None: not cached)
         record["hub_id"] = ref
         record["revision"] = weights["revision"]

@@ -32,12 +32,14 @@ IGNORE_INDEX = -100
 class LoraSettings:
     """The LoRA adapter: rank ``r``, scale ``alpha`` (peft's ``lora_alpha``), ``dropout`` on the adapter input, and
     the ``target_modules`` it wraps (module names, matched as peft does: the full name or its last dotted parts).
-    Invalid values raise ConfigError naming the ``distill.*`` key."""
+    Invalid values raise ConfigError naming the key (``distill.*`` unless ``section`` says otherwise)."""
 
     r: int = 16
     alpha: int = 32
     dropout: float = 0.05
     target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    section: str = field(default="distill", compare=False)
+    """The recipe section the settings come from: error messages name ``<section>.<key>``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_modules", tuple(str(m) for m in self.target_modules))
@@ -49,7 +51,7 @@ class LoraSettings:
         )
         for key, ok, what in checks:
             if not ok:
-                raise ConfigError(what, f"distill.{key}")
+                raise ConfigError(what, f"{self.section}.{key}")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings under the adapter artifact's names (``r``, ``alpha``, ``dropout``, ``target_modules``)."""
@@ -226,8 +228,8 @@ def module_names(model: Any) -> list[str]:
     return [name for name, _ in model.named_modules() if name]
 
 
-def check_target_modules(model: Any, target_modules: Sequence[str]) -> None:
-    """ConfigError naming ``distill.target_modules`` when a target matches no module of ``model`` (peft's rule: a
+def check_target_modules(model: Any, target_modules: Sequence[str], section: str = "distill") -> None:
+    """ConfigError naming ``<section>.target_modules`` when a target matches no module of ``model`` (peft's rule: a
     module matches when its name is the target or ends with ``.<target>``). The message lists the model's linear
     layers, the usual targets."""
     import torch
@@ -238,7 +240,7 @@ def check_target_modules(model: Any, target_modules: Sequence[str]) -> None:
         linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
         raise ConfigError(
             f"{missing} not in the base model (its linear layers: {', '.join(linear) or 'none'})",
-            "distill.target_modules",
+            f"{section}.target_modules",
         )
 
 
@@ -258,8 +260,8 @@ def load_student(model_dir: str, lora: LoraSettings) -> tuple[Any, Any]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.eos_token_id is None:
-        raise ConfigError("the base model's tokenizer has no EOS token (generative targets end with it)", "distill")
-    check_target_modules(model, lora.target_modules)
+        raise ConfigError("the base model's tokenizer has no EOS token (generative targets end with it)", lora.section)
+    check_target_modules(model, lora.target_modules, lora.section)
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

@@ -75,6 +75,8 @@ class TrainSettings:
     seed: int = 0
     checkpoint_every: int = 50
     gradient_clip: float = 1.0
+    section: str = field(default="distill", compare=False)
+    """The recipe section the settings come from: error messages name ``<section>.<key>``."""
 
     def __post_init__(self) -> None:
         checks = (
@@ -94,7 +96,7 @@ class TrainSettings:
         )
         for key, ok, what in checks:
             if not ok:
-                raise ConfigError(f"{what}, got {getattr(self, key)!r}", f"distill.{key}")
+                raise ConfigError(f"{what}, got {getattr(self, key)!r}", f"{self.section}.{key}")
 
 
 # ------------------------------------------------------------------------------------------------------ checks
@@ -108,11 +110,13 @@ def resolve_accelerator(settings: TrainSettings) -> str:
     if accelerator == "gpu":
         if not cuda:
             raise ConfigError(
-                "'gpu' but torch sees no CUDA GPU on this machine (use cpu or auto)", "distill.accelerator"
+                "'gpu' but torch sees no CUDA GPU on this machine (use cpu or auto)", f"{settings.section}.accelerator"
             )
         count = torch.cuda.device_count()
         if settings.devices > count:
-            raise ConfigError(f"{settings.devices} GPU(s) per node asked, this node has {count}", "distill.devices")
+            raise ConfigError(
+                f"{settings.devices} GPU(s) per node asked, this node has {count}", f"{settings.section}.devices"
+            )
     return accelerator
 
 
@@ -122,11 +126,12 @@ def check_strategy(settings: TrainSettings, accelerator: str) -> None:
     compiler and ninja for the communication op it compiles once; fp16 needs a GPU."""
     if accelerator == "cpu" and settings.precision.startswith("16-"):
         raise ConfigError(
-            f"{settings.precision!r} (fp16) needs a GPU; on CPU use 32-true or bf16-mixed", "distill.precision"
+            f"{settings.precision!r} (fp16) needs a GPU; on CPU use 32-true or bf16-mixed",
+            f"{settings.section}.precision",
         )
     if not settings.strategy.startswith("deepspeed"):
         return
-    where = "distill.strategy"
+    where = f"{settings.section}.strategy"
     if importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(
             f"{settings.strategy} needs the deepspeed package, which is not installed "
@@ -344,7 +349,7 @@ def train_student(
     )
 
     if not rows:
-        raise DataError("no training rows: nothing to distil", "distill")
+        raise DataError("no training rows: nothing to train on", settings.section)
     started = time.perf_counter()
     accelerator = resolve_accelerator(settings)
     check_strategy(settings, accelerator)
@@ -362,7 +367,7 @@ def train_student(
         progress=position,
     )
     module = student_module_class()(model, settings.learning_rate, settings.weight_decay, position)
-    recorder = loss_recorder_class()(tracker)
+    recorder = loss_recorder_class()(tracker, prefix=settings.section)
     checkpointer = resumable_checkpoint_class()(Path(checkpoint_dir), settings.checkpoint_every)
     show = (not is_quiet()) if progress is None else progress
     bar = []
@@ -393,11 +398,11 @@ def train_student(
             )
         except Exception as exc:  # Lightning's MisconfigurationException / ValueError on an impossible combination
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"Lightning cannot run this setting: {first}", "distill.strategy") from None
+            raise ConfigError(f"Lightning cannot run this setting: {first}", f"{settings.section}.strategy") from None
         resume = latest_checkpoint(checkpoint_dir)
         resumed_from = int(CHECKPOINT_PATTERN.match(resume.name).group(1)) if resume is not None else None
         if resume is not None:
-            log.info("distill: resuming from %s (step %d)", resume, resumed_from)
+            log.info("%s: resuming from %s (step %d)", settings.section, resume, resumed_from)
         trainer.fit(module, train_dataloaders=loader, ckpt_path=str(resume) if resume else None, weights_only=True)
     state = _gather_state(module.model)
     model_out = module.model

@@ -514,18 +514,18 @@ def _check_model_spec(spec: Any, where: str) -> None:
     path that does not exist (embedded names and explicit hub ids pass; they are resolved when built)."""
     if not isinstance(spec, str | Path) or not str(spec).strip():
         raise ConfigError(f"controller_model must be a model reference or an adapter path, got {spec!r}", where)
-    from workbench.assets import EMBEDDED_GENERATORS
+    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS
 
     ref = str(spec)
     path = Path(ref).expanduser()
-    if ref in EMBEDDED_GENERATORS or path.is_dir() or adapter_file(path) is not None:
+    if ref in EMBEDDED_GENERATORS or ref in EMBEDDED_ADAPTERS or path.is_dir() or adapter_file(path) is not None:
         return
     if path.is_file():
         raise ConfigError(f"controller_model {ref!r} is a file but not an adapter.json", where)
     if ref.startswith((".", "/", "~")) or ref.count("/") != 1:
         raise ConfigError(
             f"controller_model {ref!r}: no such model directory or adapter, not an embedded name "
-            f"({', '.join(EMBEDDED_GENERATORS)}) and not a hub id",
+            f"({', '.join([*EMBEDDED_GENERATORS, *EMBEDDED_ADAPTERS])}) and not a hub id",
             where,
         )
 

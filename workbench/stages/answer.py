@@ -28,16 +28,21 @@ def _load_split(ctx: StageContext):
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     if section.split not in qa:
         raise ConfigError(f"split '{section.split}' not in the dataset (has: {', '.join(qa)})", "answer.split")
-    split = qa[section.split]
-    if section.limit is not None:
-        split = split.select(range(min(section.limit, len(split))))
-    if section.per_template is not None:
+    return select_rows(qa[section.split], section.limit, section.per_template)
+
+
+def select_rows(split: Any, limit: int | None, per_template: int | None) -> Any:
+    """The first ``limit`` rows of ``split`` (a Dataset; None: all), then of those the first ``per_template`` of
+    each question template (None: no cap)."""
+    if limit is not None:
+        split = split.select(range(min(limit, len(split))))
+    if per_template is not None:
         seen: dict[str, int] = {}
         keep = []
         for i, metadata in enumerate(split["metadata"]):
-            template = _template_of({"metadata": metadata})
+            template = template_of({"metadata": metadata})
             seen[template] = seen.get(template, 0) + 1
-            if seen[template] <= section.per_template:
+            if seen[template] <= per_template:
                 keep.append(i)
         split = split.select(keep)
     return split
@@ -50,13 +55,18 @@ def _metadata_field(row: dict[str, Any], key: str, default: str = "unknown") -> 
         return default
 
 
-def _template_of(row: dict[str, Any]) -> str:
+def template_of(row: dict[str, Any]) -> str:
+    """The question template named in a QA row's metadata (``unknown`` when absent)."""
     return _metadata_field(row, "template")
 
 
-def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
-    """Answer ``rows`` in one mode; return one record per question."""
-    section = ctx.config.answer
+def mode_contexts(
+    ctx: StageContext, mode: str, rows: list[dict[str, Any]], corpus: Any
+) -> tuple[list[str | None], list[list[str]]]:
+    """``(contexts, retrieved ids)`` of ``rows`` in one answer mode: ``closed_book`` none; ``rag`` the run's
+    retriever's top ``retrieval.k`` passages of ``corpus``; ``gold`` each question's own gold passages. Passages are
+    cut to ``answer.passage_chars`` characters."""
+    chars = ctx.config.answer.passage_chars
     contexts: list[str | None] = [None] * len(rows)
     retrieved: list[list[str]] = [[] for _ in rows]
     if mode == "rag":
@@ -67,18 +77,30 @@ def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
         for i, result in enumerate(results):
             retrieved[i] = list(result.ids)
             idx = [int(j) for j in result.indices]
-            contexts[i] = format_passages([titles[j] for j in idx], [texts[j] for j in idx], section.passage_chars)
+            contexts[i] = format_passages([titles[j] for j in idx], [texts[j] for j in idx], chars)
     elif mode == "gold":  # the passages the question was made from: what retrieval at best could give
         for i, row in enumerate(rows):
             golds = row["gold_passages"]
             retrieved[i] = [p["doc_id"] for p in golds]
-            contexts[i] = format_passages(
-                [p["title"] for p in golds], [p["text"] for p in golds], section.passage_chars
-            )
-    prompts = [
-        generator.build_prompt(row["question"], context, max_new_tokens=section.max_new_tokens, system=ANSWER_SYSTEM)
+            contexts[i] = format_passages([p["title"] for p in golds], [p["text"] for p in golds], chars)
+    return contexts, retrieved
+
+
+def answer_prompts(generator: Any, rows: list[dict[str, Any]], contexts: list[str | None], max_new_tokens: int):
+    """The answer prompts of ``rows`` (with their ``contexts``, None: closed-book), as the answer stage renders them:
+    the generator's format and the workbench's answer instruction."""
+    return [
+        generator.build_prompt(row["question"], context, max_new_tokens=max_new_tokens, system=ANSWER_SYSTEM)
         for row, context in zip(rows, contexts, strict=True)
     ]
+
+
+def answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
+    """Answer ``rows`` in one mode (``closed_book``, ``rag`` or ``gold``) with ``generator``, greedily, and score
+    each answer; return one record per question (the fields of the ``answers/`` dataset)."""
+    section = ctx.config.answer
+    contexts, retrieved = mode_contexts(ctx, mode, rows, corpus)
+    prompts = answer_prompts(generator, rows, contexts, section.max_new_tokens)
     records: list[dict[str, Any]] = []
     batch = ctx.config.generator.batch_size
     starts = range(0, len(rows), batch)
@@ -100,7 +122,7 @@ def _answer_mode(ctx, mode, rows, corpus, generator) -> list[dict[str, Any]]:
                     "mode": mode,
                     "question": row["question"],
                     "answers": list(row["answers"]),
-                    "template": _template_of(row),
+                    "template": template_of(row),
                     "difficulty": _metadata_field(row, "difficulty", ""),
                     "gold_option": int(row.get("answer_index", -1)),
                     "prediction": prediction,
@@ -167,7 +189,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     generator = ctx.resources.generator()
     records: list[dict[str, Any]] = []
     for mode in section.modes:
-        records.extend(_answer_mode(ctx, mode, rows, corpus, generator))
+        records.extend(answer_mode(ctx, mode, rows, corpus, generator))
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "answers"))
 
     summary = summarise(records)

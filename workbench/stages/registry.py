@@ -77,6 +77,7 @@ STAGES: dict[str, StageSpec] = {
                 "fit_utility",
                 "distill_data",
                 "distill",
+                "tune_reader",
                 "study",
                 "evaluate",
                 "seper_eval",
@@ -214,6 +215,15 @@ STAGES: dict[str, StageSpec] = {
             sections=("distill",),
             inputs=("distill_data",),
             multi_process=True,  # every rank of a torchrun / srun launch trains; rank 0 writes
+        ),
+        StageSpec(
+            "tune_reader",
+            "train a LoRA reader adapter: the answering model on training questions closed-book, with retrieval and "
+            "with gold passages (Lightning; resumable); score it vs its base",
+            "workbench.stages.tune_reader:run",
+            sections=("tune_reader", "generator", "retrieval", "answer"),
+            inputs=("build_data",),
+            uses=("generator",),
         ),
         StageSpec(
             "bench_decoding",

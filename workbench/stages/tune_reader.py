@@ -1,0 +1,206 @@
+"""Stage ``tune_reader``: a LoRA reader adapter for the answering model, trained on a training split, scored against
+its base on a held-out split.
+
+Reads the ``build_data`` stage's QA splits and corpus. Takes the first ``tune_reader.per_template`` questions of each
+template of ``tune_reader.split`` (``train``), renders each in every mode of ``tune_reader.modes`` exactly as the
+answer stage does (:func:`workbench.stages.answer.mode_contexts` and :func:`~workbench.stages.answer.answer_prompts`:
+the run's retriever and ``retrieval.k``, ``answer.passage_chars``, the generator's prompt format and the answer
+instruction) and trains a LoRA adapter on ``generator.model`` to reply with the gold answer
+(:mod:`workbench.distill.reader`; :func:`workbench.distill.train.train_student`: peft in a Lightning module, loss on
+the answer tokens, checkpoints in the run's scratch directory so an interrupted stage resumes from the newest one).
+
+The adapter (``adapter.json`` + ``adapter.safetensors``, format ``answer-reader-v1``; ``peft_adapter/`` for peft
+users) loads anywhere a generator reference does: ``generator.model=<this stage's output directory>``. The embedded
+``smollm2-reader`` is this stage's adapter from ``recipes/tune-reader.yaml``, copied into the package
+(``workbench/embedded/smollm2-reader/``; docs/task.md).
+
+**Scoring.** With ``tune_reader.eval_split`` set, base and tuned model answer the first ``eval_per_template``
+questions of each template of that split in every mode, through the answer stage's own code
+(:func:`~workbench.stages.answer.answer_mode`: greedy, scored by containment / the option named), so the report shows
+what training changed per mode and template.
+
+**Outputs**: the adapter, ``summary.json`` (rows and tokens per mode, the loss curve, the settings, seconds, the
+resume point) and ``heldout.json`` (``{"split", "base": <answer summary>, "tuned": <answer summary>}``, each as
+:func:`workbench.stages.answer.summarise` returns it).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError, DataError
+from workbench.stages.context import StageContext
+
+SECTION = "tune_reader"
+
+
+def lora_settings(section: Any) -> Any:
+    """The :class:`~workbench.distill.student.LoraSettings` of the ``tune_reader`` section."""
+    from workbench.distill.student import LoraSettings
+
+    return LoraSettings(
+        r=section.lora_r,
+        alpha=section.lora_alpha,
+        dropout=float(section.lora_dropout),
+        target_modules=tuple(section.target_modules),
+        section=SECTION,
+    )
+
+
+def train_settings(section: Any, seed: int) -> Any:
+    """The :class:`~workbench.distill.train.TrainSettings` of the ``tune_reader`` section (one process:
+    ``section.seed`` or the recipe's ``seed``)."""
+    from workbench.distill.train import TrainSettings
+
+    return TrainSettings(
+        learning_rate=float(section.learning_rate),
+        epochs=section.epochs,
+        batch_size=section.batch_size,
+        grad_accum=section.grad_accum,
+        precision=section.precision,
+        accelerator=section.accelerator,
+        max_length=section.max_length,
+        seed=section.seed if section.seed is not None else seed,
+        checkpoint_every=section.checkpoint_every,
+        section=SECTION,
+    )
+
+
+def _split(qa: Any, name: str, key: str, per_template: int | None) -> list[dict[str, Any]]:
+    from workbench.stages.answer import select_rows
+
+    if name not in qa:
+        raise ConfigError(f"split '{name}' not in the dataset (has: {', '.join(qa)})", f"{SECTION}.{key}")
+    return list(select_rows(qa[name], None, per_template))
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Render the training rows, train, write the adapter, score base and tuned model (module doc)."""
+    import datasets
+
+    from workbench.backends.lora import READER_FORMAT, save_lora_adapter
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.distill.reader import reader_rows
+    from workbench.distill.train import train_student
+    from workbench.stages.answer import answer_prompts, mode_contexts
+
+    section = ctx.config.tune_reader
+    if not section.modes:
+        raise ConfigError("name at least one answer mode (closed_book, rag, gold)", f"{SECTION}.modes")
+    lora = lora_settings(section)
+    settings = train_settings(section, ctx.config.seed)
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    questions = _split(qa, section.split, "split", section.per_template)
+    heldout = _split(qa, section.eval_split, "eval_split", section.eval_per_template) if section.eval_split else []
+    if not questions:
+        raise DataError(f"split '{section.split}' has no questions to train on", f"{SECTION}.split")
+    corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
+    generator = ctx.resources.generator()
+    max_new = ctx.config.answer.max_new_tokens
+    prompts = {}
+    for mode in section.modes:
+        contexts, _ = mode_contexts(ctx, mode, questions, corpus)
+        prompts[mode] = [p.text for p in answer_prompts(generator, questions, contexts, max_new)]
+    rows = reader_rows(questions, prompts)
+    base = generator.resolved
+    ctx.log.info(
+        "tune_reader: %d questions x %d modes = %d rows on %s", len(questions), len(prompts), len(rows), base.ref
+    )
+    result = train_student(
+        base.path,
+        rows,
+        lora=lora,
+        settings=settings,
+        checkpoint_dir=ctx.scratch_dir / "checkpoints",
+        tracker=ctx.tracker,
+    )
+    keep = ("learning_rate", "epochs", "batch_size", "grad_accum", "precision", "max_length", "seed")
+    save_lora_adapter(
+        result.model,
+        ctx.out_dir,
+        base_model=str(ctx.config.generator.model),
+        base_fingerprint=base.fingerprint,
+        settings={**lora.to_dict(), **{k: result.settings[k] for k in keep}, "split": section.split},
+        decisions=list(prompts),
+        state=result.state,
+        adapter_format=READER_FORMAT,
+    )
+    summary = _train_summary(ctx, result, questions)
+    del result
+    gc.collect()
+    atomic_write_json(ctx.out_dir / "summary.json", summary)
+    out = {
+        "questions": len(questions),
+        "rows_trained": summary["rows_trained"],
+        "steps": summary["steps"],
+        "loss_first_step": summary["loss_curve"][0]["loss"] if summary["loss_curve"] else None,
+        "loss_last_epoch": summary["epoch_losses"][-1] if summary["epoch_losses"] else None,
+        "train_seconds": summary["seconds"],
+    }
+    if heldout:
+        evaluation = _score(ctx, heldout, corpus, generator, list(prompts))
+        atomic_write_json(ctx.out_dir / "heldout.json", evaluation)
+        for name in ("base", "tuned"):
+            for mode, figures in evaluation[name]["modes"].items():
+                out[f"{name}_{mode}_contains"] = round(figures["contains"], 4)
+    return out
+
+
+def _score(ctx: StageContext, questions: list[dict[str, Any]], corpus: Any, base: Any, modes: list[str]) -> dict:
+    """Base and tuned model answer ``questions`` in every mode through the answer stage's code."""
+    from workbench.stages.answer import answer_mode, summarise
+
+    tuned = ctx.resources.controller_generator(str(ctx.out_dir / "adapter.json"))
+    evaluation: dict[str, Any] = {"split": ctx.config.tune_reader.eval_split, "questions": len(questions)}
+    for name, generator in (("base", base), ("tuned", tuned)):
+        ctx.log.info("tune_reader: the %s model answers %d %s questions", name, len(questions), evaluation["split"])
+        records = [r for mode in modes for r in answer_mode(ctx, mode, questions, corpus, generator)]
+        evaluation[name] = summarise(records)
+    evaluation["tuned_fingerprint"] = tuned.resolved.fingerprint
+    return evaluation
+
+
+def _train_summary(ctx: StageContext, result: Any, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """``summary.json``: what was trained, how, and how the loss went."""
+    from workbench.stages.answer import template_of
+
+    section = ctx.config.tune_reader
+    curve = result.loss_curve
+    templates: dict[str, int] = {}
+    for question in questions:
+        templates[template_of(question)] = templates.get(template_of(question), 0) + 1
+    return {
+        "base_model": str(ctx.config.generator.model),
+        "base_fingerprint": ctx.resources.generator().resolved.fingerprint,
+        "split": section.split,
+        "questions": len(questions),
+        "questions_by_template": dict(sorted(templates.items())),
+        "rows_trained": sum(result.rows.rows.values()),
+        "rows_by_mode": dict(result.rows.rows),
+        "tokens": result.rows.tokens,
+        "truncated_rows": result.rows.truncated,
+        "retrieval": {"retriever": ctx.config.retrieval.retriever, "k": ctx.config.retrieval.k},
+        "passage_chars": ctx.config.answer.passage_chars,
+        "lora": {
+            "r": section.lora_r,
+            "alpha": section.lora_alpha,
+            "dropout": section.lora_dropout,
+            "target_modules": list(section.target_modules),
+            "trainable_parameters": int(sum(v.size for v in result.state.values())),
+        },
+        "training": {k: v for k, v in result.settings.items() if k != "section"},
+        "accelerator": result.accelerator,
+        "steps": result.steps,
+        "steps_this_run": result.steps_this_run,
+        "resumed_from_step": result.resumed_from,
+        "loss_curve": curve,
+        "epoch_losses": [
+            float(np.mean([p["loss"] for p in curve if p["epoch"] == epoch]))
+            for epoch in sorted({p["epoch"] for p in curve})
+        ],
+        "seconds": round(result.seconds, 3),
+    }
