@@ -85,8 +85,9 @@ def save_lora_adapter(
     ``ResolvedModel.fingerprint``; ``settings``: ``r``, ``alpha``, ``dropout``, ``target_modules`` (required) and
     any training settings (stored under ``training``); ``decisions``: the controller decisions the student learnt.
     ``state`` (optional): the model's LoRA weights already read (:func:`lora_state_dict`), else they are read from
-    it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. The model's parameters must be whole (not partitioned by ZeRO-3): ``peft_adapter/`` is saved from them.
-    ValueError when a LoRA setting is missing or the model holds no LoRA weights.
+    it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. The model's parameters must be whole (not partitioned
+    by ZeRO-3): ``peft_adapter/`` is saved from them. ValueError when a LoRA setting is missing, the format is
+    unknown or the model holds no LoRA weights.
     """
     from workbench.core.artifact_io import write_artifact
 
