@@ -373,7 +373,8 @@ def wiki_summaries_path() -> Path:
 
 
 def asset_report() -> list[dict[str, str]]:
-    """What each embedded asset resolves to, without loading or converting anything (for ``workbench doctor``).
+    """What each embedded asset resolves to, without loading or converting anything (for ``workbench doctor``);
+    an embedded adapter (:data:`EMBEDDED_ADAPTERS`) is ``ok`` when its JSON and safetensors files are in the package.
 
     One row per asset: ``asset``, ``package``, ``status`` (``ok``, ``MISSING``, ``MISSING FILE``, or for an asset of
     :data:`OPTIONAL_ASSETS` whose packages are absent ``not installed (optional: pip install 'workbench[extra]')``),
@@ -399,15 +400,38 @@ def asset_report() -> list[dict[str, str]]:
             continue
         status = "ok" if all(path.exists() for path in found) else "MISSING FILE"
         rows.append({**row, "status": status, "path": str(found[0]), "version": package_version(dist) or ""})
+    for name, relative in EMBEDDED_ADAPTERS.items():  # shipped inside this package: a LoRA adapter over its base
+        path = Path(__file__).parent / relative
+        status = "ok" if path.is_file() and path.with_suffix(".safetensors").is_file() else "MISSING FILE"
+        version = package_version("workbench") or ""
+        rows.append(
+            {
+                "asset": name,
+                "package": "workbench",
+                "status": status,
+                "path": str(path),
+                "version": version,
+                "optional": "",
+            }
+        )
     return rows
 
 
+ADAPTER_SOURCE_FILE = "workbench_adapter_source.json"
+"""Written into a merged base + LoRA directory (:func:`workbench.backends.lora.resolve_adapter_model`):
+``{"adapter_sha256", "base_weights_sha256"}``. The merged model's weights digest is computed from it, not from the
+merged tensors, whose last bits may differ between machines (the merge is a float matrix product), so a bundle made
+with an adapter loads on any machine that has the same adapter and base."""
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".onnx")
 
 
 def weights_digest(path: str | Path) -> str | None:
     """One sha256 over a model's weight files (``*.safetensors``, ``*.bin``, ``*.gguf``, ... below ``path``, by
     relative name and content); None when ``path`` is not a local file or directory (e.g. a hub id).
+
+    A merged adapter directory (it holds :data:`ADAPTER_SOURCE_FILE`) is identified by what it was merged from —
+    the adapter file's and the base weights' digests — since the merged floats may differ in their last bits
+    between machines.
 
     Hashing a 500 MB checkpoint takes about a second, so results are memoised in ``cache_dir("hashes")`` by path, size
     and modification time; a changed file (new size or mtime) is hashed again.
@@ -418,6 +442,9 @@ def weights_digest(path: str | Path) -> str | None:
     root = Path(path)
     if not root.exists():
         return None
+    merged_from = root / ADAPTER_SOURCE_FILE
+    if root.is_dir() and merged_from.is_file():  # a base + LoRA merge: the digest of what it was merged from
+        return hashlib.sha256(b"merged-adapter\0" + merged_from.read_bytes()).hexdigest()
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in WEIGHT_SUFFIXES)
     if not files:
         return None

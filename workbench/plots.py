@@ -51,6 +51,24 @@ def grouped_bars(
     return path
 
 
+def loss_curve(path: Path, curve: Sequence[dict], *, title: str, resumed_from: int | None = None) -> Path:
+    """Save a training-loss curve: ``curve`` holds one point per optimizer step (``step``, ``epoch``, ``loss``);
+    dotted lines mark where each later epoch starts, a dashed red one the step a resumed run started from."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=110)
+    ax.plot([p["step"] for p in curve], [p["loss"] for p in curve], linewidth=1.2, color="tab:blue")
+    for epoch in sorted({p["epoch"] for p in curve})[1:]:
+        first = min(p["step"] for p in curve if p["epoch"] == epoch)
+        ax.axvline(first - 0.5, color="grey", linewidth=0.6, linestyle=":")
+    if resumed_from:
+        ax.axvline(resumed_from, color="tab:red", linewidth=0.8, linestyle="--", label="resumed")
+        ax.legend(fontsize=7, frameon=False)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (target tokens)")
+    ax.set_title(title, fontsize=9)
+    return _finish(plt, fig, [ax], path)
+
+
 def _require(mapping: dict, what: str, func: str) -> None:
     """Raise ``ValueError`` when ``mapping`` is empty (nothing to draw)."""
     if not mapping:

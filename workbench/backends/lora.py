@@ -24,11 +24,13 @@ own fingerprint (base + adapter), so generation caches never mix the student wit
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.assets import ADAPTER_SOURCE_FILE as MERGED_SOURCE_FILE
 from workbench.core.errors import AssetError, DataError
 from workbench.core.hashing import stable_hash
 
@@ -47,6 +49,7 @@ ADAPTER_FILE = "adapter.json"
 PEFT_DIR = "peft_adapter"
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 """The LoRA settings every adapter records (peft's ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``)."""
+_MERGE_VERSION = 2  # 2: the merged directory records its source digests
 _REQUIRED = ("base_model", "base_fingerprint", *LORA_KEYS, "decisions", "format")
 
 
@@ -182,12 +185,13 @@ def resolve_adapter_model(path: str | Path) -> ResolvedModel:
             str(file),
         )
     adapter_sha = hashlib.sha256(file.read_bytes()).hexdigest()  # the JSON records the safetensors' sha256
-    key = stable_hash([adapter_sha, base.fingerprint])
+    key = stable_hash([adapter_sha, base.fingerprint, _MERGE_VERSION])
     target = cache_dir("adapters") / f"merged-{key}"
     if not (target / "config.json").is_file():
         with FileLock(str(target) + ".lock"):
             if not (target / "config.json").is_file():  # another process may have merged it while we waited
-                _merge(base.path, payload, tensors, target, str(file))
+                source = {"adapter_sha256": adapter_sha, "base_weights_sha256": _base_digest(base)}
+                _merge(base.path, payload, tensors, target, str(file), source)
     return ResolvedModel(
         ref=str(file),
         path=str(target),
@@ -210,9 +214,24 @@ def lora_config(payload: Mapping[str, Any]) -> Any:
     )
 
 
-def _merge(base_path: str, payload: Mapping[str, Any], tensors: Mapping[str, Any], target: Path, where: str) -> None:
+def _base_digest(base: ResolvedModel) -> str | None:
+    """The weights digest of an adapter's base (:func:`workbench.assets.model_weights`)."""
+    from workbench.assets import model_weights
+
+    return model_weights(base)["weights_sha256"]
+
+
+def _merge(
+    base_path: str,
+    payload: Mapping[str, Any],
+    tensors: Mapping[str, Any],
+    target: Path,
+    where: str,
+    source: Mapping[str, Any],
+) -> None:
     """Apply ``tensors`` over the base at ``base_path`` with peft, merge, and save the result to ``target``
-    (atomically). DataError when the tensors do not match the LoRA layers of the base."""
+    (atomically), with :data:`MERGED_SOURCE_FILE` recording ``source`` (the adapter's and the base's digests).
+    DataError when the tensors do not match the LoRA layers of the base."""
     import torch
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -247,3 +266,4 @@ def _merge(base_path: str, payload: Mapping[str, Any], tensors: Mapping[str, Any
     with atomic_directory(target) as tmp:
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (Path(tmp) / MERGED_SOURCE_FILE).write_text(json.dumps(dict(source), sort_keys=True), encoding="utf-8")

@@ -227,6 +227,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_distill import distill_lines
 
             body += distill_lines(ctx.inputs["distill"], tmp)
+        if "tune_reader" in ctx.inputs:
+            from workbench.stages.report_reader import reader_lines
+
+            body += reader_lines(ctx.inputs["tune_reader"], tmp)
         if "study" in ctx.inputs:
             from workbench.stages.report_study import study_section
 

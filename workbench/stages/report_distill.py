@@ -161,26 +161,19 @@ def distill_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     from workbench.core.formatting import fmt as _fmt
     from workbench.core.formatting import markdown_table as _table
     from workbench.distill.traces import DECISIONS
-    from workbench.plots import _finish, _pyplot
+    from workbench.plots import loss_curve
 
     stage_dir, out_dir = Path(stage_dir), Path(out_dir)
     summary = _json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))
     heldout = _json.loads((stage_dir / "heldout.json").read_text(encoding="utf-8"))
     curve = summary.get("loss_curve") or []
     if curve:
-        plt = _pyplot()
-        fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=110)
-        ax.plot([p["step"] for p in curve], [p["loss"] for p in curve], linewidth=1.2, color="tab:blue")
-        for epoch in sorted({p["epoch"] for p in curve})[1:]:  # where each later epoch starts
-            first = min(p["step"] for p in curve if p["epoch"] == epoch)
-            ax.axvline(first - 0.5, color="grey", linewidth=0.6, linestyle=":")
-        if summary.get("resumed_from_step"):
-            ax.axvline(summary["resumed_from_step"], color="tab:red", linewidth=0.8, linestyle="--", label="resumed")
-            ax.legend(fontsize=7, frameon=False)
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("loss (target tokens)")
-        ax.set_title(f"distill: training loss, {summary.get('base_model')} + LoRA", fontsize=9)
-        _finish(plt, fig, [ax], out_dir / "distill_loss.png")
+        loss_curve(
+            out_dir / "distill_loss.png",
+            curve,
+            title=f"distill: training loss, {summary.get('base_model')} + LoRA",
+            resumed_from=summary.get("resumed_from_step"),
+        )
     training, lora = summary.get("training", {}), summary.get("lora", {})
     decisions = [d for d in DECISIONS if d in heldout.get("student", {})]
     rows_trained = summary.get("rows_by_decision", {})

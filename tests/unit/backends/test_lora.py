@@ -136,3 +136,73 @@ def test_a_missing_adapter_or_a_changed_base_is_an_asset_error(adapter_dir, tmp_
     write_artifact(path, {**payload, "base_model": str(tmp_path / "gone")}, tensors)
     with pytest.raises(AssetError, match="cannot resolve the adapter's base model"):
         resolve_adapter_model(path)
+
+
+def test_a_generator_reference_may_name_an_adapter(adapter_dir, tiny_lm_dir, tmp_path, monkeypatch):
+    """``generator.model`` takes an adapter: its directory, its adapter.json, or an embedded adapter name (a file
+    shipped in the package); each resolves to the merged model, with its own fingerprint."""
+    from workbench import assets
+    from workbench.backends.lora import resolve_adapter_model
+
+    merged = resolve_adapter_model(adapter_dir)
+    for ref in (str(adapter_dir), str(adapter_dir / "adapter.json")):
+        resolved = assets.resolve_generator(ref)
+        assert (resolved.path, resolved.fingerprint, resolved.source) == (merged.path, merged.fingerprint, "adapter")
+    assert assets.resolve_generator(str(tiny_lm_dir)).source == "local"  # a model directory stays a model
+
+    monkeypatch.setitem(assets.EMBEDDED_ADAPTERS, "tiny-reader", str(adapter_dir / "adapter.json"))
+    embedded = assets.resolve_generator("tiny-reader")
+    assert (embedded.path, embedded.fingerprint, embedded.source) == (
+        merged.path,
+        merged.fingerprint,
+        "embedded:tiny-reader",
+    )
+    monkeypatch.setitem(assets.EMBEDDED_ADAPTERS, "tiny-reader", str(tmp_path / "absent" / "adapter.json"))
+    with pytest.raises(AssetError, match="embedded adapter 'tiny-reader' is missing"):
+        assets.resolve_generator("tiny-reader")
+    with pytest.raises(AssetError, match="smollm2-reader"):  # the error lists the embedded names, adapters too
+        assets.resolve_generator("./no-such-model")
+
+
+def test_a_reader_adapter_records_its_format_and_an_unknown_format_is_refused(peft_model, tiny_lm_dir, tmp_path):
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import READER_FORMAT, read_adapter, save_lora_adapter
+    from workbench.core.artifact_io import read_artifact, write_artifact
+
+    base = resolve_generator(str(tiny_lm_dir))
+    common = {"base_model": str(tiny_lm_dir), "base_fingerprint": base.fingerprint, "settings": SETTINGS}
+    save_lora_adapter(
+        peft_model, tmp_path / "r", decisions=["closed_book", "rag"], adapter_format=READER_FORMAT, **common
+    )
+    payload, _ = read_adapter(tmp_path / "r")
+    assert payload["format"] == "answer-reader-v1" and payload["decisions"] == ["closed_book", "rag"]
+    with pytest.raises(ValueError, match="unknown adapter format"):
+        save_lora_adapter(peft_model, tmp_path / "x", decisions=["rag"], adapter_format="nonsense", **common)
+    path = tmp_path / "r" / "adapter.json"
+    payload, tensors = read_artifact(path)
+    write_artifact(path, {**payload, "format": "nonsense-v9"}, tensors)
+    with pytest.raises(DataError, match="unknown adapter format 'nonsense-v9'"):
+        read_adapter(path)
+
+
+def test_a_merged_model_is_identified_by_its_adapter_and_base_not_by_its_merged_floats(adapter_dir, tiny_lm_dir):
+    """The merge is a float product whose last bits may differ between machines; the merged model's weights digest
+    (what bundles record) comes from the adapter file and the base weights, so it is the same everywhere."""
+    import hashlib
+
+    from workbench.assets import ADAPTER_SOURCE_FILE, weights_digest
+    from workbench.backends.lora import resolve_adapter_model
+
+    resolved = resolve_adapter_model(adapter_dir)
+    source = json.loads((Path(resolved.path) / ADAPTER_SOURCE_FILE).read_text())
+    assert source == {
+        "adapter_sha256": hashlib.sha256((adapter_dir / "adapter.json").read_bytes()).hexdigest(),
+        "base_weights_sha256": weights_digest(tiny_lm_dir),
+    }
+    digest = weights_digest(resolved.path)
+    weights = next(Path(resolved.path).glob("*.safetensors"))
+    blob = bytearray(weights.read_bytes())
+    blob[-1] ^= 0x01  # another machine's last bit
+    weights.write_bytes(bytes(blob))
+    assert weights_digest(resolved.path) == digest
+    assert digest not in (weights_digest(tiny_lm_dir), None)

@@ -31,7 +31,7 @@ def test_hub_id_is_refused_offline(monkeypatch):
 
 def test_embedded_assets_are_found_without_loading():
     rows = {row["asset"]: row for row in asset_report()}
-    assert set(rows) == {"smollm2", "minilm", "wiki", "gemma3"}
+    assert set(rows) == {"smollm2", "minilm", "wiki", "gemma3", "smollm2-reader"}
     assert all(row["status"] == "ok" for row in rows.values() if not row["optional"])
     assert [name for name, row in rows.items() if row["optional"]] == ["gemma3"]
     assert resolve_embedder("minilm").source == "embedded:minilm"

@@ -1,0 +1,154 @@
+"""The ``tune_reader`` stage end to end on the tiny model: training rows rendered as the answer stage renders them,
+the reader adapter, base vs tuned scoring, the report section, the adapter as a generator reference, and errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from workbench.core.errors import ConfigError
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+
+def _overrides(tmp_path, model, *extra):
+    return [
+        f"generator.model={model}",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "threads=0",
+        "data.max_per_template=30",
+        "tune_reader.per_template=4",
+        "tune_reader.eval_per_template=2",
+        "tune_reader.learning_rate=0.01",
+        "tune_reader.checkpoint_every=0",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def reader_run(tiny_lm_long_dir, tmp_path_factory):
+    """One tune-reader run on the tiny model; the training rows it handed to train_student are recorded."""
+    import workbench.distill.train as train
+
+    tmp_path = tmp_path_factory.mktemp("tune_reader")
+    seen: dict[str, list] = {}
+    real = train.train_student
+
+    def recording(model_dir, rows, **kwargs):
+        seen["rows"] = list(rows)
+        return real(model_dir, rows, **kwargs)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(train, "train_student", recording)
+    try:
+        result = run_recipe(load_recipe("tune-reader", _overrides(tmp_path, tiny_lm_long_dir)))
+    finally:
+        patch.undo()
+    return tmp_path, result, seen["rows"]
+
+
+def test_the_training_rows_are_the_answer_stage_prompts_with_the_gold_answer(reader_run, tiny_lm_long_dir):
+    import datasets
+
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.distill.reader import reader_target
+    from workbench.stages.answer import select_rows
+
+    tmp_path, result, rows = reader_run
+    assert [s.name for s in result.stages] == ["build_data", "tune_reader", "report"]
+    data = tmp_path / "run" / "stages" / "build_data"
+    questions = list(select_rows(load_saved_dataset_dict(data / "qa")["train"], None, 4))
+    assert len(questions) == 12 and len(rows) == 36  # 4 of each of the three templates, in three modes
+    by_mode = {m: [r for r in rows if r["decision"] == m] for m in ("closed_book", "rag", "gold")}
+    assert [len(v) for v in by_mode.values()] == [12, 12, 12]
+    for mode_rows in by_mode.values():
+        assert [r["target"] for r in mode_rows] == [reader_target(q) for q in questions]
+        assert [r["question_id"] for r in mode_rows] == [q["id"] for q in questions]
+    # the gold rows hold each question's own gold passage, cut to answer.passage_chars; closed-book rows none
+    corpus = datasets.load_from_disk(str(data / "corpus"))
+    for question, gold, closed, rag in zip(
+        questions, by_mode["gold"], by_mode["closed_book"], by_mode["rag"], strict=True
+    ):
+        passage = question["gold_passages"][0]["text"][:300]
+        assert passage[:60] in gold["input"] and passage[:60] not in closed["input"]
+        assert question["question"] in closed["input"] and len(rag["input"]) > len(closed["input"])
+    assert len(corpus) > 100
+
+
+def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run, tiny_lm_long_dir):
+    from transformers import AutoModelForCausalLM
+
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import read_adapter
+
+    tmp_path, _, _ = reader_run
+    stage = tmp_path / "run" / "stages" / "tune_reader"
+    payload, tensors = read_adapter(stage)
+    assert payload["format"] == "answer-reader-v1" and payload["decisions"] == ["closed_book", "rag", "gold"]
+    assert (payload["r"], payload["target_modules"]) == (8, ["q_proj", "v_proj"]) and tensors
+    summary = json.loads((stage / "summary.json").read_text())
+    assert summary["rows_by_mode"] == {"closed_book": 12, "rag": 12, "gold": 12} and summary["steps"] == 5
+    assert summary["questions_by_template"] == {"choice_cloze": 4, "choice_country": 4, "choice_nationality": 4}
+    # trained: the merged model's logits are not the base's (LoRA's B starts at zero)
+    tuned = resolve_generator(str(stage))
+    assert tuned.source == "adapter" and tuned.fingerprint != resolve_generator(str(tiny_lm_long_dir)).fingerprint
+    import torch
+
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        a = AutoModelForCausalLM.from_pretrained(tuned.path)(input_ids=ids).logits.numpy()
+        b = AutoModelForCausalLM.from_pretrained(tiny_lm_long_dir)(input_ids=ids).logits.numpy()
+    assert np.abs(a - b).max() > 1e-4
+
+    heldout = json.loads((stage / "heldout.json").read_text())
+    assert heldout["split"] == "val" and heldout["questions"] == 6
+    for name in ("base", "tuned"):
+        assert set(heldout[name]["modes"]) == {"closed_book", "rag", "gold"}
+        assert all(m["n"] == 6 for m in heldout[name]["modes"].values())
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Reader adapter" in report and "| **all** | 6 |" in report
+    assert (tmp_path / "report" / "reader_accuracy.png").is_file() and (
+        tmp_path / "report" / "reader_loss.png"
+    ).is_file()
+
+
+def test_the_answer_stage_runs_on_the_adapter(reader_run, tmp_path):
+    run_dir, _, _ = reader_run
+    stage = run_dir / "run" / "stages" / "tune_reader"
+    overrides = [
+        f"generator.model={stage}",
+        f"run_dir={tmp_path}/run",
+        f"report.dir={tmp_path}/report",
+        "threads=0",
+        "tracker=none",
+        "data.max_per_template=30",
+        "answer.limit=2",
+        "answer.max_new_tokens=4",
+        "stages=[build_data,answer]",
+    ]
+    run_recipe(load_recipe("quickstart", overrides))
+    summary = json.loads((tmp_path / "run" / "stages" / "answer" / "summary.json").read_text())
+    assert summary["generator_source"] == "adapter" and summary["n_questions"] == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("tune_reader.split=nosuch", "tune_reader.split"),
+        ("tune_reader.eval_split=nosuch", "tune_reader.eval_split"),
+        ("tune_reader.target_modules=[nope]", "tune_reader.target_modules"),
+        ("tune_reader.lora_dropout=1.5", "tune_reader.lora_dropout"),
+        ("tune_reader.modes=[]", "tune_reader.modes"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_naming_the_key(tiny_lm_long_dir, tmp_path, override, key):
+    with pytest.raises(ConfigError) as info:
+        run_recipe(
+            load_recipe("tune-reader", _overrides(tmp_path, tiny_lm_long_dir, override, "tune_reader.per_template=1"))
+        )
+    assert info.value.where == key and "\n" not in str(info.value)
