@@ -167,17 +167,10 @@ def _resolve_reference(ref: str, embedded: dict[str, tuple[str, str, str]], kind
 
 
 def resolve_generator(ref: str = "smollm2") -> ResolvedModel:
-    """Resolve a causal-LM reference; the embedded ``smollm2`` is converted from GGUF once, under a file lock, and
-    the optional ``gemma3`` is first joined from its part packages (:func:`_resolve_split_gguf`). An embedded adapter
-    (:data:`EMBEDDED_ADAPTERS`), an ``adapter.json`` or a directory holding one is merged over its base
-    (:func:`workbench.backends.lora.resolve_adapter_model`)."""
-    adapter = _adapter_reference(ref)
-    if adapter is not None:
-        from workbench.backends.lora import resolve_adapter_model
-
-        merged = resolve_adapter_model(adapter)
-        source = f"embedded:{ref}" if ref in EMBEDDED_ADAPTERS else "adapter"
-        return ResolvedModel(ref, merged.path, merged.fingerprint, source)
+    """Resolve a causal-LM reference to a model directory; the embedded ``smollm2`` is converted from GGUF once,
+    under a file lock, and the optional ``gemma3`` is first joined from its part packages
+    (:func:`_resolve_split_gguf`). A LoRA adapter reference (:func:`adapter_reference`) is not a model directory:
+    :func:`workbench.backends.lora.resolve_model` resolves those too (merging the adapter over its base)."""
     resolved = _resolve_reference(ref, EMBEDDED_GENERATORS, "generator")
     if resolved is not None:
         return resolved
@@ -204,7 +197,7 @@ def embedded_adapter_path(name: str) -> Path:
     return path
 
 
-def _adapter_reference(ref: str) -> Path | None:
+def adapter_reference(ref: str) -> Path | None:
     """The ``adapter.json`` a generator reference names — an embedded adapter, the file itself, or a directory
     holding one — else None."""
     if ref in EMBEDDED_ADAPTERS:

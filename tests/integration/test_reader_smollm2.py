@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 def test_the_embedded_reader_adapter_fits_the_installed_smollm2_and_answers_from_the_gold_passage(smollm2_dir):
     from workbench.assets import embedded_adapter_path, resolve_generator
     from workbench.backends.factory import build_generator
-    from workbench.backends.lora import read_adapter
+    from workbench.backends.lora import read_adapter, resolve_model
     from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
     from workbench.data.wikiqa import build_wikiqa, load_articles
     from workbench.metrics.qa import score_answer
@@ -21,7 +21,7 @@ def test_the_embedded_reader_adapter_fits_the_installed_smollm2_and_answers_from
     payload, tensors = read_adapter(embedded_adapter_path("smollm2-reader"))
     assert payload["format"] == "answer-reader-v1" and payload["base_model"] == "smollm2"
     assert payload["base_fingerprint"] == resolve_generator("smollm2").fingerprint  # the installed base
-    reader = resolve_generator("smollm2-reader")
+    reader = resolve_model("smollm2-reader")
     assert reader.source == "embedded:smollm2-reader" and reader.path != smollm2_dir
     assert json.loads((embedded_adapter_path("smollm2-reader")).read_text())["kind"] == "lora_adapter" and tensors
 

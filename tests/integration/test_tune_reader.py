@@ -84,7 +84,7 @@ def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run,
     from transformers import AutoModelForCausalLM
 
     from workbench.assets import resolve_generator
-    from workbench.backends.lora import read_adapter
+    from workbench.backends.lora import read_adapter, resolve_model
 
     tmp_path, _, _ = reader_run
     stage = tmp_path / "run" / "stages" / "tune_reader"
@@ -95,7 +95,7 @@ def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run,
     assert summary["rows_by_mode"] == {"closed_book": 12, "rag": 12, "gold": 12} and summary["steps"] == 5
     assert summary["questions_by_template"] == {"choice_cloze": 4, "choice_country": 4, "choice_nationality": 4}
     # trained: the merged model's logits are not the base's (LoRA's B starts at zero)
-    tuned = resolve_generator(str(stage))
+    tuned = resolve_model(str(stage))
     assert tuned.source == "adapter" and tuned.fingerprint != resolve_generator(str(tiny_lm_long_dir)).fingerprint
     import torch
 

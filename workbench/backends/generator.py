@@ -90,7 +90,7 @@ class Generator:
     """A causal LM loaded from a local path (or an embedded name), with batched, seeded, cached generation.
 
     ``model`` is a :class:`~workbench.assets.ResolvedModel`, a local directory, or a reference that
-    :func:`workbench.assets.resolve_generator` accepts (default: the embedded ``"smollm2"``); an unknown path raises
+    :func:`workbench.backends.lora.resolve_model` accepts (default: the embedded ``"smollm2"``); an unknown path raises
     :class:`AssetError`. ``dtype`` is a torch dtype name; ``max_context`` defaults to the model's
     ``max_position_embeddings``; ``cache`` (optional) stores every generation; ``counter`` receives the costs
     (a fresh one if omitted); ``seed`` is the default sampling seed; ``batch_size`` is the number of prompts per
@@ -761,11 +761,12 @@ def _record_extras(rows: list[DecodingRow], active: list[int], state: dict[str, 
 
 def _resolve(model: Any) -> ResolvedModel:
     """A ResolvedModel from a ResolvedModel, a path or a generator reference (AssetError if unknown)."""
-    from workbench.assets import ResolvedModel, resolve_generator
+    from workbench.assets import ResolvedModel
+    from workbench.backends.lora import resolve_model
 
     if isinstance(model, ResolvedModel):
         return model
-    return resolve_generator(str(model))
+    return resolve_model(str(model))
 
 
 def _load(path: str, device: str, dtype: str) -> tuple[Any, Any]:

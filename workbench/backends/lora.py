@@ -13,7 +13,7 @@ stage, with format ``answer-reader-v1`` and decisions = the answer modes it trai
   ``adapter_model.safetensors``), for users who load adapters with peft themselves. The workbench never reads it.
 
 **Loading** (:func:`resolve_adapter_model`): only the JSON and the safetensors file are read (sha256-checked, no
-pickle, no code). The base is resolved with :func:`workbench.assets.resolve_generator` and must still have the
+pickle, no code). The base is resolved with :func:`resolve_model` and must still have the
 fingerprint it had when the adapter was trained; the LoRA weights are applied with peft and merged
 (``merge_and_unload``), and the merged model is saved once under the workbench cache (``adapters/merged-<key>``,
 key = the adapter file's sha256 + the base fingerprint; written atomically under a file lock), so every later load
@@ -158,6 +158,21 @@ def read_adapter(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return payload, tensors
 
 
+def resolve_model(ref: str) -> ResolvedModel:
+    """Resolve any generator reference: a LoRA adapter — an embedded adapter name
+    (:data:`workbench.assets.EMBEDDED_ADAPTERS`, source ``embedded:<name>``), an ``adapter.json`` or a directory
+    holding one (source ``adapter``) — to its merged model (:func:`resolve_adapter_model`), anything else with
+    :func:`workbench.assets.resolve_generator`. What every consumer of ``generator.model`` calls."""
+    from workbench.assets import EMBEDDED_ADAPTERS, ResolvedModel, adapter_reference, resolve_generator
+
+    adapter = adapter_reference(str(ref))
+    if adapter is None:
+        return resolve_generator(str(ref))
+    merged = resolve_adapter_model(adapter)
+    source = f"embedded:{ref}" if ref in EMBEDDED_ADAPTERS else "adapter"
+    return ResolvedModel(str(ref), merged.path, merged.fingerprint, source)
+
+
 def resolve_adapter_model(path: str | Path) -> ResolvedModel:
     """The merged base + LoRA model of the adapter at ``path`` (an ``adapter.json`` or its directory), as a
     :class:`~workbench.assets.ResolvedModel` whose ``path`` is a plain model directory in the workbench cache.
@@ -168,14 +183,14 @@ def resolve_adapter_model(path: str | Path) -> ResolvedModel:
     """
     from filelock import FileLock
 
-    from workbench.assets import ResolvedModel, resolve_generator
+    from workbench.assets import ResolvedModel
     from workbench.core.paths import cache_dir
 
     file = adapter_path(path)
     payload, tensors = read_adapter(file)
     base_ref = str(payload["base_model"])
     try:
-        base = resolve_generator(base_ref)
+        base = resolve_model(base_ref)  # a base may itself be an adapter (a reader tuned further)
     except AssetError as exc:
         raise AssetError(f"cannot resolve the adapter's base model {base_ref!r}: {exc}", str(file)) from None
     if base.fingerprint != payload["base_fingerprint"]:

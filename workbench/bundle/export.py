@@ -117,10 +117,10 @@ def _model_record(kind: str, ref: str) -> dict[str, Any]:
         model_weights,
         package_version,
         resolve_embedder,
-        resolve_generator,
     )
+    from workbench.backends.lora import resolve_model
 
-    resolved = resolve_generator(ref) if kind == "generator" else resolve_embedder(ref)
+    resolved = resolve_model(ref) if kind == "generator" else resolve_embedder(ref)
     embedded = EMBEDDED_GENERATORS if kind == "generator" else EMBEDDED_EMBEDDERS
     weights = model_weights(resolved)
     record: dict[str, Any] = {"ref": ref, "source": resolved.source, "weights_sha256": weights["weights_sha256"]}

@@ -533,15 +533,13 @@ def _check_model_spec(spec: Any, where: str) -> None:
 def resolve_controller_model(spec: str | Path) -> Any:
     """The :class:`~workbench.assets.ResolvedModel` of a controller model reference: a distilled adapter
     (:func:`adapter_file`) is merged over its base by :func:`workbench.backends.lora.resolve_adapter_model`; anything
-    else is resolved like the answering model (:func:`workbench.assets.resolve_generator`)."""
+    else is resolved like the answering model (:func:`workbench.backends.lora.resolve_model`)."""
+    from workbench.backends.lora import resolve_adapter_model, resolve_model
+
     adapter = adapter_file(spec)
     if adapter is not None:
-        from workbench.backends.lora import resolve_adapter_model
-
         return resolve_adapter_model(adapter)
-    from workbench.assets import resolve_generator
-
-    return resolve_generator(str(spec))
+    return resolve_model(str(spec))
 
 
 def same_weights(a: Any, b: Any) -> bool:

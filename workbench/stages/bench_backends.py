@@ -60,13 +60,13 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 
 
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
-    from workbench.assets import resolve_generator
     from workbench.backends.factory import build_generator
+    from workbench.backends.lora import resolve_model
     from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
 
     section, gen_cfg = ctx.config.bench, ctx.config.generator
     generator = build_generator(  # no generation cache: the timings measure generation
-        resolve_generator(gen_cfg.model),
+        resolve_model(gen_cfg.model),
         device=gen_cfg.device,
         dtype=gen_cfg.dtype,
         batch_size=gen_cfg.batch_size,

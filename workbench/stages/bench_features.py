@@ -193,9 +193,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Measure the four ways on ``bench_features.questions`` questions; write ``bench.json``."""
     import torch
 
-    from workbench.assets import resolve_generator
     from workbench.backends.cost import CostCounter
     from workbench.backends.factory import build_embedder, build_generator
+    from workbench.backends.lora import resolve_model
     from workbench.backends.nli import AnswerEquivalenceJudge
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
@@ -209,7 +209,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = list(qa[section.split].select(range(min(section.questions, len(qa[section.split])))))
     counter = CostCounter()
     generator = build_generator(  # no generation cache: every way pays for what it generates
-        resolve_generator(gen_cfg.model),
+        resolve_model(gen_cfg.model),
         device=gen_cfg.device,
         dtype=gen_cfg.dtype,
         max_context=gen_cfg.max_context,

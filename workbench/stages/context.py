@@ -30,10 +30,10 @@ class Resources:
         """The run's :class:`workbench.backends.generator.Generator` (with the generation cache if enabled)."""
 
         def build():
-            from workbench.assets import resolve_generator
+            from workbench.backends.lora import resolve_model
 
             section = self.config.generator
-            return self._build_generator(resolve_generator(section.model), section.max_context, section.prompt_format)
+            return self._build_generator(resolve_model(section.model), section.max_context, section.prompt_format)
 
         return self.get("generator", build)
 

@@ -132,8 +132,7 @@ def check_launch(processes: int, environ: Mapping[str, str] | None = None) -> No
 # ------------------------------------------------------------------------------------------------------ stage
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, write the adapter, score base and student on the held-out rows (module doc)."""
-    from workbench.assets import resolve_generator
-    from workbench.backends.lora import resolve_adapter_model, save_lora_adapter
+    from workbench.backends.lora import resolve_adapter_model, resolve_model, save_lora_adapter
     from workbench.distill.traces import load_traces
     from workbench.distill.train import train_student
 
@@ -152,7 +151,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "(check distill.sources and the distill_data stage's output)",
             str(traces_dir),
         )
-    base = resolve_generator(section.base_model)
+    base = resolve_model(section.base_model)
     ctx.log.info("distill: %d training rows (%s) on %s", len(rows), ", ".join(sources), section.base_model)
     result = train_student(
         base.path,

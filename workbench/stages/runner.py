@@ -99,9 +99,9 @@ def library_versions() -> dict[str, str | None]:
 def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
     """Fingerprint of an asset a stage uses (``generator``, ``embedder``, ``data``) for its cache key."""
     if kind == "generator":
-        from workbench.assets import resolve_generator
+        from workbench.backends.lora import resolve_model
 
-        return resolve_generator(config.generator.model).fingerprint
+        return resolve_model(config.generator.model).fingerprint
     if kind == "embedder":
         from workbench.assets import resolve_embedder
 

@@ -142,16 +142,16 @@ def test_a_generator_reference_may_name_an_adapter(adapter_dir, tiny_lm_dir, tmp
     """``generator.model`` takes an adapter: its directory, its adapter.json, or an embedded adapter name (a file
     shipped in the package); each resolves to the merged model, with its own fingerprint."""
     from workbench import assets
-    from workbench.backends.lora import resolve_adapter_model
+    from workbench.backends.lora import resolve_adapter_model, resolve_model
 
     merged = resolve_adapter_model(adapter_dir)
     for ref in (str(adapter_dir), str(adapter_dir / "adapter.json")):
-        resolved = assets.resolve_generator(ref)
+        resolved = resolve_model(ref)
         assert (resolved.path, resolved.fingerprint, resolved.source) == (merged.path, merged.fingerprint, "adapter")
-    assert assets.resolve_generator(str(tiny_lm_dir)).source == "local"  # a model directory stays a model
+    assert resolve_model(str(tiny_lm_dir)).source == "local"  # a model directory stays a model
 
     monkeypatch.setitem(assets.EMBEDDED_ADAPTERS, "tiny-reader", str(adapter_dir / "adapter.json"))
-    embedded = assets.resolve_generator("tiny-reader")
+    embedded = resolve_model("tiny-reader")
     assert (embedded.path, embedded.fingerprint, embedded.source) == (
         merged.path,
         merged.fingerprint,
@@ -159,9 +159,9 @@ def test_a_generator_reference_may_name_an_adapter(adapter_dir, tiny_lm_dir, tmp
     )
     monkeypatch.setitem(assets.EMBEDDED_ADAPTERS, "tiny-reader", str(tmp_path / "absent" / "adapter.json"))
     with pytest.raises(AssetError, match="embedded adapter 'tiny-reader' is missing"):
-        assets.resolve_generator("tiny-reader")
+        resolve_model("tiny-reader")
     with pytest.raises(AssetError, match="smollm2-reader"):  # the error lists the embedded names, adapters too
-        assets.resolve_generator("./no-such-model")
+        resolve_model("./no-such-model")
 
 
 def test_a_reader_adapter_records_its_format_and_an_unknown_format_is_refused(peft_model, tiny_lm_dir, tmp_path):

@@ -130,7 +130,13 @@ def fake_lora(monkeypatch, model_dir, seen):
         seen.append(Path(path))
         return ResolvedModel(str(path), str(Path(model_dir).resolve()), "merged-adapter-fingerprint", "adapter")
 
+    def resolve_model(ref):  # not an adapter: a model reference, resolved as the real module does
+        from workbench.assets import resolve_generator
+
+        return resolve_generator(str(ref))
+
     module.resolve_adapter_model = resolve_adapter_model
+    module.resolve_model = resolve_model
     monkeypatch.setitem(sys.modules, "workbench.backends.lora", module)
 
 
