@@ -34,7 +34,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,27 @@ class TrainSettings:
         for key, ok, what in checks:
             if not ok:
                 raise ConfigError(f"{what}, got {getattr(self, key)!r}", f"{self.section}.{key}")
+
+
+def section_settings(section: Any, name: str, seed: int) -> tuple[LoraSettings, TrainSettings]:
+    """The LoRA and training settings of the recipe section ``name`` (``distill``, ``tune_reader``): its ``lora_r``,
+    ``lora_alpha``, ``lora_dropout`` and ``target_modules``, and every :class:`TrainSettings` key the section has
+    (the others keep their defaults); the section's ``seed``, or ``seed`` when that is null. ConfigError naming
+    ``<name>.<key>`` on a bad value."""
+    lora = LoraSettings(
+        r=section.lora_r,
+        alpha=section.lora_alpha,
+        dropout=float(section.lora_dropout),
+        target_modules=tuple(section.target_modules),
+        section=name,
+    )
+    keys = [f.name for f in fields(TrainSettings) if f.name not in ("seed", "section") and hasattr(section, f.name)]
+    values: dict[str, Any] = {key: getattr(section, key) for key in keys}
+    if "learning_rate" in values:
+        values["learning_rate"] = float(values["learning_rate"])
+    own_seed = getattr(section, "seed", None)
+    train = TrainSettings(**values, seed=seed if own_seed is None else own_seed, section=name)
+    return lora, train
 
 
 # ------------------------------------------------------------------------------------------------------ checks

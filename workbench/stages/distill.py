@@ -57,46 +57,14 @@ _BUDGET = re.compile(r"at most (\d+) words")
 
 
 # ------------------------------------------------------------------------------------------------------ settings
-def lora_settings(section: Any) -> Any:
-    """The :class:`~workbench.distill.student.LoraSettings` of a ``distill`` section (ConfigError on bad values)."""
-    from workbench.distill.student import LoraSettings
-
-    return LoraSettings(
-        r=section.lora_r,
-        alpha=section.lora_alpha,
-        dropout=float(section.lora_dropout),
-        target_modules=tuple(section.target_modules),
-    )
-
-
-def train_settings(section: Any, seed: int) -> Any:
-    """The :class:`~workbench.distill.train.TrainSettings` of a ``distill`` section (``section.seed`` or the
-    recipe's ``seed``)."""
-    from workbench.distill.train import TrainSettings
-
-    return TrainSettings(
-        learning_rate=float(section.learning_rate),
-        epochs=section.epochs,
-        batch_size=section.batch_size,
-        grad_accum=section.grad_accum,
-        precision=section.precision,
-        accelerator=section.accelerator,
-        devices=section.devices,
-        num_nodes=section.num_nodes,
-        strategy=section.strategy,
-        max_length=section.max_length,
-        seed=seed if section.seed is None else section.seed,
-        checkpoint_every=section.checkpoint_every,
-    )
-
-
 def validate_section(section: Any) -> None:
     """The load-time checks of a ``distill`` section (no torch import): LoRA and training values, the sources, and
     that a DeepSpeed strategy has its package installed. ConfigError naming the ``distill.*`` key."""
     import importlib.util
 
-    lora_settings(section)
-    train_settings(section, 0)
+    from workbench.distill.train import section_settings
+
+    section_settings(section, "distill", 0)
     sources = list(section.sources)
     if not sources or len(set(sources)) != len(sources) or set(sources) - set(SOURCES):
         raise ConfigError(f"give one or both of {', '.join(SOURCES)}, each once, got {sources}", "distill.sources")
@@ -134,12 +102,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Train, write the adapter, score base and student on the held-out rows (module doc)."""
     from workbench.backends.lora import resolve_adapter_model, resolve_model, save_lora_adapter
     from workbench.distill.traces import load_traces
-    from workbench.distill.train import train_student
+    from workbench.distill.train import section_settings, train_student
 
     section = ctx.config.distill
     validate_section(section)
-    lora = lora_settings(section)
-    settings = train_settings(section, ctx.config.seed)
+    lora, settings = section_settings(section, "distill", ctx.config.seed)
     check_launch(settings.devices * settings.num_nodes)
     traces_dir = ctx.inputs["distill_data"] / "traces"
     traces = load_traces(traces_dir)

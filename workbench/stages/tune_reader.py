@@ -38,38 +38,6 @@ from workbench.stages.context import StageContext
 SECTION = "tune_reader"
 
 
-def lora_settings(section: Any) -> Any:
-    """The :class:`~workbench.distill.student.LoraSettings` of the ``tune_reader`` section."""
-    from workbench.distill.student import LoraSettings
-
-    return LoraSettings(
-        r=section.lora_r,
-        alpha=section.lora_alpha,
-        dropout=float(section.lora_dropout),
-        target_modules=tuple(section.target_modules),
-        section=SECTION,
-    )
-
-
-def train_settings(section: Any, seed: int) -> Any:
-    """The :class:`~workbench.distill.train.TrainSettings` of the ``tune_reader`` section (one process:
-    ``section.seed`` or the recipe's ``seed``)."""
-    from workbench.distill.train import TrainSettings
-
-    return TrainSettings(
-        learning_rate=float(section.learning_rate),
-        epochs=section.epochs,
-        batch_size=section.batch_size,
-        grad_accum=section.grad_accum,
-        precision=section.precision,
-        accelerator=section.accelerator,
-        max_length=section.max_length,
-        seed=section.seed if section.seed is not None else seed,
-        checkpoint_every=section.checkpoint_every,
-        section=SECTION,
-    )
-
-
 def _split(qa: Any, name: str, key: str, per_template: int | None) -> list[dict[str, Any]]:
     from workbench.stages.answer import select_rows
 
@@ -85,14 +53,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.backends.lora import READER_FORMAT, save_lora_adapter
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.reader import reader_rows
-    from workbench.distill.train import train_student
+    from workbench.distill.train import section_settings, train_student
     from workbench.stages.answer import answer_prompts, mode_contexts
 
     section = ctx.config.tune_reader
     if not section.modes:
         raise ConfigError("name at least one answer mode (closed_book, rag, gold)", f"{SECTION}.modes")
-    lora = lora_settings(section)
-    settings = train_settings(section, ctx.config.seed)
+    lora, settings = section_settings(section, SECTION, ctx.config.seed)
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     questions = _split(qa, section.split, "split", section.per_template)
     heldout = _split(qa, section.eval_split, "eval_split", section.eval_per_template) if section.eval_split else []
