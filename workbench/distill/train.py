@@ -333,6 +333,34 @@ class TrainResult:
     is_global_zero: bool
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def record(self, section: Any) -> dict[str, Any]:
+        """The training record a stage's ``summary.json`` keeps: the LoRA settings of the recipe ``section`` and the
+        trainable parameter count, the training settings, accelerator, world size, steps, the resume point, the loss
+        curve, the mean loss per epoch (per-step losses swing with each batch's mix of rows: compare epochs) and
+        the seconds."""
+        curve = self.loss_curve
+        return {
+            "lora": {
+                "r": section.lora_r,
+                "alpha": section.lora_alpha,
+                "dropout": section.lora_dropout,
+                "target_modules": list(section.target_modules),
+                "trainable_parameters": int(sum(v.size for v in self.state.values())),
+            },
+            "training": {k: v for k, v in self.settings.items() if k != "section"},
+            "accelerator": self.accelerator,
+            "world_size": self.world_size,
+            "steps": self.steps,
+            "steps_this_run": self.steps_this_run,
+            "resumed_from_step": self.resumed_from,
+            "loss_curve": curve,
+            "epoch_losses": [
+                float(sum(p["loss"] for p in curve if p["epoch"] == epoch) / sum(p["epoch"] == epoch for p in curve))
+                for epoch in sorted({p["epoch"] for p in curve})
+            ],
+            "seconds": round(self.seconds, 3),
+        }
+
 
 def train_student(
     model_dir: str | Path,

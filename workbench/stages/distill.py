@@ -167,7 +167,6 @@ def _training_record(settings: Mapping[str, Any], sources: Sequence[str]) -> dic
 
 def _train_summary(section: Any, base: Any, result: Any, train_rows: int) -> dict[str, Any]:
     """``summary.json``: what was trained, how, and how the loss went."""
-    curve = result.loss_curve
     return {
         "base_model": section.base_model,
         "base_fingerprint": base.fingerprint,
@@ -178,26 +177,7 @@ def _train_summary(section: Any, base: Any, result: Any, train_rows: int) -> dic
         "target_tokens_by_decision": dict(sorted(result.rows.target_tokens.items())),
         "tokens": result.rows.tokens,
         "truncated_rows": result.rows.truncated,
-        "lora": {
-            "r": section.lora_r,
-            "alpha": section.lora_alpha,
-            "dropout": section.lora_dropout,
-            "target_modules": list(section.target_modules),
-            "trainable_parameters": int(sum(v.size for v in result.state.values())),
-        },
-        "training": result.settings,
-        "accelerator": result.accelerator,
-        "world_size": result.world_size,
-        "steps": result.steps,
-        "steps_this_run": result.steps_this_run,
-        "resumed_from_step": result.resumed_from,
-        "loss_curve": curve,
-        # per-step losses swing with each batch's mix of decisions: compare epochs
-        "epoch_losses": [
-            float(np.mean([p["loss"] for p in curve if p["epoch"] == epoch]))
-            for epoch in sorted({p["epoch"] for p in curve})
-        ],
-        "seconds": round(result.seconds, 3),
+        **result.record(section),
     }
 
 

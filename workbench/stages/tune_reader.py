@@ -29,8 +29,6 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import numpy as np
-
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
 from workbench.stages.context import StageContext
@@ -136,7 +134,6 @@ def _train_summary(ctx: StageContext, result: Any, questions: list[dict[str, Any
     from workbench.stages.answer import template_of
 
     section = ctx.config.tune_reader
-    curve = result.loss_curve
     templates: dict[str, int] = {}
     for question in questions:
         templates[template_of(question)] = templates.get(template_of(question), 0) + 1
@@ -152,22 +149,5 @@ def _train_summary(ctx: StageContext, result: Any, questions: list[dict[str, Any
         "truncated_rows": result.rows.truncated,
         "retrieval": {"retriever": ctx.config.retrieval.retriever, "k": ctx.config.retrieval.k},
         "passage_chars": ctx.config.answer.passage_chars,
-        "lora": {
-            "r": section.lora_r,
-            "alpha": section.lora_alpha,
-            "dropout": section.lora_dropout,
-            "target_modules": list(section.target_modules),
-            "trainable_parameters": int(sum(v.size for v in result.state.values())),
-        },
-        "training": {k: v for k, v in result.settings.items() if k != "section"},
-        "accelerator": result.accelerator,
-        "steps": result.steps,
-        "steps_this_run": result.steps_this_run,
-        "resumed_from_step": result.resumed_from,
-        "loss_curve": curve,
-        "epoch_losses": [
-            float(np.mean([p["loss"] for p in curve if p["epoch"] == epoch]))
-            for epoch in sorted({p["epoch"] for p in curve})
-        ],
-        "seconds": round(result.seconds, 3),
+        **result.record(section),
     }
