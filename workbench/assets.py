@@ -198,12 +198,13 @@ def embedded_adapter_path(name: str) -> Path:
 
 
 def adapter_reference(ref: str) -> Path | None:
-    """The ``adapter.json`` a generator reference names — an embedded adapter, the file itself, or a directory
-    holding one — else None."""
+    """The adapter file a model reference names — an embedded adapter, a ``.json`` file (a model is never one; the
+    file is checked when read), or a directory holding ``adapter.json`` and no model (``config.json``) — else
+    None."""
     if ref in EMBEDDED_ADAPTERS:
         return embedded_adapter_path(ref)
     path = Path(ref).expanduser()
-    if path.is_file() and path.name == "adapter.json":
+    if path.is_file() and path.suffix == ".json":
         return path
     if path.is_dir() and (path / "adapter.json").is_file() and not (path / "config.json").is_file():
         return path / "adapter.json"

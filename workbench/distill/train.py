@@ -333,6 +333,12 @@ class TrainResult:
     is_global_zero: bool
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def adapter_training(self) -> dict[str, Any]:
+        """The training settings an adapter records (under ``training``; :func:`~workbench.backends.lora.
+        save_lora_adapter`): learning rate, epochs, batch size, accumulation, precision, strategy, length, seed."""
+        keep = ("learning_rate", "epochs", "batch_size", "grad_accum", "precision", "strategy", "max_length", "seed")
+        return {k: self.settings[k] for k in keep}
+
     def record(self, section: Any) -> dict[str, Any]:
         """The training record a stage's ``summary.json`` keeps: the LoRA settings of the recipe ``section`` and the
         trainable parameter count, the training settings, accelerator, world size, steps, the resume point, the loss

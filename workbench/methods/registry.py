@@ -499,14 +499,12 @@ def options_template(indent: int = 0) -> str:
 
 # ------------------------------------------------------------------------------------------------------ controller
 def adapter_file(spec: str | Path) -> Path | None:
-    """The ``adapter.json`` a controller model reference names — the file itself, or a directory holding one (a
-    ``distill`` stage output) — else None (a model reference)."""
-    path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".json":
-        return path
-    if path.is_dir() and (path / "adapter.json").is_file():
-        return path / "adapter.json"
-    return None
+    """The adapter file a controller model reference names by path — an ``adapter.json`` or a directory holding one
+    (a ``distill`` stage output): :func:`workbench.assets.adapter_reference` — else None (a model reference; an
+    embedded adapter name is one, resolved like the answering model)."""
+    from workbench.assets import EMBEDDED_ADAPTERS, adapter_reference
+
+    return None if str(spec) in EMBEDDED_ADAPTERS else adapter_reference(str(spec))
 
 
 def _check_model_spec(spec: Any, where: str) -> None:

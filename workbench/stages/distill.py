@@ -136,7 +136,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ctx.out_dir,
         base_model=section.base_model,
         base_fingerprint=base.fingerprint,
-        settings={**lora.to_dict(), **_training_record(result.settings, sources)},
+        settings={**lora.to_dict(), **result.adapter_training(), "sources": list(sources)},
         decisions=decisions,
         state=result.state,
     )
@@ -157,12 +157,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     atomic_write_json(ctx.out_dir / "summary.json", train_summary)
     atomic_write_json(ctx.out_dir / "heldout.json", evaluation)
     return _flat_summary(train_summary, evaluation)
-
-
-def _training_record(settings: Mapping[str, Any], sources: Sequence[str]) -> dict[str, Any]:
-    """The training settings stored in the adapter (under ``training``)."""
-    keep = ("learning_rate", "epochs", "batch_size", "grad_accum", "precision", "strategy", "max_length", "seed")
-    return {**{k: settings[k] for k in keep}, "sources": list(sources)}
 
 
 def _train_summary(section: Any, base: Any, result: Any, train_rows: int) -> dict[str, Any]:

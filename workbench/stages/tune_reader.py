@@ -83,13 +83,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         checkpoint_dir=ctx.scratch_dir / "checkpoints",
         tracker=ctx.tracker,
     )
-    keep = ("learning_rate", "epochs", "batch_size", "grad_accum", "precision", "max_length", "seed")
     save_lora_adapter(
         result.model,
         ctx.out_dir,
         base_model=str(ctx.config.generator.model),
         base_fingerprint=base.fingerprint,
-        settings={**lora.to_dict(), **{k: result.settings[k] for k in keep}, "split": section.split},
+        settings={**lora.to_dict(), **result.adapter_training(), "split": section.split},
         decisions=list(prompts),
         state=result.state,
         adapter_format=READER_FORMAT,
