@@ -296,11 +296,22 @@ def export_command(
 def bundles_command(
     root: Annotated[Path, typer.Option("--dir", help="Where bundles are.")] = Path("artifacts/bundles"),
     verify: Annotated[bool, typer.Option("--verify", help="Check every file's sha256 too.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Empty the cache of unpacked .tar.gz bundles (re-made on the next load).")
+    ] = False,
 ) -> None:
     """List exported bundles: name, version, methods and key held-out figures."""
     from workbench.bundle.catalog import list_bundles
     from workbench.core.formatting import fmt
 
+    if prune:
+        from workbench.bundle.extract_cache import prune_extract_cache
+        from workbench.core.paths import cache_dir
+
+        base = cache_dir("bundles")
+        done = prune_extract_cache(base, max_bytes=0, max_age_s=0)
+        typer.echo(f"removed {done.removed} unpacked archive(s), {done.freed_bytes / 1e6:.1f} MB, from {base}")
+        return
     entries = list_bundles(root, verify=verify)
     if not entries:
         typer.echo(f"no bundles under {root} (export one with `workbench export RUN_DIR`)")

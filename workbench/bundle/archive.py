@@ -1,26 +1,69 @@
-"""Bundle archives: a deterministic ``.tar.gz`` writer and an extractor that refuses anything unsafe.
+"""Bundle archives: a deterministic ``.tar.gz`` writer and a streaming extractor that refuses anything unsafe.
 
 :func:`write_archive` packs a bundle directory under one top folder with sorted entries, zero timestamps, owner 0 and
 fixed permissions (and no gzip timestamp or file name), so the same files always give the same archive bytes.
 
-:func:`extract_archive` never calls ``tarfile.extractall``. Before a byte is written it checks the archive's size on
-disk, then every member: only regular files and directories; no absolute path, no ``..``, no link of any kind, no
-device; one top folder; at most :data:`~workbench.bundle.schema.MAX_ARCHIVE_MEMBERS` members and a total unpacked
-size under the limit. Then it copies each file's bytes into a fresh directory, which replaces the target in one
-rename. The extracted directory still goes through :func:`~workbench.bundle.integrity.verify_bundle_dir`.
+:func:`scan_archive` and :func:`extract_archive` never call ``tarfile.extractall`` and never hold an unbounded amount
+of anything:
+
+* the archive's size on disk is checked before a byte is read;
+* the gzip stream is decompressed in bounded steps by :class:`_BoundedGunzip`, which counts every decompressed byte
+  — tar headers, GNU long names and pax records included — and refuses the archive as soon as the total passes the
+  unpacked cap or the ratio of decompressed to compressed bytes passes the ratio cap (a gzip bomb is refused after a
+  few MB, not after it has filled the disk);
+* a tar header that announces a long name or pax record over :data:`MAX_HEADER_BYTES` is refused before its data is
+  read (:class:`_BoundedTarInfo`);
+* **first pass** (:func:`scan_archive`): every member is checked — only regular files and directories, a safe
+  relative name under one top folder, no duplicate name, no name that is both a file and a folder, at most
+  :data:`~workbench.bundle.schema.MAX_ARCHIVE_MEMBERS` — and the manifest is read and checked
+  (:func:`~workbench.bundle.integrity.parse_manifest`); the members must be exactly the files it lists, each of its
+  recorded size. Nothing is written during this pass;
+* **second pass** (:func:`extract_archive`): each file is streamed into a fresh directory while its sha256 is
+  computed and compared with the manifest's; the directory replaces the target in one rename, and a refused
+  extraction leaves nothing behind.
+
+The extracted directory still goes through :func:`~workbench.bundle.integrity.verify_bundle_dir` when it is loaded.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import tarfile
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from workbench.bundle.integrity import safe_relative
-from workbench.bundle.schema import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_MEMBERS
+from workbench.bundle.integrity import parse_manifest, safe_relative
+from workbench.bundle.schema import MANIFEST, MAX_ARCHIVE_BYTES, MAX_ARCHIVE_MEMBERS, MAX_MANIFEST_BYTES
 from workbench.core.atomic import atomic_directory, atomic_write_bytes
 from workbench.core.errors import DataError
+
+MAX_UNPACKED_BYTES = 256 << 20
+"""Default cap on what an archive may decompress to, headers included (the quickstart bundle is about 7 MB)."""
+
+MAX_COMPRESSION_RATIO = 100.0
+"""Default cap on decompressed / compressed bytes (bundles compress 1.5–5×: PNG, ONNX and safetensors barely)."""
+
+RATIO_FLOOR_BYTES = 4 << 20
+"""The ratio cap applies once this much has been decompressed (tiny archives of JSON compress well and are harmless)."""
+
+MAX_HEADER_BYTES = 64 << 10
+"""Largest GNU long-name / long-link or pax header record accepted (a bundle's longest path is a few dozen bytes)."""
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """What an archive may cost: ``max_bytes`` on disk, ``max_unpacked`` decompressed (headers included), and a
+    decompressed / compressed ``max_ratio``."""
+
+    max_bytes: int = MAX_ARCHIVE_BYTES
+    max_unpacked: int = MAX_UNPACKED_BYTES
+    max_ratio: float = MAX_COMPRESSION_RATIO
 
 
 def write_archive(source: str | Path, target: str | Path, top: str) -> Path:
@@ -56,63 +99,239 @@ def check_archive_size(archive: Path, max_bytes: int) -> int:
     return size
 
 
-def extract_archive(archive: str | Path, target: str | Path, *, max_bytes: int = MAX_ARCHIVE_BYTES) -> Path:
-    """Safely unpack a bundle archive into ``target`` (see the module docstring); returns the bundle folder inside.
+class _Refused(Exception):
+    """A limit was passed inside tarfile's reading; carries the one-line reason out through tarfile."""
 
-    DataError naming the archive (and the member) for: a file over ``max_bytes``, an unreadable or non-gzip tar,
-    an unsafe or non-regular member, several top folders, too many members, or an unpacked size over ``max_bytes``.
-    """
+
+class _BoundedGunzip:
+    """A read-only gzip stream over a file that counts what it decompresses and stops at the limits.
+
+    ``read(n)`` returns at most ``n`` decompressed bytes, produced in steps of at most 1 MiB, and raises
+    :class:`_Refused` as soon as the total passes ``limits.max_unpacked``, or, past :data:`RATIO_FLOOR_BYTES`,
+    the decompressed / compressed ratio passes ``limits.max_ratio``. Concatenated gzip members are read in turn."""
+
+    def __init__(self, handle: Any, limits: ArchiveLimits) -> None:
+        self.handle = handle
+        self.limits = limits
+        self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.compressed = 0
+        self.total = 0
+        self.pending = b""
+        self.finished = False
+
+    def _more(self, want: int) -> bytes:
+        """Up to ``want`` more decompressed bytes (b"" at the end of the stream)."""
+        while True:
+            if self.inflater.unconsumed_tail:
+                data = self.inflater.unconsumed_tail
+            elif self.inflater.eof:
+                data = self.inflater.unused_data
+                if not data:
+                    data = self.handle.read(64 << 10)
+                    self.compressed += len(data)
+                if not data or not data.strip(b"\0"):  # the end, or the zero padding some writers add
+                    self.finished = True
+                    return b""
+                self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next gzip member
+            else:
+                data = self.handle.read(64 << 10)
+                self.compressed += len(data)
+                if not data:
+                    raise _Refused("the gzip stream ends early (truncated archive)")
+            out = self.inflater.decompress(data, min(want, _CHUNK))
+            if out:
+                self._count(len(out))
+                return out
+
+    def _count(self, size: int) -> None:
+        self.total += size
+        if self.total > self.limits.max_unpacked:
+            raise _Refused(f"unpacks to more than {self.limits.max_unpacked} bytes")
+        if self.total > RATIO_FLOOR_BYTES and self.total > self.limits.max_ratio * max(self.compressed, 1):
+            raise _Refused(
+                f"decompresses more than {self.limits.max_ratio:g}× its compressed size (a compression bomb?)"
+            )
+
+    def read(self, size: int = -1) -> bytes:
+        """At most ``size`` decompressed bytes (``-1``: to the end, still bounded by the limits)."""
+        want = size if size is not None and size >= 0 else self.limits.max_unpacked + 1
+        parts = [self.pending[:want]]
+        got = len(parts[0])
+        self.pending = self.pending[want:]
+        while got < want and not self.finished:
+            chunk = self._more(want - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile's member header, refusing a long-name / long-link or pax record over :data:`MAX_HEADER_BYTES` before
+    tarfile reads the record into memory (its ``_proc_member`` is where it does; the hook has been stable since
+    Python 2.6)."""
+
+    _EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, b"X")
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        if self.type in self._EXTENDED and self.size > MAX_HEADER_BYTES:
+            raise _Refused(f"a tar header record of {self.size} bytes (limit {MAX_HEADER_BYTES})")
+        return super()._proc_member(tar)  # type: ignore[misc]
+
+
+@dataclass
+class ArchiveScan:
+    """What the first pass found: the top folder, the file members (name below the top → size), the manifest's
+    bytes and parsed manifest."""
+
+    top: str
+    files: dict[str, int]
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    folders: set[str] = field(default_factory=set)
+
+
+_READ_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, gzip.BadGzipFile, UnicodeError)
+
+
+def _open_stream(archive: Path, handle: Any, limits: ArchiveLimits) -> tarfile.TarFile:
+    try:
+        return tarfile.open(fileobj=_BoundedGunzip(handle, limits), mode="r|", tarinfo=_BoundedTarInfo)
+    except _Refused:
+        raise
+    except _READ_ERRORS as exc:
+        raise DataError(f"not a readable .tar.gz ({type(exc).__name__}: {exc})", str(archive)) from None
+
+
+def _relative(member: tarfile.TarInfo, where: str) -> tuple[str, str]:
+    """``(top folder, path below it)`` of a checked member name."""
+    name = member.name.rstrip("/") if member.isdir() else member.name
+    safe_relative(name, f"{where}: member {member.name[:200]!r}")
+    top, _, rest = name.partition("/")
+    return top, rest
+
+
+def scan_archive(archive: str | Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveScan:
+    """First pass over a bundle archive (see the module docstring); nothing is written. DataError (one line naming the
+    archive, and the member when one is at fault) on anything refused."""
     archive = Path(archive)
     where = str(archive)
-    check_archive_size(archive, max_bytes)
+    check_archive_size(archive, limits.max_bytes)
+    files: dict[str, int] = {}
+    folders: set[str] = set()
+    tops: set[str] = set()
+    seen: set[str] = set()
+    manifest_bytes: bytes | None = None
+    count = 0
     try:
-        tar = tarfile.open(archive, mode="r:gz")  # noqa: SIM115 (closed by the `with tar` below)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise DataError(f"not a readable .tar.gz ({exc})", where) from None
-    with tar:
-        members = _checked_members(tar, where, max_bytes)
-        tops = {m.name.split("/", 1)[0] for m in members}
-        if len(tops) != 1:
-            raise DataError(f"expected one top folder, found {sorted(tops)}", where)
-        target = Path(target)
-        with atomic_directory(target) as tmp:
-            for member in members:
-                relative = member.name.split("/", 1)[1] if "/" in member.name else ""
-                if not relative:
-                    continue
-                destination = tmp / relative
+        with open(archive, "rb") as handle, _open_stream(archive, handle, limits) as tar:
+            for member in tar:
+                count += 1
+                if count > MAX_ARCHIVE_MEMBERS:
+                    raise DataError(f"more than {MAX_ARCHIVE_MEMBERS} members", where)
+                if member.issym() or member.islnk():
+                    raise DataError(f"member {member.name[:200]!r} is a link: not allowed", where)
+                if not (member.isfile() or member.isdir()):
+                    raise DataError(f"member {member.name[:200]!r} is not a regular file or directory", where)
+                top, rest = _relative(member, where)
+                tops.add(top)
+                if len(tops) > 1:
+                    raise DataError(f"expected one top folder, found {sorted(tops)[:3]}", where)
+                if rest in seen:
+                    raise DataError(f"member {member.name[:200]!r} appears twice", where)
+                seen.add(rest)
                 if member.isdir():
-                    destination.mkdir(parents=True, exist_ok=True)
+                    if rest in files:
+                        raise DataError(f"member {member.name[:200]!r} is both a file and a folder", where)
+                    if rest:
+                        folders.add(rest)
                     continue
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    handle = tar.extractfile(member)
-                    data = handle.read() if handle is not None else b""
-                except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-                    raise DataError(f"corrupt archive at {member.name!r} ({exc})", where) from None
-                if len(data) != member.size:
-                    raise DataError(f"member {member.name!r} is truncated", where)
-                destination.write_bytes(data)
+                if not rest:
+                    raise DataError(f"member {member.name[:200]!r} is a file in place of the top folder", where)
+                if rest in folders:
+                    raise DataError(f"member {member.name[:200]!r} is both a file and a folder", where)
+                parents = rest.split("/")[:-1]
+                above = ["/".join(parents[: i + 1]) for i in range(len(parents))]
+                if any(p in files for p in above):
+                    raise DataError(f"member {member.name[:200]!r} lies below a file of the same name", where)
+                folders.update(above)
+                files[rest] = member.size
+                if rest == MANIFEST:
+                    if member.size > MAX_MANIFEST_BYTES:
+                        raise DataError(f"manifest.json is {member.size} bytes (limit {MAX_MANIFEST_BYTES})", where)
+                    reader = tar.extractfile(member)
+                    manifest_bytes = reader.read() if reader is not None else b""
+    except _Refused as exc:
+        raise DataError(str(exc), where) from None
+    except _READ_ERRORS as exc:
+        raise DataError(f"corrupt archive ({type(exc).__name__}: {exc})", where) from None
+    if manifest_bytes is None:
+        raise DataError("the archive holds no manifest.json in its top folder", where)
+    manifest = parse_manifest(manifest_bytes, f"{where}: {MANIFEST}")
+    _check_against_manifest(files, manifest, where)
+    return ArchiveScan(next(iter(tops)), files, manifest_bytes, manifest, folders)
+
+
+def _check_against_manifest(files: dict[str, int], manifest: dict[str, Any], where: str) -> None:
+    """The archive's files must be exactly the manifest's, each of its recorded size."""
+    listed = manifest["files"]
+    present = {name: size for name, size in files.items() if name != MANIFEST}
+    extra = sorted(set(present) - set(listed))
+    if extra:
+        raise DataError(f"file(s) not listed in the manifest: {', '.join(extra[:5])}", where)
+    missing = sorted(set(listed) - set(present))
+    if missing:
+        raise DataError(f"file(s) listed in the manifest but missing: {', '.join(missing[:5])}", where)
+    for name, size in sorted(present.items()):
+        if size != listed[name]["size"]:
+            raise DataError(f"member {name!r} is {size} bytes, the manifest says {listed[name]['size']}", where)
+
+
+def extract_archive(
+    archive: str | Path, target: str | Path, *, limits: ArchiveLimits = ArchiveLimits(), scan: ArchiveScan | None = None
+) -> Path:
+    """Safely unpack a bundle archive into ``target`` (see the module docstring; ``scan`` is the first pass when the
+    caller already made it); returns ``target``. DataError naming the archive (and the member) on anything refused,
+    with nothing left at ``target`` (an existing ``target`` is replaced only by a complete, verified extraction)."""
+    archive = Path(archive)
+    where = str(archive)
+    scan = scan or scan_archive(archive, limits)
+    listed = scan.manifest["files"]
+    target = Path(target)
+    try:
+        with (
+            open(archive, "rb") as handle,
+            _open_stream(archive, handle, limits) as tar,
+            atomic_directory(target) as tmp,
+        ):
+            for folder in sorted(scan.folders):
+                (tmp / folder).mkdir(parents=True, exist_ok=True)
+            for member in tar:
+                _, rest = _relative(member, where)
+                if not member.isfile():
+                    continue
+                if scan.files.get(rest) != member.size:  # the archive changed between the passes
+                    raise DataError(f"member {member.name[:200]!r} differs from the first pass", where)
+                _write_member(tar, member, tmp / rest, listed.get(rest), where)
+    except _Refused as exc:
+        raise DataError(str(exc), where) from None
+    except _READ_ERRORS as exc:
+        raise DataError(f"corrupt archive ({type(exc).__name__}: {exc})", where) from None
     return target
 
 
-def _checked_members(tar: tarfile.TarFile, where: str, max_bytes: int) -> list[tarfile.TarInfo]:
-    """Every member, checked (type, path, count, total size) before anything is extracted."""
-    members: list[tarfile.TarInfo] = []
-    total = 0
-    try:
-        for member in tar:
-            members.append(member)
-            if len(members) > MAX_ARCHIVE_MEMBERS:
-                raise DataError(f"more than {MAX_ARCHIVE_MEMBERS} members", where)
-            if member.issym() or member.islnk():
-                raise DataError(f"member {member.name!r} is a link: not allowed", where)
-            if not (member.isfile() or member.isdir()):
-                raise DataError(f"member {member.name!r} is not a regular file or directory", where)
-            safe_relative(member.name.rstrip("/") if member.isdir() else member.name, f"{where}: {member.name}")
-            total += member.size
-            if total > max_bytes:
-                raise DataError(f"unpacks to more than {max_bytes} bytes", where)
-    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-        raise DataError(f"corrupt archive ({exc})", where) from None
-    return members
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, destination: Path, record: Any, where: str) -> None:
+    """Stream one file member to ``destination``, checking its size and (when listed) its sha256 as it goes."""
+    reader = tar.extractfile(member)
+    digest = hashlib.sha256()
+    written = 0
+    with open(destination, "xb") as out:
+        while reader is not None and (block := reader.read(_CHUNK)):
+            digest.update(block)
+            written += len(block)
+            out.write(block)
+    if written != member.size:
+        raise DataError(f"member {member.name[:200]!r} is truncated", where)
+    if record is not None and digest.hexdigest() != record["sha256"]:
+        raise DataError(f"member {member.name[:200]!r}: sha256 differs from the manifest's (altered)", where)

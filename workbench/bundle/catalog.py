@@ -25,16 +25,18 @@ class BundleEntry:
 
 
 def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
+    """τ and the chosen router's routed quality; the metrics block is free-form provenance, so read defensively."""
     out: dict[str, Any] = {}
     decision = manifest.get("decision") or {}
     if decision:
         out["tau"] = decision.get("tau")
     routing = (manifest.get("metrics") or {}).get("routing")
-    if routing:
-        row = next((r for r in routing["rows"] if r["router"] == routing["chosen"]), None)
+    rows = routing.get("rows") if isinstance(routing, dict) else None
+    if isinstance(rows, list):
+        row = next((r for r in rows if isinstance(r, dict) and r.get("router") == routing.get("chosen")), None)
         if row:
-            out["routed_contains"] = row["contains"]
-            out["retrieval_rate"] = row["retrieval_rate"]
+            out["routed_contains"] = row.get("contains")
+            out["retrieval_rate"] = row.get("retrieval_rate")
     return out
 
 

@@ -31,15 +31,11 @@ from typing import Any
 
 from workbench.bundle.archive import write_archive
 from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
+from workbench.bundle.manifest import content_digest
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.core.atomic import atomic_directory, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
-
-DIGEST_EXCLUDES = ("created", "workbench", "recipe", "name", "version", "content_sha256", "files")
-"""Manifest fields outside the content digest: the provenance of the export (when, by which workbench, from which
-resolved recipe — a run re-run with another report directory is the same content) and the file table's card entry.
-Everything the runtime reads is inside it."""
 
 PROVENANCE = ("created", "workbench", "recipe")
 """Kept from the first export of the same content, so an unchanged re-export is byte-identical."""
@@ -326,11 +322,6 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     return blocks
 
 
-def _content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
-    body = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDES}
-    return stable_hash([body, {k: v for k, v in files.items() if k != "README.md"}], length=64)
-
-
 def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     try:
         manifest = read_manifest(path)
@@ -429,7 +420,7 @@ def export_run(
             manifest["models"]["nli"]["weights_sha256"] = weights_digest(config.nli.model)
         _write_plots(manifest, staging)
         files = file_table(staging, [p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()])
-        digest = _content_digest(manifest, files)
+        digest = content_digest(manifest, files)
         version, created, unchanged = _pick_version(bundle_root, version, digest, force)
         manifest.update({"version": version, "created": created, "content_sha256": digest})
         if unchanged:  # keep the first export's provenance, so the manifest (and the archive) stay byte-identical

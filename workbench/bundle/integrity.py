@@ -11,12 +11,12 @@ one :class:`~workbench.core.errors.DataError` naming the file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from workbench.bundle.manifest import referenced_files
 from workbench.bundle.schema import ALLOWED_SUFFIXES, MANIFEST, MAX_MANIFEST_BYTES, check_schema
 from workbench.core.errors import DataError
 
@@ -53,24 +53,48 @@ def file_table(root: Path, names: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The parsed manifest of the bundle at ``root`` (size-capped, regular file, JSON object, readable schema)."""
+    """The parsed manifest of the bundle at ``root``: a regular file under the size cap, strict JSON (no duplicate
+    keys, NaN or runaway nesting), a readable schema, every block typed (:mod:`workbench.bundle.manifest`) and its
+    ``content_sha256`` recomputed. DataError (one line naming the file and field) otherwise."""
     path = root / MANIFEST
     where = str(path)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         raise DataError("no manifest.json: not a bundle directory", str(root)) from None
+    except OSError as exc:
+        raise DataError(f"cannot read manifest.json ({type(exc).__name__})", where) from None
     if not stat.S_ISREG(info.st_mode):
         raise DataError("manifest.json is not a regular file", where)
     if info.st_size > MAX_MANIFEST_BYTES:
         raise DataError(f"manifest.json is {info.st_size} bytes (limit {MAX_MANIFEST_BYTES})", where)
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"manifest.json is not valid JSON ({exc})", where) from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read manifest.json ({type(exc).__name__})", where) from None
+    return parse_manifest(data, where)
+
+
+def manifest_notes(manifest: dict[str, Any], where: str) -> list[str]:
+    """What a reader should know about an accepted manifest: a newer minor schema, fields this workbench ignores."""
+    from workbench.bundle.manifest import check_manifest
+
+    return check_schema(manifest, where) + check_manifest(manifest, where)
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """A manifest from its bytes (what :func:`read_manifest` checks, for a manifest read out of an archive too)."""
+    from workbench.bundle.manifest import check_content_digest, check_manifest
+    from workbench.core.strict_json import loads_strict
+
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise DataError(f"manifest.json is over the limit of {MAX_MANIFEST_BYTES} bytes", where)
+    manifest = loads_strict(data, where)
     if not isinstance(manifest, dict):
         raise DataError("manifest.json must hold a JSON object", where)
     check_schema(manifest, where)
+    check_manifest(manifest, where)
+    check_content_digest(manifest, where)
     return manifest
 
 
@@ -116,6 +140,12 @@ def verify_bundle_dir(root: str | Path) -> dict[str, Any]:
             raise DataError(f"size {entries[name].st_size} differs from the manifest's {record.get('size')}", where)
         if file_digest(root / name) != record["sha256"]:
             raise DataError("sha256 differs from the manifest's: the file was altered", where)
+    for name, value in referenced_files(manifest):
+        if not isinstance(value, str) or value not in listed:
+            shown = repr(value)[:200]
+            raise DataError(
+                f"'{name}' names {shown}, which is not a file the manifest lists (and verifies)", str(root / MANIFEST)
+            )
     check_gold_free(manifest, str(root / MANIFEST))
     return manifest
 

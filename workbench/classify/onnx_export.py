@@ -138,23 +138,87 @@ class OnnxClassifier:
 
     kind = "onnx"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, source: str | Path | bytes, where: str | None = None) -> None:
         import onnxruntime
 
+        if isinstance(source, bytes):
+            data, where = source, where or "classifier.onnx"
+        else:
+            where = where or str(source)
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise DataError(f"cannot read the ONNX graph ({type(exc).__name__})", where) from None
+        check_self_contained(data, where)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         try:
-            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
-            raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", str(path)) from None
+            raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", where) from None
+        self.where = where
+        inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
+        if [i.name for i in inputs] != [INPUT_NAME] or OUTPUT_NAME not in [o.name for o in outputs]:
+            raise DataError(
+                f"the graph must take one input {INPUT_NAME!r} and give {OUTPUT_NAME!r}, got inputs "
+                f"{[i.name for i in inputs]} and outputs {[o.name for o in outputs]}",
+                where,
+            )
+        shape = inputs[0].shape
+        if len(shape) != 2:
+            raise DataError(f"the graph's input {INPUT_NAME!r} must be [batch, features], got {shape}", where)
         meta = self.session.get_modelmeta().custom_metadata_map
-        self.feature_names = tuple(json.loads(meta["feature_names"])) if "feature_names" in meta else ()
-        width = self.session.get_inputs()[0].shape[1]
+        from workbench.core.strict_json import loads_strict
+
+        names = (
+            loads_strict(meta["feature_names"], f"{where}: feature_names metadata") if "feature_names" in meta else []
+        )
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise DataError("the graph's feature_names metadata must be a list of names", where)
+        self.feature_names = tuple(names)
+        width = shape[1]
         self.n_features = width if isinstance(width, int) else len(self.feature_names) or None
 
     def predict_proba(self, X: object) -> np.ndarray:
         """P(correct) for the raw feature rows ``X``; DataError on a malformed matrix or the wrong width."""
         arr = as_features(X, n_features=self.n_features)
-        (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
-        return np.asarray(out, dtype=np.float64).reshape(-1)
+        try:
+            (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
+        except Exception as exc:  # a graph that loads but cannot run on its declared input
+            raise DataError(f"the ONNX graph failed to run ({str(exc).splitlines()[0]})", self.where) from None
+        out = np.asarray(out, dtype=np.float64).reshape(-1)
+        if out.shape != (arr.shape[0],):
+            raise DataError(f"the ONNX graph gave {out.size} values for {arr.shape[0]} rows", self.where)
+        return out
+
+
+def check_self_contained(data: bytes, where: str) -> None:
+    """Refuse an ONNX graph that stores any tensor outside itself (external data: a file path the runtime would open,
+    or an in-memory marker). A decision classifier is a few hundred numbers; it never needs external data."""
+    import onnx
+
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise DataError(f"not an ONNX graph ({type(exc).__name__})", where) from None
+    graphs = [proto.graph]
+    tensors = []
+    while graphs:
+        graph = graphs.pop()
+        tensors.extend(graph.initializer)
+        tensors.extend(s.values for s in graph.sparse_initializer)
+        tensors.extend(s.indices for s in graph.sparse_initializer)
+        for node in graph.node:
+            for attribute in node.attribute:
+                tensors.extend([attribute.t, *attribute.tensors] if attribute.HasField("t") else attribute.tensors)
+                graphs.extend([attribute.g, *attribute.graphs] if attribute.HasField("g") else attribute.graphs)
+    for function in proto.functions:
+        for node in function.node:
+            for attribute in node.attribute:
+                tensors.extend([attribute.t, *attribute.tensors] if attribute.HasField("t") else attribute.tensors)
+    external = [
+        t.name or "(unnamed)" for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data
+    ]
+    if external:
+        raise DataError(f"the ONNX graph keeps tensor(s) {external[:5]} in external data: not allowed", where)

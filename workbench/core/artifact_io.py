@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,10 @@ def write_artifact(path: str | Path, payload: dict[str, Any], tensors: dict[str,
     return written
 
 
+MAX_ARTIFACT_JSON_BYTES = 256 << 20
+"""Largest artifact JSON read (the workbench's own are a few MB at most: tensors live in the safetensors file)."""
+
+
 def read_artifact(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(payload, tensors)`` of an artifact written by :func:`write_artifact`; DataError on anything malformed.
 
@@ -69,11 +74,33 @@ def read_artifact(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     path = Path(path)
     where = str(path)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_ARTIFACT_JSON_BYTES + 1)
     except FileNotFoundError:
         raise DataError("file not found", where) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise DataError(f"not a readable JSON artifact ({type(exc).__name__}: {exc})", where) from None
+
+    def sibling(name: str) -> bytes:
+        try:
+            return (path.parent / name).read_bytes()
+        except OSError:
+            raise DataError(f"tensor file {name} is missing", where) from None
+
+    return parse_artifact(data, where, sibling)
+
+
+def parse_artifact(
+    data: bytes, where: str, read_sibling: Callable[[str], bytes]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(payload, tensors)`` from an artifact's JSON bytes; ``read_sibling(name)`` returns the bytes of the tensor
+    file the JSON names (a bundle loader passes a reader of verified bytes). The JSON is read strictly (no duplicate
+    keys, NaN or runaway nesting: :mod:`workbench.core.strict_json`); DataError naming ``where`` on anything wrong."""
+    from workbench.core.strict_json import loads_strict
+
+    if len(data) > MAX_ARTIFACT_JSON_BYTES:
+        raise DataError(f"artifact JSON over the limit of {MAX_ARTIFACT_JSON_BYTES} bytes", where)
+    payload = loads_strict(data, where)
     envelope_check(payload, where)
     reference = payload.pop(TENSORS_KEY, None)
     if reference is None:
@@ -83,12 +110,9 @@ def read_artifact(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     name = reference["file"]
     if not isinstance(name, str) or Path(name).name != name or not name.endswith(".safetensors"):
         raise DataError(f"tensor file {name!r} must be a .safetensors file next to the JSON", where)
-    try:
-        blob = (path.parent / name).read_bytes()
-    except OSError:
-        raise DataError(f"tensor file {name} is missing", where) from None
+    blob = read_sibling(name)
     if hashlib.sha256(blob).hexdigest() != reference["sha256"]:
-        raise DataError(f"{name} does not match the sha256 recorded in {path.name}", where)
+        raise DataError(f"{name} does not match the sha256 recorded in {Path(where).name}", where)
     from safetensors.numpy import load
 
     try:

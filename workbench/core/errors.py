@@ -17,9 +17,22 @@ class WorkbenchError(Exception):
     """
 
     def __init__(self, what: str, where: str | None = None) -> None:
-        self.what = what
-        self.where = where
-        super().__init__(f"{where}: {what}" if where else what)
+        self.what = one_line(what)
+        self.where = one_line(where) if where is not None else None
+        super().__init__(f"{self.where}: {self.what}" if self.where else self.what)
+
+
+MAX_MESSAGE_CHARS = 1000
+"""Longest ``what`` or ``where`` kept in an error (a message quoting a crafted 10 MB value stays readable)."""
+
+
+def one_line(text: object) -> str:
+    """``text`` as one printable line: line breaks and other control characters escaped (a key or value read from
+    a file may hold them), cut to :data:`MAX_MESSAGE_CHARS` characters."""
+    line = "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in str(text)
+    )
+    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
 class ConfigError(WorkbenchError):

@@ -26,12 +26,12 @@ kind                   class                                                    
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.core.artifact_io import envelope_check, read_artifact, write_artifact
+from workbench.core.artifact_io import envelope_check, parse_artifact, read_artifact, write_artifact
 from workbench.core.errors import DataError
 
 LEARNED_KINDS: dict[str, str] = {
@@ -71,10 +71,18 @@ def learned_from_dict(d: Any, expect: Iterable[str] | None = None, where: str = 
     if allowed is not None and kind not in allowed:
         raise DataError(f"expected a {' or '.join(sorted(allowed))} artifact, got kind {kind!r}", where)
     cls = _class_of(kind, where)
+    return _built(lambda: cls.from_dict(d), kind, where)
+
+
+def _built(make: Callable[[], Any], kind: str, where: str) -> Any:
+    """``make()``, with any error a malformed file can cause turned into one DataError naming the file."""
     try:
-        return cls.from_dict(d)
+        return make()
     except DataError as exc:  # say which file the malformed dict came from
         raise DataError(exc.what if exc.where is None else f"{exc.where}: {exc.what}", where) from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        # a value of the wrong type or shape deep inside a learned file: still one line, never a traceback
+        raise DataError(f"malformed {kind} artifact ({type(exc).__name__}: {exc})", where) from None
 
 
 def save_learned(obj: Any, path: str | Path) -> list[Path]:
@@ -90,13 +98,25 @@ def load_learned(path: str | Path, expect: Iterable[str] | None = None) -> Any:
     """Read an artifact written by :func:`save_learned` (sha256 of its tensor file checked); ``expect`` restricts
     the kinds accepted. DataError naming the file on anything wrong."""
     payload, tensors = read_artifact(path)
-    if tensors:
-        where = str(path)
-        cls = _class_of(payload["kind"], where)
-        if expect is not None and payload["kind"] not in set(expect):
-            raise DataError(f"expected a {' or '.join(sorted(expect))} artifact, got kind {payload['kind']!r}", where)
-        return cls.from_dict(payload, tensors=tensors)
-    return learned_from_dict(payload, expect, str(path))
+    return _learned_from(payload, tensors, expect, str(path))
+
+
+def load_learned_bytes(
+    data: bytes, where: str, read_sibling: Callable[[str], bytes], expect: Iterable[str] | None = None
+) -> Any:
+    """:func:`load_learned` from the JSON's bytes; ``read_sibling(name)`` gives the bytes of the tensor file it names
+    (how a bundle loader reads only bytes whose sha256 it has just checked)."""
+    payload, tensors = parse_artifact(data, where, read_sibling)
+    return _learned_from(payload, tensors, expect, where)
+
+
+def _learned_from(payload: dict[str, Any], tensors: dict[str, Any], expect: Iterable[str] | None, where: str) -> Any:
+    if not tensors:
+        return learned_from_dict(payload, expect, where)
+    cls = _class_of(payload["kind"], where)
+    if expect is not None and payload["kind"] not in set(expect):
+        raise DataError(f"expected a {' or '.join(sorted(expect))} artifact, got kind {payload['kind']!r}", where)
+    return _built(lambda: cls.from_dict(payload, tensors=tensors), payload["kind"], where)
 
 
 @dataclass

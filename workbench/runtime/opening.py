@@ -1,32 +1,22 @@
 """Open a bundle (a directory or a ``.tar.gz``), verify it, and read its learned parts — nothing else runs.
 
-:func:`open_bundle` unpacks an archive safely (into the cache, keyed by the archive's sha256, reused when already
-unpacked and still intact) and verifies the directory (:func:`~workbench.bundle.integrity.verify_bundle_dir`: every
-file's size and sha256 before anything is parsed). :func:`read_learned_parts` then parses the learned files through
-the learned-artifact protocol into the same :class:`~workbench.methods.learned.LearnedParts` the evaluation stage
-builds from a run, so both answer with one implementation.
+:func:`open_bundle` unpacks an archive safely (:mod:`workbench.bundle.extract_cache`: keyed by the archive's sha256,
+reused only when the cached copy still matches the archive) and verifies the directory
+(:func:`~workbench.bundle.integrity.verify_bundle_dir`: the typed manifest, its content digest, every file's size and
+sha256, every file a block names listed). :func:`read_learned_parts` then parses the learned files — each read once
+through :class:`~workbench.bundle.files.BundleFiles`, its bytes checked against the manifest — through the
+learned-artifact protocol into the same :class:`~workbench.methods.learned.LearnedParts` the evaluation stage builds
+from a run, so both answer with one implementation; the ONNX graph and the numpy weights must agree.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from workbench.bundle.archive import ArchiveLimits
 from workbench.bundle.integrity import verify_bundle_dir
-from workbench.bundle.schema import check_schema
 from workbench.core.errors import DataError
-
-
-def _archive_digest(path: Path, max_bytes: int) -> str:
-    from workbench.bundle.archive import check_archive_size
-
-    check_archive_size(path, max_bytes)  # before reading a byte of it
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def latest_version(name_dir: Path) -> Path:
@@ -39,64 +29,104 @@ def latest_version(name_dir: Path) -> Path:
     return versions[-1][1]
 
 
-def open_bundle(path: str | Path, *, max_bytes: int, extract_dir: str | Path | None = None) -> tuple[Path, dict, list]:
+def open_bundle(
+    path: str | Path, *, limits: ArchiveLimits | None = None, extract_dir: str | Path | None = None
+) -> tuple[Path, dict, list]:
     """``(bundle directory, manifest, notes)`` of a verified bundle; DataError (one line, naming the file) otherwise.
 
-    ``path`` is a version directory, a bundle's name directory (its highest version is taken) or a ``.tar.gz``."""
+    ``path`` is a version directory, a bundle's name directory (its highest version is taken) or a ``.tar.gz``
+    (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``)."""
+    from workbench.bundle.integrity import manifest_notes
+
     path = Path(path)
+    limits = limits or ArchiveLimits()
     if path.is_dir() and not (path / "manifest.json").exists():
         path = latest_version(path)
     if path.is_dir():
         root = path
+        manifest = verify_bundle_dir(root)
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
-        from workbench.bundle.archive import extract_archive
+        from workbench.bundle.extract_cache import unpacked
         from workbench.core.paths import cache_dir
 
-        digest = _archive_digest(path, max_bytes)
         base = Path(extract_dir) if extract_dir is not None else cache_dir("bundles")
-        root = base / digest[:32]
-        if root.is_dir():
-            try:
-                manifest = verify_bundle_dir(root)
-                return root, manifest, check_schema(manifest, str(root))
-            except DataError:  # an unpacked copy that was altered since: unpack again
-                pass
-        extract_archive(path, root, max_bytes=max_bytes)
+        root, manifest = unpacked(path, base, limits)
     elif not path.exists():
         raise DataError("no such bundle (a bundle directory or a .tar.gz archive)", str(path))
     else:
         raise DataError("not a bundle: expected a directory or a .tar.gz archive", str(path))
-    manifest = verify_bundle_dir(root)
-    return root, manifest, check_schema(manifest, str(root))
+    return root, manifest, manifest_notes(manifest, str(root / "manifest.json"))
+
+
+AGREEMENT_TOLERANCE = 1e-5
+"""Largest |ΔP(correct)| accepted between the numpy weights and the ONNX graph (float32 arithmetic in the graph)."""
+
+
+def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, where: str) -> None:
+    """Refuse a bundle whose ONNX graph and numpy weights disagree: both are run on the calibrated images of the fit
+    split's medians and of the ends of its ranges, and on a fixed set of points of the calibrated cube; any |ΔP| above
+    :data:`AGREEMENT_TOLERANCE` is a DataError (a graph swapped for another of the same signature)."""
+    import numpy as np
+
+    features = list(calibrators.features)
+    raw = [[calibrators.medians.get(f, 0.0) for f in features]]
+    if calibrators.ranges:
+        for end in (0, 1):
+            raw.append(
+                [calibrators.ranges[f][end] if f in calibrators.ranges else raw[0][j] for j, f in enumerate(features)]
+            )
+    grid = np.random.default_rng(0).random((16, len(features)))  # fixed: the same points on every load
+    try:
+        points = calibrators.transform(np.asarray(raw, dtype=float))
+        points = np.vstack([points, grid, np.zeros((1, len(features))), np.ones((1, len(features)))])
+        gap = float(np.max(np.abs(numpy_model.predict_proba(points) - onnx_model.predict_proba(points))))
+    except (ValueError, TypeError, IndexError, FloatingPointError) as exc:  # weights of the wrong shape or type
+        raise DataError(
+            f"the decision's learned files cannot be evaluated ({type(exc).__name__}: {exc})", where
+        ) from None
+    if not gap <= AGREEMENT_TOLERANCE:
+        raise DataError(
+            f"the ONNX classifier and the numpy classifier disagree (max |ΔP(correct)| {gap:.3g} on check points): "
+            "one of them is not the classifier the run fitted",
+            where,
+        )
 
 
 def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "numpy") -> Any:
     """D²-RAG's :class:`~workbench.methods.learned.LearnedParts` from a verified bundle (None without a decision).
 
-    ``classifier`` picks the numpy weights (``learned/classifier.json``) or the ONNX graph (ONNX Runtime)."""
+    Every file is read through :class:`~workbench.bundle.files.BundleFiles` (listed in the manifest, bytes checked
+    against its sha256). Both classifiers are read and compared (:func:`check_backends_agree`); ``classifier`` picks
+    which one answers: the numpy weights (``learned/classifier.json``) or the ONNX graph (ONNX Runtime)."""
+    from workbench.bundle.files import BundleFiles
+    from workbench.classify.onnx_export import OnnxClassifier
     from workbench.classify.policy import check_tau
-    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts, load_learned
+    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
     from workbench.uncertainty.calculators import StatSettings
 
     decision = manifest.get("decision")
     if not decision:
         return None
     where = str(root / "manifest.json")
-    files = decision.get("files", {})
-    calibrators = load_learned(root / files["calibrators"], expect={"calibrator_set"})
+    files = BundleFiles(root, manifest)
+    paths = decision["files"]
+    calibrators = files.learned(paths["calibrators"], "decision.files.calibrators", {"calibrator_set"})
     if list(calibrators.features) != list(decision["features"]):
         raise DataError("the calibrators' features differ from the manifest's decision features", where)
-    if classifier == "onnx":
-        from workbench.classify.onnx_export import OnnxClassifier
-
-        model = OnnxClassifier(root / files["classifier_onnx"])
-    else:
-        model = load_learned(root / files["classifier"], expect=CLASSIFIER_KINDS)
-    lars = load_learned(root / files["lars"], expect={"lars"}) if "lars" in files else None
+    numpy_model = files.learned(paths["classifier"], "decision.files.classifier", CLASSIFIER_KINDS)
+    onnx_bytes = files.read(paths["classifier_onnx"], "decision.files.classifier_onnx")
+    onnx_model = OnnxClassifier(onnx_bytes, str(root / paths["classifier_onnx"]))
+    for name, model in (("classifier", numpy_model), ("classifier_onnx", onnx_model)):
+        names = tuple(getattr(model, "feature_names", ()) or ())
+        if names and names != tuple(decision["features"]):
+            raise DataError(f"decision.files.{name} was fitted on features {list(names)}, not the decision's", where)
+    check_backends_agree(calibrators, numpy_model, onnx_model, where)
+    model = onnx_model if classifier == "onnx" else numpy_model
+    lars = files.learned(paths["lars"], "decision.files.lars", {"lars"}) if paths.get("lars") else None
     utility_block = manifest.get("utility") or {}
     utility = None
     if utility_block.get("kind") == "learned":
-        utility = load_learned(root / utility_block["file"], expect=UTILITY_KINDS)
+        utility = files.learned(utility_block["file"], "utility.file", UTILITY_KINDS)
     stats = manifest.get("stats") or {}
     settings = StatSettings.from_dict(stats["settings"], f"{where}: stats.settings") if stats.get("settings") else None
     tau = check_tau(decision["tau"], f"{where}: decision.tau")

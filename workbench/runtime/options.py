@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from workbench.bundle.archive import MAX_COMPRESSION_RATIO, MAX_UNPACKED_BYTES
 from workbench.bundle.schema import MAX_ARCHIVE_BYTES
 from workbench.core.config import LocatedYAML, build_dataclass, doc
 from workbench.core.errors import ConfigError
@@ -38,7 +39,12 @@ class RuntimeOptions:
     corpus: str | None = doc("a .jsonl/.json/.parquet passage file (doc_id, title, text) instead of the bundle's", None)
     allow_corpus_mismatch: bool = doc("accept a corpus whose fingerprint differs from the manifest's", False)
     methods: dict[str, dict] = doc("per-method option overrides, e.g. {dtr: {tau: 1.2}}", {})
-    max_archive_bytes: int = doc("largest archive (and unpacked size) accepted", MAX_ARCHIVE_BYTES)
+    max_archive_bytes: int = doc("largest archive accepted, in bytes on disk", MAX_ARCHIVE_BYTES)
+    max_unpacked_bytes: int = doc("most bytes an archive may decompress to, tar headers included", MAX_UNPACKED_BYTES)
+    max_compression_ratio: float = doc(
+        "most decompressed bytes per compressed byte (checked past 4 MiB: refuses compression bombs early)",
+        MAX_COMPRESSION_RATIO,
+    )
     extract_dir: str | None = doc("where archives are unpacked (null: the workbench cache)", None)
 
 
@@ -53,6 +59,7 @@ def runtime_options(overrides: dict[str, Any] | RuntimeOptions | None) -> Runtim
     options = build_dataclass(RuntimeOptions, overrides, LocatedYAML(overrides, {}, "overrides"))
     if options.batch_size is not None and options.batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {options.batch_size}", "overrides.batch_size")
-    if options.max_archive_bytes < 1:
-        raise ConfigError("max_archive_bytes must be >= 1", "overrides.max_archive_bytes")
+    for name in ("max_archive_bytes", "max_unpacked_bytes", "max_compression_ratio"):
+        if not getattr(options, name) >= 1:
+            raise ConfigError(f"{name} must be >= 1", f"overrides.{name}")
     return options

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,7 @@ class Runtime:
     """A loaded bundle (see the module docstring). Thread-safe: one answer (or batch) runs at a time."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], options: RuntimeOptions, notes: list[str]) -> None:
+        from workbench.bundle.files import BundleFiles
         from workbench.runtime.opening import read_learned_parts
 
         self.root = root
@@ -89,6 +90,7 @@ class Runtime:
         if not isinstance(methods, dict) or not methods:
             raise DataError("the manifest lists no methods", str(root / "manifest.json"))
         self.methods: tuple[str, ...] = tuple(methods)
+        self.files = BundleFiles(root, manifest)
         self.method_options = self._method_options(methods)
         try:
             self.learned = read_learned_parts(root, manifest, options.classifier)
@@ -175,7 +177,8 @@ class Runtime:
                     dict(self.method_options[name]),
                     self.learned,
                     utility_fallback="none",
-                    distilled_adapter=self.root / adapter["file"] if adapter else None,
+                    # its bytes (and its tensor file's) re-checked against the manifest right before it is read
+                    distilled_adapter=self.files.path(adapter["file"], "controller_adapter.file") if adapter else None,
                 )
             return self._built[name]
 
@@ -191,7 +194,7 @@ class Runtime:
         :class:`~workbench.classify.policy.Decision` (p_correct, retrieve, calibrated u). No model is needed."""
         if self.policy is None:
             raise ConfigError("this bundle has no retrieval-decision policy (no d2rag)", "decide")
-        return self.policy.decide(raw_features)
+        return self.policy.decide(checked_features(raw_features, self.policy.features))
 
     def answer(self, question: str, method: str | None = None) -> RuntimeAnswer:
         """Answer one question with ``method`` (see :meth:`method` for the default)."""
@@ -295,8 +298,10 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
     refused: a tampered, missing or extra file, an unsafe archive, a gold-using feature or method, a newer schema
     major, or prompts that differ from the features' collection.
     """
+    from workbench.bundle.archive import ArchiveLimits
     from workbench.runtime.opening import open_bundle
 
     options = runtime_options(overrides)
-    root, manifest, notes = open_bundle(path, max_bytes=options.max_archive_bytes, extract_dir=options.extract_dir)
+    limits = ArchiveLimits(options.max_archive_bytes, options.max_unpacked_bytes, options.max_compression_ratio)
+    root, manifest, notes = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
     return Runtime(root, manifest, options, notes)

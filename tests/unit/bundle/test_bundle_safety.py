@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.bundle.archive import extract_archive, write_archive
+from workbench.bundle.archive import ArchiveLimits, extract_archive, write_archive
 from workbench.bundle.integrity import verify_bundle_dir
 from workbench.bundle.schema import SCHEMA_MAJOR, SCHEMA_VERSION
 from workbench.core.errors import ConfigError, DataError
@@ -37,6 +37,11 @@ def _manifest(root: Path) -> dict:
 
 
 def _write_manifest(root: Path, manifest: dict) -> None:
+    """Write an edited manifest with its content digest recomputed (as an exporter would), so each test reaches the
+    check it is about; tests/unit/bundle/test_bundle_attacks.py covers edits that keep the old digest."""
+    from workbench.bundle.manifest import content_digest
+
+    manifest["content_sha256"] = content_digest(manifest, manifest["files"])
     (root / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -181,7 +186,7 @@ def test_an_out_of_range_threshold_is_refused(bundle):
     manifest = _manifest(bundle)
     manifest["decision"]["tau"] = 1.5
     _write_manifest(bundle, manifest)
-    with pytest.raises(ConfigError, match="tau"):
+    with pytest.raises(DataError, match=r"'decision\.tau' must be in \[0, 1\]"):
         load_bundle(bundle)
 
 
@@ -249,7 +254,7 @@ def test_an_archive_that_unpacks_too_large_is_refused(tmp_path):
     bomb = _tar(tmp_path / "bomb.tar.gz", [_file("tiny/big.json", b"0" * 200_000)])  # compresses to ~300 bytes
     assert bomb.stat().st_size < 5_000
     with pytest.raises(DataError, match="unpacks to more than"):
-        extract_archive(bomb, tmp_path / "out", max_bytes=50_000)
+        extract_archive(bomb, tmp_path / "out", limits=ArchiveLimits(max_unpacked=50_000))
 
 
 def test_an_archive_with_two_top_folders_or_garbage_is_refused(tmp_path):

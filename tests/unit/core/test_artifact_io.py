@@ -57,7 +57,7 @@ def test_a_malformed_artifact_names_its_file(tmp_path):
     with pytest.raises(DataError, match=r"cal\.json.*median"):
         load_learned(tmp_path / "cal.json")
     (tmp_path / "cal.json").write_text("{not json")
-    with pytest.raises(DataError, match="not a readable JSON artifact"):
+    with pytest.raises(DataError, match=r"cal\.json: not valid JSON"):
         load_learned(tmp_path / "cal.json")
 
 

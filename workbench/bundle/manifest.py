@@ -1,0 +1,395 @@
+"""The manifest's schema: every block the runtime reads, typed and range-checked when the manifest is read.
+
+One schema for both sides: :func:`check_manifest` runs on every load (inside
+:func:`~workbench.bundle.integrity.read_manifest`) and on every export (the exporter verifies its staging directory
+exactly as a loader would), so a bundle the workbench writes always passes it, and a hand-edited or crafted value
+is refused before anything reads it — one :class:`~workbench.core.errors.DataError` naming the field, never a
+traceback at the first answer.
+
+The blocks are plain dataclasses validated by the recipe machinery (:func:`~workbench.core.config.build_dataclass`:
+types, ``Literal`` choices, required keys), plus the ranges in their ``__post_init__``. Keys a block does not know
+are not errors — a newer minor schema adds optional fields (docs/bundles.md, *Compatibility*) — they are returned
+as notes. Free-form provenance (``recipe``, ``data``, ``metrics``, ``workbench``) is only checked to be a mapping.
+
+:func:`content_digest` is the digest the exporter writes as ``content_sha256`` and the loader recomputes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+from workbench.core.errors import ConfigError, DataError
+from workbench.core.hashing import stable_hash
+
+DIGEST_EXCLUDES = ("created", "workbench", "recipe", "name", "version", "content_sha256", "files")
+"""Manifest fields outside the content digest: the provenance of the export (when, by which workbench, from which
+resolved recipe — a run re-run with another report directory is the same content) and the file table's card entry.
+Everything the runtime reads is inside it."""
+
+CARD = "README.md"
+"""The model card: the one file outside the content digest (it quotes provenance)."""
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+LIMITS = {
+    "seed": (0, 2**32 - 1),
+    "k": (1, 1000),
+    "passage_chars": (1, 1_000_000),
+    "max_new_tokens": (1, 32_768),
+    "batch_size": (1, 4096),
+    "max_context": (1, 10_000_000),
+    "chunk_size": (1, 10_000_000),
+    "chunk_overlap": (0, 10_000_000),
+}
+"""Inclusive integer bounds of the manifest's numeric settings (a bound far past any real bundle, so a crafted value
+cannot make the runtime generate or batch without end)."""
+
+
+def _in_range(name: str, value: int | None, where: str) -> None:
+    low, high = LIMITS[name]
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"'{where}' must be between {low} and {high}, got {value}")
+
+
+def _sha256_or_none(value: str | None, where: str) -> None:
+    if value is not None and not SHA256.match(value):
+        raise ValueError(f"'{where}' must be 64 lowercase hex digits, got {value[:80]!r}")
+
+
+@dataclass
+class GeneratorRecord:
+    """``models.generator``: the answering model and how it was run."""
+
+    ref: str
+    source: str | None = None
+    weights_sha256: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_context: int | None = None
+    prompt_format: Literal["auto", "chat", "completion"] = "auto"
+    package: str | None = None
+    package_version: str | None = None
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        _sha256_or_none(self.weights_sha256, "models.generator.weights_sha256")
+        _in_range("max_context", self.max_context, "models.generator.max_context")
+
+
+@dataclass
+class EmbedderRecord:
+    """``models.embedder``: the sentence embedder."""
+
+    ref: str
+    source: str | None = None
+    weights_sha256: str | None = None
+    package: str | None = None
+    package_version: str | None = None
+    path: str | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        _sha256_or_none(self.weights_sha256, "models.embedder.weights_sha256")
+
+
+@dataclass
+class JudgeRecord:
+    """``models.nli``: the NLI judge's kind, batch size and (for model judges) its model and weights digest."""
+
+    kind: str
+    batch_size: int = 32
+    model: str | None = None
+    weights_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        _in_range("batch_size", self.batch_size, "models.nli.batch_size")
+        _sha256_or_none(self.weights_sha256, "models.nli.weights_sha256")
+
+
+@dataclass
+class ModelsBlock:
+    """``models``."""
+
+    generator: GeneratorRecord
+    embedder: EmbedderRecord
+    nli: JudgeRecord
+
+
+@dataclass
+class AnsweringBlock:
+    """``answering``: how every method retrieves and answers."""
+
+    retriever: str
+    k: int
+    passage_chars: int
+    max_new_tokens: int
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("k", "passage_chars", "max_new_tokens", "batch_size"):
+            _in_range(name, getattr(self, name), f"answering.{name}")
+
+
+@dataclass
+class CorpusRecord:
+    """``corpus``: where the passages come from and how they were chunked."""
+
+    source: str
+    chunking: str
+    chunk_size: int
+    chunk_overlap: int
+    passages: int | None = None
+    fingerprint: str | None = None
+    source_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        _in_range("chunk_size", self.chunk_size, "corpus.chunk_size")
+        _in_range("chunk_overlap", self.chunk_overlap, "corpus.chunk_overlap")
+        _sha256_or_none(self.source_sha256, "corpus.source_sha256")
+
+
+@dataclass
+class FeatureRecord:
+    """One entry of ``features``: a decision feature as the collection described it."""
+
+    name: str
+    requires_gold: bool
+    version: str | int | None = None
+    category: str | None = None
+    orientation: float | None = None
+    stats: list[str] | None = None
+    params: dict | None = None
+
+
+@dataclass
+class StatsBlock:
+    """``stats``: how the features were collected (``settings`` is checked by StatSettings when it is read)."""
+
+    settings: dict | None = None
+    prompts: str | None = None
+    prompt_groups: dict | None = None
+    nli_judge: str | None = None
+    attention_logdiag_scope: str | None = None
+    generator: str | None = None
+
+    def __post_init__(self) -> None:
+        for group, digest in (self.prompt_groups or {}).items():
+            if not isinstance(digest, str):
+                raise ValueError(f"'stats.prompt_groups.{group}' must be a string, got {digest!r}")
+
+
+@dataclass
+class DecisionFiles:
+    """``decision.files``: the learned files of the decision, each a key of the manifest's ``files``."""
+
+    calibrators: str
+    classifier: str
+    classifier_onnx: str
+    lars: str | None = None
+
+
+@dataclass
+class DecisionBlock:
+    """``decision``: D²-RAG's stage 1 (retrieve iff P(correct) < τ)."""
+
+    features: list[str]
+    classifier: Literal["logistic", "mlp"]
+    tau: float
+    files: DecisionFiles
+    rule: str = ""
+    always_retrieve: bool | None = None
+    calibrator: str | None = None
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        from workbench.classify.threshold import ABOVE_ONE
+
+        if not self.features or len(set(self.features)) != len(self.features):
+            raise ValueError(f"'decision.features' must be distinct names, at least one, got {self.features}")
+        if not (math.isfinite(self.tau) and 0.0 <= self.tau <= ABOVE_ONE):
+            raise ValueError(f"'decision.tau' must be in [0, 1] (or 1 + ε: always retrieve), got {self.tau}")
+        if ("lars" in self.features) != (self.files.lars is not None):
+            raise ValueError("'decision.files.lars' must be given exactly when 'lars' is a decision feature")
+
+
+@dataclass
+class UtilityBlock:
+    """``utility``: D²-RAG's gold-free utility — a learned predictor (``file``) or none."""
+
+    kind: Literal["learned", "none"]
+    file: str | None = None
+    label: str | None = None
+    model: str | None = None
+    meaning: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "learned") != (self.file is not None):
+            raise ValueError("'utility.file' must be given exactly when 'utility.kind' is 'learned'")
+
+
+@dataclass
+class AdapterBlock:
+    """``controller_adapter``: the distilled InSemRAG controller's adapter file."""
+
+    file: str
+    kind: str
+
+
+@dataclass
+class MethodRecord:
+    """One entry of ``methods`` (its options are checked against the method table when the runtime loads)."""
+
+    options: dict = field(default_factory=dict)
+    requires_gold: bool = False
+
+
+@dataclass
+class FileRecord:
+    """One entry of ``files``."""
+
+    sha256: str
+    size: int
+
+    def __post_init__(self) -> None:
+        _sha256_or_none(self.sha256, "files.*.sha256")
+        if self.size < 0:
+            raise ValueError(f"'files.*.size' must be >= 0, got {self.size}")
+
+
+@dataclass
+class Manifest:
+    """The whole manifest (``format`` and ``schema_version`` are checked first, by the schema module)."""
+
+    format: str
+    schema_version: str
+    name: str
+    version: str
+    content_sha256: str
+    seed: int
+    corpus: CorpusRecord
+    models: ModelsBlock
+    answering: AnsweringBlock
+    features: list[FeatureRecord]
+    methods: dict
+    files: dict
+    created: str = ""
+    workbench: dict | None = None
+    recipe: dict | None = None
+    data: dict | None = None
+    stats: StatsBlock | None = None
+    decision: DecisionBlock | None = None
+    utility: UtilityBlock | None = None
+    controller_adapter: AdapterBlock | None = None
+    metrics: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from workbench.bundle.schema import check_name, parse_semver
+
+        _in_range("seed", self.seed, "seed")
+        _sha256_or_none(self.content_sha256, "content_sha256")
+        check_name(self.name, "name")
+        parse_semver(self.version, "version")
+        if not self.methods:
+            raise ValueError("'methods' must name at least one method")
+
+
+MAPPING_OF: dict[str, type] = {"methods": MethodRecord, "files": FileRecord}
+"""Top-level mappings whose every value is a block of this type."""
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    """The dataclass inside ``tp`` (``X``, ``X | None``), else None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        found = [a for a in get_args(tp) if dataclasses.is_dataclass(a)]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _known_only(cls: type, data: dict[str, Any], path: str, unknown: list[str]) -> dict[str, Any]:
+    """``data`` without the keys ``cls`` (recursively) does not declare; their dotted names go to ``unknown``."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in hints:
+            unknown.append(f"{path}{key}")
+            continue
+        inner = _dataclass_of(hints[key])
+        if inner is None and get_origin(hints[key]) is list:
+            (item,) = get_args(hints[key])
+            if dataclasses.is_dataclass(item) and isinstance(value, list):
+                value = [_known_only(item, v, f"{path}{key}[].", unknown) if isinstance(v, dict) else v for v in value]
+        elif inner is not None and isinstance(value, dict):
+            value = _known_only(inner, value, f"{path}{key}.", unknown)
+        out[key] = value
+    return out
+
+
+def _build(cls: type, data: Any, path: str, where: str, unknown: list[str]) -> Any:
+    from workbench.core.config import LocatedYAML, build_dataclass
+
+    if not isinstance(data, dict):
+        raise DataError(f"'{path.rstrip('.') or 'manifest'}' must be a mapping, got {type(data).__name__}", where)
+    known = _known_only(cls, data, path, unknown)
+    try:
+        return build_dataclass(cls, known, LocatedYAML(known, {}, where), tuple(p for p in path.split(".") if p))
+    except ConfigError as exc:
+        raise DataError(exc.what, where) from None
+
+
+def check_manifest(manifest: Any, where: str) -> list[str]:
+    """Validate a parsed manifest against the schema (see the module docstring); returns notes naming the fields this
+    workbench does not know. DataError (one line naming the field) on a missing, mistyped or out-of-range value."""
+    unknown: list[str] = []
+    parsed = _build(Manifest, manifest, "", where, unknown)
+    for key, cls in MAPPING_OF.items():
+        for name, entry in getattr(parsed, key).items():
+            _build(cls, entry, f"{key}.{name}.", where, unknown)
+    if unknown:
+        shown = ", ".join(sorted(unknown)[:8]) + (" …" if len(unknown) > 8 else "")
+        return [f"manifest field(s) unknown to this workbench were ignored: {shown}"]
+    return []
+
+
+def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(field, value)`` of every manifest field that names a bundle file (the learned files the runtime reads).
+
+    A field added by a later schema that names a file belongs here too: the loader refuses any of these whose value is
+    not a key of ``files`` (:func:`~workbench.bundle.integrity.verify_bundle_dir`)."""
+    out: list[tuple[str, Any]] = []
+    decision = manifest.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("files"), dict):
+        out += [(f"decision.files.{key}", value) for key, value in decision["files"].items() if value is not None]
+    utility = manifest.get("utility")
+    if isinstance(utility, dict) and utility.get("file") is not None:
+        out.append(("utility.file", utility["file"]))
+    adapter = manifest.get("controller_adapter")
+    if isinstance(adapter, dict):
+        out.append(("controller_adapter.file", adapter.get("file")))
+    return out
+
+
+def content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
+    """``content_sha256``: a digest of every manifest field outside :data:`DIGEST_EXCLUDES` and of every file's record
+    but the model card's."""
+    body = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDES}
+    return stable_hash([body, {k: v for k, v in files.items() if k != CARD}], length=64)
+
+
+def check_content_digest(manifest: dict[str, Any], where: str) -> None:
+    """Recompute ``content_sha256`` and refuse a manifest whose content no longer matches it (an edited field)."""
+    if content_digest(manifest, manifest["files"]) != manifest["content_sha256"]:
+        raise DataError(
+            "content_sha256 does not match the manifest's content: a field the runtime reads was edited after export",
+            where,
+        )
