@@ -134,13 +134,21 @@ def run_command(
     recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. answer.limit=20.")] = None,
     force: Annotated[list[str] | None, typer.Option("--force", help="Recompute this stage even if cached.")] = None,
+    adopt_run_dir: Annotated[
+        bool,
+        typer.Option(
+            "--adopt-run-dir",
+            help="Use a non-empty run_dir that no run made, unless it holds a name a run writes (config.yaml, "
+            "stages, ...); /, the home directory and a git checkout's root are refused always.",
+        ),
+    ] = False,
 ) -> None:
-    """Run a recipe; finished stages are reused from the run directory's cache."""
+    """Run a recipe; finished stages are reused from the run directory's cache (a new, empty or earlier run's)."""
     from workbench.recipe import load_recipe
     from workbench.stages.runner import run_recipe
 
     loaded = load_recipe(recipe, overrides or [])
-    result = run_recipe(loaded, force=force or [])
+    result = run_recipe(loaded, force=force or [], adopt_run_dir=adopt_run_dir)
     cached = sum(s.cached for s in result.stages)
     rows = [[s.name, "cached" if s.cached else f"{s.seconds:.1f}"] for s in result.stages]
     _echo_table(rows, ["stage", "seconds"])

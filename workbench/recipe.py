@@ -594,7 +594,10 @@ class RecipeConfig:
     seed: int = doc("global seed: data splits, sampling, training", 0)
     threads: int = doc("torch CPU threads (0: torch's default)", 0)
     run_dir: str = doc(
-        "run directory (config, logs, stage outputs, manifest); '{name}' is replaced", "artifacts/runs/{name}"
+        "run directory (config, logs, stage outputs, manifest); '{name}' is replaced. New, empty or a run's: a "
+        "non-empty directory no run made is refused (`workbench run --adopt-run-dir` adopts it), so are /, the home "
+        "directory and a git checkout's root",
+        "artifacts/runs/{name}",
     )
     tracker: Literal["wandb", "none"] = doc(
         "experiment tracker: wandb (offline unless WANDB_MODE says otherwise) or none", "wandb"
@@ -628,13 +631,30 @@ class RecipeConfig:
 
     @property
     def resolved_run_dir(self) -> Path:
-        """``run_dir`` with ``{name}`` substituted."""
-        return Path(self.run_dir.format(name=self.name))
+        """``run_dir`` with ``{name}`` substituted (see :func:`expand_dir`)."""
+        return expand_dir(self.run_dir, self.name, "run_dir")
 
     @property
     def resolved_report_dir(self) -> Path:
-        """``report.dir`` with ``{name}`` substituted."""
-        return Path(self.report.dir.format(name=self.name))
+        """``report.dir`` with ``{name}`` substituted (see :func:`expand_dir`)."""
+        return expand_dir(self.report.dir, self.name, "report.dir")
+
+
+def expand_dir(template: str, name: str, key: str) -> Path:
+    """``template`` with ``{name}`` replaced by the recipe ``name``. Any other placeholder (``{foo}``, ``{0}``,
+    ``{name.attr}``, ``{name!r}``) or a lone brace raises a one-line :class:`ConfigError` naming ``key``; ``{{`` and
+    ``}}`` stand for braces."""
+    import string
+
+    hint = "the only placeholder is {name} (write {{ and }} for braces)"
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:  # "Single '{' encountered in format string"
+        raise ConfigError(f"{exc} in {template!r}: {hint}", key) from None
+    for _, field, spec, conversion in parsed:
+        if field is not None and (field != "name" or spec or conversion):
+            raise ConfigError(f"unknown placeholder in {template!r}: {hint}", key)
+    return Path(template.format(name=name))
 
 
 @dataclass
@@ -1098,7 +1118,15 @@ def _check_bench_runtime(config: RecipeConfig) -> None:
         raise ConfigError(f"unknown method(s) {unknown} (known: {', '.join(METHODS)})", "bench_runtime")
 
 
+def _check_dirs(config: RecipeConfig) -> None:
+    """run_dir and report.dir: no placeholder but {name} (the directories themselves are checked when a run starts,
+    see :mod:`workbench.core.run_dirs`)."""
+    config.resolved_run_dir  # noqa: B018 -- raises for a bad placeholder
+    config.resolved_report_dir  # noqa: B018
+
+
 LOAD_CHECKS = (
+    _check_dirs,
     _check_numbers,
     _check_devices,
     _check_stage_sections,

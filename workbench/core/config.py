@@ -45,7 +45,28 @@ def _copy_default(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# YAML with line numbers
+# YAML with line numbers, bounded
+#
+# A recipe is small (the largest built-in one is 11 KB), so the loader refuses what no recipe needs and what would
+# let a few bytes cost minutes or memory: a file over MAX_RECIPE_BYTES, a string over MAX_SCALAR_CHARS, more than
+# MAX_VALUES values once aliases are expanded (a "billion laughs" alias bomb is 535 bytes), nesting deeper than
+# MAX_DEPTH (a self-referencing alias included) and any tag outside plain YAML data (``!!python/name:...``, ``!foo``).
+# Every refusal, like every syntax error, is one ConfigError line naming ``file:line``.
+
+MAX_RECIPE_BYTES = 256 * 1024
+"""Largest recipe file read (bytes)."""
+MAX_SCALAR_CHARS = 64 * 1024
+"""Longest single value (a string, a number) in a recipe or an override."""
+MAX_VALUES = 100_000
+"""Most values (mappings, lists and scalars, each alias counted as the values it stands for) in one document."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists."""
+MAX_OVERRIDE_CHARS = 64 * 1024
+"""Longest ``key=value`` override."""
+
+YAML_TAG = "tag:yaml.org,2002:"
+SCALAR_TAGS = frozenset(YAML_TAG + name for name in ("null", "bool", "int", "float", "str", "timestamp"))
+"""Scalar tags a recipe may hold: those plain YAML resolves by itself (an explicit ``!!str`` is one of them)."""
 
 
 class LocatedYAML:
@@ -76,53 +97,143 @@ class LocatedYAML:
         return self.source
 
 
-def _unique_key_loader() -> type[yaml.SafeLoader]:
-    class Loader(yaml.SafeLoader):
-        pass
+def printable(text: str, limit: int = 120) -> str:
+    """``text`` fit for a one-line message: control characters escaped, cut to ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
-    return Loader
+
+def _loader() -> type:
+    # libyaml's parser is ~50x faster than the pure-Python one and caps nesting at 1000 levels by itself; both build
+    # the same nodes with the same marks
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def parse_yaml(text: str, source: str) -> LocatedYAML:
-    """Parse YAML text, recording line numbers; duplicate keys and syntax errors raise :class:`ConfigError`."""
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The node graph of one YAML document (aliases still shared, so composing a bomb is cheap); ConfigError when
+    malformed."""
     try:
-        node = yaml.compose(text, Loader=_unique_key_loader())
+        return yaml.compose(text, Loader=_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"malformed YAML: {problem}", where) from None
+        context = getattr(exc, "context", None)  # e.g. "while scanning a quoted scalar"
+        said = f"{problem} ({context})" if context else problem
+        raise ConfigError(f"malformed YAML: {printable(said, 200)}", where) from None
+    except RecursionError:  # the pure-Python parser on deep nesting
+        raise ConfigError(f"malformed YAML: nested deeper than {MAX_DEPTH} levels", source) from None
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len(YAML_TAG) :] if tag.startswith(YAML_TAG) else tag
+
+
+class _Builder:
+    """Turns a composed node graph into plain dicts / lists / scalars within the limits above, recording the line
+    of every key path when ``lines`` is given (overrides have none: their place is the command line)."""
+
+    def __init__(self, source: str, lines: dict[tuple[str, ...], int] | None = None) -> None:
+        self.source = source
+        self.lines = lines
+        self.values = 0
+        self.constructor = yaml.constructor.SafeConstructor()
+
+    def where(self, node: yaml.Node) -> str:
+        return f"{self.source}:{node.start_mark.line + 1}" if self.lines is not None else self.source
+
+    def build(self, node: yaml.Node, path: tuple[str, ...] = (), depth: int = 0) -> Any:
+        """The value of ``node``; ConfigError (one line, ``file:line``) past a limit or on a tag outside plain data."""
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise ConfigError(
+                f"more than {MAX_VALUES} values once aliases are expanded (an alias bomb?): a recipe holds far fewer",
+                self.where(node),
+            )
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                f"nested deeper than {MAX_DEPTH} levels (or an alias that contains itself)", self.where(node)
+            )
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            self._check_tag(node, YAML_TAG + "seq")
+            return [self.build(item, path, depth + 1) for item in node.value]
+        return self._scalar(node)
+
+    def _check_tag(self, node: yaml.Node, expected: str) -> None:
+        if node.tag != expected:
+            self._refuse_tag(node)
+
+    def _refuse_tag(self, node: yaml.Node) -> None:
+        raise ConfigError(
+            f"unsupported YAML tag '{printable(_short_tag(node.tag))}': a recipe holds plain mappings, lists, "
+            "strings, numbers, booleans and nulls",
+            self.where(node),
+        )
+
+    def _mapping(self, node: yaml.MappingNode, path: tuple[str, ...], depth: int) -> dict[str, Any]:
+        self._check_tag(node, YAML_TAG + "map")
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError("a key must be a plain value, not a list or a mapping", self.where(key_node))
+            key = str(self._scalar(key_node))
+            sub = (*path, key)
+            if key in out:
+                raise ConfigError(f"duplicate key '{printable('.'.join(sub))}'", self.where(key_node))
+            if self.lines is not None:
+                self.lines[sub] = key_node.start_mark.line + 1
+            out[key] = self.build(value_node, sub, depth + 1)
+        return out
+
+    def _scalar(self, node: yaml.Node) -> Any:
+        if node.tag not in SCALAR_TAGS:
+            self._refuse_tag(node)
+        if len(node.value) > MAX_SCALAR_CHARS:
+            raise ConfigError(
+                f"a value of {len(node.value)} characters: at most {MAX_SCALAR_CHARS} are read", self.where(node)
+            )
+        try:
+            return self.constructor.construct_object(node)
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:  # e.g. a timestamp such as 2024-13-45
+            shown = printable(repr(node.value), 80)
+            raise ConfigError(f"cannot read value {shown}: {printable(str(exc))}", self.where(node)) from None
+
+
+def parse_yaml(text: str, source: str) -> LocatedYAML:
+    """Parse YAML text, recording line numbers.
+
+    Syntax errors, duplicate keys, tags outside plain data and the limits above (:data:`MAX_RECIPE_BYTES`,
+    :data:`MAX_SCALAR_CHARS`, :data:`MAX_VALUES`, :data:`MAX_DEPTH`) raise a one-line :class:`ConfigError` naming
+    ``source:line``; no input makes parsing slow or large.
+    """
+    if len(text) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{len(text)} characters: a recipe holds at most {MAX_RECIPE_BYTES} bytes", source)
+    node = _compose(text, source)
     lines: dict[tuple[str, ...], int] = {}
     if node is None:
         return LocatedYAML({}, lines, source)
-    data = _construct(node, (), lines, source)
+    data = _Builder(source, lines).build(node)
     return LocatedYAML(data, lines, source)
 
 
-def _construct(node: yaml.Node, path: tuple[str, ...], lines: dict, source: str) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = str(yaml.safe_load(yaml.serialize(key_node)))
-            sub = (*path, key)
-            if key in out:
-                raise ConfigError(f"duplicate key '{'.'.join(sub)}'", f"{source}:{key_node.start_mark.line + 1}")
-            lines[sub] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, sub, lines, source)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, path, lines, source) for item in node.value]
-    return yaml.safe_load(yaml.serialize(node))
-
-
 def load_yaml_file(path: str | Path) -> LocatedYAML:
-    """Read and parse a YAML file; a missing or unreadable file raises :class:`ConfigError`."""
+    """Read and parse a YAML file; a missing, unreadable or over-large (:data:`MAX_RECIPE_BYTES`) file raises
+    :class:`ConfigError` before it is parsed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_RECIPE_BYTES + 1)  # never more: a 10 MB file is refused without reading it all
     except FileNotFoundError:
         raise ConfigError("file not found", str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"cannot read file ({exc.__class__.__name__})", str(path)) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"file larger than {MAX_RECIPE_BYTES} bytes: too large for a recipe", str(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read file ({exc.__class__.__name__})", str(path)) from None
     return parse_yaml(text, str(path))
 
@@ -132,18 +243,32 @@ def load_yaml_file(path: str | Path) -> LocatedYAML:
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """Parse one ``dotted.key=value`` override; the value is read as YAML (``3``, ``true``, ``[a, b]``, ``x``)."""
+    """Parse one ``dotted.key=value`` override; the value is read as YAML (``3``, ``true``, ``[a, b]``, ``x``).
+
+    A value that is not valid YAML is kept as the text given; one that breaks the recipe limits (a tag outside plain
+    data, an alias bomb, over :data:`MAX_OVERRIDE_CHARS` characters) raises a one-line :class:`ConfigError`.
+    """
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise ConfigError(
+            f"an override of {len(text)} characters: at most {MAX_OVERRIDE_CHARS} are read", "command line"
+        )
     if "=" not in text:
-        raise ConfigError(f"override '{text}' is not of the form key=value", "command line")
+        raise ConfigError(f"override '{printable(text)}' is not of the form key=value", "command line")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override '{text}' has an empty key", "command line")
+        raise ConfigError(f"override '{printable(text)}' has an empty key", "command line")
+    return tuple(key.split(".")), _override_value(raw)
+
+
+def _override_value(raw: str) -> Any:
+    if not raw.strip():
+        return ""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return tuple(key.split(".")), value
+        node = _compose(raw, "command line")
+    except ConfigError:
+        return raw  # not YAML (e.g. "a: b: c"): the text as given
+    return None if node is None else _Builder("command line").build(node)
 
 
 def apply_overrides(located: LocatedYAML, overrides: list[str]) -> LocatedYAML:
@@ -161,7 +286,8 @@ def apply_overrides(located: LocatedYAML, overrides: list[str]) -> LocatedYAML:
             if child is None:
                 child = node[part] = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"cannot set '{'.'.join(path)}': '{part}' is not a section", "command line")
+                dotted = printable(".".join(path))
+                raise ConfigError(f"cannot set '{dotted}': '{printable(part)}' is not a section", "command line")
             node = child
         node[path[-1]] = value
         overridden.add(path)
@@ -262,7 +388,7 @@ def build_dataclass(cls: type[T], data: dict[str, Any], located: LocatedYAML, pa
     known = {f.name: f for f in fields(cls) if f.init}
     for key in data:
         if key not in known:
-            dotted = ".".join((*path, key))
+            dotted = printable(".".join((*path, key)))
             choices = ", ".join(sorted(known))
             raise ConfigError(f"unknown key '{dotted}' (known here: {choices})", located.where((*path, key)))
     kwargs: dict[str, Any] = {}
@@ -277,7 +403,7 @@ def build_dataclass(cls: type[T], data: dict[str, Any], located: LocatedYAML, pa
         try:
             kwargs[name] = _coerce(value, tp, sub, located)
         except _Mismatch:
-            shown = repr(value) if not isinstance(value, dict) else "a mapping"
+            shown = printable(repr(value), 200) if not isinstance(value, dict) else "a mapping"
             raise ConfigError(f"'{'.'.join(sub)}' expects {_type_name(tp)}, got {shown}", located.where(sub)) from None
     try:
         obj = cls(**kwargs)

@@ -2,13 +2,20 @@
 
 Layout of a run directory::
 
+    <run_dir>/.workbench-run     the run marker: this directory is a run's (written first; see workbench.core.run_dirs)
     <run_dir>/config.yaml        the resolved recipe (plain YAML, every default filled in)
     <run_dir>/manifest.json      provenance: stage keys, file hashes, seconds, versions, seeds, fingerprints
     <run_dir>/logs/run.log       the run's log
     <run_dir>/stages/<stage>/    each stage's outputs, plus _stage.json (its cache key and summary)
 
 A stage whose ``_stage.json`` holds the current key is skipped. A stage writes into a temporary directory that
-replaces its output only when it finishes, so an interrupted run loses nothing and resumes at the stage it was in.
+replaces its output only when it finishes, so an interrupted run loses nothing and resumes at the stage it was in;
+the temporary directories of a killed run are removed when the next run takes the lock.
+
+A run never destroys what it did not make (:mod:`workbench.core.run_dirs`): a non-empty directory without the run
+marker is refused (``adopt_run_dir`` adopts it when that overwrites nothing), as are the filesystem root, the home
+directory and a git checkout's root; a report directory holding anything but a report is refused before any stage
+runs. Inside a run directory the runner writes only its own files and replaces only ``stages/<stage>/``.
 
 In a multi-process launch (torchrun / srun: one ``workbench run`` per device) of a recipe with a multi-process
 stage (``distill``), rank 0 runs the recipe as above; every other rank takes no lock and writes nothing (no config,
@@ -38,6 +45,7 @@ from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
+from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_dir, remove_stale_temporaries
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
 from workbench.recipe import LoadedRecipe, RecipeConfig
@@ -164,21 +172,27 @@ def _apply_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None) -> RunResult:
+def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None, adopt_run_dir: bool = False) -> RunResult:
     """Run every stage of ``recipe`` in order, skipping stages whose cached output matches; return the results.
 
-    ``force`` names stages to recompute even when cached. Raises :class:`WorkbenchError` when another process
-    holds the run directory. A rank other than 0 of a multi-process launch (:func:`~workbench.core.launch.
-    launch_rank`) of a recipe with a ``multi_process`` stage runs :func:`run_other_rank` instead.
+    ``force`` names stages to recompute even when cached. Before anything is written, the run directory is checked
+    (:func:`~workbench.core.run_dirs.check_run_dir`: ``adopt_run_dir`` adopts a non-empty directory no run made)
+    and so is the report directory when a stage writes it; a refusal is a one-line :class:`ConfigError`. Raises
+    :class:`WorkbenchError` when another process holds the run directory. A rank other than 0 of a multi-process
+    launch (:func:`~workbench.core.launch.launch_rank`) of a recipe with a ``multi_process`` stage runs
+    :func:`run_other_rank` instead.
     """
     from filelock import FileLock, Timeout
 
     config = recipe.config
     rank = launch_rank()
     if rank > 0 and any(STAGES[name].multi_process for name in config.stages):
-        return run_other_rank(recipe, rank, force=force)
+        return run_other_rank(recipe, rank, force=force, adopt_run_dir=adopt_run_dir)
     run_dir = config.resolved_run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_run_dir(run_dir, adopt=adopt_run_dir, adopt_hint=_adopt_hint(recipe))
+    if any(writes_report_dir(STAGES[name]) for name in config.stages):
+        check_report_dir(config.resolved_report_dir, run_dir)
+    claim_run_dir(run_dir, config.name)  # before the lock file: a directory holding a run's files holds its marker
     lock = FileLock(str(run_dir / ".lock"))
     try:
         lock.acquire(timeout=0)
@@ -190,7 +204,19 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None) -> RunRe
         lock.release()
 
 
-def run_other_rank(recipe: LoadedRecipe, rank: int, *, force: list[str] | None = None) -> RunResult:
+def writes_report_dir(spec: StageSpec) -> bool:
+    """Whether stage ``spec`` writes the report directory: the stages keyed on the ``report`` section do, replacing
+    it as a whole."""
+    return "report" in spec.sections
+
+
+def _adopt_hint(recipe: LoadedRecipe) -> str:
+    return f"{recipe.command} --adopt-run-dir"
+
+
+def run_other_rank(
+    recipe: LoadedRecipe, rank: int, *, force: list[str] | None = None, adopt_run_dir: bool = False
+) -> RunResult:
     """A rank other than 0 of a multi-process launch: run only the recipe's ``multi_process`` stages, write nothing.
 
     Takes no lock (rank 0 holds it) and writes no config, manifest, log file or stage output; logs go to the
@@ -199,10 +225,12 @@ def run_other_rank(recipe: LoadedRecipe, rank: int, *, force: list[str] | None =
     this rank read the old one), a one-line ConfigError names what to run first, in one process. A multi-process
     stage cached under its current key (and not forced) is skipped, as rank 0 skips it; otherwise it runs with a
     throwaway output directory outside the run directory (its ``scratch_dir`` is the run's, shared with rank 0).
-    Other stages are left to rank 0. Returns the stages this rank ran or found cached.
+    Other stages are left to rank 0. Returns the stages this rank ran or found cached. The run directory is refused
+    as rank 0 refuses it (:func:`~workbench.core.run_dirs.check_run_dir`), without creating or marking it.
     """
     config = recipe.config
     run_dir = config.resolved_run_dir
+    check_run_dir(run_dir, adopt=adopt_run_dir, adopt_hint=_adopt_hint(recipe))
     forced = set(force or ())
     started = time.perf_counter()
     setup_logging(config.log_level)  # console only: rank 0 writes the run's log file
@@ -267,6 +295,8 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     config = recipe.config
     started = time.perf_counter()
     setup_logging(config.log_level, run_dir / "logs" / "run.log")
+    for path in remove_stale_temporaries(run_dir, frozenset(STAGES)):
+        log.info("removed %s, left by a run that was killed", path)
     atomic_write_text(run_dir / "config.yaml", f"# resolved from {recipe.source}\n" + dump_yaml(config))
     seed_everything(config.seed)
     _apply_threads(config.threads)
