@@ -375,7 +375,14 @@ def infer_command(
     output: Annotated[
         Path | None, typer.Option("--output", help="JSONL of answers; an existing file is resumed.")
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per batch.")] = 8,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            help="Questions answered together (default: 1 with --input, so a kill loses at most the question in "
+            "flight; the bundle's batch size for questions given on the command line).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print each answer as JSON with its trace.")] = False,
     traces: Annotated[bool, typer.Option("--traces", help="Write full traces into --output.")] = False,
     classifier: Annotated[str | None, typer.Option("--classifier", help="numpy (default) or onnx.")] = None,
@@ -385,29 +392,28 @@ def infer_command(
     ] = None,
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
-    import json
-
     from workbench.runtime import load_bundle
+    from workbench.runtime.batch_file import answer_file, json_line
 
     if bool(questions) == bool(input_file):
         raise WorkbenchError("give question(s) or --input FILE (with --output FILE), not both or neither", "infer")
     if input_file is not None and output is None:
         raise WorkbenchError("--input needs --output (the answers file, resumed if it exists)", "infer")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise WorkbenchError("--batch-size must be >= 1", "infer")
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))
+    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))  # reads files; loads no model
     if input_file is not None:
-        from workbench.runtime.batch_file import answer_file
-
-        done = answer_file(runtime, input_file, output, method=method, batch_size=batch_size, traces=traces)
+        # every refusal (method, input, rows already written) comes before a model is loaded, and none is loaded
+        # when nothing is left to answer
+        done = answer_file(runtime, input_file, output, method=method, batch_size=batch_size or 1, traces=traces)
         typer.echo(
             f"{done.answered} answered, {done.skipped} already in {done.output} (of {done.total}) "
-            f"with {runtime.name} {runtime.version}"
+            f"with {runtime.name} {runtime.version} ({done.method})"
         )
         return
     for answer in runtime.answer_many(list(questions or []), method, batch_size=batch_size):
         if as_json:
-            typer.echo(json.dumps(answer.to_dict(), ensure_ascii=False))
+            typer.echo(json_line(answer.to_dict()))  # one line even when the answer holds U+2028 / U+2029
             continue
         decision = f" P(correct) {answer.p_correct:.3f} vs τ {answer.tau:.3f}," if answer.p_correct is not None else ""
         used = ", ".join(p["title"] or p["id"] for p in answer.passages[:3]) or "none"
