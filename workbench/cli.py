@@ -430,7 +430,26 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to bind (localhost by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most questions in one POST /answer.")] = 32,
-    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes.")] = 65536,
+    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 beyond).")] = 65536,
+    max_question_chars: Annotated[
+        int, typer.Option("--max-question-chars", help="Longest question in characters (422 beyond).")
+    ] = 2000,
+    max_question_tokens: Annotated[
+        int, typer.Option("--max-question-tokens", help="Longest question in the generator's tokens (422 beyond).")
+    ] = 256,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", help="Most questions waiting over all requests (503 + Retry-After beyond).")
+    ] = 128,
+    max_batch_questions: Annotated[
+        int | None,
+        typer.Option(
+            "--max-batch-questions",
+            help="Most questions answered in one batch across requests (default: the runtime's batch size).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds from a request's arrival to its answer (504 beyond).")
+    ] = 120.0,
     classifier: Annotated[str | None, typer.Option("--classifier", help="numpy (default) or onnx.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")] = None,
     overrides: Annotated[
@@ -438,7 +457,11 @@ def serve_command(
     ] = None,
     warm: Annotated[bool, typer.Option("--warm/--lazy", help="Load the models before accepting requests.")] = True,
 ) -> None:
-    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs."""
+    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
+
+    Requests are queued (bounded by --max-queue) and those waiting for the same method are answered together, up to
+    --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
+    """
     from workbench.runtime import load_bundle
 
     try:
@@ -448,9 +471,21 @@ def serve_command(
             f"serve needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve"
         ) from None
     runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))
+    # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
+    # answers of it, a smaller one leaves batch rows empty.
+    batch_size = runtime.options.batch_size or int(runtime.manifest["answering"].get("batch_size", 8))
+    limits = ServeLimits(  # checked before the models load: a bad flag fails at once
+        max_batch=max_batch,
+        max_body_bytes=max_body,
+        max_question_chars=max_question_chars,
+        max_question_tokens=max_question_tokens,
+        max_queue=max_queue,
+        max_batch_questions=max_batch_questions if max_batch_questions is not None else batch_size,
+        timeout_s=timeout,
+    )
     if warm:
         runtime.warm()
-    run_server(runtime, host=host, port=port, limits=ServeLimits(max_batch=max_batch, max_body_bytes=max_body))
+    run_server(runtime, host=host, port=port, limits=limits)
 
 
 @app.command("doctor")

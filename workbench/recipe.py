@@ -570,8 +570,10 @@ class BenchRuntimeSection:
     )
     serve_method: str = doc("method the load uses", "no_rag")
     serve_questions: int = doc("distinct test questions the requests cycle through", 20)
-    serve_requests: int = doc("requests per load", 200)
-    serve_concurrency: int = doc("requests in flight at once", 8)
+    serve_requests: int = doc("requests per load (per concurrency level); at least the largest concurrency", 200)
+    serve_concurrency: list[int] = doc("requests in flight at once: one load per value", [1, 8, 32])
+    serve_abandoned: int = doc("clients that send a request at once and give up on it (then one more asks)", 8)
+    serve_give_up_s: float = doc("seconds after which those clients disconnect without an answer", 0.5)
 
 
 @dataclass
@@ -1108,9 +1110,19 @@ def _check_export(config: RecipeConfig) -> None:
 def _check_bench_runtime(config: RecipeConfig) -> None:
     """bench_runtime: positive counts and known methods."""
     section = config.bench_runtime
-    for key in ("cold_starts", "decision_repeats", "serve_questions", "serve_requests", "serve_concurrency"):
+    for key in ("cold_starts", "decision_repeats", "serve_questions", "serve_requests", "serve_abandoned"):
         if getattr(section, key) < 1:
             raise ConfigError(f"must be >= 1, got {getattr(section, key)}", f"bench_runtime.{key}")
+    levels = section.serve_concurrency
+    if not levels or any(c < 1 for c in levels) or len(set(levels)) != len(levels):
+        raise ConfigError(f"give distinct concurrencies >= 1, got {levels}", "bench_runtime.serve_concurrency")
+    if max(levels) > section.serve_requests:
+        raise ConfigError(
+            f"serve_requests ({section.serve_requests}) must be >= the largest concurrency ({max(levels)})",
+            "bench_runtime.serve_requests",
+        )
+    if not section.serve_give_up_s > 0:
+        raise ConfigError(f"must be > 0, got {section.serve_give_up_s}", "bench_runtime.serve_give_up_s")
     from workbench.methods.registry import METHODS
 
     unknown = [m for m in [*section.end_to_end_methods, section.serve_method] if m not in METHODS]

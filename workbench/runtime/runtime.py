@@ -277,6 +277,47 @@ class Runtime:
             "notes": list(self.notes),
         }
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Each text's length in the generator's tokens, special tokens excluded: what a question costs the model
+        (``workbench serve`` limits questions by it — characters alone let 2,000 emoji through as 6,000 tokens).
+
+        Builds the tools on first use, as an answer would. Once they exist it takes no lock, so it answers while a
+        batch is being answered (the tokenizer is only read: no padding or truncation state is changed).
+        """
+        texts = list(texts)
+        if not texts:
+            return []
+        # Read without the lock when built: the lock is held for the whole of a running answer_many.
+        tools = self._tools if self._tools is not None else self.tools()
+        encoded = tools.generator.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+
+def checked_features(raw: Any, features: Sequence[str]) -> Any:
+    """``raw`` if it is a mapping of the decision's feature names (a subset: the missing ones are imputed, and
+    :class:`~workbench.classify.policy.Decision` ``.imputed`` names them) to numbers or None, or a sequence of one
+    number (or None) per feature; DataError naming the first problem otherwise (an unknown name is a typo or a
+    feature of another bundle, never silently imputed)."""
+    if isinstance(raw, Mapping):
+        unknown = sorted(str(k) for k in raw if k not in features)
+        if unknown:
+            raise DataError(
+                f"unknown feature(s) {unknown[:5]} (this bundle decides on: {', '.join(features)})", "decide"
+            )
+        values = list(raw.items())
+    elif isinstance(raw, Sequence) and not isinstance(raw, str | bytes):
+        if len(raw) != len(features):
+            raise DataError(
+                f"expected {len(features)} feature values ({', '.join(features)}), got {len(raw)}", "decide"
+            )
+        values = list(zip(features, raw, strict=True))
+    else:
+        raise DataError(f"features must be a mapping or a sequence of numbers, got {type(raw).__name__}", "decide")
+    for name, value in values:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise DataError(f"feature {name!r} must be a number or null, got {type(value).__name__}", "decide")
+    return raw
+
 
 def _check_questions(questions: Sequence[str]) -> list[str]:
     if isinstance(questions, str):

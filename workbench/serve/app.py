@@ -1,58 +1,112 @@
 """The JSON HTTP API over a bundle's :class:`~workbench.runtime.Runtime`: FastAPI app and uvicorn runner.
 
-Routes: ``GET /health``, ``GET /methods``, ``POST /answer`` (one question or a batch), ``/docs`` and
-``/openapi.json``. Every error body is ``{"detail": "<one line>"}``: 422 for a request that fails validation (or a
-:class:`~workbench.core.errors.WorkbenchError` raised while answering), 413 for a body over the size limit, 404 for an
-unknown path, 500 only for a server bug (logged with its traceback).
+Routes: ``GET /health``, ``GET /methods``, ``POST /answer`` (one question or a batch), ``GET /docs`` (Swagger UI) and
+``GET /redoc`` (ReDoc), both from assets shipped in a Python package (``fastapi-offline``), so they work offline, and
+``GET /openapi.json``. Every error body is ``{"detail": "<one line>"}``, one status code per kind of failure:
 
-Answering is synchronous CPU work: it runs in a worker thread, one request at a time (the runtime serialises answers
-anyway; the gate keeps waiting requests from each holding a thread), so ``/health`` answers while a batch runs.
+====  =====================================================================================================
+422   the request is invalid: malformed JSON, an unknown field, a blank question (whitespace and zero-width or
+      other invisible characters only), a question over the character or token limit, too many questions, an
+      unknown method, or a question the runtime refused (a :class:`~workbench.core.errors.WorkbenchError`)
+413   the body is over the size limit (also a chunked one, never read past the limit)
+503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down
+504   the request was not answered within its deadline (``ServeLimits.timeout_s``, counted from its arrival)
+404   unknown path; 405 a route asked with the wrong HTTP method
+500   a server bug (logged with its traceback; the body never carries the exception's text)
+====  =====================================================================================================
 
-This module imports FastAPI, Starlette and pydantic only; uvicorn is imported by :func:`run_server` alone.
+A client that disconnects gets nothing (the access log shows 499); its questions are dropped unanswered unless their
+batch had already started.
+
+Answering is CPU work for one model: a :class:`~workbench.serve.scheduler.BatchScheduler` queues the requests (bounded)
+and one worker thread answers every request waiting for the same method in one ``answer_many`` call, so concurrent
+clients share forward batches. ``/health`` is async and never waits on the model.
+
+This module imports FastAPI, Starlette and pydantic only; uvicorn is imported by :func:`run_server` alone. It needs the
+asyncio event loop (uvicorn's, with or without uvloop).
 """
 
 # No ``from __future__ import annotations``: the request model is built per app (its limits vary), and FastAPI and
 # pydantic must see its annotations as objects, not as strings naming function locals.
 
-import functools
+import asyncio
+import contextlib
+import html
+import importlib.util
 import logging
 import math
-from collections.abc import Sequence
+import time
+import unicodedata
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.serve.body_limit import BodySizeLimit
+from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 logger = logging.getLogger("workbench.serve")
 
 _MAX_DETAIL_CHARS = 500
+# The status uvicorn's access log shows for a request whose client left before its answer (nginx's convention); the
+# response itself is never sent.
+CLIENT_CLOSED = 499
+DOCS_ASSETS = "/docs/assets"
 
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """Request limits of the API; each must be an integer >= 1 (else a one-line :class:`ConfigError`).
+    """Request limits and scheduling of the API; each count must be an integer >= 1 and ``timeout_s`` a number > 0
+    (else a one-line :class:`ConfigError`).
 
     ``max_batch``: most questions in one ``POST /answer``; ``max_body_bytes``: largest request body (413 beyond);
-    ``max_question_chars``: longest question, in characters.
+    ``max_question_chars`` / ``max_question_tokens``: longest question in characters / in the generator's tokens
+    (422 beyond); ``max_queue``: most questions waiting to be answered, over all requests (503 beyond; at least
+    ``max_batch``, so any valid request can be queued); ``max_batch_questions``: most questions answered in one
+    ``answer_many`` call across requests (the runtime's batch size is a good value); ``timeout_s``: seconds from a
+    request's arrival to its answer (504 beyond; work not started by then is dropped).
     """
 
     max_batch: int = 32
     max_body_bytes: int = 65536
     max_question_chars: int = 2000
+    max_question_tokens: int = 256
+    max_queue: int = 128
+    max_batch_questions: int = 8
+    timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_body_bytes", "max_question_chars"):
+        counts = (
+            "max_batch",
+            "max_body_bytes",
+            "max_question_chars",
+            "max_question_tokens",
+            "max_queue",
+            "max_batch_questions",
+        )
+        for name in counts:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", f"serve.{name}")
+        timeout = self.timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (0 < timeout < math.inf):
+            raise ConfigError(f"timeout_s must be a number of seconds > 0, got {timeout!r}", "serve.timeout_s")
+        if self.max_queue < self.max_batch:
+            raise ConfigError(
+                f"max_queue ({self.max_queue}) must be >= max_batch ({self.max_batch}): a full request could never "
+                "be queued",
+                "serve.max_queue",
+            )
 
 
 _DEFAULT_LIMITS = ServeLimits()
@@ -76,11 +130,27 @@ class ServableRuntime(Protocol):
         """Answers (objects with ``to_dict()``), one per question, in order."""
         ...
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Each text's length in the generator's tokens; safe to call while an answer runs."""
+        ...
+
 
 class ErrorBody(BaseModel):
     """Every error response: one line saying what is wrong."""
 
     detail: str
+
+
+class QueueInfo(BaseModel):
+    """The answer queue: questions waiting and being answered, the limit, and counts since start."""
+
+    queued: int
+    queued_requests: int
+    running: int
+    limit: int
+    batches: int
+    answered: int
+    dropped: int
 
 
 class HealthBody(BaseModel):
@@ -90,6 +160,7 @@ class HealthBody(BaseModel):
     bundle: str
     version: str
     methods: list[str]
+    queue: QueueInfo
 
 
 class MethodInfo(BaseModel):
@@ -119,9 +190,26 @@ class AnswerBody(BaseModel):
     answers: list[dict[str, Any]]
 
 
+# Characters that draw nothing although Unicode gives them a letter or symbol category (Hangul fillers, the blank
+# Braille pattern): a question made of them is as blank as one of spaces.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Categories that draw nothing on their own: controls and format characters (zero-width space / joiners, bidi marks,
+# the BOM), unassigned and surrogate code points, separators, and combining marks (which only decorate a base letter).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` has no visible character: only whitespace, zero-width / format characters, lone combining
+    marks or known blank-drawing letters (so ``"\\u200b\\u200d"`` is blank, like ``"   "``)."""
+    return not any(
+        not ch.isspace() and ch not in _BLANK_LETTERS and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
+        for ch in text
+    )
+
+
 def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be blank")
+    if is_blank(value):
+        raise ValueError("must not be blank (it has no visible character)")
     return value
 
 
@@ -217,13 +305,48 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
+def _docs_assets() -> Path | None:
+    """The folder of Swagger UI / ReDoc assets shipped by the ``fastapi-offline`` package (None when absent).
+
+    Found without importing the package: only its static files are used.
+    """
+    spec = importlib.util.find_spec("fastapi_offline")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        folder = Path(location) / "static"
+        if all((folder / name).is_file() for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js")):
+            return folder
+    return None
+
+
+def _token_detail(labels: Sequence[str], counts: Sequence[int], limit: int) -> str | None:
+    """One line naming the questions over ``limit`` tokens, or None when all fit."""
+    over = [f"{label}: {count} tokens" for label, count in zip(labels, counts, strict=True) if count > limit]
+    if not over:
+        return None
+    more = f" (and {len(over) - 3} more)" if len(over) > 3 else ""
+    return f"{'; '.join(over[:3])}{more}, over the {limit}-token limit per question (the generator's tokenizer)"
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has disconnected. The body was read already, so the next ASGI message can only be
+    ``http.disconnect`` (uvicorn resumes reading the socket for it, so a closed connection is seen at once)."""
+    while True:
+        try:
+            message = await request.receive()
+        except Exception:  # a broken channel is a client we cannot answer either
+            return
+        if message["type"] == "http.disconnect":
+            return
+
+
 def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) -> FastAPI:
     """A FastAPI app serving ``runtime`` under ``limits`` (see the module docstring for routes and status codes).
 
-    ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods"}``; ``GET /methods`` → the methods with their
-    settings, the default (``d2rag`` when present, else the first) and the decision block; ``POST /answer`` with
-    ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``) → ``{"bundle",
-    "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless traces]}``.
+    ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods", "queue"}``; ``GET /methods`` → the methods
+    with their settings, the default (``d2rag`` when present, else the first) and the decision block; ``POST /answer``
+    with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``) → ``{"bundle",
+    "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless traces]}``. The app's scheduler
+    is ``app.state.scheduler``; it is closed when the app shuts down.
     """
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits must be a ServeLimits, got {type(limits).__name__}", "serve.limits")
@@ -233,21 +356,36 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     default_method = "d2rag" if "d2rag" in methods else methods[0]
     request_model = _request_model(limits, methods)
     fields = tuple(request_model.model_fields)
-    # One answering call at a time: the runtime's lock would serialise them anyway, and waiting here (not in a
-    # worker thread) leaves the thread pool free.
-    gate = anyio.CapacityLimiter(1)
+    scheduler = BatchScheduler(
+        lambda questions, method: runtime.answer_many(questions, method),
+        max_queue=limits.max_queue,
+        max_batch_questions=limits.max_batch_questions,
+    )
+    assets = _docs_assets()
+    routes = "GET /health, GET /methods, POST /answer" + (", GET /docs, GET /redoc" if assets else "")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        scheduler.close()  # waiting requests get 503 instead of hanging until the process exits
 
     app = FastAPI(
         title=f"workbench — {runtime.name} {runtime.version}",
         version=str(runtime.version),
         description=(
-            'Answers questions with an exported workbench bundle. Errors are `{"detail": "<one line>"}`: '
-            f"422 invalid request, 413 body over {limits.max_body_bytes} bytes, 404 unknown path, 500 server bug."
+            "Answers questions with an exported workbench bundle. Requests arriving together are answered in one "
+            f'batch (at most {limits.max_batch_questions} questions). Errors are `{{"detail": "<one line>"}}`: '
+            f"422 invalid request (also a blank question, one over {limits.max_question_chars} characters or "
+            f"{limits.max_question_tokens} tokens, an unknown method); 413 body over {limits.max_body_bytes} bytes; "
+            f"503 queue full ({limits.max_queue} questions; see `Retry-After`) or shutting down; 504 not answered "
+            f"within {limits.timeout_s:g} s; 404 unknown path; 405 wrong HTTP method; 500 server bug."
         ),
-        docs_url="/docs",
-        openapi_url="/openapi.json",
+        docs_url=None,  # served below from package files: FastAPI's own pages load their scripts from a CDN
         redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
     )
+    app.state.scheduler = scheduler
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
@@ -259,10 +397,13 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         detail = str(exc.detail)
         path = request.url.path[:200]
         if exc.status_code == 404 and detail == "Not Found":
-            detail = f"no route {request.method} {path} (routes: GET /health, GET /methods, POST /answer, GET /docs)"
+            detail = f"no route {request.method} {path} (routes: {routes})"
         elif exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             detail = f"{request.method} is not allowed on {path}" + (f" (allowed: {allowed})" if allowed else "")
+        elif exc.status_code == 400:
+            # FastAPI's answer to a JSON body it cannot decode (invalid UTF-8): an invalid request like any other
+            return _error(422, "malformed JSON body: not UTF-8 text")
         return _error(exc.status_code, detail, headers=exc.headers)
 
     @app.exception_handler(Exception)
@@ -274,14 +415,26 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
 
     errors = {
         413: {"model": ErrorBody, "description": "Body over the size limit"},
-        422: {"model": ErrorBody, "description": "Invalid request, unknown method, or a question the runtime refused"},
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid request: blank or over-long question (characters or tokens), unknown method, "
+            "or a question the runtime refused",
+        },
         500: {"model": ErrorBody, "description": "Server bug (logged)"},
+        503: {"model": ErrorBody, "description": "Queue full (see the Retry-After header) or shutting down"},
+        504: {"model": ErrorBody, "description": "Not answered within the request deadline"},
     }
 
-    @app.get("/health", response_model=HealthBody, summary="Liveness and the bundle served")
+    @app.get("/health", response_model=HealthBody, summary="Liveness, the bundle served and the answer queue")
     async def health() -> dict[str, Any]:
-        # async and lock-free: answers at once even while a batch is being answered in a worker thread
-        return {"status": "ok", "bundle": runtime.name, "version": runtime.version, "methods": list(methods)}
+        # async and never waits on the model: the scheduler's lock is only held for queue bookkeeping
+        return {
+            "status": "ok",
+            "bundle": runtime.name,
+            "version": runtime.version,
+            "methods": list(methods),
+            "queue": scheduler.stats(),
+        }
 
     @app.get("/methods", response_model=MethodsBody, summary="The bundle's methods, settings and decision rule")
     async def list_methods() -> JSONResponse:
@@ -299,28 +452,105 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         }
         return JSONResponse(_json_safe(body))
 
-    @app.post("/answer", response_model=AnswerBody, responses=errors, summary="Answer one question or a batch")
-    async def answer(body: request_model) -> JSONResponse:  # type: ignore[valid-type]
-        method = body.method or default_method
-        if method not in methods:
-            return _error(422, f"unknown method {method!r}; this bundle has: {', '.join(methods)}")
-        questions = [body.question] if body.question is not None else list(body.questions)
-        call = functools.partial(runtime.answer_many, questions, method)
+    async def wait_for(job: Job, request: Request, deadline: float) -> Response | list[Any]:
+        """The job's answers, or the right refusal: 504 past the deadline, nothing (499) when the client left."""
+        answered = asyncio.wrap_future(job.future)
+        gone = asyncio.ensure_future(_client_gone(request))
         try:
-            answers = await anyio.to_thread.run_sync(call, limiter=gate)
+            timeout = max(0.0, deadline - time.monotonic())
+            done, _ = await asyncio.wait({answered, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not job.future.done():
+                # deadline, disconnect or this task cancelled: drop the job if its batch has not started (a running
+                # batch cannot be interrupted; its answers are not used)
+                scheduler.cancel(job)
+            # Detach the asyncio wrapper: cancel it while pending, else mark its exception as seen (asyncio would
+            # log an exception it thinks nobody read).
+            if not answered.done():
+                answered.cancel()
+            elif not answered.cancelled():
+                answered.exception()
+        # Judge by the job's own future: its asyncio wrapper learns of the result one loop turn later.
+        if not job.future.done() or job.future.cancelled():
+            if gone in done:
+                return Response(status_code=CLIENT_CLOSED)
+            return _error(504, f"not answered within the {limits.timeout_s:g} s deadline")
+        try:
+            return job.future.result()
+        except DeadlineExpired:
+            return _error(504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)")
+        except SchedulerClosed as exc:
+            return _error(503, str(exc))
         except WorkbenchError as exc:
             return _error(422, str(exc))
         except Exception:
-            logger.exception("POST /answer failed (%d question(s), method %s)", len(questions), method)
+            logger.exception("POST /answer failed (%d question(s), method %s)", len(job.questions), job.method)
             return _error(500, "internal server error while answering; see the server log")
+
+    @app.post("/answer", response_model=AnswerBody, responses=errors, summary="Answer one question or a batch")
+    async def answer(body: request_model, request: Request) -> Response:  # type: ignore[valid-type]
+        deadline = time.monotonic() + limits.timeout_s
+        method = body.method or default_method
+        if method not in methods:
+            return _error(422, f"unknown method {method!r}; this bundle has: {', '.join(methods)}")
+        single = body.question is not None
+        questions = [body.question] if single else list(body.questions)
+        try:
+            # in a thread: with --lazy the first call loads the generator's tokenizer (and the models)
+            counts = await anyio.to_thread.run_sync(runtime.count_tokens, questions)
+        except Exception:
+            logger.exception("counting the tokens of %d question(s) failed", len(questions))
+            return _error(500, "internal server error while counting tokens; see the server log")
+        labels = ["question"] if single else [f"questions[{i}]" for i in range(len(questions))]
+        too_long = _token_detail(labels, counts, limits.max_question_tokens)
+        if too_long:
+            return _error(422, too_long)
+        try:
+            job = scheduler.submit(questions, method, deadline)
+        except QueueFull as exc:
+            return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+        except SchedulerClosed as exc:
+            return _error(503, str(exc))
+        outcome = await wait_for(job, request, deadline)
+        if not isinstance(outcome, list):
+            return outcome
         out = []
-        for item in answers:
+        for item in outcome:
             record = item.to_dict()
             if not body.traces:
                 record.pop("trace", None)
             out.append(record)
         payload = {"bundle": runtime.name, "version": runtime.version, "method": method, "answers": out}
         return JSONResponse(_json_safe(payload))
+
+    if assets is None:
+        logger.warning("no Swagger UI / ReDoc assets (the fastapi-offline package): /docs and /redoc are off")
+    else:
+        app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs-assets")
+        page_title = html.escape(app.title)
+
+        @app.get("/docs", include_in_schema=False)
+        async def swagger_ui() -> HTMLResponse:
+            return get_swagger_ui_html(
+                openapi_url="/openapi.json",
+                title=f"{page_title} — docs",
+                swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+                # no online validator badge: it would call a validator service on the internet
+                swagger_ui_parameters={"validatorUrl": None},
+            )
+
+        @app.get("/redoc", include_in_schema=False)
+        async def redoc() -> HTMLResponse:
+            return get_redoc_html(
+                openapi_url="/openapi.json",
+                title=f"{page_title} — ReDoc",
+                redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+                redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+                with_google_fonts=False,  # fonts from the internet: the page uses the browser's own
+            )
 
     return app
 

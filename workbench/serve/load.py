@@ -106,6 +106,90 @@ def run_load(
     }
 
 
+def run_abandoned(
+    base_url: str,
+    bodies: list[dict[str, Any]],
+    *,
+    abandoned: int = 8,
+    give_up_s: float = 0.5,
+    busy: bool = True,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """What abandoned requests cost the next caller, on a live server.
+
+    With ``busy`` (the default), a patient client first sends ``bodies[0]`` and the others wait until ``GET
+    /health`` shows the server answering it (``queue.running`` > 0, for at most 30 s): as on a loaded server, the
+    abandoned requests then queue behind a running batch. ``abandoned`` clients send ``POST {base_url}/answer`` at once
+    (cycling through ``bodies``) and disconnect after ``give_up_s`` seconds without an answer; once they all have,
+    one more client sends ``bodies[0]`` and waits (up to ``timeout``) for its answer.
+
+    Returns ``{"abandoned", "give_up_s", "busy", "gave_up", "answered_in_time", "next_status", "next_latency_s",
+    "dropped"}``: ``busy`` is whether the server was answering when the abandoned requests were sent (None when it
+    does not report it, or not asked); ``gave_up`` counts the clients that disconnected (the others were answered
+    within ``give_up_s``); ``next_status`` / ``next_latency_s`` are the next caller's status code (or exception class
+    name) and seconds; ``dropped`` is how many requests the server reports having dropped unanswered meanwhile (from
+    ``GET /health``'s queue counts; None when it does not report them). One-line :class:`ConfigError` for bad
+    arguments.
+    """
+    import httpx
+
+    if not bodies or not all(isinstance(b, dict) for b in bodies):
+        raise ConfigError("bodies must be a non-empty list of JSON objects (dicts)", "run_abandoned.bodies")
+    if isinstance(abandoned, bool) or not isinstance(abandoned, int) or abandoned < 1:
+        raise ConfigError(f"abandoned must be an integer >= 1, got {abandoned!r}", "run_abandoned.abandoned")
+    if not give_up_s > 0 or not timeout > 0:
+        raise ConfigError("give_up_s and timeout must be > 0 seconds", "run_abandoned")
+    root = base_url.rstrip("/")
+
+    def queue() -> dict[str, Any] | None:
+        try:
+            counts = httpx.get(f"{root}/health", timeout=10.0).json()["queue"]
+            return {"dropped": int(counts["dropped"]), "running": int(counts["running"])}
+        except (httpx.HTTPError, KeyError, TypeError, ValueError):
+            return None
+
+    def ask(body: dict[str, Any], limit: float) -> str:
+        # Its own client, so a disconnect closes a socket the server sees close.
+        try:
+            with httpx.Client(timeout=limit) as client:
+                return str(client.post(f"{root}/answer", json=body).status_code)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+
+    before = queue()
+    with ThreadPoolExecutor(max_workers=abandoned + 1, thread_name_prefix="run-abandoned") as pool:
+        patient = pool.submit(ask, bodies[0], timeout) if busy else None
+        answering: bool | None = None
+        if patient is not None and before is not None:
+            until = time.monotonic() + 30.0
+            while not patient.done() and time.monotonic() < until:
+                state = queue()
+                if state is None or state["running"] > 0:
+                    answering = None if state is None else True
+                    break
+                time.sleep(0.005)
+            else:
+                answering = False  # answered (or timed out) before it was seen running
+        outcomes = list(pool.map(lambda i: ask(bodies[i % len(bodies)], give_up_s), range(abandoned)))
+        gave_up = sum(status in ("ReadTimeout", "WriteTimeout", "ConnectTimeout", "PoolTimeout") for status in outcomes)
+        began = time.perf_counter()
+        status = ask(bodies[0], timeout)
+        latency = time.perf_counter() - began
+        if patient is not None:
+            patient.result()
+    after = queue()
+    return {
+        "abandoned": abandoned,
+        "give_up_s": give_up_s,
+        "busy": answering,
+        "gave_up": gave_up,
+        "answered_in_time": sum(status == "200" for status in outcomes),
+        "next_status": status,
+        "next_latency_s": latency,
+        "dropped": None if before is None or after is None else after["dropped"] - before["dropped"],
+    }
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
     import socket

@@ -15,10 +15,13 @@ exported from the run now, which reuses the identical version when nothing chang
 4. **Parity** — the runtime's P(correct) and decisions on every collected question of the run's evaluation split
    against the classify stage's (identical decisions, |ΔP| ≤ 1e-6), both backends; and end to end, the runtime's
    answers against the evaluate stage's traces for ``end_to_end_methods`` (text, retrieval, P(correct)).
-5. **Serve under load** — ``workbench serve`` in its own process, ``serve_requests`` requests at
-   ``serve_concurrency`` at a time (``serve_method`` over ``serve_questions`` test questions): errors, p50 / p95
-   latency, throughput; once with every request generating, once with the generation cache warm (what the server
-   and the runtime cost besides the model).
+5. **Serve under load** — ``workbench serve`` in its own process (its default limits and batching), ``serve_requests``
+   requests at each concurrency of ``serve_concurrency`` (``serve_method`` over ``serve_questions`` test questions):
+   errors and status counts, p50 / p95 latency, throughput, and how much batching across requests multiplies the
+   single-answer rate; once with every request generating, once with the generation cache warm (what the server and
+   the runtime cost besides the model). Then ``serve_abandoned`` clients ask at once and give up after
+   ``serve_give_up_s`` seconds, and one more client asks: its latency, and how many abandoned requests the server
+   dropped unanswered.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ BANNED = ("lightning", "pytorch_lightning", "optuna", "deepspeed", "wandb", "skl
 COLD_START_GOAL_S = 2.0
 DECISION_GOAL_MS = 1.0
 PARITY_TOLERANCE = 1e-6
+# Batching across requests: throughput at concurrency 8 against concurrency 1 (the single-answer rate).
+BATCHING_GOAL = 2.0
 
 
 def _python(code: str, threads: int) -> dict[str, Any]:
@@ -175,22 +180,31 @@ def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -
     return out
 
 
-def _serve(bundle: Path, questions: list[str], section: Any) -> list[dict[str, Any]]:
-    from workbench.serve import run_load, serve_process
+def _serve(bundle: Path, questions: list[str], section: Any) -> dict[str, Any]:
+    """The serve measurements: ``{"loads": [one row per mode and concurrency], "abandoned": run_abandoned(...)}``."""
+    from workbench.serve import run_abandoned, run_load, serve_process
 
     bodies = [{"question": q, "method": section.serve_method} for q in questions]
-    rows = []
+    loads = []
     with serve_process(bundle) as url:
-        rows.append({"mode": "every request generates", **run_load(url, bodies, **_load_args(section))})
+        run_load(url, bodies[:1], total=1, concurrency=1)  # warm-up: the first forward pass is not a load's cost
+        for concurrency in section.serve_concurrency:
+            row = run_load(url, bodies, total=section.serve_requests, concurrency=concurrency, timeout=600.0)
+            loads.append({"mode": "every request generates", **row})
+        abandoned = run_abandoned(url, bodies, abandoned=section.serve_abandoned, give_up_s=section.serve_give_up_s)
     warm = ["--set", "generation_cache=true"]
     with serve_process(bundle, args=warm) as url:
         run_load(url, bodies, total=len(bodies), concurrency=1)  # fill the cache: one generation per question
-        rows.append({"mode": "generation cache warm", **run_load(url, bodies, **_load_args(section))})
-    return rows
+        for concurrency in section.serve_concurrency:
+            row = run_load(url, bodies, total=section.serve_requests, concurrency=concurrency, timeout=600.0)
+            loads.append({"mode": "generation cache warm", **row})
+    return {"loads": loads, "abandoned": abandoned}
 
 
-def _load_args(section: Any) -> dict[str, Any]:
-    return {"total": section.serve_requests, "concurrency": section.serve_concurrency, "timeout": 600.0}
+def _serve_errors(serve: dict[str, Any]) -> int:
+    """Failed requests over every load, plus 1 when the request after the abandoned ones was not answered."""
+    errors = sum(row["errors"] for row in serve["loads"])
+    return errors + (serve["abandoned"]["next_status"] != "200")
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -229,7 +243,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         FIRST.format(path=str(rt_numpy.root), method="d2rag", question=question, banned=BANNED, threads=threads or 1),
         threads,
     )
-    ctx.log.info("serve: %d requests, %d concurrent", section.serve_requests, section.serve_concurrency)
+    ctx.log.info(
+        "serve: %d requests at concurrency %s, then %d abandoned",
+        section.serve_requests,
+        " / ".join(map(str, section.serve_concurrency)),
+        section.serve_abandoned,
+    )
     serve = _serve(rt_numpy.root, _questions(run_dir, section.serve_questions), section)
     bench = {
         "bundle": {"name": rt_numpy.name, "version": rt_numpy.version, "path": str(rt_numpy.root)},
@@ -246,6 +265,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "decision_repeats": section.decision_repeats,
             "serve_method": section.serve_method,
             "serve_questions": section.serve_questions,
+            "serve_requests": section.serve_requests,
+            "serve_concurrency": list(section.serve_concurrency),
         },
     }
     atomic_write_json(ctx.out_dir / "bench.json", bench)
@@ -253,7 +274,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "cold_start_s": round(cold["directory"]["median_s"] if "directory" in cold else cold["archive"]["median_s"], 3),
         "decision_numpy_ms": round(decision["numpy"]["median_ms"], 4),
         "parity_max_abs_diff": max(parity["numpy"]["max_abs_diff"], parity["onnx"]["max_abs_diff"]),
-        "serve_errors": sum(row["errors"] for row in serve),
+        "serve_errors": _serve_errors(serve),
     }
 
 
@@ -347,23 +368,64 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         for method, row in bench["end_to_end"].items():
             p = f"{row['same_p_correct']}" if method == "d2rag" else "–"
             lines.append(f"| {method} | {row['questions']} | {row['same_text']} | {row['same_retrieval']} | {p} |")
-    s = bench["settings"]
-    lines += [
+    lines += _serve_lines(bench["serve"], bench["settings"])
+    return lines
+
+
+def _serve_lines(serve: dict[str, Any] | list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
+    """The report's serve section: one table row per mode and concurrency, the batching gain, abandoned requests."""
+    if isinstance(serve, list):  # a bench.json written before the concurrency levels: its loads alone
+        serve = {"loads": serve, "abandoned": None}
+    loads, abandoned = serve["loads"], serve.get("abandoned")
+    lines = [
         "",
-        f"## `workbench serve` under load (`{s['serve_method']}` over {s['serve_questions']} test questions)",
+        f"## `workbench serve` under load (`{settings['serve_method']}` over {settings['serve_questions']} test "
+        "questions)",
         "",
-        "A separate `workbench serve` process on 127.0.0.1; the load generator keeps the stated number of requests "
-        "in flight (closed loop). The runtime answers one request at a time, so latency under concurrency is mostly "
-        "queueing behind the model.",
+        "A separate `workbench serve` process on 127.0.0.1 with its default limits; the load generator keeps the "
+        "stated number of requests in flight (closed loop). The server answers every request waiting for the same "
+        "method in one batch (up to the runtime's batch size), so throughput grows with concurrency while latency "
+        "includes the wait for the batch ahead.",
         "",
-        "| mode | requests | concurrency | errors | p50 s | p95 s | max s | throughput req/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| mode | concurrency | requests | errors | statuses | p50 s | p95 s | max s | throughput req/s |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for row in bench["serve"]:
+    for row in loads:
+        statuses = ", ".join(f"{k}: {v}" for k, v in row["status_counts"].items()) or "–"
         lines.append(
-            f"| {row['mode']} | {row['requests']} | {row['concurrency']} | {row['errors']} "
+            f"| {row['mode']} | {row['concurrency']} | {row['requests']} | {row['errors']} | {statuses} "
             f"| {fmt(row['p50_s'])} | {fmt(row['p95_s'])} | {fmt(row['max_s'])} | {fmt(row['throughput_rps'], 2)} |"
         )
+    generating = {row["concurrency"]: row for row in loads if row["mode"] == "every request generates"}
+    single = generating.get(1)
+    if single and single["throughput_rps"]:
+        gains = {
+            c: row["throughput_rps"] / single["throughput_rps"]
+            for c, row in sorted(generating.items())
+            if c > 1 and row["throughput_rps"]
+        }
+        if gains:
+            said = ", ".join(f"{c} concurrent {gain:.1f}×" for c, gain in gains.items())
+            goal = (
+                f" Goal at 8 concurrent clients: ≥ {BATCHING_GOAL:g}× — {_ok(gains[8] >= BATCHING_GOAL)}."
+                if 8 in gains
+                else ""
+            )
+            lines += ["", f"Throughput against one request at a time (every request generating): {said}.{goal}"]
+    if abandoned:
+        dropped = "not reported" if abandoned["dropped"] is None else f"{abandoned['dropped']}"
+        alone = f" (one request alone: p50 {fmt(single['p50_s'])} s)" if single else ""
+        busy = " while the server was answering another request" if abandoned.get("busy") else ""
+        lines += [
+            "",
+            "### Abandoned requests",
+            "",
+            f"{abandoned['abandoned']} clients asked at once{busy} and gave up after {abandoned['give_up_s']:g} s "
+            f"({abandoned['gave_up']} disconnected unanswered); the server dropped {dropped} of them without "
+            f"computing them. The next request was answered in {fmt(abandoned['next_latency_s'])} s (status "
+            f"{abandoned['next_status']}){alone}: it waits at most for the batch already running when the others "
+            "left.",
+        ]
     return lines
 
 

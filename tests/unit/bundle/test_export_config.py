@@ -31,4 +31,4 @@ def test_bad_bench_runtime_settings_fail_at_load():
 
 def test_the_built_in_recipes_pass():
     assert "export" in load_recipe("quickstart").config.stages
-    assert load_recipe("bench-runtime").config.bench_runtime.serve_concurrency == 8
+    assert load_recipe("bench-runtime").config.bench_runtime.serve_concurrency == [1, 8, 32]

@@ -1,7 +1,8 @@
 """The HTTP API (workbench.serve) against a live uvicorn server on a free localhost port, with a fake runtime.
 
-The fake runtime has the Runtime interface (name, version, methods, method_options, info, answer_many returning real
-RuntimeAnswer objects) and no model; special questions make it fail or stall, so one server covers every case.
+The fake runtime (tests/unit/serve/fake_runtime.py) has the Runtime interface and no model; special questions make it
+fail or stall, so one server covers most cases. The load attacks (queue, deadline, disconnects, batching) are in
+test_serve_load.py.
 """
 
 from __future__ import annotations
@@ -9,103 +10,31 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 
-from workbench.core.errors import ConfigError, DataError
-from workbench.runtime.runtime import RuntimeAnswer
+from tests.unit.serve.fake_runtime import FakeRuntime, serving
+from workbench.core.errors import ConfigError
 from workbench.serve import ServeLimits, create_app, run_load, run_server
 
-LIMITS = ServeLimits(max_batch=4, max_body_bytes=4096, max_question_chars=100)
+LIMITS = ServeLimits(max_batch=4, max_body_bytes=4096, max_question_chars=100, max_question_tokens=40)
 ANSWER_FIELDS = ("question", "text", "retrieved", "p_correct", "passages", "lm_calls", "tokens", "latency_s")
-
-
-class FakeRuntime:
-    """The Runtime interface with deterministic answers. Questions ``raise data error`` / ``raise bug`` make it raise
-    a DataError / RuntimeError; ``slow`` sleeps 0.5 s (and sets ``slow_started``)."""
-
-    name = "fake-bundle"
-    version = "1.2.3"
-    methods = ("dtr", "d2rag")  # d2rag is the default although it is not first
-
-    def __init__(self) -> None:
-        self.method_options = {"dtr": {"k": 3}, "d2rag": {"k": 5, "tau": 0.4}}
-        self.calls: list[tuple[list[str], str | None]] = []
-        self.slow_started = threading.Event()
-        self._lock = threading.RLock()
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "methods": dict(self.method_options),
-            "decision": {"features": ["entropy", "length"], "classifier": "logreg", "tau": 0.4, "rule": "p < tau"},
-        }
-
-    def answer_many(self, questions: list[str], method: str | None = None, batch_size: int | None = None) -> list:
-        with self._lock:
-            self.calls.append((list(questions), method))
-            for q in questions:
-                if q == "raise data error":
-                    raise DataError("question 0 cannot be answered by this fake", "questions")
-                if q == "raise bug":
-                    raise RuntimeError("the fake model exploded")
-                if q == "slow":
-                    self.slow_started.set()
-                    time.sleep(0.5)
-            return [self._answer(q, method or "d2rag") for q in questions]
-
-    @staticmethod
-    def _answer(question: str, method: str) -> RuntimeAnswer:
-        decides = method == "d2rag"
-        return RuntimeAnswer(
-            question=question,
-            method=method,
-            text=f"answer to {question}",
-            retrieved=not decides,
-            decoding="greedy",
-            passages=[] if decides else [{"id": "doc1#0", "title": "Doc one"}],
-            p_correct=0.75 if decides else None,
-            tau=0.4 if decides else None,
-            features={"entropy": float("nan"), "length": float(len(question))} if decides else None,
-            lm_calls=1,
-            tokens=len(question) + 4,
-            latency_s=0.001,
-            trace={"steps": [{"name": "generate", "detail": {}}], "question": question},
-        )
-
-
-def _serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, str]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return server, thread, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[tuple[str, FakeRuntime, httpx.Client]]:
     """A live server on a free localhost port (small limits), its fake runtime, and an HTTP client."""
     runtime = FakeRuntime()
-    server, thread, url = _serve(create_app(runtime, LIMITS))
-    client = httpx.Client(base_url=url, timeout=10)
-    yield url, runtime, client
-    client.close()
-    server.should_exit = True
-    thread.join(10)
-    assert not thread.is_alive(), "uvicorn did not shut down"
+    with serving(create_app(runtime, LIMITS)) as url, httpx.Client(base_url=url, timeout=10) as client:
+        yield url, runtime, client
 
 
 def _detail(response: httpx.Response) -> str:
@@ -122,7 +51,11 @@ def test_health(live):
     _, _, client = live
     response = client.get("/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "bundle": "fake-bundle", "version": "1.2.3", "methods": ["dtr", "d2rag"]}
+    body = response.json()
+    queue = body.pop("queue")
+    assert body == {"status": "ok", "bundle": "fake-bundle", "version": "1.2.3", "methods": ["dtr", "d2rag"]}
+    assert set(queue) == {"queued", "queued_requests", "running", "limit", "batches", "answered", "dropped"}
+    assert queue["limit"] == LIMITS.max_queue and queue["queued"] == 0
 
 
 def test_methods_lists_settings_default_and_decision(live):
@@ -163,14 +96,47 @@ def test_answer_batch_with_method_and_traces(live):
     assert runtime.calls[-1] == (questions, "dtr")
 
 
-def test_openapi_and_docs(live):
+def test_openapi_describes_the_routes_and_every_status(live):
     _, _, client = live
     spec = client.get("/openapi.json").json()
     assert spec["info"]["title"] == "workbench — fake-bundle 1.2.3"
     assert {"/health", "/methods", "/answer"} <= set(spec["paths"])
     assert "post" in spec["paths"]["/answer"] and "get" in spec["paths"]["/health"]
-    docs = client.get("/docs")
-    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    assert {"413", "422", "500", "503", "504"} <= set(spec["paths"]["/answer"]["post"]["responses"])
+    for status in ("422", "413", "503", "504", "404", "405", "500"):
+        assert status in spec["info"]["description"]
+
+
+_REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_pages_load_everything_from_the_server_itself(live, page):
+    """Offline, a page that loads its scripts from a CDN is blank: every script, style and icon must be local."""
+    _, _, client = live
+    response = client.get(page)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    assert "/openapi.json" in response.text
+    references = _REFERENCE.findall(response.text)
+    assert any(ref.endswith(".js") for ref in references), references
+    assert not re.search(r"https?://", response.text), "the page names another host"
+    for ref in references:
+        assert ref.startswith("/"), ref
+        asset = client.get(ref)
+        assert asset.status_code == 200, ref
+        if ref.endswith(".js"):
+            assert "javascript" in asset.headers["content-type"] and len(asset.content) > 100_000
+        elif ref.endswith(".css"):
+            assert asset.headers["content-type"].startswith("text/css") and len(asset.content) > 10_000
+
+
+def test_swagger_ui_assets_read_openapi_3_1(live):
+    # FastAPI writes OpenAPI 3.1; Swagger UI before 5 renders such a spec as an error page.
+    _, _, client = live
+    assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
+    assert b"isOAS31" in client.get("/docs/assets/swagger-ui-bundle.js").content
+    missing = client.get("/docs/assets/nope.js")
+    assert missing.status_code == 404 and "/docs/assets/nope.js" in _detail(missing)
 
 
 # ---------------------------------------------------------------------------------------------------- validation
@@ -181,6 +147,10 @@ def test_openapi_and_docs(live):
     [
         ({"question": ""}, "question"),
         ({"question": "   "}, "blank"),
+        ({"question": "\u200b\u200c\u200d\u2060\ufeff"}, "blank"),
+        ({"questions": ["fine", " \u200b\u3164\u0301 "]}, "questions[1]: must not be blank"),
+        ({"question": "\U0001f600" * 20}, "question: 80 tokens, over the 40-token limit"),
+        ({"questions": ["fine", "\U0001f914?" * 12]}, "questions[1]: 51 tokens"),
         ({"question": "x" * 101}, "at most 100 characters"),
         ({"questions": ["ok", "x" * 101]}, "questions[1]"),
         ({"questions": ["q"] * 5}, "at most 4"),
@@ -197,6 +167,10 @@ def test_openapi_and_docs(live):
     ids=[
         "empty",
         "blank",
+        "zero-width-only",
+        "invisible-in-batch",
+        "emoji-over-token-limit",
+        "emoji-over-token-limit-in-batch",
         "too-long",
         "too-long-in-batch",
         "too-many",
@@ -220,11 +194,27 @@ def test_invalid_bodies_are_422_and_never_reach_the_runtime(live, body, expected
     assert len(runtime.calls) == calls
 
 
+@pytest.mark.parametrize("question", ["¿Quién escribió Dune?", "日本の首都は？", "e\u0301t\u00e9 \U0001f600?"])
+def test_visible_non_ascii_questions_within_the_limits_are_answered(live, question):
+    _, runtime, client = live
+    response = client.post("/answer", json={"question": question})
+    assert response.status_code == 200, response.text
+    assert runtime.calls[-1] == ([question], "d2rag")
+
+
 def test_malformed_json_is_422(live):
     _, _, client = live
     response = client.post("/answer", content=b'{"question": ', headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert "malformed JSON" in _detail(response)
+
+
+def test_a_body_that_is_not_utf8_is_422_not_400(live):
+    # found by tests/fuzz/test_fuzz_http.py: FastAPI answered 400 "There was an error parsing the body"
+    _, _, client = live
+    response = client.post("/answer", content=b'{"question": "\x80"}', headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert _detail(response) == "malformed JSON body: not UTF-8 text"
 
 
 @pytest.mark.parametrize(
@@ -405,15 +395,28 @@ def test_run_server_binds_localhost_by_default_and_prints_its_urls(monkeypatch, 
 
 
 def test_serve_limits_defaults_and_validation():
-    assert (ServeLimits().max_batch, ServeLimits().max_body_bytes, ServeLimits().max_question_chars) == (
-        32,
-        65536,
-        2000,
+    defaults = ServeLimits()
+    assert (defaults.max_batch, defaults.max_body_bytes, defaults.max_question_chars) == (32, 65536, 2000)
+    assert (defaults.max_question_tokens, defaults.max_queue, defaults.max_batch_questions) == (256, 128, 8)
+    assert defaults.timeout_s == 120.0
+    bad_values = (
+        {"max_batch": 0},
+        {"max_body_bytes": -1},
+        {"max_question_chars": 2.5},
+        {"max_batch": True},
+        {"max_question_tokens": 0},
+        {"max_queue": 0},
+        {"max_batch_questions": 0},
+        {"timeout_s": 0},
+        {"timeout_s": float("inf")},
+        {"timeout_s": "10"},
     )
-    for bad in ({"max_batch": 0}, {"max_body_bytes": -1}, {"max_question_chars": 2.5}, {"max_batch": True}):
+    for bad in bad_values:
         with pytest.raises(ConfigError) as info:
             ServeLimits(**bad)
         assert next(iter(bad)) in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"max_queue \(8\) must be >= max_batch \(16\)"):
+        ServeLimits(max_batch=16, max_queue=8)
     with pytest.raises(AttributeError):
         LIMITS.max_batch = 10  # type: ignore[misc]  # frozen
 

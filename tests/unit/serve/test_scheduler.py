@@ -1,0 +1,164 @@
+"""The request scheduler alone (no HTTP): bound, Retry-After, cancelling, gathering, shutdown, a surviving worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, QueueFull, SchedulerClosed
+
+
+class Recorder:
+    """An answer function that records each call and can be held with ``gate``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def __call__(self, questions: Sequence[str], method: str) -> list[str]:
+        self.calls.append(list(questions))
+        self.started.set()
+        self.gate.wait(10)
+        return [f"{method}:{q}" for q in questions]
+
+
+def _later(seconds: float = 60.0) -> float:
+    return time.monotonic() + seconds
+
+
+def test_answers_are_split_back_per_job_in_order():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
+    first = scheduler.submit(["hold"], "m", _later())
+    assert answer.started.wait(5)
+    jobs = [scheduler.submit([f"q{i}a", f"q{i}b"], "m", _later()) for i in range(3)]
+    answer.gate.set()
+    assert first.future.result(5) == ["m:hold"]
+    assert [job.future.result(5) for job in jobs] == [[f"m:q{i}a", f"m:q{i}b"] for i in range(3)]
+    assert answer.calls == [["hold"], ["q0a", "q0b", "q1a", "q1b", "q2a", "q2b"]]
+    assert scheduler.stats()["batches"] == 2 and scheduler.stats()["answered"] == 7
+    scheduler.close()
+
+
+def test_the_queue_is_bounded_in_questions_and_estimates_retry_after():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=4, max_batch_questions=4)
+    scheduler.submit(["running"], "m", _later())  # taken by the worker: not counted
+    assert answer.started.wait(5)
+    scheduler.submit(["a", "b", "c"], "m", _later())
+    scheduler._seconds_per_question = 2.5  # as measured by earlier batches
+    with pytest.raises(QueueFull) as info:
+        scheduler.submit(["d", "e"], "m", _later())
+    assert (info.value.wanted, info.value.queued, info.value.limit) == (2, 3, 4)
+    assert info.value.retry_after_s == 8  # one batch of the 3 queued questions at 2.5 s each, rounded up
+    fits = scheduler.submit(["d"], "m", _later())
+    answer.gate.set()
+    assert fits.future.result(5) == ["m:d"]
+    scheduler.close()
+
+
+def test_cancelled_and_expired_jobs_are_never_computed():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
+    running = scheduler.submit(["running"], "m", _later())
+    assert answer.started.wait(5)
+    gone = scheduler.submit(["gone"], "m", _later())
+    expired = scheduler.submit(["expired"], "m", time.monotonic() + 0.05)
+    kept = scheduler.submit(["kept"], "m", _later())
+    assert scheduler.cancel(gone) is True and scheduler.stats()["queued"] == 2
+    assert scheduler.cancel(running) is False  # a running batch cannot be interrupted
+    time.sleep(0.1)
+    answer.gate.set()
+    assert kept.future.result(5) == ["m:kept"] and running.future.result(5) == ["m:running"]
+    with pytest.raises(DeadlineExpired):
+        expired.future.result(5)
+    assert answer.calls == [["running"], ["kept"]]
+    assert scheduler.stats()["dropped"] == 2
+    scheduler.close()
+
+
+def test_a_lone_client_never_waits_for_others():
+    answer = Recorder()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=1.0)
+    scheduler._last_batch = (1, 10.0)  # the last batch served one request: nobody else to wait for
+    began = time.monotonic()
+    assert scheduler.submit(["alone"], "m", _later()).future.result(5) == ["m:alone"]
+    assert time.monotonic() - began < 0.3
+    scheduler.close()
+
+
+def test_the_worker_waits_briefly_for_the_last_batchs_clients_to_come_back():
+    answer = Recorder()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=0.5)
+    scheduler._last_batch = (3, 10.0)  # three clients were served together; they ask again one by one
+    jobs = []
+    for name in ("a", "b", "c"):
+        jobs.append(scheduler.submit([name], "m", _later()))
+        time.sleep(0.05)
+    assert [job.future.result(5) for job in jobs] == [["m:a"], ["m:b"], ["m:c"]]
+    assert answer.calls == [["a", "b", "c"]]
+    scheduler.close()
+
+
+def test_cancelling_every_job_while_the_worker_gathers_does_not_kill_it():
+    answer = Recorder()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=0.3)
+    scheduler._last_batch = (2, 10.0)
+    lonely = scheduler.submit(["left"], "m", _later())
+    time.sleep(0.05)  # the worker is gathering
+    assert scheduler.cancel(lonely)
+    time.sleep(0.4)  # past the gathering window, with an empty queue
+    assert scheduler.submit(["next"], "m", _later()).future.result(5) == ["m:next"]
+    assert answer.calls == [["next"]]
+    scheduler.close()
+
+
+def test_a_failing_or_broken_answer_fails_its_job_and_the_worker_serves_on():
+    def broken(questions: Sequence[str], method: str) -> list[str]:
+        if questions == ["short"]:
+            return []  # one answer missing
+        if questions == ["boom"]:
+            raise ValueError("boom")
+        return list(questions)
+
+    scheduler = BatchScheduler(broken, max_queue=16, max_batch_questions=8)
+    with pytest.raises(RuntimeError, match="0 answers for 1 questions"):
+        scheduler.submit(["short"], "m", _later()).future.result(5)
+    with pytest.raises(ValueError, match="boom"):
+        scheduler.submit(["boom"], "m", _later()).future.result(5)
+    assert scheduler.submit(["fine"], "m", _later()).future.result(5) == ["fine"]
+    scheduler.close()
+
+
+def test_close_fails_waiting_jobs_and_refuses_new_ones():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
+    running = scheduler.submit(["running"], "m", _later())
+    assert answer.started.wait(5)
+    waiting = scheduler.submit(["waiting"], "m", _later())
+    scheduler.close()
+    with pytest.raises(SchedulerClosed):
+        waiting.future.result(5)
+    with pytest.raises(SchedulerClosed):
+        scheduler.submit(["late"], "m", _later())
+    answer.gate.set()
+    assert running.future.result(5) == ["m:running"]  # the running batch finishes
+    assert answer.calls == [["running"]]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_queue": 0}, {"max_batch_questions": 0}, {"max_queue": True}, {"max_gather_s": -1.0}]
+)
+def test_bad_settings_are_refused(kwargs):
+    settings = {"max_queue": 4, "max_batch_questions": 4, **kwargs}
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        BatchScheduler(Recorder(), **settings)

@@ -1,0 +1,288 @@
+"""The request scheduler of ``workbench serve``: a bounded queue and one worker thread that batches across requests.
+
+Each ``POST /answer`` becomes a :class:`Job` (its questions, its method, its deadline and a future). One worker thread
+takes the job at the head of the queue together with every job queued behind it for the same method, up to
+``max_batch_questions`` questions, and answers them with one ``answer(questions, method)`` call — the runtime batches
+the forward passes, so eight clients asking at once cost about one batch, not eight answers. The answers are split
+back to their jobs in order.
+
+Guarantees:
+
+* **bounded** — at most ``max_queue`` questions wait (the running batch is not counted); :meth:`BatchScheduler.submit`
+  raises :class:`QueueFull` beyond, with an estimate of when room frees up.
+* **nothing abandoned is computed** — :meth:`BatchScheduler.cancel` (the client left, or its deadline passed) removes
+  a waiting job at once, and the worker skips any job whose deadline passed before its batch started. A job already
+  in a running batch cannot be interrupted (the model call is not cancellable); its answer is discarded.
+* **one request's failure stays its own** — when a batch with several jobs raises, each job is answered again alone,
+  so a question the runtime refuses fails only the request that sent it.
+* **FIFO per method** — the head job is always in the next batch; jobs of another method wait at most one batch.
+* **batches stay full under a closed loop** — when a batch's clients get their answers they ask again a few
+  milliseconds later, one by one; a worker that started on the first of them would alternate a batch of 1 with a
+  batch of 7. So when the last batch served several requests and the queue holds fewer, the worker waits for them a
+  little — until as many requests are queued as the last batch served, or the batch is full, or ``max_gather_s``
+  (at most a tenth of the last batch's answering time) has passed. A lone client (last batch: one request) never
+  waits.
+
+The scheduler knows nothing of HTTP: the app maps :class:`QueueFull`, :class:`DeadlineExpired` and
+:class:`SchedulerClosed` to status codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("workbench.serve")
+
+AnswerFn = Callable[[list[str], str], Sequence[Any]]
+
+# Weight of the newest batch in the running estimate of seconds per question (Retry-After); light smoothing, so one
+# slow batch does not dominate and a changed load shows within a few batches.
+_EMA_WEIGHT = 0.3
+# The gathering wait is at most this share of the last batch's answering time: it costs at most ~10% latency.
+_GATHER_SHARE = 0.1
+
+
+class QueueFull(Exception):
+    """The queue cannot take ``wanted`` more questions (``queued`` wait, ``limit`` at most); retry after
+    ``retry_after_s`` seconds (an estimate, >= 1)."""
+
+    def __init__(self, wanted: int, queued: int, limit: int, retry_after_s: int) -> None:
+        self.wanted, self.queued, self.limit, self.retry_after_s = wanted, queued, limit, retry_after_s
+        super().__init__(
+            f"the server is busy: {queued} question(s) are queued (limit {limit}), this request adds {wanted}; "
+            f"retry in {retry_after_s} s"
+        )
+
+
+class DeadlineExpired(Exception):
+    """A job's deadline passed before its batch started: it was dropped unanswered."""
+
+
+class SchedulerClosed(Exception):
+    """The scheduler was closed (the server is shutting down): the job was not answered."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's work: ``questions`` for ``method``, to start before ``deadline`` (a ``time.monotonic()``
+    instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them."""
+
+    questions: list[str]
+    method: str
+    deadline: float
+    future: Future[list[Any]] = field(default_factory=Future)
+
+
+class BatchScheduler:
+    """A bounded queue of :class:`Job` and one worker thread that answers them in batches (see the module docstring).
+
+    ``answer(questions, method)`` must return one answer per question, in order; it is only ever called from the
+    worker thread, one call at a time. ``max_queue`` bounds the questions waiting; ``max_batch_questions`` bounds the
+    questions of one call, except that a single job larger than it is still answered whole (in one call);
+    ``max_gather_s`` bounds the wait for a batch's clients to come back (0: never wait). The worker starts with the
+    first :meth:`submit` and stops at :meth:`close`.
+    """
+
+    def __init__(
+        self, answer: AnswerFn, *, max_queue: int, max_batch_questions: int, max_gather_s: float = 0.05
+    ) -> None:
+        for name, value in (("max_queue", max_queue), ("max_batch_questions", max_batch_questions)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not max_gather_s >= 0:
+            raise ValueError(f"max_gather_s must be >= 0 seconds, got {max_gather_s!r}")
+        self._answer = answer
+        self.max_queue = max_queue
+        self.max_batch_questions = max_batch_questions
+        self.max_gather_s = max_gather_s
+        self._last_batch = (0, 0.0)  # requests served and seconds taken by the last batch
+        self._cond = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._queued_questions = 0
+        self._running_questions = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._seconds_per_question: float | None = None
+        self._counts = {"batches": 0, "answered": 0, "dropped": 0}
+
+    # ------------------------------------------------------------------ the request side (event loop)
+    def submit(self, questions: Sequence[str], method: str, deadline: float) -> Job:
+        """Queue ``questions`` for ``method``; the returned job's future carries the answers.
+
+        Raises :class:`QueueFull` when they do not fit under ``max_queue`` and :class:`SchedulerClosed` after
+        :meth:`close`. Never blocks on the model.
+        """
+        job = Job(list(questions), method, deadline)
+        with self._cond:
+            if self._closed:
+                raise SchedulerClosed("the server is shutting down")
+            wanted = len(job.questions)
+            if self._queued_questions + wanted > self.max_queue:
+                raise QueueFull(wanted, self._queued_questions, self.max_queue, self._retry_after_locked())
+            self._queue.append(job)
+            self._queued_questions += wanted
+            self._start_locked()
+            self._cond.notify()
+        return job
+
+    def cancel(self, job: Job) -> bool:
+        """Drop ``job`` if its batch has not started (it is then never computed) and return True; False when it is
+        already running or done (a running batch cannot be interrupted; its answer is simply not used)."""
+        with self._cond:
+            if not job.future.cancel():
+                return False
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return True  # already taken off the queue and skipped by the worker
+            self._queued_questions -= len(job.questions)
+            self._counts["dropped"] += 1
+            return True
+
+    def stats(self) -> dict[str, int]:
+        """``{"queued": questions waiting, "queued_requests", "running": questions in the running batch, "limit":
+        max_queue, "batches": answering calls made, "answered": questions answered, "dropped": requests dropped
+        unanswered (client gone or deadline passed before their batch)}``."""
+        with self._cond:
+            return {
+                "queued": self._queued_questions,
+                "queued_requests": len(self._queue),
+                "running": self._running_questions,
+                "limit": self.max_queue,
+                **self._counts,
+            }
+
+    def close(self) -> None:
+        """Stop taking jobs: every waiting job fails with :class:`SchedulerClosed`; a running batch finishes (the
+        worker is a daemon thread, so it never holds the process open)."""
+        with self._cond:
+            self._closed = True
+            waiting = list(self._queue)
+            self._queue.clear()
+            self._queued_questions = 0
+            self._cond.notify_all()
+        for job in waiting:
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(SchedulerClosed("the server is shutting down"))
+
+    # ------------------------------------------------------------------ the worker
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="workbench-serve-answers", daemon=True)
+            self._thread.start()
+
+    def _retry_after_locked(self) -> int:
+        # Room frees up when the worker takes its next batch off the queue: about one batch's answering time.
+        per_question = self._seconds_per_question or 1.0
+        batch = min(max(self._queued_questions, 1), self.max_batch_questions)
+        return max(1, math.ceil(per_question * batch))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                self._gather_locked()
+                if self._closed:
+                    return
+                if not self._queue:
+                    continue  # every waiting job was cancelled while the worker gathered
+                method, jobs = self._take_locked()
+                self._running_questions = sum(len(j.questions) for j in jobs)
+            try:
+                if jobs:
+                    self._answer_batch(method, jobs)
+            except Exception as exc:
+                # A bug here must not kill the only worker (every later request would wait for its deadline).
+                logger.exception("the answering worker failed on a batch of %d request(s)", len(jobs))
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+            finally:
+                with self._cond:
+                    self._running_questions = 0
+
+    def _gather_locked(self) -> None:
+        """Wait (lock released) for the last batch's clients to come back; see the module docstring."""
+        requests, seconds = self._last_batch
+        window = min(self.max_gather_s, _GATHER_SHARE * seconds)
+        if requests <= 1 or window <= 0:
+            return
+        until = time.monotonic() + window
+        while (
+            not self._closed
+            and len(self._queue) < requests
+            and self._queued_questions < self.max_batch_questions
+            and (left := until - time.monotonic()) > 0
+        ):
+            self._cond.wait(left)
+
+    def _take_locked(self) -> tuple[str, list[Job]]:
+        """Remove the next batch from the queue: the head job's method, jobs in queue order while they fit. Jobs
+        cancelled or past their deadline are removed and skipped (never computed)."""
+        method = self._queue[0].method
+        now = time.monotonic()
+        taken: list[Job] = []
+        total = 0
+        for job in list(self._queue):
+            if job.method != method:
+                continue
+            size = len(job.questions)
+            if taken and total + size > self.max_batch_questions:
+                break  # FIFO within a method: a later, smaller job does not overtake this one
+            self._queue.remove(job)
+            self._queued_questions -= size
+            if not job.future.set_running_or_notify_cancel():
+                self._counts["dropped"] += 1
+                continue
+            if now >= job.deadline:
+                self._counts["dropped"] += 1
+                job.future.set_exception(DeadlineExpired("the request's deadline passed while it was queued"))
+                continue
+            taken.append(job)
+            total += size
+        return method, taken
+
+    def _answer_batch(self, method: str, jobs: list[Job]) -> None:
+        questions = [q for job in jobs for q in job.questions]
+        began = time.monotonic()
+        try:
+            answers = list(self._answer(questions, method))
+            if len(answers) != len(questions):
+                raise RuntimeError(f"the runtime returned {len(answers)} answers for {len(questions)} questions")
+        except Exception as exc:
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(exc)
+                return
+            # Find whose questions failed: answer each job alone, so the others still get their answers.
+            logger.info("a batch of %d requests failed (%s); answering them one by one", len(jobs), exc)
+            for job in jobs:
+                if time.monotonic() >= job.deadline:
+                    job.future.set_exception(DeadlineExpired("the request's deadline passed while it was queued"))
+                else:
+                    self._answer_batch(method, [job])
+            return
+        elapsed = time.monotonic() - began
+        with self._cond:
+            per_question = elapsed / len(questions)
+            previous = self._seconds_per_question
+            self._seconds_per_question = (
+                per_question if previous is None else (1 - _EMA_WEIGHT) * previous + _EMA_WEIGHT * per_question
+            )
+            self._counts["batches"] += 1
+            self._counts["answered"] += len(questions)
+            self._last_batch = (len(jobs), elapsed)
+        logger.debug("answered %d question(s) of %d request(s) in %.2f s", len(questions), len(jobs), elapsed)
+        start = 0
+        for job in jobs:
+            end = start + len(job.questions)
+            job.future.set_result(answers[start:end])
+            start = end
