@@ -574,6 +574,11 @@ class BenchRuntimeSection:
     serve_concurrency: list[int] = doc("requests in flight at once: one load per value", [1, 8, 32])
     serve_abandoned: int = doc("clients that send a request at once and give up on it (then one more asks)", 8)
     serve_give_up_s: float = doc("seconds after which those clients disconnect without an answer", 0.5)
+    fuzz: Literal["none", "ci", "bench"] = doc(
+        "run the fuzz suite (tests/fuzz, a source checkout) with this Hypothesis profile and report its case counts: "
+        "ci (derandomised, 40 cases per property), bench (random, 300), none",
+        "bench",
+    )
 
 
 @dataclass

@@ -22,6 +22,8 @@ exported from the run now, which reuses the identical version when nothing chang
    the runtime cost besides the model). Then ``serve_abandoned`` clients ask at once and give up after
    ``serve_give_up_s`` seconds, and one more client asks: its latency, and how many abandoned requests the server
    dropped unanswered.
+6. **Fuzzing** — the property suite ``tests/fuzz`` (a source checkout) with the Hypothesis profile ``fuzz`` in its
+   own pytest process: the cases tried per property and how many were refused in one line or accepted.
 """
 
 from __future__ import annotations
@@ -250,6 +252,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         section.serve_abandoned,
     )
     serve = _serve(rt_numpy.root, _questions(run_dir, section.serve_questions), section)
+    ctx.log.info("fuzz: profile %s", section.fuzz)
+    fuzz = _fuzz(section.fuzz, scratch)
     bench = {
         "bundle": {"name": rt_numpy.name, "version": rt_numpy.version, "path": str(rt_numpy.root)},
         "run": str(run_dir),
@@ -260,6 +264,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "parity": parity,
         "end_to_end": end_to_end,
         "serve": serve,
+        "fuzz": fuzz,
         "settings": {
             "cold_starts": section.cold_starts,
             "decision_repeats": section.decision_repeats,
@@ -275,6 +280,41 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "decision_numpy_ms": round(decision["numpy"]["median_ms"], 4),
         "parity_max_abs_diff": max(parity["numpy"]["max_abs_diff"], parity["onnx"]["max_abs_diff"]),
         "serve_errors": _serve_errors(serve),
+    }
+
+
+def _fuzz(profile: str, scratch: Path) -> dict[str, Any] | None:
+    """Run the fuzz suite (``tests/fuzz`` of a source checkout) with a Hypothesis ``profile`` in a fresh pytest
+    process; its case counts per property, the seconds it took and whether every property held. None when off or
+    when the package is not a source checkout (the suite is not installed with it)."""
+    import os
+
+    from workbench.core.paths import PROJECT_ROOT
+
+    suite = PROJECT_ROOT / "tests" / "fuzz"
+    if profile == "none" or not suite.is_dir():
+        return None
+    report = scratch / "fuzz.json"
+    report.unlink(missing_ok=True)
+    env = {**os.environ, "WORKBENCH_FUZZ_PROFILE": profile, "WORKBENCH_FUZZ_REPORT": str(report)}
+    began = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
+    seconds = time.perf_counter() - began
+    tail = (out.stdout.strip().splitlines() or [""])[-1]
+    counts = json.loads(report.read_text()) if report.is_file() else {}
+    return {
+        "profile": profile,
+        "passed": out.returncode == 0,
+        "summary": tail,
+        "seconds": seconds,
+        "properties": counts,
     }
 
 
@@ -369,6 +409,31 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             p = f"{row['same_p_correct']}" if method == "d2rag" else "–"
             lines.append(f"| {method} | {row['questions']} | {row['same_text']} | {row['same_retrieval']} | {p} |")
     lines += _serve_lines(bench["serve"], bench["settings"])
+    lines += _fuzz_lines(bench.get("fuzz"))
+    return lines
+
+
+def _fuzz_lines(fuzz: dict[str, Any] | None) -> list[str]:
+    """The report's fuzz section: cases tried per property, refused in one line or accepted consistently."""
+    if not fuzz:
+        return []
+    properties = fuzz["properties"]
+    total = sum(p["cases"] for p in properties.values())
+    lines = [
+        "",
+        f"## Fuzzing (`tests/fuzz`, Hypothesis profile `{fuzz['profile']}`)",
+        "",
+        "Manifests, learned files, file bytes, archives, recipes, overrides and HTTP bodies mutated at random; each "
+        "case must be refused with one error line or accepted consistently, never a traceback, never a file read "
+        "outside the bundle's verified set or written outside the extract directory. "
+        f"**{total} cases** in {fuzz['seconds']:.0f} s: {'every property held' if fuzz['passed'] else 'FAILED'} "
+        f"(`{fuzz['summary']}`).",
+        "",
+        "| property | cases | refused (one line) | accepted |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in properties.items():
+        lines.append(f"| {name} | {row['cases']} | {row.get('refused', 0)} | {row.get('accepted', 0)} |")
     return lines
 
 
