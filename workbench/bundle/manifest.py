@@ -22,7 +22,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
@@ -63,41 +63,37 @@ def _sha256_or_none(value: str | None, where: str) -> None:
 
 
 @dataclass
-class GeneratorRecord:
-    """``models.generator``: the answering model and how it was run."""
+class ModelRecord:
+    """A model reference of ``models``: what it is (``ref``, ``source``), where it came from, and its weights digest."""
 
     ref: str
     source: str | None = None
     weights_sha256: str | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_context: int | None = None
-    prompt_format: Literal["auto", "chat", "completion"] = "auto"
     package: str | None = None
     package_version: str | None = None
     path: str | None = None
     hub_id: str | None = None
     revision: str | None = None
 
+    block: ClassVar[str] = "models.embedder"
+
     def __post_init__(self) -> None:
-        _sha256_or_none(self.weights_sha256, "models.generator.weights_sha256")
-        _in_range("max_context", self.max_context, "models.generator.max_context")
+        _sha256_or_none(self.weights_sha256, f"{self.block}.weights_sha256")
 
 
 @dataclass
-class EmbedderRecord:
-    """``models.embedder``: the sentence embedder."""
+class GeneratorRecord(ModelRecord):
+    """``models.generator``: the answering model and how it was run."""
 
-    ref: str
-    source: str | None = None
-    weights_sha256: str | None = None
-    package: str | None = None
-    package_version: str | None = None
-    path: str | None = None
-    hub_id: str | None = None
-    revision: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_context: int | None = None
+    prompt_format: Literal["auto", "chat", "completion"] = "auto"
+
+    block: ClassVar[str] = "models.generator"
 
     def __post_init__(self) -> None:
-        _sha256_or_none(self.weights_sha256, "models.embedder.weights_sha256")
+        super().__post_init__()
+        _in_range("max_context", self.max_context, "models.generator.max_context")
 
 
 @dataclass
@@ -119,7 +115,7 @@ class ModelsBlock:
     """``models``."""
 
     generator: GeneratorRecord
-    embedder: EmbedderRecord
+    embedder: ModelRecord
     nli: JudgeRecord
 
 
@@ -318,7 +314,8 @@ def _dataclass_of(tp: Any) -> type | None:
 
 def _known_only(cls: type, data: dict[str, Any], path: str, unknown: list[str]) -> dict[str, Any]:
     """``data`` without the keys ``cls`` (recursively) does not declare; their dotted names go to ``unknown``."""
-    hints = typing.get_type_hints(cls)
+    every = typing.get_type_hints(cls)
+    hints = {f.name: every[f.name] for f in dataclasses.fields(cls)}  # fields only: a ClassVar is no manifest key
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key not in hints:

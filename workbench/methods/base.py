@@ -120,6 +120,26 @@ class Trace:
         }
 
 
+@contextmanager
+def shared_step(traces: Sequence[Trace], name: str, counter: Any) -> Iterator[list[dict[str, Any]]]:
+    """:meth:`Trace.step` for a stage run once for several questions (one batched call): yields one detail dict per
+    trace; the stage's wall time and cost are split evenly over ``traces`` (so LM calls stay whole per question only
+    when each question sent its own prompts; token counts can be fractions)."""
+    before = counter.snapshot()
+    began = time.perf_counter()
+    details: list[dict[str, Any]] = [{} for _ in traces]
+    try:
+        yield details
+    finally:
+        if traces:
+            spent = counter.since(before)
+            share = 1.0 / len(traces)
+            seconds = (time.perf_counter() - began) * share
+            cost = {name_: float(getattr(spent, name_)) * share for name_ in COST_FIELDS}
+            for trace, detail in zip(traces, details, strict=True):
+                trace.steps.append(Step(name, seconds, dict(cost), detail))
+
+
 @dataclass
 class Answer:
     """A method's final answer text and the trace of how it got there."""

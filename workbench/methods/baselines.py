@@ -6,9 +6,10 @@ when that answer is wrong — an upper bound for any retrieval decision, for eva
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from workbench.methods.base import Answer, Method, Tools, Trace
+from workbench.methods.base import Answer, Method, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers
 
 
@@ -18,21 +19,29 @@ def _note_truncation(trace: Trace, output: Any) -> None:
 
 
 class NoRAG(Method):
-    """Answer closed-book with one greedy generation."""
+    """Answer closed-book with one greedy generation; several questions share one batched generate call."""
 
     name = "no_rag"
     requires_gold = False
 
     def answer(self, example: dict[str, Any]) -> Answer:
-        trace = Trace(self.name)
-        with trace.step("generate", self.tools.counter) as step:
-            out = generate_answers(self.tools, [example["question"]], [None])[0]
-            step["prompt_tokens"] = out.built.n_tokens
-        return Answer(out.text.strip(), trace)
+        return self.answer_many([example])[0]
+
+    def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
+        traces = [Trace(self.name) for _ in examples]
+        if not traces:
+            return []
+        questions = [str(ex["question"]) for ex in examples]
+        with shared_step(traces, "generate", self.tools.counter) as details:
+            outputs = generate_answers(self.tools, questions, [None] * len(questions))
+            for out, detail in zip(outputs, details, strict=True):
+                detail["prompt_tokens"] = out.built.n_tokens
+        return [Answer(out.text.strip(), trace) for out, trace in zip(outputs, traces, strict=True)]
 
 
 class StandardRAG(Method):
-    """Always retrieve the top ``k`` passages for the question and answer with them in the prompt."""
+    """Always retrieve the top ``k`` passages for the question and answer with them in the prompt; several questions
+    share one search call and one batched generate call."""
 
     name = "standard_rag"
     requires_gold = False
@@ -42,22 +51,33 @@ class StandardRAG(Method):
         self.k = k
 
     def answer(self, example: dict[str, Any]) -> Answer:
-        trace = Trace(self.name)
-        with trace.step("retrieve", self.tools.counter) as step:
-            passages = self.tools.search([example["question"]], self.k)[0]
-            step["ids"] = [p.chunk_id for p in passages]
-            step["scores"] = [p.score for p in passages]
-        if not passages:
-            trace.fallback("retrieval returned nothing: answered closed-book")
-        with trace.step("generate", self.tools.counter) as step:
-            out = generate_answers(
-                self.tools, [example["question"]], [context_block(passages, self.tools.passage_chars)]
-            )[0]
-            step["prompt_tokens"] = out.built.n_tokens
+        return self.answer_many([example])[0]
+
+    def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
+        traces = [Trace(self.name) for _ in examples]
+        if not traces:
+            return []
+        questions = [str(ex["question"]) for ex in examples]
+        with shared_step(traces, "retrieve", self.tools.counter) as details:
+            found = self.tools.search(questions, self.k)
+            for passages, detail in zip(found, details, strict=True):
+                detail["ids"] = [p.chunk_id for p in passages]
+                detail["scores"] = [p.score for p in passages]
+        for passages, trace in zip(found, traces, strict=True):
+            if not passages:
+                trace.fallback("retrieval returned nothing: answered closed-book")
+        contexts = [context_block(passages, self.tools.passage_chars) for passages in found]
+        with shared_step(traces, "generate", self.tools.counter) as details:
+            outputs = generate_answers(self.tools, questions, contexts)
+            for out, detail in zip(outputs, details, strict=True):
+                detail["prompt_tokens"] = out.built.n_tokens
+        answers = []
+        for out, passages, trace in zip(outputs, found, traces, strict=True):
             _note_truncation(trace, out)
-        trace.retrieved = bool(passages)
-        trace.passages = [p.chunk_id for p in passages]
-        return Answer(out.text.strip(), trace)
+            trace.retrieved = bool(passages)
+            trace.passages = [p.chunk_id for p in passages]
+            answers.append(Answer(out.text.strip(), trace))
+        return answers
 
 
 class OracleRouting(Method):

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
-from workbench.methods.base import Answer, Method, Passage, Tools, Trace
+from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers, prompt_for
 from workbench.methods.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
 from workbench.uncertainty.calculators import StatSettings
@@ -261,140 +261,212 @@ class D2RAG(Method):
             raws.append(compute_features(stats, self.features, on_missing="nan"))
         return raws, rows
 
-    def stage1(self, example: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """``(decision, detail for the trace, stats)`` of one question (the decision: p, retrieve, u, imputed)."""
-        (raw,), (stats,) = self.raw_features([example])
-        decision = self.policy.decide(raw)
-        detail = {
-            "raw": {f: (None if not math.isfinite(raw[f]) else float(raw[f])) for f in self.features},
-            "calibrated": {f: float(v) for f, v in zip(self.features, decision.calibrated, strict=True)},
-            "imputed": decision.imputed,
-            "closed_book_answer": stats.get("greedy_text"),
-        }
-        return decision, detail, stats
-
-    def _closed_book(self, question: str, stats: dict[str, Any], step: dict[str, Any]) -> str:
-        """The closed-book greedy answer: a_para when it was produced by the same prompt and budget."""
-        same = self.stat_settings.max_new_tokens == self.budget and tuple(self.stat_settings.stop) == ("\n",)
-        if same and "greedy_text" in stats:
-            step["reused_stage1_answer"] = True
-            return str(stats["greedy_text"])
-        step["reused_stage1_answer"] = False
-        return generate_answers(self.tools, [question], [None], self.budget)[0].text
-
     # ------------------------------------------------------------------ answer
     def answer(self, example: dict[str, Any]) -> Answer:
+        return self.answer_many([example])[0]
+
+    def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
+        """Answer several questions, each stage batched over them: one stats-graph pass, one search, one utility
+        estimate, one generate call per decoding mode. A batched stage's wall time and cost are split evenly over its
+        questions (:func:`~workbench.methods.base.shared_step`); a question that reuses an answer made earlier (a_para,
+        the utility's with-context answer) records a generate step of its own at no cost. Samples are seeded per
+        prompt, so the batch a question runs in does not change its features."""
+        work = [_Question(ex, str(ex["question"]), Trace(self.name)) for ex in examples]
+        if not work:
+            return []
+        self._stage1(work)
+        retrieving = [w for w in work if w.decision.retrieve]
+        self._retrieve(retrieving)
+        with_context = [w for w in retrieving if w.passages]
+        self._utility(with_context)
+        self._answer_closed([w for w in work if not w.passages])
+        self._answer_neutral([w for w in with_context if w.klass == "neutral"])
+        for klass in ("relevant", "noisy"):
+            self._answer_contrastive([w for w in with_context if w.klass == klass], klass)
+        for w in with_context:
+            w.trace.retrieved = True
+            w.trace.passages = [p.chunk_id for p in w.passages]
+        return [Answer(w.text.strip(), w.trace) for w in work]
+
+    def _stage1(self, work: list[_Question]) -> None:
+        """Features (one batched stats pass) and the decision of every question."""
+        tools = self.tools
+        with shared_step([w.trace for w in work], "features", tools.counter) as details:
+            raws, rows = self.raw_features([w.example for w in work])
+            for w, raw, stats, detail in zip(work, raws, rows, details, strict=True):
+                w.decision, w.stats = self.policy.decide(raw), stats
+                detail.update(
+                    {
+                        "raw": {f: (None if not math.isfinite(raw[f]) else float(raw[f])) for f in self.features},
+                        "calibrated": {f: float(v) for f, v in zip(self.features, w.decision.calibrated, strict=True)},
+                        "imputed": w.decision.imputed,
+                        "closed_book_answer": stats.get("greedy_text"),
+                    }
+                )
+        for w in work:
+            if w.decision.imputed:
+                w.trace.fallback(f"non-finite feature(s) imputed: {', '.join(w.decision.imputed)}")
+            with w.trace.step("decide", tools.counter) as step:
+                step.update({"p_correct": w.decision.p_correct, "tau": self.tau, "retrieve": w.decision.retrieve})
+
+    def _retrieve(self, work: list[_Question]) -> None:
+        """Top-k passages of every retrieving question (one search call) and their context blocks."""
+        if not work:
+            return
+        tools = self.tools
+        with shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
+            found = tools.search([w.question for w in work], self.settings.k)
+            for w, passages, step in zip(work, found, details, strict=True):
+                w.passages = list(passages)
+                step["ids"] = [p.chunk_id for p in passages]
+                step["scores"] = [p.score for p in passages]
+        for w in work:
+            if w.passages:
+                w.context = context_block(w.passages, tools.passage_chars)
+            else:
+                w.trace.fallback("retrieval returned nothing: answered closed-book")
+
+    def _utility(self, work: list[_Question]) -> None:
+        """One utility estimate for every (question, context) pair, and each pair's decoding class."""
+        if not work:
+            return
         tools, s = self.tools, self.settings
-        question = str(example["question"])
-        trace = Trace(self.name)
-        with trace.step("features", tools.counter) as step:
-            decision, detail, stats = self.stage1(example)
-            step.update(detail)
-            if detail["imputed"]:
-                trace.fallback(f"non-finite feature(s) imputed: {', '.join(detail['imputed'])}")
-        with trace.step("decide", tools.counter) as step:
-            p, retrieve = decision.p_correct, decision.retrieve
-            step.update({"p_correct": p, "tau": self.tau, "retrieve": retrieve})
-        if not retrieve:
-            return self._answer_closed(question, stats, trace)
-        with trace.step("retrieve", tools.counter) as step:
-            passages = tools.search([question], s.k)[0]
-            step["ids"] = [p.chunk_id for p in passages]
-            step["scores"] = [p.score for p in passages]
-        if not passages:
-            trace.fallback("retrieval returned nothing: answered closed-book")
-            return self._answer_closed(question, stats, trace)
-        context = context_block(passages, tools.passage_chars)
-        with trace.step("utility", tools.counter) as step:
+        with shared_step([w.trace for w in work], "utility", tools.counter) as details:
             closed = None  # a_para doubles as the utility's closed-book answer when made with the same prompt
             if self.stat_settings.max_new_tokens == tools.max_new_tokens and tuple(self.stat_settings.stop) == ("\n",):
-                closed = [closed_from_stats(stats)]
-            estimate = self.utility.estimate(tools, [example], [context], [[p.score for p in passages]], closed=closed)
-            delta = float(estimate.values[0])
-            klass, how = decoding_class(estimate, 0, s.tau_pos, s.tau_neg)
-            step.update(
-                {
-                    "delta": None if math.isnan(delta) else delta,
-                    "class": klass,
-                    "mode": MODES[klass],
-                    "source": estimate.source,
-                    "class_from": how,
-                }
+                closed = [closed_from_stats(w.stats) for w in work]
+            estimate = self.utility.estimate(
+                tools,
+                [w.example for w in work],
+                [w.context for w in work],
+                [[p.score for p in w.passages] for w in work],
+                closed=closed,
             )
-            if how == "delta":
-                step.update({"tau_pos": s.tau_pos, "tau_neg": s.tau_neg})
-            if estimate.probabilities is not None:
-                row = estimate.probabilities[0]
-                step["probabilities"] = {c: float(p) for c, p in zip(UTILITY_CLASSES, row, strict=True)}
-            if estimate.features is not None:
-                step["features"] = [None if math.isnan(v) else float(v) for v in estimate.features[0]]
-            if how == "delta" and math.isnan(delta) and estimate.source != "none":  # "none": neutral by design
-                trace.fallback("utility unknown: decoded as neutral")
-        with trace.step("generate", tools.counter) as step:
-            step.update({"class": klass, "mode": MODES[klass]})
-            if klass == "neutral":
-                text = self._neutral(question, context, estimate, step)
+            for i, (w, step) in enumerate(zip(work, details, strict=True)):
+                w.estimate, w.index = estimate, i
+                delta = float(estimate.values[i])
+                w.klass, how = decoding_class(estimate, i, s.tau_pos, s.tau_neg)
+                step.update(
+                    {
+                        "delta": None if math.isnan(delta) else delta,
+                        "class": w.klass,
+                        "mode": MODES[w.klass],
+                        "source": estimate.source,
+                        "class_from": how,
+                    }
+                )
+                if how == "delta":
+                    step.update({"tau_pos": s.tau_pos, "tau_neg": s.tau_neg})
+                if estimate.probabilities is not None:
+                    row = estimate.probabilities[i]
+                    step["probabilities"] = {c: float(p) for c, p in zip(UTILITY_CLASSES, row, strict=True)}
+                if estimate.features is not None:
+                    step["features"] = [None if math.isnan(v) else float(v) for v in estimate.features[i]]
+                if how == "delta" and math.isnan(delta) and estimate.source != "none":  # "none": neutral by design
+                    w.trace.fallback("utility unknown: decoded as neutral")
+
+    def _answer_closed(self, work: list[_Question]) -> None:
+        """The closed-book greedy answer: a_para when it was produced by the same prompt and budget (no second
+        generation), else one batched generation for the questions that need it."""
+        same = self.stat_settings.max_new_tokens == self.budget and tuple(self.stat_settings.stop) == ("\n",)
+        reuse = [w for w in work if same and "greedy_text" in w.stats]
+        fresh = [w for w in work if w not in reuse]
+        mode = {"class": "closed", "mode": MODES["closed"], "decoding": "greedy"}
+        for w in reuse:
+            with w.trace.step("generate", self.tools.counter) as step:
+                step.update({**mode, "reused_stage1_answer": True})
+                w.text = str(w.stats["greedy_text"])
+        if fresh:
+            with shared_step([w.trace for w in fresh], "generate", self.tools.counter) as details:
+                outputs = generate_answers(self.tools, [w.question for w in fresh], [None] * len(fresh), self.budget)
+                for w, out, step in zip(fresh, outputs, details, strict=True):
+                    step.update({**mode, "reused_stage1_answer": False})
+                    w.text = out.text
+        for w in work:
+            w.trace.decoding = "greedy"
+
+    def _answer_neutral(self, work: list[_Question]) -> None:
+        """Plain greedy with the context; the utility step's with-context answer is the same generation (reused)."""
+        mode = {"class": "neutral", "mode": MODES["neutral"], "decoding": "greedy"}
+        fresh = []
+        for w in work:
+            gens = w.estimate.context_generations
+            out = gens[w.index] if gens else None
+            if out is not None and getattr(out, "built", None) is not None and self.budget == self.tools.max_new_tokens:
+                with w.trace.step("generate", self.tools.counter) as step:
+                    step.update({**mode, "reused_utility_answer": True, "prompt_tokens": out.built.n_tokens})
+                    w.text = out.text
             else:
-                text = self._contrastive(question, passages, context, klass, step)
-                trace.decoding = "contrastive"
-        trace.retrieved = True
-        trace.passages = [p.chunk_id for p in passages]
-        return Answer(text.strip(), trace)
+                fresh.append(w)
+        if fresh:
+            with shared_step([w.trace for w in fresh], "generate", self.tools.counter) as details:
+                outputs = generate_answers(
+                    self.tools, [w.question for w in fresh], [w.context for w in fresh], self.budget
+                )
+                for w, out, step in zip(fresh, outputs, details, strict=True):
+                    step.update({**mode, "reused_utility_answer": False, "prompt_tokens": out.built.n_tokens})
+                    w.text = out.text
 
-    def _answer_closed(self, question: str, stats: dict[str, Any], trace: Trace) -> Answer:
-        with trace.step("generate", self.tools.counter) as step:
-            step.update({"class": "closed", "mode": MODES["closed"], "decoding": "greedy"})
-            text = self._closed_book(question, stats, step)
-        trace.decoding = "greedy"
-        return Answer(text.strip(), trace)
-
-    def _neutral(self, question: str, context: str, estimate: Any, step: dict[str, Any]) -> str:
-        """Plain greedy with the context; the utility step's with-context answer is the same generation."""
-        step["decoding"] = "greedy"
-        gens = estimate.context_generations
-        if gens and getattr(gens[0], "built", None) is not None and self.budget == self.tools.max_new_tokens:
-            step["reused_utility_answer"] = True
-            out = gens[0]
-        else:
-            step["reused_utility_answer"] = False
-            out = generate_answers(self.tools, [question], [context], self.budget)[0]
-        step["prompt_tokens"] = out.built.n_tokens
-        return out.text
-
-    def _contrastive(
-        self, question: str, passages: list[Passage], context: str, klass: str, step: dict[str, Any]
-    ) -> str:
+    def _answer_contrastive(self, work: list[_Question], klass: str) -> None:
+        """Contrastive decoding of every question of one class (``relevant`` or ``noisy``) in one batched call."""
         from workbench.decoding.contrastive import contrastive_generate
 
+        if not work:
+            return
         s, tools = self.settings, self.tools
-        closed = prompt_for(tools, question, None, self.budget)
-        if klass == "relevant":
-            expert, amateur = prompt_for(tools, question, context, self.budget), closed
-            alpha, parametric = s.alpha_pos, "amateur"
-        else:
-            noisy = negative_block(passages, tools.passage_chars) if s.noisy_labels else context
-            expert, amateur = closed, prompt_for(tools, question, noisy, self.budget)
-            alpha, parametric = s.alpha_neg, "expert"
-        gen = contrastive_generate(
-            tools.generator,
-            [expert.text],
-            [amateur.text],
-            [alpha],
-            max_new_tokens=self.budget,
-            stop=("\n",),
-            dynamic=s.dynamic,
-            parametric=parametric,
-        )[0]
-        step.update(
-            {
-                "decoding": "contrastive",
-                "expert": "closed_book" if parametric == "expert" else "context",
-                "amateur": "context" if parametric == "expert" else "closed_book",
-                "prompt_tokens": {"expert": expert.n_tokens, "amateur": amateur.n_tokens},
-                **gen.summary(),
-            }
-        )
-        return gen.text
+        experts, amateurs = [], []
+        for w in work:
+            closed = prompt_for(tools, w.question, None, self.budget)
+            if klass == "relevant":
+                experts.append(prompt_for(tools, w.question, w.context, self.budget))
+                amateurs.append(closed)
+            else:
+                noisy = negative_block(w.passages, tools.passage_chars) if s.noisy_labels else w.context
+                experts.append(closed)
+                amateurs.append(prompt_for(tools, w.question, noisy, self.budget))
+        alpha, parametric = (s.alpha_pos, "amateur") if klass == "relevant" else (s.alpha_neg, "expert")
+        with shared_step([w.trace for w in work], "generate", tools.counter) as details:
+            results = contrastive_generate(
+                tools.generator,
+                [e.text for e in experts],
+                [a.text for a in amateurs],
+                [alpha] * len(work),
+                max_new_tokens=self.budget,
+                stop=("\n",),
+                dynamic=s.dynamic,
+                parametric=parametric,
+            )
+            for w, expert, amateur, gen, step in zip(work, experts, amateurs, results, details, strict=True):
+                step.update(
+                    {
+                        "class": klass,
+                        "mode": MODES[klass],
+                        "decoding": "contrastive",
+                        "expert": "closed_book" if parametric == "expert" else "context",
+                        "amateur": "context" if parametric == "expert" else "closed_book",
+                        "prompt_tokens": {"expert": expert.n_tokens, "amateur": amateur.n_tokens},
+                        **gen.summary(),
+                    }
+                )
+                w.text = gen.text
+                w.trace.decoding = "contrastive"
+
+
+@dataclass
+class _Question:
+    """One question's state through a batch."""
+
+    example: dict[str, Any]
+    question: str
+    trace: Trace
+    decision: Any = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    passages: list[Passage] = field(default_factory=list)
+    context: str | None = None
+    estimate: Any = None
+    index: int = 0
+    klass: str = "closed"
+    text: str = ""
 
 
 def with_settings(settings: D2RAGSettings, **changes: Any) -> D2RAGSettings:

@@ -27,9 +27,7 @@ such question sends one prompt to the stage, so its LM calls (prompts, not batch
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,7 +35,7 @@ import numpy as np
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
-from workbench.methods.base import COST_FIELDS, Answer, Method, Passage, Step, Tools, Trace
+from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers
 from workbench.uncertainty.features.dtr import DtrNll
 
@@ -270,25 +268,6 @@ def select_top_k(candidates: Sequence[Candidate], scores: Sequence[float], k: in
 
 
 # ---------------------------------------------------------------------------------------------- the method
-@contextmanager
-def _shared_step(traces: Sequence[Trace], name: str, counter: Any) -> Iterator[list[dict[str, Any]]]:
-    """Like :meth:`Trace.step` for a batched stage: yields one detail dict per trace; the stage's wall time and
-    cost are split evenly over ``traces``."""
-    before = counter.snapshot()
-    began = time.perf_counter()
-    details: list[dict[str, Any]] = [{} for _ in traces]
-    try:
-        yield details
-    finally:
-        if traces:
-            spent = counter.since(before)
-            share = 1.0 / len(traces)
-            seconds = (time.perf_counter() - began) * share
-            cost = {name_: float(getattr(spent, name_)) * share for name_ in COST_FIELDS}
-            for trace, detail in zip(traces, details, strict=True):
-                trace.steps.append(Step(name, seconds, dict(cost), detail))
-
-
 @dataclass
 class _Work:
     """One question's state through the batch."""
@@ -359,7 +338,7 @@ class DTR(Method):
         """Greedy closed-book answers, u, and the decision; returns the questions that retrieve."""
         s, tools = self.settings, self.tools
         retrieving = []
-        with _shared_step([w.trace for w in work], "closed_book", tools.counter) as details:
+        with shared_step([w.trace for w in work], "closed_book", tools.counter) as details:
             outputs = generate_answers(tools, [w.question for w in work], [None] * len(work), s.answer_max_tokens)
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.closed_book = w.text = out.text.strip()
@@ -389,7 +368,7 @@ class DTR(Method):
         gen, s = self.tools.generator, self.settings
         prompts = [gen.render_chat(PSEUDO_CONTEXT_PROMPT.format(question=w.question)) for w in work]
         ok = []
-        with _shared_step([w.trace for w in work], "pseudo_context", self.tools.counter) as details:
+        with shared_step([w.trace for w in work], "pseudo_context", self.tools.counter) as details:
             outputs = gen.generate(prompts, temperature=0.0, max_new_tokens=s.pseudo_max_tokens, stop=None)
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.pseudo = out.text.strip()
@@ -412,7 +391,7 @@ class DTR(Method):
         n, tools = self.settings.n_per_path, self.tools
         retriever = self.retriever  # built before the step: a first full dense index is not a retrieval cost
         kind = type(retriever).__name__
-        with _shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
+        with shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
             for w, hits in zip(work, self._search([w.question for w in work], n), strict=True):
                 w.query_hits = hits
             if pseudo_ok:
@@ -452,7 +431,7 @@ class DTR(Method):
                 texts[w.pseudo] = None
             for c in w.candidates:
                 texts[self._passage_text(c.passage)] = None
-        with _shared_step([w.trace for w in work], "select", self.tools.counter) as details:
+        with shared_step([w.trace for w in work], "select", self.tools.counter) as details:
             unique = list(texts)
             matrix = np.asarray(self.tools.embedder.encode(unique), dtype=np.float64)
             row = {text: i for i, text in enumerate(unique)}
@@ -489,7 +468,7 @@ class DTR(Method):
             return
         tools = self.tools
         contexts = [context_block(w.kept, tools.passage_chars) for w in work]
-        with _shared_step([w.trace for w in work], "generate", tools.counter) as details:
+        with shared_step([w.trace for w in work], "generate", tools.counter) as details:
             outputs = generate_answers(tools, [w.question for w in work], contexts, self.settings.answer_max_tokens)
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.text = out.text.strip()

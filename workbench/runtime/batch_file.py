@@ -19,9 +19,9 @@ surrogates are written as ``\\uXXXX`` escapes, so a row is exactly one line for 
 
 Writing is per question: each row is appended, flushed and fsynced as soon as its question is answered. With the
 default ``batch_size=1`` one question is in flight at a time, so a kill loses at most that question. A larger
-``batch_size`` lets the methods that batch (DTR, InSemRAG's rounds) share forward passes across questions, but the
-whole batch is then in flight: a kill loses at most ``batch_size`` questions (rows of a batch are still written one
-by one as soon as the batch returns).
+``batch_size`` lets the methods that batch (No-RAG, Standard RAG, DTR, D²-RAG, InSemRAG's rounds) share forward
+passes across questions, but the whole batch is then in flight: a kill loses at most ``batch_size`` questions (rows
+of a batch are still written one by one as soon as the batch returns).
 
 Resuming: every row already in the output is read and checked before anything is answered. A row written by
 another bundle, bundle version or method, a row whose id is not in the input or whose question hash differs from

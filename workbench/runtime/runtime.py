@@ -33,8 +33,8 @@ class RuntimeAnswer:
     ``p_correct`` / ``tau`` / ``features`` (raw) / ``calibrated``: D²-RAG's retrieval decision (None for other
     methods); ``utility_class``: D²-RAG's decoding class (``closed``, ``relevant``, ``neutral`` or ``noisy``);
     ``lm_calls`` … ``retrieval_calls``: the answer's own cost; ``lm_calls`` counts the prompts run through the model
-    for it, not forward batches (a method that batches questions — DTR — splits a batched stage's cost over the
-    questions in it: its LM calls stay whole numbers, its token counts can be fractions); ``latency_s``: the answer's
+    for it, not forward batches (a method that batches questions — No-RAG, Standard RAG, DTR, D²-RAG — splits a
+    batched stage's cost evenly over the questions in it: token counts can be fractions); ``latency_s``: the answer's
     wall time (its steps'; a step shared by a batch counts its share); ``notes``: recovered failures and departures
     from the bundle; ``trace``: every step with its decisions and cost.
     """

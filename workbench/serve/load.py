@@ -114,21 +114,24 @@ def run_abandoned(
     give_up_s: float = 0.5,
     busy: bool = True,
     timeout: float = 600.0,
+    patient_body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What abandoned requests cost the next caller, on a live server.
 
-    With ``busy`` (the default), a patient client first sends ``bodies[0]`` and the others wait until ``GET
-    /health`` shows the server answering it (``queue.running`` > 0, for at most 30 s): as on a loaded server, the
-    abandoned requests then queue behind a running batch. ``abandoned`` clients send ``POST {base_url}/answer`` at once
-    (cycling through ``bodies``) and disconnect after ``give_up_s`` seconds without an answer; once they all have,
-    one more client sends ``bodies[0]`` and waits (up to ``timeout``) for its answer.
+    With ``busy`` (the default), a patient client first sends ``patient_body`` (default ``bodies[0]``; a batch of
+    questions keeps the server busy longer than ``give_up_s``) and the others wait until ``GET /health`` shows the
+    server answering it (``queue.running`` > 0, for at most 30 s): as on a loaded server, the abandoned requests then
+    queue behind a running batch. ``abandoned`` clients send ``POST {base_url}/answer`` at once (cycling through
+    ``bodies``) and disconnect after ``give_up_s`` seconds without an answer; once they all have, one more client
+    sends ``bodies[0]`` and waits (up to ``timeout``) for its answer.
 
-    Returns ``{"abandoned", "give_up_s", "busy", "gave_up", "answered_in_time", "next_status", "next_latency_s",
-    "dropped"}``: ``busy`` is whether the server was answering when the abandoned requests were sent (None when it
-    does not report it, or not asked); ``gave_up`` counts the clients that disconnected (the others were answered
-    within ``give_up_s``); ``next_status`` / ``next_latency_s`` are the next caller's status code (or exception class
-    name) and seconds; ``dropped`` is how many requests the server reports having dropped unanswered meanwhile (from
-    ``GET /health``'s queue counts; None when it does not report them). One-line :class:`ConfigError` for bad
+    Returns ``{"abandoned", "give_up_s", "busy", "patient_questions", "gave_up", "answered_in_time", "next_status",
+    "next_latency_s", "dropped"}``: ``patient_questions`` is how many questions the patient client asked; ``busy``
+    is whether the server was answering when the abandoned requests were sent (None when it does not report it, or
+    not asked); ``gave_up`` counts the clients that disconnected (the others were answered within ``give_up_s``);
+    ``next_status`` / ``next_latency_s`` are the next caller's status code (or exception class name) and seconds;
+    ``dropped`` is how many requests the server reports having dropped unanswered meanwhile (from ``GET /health``'s
+    queue counts; None when it does not report them). One-line :class:`ConfigError` for bad
     arguments.
     """
     import httpx
@@ -158,7 +161,8 @@ def run_abandoned(
 
     before = queue()
     with ThreadPoolExecutor(max_workers=abandoned + 1, thread_name_prefix="run-abandoned") as pool:
-        patient = pool.submit(ask, bodies[0], timeout) if busy else None
+        patient_body = patient_body or bodies[0]
+        patient = pool.submit(ask, patient_body, timeout) if busy else None
         answering: bool | None = None
         if patient is not None and before is not None:
             until = time.monotonic() + 30.0
@@ -182,6 +186,7 @@ def run_abandoned(
         "abandoned": abandoned,
         "give_up_s": give_up_s,
         "busy": answering,
+        "patient_questions": len(patient_body.get("questions") or [None]) if busy else 0,
         "gave_up": gave_up,
         "answered_in_time": sum(status == "200" for status in outcomes),
         "next_status": status,

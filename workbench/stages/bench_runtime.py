@@ -193,7 +193,12 @@ def _serve(bundle: Path, questions: list[str], section: Any) -> dict[str, Any]:
         for concurrency in section.serve_concurrency:
             row = run_load(url, bodies, total=section.serve_requests, concurrency=concurrency, timeout=600.0)
             loads.append({"mode": "every request generates", **row})
-        abandoned = run_abandoned(url, bodies, abandoned=section.serve_abandoned, give_up_s=section.serve_give_up_s)
+        # the busy request is a full batch (the runtime's default batch size), so the abandoned requests queue behind
+        # a batch that outlasts their patience, as on a loaded server
+        patient = {"questions": questions[:8], "method": section.serve_method}
+        abandoned = run_abandoned(
+            url, bodies, abandoned=section.serve_abandoned, give_up_s=section.serve_give_up_s, patient_body=patient
+        )
     warm = ["--set", "generation_cache=true"]
     with serve_process(bundle, args=warm) as url:
         run_load(url, bodies, total=len(bodies), concurrency=1)  # fill the cache: one generation per question
@@ -480,7 +485,12 @@ def _serve_lines(serve: dict[str, Any] | list[dict[str, Any]], settings: dict[st
     if abandoned:
         dropped = "not reported" if abandoned["dropped"] is None else f"{abandoned['dropped']}"
         alone = f" (one request alone: p50 {fmt(single['p50_s'])} s)" if single else ""
-        busy = " while the server was answering another request" if abandoned.get("busy") else ""
+        asked = abandoned.get("patient_questions") or 1
+        busy = (
+            f" while the server was answering another request ({asked} question{'s' if asked > 1 else ''})"
+            if abandoned.get("busy")
+            else ""
+        )
         lines += [
             "",
             "### Abandoned requests",

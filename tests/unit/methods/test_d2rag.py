@@ -358,3 +358,85 @@ def test_utility_features_without_a_judge_leave_entailment_nan(tools):
     assert np.isnan(X[0, 7:]).all() and np.isnan(X[0, :2]).all()
     with pytest.raises(DataError):
         utility_features(tools, ["q"], [""], [[1.0]])
+
+
+# ------------------------------------------------------------------------------------------ batches
+QUESTIONS = [
+    "What is the capital of France?",
+    "Who wrote the tragedy Hamlet?",
+    "Which river flows through Paris?",
+    "Where was William Shakespeare born?",
+    "Who wrote the novel Dune?",
+    "Which city lies where the Rhône meets the Saône?",
+]
+
+
+class CyclingClassifier:
+    """P(correct) from a fixed cycle, one value per decide() call: the same sequence batched or one by one."""
+
+    feature_names = ("confidence",)
+
+    def __init__(self, ps: list[float]) -> None:
+        self.ps, self.calls = ps, 0
+
+    def predict_proba(self, X):
+        out = np.array([self.ps[(self.calls + i) % len(self.ps)] for i in range(len(X))])
+        self.calls += len(X)
+        return out
+
+
+class UtilityByQuestion:
+    """δ per question (so one batch mixes the relevant, noisy and neutral modes)."""
+
+    requires_gold = False
+
+    def __init__(self, deltas: dict[str, float]) -> None:
+        self.deltas = deltas
+
+    def estimate(self, tools, examples, contexts, scores, closed=None):
+        return UtilityEstimate(np.array([self.deltas[ex["question"]] for ex in examples]), "fixed")
+
+
+def _summary(answer):
+    trace = answer.trace
+    steps = [(s.name, {k: v for k, v in s.detail.items() if k not in ("seconds",)}) for s in trace.steps]
+    return answer.text, trace.retrieved, trace.decoding, trace.passages, [name for name, _ in steps], trace.fallbacks
+
+
+def test_a_batch_answers_exactly_as_one_question_at_a_time(tools):
+    deltas = dict(zip(QUESTIONS[1:], [1.0, -1.0, 0.0, 1.0, -1.0], strict=True))
+    examples = [{"question": q, "answers": ["x"]} for q in QUESTIONS]
+
+    def build():
+        return D2RAG(
+            tools,
+            calibrators={k: calibrator_from_dict(v) for k, v in CALIBRATORS.items()},
+            classifier=CyclingClassifier([0.9, 0.1, 0.1, 0.1, 0.1, 0.1]),
+            tau=0.5,
+            utility=UtilityByQuestion(deltas),
+            settings=D2RAGSettings(k=2, tau_pos=0.5, tau_neg=-0.5),
+        )
+
+    batched = build().answer_many(examples)
+    single = build()  # its classifier's cycle runs on across the calls, as it does within the batch
+    one_by_one = [single.answer(ex) for ex in examples]
+    modes = [a.trace.find("generate").detail["mode"] for a in batched]
+    # closed-book, relevant, noisy, neutral, nothing retrieved (closed-book after the search), noisy
+    assert modes == ["noctx-normal", "ctx-pos-acd", "ctx-neg-acd", "ctx-normal", "noctx-normal", "ctx-neg-acd"]
+    assert batched[4].trace.notes == ["retrieval returned nothing: answered closed-book"]
+    assert [_summary(a) for a in batched] == [_summary(a) for a in one_by_one]
+    assert any(a.text for a in batched)  # the peaked model writes text: the comparison is not vacuous
+    for a, b in zip(batched, one_by_one, strict=True):  # the batch's cost is shared out, its LM calls kept
+        assert a.trace.totals()["lm_calls"] == pytest.approx(b.trace.totals()["lm_calls"])
+
+
+@pytest.mark.parametrize("method", [NoRAG, StandardRAG])
+def test_baselines_batch_their_questions_with_the_same_answers(tools, method):
+    examples = [{"question": q} for q in QUESTIONS]
+    calls_before = tools.counter.snapshot()
+    batched = method(tools).answer_many(examples)
+    batch_calls = tools.counter.since(calls_before)
+    one_by_one = [method(tools).answer(ex) for ex in examples]
+    assert [_summary(a) for a in batched] == [_summary(a) for a in one_by_one]
+    assert batch_calls.lm_calls == len(examples)
+    assert sum(a.trace.totals()["lm_calls"] for a in batched) == pytest.approx(len(examples))
