@@ -353,3 +353,18 @@ def test_the_extract_cache_is_bounded_and_prunable(tmp_path):
     assert (cache / "notes.txt").read_text() == "mine"
     emptied = prune_extract_cache(cache, max_bytes=0, max_age_s=0)
     assert emptied.removed == 1 and emptied.kept == 0 and (cache / "notes.txt").exists()
+
+
+def test_workbench_bundles_prune_empties_the_extract_cache(tmp_path):
+    import os
+    import subprocess
+
+    cache = tmp_path / "wb-cache"
+    load_bundle(FIXTURE / "tiny-1.0.0.tar.gz", {"extract_dir": str(cache / "bundles")})
+    (cache / "bundles" / "notes.txt").write_text("mine")
+    env = {**os.environ, "WORKBENCH_CACHE_DIR": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench", "bundles", "--prune"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.startswith("removed 1 unpacked archive(s)"), out.stdout + out.stderr
+    assert [p.name for p in (cache / "bundles").iterdir()] == ["notes.txt"]
