@@ -401,3 +401,40 @@ def test_left_padded_batch_right_aligns_rows_and_counts_positions_from_each_firs
     assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
     assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert positions.tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+# ---------------------------------------------------------------------- split prefill on a CPU
+def test_a_cpu_prefill_over_the_token_budget_is_split_and_joined_with_the_same_outputs(gen, monkeypatch):
+    from workbench.backends import generator as module
+
+    prompts = [" ".join([p] * k) for p, k in zip(PROMPTS, (1, 2, 3), strict=True)]  # 3 widths, padding needed
+    widths = [len(_ids(gen, p)) for p in prompts]
+    kwargs = {"max_new_tokens": 6, "temperature": 1.0, "n": 2, "stop": None, "seed": 3}
+    monkeypatch.setattr(module, "CPU_PREFILL_TOKENS", 10_000)  # one padded forward
+    together = gen.generate(prompts, **kwargs)
+    together_cost = gen.counter.snapshot()
+    forwards: list[int] = []
+    real_forward = gen._prefill_forward
+    monkeypatch.setattr(
+        gen, "_prefill_forward", lambda ids, params: forwards.append(len(ids)) or real_forward(ids, params)
+    )
+    monkeypatch.setattr(module, "CPU_PREFILL_TOKENS", min(widths) + 1)  # no two rows fit together
+    split = gen.generate(prompts, **kwargs)
+    split_cost = gen.counter.since(together_cost)
+    assert forwards == [1, 1, 1] and gen.joinable_cache is True
+    for a, b in zip(together, split, strict=True):
+        assert a.token_ids.tolist() == b.token_ids.tolist() and a.text == b.text
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert split_cost.prefill_tokens == together_cost.prefill_tokens == sum(widths)
+    assert split_cost.lm_calls == together_cost.lm_calls and split_cost.lm_batches == together_cost.lm_batches
+
+
+def test_rows_that_fit_the_budget_share_a_forward(gen, monkeypatch):
+    from workbench.backends import generator as module
+
+    widths = [len(_ids(gen, p)) for p in PROMPTS]
+    monkeypatch.setattr(module, "CPU_PREFILL_TOKENS", 2 * max(widths))
+    groups = gen._prefill_groups([_ids(gen, p) for p in PROMPTS], module.DecodingParams(max_new_tokens=1))
+    assert [len(g) for g in groups] == [2, 1]
+    attentions = module.DecodingParams(max_new_tokens=1, attentions=True)  # attention diagonals: one forward
+    assert len(gen._prefill_groups([_ids(gen, p) for p in PROMPTS], attentions)) == 1
