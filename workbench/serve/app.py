@@ -2,7 +2,9 @@
 
 Routes: ``GET /health``, ``GET /methods``, ``POST /answer`` (one question or a batch), ``GET /docs`` (Swagger UI) and
 ``GET /redoc`` (ReDoc), both from assets shipped in a Python package (``fastapi-offline``), so they work offline, and
-``GET /openapi.json``. Every error body is ``{"detail": "<one line>"}``, one status code per kind of failure:
+``GET /openapi.json``, and the OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` (the bundle's
+methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error body is ``{"detail": "<one line>"}``
+(on ``/v1`` paths OpenAI's ``{"error": {...}}``, an invalid request 400), one status code per kind of failure:
 
 ====  =====================================================================================================
 422   the request is invalid: malformed JSON, an unknown field, a blank question (whitespace and zero-width or
@@ -20,7 +22,8 @@ batch had already started.
 
 Answering is CPU work for one model: a :class:`~workbench.serve.scheduler.BatchScheduler` queues the requests (bounded)
 and one worker thread answers every request waiting for the same method in one ``answer_many`` call, so concurrent
-clients share forward batches. ``/health`` is async and never waits on the model.
+clients share forward batches (chat completions and ``/answer`` requests alike). ``/health`` is async and never waits
+on the model.
 
 This module imports FastAPI, Starlette and pydantic only; uvicorn is imported by :func:`run_server` alone. It needs the
 asyncio event loop (uvicorn's, with or without uvloop).
@@ -37,7 +40,7 @@ import logging
 import math
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -52,7 +55,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.core.errors import ConfigError, WorkbenchError
-from workbench.serve.body_limit import BodySizeLimit
+from workbench.serve import openai_bundle as oai
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 logger = logging.getLogger("workbench.serve")
@@ -110,6 +113,9 @@ class ServeLimits:
 
 
 _DEFAULT_LIMITS = ServeLimits()
+
+ErrorFn = Callable[..., JSONResponse]
+"""Makes an error response: ``(status, detail, headers=None)``; ``_error``, or on ``/v1`` an OpenAI-shaped one."""
 
 
 class ServableRuntime(Protocol):
@@ -263,6 +269,26 @@ def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"detail": _one_line(detail)}, status_code=status, headers=headers)
 
 
+def _v1_error(
+    status: int,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> JSONResponse:
+    return oai.error_response(status, _one_line(detail), headers, param=param, code=code)
+
+
+def _answer_record(answer: Any, traces: bool) -> dict[str, Any]:
+    """One answer as ``POST /answer`` sends it (and the chat route's ``workbench`` field): ``to_dict()``, without
+    ``trace`` unless ``traces``."""
+    record = answer.to_dict()
+    if not traces:
+        record.pop("trace", None)
+    return record
+
+
 def _validation_detail(errors: Sequence[dict[str, Any]], fields: Sequence[str]) -> str:
     """pydantic/FastAPI error list → one line such as ``questions[2]: String should have at most 100 characters``."""
     parts = []
@@ -362,7 +388,11 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         max_batch_questions=limits.max_batch_questions,
     )
     assets = _docs_assets()
-    routes = "GET /health, GET /methods, POST /answer" + (", GET /docs, GET /redoc" if assets else "")
+    routes = "GET /health, GET /methods, POST /answer, GET /v1/models, POST /v1/chat/completions" + (
+        ", GET /docs, GET /redoc" if assets else ""
+    )
+    chat_fields = tuple(oai.ChatCompletionRequest.model_fields)
+    started = time.time()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -378,7 +408,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             f"422 invalid request (also a blank question, one over {limits.max_question_chars} characters or "
             f"{limits.max_question_tokens} tokens, an unknown method); 413 body over {limits.max_body_bytes} bytes; "
             f"503 queue full ({limits.max_queue} questions; see `Retry-After`) or shutting down; 504 not answered "
-            f"within {limits.timeout_s:g} s; 404 unknown path; 405 wrong HTTP method; 500 server bug."
+            f"within {limits.timeout_s:g} s; 404 unknown path; 405 wrong HTTP method; 500 server bug. The `/v1` routes "
+            "answer as an OpenAI chat-completions server, one model per method, with OpenAI's error shape "
+            '(`{"error": {"message", "type", "param", "code"}}`; an invalid request is 400).'
         ),
         docs_url=None,  # served below from package files: FastAPI's own pages load their scripts from a CDN
         redoc_url=None,
@@ -386,32 +418,36 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         lifespan=lifespan,
     )
     app.state.scheduler = scheduler
-    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(oai.V1BodySizeLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if oai.is_v1(request.url.path):
+            return _v1_error(400, _validation_detail(exc.errors(), chat_fields), param=oai.error_param(exc.errors()))
         return _error(422, _validation_detail(exc.errors(), fields))
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = str(exc.detail)
+        status, detail = exc.status_code, str(exc.detail)
         path = request.url.path[:200]
-        if exc.status_code == 404 and detail == "Not Found":
+        if status == 404 and detail == "Not Found":
             detail = f"no route {request.method} {path} (routes: {routes})"
-        elif exc.status_code == 405:
+        elif status == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             detail = f"{request.method} is not allowed on {path}" + (f" (allowed: {allowed})" if allowed else "")
-        elif exc.status_code == 400:
+        elif status == 400:
             # FastAPI's answer to a JSON body it cannot decode (invalid UTF-8): an invalid request like any other
-            return _error(422, "malformed JSON body: not UTF-8 text")
-        return _error(exc.status_code, detail, headers=exc.headers)
+            status, detail = 422, "malformed JSON body: not UTF-8 text"
+        shape = _v1_error if oai.is_v1(request.url.path) else _error
+        return shape(status, detail, headers=exc.headers if status == exc.status_code else None)
 
     @app.exception_handler(Exception)
     async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
         # A bug outside answering (those are caught in the endpoint). Starlette re-raises after this answer, so the
         # server may log it again; logging here keeps the traceback whatever the server.
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return _error(500, f"internal server error ({type(exc).__name__}); see the server log")
+        shape = _v1_error if oai.is_v1(request.url.path) else _error
+        return shape(500, f"internal server error ({type(exc).__name__}); see the server log")
 
     errors = {
         413: {"model": ErrorBody, "description": "Body over the size limit"},
@@ -452,8 +488,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         }
         return JSONResponse(_json_safe(body))
 
-    async def wait_for(job: Job, request: Request, deadline: float) -> Response | list[Any]:
-        """The job's answers, or the right refusal: 504 past the deadline, nothing (499) when the client left."""
+    async def wait_for(job: Job, request: Request, deadline: float, error: ErrorFn) -> Response | list[Any]:
+        """The job's answers, or the right refusal (made by ``error``): 504 past the deadline, nothing (499) when the
+        client left."""
         answered = asyncio.wrap_future(job.future)
         gone = asyncio.ensure_future(_client_gone(request))
         try:
@@ -475,18 +512,41 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         if not job.future.done() or job.future.cancelled():
             if gone in done:
                 return Response(status_code=CLIENT_CLOSED)
-            return _error(504, f"not answered within the {limits.timeout_s:g} s deadline")
+            return error(504, f"not answered within the {limits.timeout_s:g} s deadline")
         try:
             return job.future.result()
         except DeadlineExpired:
-            return _error(504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)")
+            return error(504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)")
         except SchedulerClosed as exc:
-            return _error(503, str(exc))
+            return error(503, str(exc))
         except WorkbenchError as exc:
-            return _error(422, str(exc))
+            return error(422, str(exc))
         except Exception:
-            logger.exception("POST /answer failed (%d question(s), method %s)", len(job.questions), job.method)
-            return _error(500, "internal server error while answering; see the server log")
+            path = request.url.path
+            logger.exception("POST %s failed (%d question(s), method %s)", path, len(job.questions), job.method)
+            return error(500, "internal server error while answering; see the server log")
+
+    async def answered(
+        questions: list[str], labels: list[str], method: str, request: Request, deadline: float, error: ErrorFn
+    ) -> Response | list[Any]:
+        """Answers to valid ``questions`` (``labels`` name them in errors) once their tokens are counted against the
+        limit and the scheduler has answered them; else the refusal made by ``error`` (422, 503, 504, 500)."""
+        try:
+            # in a thread: with --lazy the first call loads the generator's tokenizer (and the models)
+            counts = await anyio.to_thread.run_sync(runtime.count_tokens, questions)
+        except Exception:
+            logger.exception("counting the tokens of %d question(s) failed", len(questions))
+            return error(500, "internal server error while counting tokens; see the server log")
+        too_long = _token_detail(labels, counts, limits.max_question_tokens)
+        if too_long:
+            return error(422, too_long)
+        try:
+            job = scheduler.submit(questions, method, deadline)
+        except QueueFull as exc:
+            return error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+        except SchedulerClosed as exc:
+            return error(503, str(exc))
+        return await wait_for(job, request, deadline, error)
 
     @app.post("/answer", response_model=AnswerBody, responses=errors, summary="Answer one question or a batch")
     async def answer(body: request_model, request: Request) -> Response:  # type: ignore[valid-type]
@@ -496,33 +556,52 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             return _error(422, f"unknown method {method!r}; this bundle has: {', '.join(methods)}")
         single = body.question is not None
         questions = [body.question] if single else list(body.questions)
-        try:
-            # in a thread: with --lazy the first call loads the generator's tokenizer (and the models)
-            counts = await anyio.to_thread.run_sync(runtime.count_tokens, questions)
-        except Exception:
-            logger.exception("counting the tokens of %d question(s) failed", len(questions))
-            return _error(500, "internal server error while counting tokens; see the server log")
         labels = ["question"] if single else [f"questions[{i}]" for i in range(len(questions))]
-        too_long = _token_detail(labels, counts, limits.max_question_tokens)
-        if too_long:
-            return _error(422, too_long)
-        try:
-            job = scheduler.submit(questions, method, deadline)
-        except QueueFull as exc:
-            return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
-        except SchedulerClosed as exc:
-            return _error(503, str(exc))
-        outcome = await wait_for(job, request, deadline)
+        outcome = await answered(questions, labels, method, request, deadline, _error)
         if not isinstance(outcome, list):
             return outcome
-        out = []
-        for item in outcome:
-            record = item.to_dict()
-            if not body.traces:
-                record.pop("trace", None)
-            out.append(record)
+        out = [_answer_record(item, body.traces) for item in outcome]
         payload = {"bundle": runtime.name, "version": runtime.version, "method": method, "answers": out}
         return JSONResponse(_json_safe(payload))
+
+    def model_cards() -> dict[str, dict[str, Any]]:
+        created = oai.created_at(runtime.info().get("created"), started)  # the bundle's export time
+        return {m: oai.model_card(m, owned_by=runtime.name, created=created) for m in methods}
+
+    @app.get("/v1/models", response_model=oai.ModelList, summary="OpenAI: one model per method of the bundle")
+    async def v1_models() -> dict[str, Any]:
+        return {"object": "list", "data": list(model_cards().values())}
+
+    @app.get("/v1/models/{model}", response_model=oai.ModelCard, responses=oai.RESPONSES, summary="OpenAI: one model")
+    async def v1_model(model: str) -> Response:
+        card = model_cards().get(model)
+        if card is None:
+            refusal = oai.unknown_model(model, methods)
+            return _v1_error(404, refusal.message, param=refusal.param, code=refusal.code)
+        return JSONResponse(card)
+
+    @app.post(
+        "/v1/chat/completions",
+        response_model=oai.ChatCompletion,
+        responses=oai.RESPONSES,
+        summary="OpenAI: answer the last user message with the method named by `model`",
+    )
+    async def chat_completions(body: oai.ChatCompletionRequest, request: Request) -> Response:
+        deadline = time.monotonic() + limits.timeout_s
+        try:
+            index, question = oai.chat_question(body, methods, limits.max_question_chars, is_blank)
+        except oai.ChatError as exc:
+            return _v1_error(exc.status, exc.message, param=exc.param, code=exc.code)
+        where = f"messages[{index}].content"
+
+        def chat_error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+            return _v1_error(status, detail, headers, param=where if status == 422 else None)  # 422: the question
+
+        outcome = await answered([question], [where], body.model, request, deadline, chat_error)
+        if not isinstance(outcome, list):
+            return outcome
+        record = _answer_record(outcome[0], traces=False)
+        return JSONResponse(_json_safe(oai.completion_body(record, bundle=runtime.name, version=runtime.version)))
 
     if assets is None:
         logger.warning("no Swagger UI / ReDoc assets (the fastapi-offline package): /docs and /redoc are off")
