@@ -1,5 +1,5 @@
 """The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, export, bundles, infer, serve,
-doctor.
+serve-model, doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
 (:class:`WorkbenchError`, including what torch or transformers raised while a model was built) print one line and
@@ -486,6 +486,55 @@ def serve_command(
     if warm:
         runtime.warm()
     run_server(runtime, host=host, port=port, limits=limits)
+
+
+@app.command("serve-model")
+def serve_model_command(
+    model: Annotated[
+        str, typer.Option("--model", help="An embedded generator name (smollm2) or a local HF model directory.")
+    ],
+    host: Annotated[str, typer.Option("--host", help="Interface to bind (localhost by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: a free one).")] = 8000,
+    served_name: Annotated[
+        str | None, typer.Option("--served-name", help="The model name clients send (default: --model as given).")
+    ] = None,
+    max_logprobs: Annotated[
+        int, typer.Option("--max-logprobs", help="Most top log-probabilities per position (400 beyond).")
+    ] = 20,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per forward batch of the generator.")] = 8,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")] = "float32",
+    max_context: Annotated[
+        int | None, typer.Option("--max-context", help="Context window (default: the model's).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="The sampling seed of requests that give none.")] = 0,
+    cache: Annotated[
+        bool, typer.Option("--cache/--no-cache", help="Use the generation cache (off: every request is computed).")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds from a request's arrival to its answer (504 beyond).")
+    ] = 600.0,
+) -> None:
+    """Serve a generator through the OpenAI protocol (FastAPI + uvicorn): GET /v1/models, POST /v1/completions,
+    POST /v1/chat/completions, GET /health.
+
+    The reference server of docs/served-models.md: its answers are the in-process generator's (same text, log-probs
+    and seeded samples). Concurrent requests with equal decoding parameters are answered by one generate call.
+    """
+    try:
+        from workbench.serve.openai_server import ModelServeLimits, load_generator, run_model_server
+    except ImportError as exc:
+        raise WorkbenchError(
+            f"serve-model needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve-model"
+        ) from None
+    try:
+        limits = ModelServeLimits(max_logprobs=max_logprobs, max_batch_prompts=max(64, batch_size), timeout_s=timeout)
+    except ValueError as exc:
+        raise WorkbenchError(str(exc), "serve-model") from None
+    generator = load_generator(
+        model, device=device, dtype=dtype, batch_size=batch_size, max_context=max_context, seed=seed, cache=cache
+    )
+    run_model_server(generator, served_name=served_name or model, host=host, port=port, limits=limits)
 
 
 @app.command("doctor")

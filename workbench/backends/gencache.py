@@ -7,7 +7,9 @@ limit — and sample index); see :meth:`GenerationCache.make_key`. The value is 
     b"WBGEN1\\n" | uint32 little-endian header length | JSON header | raw array bytes
 
 The JSON header holds the scalar fields and, per array, its dtype (from a fixed whitelist), shape, offset and size;
-decoding uses ``np.frombuffer`` only, so loading never runs code.
+decoding uses ``np.frombuffer`` only, so loading never runs code. Every array field of :class:`Generation` is stored
+(the top-k arrays of ``top_logprobs`` generations included; None is kept as null); a blob written before a field
+existed decodes with that field's default.
 
 Several processes may read and write the same file: WAL journal, a busy timeout, ``INSERT OR IGNORE`` (a sample is
 deterministic, so the first writer wins), and a fresh connection after ``fork``.
@@ -42,6 +44,7 @@ _ARRAY_FIELDS = {f.name for f in fields(Generation)} - {
     "prompt_tokens",
     "eos_logprob",
     "eos_entropy",
+    "eos_token_id",
 }
 
 

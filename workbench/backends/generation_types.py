@@ -1,5 +1,6 @@
 """The generator's value types: :class:`Generation` (one generated continuation), :class:`Scored` (a teacher-forced
-score) and :class:`DecodingParams` (the parameters of one decoding call).
+score), :class:`PromptLogprobs` (a prompt's own teacher-forced log-probs) and :class:`DecodingParams` (the parameters
+of one decoding call).
 
 Plain Python / numpy dataclasses with no model code, so the generation cache (:mod:`workbench.backends.gencache`)
 and the decoding strategies read them without importing the generator; :mod:`workbench.backends.generator`
@@ -34,7 +35,13 @@ class Generation:
     ``return_attentions``: ``attentions`` is a float32 array ``(n_layers, n_heads, len(token_ids))`` holding, for
     each answer token, the attention weight its predicting step puts on its own position (the diagonal A_jj used
     by attention-score features). When the answer ended with EOS, ``eos_logprob`` / ``eos_entropy`` hold the raw
-    log-prob of that EOS token and the entropy of its step (None otherwise), so no scoring pass is needed for them.
+    log-prob of that EOS token and the entropy of its step (None otherwise), so no scoring pass is needed for them;
+    ``eos_token_id`` is which EOS id it was (None in generations cached before the field existed).
+
+    With ``top_logprobs=k`` (:meth:`Generator.generate`): ``top_ids`` (int64) and ``top_logprobs`` (float32), both
+    ``(len(token_ids), k)``, hold per answer token the ids and raw (T=1) log-probs of the k most likely tokens at its
+    step, most likely first (k is capped at the vocabulary size); ``eos_top_ids`` / ``eos_top_logprobs`` (``(k,)``)
+    the same for the EOS step when the answer ended with EOS. All None without ``top_logprobs``.
     """
 
     prompt: str
@@ -51,6 +58,11 @@ class Generation:
     attentions: np.ndarray | None = None
     eos_logprob: float | None = None
     eos_entropy: float | None = None
+    eos_token_id: int | None = None
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+    eos_top_ids: np.ndarray | None = None
+    eos_top_logprobs: np.ndarray | None = None
 
     @property
     def sum_logprob(self) -> float:
@@ -81,11 +93,30 @@ class Scored:
     mean_logprob: float
 
 
+@dataclass
+class PromptLogprobs:
+    """Teacher-forced log-probs of a token sequence's own tokens (:meth:`Generator.prompt_logprobs`).
+
+    ``token_ids`` (int64, length L) is the sequence; ``logprobs`` and ``entropies`` (float32, length L - 1) are the
+    raw (T=1) log-prob of token ``t`` given tokens ``0..t-1`` and the entropy of that distribution, for
+    ``t = 1 .. L-1`` (nothing predicts token 0); ``top_ids`` (int64) / ``top_logprobs`` (float32), ``(L - 1, k)``,
+    the k most likely tokens at those positions, most likely first (``k = 0``: empty columns).
+    """
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    entropies: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
+
+
 @dataclass(frozen=True)
 class DecodingParams:
     """The decoding parameters of one :meth:`Generator.generate` call, normalised for cache keys.
 
     Greedy decoding (``temperature == 0``) ignores ``top_p``, ``top_k`` and ``seed``, so they are normalised away.
+    ``top_logprobs`` (k > 0) records the k most likely tokens per step; it changes nothing else, and
+    :meth:`key_fields` leaves it out when 0 so cache keys made before it existed stay valid.
     """
 
     max_new_tokens: int
@@ -96,6 +127,7 @@ class DecodingParams:
     seed: int | None = 0
     hidden_layer: int | None = None
     attentions: bool = False
+    top_logprobs: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -107,6 +139,13 @@ class DecodingParams:
         if self.greedy:
             return replace(self, top_p=1.0, top_k=0, seed=None)
         return self
+
+    def key_fields(self) -> dict[str, object]:
+        """The parameters as a JSON-ready dict for cache keys (``stop`` a list; ``top_logprobs`` only when > 0)."""
+        fields = {**self.__dict__, "stop": list(self.stop)}
+        if not self.top_logprobs:
+            del fields["top_logprobs"]
+        return fields
 
     def validate(self) -> None:
         """Raise ``ValueError`` on out-of-range parameters."""
@@ -120,3 +159,5 @@ class DecodingParams:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.top_logprobs < 0:
+            raise ValueError(f"top_logprobs must be >= 0, got {self.top_logprobs}")

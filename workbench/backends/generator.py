@@ -15,13 +15,20 @@ Decoding is a hand-written loop over ``model(input_ids, attention_mask, position
 
 Per generated token it records the token id, its log-prob under the raw (T=1) distribution, its log-prob under the
 processed (temperature/top-k/top-p) distribution — 0 for greedy, a point mass — and the entropy of the full raw
-distribution. Optional: one layer's hidden states and the attention diagonal (see :class:`Generation`).
+distribution. Optional: the ids and raw log-probs of the k most likely tokens per step (``top_logprobs=k``), one
+layer's hidden states and the attention diagonal (see :class:`Generation`).
+
+A prompt is rendered text or a list of **token ids**. Ids are decoded to the text they stand for
+(:meth:`Generator.decode_prompt`); when that text encodes back to the same ids the prompt *is* that text — same
+sampling seeds, same cache keys, the same generations as the text prompt — else it keeps its ids (and its cache key
+holds them). :meth:`Generator.prompt_logprobs` reads a token sequence's own teacher-forced log-probs (``echo``).
 
 Costs go to a :class:`~workbench.backends.cost.CostCounter`: ``lm_calls`` +1 per prompt run through the model (its
 ``n`` samples count once; one per scored pair of :meth:`Generator.score`), ``lm_batches`` +1 per forward batch (one
 prefill and its decoding loop, or one teacher-forced pass); ``prefill_tokens``
 prompt tokens encoded (once per prompt with a shared prefill; padding excluded); ``decoded_tokens`` tokens generated;
-``scored_tokens`` continuation tokens scored; ``truncated_prompts``; ``cache_hits``/``cache_misses`` one per
+``scored_tokens`` continuation tokens scored (:meth:`Generator.prompt_logprobs`: every token but the first; its
+sequences' tokens all count as ``prefill_tokens``); ``truncated_prompts``; ``cache_hits``/``cache_misses`` one per
 requested sample (a :class:`Generation`). What the generation cache saved goes to ``cached_lm_calls`` (+1 per prompt
 whose samples all came from the cache), ``cached_prefill_tokens`` (that prompt's tokens after truncation) and
 ``cached_decoded_tokens`` (each cached sample's answer tokens).
@@ -30,7 +37,7 @@ whose samples all came from the cache), ``cached_prefill_tokens`` (that prompt's
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +48,7 @@ from workbench.backends.cost import CostCounter
 from workbench.backends.generation_types import FINISH_REASONS as FINISH_REASONS
 from workbench.backends.generation_types import DecodingParams as DecodingParams
 from workbench.backends.generation_types import Generation as Generation
+from workbench.backends.generation_types import PromptLogprobs as PromptLogprobs
 from workbench.backends.generation_types import Scored as Scored
 from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, check_prompt_format, encode
 from workbench.core.errors import AssetError
@@ -54,13 +62,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+Prompt = str | Sequence[int]
+"""A prompt for :meth:`Generator.generate`: rendered text, or its token ids."""
+
+SCORE_POSITIONS = 2048
+""":meth:`Generator.prompt_logprobs` puts sequences in one forward while rows × the widest stays within this many
+positions (the full-vocabulary logits of every position are held: 2048 × 49k float32 is about 400 MB)."""
+
+
+@dataclass(frozen=True)
+class _IdsPrompt:
+    """The key of a token-id prompt whose decoded ``text`` does not encode back to its ``ids``."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
 @dataclass
 class _Job:
-    """One prompt to run, with the sample indices still missing for it."""
+    """One prompt to run, with the sample indices still missing for it; ``key`` identifies it among the prompts of
+    one call (its text, or an :class:`_IdsPrompt`)."""
 
     prompt: str
     ids: list[int]
     samples: list[int]
+    key: Hashable = None
+
+    def __post_init__(self) -> None:
+        if self.key is None:
+            self.key = self.prompt
 
 
 @dataclass
@@ -69,8 +99,9 @@ class DecodingRow:
 
     ``job`` / ``sample`` say which prompt and sample it is (free for other decoders to use as they like);
     ``generator`` is its sampling RNG (None for greedy). ``tokens`` are every token chosen so far, the terminating one
-    included; the decoding loop appends to ``raw`` / ``processed`` / ``entropy`` (and ``hidden`` / ``attn``) as it
-    goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and, for a stop string, ``text``.
+    included; the decoding loop appends to ``raw`` / ``processed`` / ``entropy`` (and ``top_ids`` / ``top_lps``,
+    ``hidden`` / ``attn``) as it goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and,
+    for a stop string, ``text``.
     """
 
     job: int
@@ -80,6 +111,8 @@ class DecodingRow:
     raw: list[float] = field(default_factory=list)
     processed: list[float] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)
+    top_ids: list[np.ndarray] = field(default_factory=list)
+    top_lps: list[np.ndarray] = field(default_factory=list)
     hidden: list[np.ndarray] = field(default_factory=list)
     attn: list[np.ndarray] = field(default_factory=list)
     finish: str | None = None
@@ -174,7 +207,7 @@ class Generator:
     # ------------------------------------------------------------------ generation
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         *,
         max_new_tokens: int,
         temperature: float = 0.0,
@@ -186,6 +219,7 @@ class Generator:
         return_hidden_layer: int | None = None,
         return_attentions: bool = False,
         share_prefill: bool = True,
+        top_logprobs: int = 0,
     ) -> list[Generation]:
         """Generate ``n`` continuations for each rendered prompt; returns a flat, prompt-major list.
 
@@ -195,6 +229,11 @@ class Generator:
         them. ``seed`` defaults to the generator's seed. Prompts longer than ``max_context - max_new_tokens`` tokens
         lose their leftmost tokens (counted in ``counter.truncated_prompts``; use :meth:`build_prompt` to cut only
         the context). With a cache, every (prompt, sample) is looked up first and only misses are generated.
+
+        A prompt may be a list of token ids (see the module docstring: ids that encode a text give that text's
+        generations; ``ValueError`` for an empty list or an id outside the vocabulary); ``Generation.prompt`` is then
+        the decoded text. ``top_logprobs=k`` records the k most likely tokens of every step (``Generation.top_ids`` /
+        ``top_logprobs``; changes nothing else).
         """
         params = DecodingParams(
             max_new_tokens=max_new_tokens,
@@ -205,34 +244,79 @@ class Generator:
             seed=self.seed if seed is None else seed,
             hidden_layer=return_hidden_layer,
             attentions=return_attentions,
+            top_logprobs=int(top_logprobs),
         ).normalised()
         params.validate()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        prompts = list(prompts)
-        if not prompts:
+        keys = [self._prompt_key(p) for p in prompts]
+        if not keys:
             return []
         needed = 1 if params.greedy else n
-        found = self._lookup(prompts, needed, params)
-        jobs = self._missing_jobs(prompts, needed, params, found)
+        found = self._lookup(keys, needed, params)
+        jobs = self._missing_jobs(keys, needed, params, found)
         if jobs:
             fresh = self._generate_jobs(jobs, params, share_prefill)
             found.update(fresh)
             self._store(fresh, params)
         out: list[Generation] = []
-        for prompt in prompts:
+        for key in keys:
             for j in range(n):
-                gen = found[(prompt, 0 if params.greedy else j)]
+                gen = found[(key, 0 if params.greedy else j)]
                 out.append(gen if gen.sample_index == j else replace(gen, sample_index=j))
         return out
 
-    def sample(self, prompts: Sequence[str], n: int, **kwargs: Any) -> list[list[Generation]]:
+    def sample(self, prompts: Sequence[Prompt], n: int, **kwargs: Any) -> list[list[Generation]]:
         """:meth:`generate` grouped per prompt: ``result[i]`` holds the ``n`` samples of ``prompts[i]``."""
         flat = self.generate(prompts, n=n, **kwargs)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def _lookup(self, prompts: list[str], needed: int, params: DecodingParams) -> dict[tuple[str, int], Generation]:
-        """Cached generations for every distinct (prompt, sample index); counts hits and misses."""
+    # ------------------------------------------------------------------ token-id prompts
+    def decode_prompt(self, ids: Sequence[int]) -> tuple[str, bool]:
+        """The text that token ids stand for, and whether it encodes back to exactly those ids (as :meth:`generate`
+        encodes a text prompt). A leading BOS the tokenizer adds by itself is left out of the text when that makes
+        it encode back. ``ValueError`` for no ids or an id outside the model's vocabulary."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise ValueError("a token-id prompt needs at least one token id")
+        vocab = self.vocab_size
+        bad = next((i for i in ids if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{vocab - 1})")
+        candidates = []
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and ids[0] == bos and len(ids) > 1:
+            candidates.append(ids[1:])
+        candidates.append(ids)
+        texts = [
+            self.tokenizer.decode(c, skip_special_tokens=False, clean_up_tokenization_spaces=False) for c in candidates
+        ]
+        for text in texts:
+            if text and encode(self.tokenizer, text) == ids:
+                return text, True
+        return texts[-1], False
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of token ids the model takes (its embedding rows; may exceed the tokenizer's)."""
+        return int(self.model.get_input_embeddings().num_embeddings)
+
+    def _prompt_key(self, prompt: Prompt) -> Hashable:
+        """A text prompt's key is itself; a token-id prompt's is the text it encodes (see :meth:`decode_prompt`), else
+        an :class:`_IdsPrompt`."""
+        if isinstance(prompt, str):
+            return prompt
+        text, same = self.decode_prompt(prompt)
+        return text if same else _IdsPrompt(text, tuple(int(i) for i in prompt))
+
+    @staticmethod
+    def _key_text(key: Hashable) -> str:
+        return key.text if isinstance(key, _IdsPrompt) else str(key)
+
+    def _lookup(
+        self, prompts: list[Hashable], needed: int, params: DecodingParams
+    ) -> dict[tuple[Hashable, int], Generation]:
+        """Cached generations for every distinct (prompt key, sample index); counts hits and misses."""
         if self.cache is None:
             return {}
         keys = {(p, j): self._key(p, j, params) for p in dict.fromkeys(prompts) for j in range(needed)}
@@ -243,42 +327,54 @@ class Generator:
         self._count_cached(found, needed, params)
         return found
 
-    def _count_cached(self, found: dict[tuple[str, int], Generation], needed: int, params: DecodingParams) -> None:
+    def _count_cached(self, found: dict[tuple[Hashable, int], Generation], needed: int, params: DecodingParams) -> None:
         """Count what the cache saved (:class:`~workbench.backends.cost.CostCounter`): per fully cached prompt one
         ``cached_lm_calls`` and its prefill tokens; per cached sample its answer tokens."""
         budget = max(self.max_context - params.max_new_tokens, 1)
         for prompt in dict.fromkeys(p for p, _ in found):
             if all((prompt, j) in found for j in range(needed)):
                 first = found[(prompt, 0)]
-                tokens = first.prompt_tokens or min(len(encode(self.tokenizer, prompt)), budget)
+                full = len(prompt.ids) if isinstance(prompt, _IdsPrompt) else len(encode(self.tokenizer, prompt))
+                tokens = first.prompt_tokens or min(full, budget)
                 self.counter.cached_lm_calls += 1
                 self.counter.cached_prefill_tokens += int(tokens)
         self.counter.cached_decoded_tokens += sum(len(gen.token_ids) for gen in found.values())
 
-    def _store(self, fresh: dict[tuple[str, int], Generation], params: DecodingParams) -> None:
+    def _store(self, fresh: dict[tuple[Hashable, int], Generation], params: DecodingParams) -> None:
         """Write newly generated samples to the cache (if any)."""
         if self.cache is not None and fresh:
             self.cache.put_many({self._key(p, j, params): gen for (p, j), gen in fresh.items()})
 
-    def _key(self, prompt: str, sample: int, params: DecodingParams) -> str:
-        """Cache key of one sample (see :meth:`GenerationCache.make_key`)."""
+    def _key(self, prompt: Hashable, sample: int, params: DecodingParams) -> str:
+        """Cache key of one sample (see :meth:`GenerationCache.make_key`); a token-id prompt that is not its text's
+        encoding adds its ids to the request."""
         from workbench.backends.gencache import GenerationCache
 
-        request = {**params.__dict__, "stop": list(params.stop), "max_context": self.max_context}
-        return GenerationCache.make_key(self.fingerprint, prompt, request, sample)
+        request = {**params.key_fields(), "max_context": self.max_context}
+        if isinstance(prompt, _IdsPrompt):
+            request["prompt_ids"] = list(prompt.ids)
+        return GenerationCache.make_key(self.fingerprint, self._key_text(prompt), request, sample)
 
     def _missing_jobs(
-        self, prompts: list[str], needed: int, params: DecodingParams, found: dict[tuple[str, int], Generation]
+        self,
+        prompts: list[Hashable],
+        needed: int,
+        params: DecodingParams,
+        found: dict[tuple[Hashable, int], Generation],
     ) -> list[_Job]:
         """One job per distinct prompt with missing samples, prompt ids truncated to the context budget."""
         budget = self.max_context - params.max_new_tokens
         if budget < 1:
             raise ValueError(f"max_new_tokens={params.max_new_tokens} leaves no room in max_context={self.max_context}")
         jobs = []
-        for prompt in dict.fromkeys(prompts):
-            missing = [j for j in range(needed) if (prompt, j) not in found]
-            if missing:
-                jobs.append(_Job(prompt, self.encode_prompt(prompt, budget), missing))
+        for key in dict.fromkeys(prompts):
+            missing = [j for j in range(needed) if (key, j) not in found]
+            if not missing:
+                continue
+            if isinstance(key, _IdsPrompt):
+                jobs.append(_Job(key.text, self._fit(list(key.ids), budget), missing, key))
+            else:
+                jobs.append(_Job(key, self.encode_prompt(key, budget), missing))
         return jobs
 
     # ------------------------------------------------------------------ the step API (decode loops use it)
@@ -292,6 +388,10 @@ class Generator:
         ids = encode(self.tokenizer, prompt)
         if not ids:
             raise ValueError(f"prompt {prompt!r} encodes to no tokens")
+        return self._fit(ids, budget)
+
+    def _fit(self, ids: list[int], budget: int) -> list[int]:
+        """``ids`` left-truncated to ``budget`` tokens (counted and warned once, see :meth:`encode_prompt`)."""
         if len(ids) <= budget:
             return ids
         self.counter.truncated_prompts += 1
@@ -308,12 +408,12 @@ class Generator:
 
     def _generate_jobs(
         self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
-    ) -> dict[tuple[str, int], Generation]:
+    ) -> dict[tuple[Hashable, int], Generation]:
         """Run the jobs in batches of ``batch_size`` prompts (sorted by length to limit padding)."""
         import torch
 
         order = sorted(range(len(jobs)), key=lambda i: len(jobs[i].ids))
-        out: dict[tuple[str, int], Generation] = {}
+        out: dict[tuple[Hashable, int], Generation] = {}
         restore = self._attention_mode(params.attentions)
         try:
             with torch.inference_mode():
@@ -336,7 +436,7 @@ class Generator:
 
     def _decode_batch(
         self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
-    ) -> dict[tuple[str, int], Generation]:
+    ) -> dict[tuple[Hashable, int], Generation]:
         """Prefill one batch of prompts, expand to samples, and decode until every row finishes."""
         import torch
 
@@ -367,7 +467,7 @@ class Generator:
                 tokens = [tokens[k] for k in keep]
                 active = [active[k] for k in keep]
             state = self.step(state, tokens, params)
-        return {(jobs[r.job].prompt, r.sample): self._finalise(r, jobs[r.job], params) for r in rows}
+        return {(jobs[r.job].key, r.sample): self._finalise(r, jobs[r.job], params) for r in rows}
 
     def _rng(self, prompt: str, sample: int, seed: int | None) -> Any:
         """The per-sample torch.Generator: seeded from (seed, prompt, sample index) only."""
@@ -479,6 +579,12 @@ class Generator:
             row.raw.append(raw_lp)
             row.processed.append(proc_lp)
             row.entropy.append(ent)
+        if params.top_logprobs:
+            top = raw.topk(min(params.top_logprobs, raw.shape[-1]), dim=-1)
+            top_ids, top_lps = top.indices.cpu().numpy(), top.values.cpu().numpy().astype(np.float32)
+            for k, r in enumerate(active):
+                rows[r].top_ids.append(top_ids[k])
+                rows[r].top_lps.append(top_lps[k])
         return columns[0]
 
     def finish_row(self, row: DecodingRow, token: int, step: int, params: DecodingParams) -> bool:
@@ -522,9 +628,18 @@ class Generator:
             sample_index=row.sample,
             prompt_tokens=len(job.ids),
         )
-        if row.finish == "eos" and len(row.raw) > kept:  # EOS ends the answer: no stop cut, the EOS step is `kept`
+        eos = row.finish == "eos" and len(row.raw) > kept  # EOS ends the answer: no stop cut, the EOS step is `kept`
+        if eos:
             gen.eos_logprob = float(row.raw[kept])
             gen.eos_entropy = float(row.entropy[kept])
+            gen.eos_token_id = int(row.tokens[kept])
+        if params.top_logprobs and row.top_ids:
+            width = len(row.top_ids[0])
+            gen.top_ids = np.asarray(row.top_ids[:kept], dtype=np.int64).reshape(kept, width)
+            gen.top_logprobs = np.asarray(row.top_lps[:kept], dtype=np.float32).reshape(kept, width)
+            if eos:
+                gen.eos_top_ids = np.asarray(row.top_ids[kept], dtype=np.int64)
+                gen.eos_top_logprobs = np.asarray(row.top_lps[kept], dtype=np.float32)
         if params.hidden_layer is not None:
             states = np.stack(row.hidden)
             gen.hidden_mean = states[: max(kept, 1)].mean(axis=0)
@@ -601,6 +716,51 @@ class Generator:
             results.append(Scored(prompt, cont, np.asarray(ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return results
 
+    def prompt_logprobs(self, id_lists: Sequence[Sequence[int]], *, top_logprobs: int = 0) -> list[PromptLogprobs]:
+        """Teacher-forced log-probs of each token-id sequence's own tokens (what ``echo`` reports), in order.
+
+        Per sequence, for every token after the first: its raw (T=1) log-prob given the tokens before it, the entropy
+        there and the ``top_logprobs`` most likely tokens (see :class:`PromptLogprobs`). The same forward as
+        :meth:`score` (positions from each row's first real token), so a sequence's log-probs equal ``score``'s on the
+        same ids. Sequences share a left-padded forward while rows × the widest stays within
+        :data:`SCORE_POSITIONS`. ``ValueError`` for an empty sequence or one longer than ``max_context``. Counts:
+        ``lm_calls`` +1 per sequence, ``lm_batches`` +1 per forward, all tokens in ``prefill_tokens``, all but the
+        first in ``scored_tokens``.
+        """
+        import torch
+
+        seqs = [[int(i) for i in ids] for ids in id_lists]
+        for ids in seqs:
+            if not ids:
+                raise ValueError("cannot score an empty token sequence")
+            if len(ids) > self.max_context:
+                raise ValueError(f"a sequence of {len(ids)} tokens is longer than max_context={self.max_context}")
+        if top_logprobs < 0:
+            raise ValueError(f"top_logprobs must be >= 0, got {top_logprobs}")
+        groups: list[list[int]] = []
+        for b in range(len(seqs)):
+            group = groups[-1] if groups else None
+            if group and len(group) < self.batch_size:
+                width = max(len(seqs[i]) for i in [*group, b])
+                if width * (len(group) + 1) <= SCORE_POSITIONS:
+                    group.append(b)
+                    continue
+            groups.append([b])
+        out: list[PromptLogprobs | None] = [None] * len(seqs)
+        with torch.inference_mode():
+            for group in groups:
+                batch = [seqs[b] for b in group]
+                width = max(len(ids) for ids in batch)
+                with self.counter.timed("score"):
+                    logits = self._forward_tail(batch, width)
+                self.counter.lm_calls += len(batch)
+                self.counter.lm_batches += 1
+                self.counter.prefill_tokens += sum(len(ids) for ids in batch)
+                self.counter.scored_tokens += sum(len(ids) - 1 for ids in batch)
+                for row, b in enumerate(group):
+                    out[b] = _own_logprobs(logits[row, width - len(seqs[b]) : width - 1], seqs[b], top_logprobs)
+        return [item for item in out if item is not None]
+
     def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
         """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass."""
 
@@ -655,6 +815,25 @@ def left_padded_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, 
         input_ids[b, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
         mask[b, width - len(seq) :] = 1
     return input_ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
+    """:class:`PromptLogprobs` of ``ids`` from the logits of its positions ``0 .. L-2`` (each predicting the next)."""
+    import torch
+
+    preds = torch.log_softmax(logits.float(), dim=-1)
+    target = torch.tensor(ids[1:], dtype=torch.long, device=preds.device)
+    lp = preds.gather(-1, target[:, None])[:, 0].cpu().numpy().astype(np.float32)
+    ent = (-(preds.exp() * preds).nan_to_num().sum(-1)).cpu().numpy().astype(np.float32)
+    width = min(k, preds.shape[-1])
+    if width:
+        top = preds.topk(width, dim=-1)
+        top_ids = top.indices.cpu().numpy().astype(np.int64)
+        top_lps = top.values.cpu().numpy().astype(np.float32)
+    else:
+        top_ids = np.zeros((len(ids) - 1, 0), dtype=np.int64)
+        top_lps = np.zeros((len(ids) - 1, 0), dtype=np.float32)
+    return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
 
 
 def sample_seed(seed: int, prompt: str, sample_index: int) -> int:

@@ -1,0 +1,262 @@
+"""``workbench serve-model``'s engine side: answer a batch of :class:`~workbench.serve.openai_schema.Work` items with
+the in-process :class:`~workbench.backends.generator.Generator`, and write the answers in the OpenAI shape.
+
+:meth:`ModelEngine.answer` is the :class:`~workbench.serve.scheduler.BatchScheduler`'s answering function: every work
+of one call has the same :class:`~workbench.serve.openai_schema.Sampling`, so all their prompts go to **one**
+``Generator.generate`` call (``n`` samples per prompt, the prefill shared, the k most likely tokens recorded for the
+largest ``logprobs`` asked), and the prompts of all works with ``echo`` and log-probs to one
+``Generator.prompt_logprobs`` call. Everything that touches the tokenizer runs here, on the scheduler's one worker
+thread. A work refused on its own (a prompt over the context window, a token id outside the vocabulary) gets its
+:class:`~workbench.serve.openai_schema.ApiError` as its result; the others are answered.
+
+The numbers are the in-process generator's: text, token ids, raw (T=1) log-probs and top-k of the same prompt,
+parameters and seed (sample ``j`` of a prompt is in-process sample ``j``). A sequence that ended with EOS lists that
+EOS token last (its text is the tokenizer's token string; it adds nothing to ``text``; its log-prob is
+``Generation.eos_logprob``). A stop-string finish lists ``Generation.token_ids``, the shortest prefix covering the
+text. ``text_offset`` is each token's character offset into the returned text (with ``echo``: into prompt + text):
+the length of the decoding of the tokens before it, capped at the text's length. Log-probs that JSON cannot carry
+are written -9999.0 (-inf) or null (NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workbench.backends.prompts import encode
+from workbench.serve.openai_schema import ApiError, Work
+
+NEG_INF_LOGPROB = -9999.0
+"""The log-prob written for -inf (vLLM's convention: JSON has no infinity)."""
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+"""Generation finish reasons → OpenAI ``finish_reason``."""
+
+
+@dataclass
+class Prepared:
+    """A work ready for the engine: the prompt as ``generate`` takes it, its token ids, the echoed text."""
+
+    work: Work
+    gen_prompt: str | list[int]
+    ids: list[int]
+    echo_text: str
+    gens: list[Any] = field(default_factory=list)
+    own: Any = None  # PromptLogprobs with echo and log-probs
+
+
+@dataclass
+class Answered:
+    """One work's answer: ``choices`` (its ``n`` choices without ``index``), ``prompt_tokens`` and
+    ``completion_tokens`` (generated tokens over the choices, each EOS included)."""
+
+    choices: list[dict[str, Any]]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _logprob(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return float(value) if math.isfinite(value) else NEG_INF_LOGPROB
+
+
+class ModelEngine:
+    """Answers works with ``generator`` (a :class:`~workbench.backends.generator.Generator`); see the module
+    docstring. Only one thread may call :meth:`answer` at a time (the scheduler's worker)."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+        self.tokenizer = generator.tokenizer
+        self._texts: list[str] | None = None
+
+    # ------------------------------------------------------------------ answering
+    def answer(self, works: Sequence[Work], key: str = "") -> list[Answered | ApiError]:
+        """One result per work, in order (see the module docstring); ``key`` is the batching key (unused here: the
+        works' samplings are equal)."""
+        del key
+        prepared: list[Prepared | ApiError] = []
+        for work in works:
+            try:
+                prepared.append(self._prepare(work))
+            except ApiError as exc:
+                prepared.append(exc)
+        ready = [p for p in prepared if isinstance(p, Prepared)]
+        if not ready:
+            return list(prepared)  # type: ignore[arg-type]
+        sampling = ready[0].work.sampling
+        generating = [p for p in ready if sampling.max_tokens > 0]
+        if generating:
+            flat = self.generator.generate(
+                [p.gen_prompt for p in generating],
+                max_new_tokens=sampling.max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                n=sampling.n,
+                stop=sampling.stop,
+                seed=sampling.seed,
+                top_logprobs=max(p.work.logprobs or 0 for p in generating),
+            )
+            for i, p in enumerate(generating):
+                p.gens = flat[i * sampling.n : (i + 1) * sampling.n]
+        echoing = [p for p in ready if p.work.echo and p.work.logprobs is not None]
+        if echoing:
+            k = max(p.work.logprobs or 0 for p in echoing)
+            for p, own in zip(
+                echoing, self.generator.prompt_logprobs([p.ids for p in echoing], top_logprobs=k), strict=True
+            ):
+                p.own = own
+        return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
+
+    def _prepare(self, work: Work) -> Prepared:
+        """Render / encode a work's prompt and check it fits the context window (400 otherwise)."""
+        prompt = work.prompt
+        if work.kind == "chat":
+            messages = [{"role": role, "content": content} for role, content in prompt]  # type: ignore[misc]
+            text = self.generator.render_chat(messages)
+            gen_prompt: str | list[int] = text
+            ids, echo_text = encode(self.tokenizer, text), text
+        elif isinstance(prompt, str):
+            gen_prompt, ids, echo_text = prompt, encode(self.tokenizer, prompt), prompt
+        else:
+            ids = [int(i) for i in prompt]  # type: ignore[union-attr]
+            try:
+                self.generator.decode_prompt(ids)
+            except ValueError as exc:
+                raise ApiError(400, str(exc), "prompt") from None
+            gen_prompt, echo_text = ids, self._decode(ids, special=True)
+        if not ids:
+            raise ApiError(
+                400, "the prompt encodes to no tokens", "prompt" if work.kind == "completion" else "messages"
+            )
+        limit = self.generator.max_context
+        if len(ids) + work.sampling.max_tokens > limit:
+            raise ApiError(
+                400,
+                f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)} and max_tokens asks "
+                f"for {work.sampling.max_tokens} more",
+                "prompt" if work.kind == "completion" else "messages",
+            )
+        return Prepared(work, gen_prompt, ids, echo_text)
+
+    def _answered(self, p: Prepared) -> Answered:
+        work = p.work
+        gens = p.gens or [None] * work.sampling.n
+        choices = [self._chat_choice(p, g) if work.kind == "chat" else self._completion_choice(p, g) for g in gens]
+        completion = sum(len(g.token_ids) + (g.finish_reason == "eos") for g in p.gens)
+        return Answered(choices, len(p.ids), int(completion))
+
+    # ------------------------------------------------------------------ the OpenAI shapes
+    def _completion_choice(self, p: Prepared, gen: Any) -> dict[str, Any]:
+        work = p.work
+        text = gen.text if gen is not None else ""
+        prefix = p.echo_text if work.echo else ""
+        choice: dict[str, Any] = {
+            "text": prefix + text,
+            "finish_reason": FINISH.get(gen.finish_reason, "stop") if gen is not None else "length",
+            "logprobs": None,
+        }
+        if work.logprobs is None:
+            return choice
+        k = work.logprobs
+        block: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        if work.echo:
+            offsets = self._offsets(p.ids, p.echo_text, special=True)
+            for t, token in enumerate(p.ids):
+                block["tokens"].append(self._name(token, work.as_ids))
+                block["text_offset"].append(offsets[t])
+                if t == 0:
+                    block["token_logprobs"].append(None)
+                    block["top_logprobs"].append(None)
+                else:
+                    block["token_logprobs"].append(_logprob(float(p.own.logprobs[t - 1])))
+                    block["top_logprobs"].append(
+                        self._top_dict(p.own.top_ids[t - 1], p.own.top_logprobs[t - 1], k, work)
+                    )
+        if gen is not None:
+            for token, lp, top, offset in self._steps(gen, k):
+                block["tokens"].append(self._name(token, work.as_ids))
+                block["token_logprobs"].append(_logprob(lp))
+                block["top_logprobs"].append(self._top_dict(*top, k, work))
+                block["text_offset"].append(len(prefix) + offset)
+        choice["logprobs"] = block
+        return choice
+
+    def _chat_choice(self, p: Prepared, gen: Any) -> dict[str, Any]:
+        work = p.work
+        choice: dict[str, Any] = {
+            "message": {"role": "assistant", "content": gen.text},
+            "finish_reason": FINISH.get(gen.finish_reason, "stop"),
+            "logprobs": None,
+        }
+        if work.logprobs is None:
+            return choice
+        content = []
+        for token, lp, (ids, lps), _ in self._steps(gen, work.logprobs):
+            name = self._name(token, work.as_ids)
+            tops = [
+                {"token": (alt := self._name(int(i), work.as_ids)), "logprob": _logprob(float(v)), "bytes": _bytes(alt)}
+                for i, v in zip(ids[: work.logprobs], lps[: work.logprobs], strict=True)
+            ]
+            content.append({"token": name, "logprob": _logprob(lp), "bytes": _bytes(name), "top_logprobs": tops})
+        choice["logprobs"] = {"content": content}
+        return choice
+
+    def _steps(self, gen: Any, k: int) -> list[tuple[int, float, tuple[np.ndarray, np.ndarray], int]]:
+        """Per listed token of a generation: ``(id, raw log-prob, (top ids, top log-probs), text offset)`` — the
+        answer tokens, then the EOS token when the answer ended with EOS."""
+        ids = [int(i) for i in gen.token_ids]
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        offsets = self._offsets(ids, gen.text, special=False)
+        steps = []
+        for t, token in enumerate(ids):
+            top = (gen.top_ids[t], gen.top_logprobs[t]) if k and gen.top_ids is not None else empty
+            steps.append((token, float(gen.logprobs[t]), top, offsets[t]))
+        if gen.finish_reason == "eos":
+            eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
+            top = (gen.eos_top_ids, gen.eos_top_logprobs) if k and gen.eos_top_ids is not None else empty
+            lp = gen.eos_logprob if gen.eos_logprob is not None else float("nan")
+            steps.append((int(eos), float(lp), top, len(gen.text)))
+        return steps
+
+    # ------------------------------------------------------------------ tokens as text
+    def _token_texts(self) -> list[str]:
+        """Every token id's own text (special tokens as their strings), decoded once."""
+        if self._texts is None:
+            vocab = self.generator.vocab_size
+            self._texts = self.tokenizer.batch_decode(
+                [[i] for i in range(vocab)], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+        return self._texts
+
+    def _name(self, token: int, as_ids: bool) -> str:
+        """A token as the response writes it: its text, or ``token_id:<id>``."""
+        return f"token_id:{token}" if as_ids else self._token_texts()[token]
+
+    def _top_dict(self, ids: np.ndarray, lps: np.ndarray, k: int, work: Work) -> dict[str, float | None]:
+        """The ``k`` most likely tokens as ``{token: logprob}`` (a token text shared by several ids keeps the most
+        likely one's log-prob)."""
+        out: dict[str, float | None] = {}
+        for i, v in zip(ids[:k], lps[:k], strict=True):
+            out.setdefault(self._name(int(i), work.as_ids), _logprob(float(v)))
+        return out
+
+    def _decode(self, ids: Sequence[int], *, special: bool) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=not special, clean_up_tokenization_spaces=False)
+
+    def _offsets(self, ids: list[int], text: str, *, special: bool) -> list[int]:
+        """Each token's character offset into ``text``: the length of the decoding of the tokens before it, capped at
+        ``len(text)`` and never decreasing."""
+        offsets, last = [], 0
+        for t in range(len(ids)):
+            last = max(last, min(len(self._decode(ids[:t], special=special)), len(text)))
+            offsets.append(last)
+        return offsets
+
+
+def _bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8", errors="replace"))

@@ -1,0 +1,439 @@
+"""``workbench serve-model``: an OpenAI-compatible server over the in-process generator (FastAPI + uvicorn).
+
+The reference the served backend (:mod:`workbench.backends.served`) is tested against: its numbers are the in-process
+:class:`~workbench.backends.generator.Generator`'s (docs/served-models.md is the wire contract). Routes:
+
+* ``GET /v1/models`` (and ``GET /v1/models/{name}``): the one served model, with ``max_model_len`` (the generator's
+  context window) and ``max_logprobs``;
+* ``POST /v1/completions``: legacy completions — ``prompt`` as text, texts, token ids or lists of token ids;
+  ``max_tokens`` (0 only with ``echo``), ``temperature``, ``top_p``, ``top_k``, ``n``, ``seed``, ``stop``,
+  ``logprobs`` (chosen-token and top-k raw log-probs, ``text_offset``), ``echo`` (the prompt's tokens and their
+  teacher-forced log-probs first), ``return_tokens_as_token_ids``;
+* ``POST /v1/chat/completions``: ``messages`` rendered with the model's chat template (``Generator.render_chat``),
+  the same sampling fields, ``logprobs: bool`` and ``top_logprobs``;
+* ``GET /health``: ``{"status": "ok", "model", "max_model_len", "queue"}``, never waiting on the model.
+
+Requests are checked (:mod:`workbench.serve.openai_schema`), split into one work per prompt and queued on a
+:class:`~workbench.serve.scheduler.BatchScheduler` whose batching key is the decoding parameters: the works waiting
+together with equal parameters are answered by ONE ``Generator.generate`` call (:mod:`workbench.serve.openai_engine`);
+greedy and sampled requests never share one. The generation cache is off unless the generator was given one.
+
+Errors are OpenAI-shaped, ``{"error": {"message": "<one line>", "type", "param", "code"}}``: 400 a value out of range
+(too many log-probs, ``max_tokens`` 0 without ``echo``, a prompt over the context window …), 404 an unknown model
+(``code: model_not_found``) or route, 405 a wrong HTTP method, 413 a body over the size limit, 422 a body that is not
+JSON or has wrong types, 503 queue full (``Retry-After``) or shutting down, 504 past the request deadline, 500 a bug
+(logged). Unknown request fields are ignored.
+
+:func:`start_in_thread` runs a server on a free localhost port in a background thread (tests, parity checks);
+:func:`run_model_server` serves until interrupted (the CLI). Importing this module loads FastAPI and numpy; torch and
+transformers load with the generator, uvicorn when a server starts.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations as objects.
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from workbench.serve.openai_bundle import V1BodySizeLimit, error_body, error_param
+from workbench.serve.openai_engine import Answered, ModelEngine
+from workbench.serve.openai_schema import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    Limits,
+    Work,
+    chat_work,
+    check_model,
+    completion_works,
+)
+from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
+
+logger = logging.getLogger("workbench.serve")
+
+_MAX_MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ModelServeLimits:
+    """Limits and scheduling of ``serve-model``: ``max_logprobs`` alternatives per position (400 beyond), ``max_n``
+    samples per prompt, ``max_prompts`` prompts per request, ``default_max_tokens`` when a request names none,
+    ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond), ``max_batch_prompts`` prompts per
+    engine call across requests, ``max_gather_s`` how long the worker may wait for a batch's clients to come back,
+    ``timeout_s`` from a request's arrival to its answer (504 beyond)."""
+
+    max_logprobs: int = 20
+    max_n: int = 64
+    max_prompts: int = 256
+    default_max_tokens: int = 16
+    max_body_bytes: int = 8 << 20
+    max_queue: int = 1024
+    max_batch_prompts: int = 64
+    max_gather_s: float = 0.05
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_n", "max_prompts", "default_max_tokens", "max_body_bytes", "max_queue", "max_batch_prompts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.max_logprobs, bool) or not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
+            raise ValueError(f"max_logprobs must be an integer >= 0, got {self.max_logprobs!r}")
+        if not self.timeout_s > 0 or not self.max_gather_s >= 0:
+            raise ValueError("timeout_s must be > 0 and max_gather_s >= 0")
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= _MAX_MESSAGE_CHARS else line[: _MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def _error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """An OpenAI-shaped error response (one-line message)."""
+    body = error_body(status, _one_line(message), param=param, code=code)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation_message(errors: Sequence[dict[str, Any]]) -> str:
+    """pydantic / FastAPI errors → one line (``malformed JSON body: …``, ``max_tokens: Input should be …``)."""
+    parts = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if err.get("type") == "json_invalid":
+            parts.append(f"malformed JSON body: {(err.get('ctx') or {}).get('error', 'decode error')}")
+        elif (err.get("type") == "missing" and not loc) or isinstance(err.get("input"), bytes):
+            parts.append("send a JSON object body with Content-Type: application/json")
+        else:
+            parts.append(f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid')}")
+    parts = list(dict.fromkeys(parts))
+    more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
+    return "; ".join(parts[:3]) + more if parts else "invalid request"
+
+
+def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimits | None = None) -> FastAPI:
+    """The FastAPI app serving ``generator`` (a :class:`~workbench.backends.generator.Generator`) as the OpenAI model
+    ``served_name`` (see the module docstring). ``app.state.scheduler`` is its scheduler (closed at shutdown),
+    ``app.state.engine`` its :class:`~workbench.serve.openai_engine.ModelEngine`."""
+    limits = limits or ModelServeLimits()
+    request_limits = Limits(
+        max_logprobs=limits.max_logprobs,
+        max_n=limits.max_n,
+        max_prompts=limits.max_prompts,
+        default_max_tokens=limits.default_max_tokens,
+        default_seed=int(getattr(generator, "seed", 0) or 0),
+    )
+    engine = ModelEngine(generator)
+    scheduler = BatchScheduler(
+        engine.answer,  # type: ignore[arg-type]  # works, not questions; the method is the batching key
+        max_queue=limits.max_queue,
+        max_batch_questions=limits.max_batch_prompts,
+        max_gather_s=limits.max_gather_s,
+    )
+    routes = "GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        scheduler.close()
+
+    app = FastAPI(
+        title=f"workbench serve-model — {served_name}",
+        description="An OpenAI-compatible server over the workbench's in-process generator (docs/served-models.md).",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.scheduler = scheduler
+    app.state.engine = engine
+    app.add_middleware(V1BodySizeLimit, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc.errors()), param=error_param(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status, message = exc.status_code, str(exc.detail)
+        if status == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path[:200]} (routes: {routes})"
+        elif status == 405:
+            message = f"{request.method} is not allowed on {request.url.path[:200]}"
+        elif status == 400:  # a JSON body FastAPI cannot decode (not UTF-8)
+            status, message = 422, "malformed JSON body: not UTF-8 text"
+        return _error(status, message, headers=exc.headers if status == exc.status_code else None)
+
+    @app.exception_handler(Exception)
+    async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, f"internal server error ({type(exc).__name__}); see the server log")
+
+    def card() -> dict[str, Any]:
+        return {
+            "id": served_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "workbench",
+            "max_model_len": int(generator.max_context),
+            "max_logprobs": limits.max_logprobs,
+        }
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": served_name,
+            "max_model_len": int(generator.max_context),
+            "queue": scheduler.stats(),
+        }
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        try:
+            check_model(model, served_name)
+        except ApiError as exc:
+            return _error(exc.status, exc.message, param=exc.param, code=exc.code)
+        return JSONResponse(card())
+
+    async def answered(works: list[Work]) -> list[Answered]:
+        """The works' answers, through the scheduler (an :class:`ApiError` for any refusal)."""
+        deadline = time.monotonic() + limits.timeout_s
+        try:
+            job = scheduler.submit(works, works[0].sampling.key(), deadline)  # type: ignore[arg-type]
+        except QueueFull as exc:
+            raise ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
+        except SchedulerClosed as exc:
+            raise ApiError(503, str(exc)) from None
+        results = await _wait(job, deadline)
+        for result in results:
+            if isinstance(result, ApiError):
+                raise result
+        return results
+
+    async def _wait(job: Job, deadline: float) -> list[Any]:
+        future = asyncio.wrap_future(job.future)
+        try:
+            await asyncio.wait({future}, timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            if not job.future.done():
+                scheduler.cancel(job)  # dropped unless its batch already started
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # seen: asyncio must not log it
+        if not job.future.done() or job.future.cancelled():
+            raise ApiError(504, f"not answered within the {limits.timeout_s:g} s deadline")
+        try:
+            return job.future.result()
+        except DeadlineExpired:
+            raise ApiError(
+                504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)"
+            ) from None
+        except SchedulerClosed as exc:
+            raise ApiError(503, str(exc)) from None
+        except ApiError:
+            raise
+        except ValueError as exc:  # the generator refused a value
+            raise ApiError(400, str(exc)) from None
+        except Exception:
+            logger.exception("answering %d prompt(s) failed", len(job.questions))
+            raise ApiError(500, "internal server error while answering; see the server log") from None
+
+    def usage(results: Sequence[Answered]) -> dict[str, int]:
+        prompt = sum(r.prompt_tokens for r in results)
+        completion = sum(r.completion_tokens for r in results)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> Response:
+        try:
+            results = await answered(completion_works(body, served_name, request_limits))
+        except ApiError as exc:
+            return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        choices = [choice for result in results for choice in result.choices]
+        payload = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": served_name,
+            "choices": [{"index": i, **choice} for i, choice in enumerate(choices)],
+            "usage": usage(results),
+        }
+        return JSONResponse(payload)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest) -> Response:
+        try:
+            results = await answered([chat_work(body, served_name, request_limits)])
+        except ApiError as exc:
+            return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": served_name,
+            "choices": [{"index": i, **choice} for i, choice in enumerate(results[0].choices)],
+            "usage": usage(results),
+        }
+        return JSONResponse(payload)
+
+    return app
+
+
+def load_generator(
+    model: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    batch_size: int = 8,
+    max_context: int | None = None,
+    seed: int = 0,
+    cache: bool | Any = False,
+) -> Any:
+    """The :class:`~workbench.backends.generator.Generator` ``serve-model`` serves: ``model`` resolved exactly as
+    ``Generator(model)`` resolves it; the generation cache off unless ``cache`` (True: the default cache file, or a
+    :class:`~workbench.backends.gencache.GenerationCache`)."""
+    from workbench.backends.generator import Generator
+
+    store = None
+    if cache is True:
+        from workbench.backends.gencache import GenerationCache
+
+        store = GenerationCache()
+    elif cache:
+        store = cache
+    return Generator(
+        model, device=device, dtype=dtype, batch_size=batch_size, max_context=max_context, seed=seed, cache=store
+    )
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class ModelServer:
+    """A ``serve-model`` server running in a background thread (see :func:`start_in_thread`): ``url`` is its root
+    (``http://127.0.0.1:PORT``), ``base_url`` the OpenAI base URL (``url + "/v1"``), ``generator`` what it serves,
+    ``app`` its FastAPI app. :meth:`stop` shuts it down; it is also a context manager."""
+
+    def __init__(self, app: FastAPI, generator: Any, served_name: str, host: str, port: int) -> None:
+        import uvicorn
+
+        self.app, self.generator, self.served_name, self.host = app, generator, served_name, host
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, name="workbench-serve-model", daemon=True)
+        self.port = port
+        self.url = ""
+        self.base_url = ""
+
+    def _start(self, timeout: float) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self._server.should_exit = True
+                raise RuntimeError(f"serve-model did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self.url = _url(self.host, self.port)
+        self.base_url = f"{self.url}/v1"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> "ModelServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_thread(
+    model: Any = "smollm2",
+    *,
+    served_name: str | None = None,
+    max_logprobs: int = 20,
+    batch_size: int = 8,
+    device: str = "cpu",
+    dtype: str = "float32",
+    cache: bool | Any = False,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: ModelServeLimits | None = None,
+    ready_timeout: float = 30.0,
+) -> ModelServer:
+    """Start ``serve-model`` in a background thread on ``host`` (port 0: a free one) and return its
+    :class:`ModelServer` once it accepts connections.
+
+    ``model`` is a model reference (loaded with :func:`load_generator`) or an already loaded ``Generator``, which is
+    then served as it is (its own cache, batch size and counter: tests count its calls). ``served_name`` defaults to
+    ``str(model)`` for a reference, else the generator's resolved reference. ``limits`` replaces the defaults, its
+    ``max_logprobs`` taken from ``max_logprobs`` unless given.
+    """
+    from dataclasses import replace
+
+    if isinstance(model, str | Path):
+        generator = load_generator(model, device=device, dtype=dtype, batch_size=batch_size, cache=cache)
+        name = served_name or str(model)
+    else:
+        generator = model
+        name = served_name or str(getattr(getattr(generator, "resolved", None), "ref", "") or "model")
+    limits = limits or replace(ModelServeLimits(), max_logprobs=max_logprobs)
+    app = create_model_app(generator, served_name=name, limits=limits)
+    server = ModelServer(app, generator, name, host, port)
+    server._start(ready_timeout)
+    return server
+
+
+def run_model_server(
+    generator: Any,
+    *,
+    served_name: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: ModelServeLimits | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve ``generator`` with uvicorn until interrupted; prints one line with the base URL once bound. The API has
+    no authentication: bind another interface than localhost only behind something that provides it."""
+    import uvicorn
+
+    app = create_model_app(generator, served_name=served_name, limits=limits)
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                bound = port
+                servers = getattr(self, "servers", None) or []
+                if servers and servers[0].sockets:
+                    bound = servers[0].sockets[0].getsockname()[1]
+                print(f"workbench serve-model: {served_name} at {_url(host, bound)}/v1", flush=True)
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("binding %s: the API is reachable from other machines and has no authentication", host)
+    _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
