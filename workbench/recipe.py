@@ -50,6 +50,31 @@ class GeneratorSection:
         " declares, e.g. gemma3 → completion; else chat)",
         "auto",
     )
+    backend: Literal["hf", "openai"] = doc(
+        "'hf': the model runs in this process (transformers); 'openai': an OpenAI-compatible server runs it (vLLM,"
+        " SGLang, TGI, llama.cpp, `workbench serve-model`) and `model` is its served name (docs/served-models.md)",
+        "hf",
+    )
+    base_url: str | None = doc("openai backend: the server's URL, ending in /v1 (e.g. http://127.0.0.1:8000/v1)", None)
+    tokenizer: str | None = doc(
+        "openai backend: the served model's tokenizer (embedded name, directory or hub id) to render prompts here as"
+        " in-process, with the same prompt fingerprints (null: the server's own chat template, chat route only)",
+        None,
+    )
+    api_key_env: str | None = doc(
+        "openai backend: the NAME of the environment variable holding the API key (the key itself never goes in a"
+        " recipe; null: no key)",
+        None,
+    )
+    timeout_s: float = doc("openai backend: seconds per request before it is retried", 120.0)
+    retries: int = doc("openai backend: retries of a failed request, with exponential backoff", 3)
+    max_concurrency: int = doc(
+        "openai backend: requests in flight, so the engine's continuous batching has work to batch", 16
+    )
+    top_logprobs: int = doc(
+        "openai backend: alternatives asked per token (entropy and next-token reads; at most what the server gives)",
+        20,
+    )
 
 
 @dataclass
@@ -592,6 +617,35 @@ class ReportSection:
 
 
 @dataclass
+class BenchServedSection:
+    """The 'bench_served' stage: features collected in-process and through OpenAI-compatible servers."""
+
+    split: str = doc("split whose first questions are collected", "test")
+    questions: int = doc("questions collected by each engine", 24)
+    features: list[str] = doc(
+        "features compared (those an engine cannot serve are listed with the capability it lacks)",
+        [
+            "confidence",
+            "dtr_nll",
+            "entropy",
+            "semantic_entropy",
+            "eccentricity_uncertainty",
+            "matrix_degree_uncertainty",
+            "sum_eigen_uncertainty",
+            "ptrue",
+            "verbalized_confidence",
+        ],
+    )
+    concurrency: list[int] = doc("requests in flight per served measurement", [1, 4, 16])
+    top_logprobs: int = doc("alternatives per token asked of the servers (and serve-model's --max-logprobs)", 20)
+    engines: list[Literal["serve_model", "llama_cpp"]] = doc(
+        "servers measured: serve_model (`workbench serve-model`), llama_cpp (llama-cpp-python's server on the embedded"
+        " GGUF file; skipped with a note when the package is not installed)",
+        ["serve_model", "llama_cpp"],
+    )
+
+
+@dataclass
 class RecipeConfig:
     """A whole recipe: identity, the stages to run, run settings, and one section per component."""
 
@@ -633,6 +687,7 @@ class RecipeConfig:
     bench_decoding: BenchDecodingSection = doc("the 'bench_decoding' stage", BenchDecodingSection())
     study: StudySection = doc("the 'study' stage", StudySection())
     export: ExportSection = doc("the 'export' stage", ExportSection())
+    bench_served: BenchServedSection = doc("the 'bench_served' stage", BenchServedSection())
     bench_runtime: BenchRuntimeSection = doc("the 'bench_runtime' stage", BenchRuntimeSection())
     report: ReportSection = doc("the report", ReportSection())
 
@@ -812,6 +867,23 @@ def _check_numbers(config: RecipeConfig) -> None:
         raise ConfigError(
             f"must be < data.chunk_size ({data.chunk_size}), got {data.chunk_overlap}", "data.chunk_overlap"
         )
+
+
+def _check_backend(config: RecipeConfig) -> None:
+    """``generator.backend: openai`` needs a ``base_url`` and refuses, before any request, the features, methods and
+    stages that only the in-process backend can serve (:mod:`workbench.stages.backend_needs`)."""
+    from workbench.stages.backend_needs import check_in_process_only
+
+    section = config.generator
+    if section.backend != "openai":
+        return
+    if not section.base_url:
+        raise ConfigError("generator.backend: openai needs generator.base_url (the server's URL)", "generator.base_url")
+    if not str(section.base_url).startswith(("http://", "https://")):
+        raise ConfigError(f"must start with http:// or https://, got {section.base_url!r}", "generator.base_url")
+    if section.max_concurrency < 1 or section.retries < 0 or section.timeout_s <= 0 or section.top_logprobs < 0:
+        raise ConfigError("max_concurrency >= 1, retries >= 0, timeout_s > 0, top_logprobs >= 0", "generator")
+    check_in_process_only(config)
 
 
 def _check_devices(config: RecipeConfig) -> None:
@@ -1146,6 +1218,7 @@ LOAD_CHECKS = (
     _check_dirs,
     _check_numbers,
     _check_devices,
+    _check_backend,
     _check_stage_sections,
     _check_splits,
     _check_calibrate,

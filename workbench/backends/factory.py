@@ -113,6 +113,52 @@ def build_generator(
         )
 
 
+def build_served_generator(
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str | None = None,
+    api_key_env: str | None = None,
+    timeout_s: float = 120.0,
+    retries: int = 3,
+    max_concurrency: int = 16,
+    top_logprobs: int = 20,
+    max_context: int | None = None,
+    batch_size: int = 8,
+    cache: bool = True,
+    counter: CostCounter | None = None,
+    seed: int = 0,
+    prompt_format: str = "auto",
+    capabilities: Any = None,
+    probe_record: Any = None,
+) -> Any:
+    """A :class:`~workbench.backends.served.ServedGenerator` for the model ``model`` served at ``base_url`` (probed
+    unless ``capabilities`` are given), with the on-disk generation cache when ``cache``; a server that cannot be
+    reached or does not serve ``model`` is a one-line :class:`~workbench.backends.served_client.ServedModelError`."""
+    from workbench.backends.served import ServedGenerator
+    from workbench.backends.served_client import ServedSettings
+
+    generation_cache = None
+    if cache:
+        from workbench.backends.gencache import GenerationCache
+
+        generation_cache = GenerationCache()
+    settings = ServedSettings(base_url, model, api_key_env, timeout_s, retries, max_concurrency)
+    return ServedGenerator(
+        settings,
+        tokenizer=tokenizer,
+        max_context=max_context,
+        cache=generation_cache,
+        counter=counter,
+        seed=seed,
+        batch_size=batch_size,
+        prompt_format=prompt_format,
+        top_logprobs=top_logprobs,
+        capabilities=capabilities,
+        probe_record=probe_record,
+    )
+
+
 def build_embedder(
     model: str | Path = "minilm",
     *,

@@ -33,9 +33,55 @@ class Resources:
             from workbench.backends.lora import resolve_model
 
             section = self.config.generator
+            if section.backend == "openai":
+                return self._build_served_generator()
             return self._build_generator(resolve_model(section.model), section.max_context, section.prompt_format)
 
         return self.get("generator", build)
+
+    def _build_served_generator(self) -> Any:
+        """The run's generator on an OpenAI-compatible server: probed once, then every part of the run that the
+        server cannot serve is refused in one line (:func:`workbench.stages.backend_needs.check_capabilities`)."""
+        from workbench.backends.factory import build_served_generator
+        from workbench.stages.backend_needs import check_capabilities
+
+        section = self.config.generator
+        generator = build_served_generator(
+            base_url=str(section.base_url),
+            model=section.model,
+            tokenizer=section.tokenizer,
+            api_key_env=section.api_key_env,
+            timeout_s=section.timeout_s,
+            retries=section.retries,
+            max_concurrency=section.max_concurrency,
+            top_logprobs=section.top_logprobs,
+            max_context=section.max_context,
+            batch_size=section.batch_size,
+            cache=section.cache,
+            counter=self.counter,
+            seed=self.config.seed,
+            prompt_format=section.prompt_format,
+        )
+        check_capabilities(self.config, generator.capabilities, str(section.base_url))
+        return generator
+
+    def served_record(self) -> dict[str, Any] | None:
+        """What the run's served generator is (URL, name, capabilities, probe, approximated features) for the run
+        manifest; None when the generator is in-process or not built yet. Never the API key."""
+        generator = self._built.get("generator")
+        if generator is None or not getattr(generator, "served", False):
+            return None
+        from workbench.stages.backend_needs import approximations
+
+        return {
+            "base_url": generator.settings.base_url,
+            "model": generator.settings.model,
+            "api_key_env": generator.settings.api_key_env,
+            "capabilities": generator.capabilities.to_dict(),
+            "probe": generator.probe_record.to_dict() if generator.probe_record is not None else None,
+            "approximate_features": approximations(self.config),
+            "floored_reads": generator.floored_reads,
+        }
 
     def _build_generator(self, resolved: Any, max_context: int | None, prompt_format: str = "auto") -> Any:
         """A generator for ``resolved`` with the ``generator`` section's device, dtype, batch size and cache, the run's

@@ -106,6 +106,9 @@ def library_versions() -> dict[str, str | None]:
 
 def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
     """Fingerprint of an asset a stage uses (``generator``, ``embedder``, ``data``) for its cache key."""
+    if kind == "generator" and config.generator.backend == "openai":
+        # the served name and the tokenizer: a server swapping weights under one name is caught by the probe record
+        return stable_hash(["served", config.generator.model, config.generator.tokenizer])
     if kind == "generator":
         from workbench.backends.lora import resolve_model
 
@@ -126,20 +129,39 @@ def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
     raise ValueError(f"unknown asset kind {kind!r}")
 
 
-KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {("generator", "prompt_format"): "auto"}
+KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("generator", "prompt_format"): "auto",
+    ("generator", "backend"): "hf",
+    ("generator", "tokenizer"): None,
+    ("generator", "top_logprobs"): 20,
+}
 """Settings added after stages were first cached, with the value that reproduces the earlier behaviour: at that value
 the setting is left out of the stage key (so adding it does not invalidate every cached stage); any other value
 enters the key as usual."""
 
+KEY_IGNORED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("generator", "base_url"),
+        ("generator", "api_key_env"),
+        ("generator", "timeout_s"),
+        ("generator", "retries"),
+        ("generator", "max_concurrency"),
+    }
+)
+"""Settings that say how a served model is reached, not what it answers: never in a stage key, so a collection
+resumes against the same model restarted on another port, or split over several servers."""
+
 
 def _keyed_section(name: str, values: Any) -> Any:
-    """A section's plain values as they enter a stage key: without the :data:`KEY_NEUTRAL_DEFAULTS` at their value."""
+    """A section's plain values as they enter a stage key: without the :data:`KEY_NEUTRAL_DEFAULTS` at their value
+    and the :data:`KEY_IGNORED` settings."""
     if not isinstance(values, dict):
         return values
     return {
         key: value
         for key, value in values.items()
-        if (name, key) not in KEY_NEUTRAL_DEFAULTS or KEY_NEUTRAL_DEFAULTS[name, key] != value
+        if (name, key) not in KEY_IGNORED
+        and ((name, key) not in KEY_NEUTRAL_DEFAULTS or KEY_NEUTRAL_DEFAULTS[name, key] != value)
     }
 
 
@@ -331,6 +353,9 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
                 "summary": stage_result.summary,
                 "files": tree_sha256(stage_result.out_dir),
             }
+            served = resources.served_record()
+            if served is not None:
+                manifest["served_generator"] = served
             atomic_write_json(run_dir / "manifest.json", manifest)
             tracker.log({f"{name}/{k}": v for k, v in stage_result.summary.items()})
     finally:

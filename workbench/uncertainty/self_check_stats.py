@@ -116,6 +116,8 @@ def two_position_read(
     from workbench.backends.generator import left_padded_batch
     from workbench.backends.prompts import encode
 
+    if getattr(generator, "served", False):  # no model here: two next-token reads from the server's top-k
+        return _served_two_position_read(generator, chats, suffix, first_options, second_options)
     tokenizer, model = generator.tokenizer, generator.model
     first_ids = _first_token_ids(tokenizer, first_options)
     second_ids = _first_token_ids(tokenizer, second_options)
@@ -154,6 +156,23 @@ def two_position_read(
             counter.prefill_tokens += sum(len(ids) for ids, _ in batch)
             counter.scored_tokens += len(tail) * len(batch)
     return first, second
+
+
+def _served_two_position_read(
+    generator: Any, chats: Sequence[str], suffix: str, first_options: Sequence[str], second_options: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), each read by
+    :meth:`~workbench.backends.served.ServedGenerator.read_next` (top-k log-probs: an approximation, see there)."""
+    if generator.tokenizer is None:
+        generator.read_next([], [])  # raises the one-line "needs a local tokenizer" error
+    tokenizer = generator.tokenizer
+    tail = list(tokenizer(suffix, add_special_tokens=False)["input_ids"])
+    budget = max(int(generator.max_context) - len(tail), 1)
+    heads = [generator.encode_prompt(chat, budget) for chat in chats]
+    first = generator.read_next(heads, _first_token_ids(tokenizer, first_options))
+    second = generator.read_next([ids + tail for ids in heads], _first_token_ids(tokenizer, second_options))
+    generator.counter.scored_tokens += len(tail) * len(heads)
+    return first.astype(np.float64), second.astype(np.float64)
 
 
 def self_check_stats(

@@ -1,0 +1,237 @@
+"""The served backend against a live `serve-model` on the tiny Llama: same answers, log-probs, samples and scores as
+in-process; the probe; the top-k approximation; and one-line errors for every fault a server can have."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from workbench.backends.factory import build_served_generator
+from workbench.backends.generator import Generator
+from workbench.backends.prompts import ANSWER_SYSTEM
+from workbench.backends.served import ServedGenerator, topk_entropy
+from workbench.backends.served_client import ServedModelError, ServedSettings
+from workbench.serve.openai_server import start_in_thread
+
+QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
+
+
+@pytest.fixture(scope="module")
+def local(tiny_lm_dir):
+    return Generator(str(tiny_lm_dir), cache=None, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_lm_dir):
+    with start_in_thread(str(tiny_lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def served(server, tiny_lm_dir):
+    generator = build_served_generator(
+        base_url=server.base_url, model="tiny", tokenizer=str(tiny_lm_dir), top_logprobs=1000, cache=False
+    )
+    yield generator
+    generator.close()
+
+
+def _prompts(generator):
+    return [generator.build_prompt(q, None, max_new_tokens=8, system=ANSWER_SYSTEM).text for q in QUESTIONS]
+
+
+def test_the_probe_finds_everything_serve_model_gives(served, local):
+    caps = served.capabilities
+    assert caps.logprobs and caps.echo and caps.token_prompts and caps.token_ids and caps.n and caps.seed
+    assert caps.top_logprobs >= len(local.tokenizer)  # ids as keys: no two tokens collapse into one entry
+    assert not caps.hidden_states and not caps.step_logits and caps.chat_template == "local"
+    assert served.probe_record.texts == [g.text for g in local.generate(
+        ["The capital of France is", "Question: who wrote Hamlet?\nAnswer:", "1, 2, 3, 4,"],
+        max_new_tokens=6, stop=(),
+    )]  # fmt: skip
+
+
+def test_prompts_render_exactly_as_in_process(served, local):
+    assert _prompts(served) == _prompts(local)
+    assert served.render_chat("hi", system="sys") == local.render_chat("hi", system="sys")
+
+
+def test_greedy_answers_log_probs_and_entropies_equal_in_process(served, local):
+    prompts = _prompts(local)
+    want = local.generate(prompts, max_new_tokens=8, stop=("\n",))
+    got = served.generate(prompts, max_new_tokens=8, stop=("\n",))
+    for a, b in zip(want, got, strict=True):
+        assert b.text == a.text and b.finish_reason == a.finish_reason
+        assert b.token_ids.tolist() == a.token_ids.tolist()
+        np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)
+        np.testing.assert_allclose(b.entropies, a.entropies, atol=1e-3)  # the top k cover the whole vocabulary
+        assert (a.eos_logprob is None) == (b.eos_logprob is None)
+    assert served.counter.lm_calls >= len(prompts) and served.counter.decoded_tokens > 0
+
+
+def test_seeded_samples_equal_in_process(served, local):
+    prompts = _prompts(local)[:2]
+    want = local.generate(prompts, max_new_tokens=6, temperature=0.9, n=3, seed=11, stop=())
+    got = served.generate(prompts, max_new_tokens=6, temperature=0.9, n=3, seed=11, stop=())
+    assert [g.text for g in got] == [g.text for g in want]
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)
+    assert [g.sample_index for g in got] == [0, 1, 2, 0, 1, 2]
+
+
+def test_scores_and_next_token_reads_equal_in_process(served, local):
+    prompts = _prompts(local)
+    conts = ["William Shakespeare", "the Seine", ""]
+    for a, b in zip(local.score(prompts, conts, add_eos=True), served.score(prompts, conts, add_eos=True), strict=True):
+        assert b.token_ids.tolist() == a.token_ids.tolist()
+        np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)
+        np.testing.assert_allclose(b.entropies, a.entropies, atol=1e-3)
+    options = ["yes", "no", "maybe"]
+    np.testing.assert_allclose(
+        served.next_token_logprobs(prompts, options), local.next_token_logprobs(prompts, options), atol=1e-4
+    )
+    assert served.floored_reads == 0
+
+
+def test_a_narrow_top_k_gives_lower_bound_entropies_and_floored_reads(server, tiny_lm_dir, local):
+    narrow = build_served_generator(
+        base_url=server.base_url, model="tiny", tokenizer=str(tiny_lm_dir), top_logprobs=3, cache=False
+    )
+    try:
+        prompts = _prompts(local)
+        exact = local.generate(prompts, max_new_tokens=6, stop=())
+        approx = narrow.generate(prompts, max_new_tokens=6, stop=())
+        for a, b in zip(exact, approx, strict=True):
+            np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)  # chosen tokens stay exact
+            assert np.all(b.entropies <= a.entropies + 1e-4)
+        reads = narrow.next_token_logprobs(prompts, [f" {w}" for w in ("the", "Paris", "river", "of", "a", "in")])
+        assert narrow.floored_reads > 0 and np.all(np.isfinite(reads))
+    finally:
+        narrow.close()
+
+
+def test_topk_entropy_is_exact_on_a_full_distribution_and_a_lower_bound_otherwise():
+    p = np.array([0.5, 0.25, 0.125, 0.125])
+    exact = float(-(p * np.log(p)).sum())
+    assert topk_entropy(dict(zip("abcd", np.log(p), strict=True))) == pytest.approx(exact)
+    assert topk_entropy(list(np.log(p[:2]))) < exact
+    assert np.isnan(topk_entropy(None))
+
+
+def test_what_no_server_gives_is_refused_in_one_line(served):
+    with pytest.raises(ServedModelError, match="hidden states need the in-process backend"):
+        served.generate(["x"], max_new_tokens=2, return_hidden_layer=1)
+
+
+# ---------------------------------------------------------------------- faults
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def faulty_server(mode: str):
+    """A real HTTP server that lists model 'tiny' and answers completions with one kind of fault."""
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, PlainTextResponse
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
+
+    @app.post("/v1/completions")
+    def completions():
+        if mode == "500":
+            return JSONResponse({"error": {"message": "engine crashed"}}, status_code=500)
+        if mode == "truncated":
+            return PlainTextResponse('{"choices": [{"text": "Par', media_type="application/json")
+        if mode == "slow":
+            time.sleep(3)
+        choice = {"index": 0, "text": "Paris", "finish_reason": "stop", "logprobs": None}
+        return {"id": "x", "object": "text_completion", "created": 0, "model": "tiny", "choices": [choice]}
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _one_line(exc: BaseException, *needles: str) -> None:
+    text = str(exc)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, text
+
+
+def test_an_unreachable_server_is_one_line_naming_the_url():
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with pytest.raises(ServedModelError) as err:
+        build_served_generator(base_url=url, model="tiny", retries=0, timeout_s=2, cache=False)
+    _one_line(err.value, url, "unreachable")
+
+
+def test_an_unknown_model_and_an_unset_key_are_one_line(server):
+    with pytest.raises(ServedModelError) as err:
+        build_served_generator(base_url=server.base_url, model="nope", cache=False)
+    _one_line(err.value, "does not serve model 'nope'", "tiny")
+    with pytest.raises(ServedModelError) as err:
+        ServedSettings(server.base_url, "tiny", api_key_env="WORKBENCH_TEST_UNSET_KEY").validate()
+    _one_line(err.value, "WORKBENCH_TEST_UNSET_KEY is not set")
+
+
+@pytest.mark.parametrize("mode", ["500", "truncated", "slow"])
+def test_a_failing_server_is_retried_then_one_line(mode):
+    with faulty_server(mode) as url:
+        with pytest.raises(ServedModelError) as err:
+            build_served_generator(base_url=url, model="tiny", retries=1, timeout_s=1, cache=False)
+    expected = {"500": "HTTP 500", "truncated": "malformed", "slow": "timed out"}[mode]
+    _one_line(err.value, url, expected)
+
+
+def test_a_server_that_ignores_logprobs_serves_text_and_refuses_what_needs_them():
+    with faulty_server("no-logprobs") as url:
+        generator = ServedGenerator(ServedSettings(url, "tiny", retries=0))
+        try:
+            assert not generator.capabilities.logprobs and generator.capabilities.top_logprobs == 0
+            assert generator.generate(["Q?"], max_new_tokens=4)[0].text == "Paris"
+            with pytest.raises(ServedModelError, match="needs top_logprobs"):
+                generator.next_token_logprobs(["Q?"], ["yes"])
+        finally:
+            generator.close()
+
+
+def test_without_a_tokenizer_the_servers_chat_template_renders_the_prompts(server, local):
+    chat_only = build_served_generator(base_url=server.base_url, model="tiny", top_logprobs=1000, cache=False)
+    try:
+        assert chat_only.capabilities.chat_template == "server" and chat_only.tokenizer is None
+        built = chat_only.build_prompt(QUESTIONS[0], "Hamlet is a play.", max_new_tokens=8, system=ANSWER_SYSTEM)
+        got = chat_only.generate([built.text], max_new_tokens=8, stop=("\n",))[0]
+        want = local.generate(_prompts(local)[:1], max_new_tokens=8, stop=("\n",))[0]
+        closed = chat_only.generate(
+            [chat_only.build_prompt(QUESTIONS[0], None, max_new_tokens=8, system=ANSWER_SYSTEM).text],
+            max_new_tokens=8,
+            stop=("\n",),
+        )[0]
+        assert closed.text == want.text  # the server's template is the model's own: the same prompt
+        np.testing.assert_allclose(closed.logprobs, want.logprobs, atol=1e-4)
+        assert isinstance(got.text, str)
+    finally:
+        chat_only.close()
