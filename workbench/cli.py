@@ -344,8 +344,27 @@ def bundles_command(
     )
 
 
-def _runtime_overrides(values: list[str] | None, classifier: str | None, device: str | None) -> dict:
-    """``--set key=value`` overrides (YAML values, dotted keys for methods) as a RuntimeOptions mapping."""
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="Answer with the bundle's model served at this OpenAI-compatible URL (…/v1) instead of loading it; "
+        "its probe answers must match the bundle's (docs/served-models.md).",
+    ),
+]
+ServedModelOption = Annotated[
+    str | None, typer.Option("--served-model", help="The model's name at --base-url (default: the bundle's).")
+]
+ApiKeyEnvOption = Annotated[
+    str | None, typer.Option("--api-key-env", help="NAME of the environment variable holding --base-url's key.")
+]
+
+
+def _runtime_overrides(
+    values: list[str] | None, classifier: str | None, device: str | None, **served: str | None
+) -> dict:
+    """``--set key=value`` overrides (YAML values, dotted keys for methods) as a RuntimeOptions mapping; ``served``
+    holds ``base_url`` / ``served_model`` / ``api_key_env`` from their options (None: not given)."""
     from workbench.core.config import parse_override
 
     overrides: dict = {}
@@ -361,6 +380,7 @@ def _runtime_overrides(values: list[str] | None, classifier: str | None, device:
         overrides["classifier"] = classifier
     if device:
         overrides["device"] = device
+    overrides.update({key: value for key, value in served.items() if value is not None})
     return overrides
 
 
@@ -390,6 +410,9 @@ def infer_command(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
     ] = None,
+    base_url: BaseUrlOption = None,
+    served_model: ServedModelOption = None,
+    api_key_env: ApiKeyEnvOption = None,
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
     from workbench.runtime import load_bundle
@@ -401,7 +424,8 @@ def infer_command(
         raise WorkbenchError("--input needs --output (the answers file, resumed if it exists)", "infer")
     if batch_size is not None and batch_size < 1:
         raise WorkbenchError("--batch-size must be >= 1", "infer")
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))  # reads files; loads no model
+    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))  # loads no model
     if input_file is not None:
         # every refusal (method, input, rows already written) comes before a model is loaded, and none is loaded
         # when nothing is left to answer
@@ -456,6 +480,9 @@ def serve_command(
         list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
     ] = None,
     warm: Annotated[bool, typer.Option("--warm/--lazy", help="Load the models before accepting requests.")] = True,
+    base_url: BaseUrlOption = None,
+    served_model: ServedModelOption = None,
+    api_key_env: ApiKeyEnvOption = None,
 ) -> None:
     """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
 
@@ -470,7 +497,8 @@ def serve_command(
         raise WorkbenchError(
             f"serve needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve"
         ) from None
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device))
+    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))
     # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
     # answers of it, a smaller one leaves batch rows empty.
     batch_size = runtime.options.batch_size or int(runtime.manifest["answering"].get("batch_size", 8))

@@ -263,3 +263,62 @@ def test_a_re_run_with_another_report_directory_keeps_the_version_and_the_bytes(
     again = export_run(run, name="same", root=tmp_path / "bundles")
     assert (again.version, again.unchanged) == (first.version, True)
     assert again.manifest["recipe"] == first.manifest["recipe"]  # the first export's provenance is kept
+
+
+# ---------------------------------------------------------------------- a bundle answering with a served model
+
+
+@pytest.fixture(scope="module")
+def model_server(tiny_lm_long_dir):
+    from workbench.serve.openai_server import start_in_thread
+
+    with start_in_thread(str(tiny_lm_long_dir), served_name="tiny", max_logprobs=100) as server:
+        yield server
+
+
+def test_the_manifest_records_the_generators_probe_answers(tiny_run):
+    manifest = json.loads((_bundle(tiny_run) / "manifest.json").read_text())
+    probe = manifest["models"]["generator"]["probe"]
+    assert len(probe["texts"]) == 3 and all(isinstance(v, float) for row in probe["logprobs"] for v in row)
+
+
+def test_a_bundle_answers_with_its_model_served_as_it_does_in_process(tiny_run, model_server):
+    bundle = _bundle(tiny_run)
+    local = load_bundle(bundle)
+    served = load_bundle(bundle, {"base_url": model_server.base_url, "served_model": "tiny"})
+    questions = ["Who wrote Hamlet?", "Which river flows through Paris?"]
+    for method in ("no_rag", "standard_rag", "dtr"):
+        want, got = local.answer_many(questions, method), served.answer_many(questions, method)
+        assert [a.text for a in got] == [a.text for a in want], method
+        assert [a.retrieved for a in got] == [a.retrieved for a in want], method
+        assert [a.passages for a in got] == [a.passages for a in want], method
+        assert any("probe answers match" in note for note in got[0].notes)
+    with pytest.raises(ConfigError, match="d2rag needs 'step_logits'"):
+        served.answer("Who wrote Hamlet?", "d2rag")  # contrastive decoding: in-process only
+    assert served.warm() is served  # warming skips what the server cannot serve
+
+
+def test_another_served_model_is_refused_unless_allowed(tiny_run, tmp_path):
+    from tests.tiny_models import build_tiny_llama
+    from workbench.serve.openai_server import start_in_thread
+
+    other = build_tiny_llama(tmp_path / "other", seed=7, max_positions=4096)
+    with start_in_thread(str(other), served_name="tiny") as server:
+        options = {"base_url": server.base_url, "served_model": "tiny"}
+        with pytest.raises(AssetError, match="is not the bundle's generator.*allow_model_mismatch"):
+            load_bundle(_bundle(tiny_run), options).answer("Who wrote Hamlet?", "no_rag")
+        allowed = load_bundle(_bundle(tiny_run), {**options, "allow_model_mismatch": True})
+        answer = allowed.answer("Who wrote Hamlet?", "no_rag")
+        assert any("learned on another model" in note for note in answer.notes)
+
+
+def test_infer_answers_with_a_served_model_from_the_command_line(tiny_run, model_server):
+    result = CliRunner().invoke(
+        app,
+        ["infer", "--bundle", str(_bundle(tiny_run)), "--base-url", model_server.base_url, "--served-model", "tiny",
+         "--method", "no_rag", "--json", "Who wrote Hamlet?"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    line = result.output.strip().splitlines()[-1]
+    answer = json.loads(line[line.index("{") :])  # after any progress bar the runner mixed into stdout
+    assert answer["method"] == "no_rag" and any("served at" in note for note in answer["notes"])

@@ -134,6 +134,45 @@ def _model_record(kind: str, ref: str) -> dict[str, Any]:
     return record
 
 
+def _generator_record(run: _Run) -> dict[str, Any]:
+    """``models.generator``: the model (weights digest) and how it ran, plus its probe answers
+    (:func:`workbench.backends.served_probe.fingerprint_probe`), by which a served copy of it is recognised at load.
+    A served run's generator has no weights here: its served name, tokenizer, capabilities and the probe the run
+    recorded stand in for them."""
+    section = run.config.generator
+    common = {"dtype": section.dtype, "max_context": section.max_context, "prompt_format": section.prompt_format}
+    if section.backend == "openai":
+        served = run.manifest.get("served_generator") or {}
+        if not served.get("probe"):
+            raise DataError("the run used a served generator but recorded no probe: rerun it", str(run.dir))
+        return {
+            "ref": section.model,
+            "source": "served",
+            **common,
+            "probe": served["probe"],
+            "served": {
+                "model": section.model,
+                "tokenizer": section.tokenizer,
+                "capabilities": served.get("capabilities"),
+                "approximate_features": served.get("approximate_features") or {},
+            },
+        }
+    from workbench.backends.factory import build_generator
+    from workbench.backends.lora import resolve_model
+    from workbench.backends.served_probe import fingerprint_probe
+
+    generator = build_generator(
+        resolve_model(section.model),
+        dtype=section.dtype,
+        max_context=section.max_context,
+        prompt_format=section.prompt_format,
+        cache=False,
+        seed=run.config.seed,
+    )
+    probe = fingerprint_probe(generator, section.model).to_dict()
+    return {**_model_record("generator", section.model), **common, "probe": probe}
+
+
 def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
     """Each method's settings: the recipe's ``evaluate.options``, overlaid by a study's best parameters when the run
     has a ``study`` stage (``best_params.json``: ``{"methods": {name: {option: value}}}``)."""
@@ -388,12 +427,7 @@ def export_run(
             },
             "corpus": _corpus_record(run),
             "models": {
-                "generator": {
-                    **_model_record("generator", config.generator.model),
-                    "dtype": config.generator.dtype,
-                    "max_context": config.generator.max_context,
-                    "prompt_format": config.generator.prompt_format,
-                },
+                "generator": _generator_record(run),
                 "embedder": _model_record("embedder", config.embedder.model),
                 "nli": {"kind": config.nli.kind, "batch_size": config.nli.batch_size},
             },

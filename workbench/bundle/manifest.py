@@ -82,12 +82,40 @@ class ModelRecord:
 
 
 @dataclass
+class ProbeBlock:
+    """``models.generator.probe``: the model's greedy continuations of fixed probe prompts and their token
+    log-probs (:mod:`workbench.backends.served_probe`): how a served model is recognised without its weights."""
+
+    model: str
+    texts: list[str]
+    logprobs: list[list[float]]
+    context: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.logprobs) or not all(math.isfinite(v) for row in self.logprobs for v in row):
+            raise ValueError("'models.generator.probe' needs one finite log-prob list per probe text")
+
+
+@dataclass
+class ServedRecord:
+    """``models.generator.served``: the run's generator was served: its served name, the tokenizer that rendered
+    the prompts (None: the server's chat template) and what the server could give."""
+
+    model: str
+    tokenizer: str | None = None
+    capabilities: dict[str, Any] | None = None
+    approximate_features: dict[str, str] | None = None
+
+
+@dataclass
 class GeneratorRecord(ModelRecord):
     """``models.generator``: the answering model and how it was run."""
 
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_context: int | None = None
     prompt_format: Literal["auto", "chat", "completion"] = "auto"
+    probe: ProbeBlock | None = None
+    served: ServedRecord | None = None
 
     block: ClassVar[str] = "models.generator"
 

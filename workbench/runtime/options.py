@@ -33,6 +33,16 @@ class RuntimeOptions:
     generation_cache: bool = doc("reuse generations from the on-disk generation cache", False)
     generator: str | None = doc("another generator (embedded name, path or hub id); see allow_model_mismatch", None)
     embedder: str | None = doc("another embedder; see allow_model_mismatch", None)
+    base_url: str | None = doc(
+        "answer with a model served at this OpenAI-compatible URL (ending in /v1) instead of loading it; its probe"
+        " answers must match the bundle's (see allow_model_mismatch). Needed for a bundle made on a served model",
+        None,
+    )
+    served_model: str | None = doc("the served model's name at base_url (null: the bundle's generator name)", None)
+    api_key_env: str | None = doc("the NAME of the environment variable holding base_url's API key", None)
+    tokenizer: str | None = doc(
+        "the served model's tokenizer (null: the bundle's generator reference, or the server's chat template)", None
+    )
     allow_model_mismatch: bool = doc(
         "accept models whose weights differ from the manifest's sha256 (every trace then says so)", False
     )

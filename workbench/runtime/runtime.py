@@ -12,6 +12,7 @@ fresh interpreter. Questions are plain strings — no gold field can reach a met
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -23,6 +24,8 @@ from typing import Any
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError, DataError
 from workbench.runtime.options import RuntimeOptions, runtime_options
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -170,6 +173,13 @@ class Runtime:
                 from workbench.methods.registry import build_method
 
                 tools = self.tools()
+                if getattr(tools.generator, "served", False):  # one line for what the server cannot serve
+                    from workbench.methods.backend_needs import check_served_methods
+
+                    uses_policy = name.startswith("d2rag") and self.policy is not None
+                    features = list(self.policy.features) if uses_policy else []
+                    generator = tools.generator
+                    check_served_methods([name], features, generator.capabilities, generator.settings.base_url)
                 adapter = self.manifest.get("controller_adapter")  # a distilled InSemRAG controller, when exported
                 self._built[name] = build_method(
                     name,
@@ -183,9 +193,15 @@ class Runtime:
             return self._built[name]
 
     def warm(self, methods: Sequence[str] | None = None) -> Runtime:
-        """Build the tools and the given methods (default: all) now instead of on the first question."""
+        """Build the tools and the given methods (default: all) now instead of on the first question. With the
+        default, a method the served generator cannot serve is skipped (asking for it later is the one-line refusal)."""
         for name in methods or self.methods:
-            self.method(name)
+            try:
+                self.method(name)
+            except ConfigError:
+                if methods or not getattr(self.tools().generator, "served", False):
+                    raise
+                log.warning("method %s is not served by %s", name, self.tools().generator.settings.base_url)
         return self
 
     # ------------------------------------------------------------------ answering

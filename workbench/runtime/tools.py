@@ -40,6 +40,51 @@ def _checked_model(kind: str, record: dict[str, Any], override: str | None, allo
     return resolved
 
 
+def served_runtime_generator(manifest: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
+    """The bundle's generator on an OpenAI-compatible server (``options.base_url``): the served model must answer the
+    bundle's probe prompts as the bundle's generator did (:func:`~workbench.backends.served_probe.compare_probes`);
+    another model is refused in one line unless ``allow_model_mismatch`` (then every trace says so). A method the
+    server cannot serve (D²-RAG's contrastive decoding needs per-step logits) is refused when it is asked for
+    (:meth:`workbench.runtime.runtime.Runtime.method`), so the bundle's other methods still answer."""
+    from workbench.backends.factory import build_served_generator
+    from workbench.backends.served_probe import compare_probes
+
+    record = manifest["models"]["generator"]
+    served = record.get("served") or {}
+    if not options.base_url:
+        raise AssetError(
+            f"the bundle was made with the served model {record['ref']!r}: pass base_url (--base-url) to reach it",
+            "bundle generator",
+        )
+    tokenizer = options.tokenizer or (served.get("tokenizer") if served else record["ref"])
+    generator = build_served_generator(
+        base_url=options.base_url,
+        model=options.served_model or served.get("model") or record["ref"],
+        tokenizer=tokenizer,
+        api_key_env=options.api_key_env,
+        max_context=record.get("max_context"),
+        prompt_format=record.get("prompt_format", "auto"),
+        batch_size=options.batch_size or int(manifest["answering"].get("batch_size", 8)),
+        cache=options.generation_cache,
+        counter=counter,
+        seed=int(manifest.get("seed", 0)),
+    )
+    expected = record.get("probe")
+    differs = (
+        "the bundle records no probe answers"
+        if not expected
+        else compare_probes(expected, generator.probe_record.to_dict())
+    )
+    if differs:
+        message = f"the model served at {options.base_url} is not the bundle's generator {record['ref']!r}: {differs}"
+        if not options.allow_model_mismatch:
+            raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", "bundle generator")
+        notes.append(f"{message}: decisions were learned on another model")
+    else:
+        notes.append(f"generator served at {options.base_url} as {generator.settings.model!r} (probe answers match)")
+    return generator
+
+
 def runtime_corpus(manifest: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> dict[str, list]:
     """The corpus columns the manifest names (or the ``override`` file), built the way ``build_data`` built them."""
     from workbench.data.corpus import corpus_columns, corpus_documents, corpus_fingerprint, make_chunker
@@ -67,19 +112,22 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
     models = manifest["models"]
     answering = manifest["answering"]
     allow = options.allow_model_mismatch
-    generator_model = _checked_model("generator", models["generator"], options.generator, allow, notes)
+    if options.base_url or models["generator"].get("source") == "served":
+        generator = served_runtime_generator(manifest, options, counter, notes)
+    else:
+        generator_model = _checked_model("generator", models["generator"], options.generator, allow, notes)
+        generator = build_generator(
+            generator_model,
+            device=options.device,
+            dtype=options.dtype or models["generator"].get("dtype", "float32"),
+            max_context=models["generator"].get("max_context"),
+            prompt_format=models["generator"].get("prompt_format", "auto"),  # bundles before it was recorded: auto
+            batch_size=options.batch_size or int(answering.get("batch_size", 8)),
+            cache=options.generation_cache,
+            counter=counter,
+            seed=int(manifest.get("seed", 0)),
+        )
     _checked_model("embedder", models["embedder"], options.embedder, allow, notes)
-    generator = build_generator(
-        generator_model,
-        device=options.device,
-        dtype=options.dtype or models["generator"].get("dtype", "float32"),
-        max_context=models["generator"].get("max_context"),
-        prompt_format=models["generator"].get("prompt_format", "auto"),  # bundles before it was recorded: auto
-        batch_size=options.batch_size or int(answering.get("batch_size", 8)),
-        cache=options.generation_cache,
-        counter=counter,
-        seed=int(manifest.get("seed", 0)),
-    )
     shared: dict[str, Any] = {}
 
     def embedder() -> Any:
