@@ -305,7 +305,7 @@ def test_another_served_model_is_refused_unless_allowed(tiny_run, tmp_path):
     other = build_tiny_llama(tmp_path / "other", seed=7, max_positions=4096)
     with start_in_thread(str(other), served_name="tiny") as server:
         options = {"base_url": server.base_url, "served_model": "tiny"}
-        with pytest.raises(AssetError, match="is not the bundle's generator.*allow_model_mismatch"):
+        with pytest.raises(AssetError, match=r"is not the bundle's generator.*allow_model_mismatch"):
             load_bundle(_bundle(tiny_run), options).answer("Who wrote Hamlet?", "no_rag")
         allowed = load_bundle(_bundle(tiny_run), {**options, "allow_model_mismatch": True})
         answer = allowed.answer("Who wrote Hamlet?", "no_rag")

@@ -250,6 +250,23 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "bench_served",
+            "collect the same features in-process and through OpenAI-compatible servers: agreement and questions/s",
+            "workbench.stages.bench_served:run",
+            sections=("bench_served", "collect", "generator", "nli", "embedder"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+            cacheable=False,
+        ),
+        StageSpec(
+            "report_bench_served",
+            "write the served-models benchmark report",
+            "workbench.stages.bench_served:report",
+            sections=("report",),
+            inputs=("bench_served",),
+            cacheable=False,
+        ),
+        StageSpec(
             "bench_runtime",
             "measure a bundle: cold start, decision-path latency, parity with its run, serve under load",
             "workbench.stages.bench_runtime:run",
