@@ -18,6 +18,7 @@ CAPABILITIES: dict[str, str] = {
     "top_logprobs": "the most likely tokens' log-probabilities at each position",
     "echo": "the prompt tokens' log-probabilities (echo)",
     "token_prompts": "prompts given as token ids",
+    "prompt_lists": "several prompts in one request",
     "token_ids": "the generated tokens' ids",
     "n": "several samples per request",
     "seed": "seeded sampling that repeats",
@@ -43,6 +44,7 @@ class Capabilities:
     top_logprobs: int = 0
     echo: bool = False
     token_prompts: bool = False
+    prompt_lists: bool = False
     token_ids: bool = False
     n: bool = False
     seed: bool = False
@@ -56,7 +58,7 @@ class Capabilities:
     @classmethod
     def in_process(cls) -> Capabilities:
         """Everything: the model is in this process."""
-        return cls(True, 1 << 30, True, True, True, True, True, True, True, True, True, True, "local")
+        return cls(True, 1 << 30, True, True, True, True, True, True, True, True, True, True, True, "local")
 
     def has(self, name: str) -> bool:
         """Whether the capability ``name`` (a key of :data:`CAPABILITIES`) is there."""

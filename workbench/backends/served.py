@@ -255,7 +255,7 @@ class ServedGenerator:
         missing = [p for p in dict.fromkeys(prompts) if any((p, j) not in found for j in range(needed))]
         if missing:
             with self.counter.timed("generate"):
-                answers = self.client.map(lambda p: self._request(p, needed, params), missing)
+                answers = self._generate_missing(missing, needed, params)
             fresh = {(p, j): gen for p, gens in zip(missing, answers, strict=True) for j, gen in enumerate(gens)}
             self.counter.lm_batches += 1
             found.update(fresh)
@@ -297,6 +297,48 @@ class ServedGenerator:
         if self.tokenizer is not None and self.capabilities.token_prompts:
             return self.encode_prompt(prompt, self.max_context - params.max_new_tokens)
         return prompt
+
+    def _generate_missing(self, prompts: list[str], needed: int, params: DecodingParams) -> list[list[Generation]]:
+        """The ``needed`` samples of each prompt: ``batch_size`` prompts per request where the server takes prompt
+        lists and ``n`` (so the engine batches them as in-process), else one request per prompt (or per sample)."""
+        if any(p.startswith(CHAT_MARK) for p in prompts) or not (needed == 1 or self.capabilities.n):
+            return self.client.map(lambda p: self._request(p, needed, params), prompts)
+        payloads = [self._prompt_payload(p, params) for p in prompts]
+        answers = self._batched(payloads, needed, **self._request_params(params))
+        out = []
+        for prompt, (choices, prompt_tokens) in zip(prompts, answers, strict=True):
+            try:
+                out.append([self._parse_choice(c, prompt, j, prompt_tokens, params) for j, c in enumerate(choices)])
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise self.client.fail("a completion answer was malformed", exc) from None
+        return out
+
+    def _batched(self, payloads: list[Any], n: int, **params: Any) -> list[tuple[list[dict[str, Any]], int]]:
+        """``(choices, prompt tokens)`` of each payload (a text or a token-id list), ``batch_size`` payloads per
+        request where the server takes prompt lists (``capabilities.prompt_lists``), ``max_concurrency`` requests in
+        flight. Costs: one LM call per payload, the server's token counts."""
+        size = self.batch_size if self.capabilities.prompt_lists else 1
+        chunks = [payloads[i : i + size] for i in range(0, len(payloads), size)]
+
+        def call(chunk: list[Any]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+            answer = self.client.completion(chunk if len(chunk) > 1 else chunk[0], n=n, **params)
+            try:
+                choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise self.client.fail("a completion answer was malformed", exc) from None
+            if len(choices) != len(chunk) * n:
+                raise self.client.fail(f"asked for {len(chunk) * n} choices, the server answered {len(choices)}")
+            return [choices[i * n : (i + 1) * n] for i in range(len(chunk))], answer.get("usage") or {}
+
+        out: list[tuple[list[dict[str, Any]], int]] = []
+        for chunk, (groups, usage) in zip(chunks, self.client.map(call, chunks), strict=True):
+            total = int(usage.get("prompt_tokens") or 0)
+            self.counter.lm_calls += len(chunk)
+            self.counter.prefill_tokens += total
+            self.counter.decoded_tokens += int(usage.get("completion_tokens") or 0)
+            for payload, group in zip(chunk, groups, strict=True):
+                out.append((group, len(payload) if isinstance(payload, list) else total // len(chunk)))
+        return out
 
     def _request(self, prompt: str, needed: int, params: DecodingParams) -> list[Generation]:
         """The ``needed`` samples of one prompt (one request with ``n``, or one per sample)."""
@@ -494,50 +536,47 @@ class ServedGenerator:
                 ids.append(self.tokenizer.eos_token_id)
             jobs.append((prompt, cont, self.encode_prompt(prompt, max(self.max_context - len(ids), 1)), ids))
         with self.counter.timed("score"):
-            answers = self.client.map(lambda job: self._echo(job[2] + job[3]), jobs)
+            answers = self._echo([job[2] + job[3] for job in jobs])
         self.counter.lm_batches += 1
         out = []
         for (prompt, cont, p_ids, c_ids), (values, tops) in zip(jobs, answers, strict=True):
             span = slice(len(p_ids), len(p_ids) + len(c_ids))
             lp = np.asarray(values[span], dtype=np.float32)
             ent = np.asarray([topk_entropy(t) for t in tops[span]], dtype=np.float32)
-            self.counter.lm_calls += 1
-            self.counter.prefill_tokens += len(p_ids)
             self.counter.scored_tokens += len(c_ids)
             mean = float(lp.mean()) if len(lp) else float("nan")
             out.append(Scored(prompt, cont, np.asarray(c_ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return out
 
-    def _echo(self, ids: list[int]) -> tuple[list[float], list[Any]]:
-        """Per position of ``ids``: the raw log-prob of the token there and the top-k there (position 0: NaN)."""
-        k = max(self.top_logprobs, 1)
+    def _echo(self, id_lists: list[list[int]]) -> list[tuple[list[float], list[Any]]]:
+        """Per position of each id list: the raw log-prob of the token there and the top-k there (position 0: NaN);
+        one token is generated and ignored (not every server takes ``max_tokens = 0``)."""
         extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
-        answer = self.client.completion(ids, max_tokens=1, echo=True, logprobs=k, temperature=0.0, extra_body=extra)
-        block = answer["choices"][0].get("logprobs") or {}
-        values = [float("nan") if v is None else float(v) for v in block.get("token_logprobs") or []]
-        tops = list(block.get("top_logprobs") or [])
-        if len(values) < len(ids):
-            raise self.client.fail(f"echo returned {len(values)} log-probs for a {len(ids)}-token prompt")
-        return values[: len(ids)], tops[: len(ids)]
+        params = {"max_tokens": 1, "echo": True, "logprobs": max(self.top_logprobs, 1), "temperature": 0.0}
+        out = []
+        for ids, (choices, _) in zip(id_lists, self._batched(id_lists, 1, extra_body=extra, **params), strict=True):
+            block = choices[0].get("logprobs") or {}
+            values = [float("nan") if v is None else float(v) for v in block.get("token_logprobs") or []]
+            tops = list(block.get("top_logprobs") or [])
+            if len(values) < len(ids):
+                raise self.client.fail(f"echo returned {len(values)} log-probs for a {len(ids)}-token prompt")
+            out.append((values[: len(ids)], tops[: len(ids)]))
+        return out
 
     def read_next(self, id_lists: Sequence[list[int]], option_ids: Sequence[int]) -> np.ndarray:
         """``(len(id_lists), len(option_ids))`` raw log-probs of each option token as the token after each id list,
         read from the top-k of a one-token greedy completion; an option outside the top k gets the k-th log-prob
         (an upper bound; counted in :attr:`floored_reads`)."""
         self._need("top_logprobs", "token_prompts", what="reading next-token log-probabilities")
-        k = self.top_logprobs
-
-        def one(ids: list[int]) -> dict[str, float]:
-            extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
-            answer = self.client.completion(list(ids), max_tokens=1, temperature=0.0, logprobs=k, extra_body=extra)
-            tops = (answer["choices"][0].get("logprobs") or {}).get("top_logprobs") or [None]
-            return dict(tops[0] or {})
-
+        extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
+        params = {"max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs, "extra_body": extra}
         with self.counter.timed("score"):
-            tops = self.client.map(one, list(id_lists))
-        self.counter.lm_calls += len(id_lists)
+            answers = self._batched([list(ids) for ids in id_lists], 1, **params)
         self.counter.lm_batches += 1
-        self.counter.prefill_tokens += sum(len(ids) for ids in id_lists)
+        tops = []
+        for choices, _ in answers:
+            first = ((choices[0].get("logprobs") or {}).get("top_logprobs") or [None])[0]
+            tops.append(dict(first or {}))
         assert self.tokenizer is not None
         names = [f"token_id:{i}" if self.capabilities.token_ids else self.tokenizer.decode([i]) for i in option_ids]
         out = np.zeros((len(tops), len(option_ids)), dtype=np.float32)

@@ -117,6 +117,8 @@ def probe(client: ServedClient, tokenizer: Any = None) -> tuple[Capabilities, Pr
         ids = list(tokenizer(PROBE_PROMPTS[0], add_special_tokens=False)["input_ids"])
         token_prompts = _try(client, ids, max_tokens=1, temperature=0.0) is not None
     echo = logprobs and _echo_agrees(client)
+    listed = _try(client, list(PROBE_PROMPTS[:2]), max_tokens=1, temperature=0.0)
+    prompt_lists = bool(listed) and sorted(c.get("index") for c in listed["choices"]) == [0, 1]
     first = _try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234)
     n = bool(first) and len(first["choices"]) == 2
     second = _try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234) if first else None
@@ -126,6 +128,7 @@ def probe(client: ServedClient, tokenizer: Any = None) -> tuple[Capabilities, Pr
         top_logprobs=width,
         echo=echo,
         token_prompts=token_prompts,
+        prompt_lists=prompt_lists,
         token_ids=token_ids,
         n=n,
         seed=seed,

@@ -48,6 +48,7 @@ def _prompts(generator):
 def test_the_probe_finds_everything_serve_model_gives(served, local):
     caps = served.capabilities
     assert caps.logprobs and caps.echo and caps.token_prompts and caps.token_ids and caps.n and caps.seed
+    assert caps.prompt_lists
     assert caps.top_logprobs >= len(local.tokenizer)  # ids as keys: no two tokens collapse into one entry
     assert not caps.hidden_states and not caps.step_logits and caps.chat_template == "local"
     assert served.probe_record.texts == [g.text for g in local.generate(
