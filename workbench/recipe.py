@@ -809,6 +809,8 @@ INT_MINIMUMS: dict[str, int] = {
     "distill.checkpoint_every": 0,
     "tune_reader.seed": 0,
     "tune_reader.checkpoint_every": 0,
+    "generator.retries": 0,
+    "generator.top_logprobs": 0,
 }
 """Integer keys whose smallest accepted value is not 1. Every other integer of a recipe (a count, a limit, a size,
 a length, each item of an integer list) must be >= 1; ``null`` stays allowed where the schema allows it."""
