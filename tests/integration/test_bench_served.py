@@ -1,0 +1,82 @@
+"""bench-served on the tiny model (serve-model as its own process), and llama.cpp's server where it is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from workbench.recipe import load_recipe
+from workbench.stages.runner import run_recipe
+
+pytestmark = pytest.mark.integration
+
+HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+def _recipe(tmp_path, model, encoder, engines):
+    path = tmp_path / "bench-served-test.yaml"
+    path.write_text(
+        f"""
+name: bench-served-test
+stages: [build_data, bench_served, report_bench_served]
+run_dir: {tmp_path}/run
+tracker: none
+generator: {{model: {model}, batch_size: 4}}
+embedder: {{model: {encoder}}}
+data: {{max_per_template: 20}}
+collect: {{samples: 2, max_new_tokens: 4}}
+bench_served:
+  questions: 3
+  concurrency: [1, 2]
+  top_logprobs: 20
+  features: [confidence, entropy, semantic_entropy, ptrue]
+  engines: {engines}
+report: {{dir: {tmp_path}/report}}
+"""
+    )
+    return str(path)
+
+
+def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+    run_recipe(load_recipe(_recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, ["serve_model"])))
+    bench = json.loads((tmp_path / "run" / "stages" / "bench_served" / "bench.json").read_text())
+    served = bench["engines"]["serve_model"]
+    assert served["capabilities"]["echo"] and served["capabilities"]["prompt_lists"]
+    assert set(served["rates"]) == {"1", "2"} and bench["in_process"]["questions_per_s"] > 0
+    agreement = served["agreement"]
+    assert agreement["greedy_identical"] == 1.0
+    for feature in ("confidence", "entropy", "semantic_entropy"):
+        assert agreement[feature]["max_abs_diff"] < 1e-3, feature
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## Agreement with the in-process values" in report and "Goals for `serve-model`" in report
+
+
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'workbench[llamacpp]')")
+def test_llama_cpp_serves_the_embedded_gguf_and_its_probe_reports_what_it_lacks():
+    from pathlib import Path
+
+    from workbench.backends.factory import build_served_generator
+    from workbench.stages.bench_served import (
+        LLAMA_CPP_NAME,
+        _embedded_gguf,
+        _llama_cpp_command,
+        free_port,
+        server_process,
+    )
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    gguf = _embedded_gguf("smollm2")
+    assert gguf is not None
+    with server_process(_llama_cpp_command(port, gguf, 2), url, Path("/tmp") / f"llama-{port}.log"):
+        generator = build_served_generator(base_url=url, model=LLAMA_CPP_NAME, tokenizer="smollm2", cache=False)
+        try:
+            caps = generator.capabilities
+            assert caps.logprobs and caps.top_logprobs >= 20
+            assert not caps.token_prompts and not caps.n and not caps.echo  # echo is off by one: refused
+            answer = generator.generate(["The capital of France is"], max_new_tokens=4, stop=())[0]
+            assert answer.text and len(answer.logprobs) >= 1
+        finally:
+            generator.close()

@@ -1,0 +1,410 @@
+"""Stage ``bench_served``: the same features collected in-process and through OpenAI-compatible servers.
+
+For the first ``bench_served.questions`` questions of a split it collects ``bench_served.features`` three ways and
+compares them, in one run on one machine:
+
+1. **in-process** — the generator loaded here, batched (``generator.batch_size``), no generation cache;
+2. **serve-model** — ``workbench serve-model`` started as a separate process on the same model, reached by the served
+   backend at each concurrency of ``bench_served.concurrency`` (requests in flight);
+3. **llama.cpp** — ``llama-cpp-python``'s OpenAI-compatible server on the embedded GGUF file (the quantised weights
+   the embedded SmolLM2 is converted from), when the package is installed; else one line says it was not run.
+
+Per engine: the probed capabilities, questions/s per concurrency, and per feature the agreement with the in-process
+values — Spearman rank correlation, the largest absolute difference, and AUROC of the greedy answer's correctness
+in-process vs served. Features an engine cannot serve are listed with the capability it lacks. Output:
+``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import ConfigError, WorkbenchError
+from workbench.stages.context import StageContext
+
+GOAL_VS_IN_PROCESS = 0.8
+"""serve-model at the highest concurrency collects at least this share of the in-process batched rate."""
+GOAL_VS_OWN_LOWEST = 3.0
+"""... and at least this many times its own rate at the lowest concurrency."""
+LLAMA_CPP_NAME = "gguf"
+"""The name llama.cpp's server serves the GGUF file under (``--model_alias``)."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def server_process(command: list[str], base_url: str, log_path: Path, ready_s: float = 300.0) -> Iterator[None]:
+    """Run ``command`` (an OpenAI-compatible server) until the block ends; wait until ``GET base_url/models``
+    answers. Its output goes to ``log_path``; a server that exits or does not answer in ``ready_s`` is a
+    one-line :class:`WorkbenchError` pointing at that log."""
+    import httpx
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
+        try:
+            deadline = time.monotonic() + ready_s
+            while True:
+                if process.poll() is not None:
+                    raise WorkbenchError(f"the server exited with status {process.returncode}", str(log_path))
+                try:
+                    if httpx.get(f"{base_url}/models", timeout=2.0).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise WorkbenchError(f"the server did not answer within {ready_s:.0f} s", str(log_path))
+                time.sleep(0.5)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> list[dict[str, float]]:
+    """The features of every row, by the stats graph (as the collect stage computes them)."""
+    from workbench.stages.collect import _settings
+    from workbench.uncertainty.calculators import UNAVAILABLE_STATS, compute_stats
+    from workbench.uncertainty.features import compute_features, required_stats
+
+    needed = (required_stats(features) - UNAVAILABLE_STATS) | {"greedy_text", "greedy_logprobs", "greedy_eos"}
+    stats = compute_stats(
+        rows,
+        needed,
+        generator=generator,
+        judge=ctx.resources.judge(),
+        embedder=ctx.resources.embedder(),
+        settings=_settings(ctx.config.collect),
+    )
+    out = []
+    for st in stats:
+        values = compute_features(st, features, on_missing="nan")
+        values["_greedy"] = str(st.get("greedy_text", ""))
+        out.append(values)
+    return out
+
+
+def _timed_collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> tuple[list, float]:
+    start = time.perf_counter()
+    values = _collect(generator, rows, features, ctx)
+    return values, time.perf_counter() - start
+
+
+def agreement(exact: list[dict], served: list[dict], features: list[str], labels: list[float]) -> dict[str, Any]:
+    """Per feature: Spearman ρ between the in-process and the served values, the largest absolute difference, and
+    the AUROC of each against ``labels`` (and their difference); plus the share of identical greedy answers."""
+    from workbench.metrics.ranking import auroc
+    from workbench.metrics.rejection import spearman
+
+    out: dict[str, Any] = {
+        "greedy_identical": float(np.mean([a["_greedy"] == b["_greedy"] for a, b in zip(exact, served, strict=True)]))
+    }
+    for name in features:
+        x = np.array([row[name] for row in exact], dtype=float)
+        y = np.array([row[name] for row in served], dtype=float)
+        both = np.isfinite(x) & np.isfinite(y)
+        a_exact, a_served = auroc(x, labels), auroc(y, labels)
+        constant = both.sum() < 2 or np.ptp(x[both]) == 0 or np.ptp(y[both]) == 0
+        out[name] = {
+            "spearman": float("nan") if constant else spearman(x[both], y[both]),
+            "max_abs_diff": float(np.max(np.abs(x[both] - y[both]))) if both.any() else float("nan"),
+            "auroc_in_process": a_exact,
+            "auroc_served": a_served,
+            "auroc_diff": a_served - a_exact,
+        }
+    return out
+
+
+def _servable(features: list[str], capabilities: Any) -> tuple[list[str], dict[str, list[str]]]:
+    from workbench.backends.capabilities import missing_capabilities
+    from workbench.methods.backend_needs import feature_needs
+
+    skipped = {f: missing_capabilities(feature_needs(f), capabilities) for f in features}
+    skipped = {f: m for f, m in skipped.items() if m}
+    return [f for f in features if f not in skipped], skipped
+
+
+def _bench_engine(
+    ctx: StageContext,
+    name: str,
+    base_url: str,
+    served_name: str,
+    rows: list[dict],
+    exact: list[dict],
+    labels: list[float],
+    in_process_rate: float,
+) -> dict[str, Any]:
+    """Capabilities, throughput per concurrency and agreement of one running server."""
+    from workbench.backends.factory import build_served_generator
+
+    section, features = ctx.config.bench_served, list(ctx.config.bench_served.features)
+    result: dict[str, Any] = {"engine": name, "rates": {}}
+    probe_generator = None
+    for concurrency in section.concurrency:
+        generator = build_served_generator(
+            base_url=base_url,
+            model=served_name,
+            tokenizer=ctx.config.generator.model,
+            max_concurrency=concurrency,
+            top_logprobs=section.top_logprobs,
+            batch_size=ctx.config.generator.batch_size,
+            cache=False,
+            seed=ctx.config.seed,
+            prompt_format=ctx.config.generator.prompt_format,
+            capabilities=getattr(probe_generator, "capabilities", None),
+            probe_record=getattr(probe_generator, "probe_record", None),
+        )
+        probe_generator = probe_generator or generator
+        servable, skipped = _servable(features, generator.capabilities)
+        _collect(generator, rows[:2], servable, ctx)  # warm the server and this client
+        values, seconds = _timed_collect(generator, rows, servable, ctx)
+        rate = len(rows) / seconds
+        result["rates"][str(concurrency)] = {"questions_per_s": rate, "seconds": seconds}
+        ctx.log.info("%s at concurrency %d: %.2f questions/s", name, concurrency, rate)
+        result.update(
+            capabilities=generator.capabilities.to_dict(),
+            skipped=skipped,
+            agreement=agreement(exact, values, servable, labels),
+            floored_reads=generator.floored_reads,
+        )
+        generator.close()
+    top = str(max(section.concurrency))
+    low = str(min(section.concurrency))
+    result["vs_in_process"] = result["rates"][top]["questions_per_s"] / in_process_rate
+    result["vs_own_lowest"] = result["rates"][top]["questions_per_s"] / result["rates"][low]["questions_per_s"]
+    return result
+
+
+def _serve_model_command(ctx: StageContext, port: int, served_name: str) -> list[str]:
+    section = ctx.config.bench_served
+    return [
+        sys.executable, "-m", "workbench", "serve-model", "--model", str(ctx.config.generator.model),
+        "--port", str(port), "--served-name", served_name, "--max-logprobs", str(section.top_logprobs),
+        "--batch-size", str(ctx.config.generator.batch_size), "--device", ctx.config.generator.device,
+    ]  # fmt: skip
+
+
+def _llama_cpp_command(port: int, gguf: Path, threads: int) -> list[str]:
+    return [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+        "--port", str(port), "--n_ctx", "2048", "--logits_all", "true", "--n_threads", str(threads),
+        "--model_alias", LLAMA_CPP_NAME,
+    ]  # fmt: skip
+
+
+def _embedded_gguf(ref: str) -> Path | None:
+    """The GGUF file an embedded generator name is converted from (None for other references)."""
+    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, package_dir
+
+    if ref in EMBEDDED_ADAPTERS:  # an adapter over a base: llama.cpp would serve the base without it
+        return None
+    if ref not in EMBEDDED_GENERATORS:
+        return None
+    module, dist, filename = EMBEDDED_GENERATORS[ref]
+    path = package_dir(module, dist) / filename
+    return path if path.is_file() else None
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Collect in-process, then through each engine; save ``bench.json``; return the headline ratios."""
+    import torch
+
+    from workbench.backends.factory import build_generator
+    from workbench.backends.lora import resolve_model
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.metrics.qa import score_answer
+
+    section, features = ctx.config.bench_served, list(ctx.config.bench_served.features)
+    if ctx.config.generator.backend != "hf":
+        raise ConfigError("bench_served compares a served copy with the in-process model: use backend hf", "generator")
+    split = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")[section.split]
+    rows = [dict(r) for r in split.select(range(min(section.questions, len(split))))]
+    generator = build_generator(
+        resolve_model(ctx.config.generator.model),
+        device=ctx.config.generator.device,
+        dtype=ctx.config.generator.dtype,
+        batch_size=ctx.config.generator.batch_size,
+        cache=False,
+        seed=ctx.config.seed,
+        device_key="generator.device",
+        prompt_format=ctx.config.generator.prompt_format,
+    )
+    _collect(generator, rows[:2], features, ctx)  # warm
+    exact, seconds = _timed_collect(generator, rows, features, ctx)
+    in_process_rate = len(rows) / seconds
+    options = [[str(o) for o in r.get("options") or []] for r in rows]
+    labels = [
+        score_answer(v["_greedy"], [str(a) for a in r["answers"]], o)["contains"]
+        for v, r, o in zip(exact, rows, options, strict=True)
+    ]
+    ctx.log.info("in-process: %.2f questions/s", in_process_rate)
+    result: dict[str, Any] = {
+        "threads": torch.get_num_threads(),
+        "generator": ctx.config.generator.model,
+        "questions": len(rows),
+        "features": features,
+        "settings": {k: getattr(section, k) for k in ("split", "concurrency", "top_logprobs")},
+        "in_process": {"questions_per_s": in_process_rate, "seconds": seconds, "batch_size": generator.batch_size},
+        "accuracy": float(np.mean(labels)),
+        "engines": {},
+        "not_run": {},
+    }
+    del generator
+    for engine in section.engines:
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}/v1"
+        log_path = ctx.out_dir / f"{engine}.log"
+        if engine == "serve_model":
+            command, served_name = _serve_model_command(ctx, port, "bench"), "bench"
+        else:
+            gguf = _embedded_gguf(str(ctx.config.generator.model))
+            if importlib.util.find_spec("llama_cpp") is None:
+                result["not_run"][engine] = "llama-cpp-python is not installed (pip install 'workbench[llamacpp]')"
+                continue
+            if gguf is None:
+                result["not_run"][engine] = f"{ctx.config.generator.model!r} has no embedded GGUF file to serve"
+                continue
+            command, served_name = _llama_cpp_command(port, gguf, torch.get_num_threads()), LLAMA_CPP_NAME
+        with server_process(command, base_url, log_path):
+            result["engines"][engine] = _bench_engine(
+                ctx, engine, base_url, served_name, rows, exact, labels, in_process_rate
+            )
+    atomic_write_json(ctx.out_dir / "bench.json", result)
+    summary: dict[str, Any] = {"in_process_questions_per_s": round(in_process_rate, 3)}
+    for engine, row in result["engines"].items():
+        summary[f"{engine}_vs_in_process"] = round(row["vs_in_process"], 3)
+        summary[f"{engine}_vs_own_lowest"] = round(row["vs_own_lowest"], 3)
+    return summary
+
+
+# ---------------------------------------------------------------------- report
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "—" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
+
+
+def report_lines(bench: dict[str, Any]) -> list[str]:
+    """The report's Markdown body: throughput per engine and concurrency, capabilities, agreement per feature."""
+    engines = bench["engines"]
+    levels = [str(c) for c in bench["settings"]["concurrency"]]
+    lines = [
+        "## Throughput",
+        "",
+        f"{bench['questions']} questions, {len(bench['features'])} features each; questions/s (higher is better). "
+        f"In-process: the generator loaded here, batch size {bench['in_process']['batch_size']}.",
+        "",
+        "| engine | " + " | ".join(f"concurrency {c}" for c in levels) + " | top vs in-process | top vs own lowest |",
+        "|---|" + "---:|" * (len(levels) + 2),
+        f"| in-process (batched) | {_fmt(bench['in_process']['questions_per_s'], '.2f')} "
+        + "| " * (len(levels) - 1)
+        + "| 1.00x | — |",
+    ]
+    for name, row in engines.items():
+        cells = " | ".join(_fmt(row["rates"].get(c, {}).get("questions_per_s"), ".2f") for c in levels)
+        lines.append(f"| {name} | {cells} | {row['vs_in_process']:.2f}x | {row['vs_own_lowest']:.2f}x |")
+    for name, why in bench.get("not_run", {}).items():
+        lines.append(f"| {name} | not run: {why} |" + " |" * (len(levels) + 1))
+    if "serve_model" in engines:
+        row, top = engines["serve_model"], levels[-1]
+        lines += [
+            "",
+            f"Goals for `serve-model` at concurrency {top}: ≥ {GOAL_VS_IN_PROCESS:.1f}x the in-process batched rate — "
+            f"**{row['vs_in_process']:.2f}x, {'met' if row['vs_in_process'] >= GOAL_VS_IN_PROCESS else 'missed'}**; "
+            f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
+            f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
+        ]
+    lines += ["", "## Capabilities probed", ""]
+    if engines:
+        caps = list(next(iter(engines.values()))["capabilities"])
+        lines += ["| engine | " + " | ".join(caps) + " |", "|---|" + "---|" * len(caps)]
+        for name, row in engines.items():
+            lines.append(f"| {name} | " + " | ".join(str(row["capabilities"][c]) for c in caps) + " |")
+    lines += [
+        "",
+        "## Agreement with the in-process values",
+        "",
+        "Per feature: Spearman ρ of the served values against the in-process ones, the largest absolute difference, "
+        f"and the AUROC of each for the greedy answer's correctness (accuracy {bench['accuracy']:.2f}).",
+        "",
+    ]
+    for name, row in engines.items():
+        agree = row["agreement"]
+        lines += [
+            f"### {name}",
+            "",
+            f"Identical greedy answers: {agree['greedy_identical']:.0%}. Next-token reads floored at the k-th "
+            f"log-prob: {row['floored_reads']}.",
+            "",
+            "| feature | Spearman ρ | max abs diff | AUROC in-process | AUROC served | Δ AUROC |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for feature in bench["features"]:
+            if feature in row["skipped"]:
+                lines.append(f"| {feature} | not served: needs {', '.join(row['skipped'][feature])} | | | | |")
+                continue
+            a = agree[feature]
+            lines.append(
+                f"| {feature} | {_fmt(a['spearman'])} | {_fmt(a['max_abs_diff'], '.2g')} "
+                f"| {_fmt(a['auroc_in_process'])} | {_fmt(a['auroc_served'])} | {_fmt(a['auroc_diff'], '+.3f')} |"
+            )
+        lines.append("")
+    return lines
+
+
+def report(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` and ``throughput.png`` to the report directory."""
+    import json
+
+    from workbench.core.atomic import atomic_directory
+    from workbench.plots import grouped_bars
+
+    bench = json.loads((ctx.inputs["bench_served"] / "bench.json").read_text())
+    report_dir = ctx.config.resolved_report_dir
+    levels = [str(c) for c in bench["settings"]["concurrency"]]
+    with atomic_directory(report_dir) as tmp:
+        series = {"in-process": [bench["in_process"]["questions_per_s"]] * len(levels)}
+        for name, row in bench["engines"].items():
+            series[name] = [row["rates"][c]["questions_per_s"] for c in levels]
+        grouped_bars(
+            tmp / "throughput.png",
+            [f"concurrency {c}" for c in levels],
+            series,
+            title="features collected: questions/s",
+            ylabel="questions / s",
+            ylim=None,
+        )
+        lines = [
+            f"# {ctx.config.name} report",
+            "",
+            f"Regenerate with `{ctx.rerun}`. Generator `{bench['generator']}`, **{bench['threads']} torch "
+            "thread(s)** in this process; each server ran as its own process on the same machine. No generation "
+            "cache. Compare the ratios, not the absolute rates (these machines are shared and noisy).",
+            "",
+            *report_lines(bench),
+            "![throughput](throughput.png)",
+            "",
+        ]
+        (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    return {"report": str(report_dir / "report.md")}
