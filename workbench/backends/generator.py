@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.generation_lookup import CachedGenerations, decoding_params
 from workbench.backends.generation_types import FINISH_REASONS as FINISH_REASONS
 from workbench.backends.generation_types import DecodingParams as DecodingParams
 from workbench.backends.generation_types import Generation as Generation
@@ -119,7 +120,7 @@ class DecodingRow:
     text: str = ""
 
 
-class Generator:
+class Generator(CachedGenerations):
     """A causal LM loaded from a local path (or an embedded name), with batched, seeded, cached generation.
 
     ``model`` is a :class:`~workbench.assets.ResolvedModel`, a local directory, or a reference that
@@ -235,20 +236,18 @@ class Generator:
         the decoded text. ``top_logprobs=k`` records the k most likely tokens of every step (``Generation.top_ids`` /
         ``top_logprobs``; changes nothing else).
         """
-        params = DecodingParams(
+        params = decoding_params(
             max_new_tokens=max_new_tokens,
-            temperature=float(temperature),
-            top_p=float(top_p),
-            top_k=int(top_k),
-            stop=tuple(stop or ()),
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            stop=stop,
             seed=self.seed if seed is None else seed,
+            n=n,
             hidden_layer=return_hidden_layer,
             attentions=return_attentions,
-            top_logprobs=int(top_logprobs),
-        ).normalised()
-        params.validate()
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+            top_logprobs=top_logprobs,
+        )
         keys = [self._prompt_key(p) for p in prompts]
         if not keys:
             return []
@@ -259,12 +258,7 @@ class Generator:
             fresh = self._generate_jobs(jobs, params, share_prefill)
             found.update(fresh)
             self._store(fresh, params)
-        out: list[Generation] = []
-        for key in keys:
-            for j in range(n):
-                gen = found[(key, 0 if params.greedy else j)]
-                out.append(gen if gen.sample_index == j else replace(gen, sample_index=j))
-        return out
+        return self._assemble(keys, n, found, params.greedy)
 
     def sample(self, prompts: Sequence[Prompt], n: int, **kwargs: Any) -> list[list[Generation]]:
         """:meth:`generate` grouped per prompt: ``result[i]`` holds the ``n`` samples of ``prompts[i]``."""
@@ -313,47 +307,16 @@ class Generator:
     def _key_text(key: Hashable) -> str:
         return key.text if isinstance(key, _IdsPrompt) else str(key)
 
-    def _lookup(
-        self, prompts: list[Hashable], needed: int, params: DecodingParams
-    ) -> dict[tuple[Hashable, int], Generation]:
-        """Cached generations for every distinct (prompt key, sample index); counts hits and misses."""
-        if self.cache is None:
-            return {}
-        keys = {(p, j): self._key(p, j, params) for p in dict.fromkeys(prompts) for j in range(needed)}
-        hits = self.cache.get_many(list(keys.values()))
-        found = {pj: hits[key] for pj, key in keys.items() if key in hits}
-        self.counter.cache_hits += len(found)
-        self.counter.cache_misses += len(keys) - len(found)
-        self._count_cached(found, needed, params)
-        return found
+    def _key_extra(self, prompt: Hashable) -> dict[str, Any]:
+        """A token-id prompt that is not its text's encoding adds its ids to the cache key."""
+        return {"prompt_ids": list(prompt.ids)} if isinstance(prompt, _IdsPrompt) else {}
 
-    def _count_cached(self, found: dict[tuple[Hashable, int], Generation], needed: int, params: DecodingParams) -> None:
-        """Count what the cache saved (:class:`~workbench.backends.cost.CostCounter`): per fully cached prompt one
-        ``cached_lm_calls`` and its prefill tokens; per cached sample its answer tokens."""
-        budget = max(self.max_context - params.max_new_tokens, 1)
-        for prompt in dict.fromkeys(p for p, _ in found):
-            if all((prompt, j) in found for j in range(needed)):
-                first = found[(prompt, 0)]
-                full = len(prompt.ids) if isinstance(prompt, _IdsPrompt) else len(encode(self.tokenizer, prompt))
-                tokens = first.prompt_tokens or min(full, budget)
-                self.counter.cached_lm_calls += 1
-                self.counter.cached_prefill_tokens += int(tokens)
-        self.counter.cached_decoded_tokens += sum(len(gen.token_ids) for gen in found.values())
-
-    def _store(self, fresh: dict[tuple[Hashable, int], Generation], params: DecodingParams) -> None:
-        """Write newly generated samples to the cache (if any)."""
-        if self.cache is not None and fresh:
-            self.cache.put_many({self._key(p, j, params): gen for (p, j), gen in fresh.items()})
-
-    def _key(self, prompt: Hashable, sample: int, params: DecodingParams) -> str:
-        """Cache key of one sample (see :meth:`GenerationCache.make_key`); a token-id prompt that is not its text's
-        encoding adds its ids to the request."""
-        from workbench.backends.gencache import GenerationCache
-
-        request = {**params.key_fields(), "max_context": self.max_context}
-        if isinstance(prompt, _IdsPrompt):
-            request["prompt_ids"] = list(prompt.ids)
-        return GenerationCache.make_key(self.fingerprint, self._key_text(prompt), request, sample)
+    def _cached_prompt_tokens(self, prompt: Hashable, first: Generation, params: DecodingParams) -> int:
+        """The prompt's tokens after truncation (recorded on the generation; counted again for older cache blobs)."""
+        if first.prompt_tokens:
+            return int(first.prompt_tokens)
+        full = len(prompt.ids) if isinstance(prompt, _IdsPrompt) else len(encode(self.tokenizer, prompt))
+        return min(full, max(self.max_context - params.max_new_tokens, 1))
 
     def _missing_jobs(
         self,

@@ -42,6 +42,7 @@ import numpy as np
 
 from workbench.backends.capabilities import Capabilities
 from workbench.backends.cost import CostCounter
+from workbench.backends.generation_lookup import CachedGenerations, decoding_params
 from workbench.backends.generation_types import DecodingParams, Generation, Scored
 from workbench.backends.prompts import (
     CLOSED_BOOK_TEMPLATE,
@@ -88,7 +89,7 @@ def _token_id(token: str) -> int:
     return -1
 
 
-class ServedGenerator:
+class ServedGenerator(CachedGenerations):
     """A served causal LM behind the in-process generator's interface (see the module docstring).
 
     ``settings`` say where it is; ``tokenizer`` is the model's tokenizer reference (None: chat-only, the server's
@@ -236,17 +237,15 @@ class ServedGenerator:
         if return_hidden_layer is not None or return_attentions:
             what = "hidden states" if return_hidden_layer is not None else "attention weights"
             raise ServedModelError(f"{what} need the in-process backend (generator.backend: hf)", "generator.backend")
-        params = DecodingParams(
+        params = decoding_params(
             max_new_tokens=max_new_tokens,
-            temperature=float(temperature),
-            top_p=float(top_p),
-            top_k=int(top_k),
-            stop=tuple(stop or ()),
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            stop=stop,
             seed=self.seed if seed is None else seed,
-        ).normalised()
-        params.validate()
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+            n=n,
+        )
         prompts = list(prompts)
         if not prompts:
             return []
@@ -260,12 +259,7 @@ class ServedGenerator:
             self.counter.lm_batches += 1
             found.update(fresh)
             self._store(fresh, params)
-        out = []
-        for prompt in prompts:
-            for j in range(n):
-                gen = found[(prompt, 0 if params.greedy else j)]
-                out.append(gen if gen.sample_index == j else replace(gen, sample_index=j))
-        return out
+        return self._assemble(prompts, n, found, params.greedy)
 
     def sample(self, prompts: Sequence[str], n: int, **kwargs: Any) -> list[list[Generation]]:
         """:meth:`generate` grouped per prompt."""
@@ -483,32 +477,6 @@ class ServedGenerator:
         if len(gens) < needed:
             gens.extend(self._chat_request(prompt, needed - len(gens), replace(params, seed=(params.seed or 0) + 1)))
         return gens[:needed]
-
-    # ------------------------------------------------------------------ the generation cache
-    def _key(self, prompt: str, sample: int, params: DecodingParams) -> str:
-        from workbench.backends.gencache import GenerationCache
-
-        request = {**params.key_fields(), "max_context": self.max_context}
-        return GenerationCache.make_key(self.fingerprint, prompt, request, sample)
-
-    def _lookup(self, prompts: list[str], needed: int, params: DecodingParams) -> dict[tuple[str, int], Generation]:
-        if self.cache is None:
-            return {}
-        keys = {(p, j): self._key(p, j, params) for p in dict.fromkeys(prompts) for j in range(needed)}
-        hits = self.cache.get_many(list(keys.values()))
-        found = {pj: hits[key] for pj, key in keys.items() if key in hits}
-        self.counter.cache_hits += len(found)
-        self.counter.cache_misses += len(keys) - len(found)
-        for prompt in dict.fromkeys(p for p, _ in found):
-            if all((prompt, j) in found for j in range(needed)):
-                self.counter.cached_lm_calls += 1
-                self.counter.cached_prefill_tokens += int(found[(prompt, 0)].prompt_tokens)
-        self.counter.cached_decoded_tokens += sum(len(gen.token_ids) for gen in found.values())
-        return found
-
-    def _store(self, fresh: dict[tuple[str, int], Generation], params: DecodingParams) -> None:
-        if self.cache is not None and fresh:
-            self.cache.put_many({self._key(p, j, params): gen for (p, j), gen in fresh.items()})
 
     # ------------------------------------------------------------------ scoring and next-token reads
     def _need(self, *names: str, what: str) -> None:
