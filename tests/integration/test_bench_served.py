@@ -55,8 +55,6 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
 
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'workbench[llamacpp]')")
 def test_llama_cpp_serves_the_embedded_gguf_and_its_probe_reports_what_it_lacks():
-    from pathlib import Path
-
     from workbench.backends.factory import build_served_generator
     from workbench.stages.bench_served import (
         LLAMA_CPP_NAME,
@@ -70,7 +68,7 @@ def test_llama_cpp_serves_the_embedded_gguf_and_its_probe_reports_what_it_lacks(
     url = f"http://127.0.0.1:{port}/v1"
     gguf = _embedded_gguf("smollm2")
     assert gguf is not None
-    with server_process(_llama_cpp_command(port, gguf, 2), url, Path("/tmp") / f"llama-{port}.log"):
+    with server_process(_llama_cpp_command(port, gguf, 2), f"{url}/models", what="llama.cpp"):
         generator = build_served_generator(base_url=url, model=LLAMA_CPP_NAME, tokenizer="smollm2", cache=False)
         try:
             caps = generator.capabilities

@@ -634,10 +634,6 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     return app
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def run_server(
     runtime: ServableRuntime,
     *,
@@ -651,21 +647,13 @@ def run_server(
     Prints one line with the API's URL and its docs URL once the socket is bound (the real port when ``port`` is 0).
     The API has no authentication: bind another interface only behind something that provides it.
     """
-    import uvicorn
+    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_app(runtime, limits)
-
-    class _Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets=sockets)
-            if self.started:
-                bound = port
-                servers = getattr(self, "servers", None) or []
-                if servers and servers[0].sockets:
-                    bound = servers[0].sockets[0].getsockname()[1]
-                url = _url(host, bound)
-                print(f"workbench serve: {runtime.name} {runtime.version} at {url} (docs: {url}/docs)", flush=True)
-
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("binding %s: the API is reachable from other machines and has no authentication", host)
-    _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+    run_uvicorn(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        announce=lambda url: f"workbench serve: {runtime.name} {runtime.version} at {url} (docs: {url}/docs)",
+    )

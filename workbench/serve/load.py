@@ -205,41 +205,42 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(
-    bundle: str | Path, *, args: Sequence[str] = (), port: int | None = None, ready_timeout: float = 300.0
-) -> Iterator[str]:
-    """Run ``workbench serve --bundle BUNDLE`` in a separate process on a free localhost port; yield its base URL
-    once ``GET /health`` answers; stop it on exit. A server that dies or never gets ready is a one-line
-    :class:`~workbench.core.errors.WorkbenchError` with the end of its output."""
+def server_process(
+    command: Sequence[str],
+    ready_url: str,
+    *,
+    what: str = "serve",
+    ready_timeout: float = 300.0,
+    log_path: Path | None = None,
+) -> Iterator[None]:
+    """Run ``command`` (an HTTP server) until the block ends, once ``GET ready_url`` answers 200; its output goes to
+    ``log_path`` (a temporary file when None). A server that dies or never gets ready is a one-line
+    :class:`~workbench.core.errors.WorkbenchError` at ``what`` with the end of its output."""
     import subprocess
-    import sys
     import tempfile
 
     import httpx
 
     from workbench.core.errors import WorkbenchError
 
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "workbench", "--quiet", "serve", "--bundle", str(bundle), "--port", str(port)]
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "w+b") if log_path is not None else tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + ready_timeout
             while True:
                 if process.poll() is not None:
                     log.seek(0)
                     tail = log.read().decode("utf-8", "replace").strip().splitlines()[-1:]
-                    raise WorkbenchError(f"the server exited ({process.returncode}): {' '.join(tail)}", "serve")
+                    raise WorkbenchError(f"the server exited ({process.returncode}): {' '.join(tail)}", what)
                 try:
-                    if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                    if httpx.get(ready_url, timeout=2.0).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise WorkbenchError(f"the server was not ready after {ready_timeout:.0f} s", "serve")
+                    raise WorkbenchError(f"the server was not ready after {ready_timeout:.0f} s", what)
                 time.sleep(0.25)
-            yield url
+            yield
         finally:
             process.terminate()
             try:
@@ -247,3 +248,18 @@ def serve_process(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextlib.contextmanager
+def serve_process(
+    bundle: str | Path, *, args: Sequence[str] = (), port: int | None = None, ready_timeout: float = 300.0
+) -> Iterator[str]:
+    """Run ``workbench serve --bundle BUNDLE`` in a separate process on a free localhost port; yield its base URL
+    once ``GET /health`` answers; stop it on exit (see :func:`server_process`)."""
+    import sys
+
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "workbench", "--quiet", "serve", "--bundle", str(bundle), "--port", str(port)]
+    with server_process([*command, *args], f"{url}/health", ready_timeout=ready_timeout):
+        yield url

@@ -60,6 +60,7 @@ from workbench.serve.openai_schema import (
     completion_works,
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
+from workbench.serve.uvicorn_run import http_url
 
 logger = logging.getLogger("workbench.serve")
 
@@ -329,10 +330,6 @@ def load_generator(
     )
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 class ModelServer:
     """A ``serve-model`` server running in a background thread (see :func:`start_in_thread`): ``url`` is its root
     (``http://127.0.0.1:PORT``), ``base_url`` the OpenAI base URL (``url + "/v1"``), ``generator`` what it serves,
@@ -357,7 +354,7 @@ class ModelServer:
                 raise RuntimeError(f"serve-model did not start on {self.host}:{self.port}")
             time.sleep(0.01)
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
-        self.url = _url(self.host, self.port)
+        self.url = http_url(self.host, self.port)
         self.base_url = f"{self.url}/v1"
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -420,20 +417,13 @@ def run_model_server(
 ) -> None:
     """Serve ``generator`` with uvicorn until interrupted; prints one line with the base URL once bound. The API has
     no authentication: bind another interface than localhost only behind something that provides it."""
-    import uvicorn
+    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_model_app(generator, served_name=served_name, limits=limits)
-
-    class _Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets=sockets)
-            if self.started:
-                bound = port
-                servers = getattr(self, "servers", None) or []
-                if servers and servers[0].sockets:
-                    bound = servers[0].sockets[0].getsockname()[1]
-                print(f"workbench serve-model: {served_name} at {_url(host, bound)}/v1", flush=True)
-
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("binding %s: the API is reachable from other machines and has no authentication", host)
-    _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+    run_uvicorn(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        announce=lambda url: f"workbench serve-model: {served_name} at {url}/v1",
+    )

@@ -17,21 +17,17 @@ in-process vs served. Features an engine cannot serve are listed with the capabi
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from workbench.core.atomic import atomic_write_json
-from workbench.core.errors import ConfigError, WorkbenchError
+from workbench.core.errors import ConfigError
+from workbench.serve.load import free_port, server_process
 from workbench.stages.context import StageContext
 
 GOAL_VS_IN_PROCESS = 0.8
@@ -40,46 +36,6 @@ GOAL_VS_OWN_LOWEST = 3.0
 """... and at least this many times its own rate at the lowest concurrency."""
 LLAMA_CPP_NAME = "gguf"
 """The name llama.cpp's server serves the GGUF file under (``--model_alias``)."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def server_process(command: list[str], base_url: str, log_path: Path, ready_s: float = 300.0) -> Iterator[None]:
-    """Run ``command`` (an OpenAI-compatible server) until the block ends; wait until ``GET base_url/models``
-    answers. Its output goes to ``log_path``; a server that exits or does not answer in ``ready_s`` is a
-    one-line :class:`WorkbenchError` pointing at that log."""
-    import httpx
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
-        try:
-            deadline = time.monotonic() + ready_s
-            while True:
-                if process.poll() is not None:
-                    raise WorkbenchError(f"the server exited with status {process.returncode}", str(log_path))
-                try:
-                    if httpx.get(f"{base_url}/models", timeout=2.0).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise WorkbenchError(f"the server did not answer within {ready_s:.0f} s", str(log_path))
-                time.sleep(0.5)
-            yield
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def _collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> list[dict[str, float]]:
@@ -286,7 +242,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 result["not_run"][engine] = f"{ctx.config.generator.model!r} has no embedded GGUF file to serve"
                 continue
             command, served_name = _llama_cpp_command(port, gguf, torch.get_num_threads()), LLAMA_CPP_NAME
-        with server_process(command, base_url, log_path):
+        with server_process(command, f"{base_url}/models", what=engine, log_path=log_path):
             result["engines"][engine] = _bench_engine(
                 ctx, engine, base_url, served_name, rows, exact, labels, in_process_rate
             )

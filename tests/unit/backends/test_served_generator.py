@@ -200,9 +200,8 @@ def test_an_unknown_model_and_an_unset_key_are_one_line(server):
 
 @pytest.mark.parametrize("mode", ["500", "truncated", "slow"])
 def test_a_failing_server_is_retried_then_one_line(mode):
-    with faulty_server(mode) as url:
-        with pytest.raises(ServedModelError) as err:
-            build_served_generator(base_url=url, model="tiny", retries=1, timeout_s=1, cache=False)
+    with faulty_server(mode) as url, pytest.raises(ServedModelError) as err:
+        build_served_generator(base_url=url, model="tiny", retries=1, timeout_s=1, cache=False)
     expected = {"500": "HTTP 500", "truncated": "malformed", "slow": "timed out"}[mode]
     _one_line(err.value, url, expected)
 
