@@ -272,7 +272,8 @@ class CalibrateSection:
     folds: int = doc("folds of the out-of-fold calibration on fit_split", 5)
     nan_policy: Literal["impute", "drop"] = doc(
         "NaN / inf feature values: impute (NaN: the fit split's median, ±inf: the end of its finite range), or drop "
-        "the question (counted)",
+        "the question (counted; evaluate and the runtime cannot drop one and still impute it, so under drop the fit "
+        "never saw an imputed row)",
         "impute",
     )
 
@@ -366,16 +367,16 @@ class SeperEvalSection:
 @dataclass
 class FitUtilitySection:
     """The 'fit_utility' stage: D²-RAG's gold-free utility (spec §13.1), trained on ΔSePer labels of (question, top-k
-    context) pairs. Keep ``k``, ``passage_chars`` and ``max_new_tokens`` equal to the evaluate stage's (D²-RAG's
-    contexts and answers)."""
+    context) pairs. ``k``, ``passage_chars``, ``max_new_tokens``, ``tau_pos`` and ``tau_neg`` must equal what D²-RAG
+    uses (:data:`STAGE_AGREEMENTS`, checked at load)."""
 
     split: str = doc("split the (question, context) pairs come from (needs gold answers)", "calib")
     limit: int | None = doc("first N questions of the split (null: all)", 60)
     label: Literal["delta_seper_s", "delta_seper_h"] = doc("ΔSePer variant the predictor learns", "delta_seper_s")
     model: Literal["classifier", "ridge"] = doc(
         "classifier: balanced multinomial logistic regression onto the three utility classes (relevant / neutral / "
-        "noisy: the label cut at D²-RAG's default τ_pos / τ_neg), D²-RAG decodes with its class; ridge: regression "
-        "onto the label, cut at τ_pos / τ_neg (the earlier predictor, which rarely says noisy)",
+        "noisy: the label cut at tau_pos / tau_neg), D²-RAG decodes with its class; ridge: regression onto the "
+        "label, cut at D²-RAG's tau_pos / tau_neg (the earlier predictor, which rarely says noisy)",
         "classifier",
     )
     dev_fraction: float = doc(
@@ -383,9 +384,22 @@ class FitUtilitySection:
         "(0: no biases)",
         0.25,
     )
-    k: int = doc("passages per context (D²-RAG's k)", 5)
-    passage_chars: int = doc("each passage is cut to this many characters", 400)
-    max_new_tokens: int = doc("answer length cap (greedy answers and SePer samples)", 16)
+    k: int = doc("passages per context (= evaluate.options.d2rag.k)", 5)
+    passage_chars: int = doc("each passage is cut to this many characters (= evaluate.passage_chars)", 400)
+    max_new_tokens: int = doc(
+        "answer length cap of the features' greedy answers and the SePer samples (= evaluate.max_new_tokens, the "
+        "budget D²-RAG's utility features are generated with)",
+        16,
+    )
+    tau_pos: float = doc(
+        "a pair is relevant iff its label > tau_pos: the classifier's classes (ridge: the summary's class figures); "
+        "= evaluate.options.d2rag.tau_pos",
+        0.12,
+    )
+    tau_neg: float = doc(
+        "a pair is noisy iff its label < tau_neg (-1 <= tau_neg < tau_pos <= 1); = evaluate.options.d2rag.tau_neg",
+        -0.10,
+    )
     samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
     temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
     l2: float = doc("L2 penalty on the standardised weights (ridge: λ; classifier: C = 1 / l2, 0 = none)", 1.0)
@@ -1044,31 +1058,96 @@ def _check_learned_methods(config: RecipeConfig) -> None:
         raise ConfigError("d2rag needs the calibrate and classify stages before export", "export.methods")
 
 
-def _check_fit_utility(config: RecipeConfig) -> None:
-    """fit_utility → evaluate / export: the predictor learns on D²-RAG's contexts and answers, so its k,
-    passage_chars and max_new_tokens must be D²-RAG's."""
+@dataclass(frozen=True)
+class Agreement:
+    """Two settings of different stages that must be equal: ``key`` (the stage that learns or records something),
+    ``other`` (the setting of the stage that uses it; ``evaluate.options.<method>.<field>`` is the method's effective
+    setting: the option when given, else the method's default), ``reason`` (why: the error says it) and ``when`` (a
+    name in :data:`AGREEMENT_WHEN`: the recipes that hold both ends)."""
+
+    key: str
+    other: str
+    reason: str
+    when: str
+
+
+def _d2rag_reads_utility(config: RecipeConfig) -> bool:
+    """The run fits the utility and D²-RAG reads it: evaluated, exported or tuned in a study."""
     stages = config.stages
-    reads = ("evaluate" in stages and "d2rag" in config.evaluate.methods) or (
-        "export" in stages and "d2rag" in _exported_methods(config)
+    return "fit_utility" in stages and (
+        ("evaluate" in stages and "d2rag" in config.evaluate.methods)
+        or ("export" in stages and "d2rag" in _exported_methods(config))
+        or ("study" in stages and "d2rag" in config.study.methods)
     )
-    if "fit_utility" not in stages or not reads:
-        return
-    section = config.fit_utility
-    used = {
-        "k": (_d2rag(config, "k"), "evaluate.options.d2rag.k"),
-        "passage_chars": (config.evaluate.passage_chars, "evaluate.passage_chars"),
-        "max_new_tokens": (
-            _d2rag(config, "max_new_tokens") or config.evaluate.max_new_tokens,
-            "evaluate.options.d2rag.max_new_tokens" if _d2rag(config, "max_new_tokens") else "evaluate.max_new_tokens",
-        ),
-    }
-    for key, (value, source) in used.items():
-        if getattr(section, key) != value:
-            raise ConfigError(
-                f"is {getattr(section, key)} but D²-RAG answers with {value} ({source}): the utility predictor must "
-                "learn on the contexts and answers D²-RAG makes, so keep them equal",
-                f"fit_utility.{key}",
-            )
+
+
+AGREEMENT_WHEN = {"d2rag reads the fitted utility": _d2rag_reads_utility}
+"""The conditions of :data:`STAGE_AGREEMENTS`, by name: ``condition(config) -> bool``."""
+
+_UTILITY = "d2rag reads the fitted utility"
+
+STAGE_AGREEMENTS: tuple[Agreement, ...] = (
+    Agreement(
+        "fit_utility.k",
+        "evaluate.options.d2rag.k",
+        "the utility learns on the top-k context D²-RAG retrieves",
+        _UTILITY,
+    ),
+    Agreement(
+        "fit_utility.passage_chars",
+        "evaluate.passage_chars",
+        "D²-RAG's context block cuts each passage at evaluate.passage_chars",
+        _UTILITY,
+    ),
+    Agreement(
+        "fit_utility.max_new_tokens",
+        "evaluate.max_new_tokens",
+        "D²-RAG's utility features are greedy answers generated at the answering budget evaluate.max_new_tokens "
+        "(evaluate.options.d2rag.max_new_tokens sets only its final answer)",
+        _UTILITY,
+    ),
+    Agreement(
+        "fit_utility.tau_pos",
+        "evaluate.options.d2rag.tau_pos",
+        "the utility classes are ΔSePer cut at tau_pos / tau_neg (the classifier learns them cut at fit_utility's, "
+        "D²-RAG cuts a predicted δ at its own)",
+        _UTILITY,
+    ),
+    Agreement(
+        "fit_utility.tau_neg",
+        "evaluate.options.d2rag.tau_neg",
+        "the utility classes are ΔSePer cut at tau_pos / tau_neg (the classifier learns them cut at fit_utility's, "
+        "D²-RAG cuts a predicted δ at its own)",
+        _UTILITY,
+    ),
+)
+"""Every cross-stage setting a recipe must keep equal, with the reason; :func:`_check_agreements` checks them all
+(docs/methods/d2rag.md). A stage that reads another's output adds its pair here, not a check of its own."""
+
+
+def _setting(config: RecipeConfig, key: str) -> tuple[Any, bool]:
+    """``(value, given)`` of a dotted key; ``evaluate.options.<method>.<field>`` falls back to the method's default
+    (``given`` False then)."""
+    parts = key.split(".")
+    if parts[:2] == ["evaluate", "options"] and len(parts) == 4:
+        from workbench.methods.registry import settings_class
+
+        options = config.evaluate.options.get(parts[2]) or {}
+        if parts[3] in options:
+            return options[parts[3]], True
+        return {f.name: f.default for f in fields(settings_class(parts[2]))}[parts[3]], False
+    return _value(config, key), True
+
+
+def _check_agreements(config: RecipeConfig) -> None:
+    """Every pair of :data:`STAGE_AGREEMENTS` whose condition holds has equal values (one line naming both keys)."""
+    for pair in STAGE_AGREEMENTS:
+        if not AGREEMENT_WHEN[pair.when](config):
+            continue
+        (mine, _), (theirs, given) = _setting(config, pair.key), _setting(config, pair.other)
+        if mine != theirs:
+            shown = f"{pair.other} is {theirs}" + ("" if given else " (its default)")
+            raise ConfigError(f"is {mine} but {shown}: {pair.reason}; keep them equal", pair.key)
 
 
 def _check_report(config: RecipeConfig) -> None:
@@ -1153,6 +1232,109 @@ def _check_study(config: RecipeConfig) -> None:
             raise ConfigError(f"tuning d2rag needs the stages {', '.join(missing)} before study", "study.methods")
 
 
+INERT_UNDER_CLASSIFIER = ("tau_pos", "tau_neg")
+"""D²-RAG options a utility classifier makes inert: it decides the class itself (its labels were cut at
+``fit_utility.tau_pos`` / ``tau_neg``), so D²-RAG cuts no δ with them."""
+
+
+def _classifier_utility(config: RecipeConfig) -> bool:
+    """The run fits a utility classifier (``fit_utility.model: classifier``)."""
+    return "fit_utility" in config.stages and config.fit_utility.model == "classifier"
+
+
+def _check_study_utility(config: RecipeConfig) -> None:
+    """study ← fit_utility: D²-RAG is tuned with the gold-free utility its bundle runs, never with the gold-using
+    oracle (so fit_utility must run before the study), and its space holds no parameter that utility makes inert."""
+    section = config.study
+    if "d2rag" not in section.methods:
+        return
+    if "fit_utility" not in config.stages:  # listed after the study: the stage list's own check refuses it
+        raise ConfigError(
+            "tuning d2rag needs the fit_utility stage before study: without a fitted utility its trials would decode "
+            "with the gold-using oracle, which no bundle runs",
+            "study.methods",
+        )
+    space = section.space.get("d2rag") or {}
+    inert = [name for name in INERT_UNDER_CLASSIFIER if name in space]
+    if inert and _classifier_utility(config):
+        raise ConfigError(
+            f"{inert[0]} changes nothing with fit_utility.model: classifier (the classifier decides the class; its "
+            "labels were cut at fit_utility.tau_pos / tau_neg): drop it from the space, or use model: ridge",
+            f"study.space.d2rag.{inert[0]}",
+        )
+
+
+def _check_study_d2rag_replay(config: RecipeConfig) -> None:
+    """study ← collect: D²-RAG's τ trials replay one always-retrieve run, answering a question that does not retrieve
+    with a_para, made at collect's stats budget; that is D²-RAG's own answer only when the budgets are equal."""
+    from workbench.tuning.space import DEFAULT_SPACES
+
+    section = config.study
+    if "d2rag" not in section.methods or "collect" not in config.stages:
+        return
+    space = section.space.get("d2rag") or DEFAULT_SPACES["d2rag"]
+    answer = _d2rag(config, "max_new_tokens") or config.evaluate.max_new_tokens
+    if "tau" in space and config.collect.max_new_tokens != answer:
+        raise ConfigError(
+            f"tuning d2rag's tau replays its closed-book answers made at collect.max_new_tokens = "
+            f"{config.collect.max_new_tokens}, but it answers with {answer} tokens (evaluate.options.d2rag."
+            "max_new_tokens, else evaluate.max_new_tokens): make them equal, or leave tau out of study.space.d2rag",
+            "collect.max_new_tokens",
+        )
+
+
+def _check_study_keep_threshold(config: RecipeConfig) -> None:
+    """study: InSemRAG's keep_threshold filters an LM controller's relevance scores; the heuristic controller has none,
+    so tuning it there would tune nothing."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    space = config.study.space.get("insemrag") or {}
+    if "insemrag" not in config.study.methods or "keep_threshold" not in space:
+        return
+    options = config.evaluate.options.get("insemrag") or {}
+    default = METHOD_TABLE["insemrag"].defaults.get("controller", "prompted")
+    controller = options.get("controller", default) if isinstance(options, dict) else default
+    if controller == "heuristic":
+        raise ConfigError(
+            "keep_threshold changes nothing under controller: heuristic (it keeps any candidate sharing a keyword "
+            "with the query; keep_threshold filters an LM controller's p(Yes)): drop it from the space, or tune a "
+            "prompted or distilled controller",
+            "study.space.insemrag.keep_threshold",
+        )
+
+
+def _check_d2rag_params(config: RecipeConfig) -> None:
+    """evaluate.params → evaluate / export: a D²-RAG parameters file that goes into a bundle was tuned with a gold-free
+    utility (its study recorded how the utility was made), and sets no option the run's utility classifier makes
+    inert."""
+    from workbench.stages.study import read_params, tuned_gold_free
+
+    stages = config.stages
+    if "evaluate" not in stages and "export" not in stages:
+        return
+    exported = "export" in stages and "d2rag" in _exported_methods(config)
+    for path in config.evaluate.params:
+        try:
+            params = read_params(Path(path))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc.where}: {exc.what}", "evaluate.params") from None
+        if params["method"] != "d2rag":
+            continue
+        if exported and not tuned_gold_free(params):
+            raise ConfigError(
+                f"{path}: d2rag's parameters were tuned with the gold-using oracle utility (or the file does not say "
+                "how its utility was made), and a bundle runs the gold-free one: rerun the study with fit_utility",
+                "evaluate.params",
+            )
+        inert = [name for name in INERT_UNDER_CLASSIFIER if name in params["options"]]
+        if inert and _classifier_utility(config):
+            raise ConfigError(
+                f"{path} sets d2rag's {inert[0]}, which changes nothing with fit_utility.model: classifier (the "
+                "classifier decides the class): drop it from the file",
+                "evaluate.params",
+            )
+
+
 def _check_stage(stage: str, check: Any) -> Any:
     """``check(config)`` run only when ``stage`` is in the recipe."""
 
@@ -1216,6 +1398,14 @@ def _check_dirs(config: RecipeConfig) -> None:
     config.resolved_report_dir  # noqa: B018
 
 
+def _check_reader(config: RecipeConfig) -> None:
+    """tune_reader never scores on its own training split; an answer-reader adapter as ``generator.model`` was trained
+    on articles this data configuration keeps in ``train`` (:func:`workbench.stages.tune_reader.check_recipe`)."""
+    from workbench.stages.tune_reader import check_recipe
+
+    check_recipe(config)
+
+
 LOAD_CHECKS = (
     _check_dirs,
     _check_numbers,
@@ -1226,13 +1416,18 @@ LOAD_CHECKS = (
     _check_calibrate,
     _check_classify,
     _check_learned_methods,
-    _check_fit_utility,
+    _check_agreements,
     _check_report,
     _check_insemrag_controller,
     _check_stage("study", _check_study),
     _check_stage("evaluate", _check_evaluate_params),
+    _check_stage("study", _check_study_utility),
+    _check_stage("study", _check_study_d2rag_replay),
+    _check_stage("study", _check_study_keep_threshold),
+    _check_d2rag_params,
     _check_stage("export", _check_export),
     _check_stage("bench_runtime", _check_bench_runtime),
+    _check_reader,
 )
 """What :func:`load_recipe` checks after the schema, in order: each raises a ConfigError naming a dotted key (the
 error then gets that key's file and line). Cross-stage requirements live here, so a recipe that cannot finish

@@ -21,6 +21,8 @@ from workbench.uncertainty.calculators import prompt_fingerprints
 pytestmark = pytest.mark.integration
 
 METHODS = ("no_rag", "standard_rag", "dtr", "dense_rag", "d2rag", "insemrag")
+GOLD_FREE = {"d2rag_utility": {"kind": "learned", "model": "logistic_utility", "requires_gold": False}}
+"""How a study records a D²-RAG tuned with the run's fitted utility (export refuses any other)."""
 
 
 def wb(*args: str) -> subprocess.CompletedProcess:
@@ -92,7 +94,7 @@ def test_a_studys_best_parameters_and_a_distilled_adapter_are_exported(tiny_run,
     run = Path(shutil.copytree(tmp / "run", tmp_path / "run"))
     manifest = json.loads((run / "manifest.json").read_text())
     for stage, name, payload in (
-        ("study", "best_params.json", {"methods": {"dtr": {"tau": 0.5}, "d2rag": {"alpha_pos": 0.7}}}),
+        ("study", "best_params.json", {"methods": {"dtr": {"tau": 0.5}, "d2rag": {"alpha_pos": 0.7}}, **GOLD_FREE}),
         ("distill", "_payload.json", None),
     ):
         out = run / "stages" / stage

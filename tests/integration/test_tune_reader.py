@@ -117,6 +117,22 @@ def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run,
     ).is_file()
 
 
+def test_the_adapter_records_its_training_data_and_a_reshuffled_recipe_is_refused(reader_run, tiny_lm_long_dir):
+    from workbench.backends.lora import read_adapter
+    from workbench.stages.tune_reader import training_data
+
+    tmp_path, _, _ = reader_run
+    stage = tmp_path / "run" / "stages" / "tune_reader"
+    payload, _ = read_adapter(stage)
+    config = load_recipe("tune-reader", _overrides(tmp_path, tiny_lm_long_dir)).config
+    assert payload["training_data"] == training_data(config, "train")
+    assert payload["training_data"]["seed"] == 0 and payload["training_data"]["articles"] > 1000
+    load_recipe("quickstart", [f"generator.model={stage}"])  # the same data configuration
+    with pytest.raises(ConfigError) as info:
+        load_recipe("quickstart", [f"generator.model={stage}", "seed=1"])
+    assert info.value.where == "command line: seed" and "outside train" in info.value.what
+
+
 def test_the_answer_stage_runs_on_the_adapter(reader_run, tmp_path):
     run_dir, _, _ = reader_run
     stage = run_dir / "run" / "stages" / "tune_reader"

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 
 @dataclass
@@ -93,3 +94,20 @@ class CostCounter:
             yield
         finally:
             self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
+
+
+def generation_cost(generation: Any) -> dict[str, float]:
+    """What a generator counted for one prompt answered with one sample (``n = 1``), as
+    :class:`CostCounter` fields, so a batched call's cost can be charged to each prompt's own question.
+
+    Made by the call (``generation.decode_steps`` set): one LM call, its prompt tokens (``prompt_tokens``: after
+    truncation, padding excluded) and its decoding steps. Served by the generation cache (``decode_steps`` None):
+    one cached LM call, its prompt tokens and its answer tokens (``len(token_ids)``, as the cache counts them). A
+    backend that records neither (a served model) is priced as the cache prices — a caller that checks the sum
+    against the counter (:func:`~workbench.methods.base.shared_step`) then sees the mismatch."""
+    steps = getattr(generation, "decode_steps", None)
+    prompt = float(getattr(generation, "prompt_tokens", 0) or 0)
+    if steps is not None:
+        return {"lm_calls": 1.0, "prefill_tokens": prompt, "decoded_tokens": float(steps)}
+    answer = float(len(getattr(generation, "token_ids", ())))
+    return {"cached_lm_calls": 1.0, "cached_prefill_tokens": prompt, "cached_decoded_tokens": answer}

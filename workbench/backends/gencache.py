@@ -9,7 +9,8 @@ limit — and sample index); see :meth:`GenerationCache.make_key`. The value is 
 The JSON header holds the scalar fields and, per array, its dtype (from a fixed whitelist), shape, offset and size;
 decoding uses ``np.frombuffer`` only, so loading never runs code. Every array field of :class:`Generation` is stored
 (the top-k arrays of ``top_logprobs`` generations included; None is kept as null); a blob written before a field
-existed decodes with that field's default.
+existed decodes with that field's default. ``Generation.decode_steps`` (what the sample cost the call that made it)
+is not stored: a cached generation cost no decoding.
 
 Several processes may read and write the same file: WAL journal, a busy timeout, ``INSERT OR IGNORE`` (a sample is
 deterministic, so the first writer wins), and a fresh connection after ``fork``.
@@ -36,7 +37,10 @@ from workbench.core.paths import cache_dir
 MAGIC = b"WBGEN1\n"
 KEY_VERSION = 1
 _DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
+_TRANSIENT_FIELDS = {"decode_steps"}
+"""Fields of one call's generation that a cached copy must not carry (what the sample cost the loop that made it)."""
 _ARRAY_FIELDS = {f.name for f in fields(Generation)} - {
+    *_TRANSIENT_FIELDS,
     "prompt",
     "text",
     "finish_reason",
@@ -59,6 +63,8 @@ def encode_generation(gen: Generation) -> bytes:
     chunks: list[bytes] = []
     offset = 0
     for f in fields(Generation):
+        if f.name in _TRANSIENT_FIELDS:
+            continue
         value = getattr(gen, f.name)
         if f.name not in _ARRAY_FIELDS:
             header["scalars"][f.name] = value

@@ -9,7 +9,7 @@ re-exports them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,6 +42,11 @@ class Generation:
     ``(len(token_ids), k)``, hold per answer token the ids and raw (T=1) log-probs of the k most likely tokens at its
     step, most likely first (k is capped at the vocabulary size); ``eos_top_ids`` / ``eos_top_logprobs`` (``(k,)``)
     the same for the EOS step when the answer ended with EOS. All None without ``top_logprobs``.
+
+    ``decode_steps`` is what this sample cost the decoding loop that made it: the decoding steps it ran (its answer
+    tokens plus a terminating EOS or stop-string token) — what ``CostCounter.decoded_tokens`` counted for it — so a
+    method can charge each question its own share of a batched call. It is never stored in the generation cache: a
+    generation served by the cache (or by a server) has None.
     """
 
     prompt: str
@@ -63,6 +68,7 @@ class Generation:
     top_logprobs: np.ndarray | None = None
     eos_top_ids: np.ndarray | None = None
     eos_top_logprobs: np.ndarray | None = None
+    decode_steps: int | None = field(default=None, compare=False)
 
     @property
     def sum_logprob(self) -> float:

@@ -590,6 +590,7 @@ class Generator(CachedGenerations):
             finish_reason=row.finish or "length",
             sample_index=row.sample,
             prompt_tokens=len(job.ids),
+            decode_steps=len(row.tokens),
         )
         eos = row.finish == "eos" and len(row.raw) > kept  # EOS ends the answer: no stop cut, the EOS step is `kept`
         if eos:

@@ -7,8 +7,11 @@ stage, with format ``answer-reader-v1`` and decisions = the answer modes it trai
 * ``adapter.json`` + ``adapter.safetensors`` — one learned artifact (:mod:`workbench.core.artifact_io`), payload
   ``{"kind": "lora_adapter", "version": 1, "format": "insemrag-controller-v1", "base_model": <the model reference
   as the recipe gave it>, "base_fingerprint": <its ResolvedModel.fingerprint>, "r", "alpha", "dropout",
-  "target_modules": [...], "decisions": [...], "training": {...}}``; tensors: the LoRA weights, named as peft's
-  ``get_peft_model_state_dict`` names them (``...q_proj.lora_A.weight``), float32.
+  "target_modules": [...], "decisions": [...], "training": {...}}``, and for a reader adapter written by
+  ``tune_reader`` ``"training_data"``: the data configuration and the articles it was trained on
+  (:func:`workbench.data.article_splits.training_data_record`; a recipe that would put them outside ``train`` is
+  refused at load, :func:`workbench.stages.tune_reader.check_reader_adapter`); tensors: the LoRA weights, named as
+  peft's ``get_peft_model_state_dict`` names them (``...q_proj.lora_A.weight``), float32.
 * ``peft_adapter/`` — the same weights through peft's ``save_pretrained`` (``adapter_config.json`` +
   ``adapter_model.safetensors``), for users who load adapters with peft themselves. The workbench never reads it.
 
@@ -16,9 +19,10 @@ stage, with format ``answer-reader-v1`` and decisions = the answer modes it trai
 pickle, no code). The base is resolved with :func:`resolve_model` and must still have the
 fingerprint it had when the adapter was trained; the LoRA weights are applied with peft and merged
 (``merge_and_unload``), and the merged model is saved once under the workbench cache (``adapters/merged-<key>``,
-key = the adapter file's sha256 + the base fingerprint; written atomically under a file lock), so every later load
-is a plain ``from_pretrained`` of that directory. The returned :class:`~workbench.assets.ResolvedModel` has its
-own fingerprint (base + adapter), so generation caches never mix the student with its base.
+key = the adapter's identity (:func:`adapter_identity`) + the base fingerprint; written atomically under a file
+lock), so every later load is a plain ``from_pretrained`` of that directory. The returned
+:class:`~workbench.assets.ResolvedModel` has its own fingerprint (base + adapter), so generation caches never mix the
+student with its base.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def save_lora_adapter(
     decisions: Sequence[str],
     state: Mapping[str, Any] | None = None,
     adapter_format: str = ADAPTER_FORMAT,
+    training_data: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write ``peft_model``'s LoRA adapter to ``out_dir``: ``adapter.json`` + ``adapter.safetensors`` (module doc)
     and ``peft_adapter/`` (peft ``save_pretrained``). Returns the written artifact paths (JSON last).
@@ -88,7 +93,8 @@ def save_lora_adapter(
     ``ResolvedModel.fingerprint``; ``settings``: ``r``, ``alpha``, ``dropout``, ``target_modules`` (required) and
     any training settings (stored under ``training``); ``decisions``: the controller decisions the student learnt.
     ``state`` (optional): the model's LoRA weights already read (:func:`lora_state_dict`), else they are read from
-    it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. The model's parameters must be whole (not partitioned
+    it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. ``training_data`` (optional): the record of the data it
+    was trained on, stored under ``training_data`` (module doc). The model's parameters must be whole (not partitioned
     by ZeRO-3): ``peft_adapter/`` is saved from them. ValueError when a LoRA setting is missing, the format is
     unknown or the model holds no LoRA weights.
     """
@@ -117,6 +123,8 @@ def save_lora_adapter(
         "decisions": [str(d) for d in decisions],
         "training": {str(k): v for k, v in sorted(settings.items()) if k not in LORA_KEYS},
     }
+    if training_data is not None:
+        payload["training_data"] = dict(training_data)
     written = write_artifact(out_dir / ADAPTER_FILE, payload, tensors)
     peft_model.save_pretrained(str(out_dir / PEFT_DIR))
     return written
@@ -199,7 +207,7 @@ def resolve_adapter_model(path: str | Path) -> ResolvedModel:
             f"{payload['base_fingerprint']} (different weights): retrain the adapter or restore that base",
             str(file),
         )
-    adapter_sha = hashlib.sha256(file.read_bytes()).hexdigest()  # the JSON records the safetensors' sha256
+    adapter_sha = adapter_identity(file)  # the JSON records the safetensors' sha256
     key = stable_hash([adapter_sha, base.fingerprint, _MERGE_VERSION])
     target = cache_dir("adapters") / f"merged-{key}"
     if not (target / "config.json").is_file():
@@ -213,6 +221,16 @@ def resolve_adapter_model(path: str | Path) -> ResolvedModel:
         fingerprint=stable_hash(["lora", base.fingerprint, adapter_sha]),
         source="adapter",
     )
+
+
+def adapter_identity(file: Path) -> str:
+    """The sha256 that identifies an adapter file (its merged copy's cache key and its fingerprint): of its JSON as
+    the workbench writes it, without the ``training_data`` record — provenance, not weights — so adding the record to
+    an adapter written before it existed (the embedded reader's) changes neither its fingerprint nor any cache. Call
+    it on a file :func:`read_adapter` has checked."""
+    document = {key: value for key, value in json.loads(file.read_bytes()).items() if key != "training_data"}
+    text = json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def lora_config(payload: Mapping[str, Any]) -> Any:

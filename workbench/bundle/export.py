@@ -13,9 +13,15 @@ time, exporting workbench, resolved recipe — nor the name and version), and ot
 that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
 the same hashes, the same manifest and the same archive.
 
+**Export = evaluate.** Each method's options and D²-RAG's τ come from the evaluate stage's own functions
+(:func:`~workbench.stages.evaluate.evaluated_options`, :func:`~workbench.stages.evaluate.evaluated_learned`): the
+recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files — so a bundle runs what its metrics
+block reports.
+
 **Refused:** a gold-using method (``oracle``, ``d2rag_oracle``), a feature that requires the gold answer, ``d2rag``
-without the run's calibrate and classify stages. D²-RAG without a fitted utility predictor is exported with the
-gold-free default (no utility: every retrieved context decoded neutrally), and the manifest says so.
+without the run's calibrate and classify stages, D²-RAG parameters tuned with the gold-using oracle utility (a study
+or parameters file that does not record a gold-free utility). D²-RAG without a fitted utility predictor is exported
+with the gold-free default (no utility: every retrieved context decoded neutrally), and the manifest says so.
 """
 
 from __future__ import annotations
@@ -174,21 +180,34 @@ def _generator_record(run: _Run) -> dict[str, Any]:
 
 
 def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
-    """Each method's settings: the recipe's ``evaluate.options``, overlaid by a study's best parameters when the run
-    has a ``study`` stage (``best_params.json``: ``{"methods": {name: {option: value}}}``)."""
+    """Each method's settings as the evaluate stage runs it (:func:`workbench.stages.evaluate.evaluated_options`: the
+    recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files), so the bundle runs what the
+    metrics block reports."""
     from workbench.methods.registry import check_options
+    from workbench.stages.evaluate import evaluated_options
 
-    config = run.config
-    study = run.json("study", "best_params.json") or {}
-    best = study.get("methods", {}) if isinstance(study, dict) else {}
-    out: dict[str, dict[str, Any]] = {}
-    for name in methods:
-        options = {"k": config.retrieval.k} if name == "standard_rag" else {}
-        options.update(config.evaluate.options.get(name, {}) or {})
-        options.update(best.get(name, {}) or {})
-        out[name] = options
+    out = {name: evaluated_options(run.config, name, run.stage("study")) for name in methods}
     check_options(methods, out)
     return out
+
+
+def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
+    """D²-RAG's tuned parameters (the run's study, the ``evaluate.params`` files) were tuned with a gold-free utility:
+    ConfigError for parameters tuned with the gold-using oracle, or whose study did not record how its utility was
+    made (:func:`workbench.stages.study.tuned_gold_free`)."""
+    from workbench.stages.study import read_params, tuned_gold_free
+
+    if "d2rag" not in methods:
+        return
+    hint = "tuned with the gold-using oracle utility (or not recorded how), and the bundle runs the gold-free one"
+    best = run.json("study", "best_params.json") or {}
+    studied = isinstance(best, dict) and ("d2rag_tau" in best or "d2rag" in best.get("methods", {}))
+    if studied and not tuned_gold_free(best, "d2rag_utility"):
+        raise ConfigError(f"the run's study of d2rag was {hint}: rerun the study with fit_utility", "export")
+    for path in run.config.evaluate.params:
+        params = read_params(Path(path))
+        if params["method"] == "d2rag" and not tuned_gold_free(params):
+            raise ConfigError(f"{path}: d2rag's parameters were {hint}: rerun the study with fit_utility", "export")
 
 
 def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
@@ -303,7 +322,7 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.core.artifact_io import read_artifact, write_artifact
     from workbench.methods.learned import save_learned
-    from workbench.stages.evaluate import load_learned
+    from workbench.stages.evaluate import evaluated_learned
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")
@@ -313,13 +332,7 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
         blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
     if "d2rag" not in methods:
         return blocks
-    learned = load_learned(
-        run.stage("calibrate"),
-        run.stage("classify"),
-        run.stage("fit_utility"),
-        run.stage("collect"),
-        run.stage("study"),
-    )
+    learned = evaluated_learned(run.config, run.stage)  # the τ evaluate ran with (study, evaluate.params)
     features = list(learned.features)
     calibrator_set = CalibratorSet(tuple(features), learned.calibrators, learned.medians, learned.ranges)
     save_learned(calibrator_set, tmp / "learned/calibrators.json")
@@ -395,6 +408,7 @@ def export_run(
         parse_semver(version, "export.version")
     notes: list[str] = []
     methods = _choose_methods(run, methods, notes)
+    _check_tuned_gold_free(run, methods)
     config = run.config
     bundle_root = Path(root) / name
     bundle_root.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import DataError
+from workbench.data.article_splits import (  # the article split lives in a light module (recipe checks use it)
+    DEFAULT_FRACTIONS,
+    DEFAULT_OOD_TOPICS,
+    OOD_SPLIT,
+    SPLITS,
+    assign_splits,
+)
 from workbench.data.chunkers import split_sentences
 from workbench.data.schema import Passage, QAExample, examples_to_dataset
 
@@ -41,10 +48,6 @@ OPEN_TEMPLATES: tuple[str, ...] = ("cloze", "description", "two_hop")
 CHOICE_TEMPLATES: tuple[str, ...] = ("choice_cloze", "choice_nationality", "choice_country")
 TEMPLATES: tuple[str, ...] = (*OPEN_TEMPLATES, *CHOICE_TEMPLATES)
 DEFAULT_TEMPLATES: tuple[str, ...] = CHOICE_TEMPLATES
-SPLITS: tuple[str, ...] = ("train", "calib", "val", "test")
-OOD_SPLIT = "ood"
-DEFAULT_FRACTIONS: tuple[float, float, float, float] = (0.5, 0.2, 0.1, 0.2)
-DEFAULT_OOD_TOPICS: tuple[str, ...] = ("History",)
 BLANK = "___"
 
 _MIN_CLUE_WORDS = 6
@@ -365,40 +368,7 @@ def make_two_hop(a: WikiArticle, b: WikiArticle, split: str = "") -> QAExample |
 
 
 # --------------------------------------------------------------------------------------------- splitting
-
-
-def _check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
-    values = tuple(float(f) for f in fractions)
-    if len(values) != len(SPLITS) or any(f < 0 for f in values) or abs(sum(values) - 1.0) > 1e-6:
-        raise ValueError(f"fractions must be {len(SPLITS)} non-negative numbers summing to 1 {SPLITS}, got {fractions}")
-    return values
-
-
-def assign_splits(
-    articles: Sequence[WikiArticle],
-    *,
-    seed: int = 0,
-    fractions: Sequence[float] = DEFAULT_FRACTIONS,
-    ood_topics: Iterable[str] = DEFAULT_OOD_TOPICS,
-) -> dict[str, str]:
-    """Map each article's doc id to a split: ``ood`` for OOD topics, else train / calib / val / test by a seeded
-    shuffle of the doc ids cut at the cumulative ``fractions`` (rounded; test takes the remainder)."""
-    values = _check_fractions(fractions)
-    ood = set(ood_topics)
-    assignment = {a.doc_id: OOD_SPLIT for a in articles if a.topic in ood}
-    rest = sorted({a.doc_id for a in articles if a.topic not in ood})
-    random.Random(seed).shuffle(rest)
-    bounds, total = [], 0.0
-    for fraction in values[:-1]:
-        total += fraction
-        bounds.append(round(total * len(rest)))
-    bounds.append(len(rest))
-    start = 0
-    for split, end in zip(SPLITS, bounds, strict=True):
-        for doc_id in rest[start:end]:
-            assignment[doc_id] = split
-        start = end
-    return assignment
+# assign_splits (articles → train / calib / val / test / ood) lives in workbench.data.article_splits, imported above.
 
 
 # --------------------------------------------------------------------------------------------- building

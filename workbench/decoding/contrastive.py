@@ -85,6 +85,11 @@ class ContrastiveGeneration:
         """The number of decoding steps taken (forward positions whose output was used)."""
         return int(self.lambdas.size)
 
+    def cost(self) -> dict[str, float]:
+        """What this pair cost, as :class:`~workbench.backends.cost.CostCounter` fields: two LM calls (the streams),
+        both prompts' tokens and two tokens per decoding step — the pair's own share of a batched call."""
+        return {"lm_calls": 2.0, "prefill_tokens": float(sum(self.prompt_tokens)), "decoded_tokens": 2.0 * self.steps}
+
     def summary(self) -> dict[str, Any]:
         """A JSON-ready digest for traces: α, steps, mean / per-step λ_t and w_t, finish reason."""
         return {

@@ -15,7 +15,9 @@ return Answer(answer.text, trace)
 ```
 
 :meth:`Trace.step` measures the step's wall time and the counter's change (LM calls, prefill / decoded / scored
-tokens, NLI pairs, retrieval calls, and the LM calls and tokens the generation cache saved). ``trace.fallbacks``
+tokens, NLI pairs, retrieval calls, and the LM calls and tokens the generation cache saved). :func:`shared_step` does
+the same for a stage batched over several questions, charging each question its own cost when the stage can tell
+(``split: "own"``) and an even share otherwise (``split: "even"``). ``trace.fallbacks``
 counts recovered failures (an unparseable controller reply, empty retrieval results, a context cut to fit the model
 window) with a note each in ``trace.notes``.
 """
@@ -44,18 +46,33 @@ COST_FIELDS = (
 what the generation cache saved, never counted in the others."""
 
 
+SPLITS = ("own", "even")
+"""How a step's cost was attributed to its question: ``own`` — what the question itself cost (a step of one
+question, or a batched step whose stage charged each question its own prompts); ``even`` — a batched step's cost
+divided evenly over its questions (:func:`shared_step`)."""
+
+
 @dataclass
 class Step:
-    """One step of a method: its name, wall time, cost and whatever it decided or produced (``detail``)."""
+    """One step of a method: its name, wall time, cost, whatever it decided or produced (``detail``) and how its cost
+    was attributed (``split``, one of :data:`SPLITS`; wall time is always the question's even share of a batched
+    step)."""
 
     name: str
     seconds: float = 0.0
     cost: dict[str, float] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
+    split: str = "own"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {"name": self.name, "seconds": self.seconds, "cost": dict(self.cost), "detail": dict(self.detail)}
+        return {
+            "name": self.name,
+            "seconds": self.seconds,
+            "cost": dict(self.cost),
+            "detail": dict(self.detail),
+            "split": self.split,
+        }
 
 
 @dataclass
@@ -121,10 +138,20 @@ class Trace:
 
 
 @contextmanager
-def shared_step(traces: Sequence[Trace], name: str, counter: Any) -> Iterator[list[dict[str, Any]]]:
+def shared_step(
+    traces: Sequence[Trace], name: str, counter: Any, own: list[dict[str, float] | None] | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """:meth:`Trace.step` for a stage run once for several questions (one batched call): yields one detail dict per
-    trace; the stage's wall time and cost are split evenly over ``traces`` (so LM calls stay whole per question only
-    when each question sent its own prompts; token counts can be fractions)."""
+    trace. The stage's wall time is split evenly over ``traces`` (a batch's time has no per-question share).
+
+    Its cost is each question's own (``split`` ``"own"``) when the stage says what each one cost — ``own``, a list
+    the stage fills inside the block with one dict of :data:`COST_FIELDS` per trace (fields left out: 0; e.g.
+    :func:`~workbench.backends.cost.generation_cost` of each question's generation) — and those dicts add up, field
+    by field, to what the counter measured; or when the stage ran for one question or cost nothing. Otherwise (no
+    ``own``, an entry left None, or sums that differ: a prompt two questions shared, a backend that does not say)
+    the cost is split evenly (``split`` ``"even"``: LM calls stay whole per question only when each question sent
+    its own prompts; token counts can be fractions). Own costs make a question's recorded cost independent of the
+    batch it ran in."""
     before = counter.snapshot()
     began = time.perf_counter()
     details: list[dict[str, Any]] = [{} for _ in traces]
@@ -133,11 +160,30 @@ def shared_step(traces: Sequence[Trace], name: str, counter: Any) -> Iterator[li
     finally:
         if traces:
             spent = counter.since(before)
-            share = 1.0 / len(traces)
-            seconds = (time.perf_counter() - began) * share
-            cost = {name_: float(getattr(spent, name_)) * share for name_ in COST_FIELDS}
-            for trace, detail in zip(traces, details, strict=True):
-                trace.steps.append(Step(name, seconds, dict(cost), detail))
+            seconds = (time.perf_counter() - began) / len(traces)
+            total = {name_: float(getattr(spent, name_)) for name_ in COST_FIELDS}
+            costs = _own_costs(total, own, len(traces))
+            split = "own" if costs is not None else "even"
+            if costs is None:
+                costs = [{k: v / len(traces) for k, v in total.items()} for _ in traces]
+            for trace, detail, cost in zip(traces, details, costs, strict=True):
+                trace.steps.append(Step(name, seconds, cost, detail, split))
+
+
+def _own_costs(
+    total: dict[str, float], own: list[dict[str, float] | None] | None, n: int
+) -> list[dict[str, float]] | None:
+    """Each question's own cost for :func:`shared_step`, or None when it cannot be told (see there)."""
+    if n == 1:
+        return [dict(total)]  # one question: the whole cost is its own
+    if not any(total.values()):
+        return [dict.fromkeys(COST_FIELDS, 0.0) for _ in range(n)]
+    if own is None or len(own) != n or any(entry is None for entry in own):
+        return None
+    costs = [{k: float(entry.get(k, 0.0)) for k in COST_FIELDS} for entry in own if entry is not None]
+    if any(abs(sum(c[k] for c in costs) - total[k]) > 1e-9 for k in COST_FIELDS):
+        return None
+    return costs
 
 
 @dataclass

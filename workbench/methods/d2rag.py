@@ -2,13 +2,19 @@
 
 **Stage 1 — retrieve?** The stats graph (:func:`~workbench.uncertainty.calculators.compute_stats`) answers the question
 closed-book (greedy a_para, spec §13.6 [REC]) and produces the stats of the classifier's features; each oriented
-feature (higher = more certain) is cleaned (NaN / ±inf → the stored fit-split median when given, else NaN → 0 and
-±inf → ±1e10 as at calibration, spec §13.16), passed through its calibrator, and the classifier turns the vector u
-into p = P(closed-book answer correct). Retrieve iff p < τ (the code's strict inequality, spec §13.22; τ = 1 + ε is
-the threshold rule's "always retrieve"). One object does the cleaning, calibration, classification and comparison:
+feature (higher = more certain) is cleaned (NaN → the stored fit-split median, ±inf → the end of the stored fit-split
+finite range on its side — a calibrator set without ranges, from before they were stored, uses the median for ±inf
+too; a feature with neither: NaN → 0 and ±inf → ±1e10, spec §13.16), passed through its calibrator, and the
+classifier turns the vector u into p = P(closed-book answer correct). Retrieve iff p < τ (the code's strict
+inequality, spec §13.22). One object does the cleaning, calibration, classification and comparison:
 :class:`~workbench.classify.policy.DecisionPolicy`, shared with the runtime. Without retrieval the answer is the
 closed-book greedy answer (spec §13.5 [REC]) — a_para itself when the stats settings match the answering prompt
 (same length budget, newline stop), so no second generation is spent.
+
+τ > 1 (1 + ε, the threshold rule's "always retrieve") retrieves whatever p is, so Stage 1 computes no feature and
+no p: only the closed-book answer a_para when the utility reads it (a learned utility, with the stats budget equal to
+the answering budget), nothing otherwise; the ``features`` step says so (``stage1: "skipped"``) and ``decide``
+records p as None. ``score_always`` computes every feature and p anyway (the study's τ replay reads them).
 
 **Stage 2 — how to decode.** Top-k passages (spec §6: k = 5) are joined into the answering prompt's context block.
 A utility δ of that context (spec §7.1: one δ for the whole top-k block) picks the mode (spec §7.2):
@@ -33,7 +39,9 @@ The utility is pluggable (:mod:`workbench.methods.utility`):
 paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
 Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
-``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise.
+``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise. The ``features`` step's
+``closed_book_is_answer`` says whether a_para is the closed-book answer the method returns without retrieval (the
+stats budget equals the answering budget, newline stop): a τ replay needs it.
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from workbench.backends.cost import generation_cost
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
@@ -70,6 +81,8 @@ class D2RAGSettings:
     * ``max_new_tokens`` — answer budget (None: ``tools.max_new_tokens``; the paper uses 20).
     * ``noisy_labels`` — label the passages ``[NEG-i]`` in the noisy mode's amateur prompt (§7.5 [CODE], kept for
       fidelity per §13.14 [REC]; set False for the ablation).
+    * ``score_always`` — compute every Stage-1 feature and p even when τ > 1 retrieves for every question (False:
+      only what the utility reads; the study's τ replay sets it, since it reads p).
     """
 
     tau_pos: float = doc("utility threshold: a context is relevant iff its utility > tau_pos", 0.12)
@@ -88,6 +101,11 @@ class D2RAGSettings:
     )
     max_new_tokens: int | None = doc("answer token budget (null: evaluate.max_new_tokens)", None)
     noisy_labels: bool = doc("label passages [NEG-i] in the noisy mode's amateur prompt", True)
+    score_always: bool = doc(
+        "compute every Stage-1 feature and P(correct) even when tau > 1 retrieves for every question (false: only the"
+        " closed-book answer the utility reads)",
+        False,
+    )
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on out-of-range or inconsistent settings."""
@@ -115,6 +133,8 @@ class D2RAGSettings:
             get_features(self.features)
         if self.stats is not None:
             self.stats.validate()
+        if not isinstance(self.score_always, bool):
+            raise ConfigError(f"score_always must be true or false, got {self.score_always!r}", f"{where}.score_always")
 
 
 def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
@@ -141,6 +161,15 @@ def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: f
             raise DataError(f"unknown utility class {klass!r} (known: {', '.join(UTILITY_CLASSES)})", "d2rag utility")
         return klass, "classifier"
     return utility_class(float(estimate.values[i]), tau_pos, tau_neg), "delta"
+
+
+def _utility_pairs(judge: Any, context_answer: str, closed_answer: str) -> float:
+    """The NLI pairs a learned utility's features judged for one question (:func:`~workbench.methods.utility.
+    utility_inputs`: the context against each answer; one pair when the two answers are the same, none without a
+    judge)."""
+    if judge is None:
+        return 0.0
+    return 1.0 if context_answer.strip() == closed_answer.strip() else 2.0
 
 
 def negative_block(passages: Sequence[Passage], max_chars: int | None) -> str:
@@ -228,6 +257,26 @@ class D2RAG(Method):
         if blocked:
             raise ConfigError(f"stats {blocked} cannot be produced at inference", "d2rag.features")
         self.needed = needed | {"greedy_logprobs", "greedy_eos"}
+        # a_para is the closed-book answer returned without retrieval (same budget, newline stop), and the utility's
+        # closed-book answer when made with the utility's budget (tools.max_new_tokens)
+        newline = tuple(self.stat_settings.stop) == ("\n",)
+        self.closed_book_is_answer = newline and self.stat_settings.max_new_tokens == self.budget
+        self.a_para_for_utility = newline and self.stat_settings.max_new_tokens == tools.max_new_tokens
+
+    @property
+    def scores_stage1(self) -> bool:
+        """Whether Stage 1 computes the features and p: τ ≤ 1 (p decides), or ``score_always``. τ > 1 retrieves for
+        every question whatever p is."""
+        return self.tau <= 1.0 or self.settings.score_always
+
+    def _stage1_stats(self) -> set[str]:
+        """The stats Stage 1 computes when it does not score (τ > 1): a_para, only when the utility reads it as its
+        closed-book answer (a learned utility, a_para made with the utility's budget and newline stop)."""
+        from workbench.methods.utility import NoUtility, OracleUtility
+
+        if not self.a_para_for_utility or isinstance(self.utility, NoUtility | OracleUtility):
+            return set()
+        return {"greedy_logprobs", "greedy_eos"}
 
     @property
     def classifier(self) -> Any:
@@ -267,10 +316,14 @@ class D2RAG(Method):
 
     def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
         """Answer several questions, each stage batched over them: one stats-graph pass, one search, one utility
-        estimate, one generate call per decoding mode. A batched stage's wall time and cost are split evenly over its
-        questions (:func:`~workbench.methods.base.shared_step`); a question that reuses an answer made earlier (a_para,
-        the utility's with-context answer) records a generate step of its own at no cost. Samples are seeded per
-        prompt, so the batch a question runs in does not change its features."""
+        estimate, one generate call per decoding mode. After the decision every batched stage charges each question
+        its own cost (its query, its generations, its contrastive pair, a learned utility's answer and NLI pairs:
+        :func:`~workbench.methods.base.shared_step`), so what a retrieving question costs does not depend on which
+        others retrieve with it; the stats pass, which every question of the batch runs, is split evenly, and so is
+        any stage whose parts do not add up (its steps say ``split: "even"``). Wall time is always an even share. A
+        question that reuses an answer made earlier (a_para, the utility's with-context answer) records a generate
+        step of its own at no cost. Samples are seeded per prompt, so the batch a question runs in does not change its
+        features."""
         work = [_Question(ex, str(ex["question"]), Trace(self.name)) for ex in examples]
         if not work:
             return []
@@ -289,7 +342,10 @@ class D2RAG(Method):
         return [Answer(w.text.strip(), w.trace) for w in work]
 
     def _stage1(self, work: list[_Question]) -> None:
-        """Features (one batched stats pass) and the decision of every question."""
+        """Features (one batched stats pass) and the decision of every question (τ > 1: see :meth:`_skip_stage1`)."""
+        if not self.scores_stage1:
+            self._skip_stage1(work)
+            return
         tools = self.tools
         with shared_step([w.trace for w in work], "features", tools.counter) as details:
             raws, rows = self.raw_features([w.example for w in work])
@@ -301,6 +357,7 @@ class D2RAG(Method):
                         "calibrated": {f: float(v) for f, v in zip(self.features, w.decision.calibrated, strict=True)},
                         "imputed": w.decision.imputed,
                         "closed_book_answer": stats.get("greedy_text"),
+                        "closed_book_is_answer": self.closed_book_is_answer,
                     }
                 )
         for w in work:
@@ -309,12 +366,48 @@ class D2RAG(Method):
             with w.trace.step("decide", tools.counter) as step:
                 step.update({"p_correct": w.decision.p_correct, "tau": self.tau, "retrieve": w.decision.retrieve})
 
+    def _skip_stage1(self, work: list[_Question]) -> None:
+        """τ > 1: every question retrieves, so no feature, calibration or classifier runs; only the stats the utility
+        reads (:meth:`_stage1_stats`) are computed. The ``features`` step says what was skipped; ``decide`` records p
+        as None."""
+        from workbench.classify.policy import Decision
+        from workbench.uncertainty.calculators import compute_stats
+
+        tools, needed = self.tools, self._stage1_stats()
+        empty = np.zeros(0)
+        with shared_step([w.trace for w in work], "features", tools.counter) as details:
+            rows: list[dict[str, Any]] = [{} for _ in work]
+            if needed:
+                rows = compute_stats(
+                    [w.example for w in work],
+                    needed,
+                    generator=tools.generator,
+                    judge=tools.judge,
+                    embedder=tools.embedder,
+                    settings=self.stat_settings,
+                )
+            for w, stats, detail in zip(work, rows, details, strict=True):
+                w.decision, w.stats = Decision(math.nan, True, empty, empty, []), stats
+                detail.update(
+                    {
+                        "stage1": "skipped",
+                        "why": f"tau = {self.tau!r} > 1 retrieves for every question: no feature, no P(correct)",
+                        "computed": "the closed-book answer the utility reads" if needed else "nothing",
+                        "closed_book_answer": stats.get("greedy_text"),
+                        "closed_book_is_answer": self.closed_book_is_answer,
+                    }
+                )
+        for w in work:
+            with w.trace.step("decide", tools.counter) as step:
+                step.update({"p_correct": None, "tau": self.tau, "retrieve": True})
+
     def _retrieve(self, work: list[_Question]) -> None:
         """Top-k passages of every retrieving question (one search call) and their context blocks."""
         if not work:
             return
         tools = self.tools
-        with shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
+        own = [{"retrieval_calls": 1.0} for _ in work]  # one query each
+        with shared_step([w.trace for w in work], "retrieve", tools.counter, own) as details:
             found = tools.search([w.question for w in work], self.settings.k)
             for w, passages, step in zip(work, found, details, strict=True):
                 w.passages = list(passages)
@@ -331,9 +424,10 @@ class D2RAG(Method):
         if not work:
             return
         tools, s = self.tools, self.settings
-        with shared_step([w.trace for w in work], "utility", tools.counter) as details:
+        own: list[dict[str, float] | None] = [None] * len(work)
+        with shared_step([w.trace for w in work], "utility", tools.counter, own) as details:
             closed = None  # a_para doubles as the utility's closed-book answer when made with the same prompt
-            if self.stat_settings.max_new_tokens == tools.max_new_tokens and tuple(self.stat_settings.stop) == ("\n",):
+            if self.a_para_for_utility and all("greedy_logprobs" in w.stats for w in work):
                 closed = [closed_from_stats(w.stats) for w in work]
             estimate = self.utility.estimate(
                 tools,
@@ -342,6 +436,14 @@ class D2RAG(Method):
                 [[p.score for p in w.passages] for w in work],
                 closed=closed,
             )
+            gens = estimate.context_generations
+            if gens and closed is not None and len(gens) == len(work):
+                # a learned utility given a_para: its with-context answer, and one NLI pair per distinct answer (the
+                # with-context and the closed-book one against the context; the judge judges a repeated pair once)
+                own[:] = [
+                    {**generation_cost(g), "nli_pairs": _utility_pairs(tools.judge, g.text, c.text)}
+                    for g, c in zip(gens, closed, strict=True)
+                ]
             for i, (w, step) in enumerate(zip(work, details, strict=True)):
                 w.estimate, w.index = estimate, i
                 delta = float(estimate.values[i])
@@ -377,8 +479,10 @@ class D2RAG(Method):
                 step.update({**mode, "reused_stage1_answer": True})
                 w.text = str(w.stats["greedy_text"])
         if fresh:
-            with shared_step([w.trace for w in fresh], "generate", self.tools.counter) as details:
+            own: list[dict[str, float] | None] = [None] * len(fresh)
+            with shared_step([w.trace for w in fresh], "generate", self.tools.counter, own) as details:
                 outputs = generate_answers(self.tools, [w.question for w in fresh], [None] * len(fresh), self.budget)
+                own[:] = [generation_cost(out) for out in outputs]
                 for w, out, step in zip(fresh, outputs, details, strict=True):
                     step.update({**mode, "reused_stage1_answer": False})
                     w.text = out.text
@@ -399,10 +503,12 @@ class D2RAG(Method):
             else:
                 fresh.append(w)
         if fresh:
-            with shared_step([w.trace for w in fresh], "generate", self.tools.counter) as details:
+            own: list[dict[str, float] | None] = [None] * len(fresh)
+            with shared_step([w.trace for w in fresh], "generate", self.tools.counter, own) as details:
                 outputs = generate_answers(
                     self.tools, [w.question for w in fresh], [w.context for w in fresh], self.budget
                 )
+                own[:] = [generation_cost(out) for out in outputs]
                 for w, out, step in zip(fresh, outputs, details, strict=True):
                     step.update({**mode, "reused_utility_answer": False, "prompt_tokens": out.built.n_tokens})
                     w.text = out.text
@@ -425,7 +531,8 @@ class D2RAG(Method):
                 experts.append(closed)
                 amateurs.append(prompt_for(tools, w.question, noisy, self.budget))
         alpha, parametric = (s.alpha_pos, "amateur") if klass == "relevant" else (s.alpha_neg, "expert")
-        with shared_step([w.trace for w in work], "generate", tools.counter) as details:
+        own: list[dict[str, float] | None] = [None] * len(work)
+        with shared_step([w.trace for w in work], "generate", tools.counter, own) as details:
             results = contrastive_generate(
                 tools.generator,
                 [e.text for e in experts],
@@ -436,6 +543,7 @@ class D2RAG(Method):
                 dynamic=s.dynamic,
                 parametric=parametric,
             )
+            own[:] = [gen.cost() for gen in results]
             for w, expert, amateur, gen, step in zip(work, experts, amateurs, results, details, strict=True):
                 step.update(
                     {

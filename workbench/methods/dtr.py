@@ -20,8 +20,11 @@ Per question:
 
 :meth:`DTR.answer_many` batches every stage over the questions: one closed-book generate call, one pseudo-context
 call for the questions that retrieve, one retrieval call per path, one embedding call and one final generate call.
-A batched stage's cost and wall time are split evenly over the traces of the questions that took part in it; every
-such question sends one prompt to the stage, so its LM calls (prompts, not batches) are exactly its own.
+Each question's trace holds its own cost of every batched stage — its prompt's LM call and tokens, its queries
+(:func:`~workbench.methods.base.shared_step` with :func:`~workbench.backends.cost.generation_cost`) — so what a
+question costs does not depend on which other questions retrieve with it (a study's τ replay sums these costs); a
+stage whose parts do not add up to what the counter measured (a prompt two questions share) is split evenly and its
+steps say so (``split``). Wall time is each question's even share of a batched stage.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.cost import generation_cost
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
@@ -338,8 +342,10 @@ class DTR(Method):
         """Greedy closed-book answers, u, and the decision; returns the questions that retrieve."""
         s, tools = self.settings, self.tools
         retrieving = []
-        with shared_step([w.trace for w in work], "closed_book", tools.counter) as details:
+        own: list[dict[str, float] | None] = [None] * len(work)
+        with shared_step([w.trace for w in work], "closed_book", tools.counter, own) as details:
             outputs = generate_answers(tools, [w.question for w in work], [None] * len(work), s.answer_max_tokens)
+            own[:] = [generation_cost(out) for out in outputs]
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.closed_book = w.text = out.text.strip()
                 nll = {eos: nll_of(out, eos) for eos in (False, True)}
@@ -368,8 +374,10 @@ class DTR(Method):
         gen, s = self.tools.generator, self.settings
         prompts = [gen.render_chat(PSEUDO_CONTEXT_PROMPT.format(question=w.question)) for w in work]
         ok = []
-        with shared_step([w.trace for w in work], "pseudo_context", self.tools.counter) as details:
+        own: list[dict[str, float] | None] = [None] * len(work)
+        with shared_step([w.trace for w in work], "pseudo_context", self.tools.counter, own) as details:
             outputs = gen.generate(prompts, temperature=0.0, max_new_tokens=s.pseudo_max_tokens, stop=None)
+            own[:] = [generation_cost(out) for out in outputs]
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.pseudo = out.text.strip()
                 detail.update(
@@ -391,7 +399,9 @@ class DTR(Method):
         n, tools = self.settings.n_per_path, self.tools
         retriever = self.retriever  # built before the step: a first full dense index is not a retrieval cost
         kind = type(retriever).__name__
-        with shared_step([w.trace for w in work], "retrieve", tools.counter) as details:
+        with_pseudo = {id(w) for w in pseudo_ok}
+        own = [{"retrieval_calls": 1.0 + (id(w) in with_pseudo)} for w in work]  # one query per path it searched
+        with shared_step([w.trace for w in work], "retrieve", tools.counter, own) as details:
             for w, hits in zip(work, self._search([w.question for w in work], n), strict=True):
                 w.query_hits = hits
             if pseudo_ok:
@@ -468,8 +478,10 @@ class DTR(Method):
             return
         tools = self.tools
         contexts = [context_block(w.kept, tools.passage_chars) for w in work]
-        with shared_step([w.trace for w in work], "generate", tools.counter) as details:
+        own: list[dict[str, float] | None] = [None] * len(work)
+        with shared_step([w.trace for w in work], "generate", tools.counter, own) as details:
             outputs = generate_answers(tools, [w.question for w in work], contexts, self.settings.answer_max_tokens)
+            own[:] = [generation_cost(out) for out in outputs]
             for w, out, detail in zip(work, outputs, details, strict=True):
                 w.text = out.text.strip()
                 w.trace.retrieved = True

@@ -14,7 +14,9 @@ exported from the run now, which reuses the identical version when nothing chang
    evaluation split's collected features, after a warm-up. Goal ≤ 1 ms.
 4. **Parity** — the runtime's P(correct) and decisions on every collected question of the run's evaluation split
    against the classify stage's (identical decisions, |ΔP| ≤ 1e-6), both backends; and end to end, the runtime's
-   answers against the evaluate stage's traces for ``end_to_end_methods`` (text, retrieval, P(correct)).
+   answers against the evaluate stage's traces for ``end_to_end_methods`` (text, retrieval, P(correct)), and the
+   bundle's settings against the ones evaluate ran with (each method's options after the study and
+   ``evaluate.params``; D²-RAG's τ).
 5. **Serve under load** — ``workbench serve`` in its own process (its default limits and batching), ``serve_requests``
    requests at each concurrency of ``serve_concurrency`` (``serve_method`` over ``serve_questions`` test questions):
    errors and status counts, p50 / p95 latency, throughput, and how much batching across requests multiplies the
@@ -156,13 +158,18 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
 
 
 def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -> dict[str, Any]:
-    """The runtime's answers against the evaluate stage's traces, per method (generation cache off, as there)."""
+    """The runtime's answers against the evaluate stage's traces, per method (generation cache off, as there), and
+    the settings it runs with against the ones evaluate ran with (its ``summary.json``: each method's options after
+    the study and ``evaluate.params``, D²-RAG's τ): ``same_options`` (None when evaluate did not record them) and,
+    for D²-RAG, ``same_tau`` (the τ of every traced decision is the bundle's)."""
     import datasets
 
     traces_dir = run_dir / "stages/evaluate/traces"
     if not traces_dir.is_dir():
         return {}
     traces = datasets.load_from_disk(str(traces_dir)).to_list()
+    summary_path = run_dir / "stages/evaluate/summary.json"
+    ran = (json.loads(summary_path.read_text()).get("options") or {}) if summary_path.is_file() else {}
     from workbench.runtime import load_bundle
 
     rt = load_bundle(bundle)
@@ -172,16 +179,20 @@ def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -
         if not rows or method not in rt.methods:
             continue
         answers = rt.answer_many([r["question"] for r in rows], method)
-        p_expected = []
+        p_expected, taus = [], set()
         for r in rows:
             decide = [s for s in json.loads(r["trace"])["steps"] if s["name"] == "decide"]
             p_expected.append(decide[0]["detail"]["p_correct"] if decide else None)
+            taus.update(float(s["detail"]["tau"]) for s in decide)
         out[method] = {
             "questions": len(rows),
             "same_text": sum(a.text == r["prediction"] for a, r in zip(answers, rows, strict=True)),
             "same_retrieval": sum(a.retrieved == r["retrieved"] for a, r in zip(answers, rows, strict=True)),
             "same_p_correct": sum(a.p_correct == p for a, p in zip(answers, p_expected, strict=True)),
+            "same_options": None if method not in ran else ran[method] == rt.method_options[method],
         }
+        if taus and rt.policy is not None:
+            out[method]["same_tau"] = taus == {float(rt.policy.tau)}
     return out
 
 
@@ -431,12 +442,19 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "End to end, the runtime's answers against the `evaluate` stage's traces (same questions; generation "
             "cache off in both):",
             "",
-            "| method | questions | same answer text | same retrieval decision | same P(correct) |",
-            "|---|---:|---:|---:|---:|",
+            "| method | questions | same answer text | same retrieval decision | same P(correct) | options as "
+            "evaluated | τ as evaluated |",
+            "|---|---:|---:|---:|---:|---|---|",
         ]
         for method, row in bench["end_to_end"].items():
             p = f"{row['same_p_correct']}" if method == "d2rag" else "–"
-            lines.append(f"| {method} | {row['questions']} | {row['same_text']} | {row['same_retrieval']} | {p} |")
+            same = row.get("same_options")
+            options = "not recorded" if same is None else ("same" if same else "**differ**")
+            tau = ("same" if row["same_tau"] else "**differs**") if "same_tau" in row else "–"
+            lines.append(
+                f"| {method} | {row['questions']} | {row['same_text']} | {row['same_retrieval']} | {p} | {options} "
+                f"| {tau} |"
+            )
     lines += _serve_lines(bench["serve"], bench["settings"])
     lines += _fuzz_lines(bench.get("fuzz"))
     return lines

@@ -13,9 +13,11 @@ Reads the ``collect`` stage's per-split datasets. For each selected feature (ori
 NaN and ±inf feature values follow ``calibrate.nan_policy``: ``impute`` replaces NaN with the fit split's median of
 that feature and +inf / −inf with the top / bottom of the fit split's finite range (an infinite value is an extreme,
 not a missing one: the DTR NLL of an empty answer), ``drop`` removes the question from that split (for every
-feature); either way they are counted in ``summary.json``. Ranking metrics (AUROC, PRR, AURAC) of every feature are
-measured before and after calibration on every split, so a calibrator that damages ranking shows up; ECE and Brier
-after calibration.
+feature); either way they are counted in ``summary.json``. Inference (the evaluate stage, the runtime) cannot drop a
+question: it imputes with the medians and ranges ``calibrators.json`` stores under either policy, so under ``drop``
+the calibrators and classifier never saw an imputed row that inference feeds them (docs/methods/d2rag.md).
+Ranking metrics (AUROC, PRR, AURAC) of every feature are measured before and after calibration on every split, so a
+calibrator that damages ranking shows up; ECE and Brier after calibration.
 
 Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
 columns the routing table needs), ``metrics.json``, ``summary.json`` (the settings: kind, label, fit split, features,

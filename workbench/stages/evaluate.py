@@ -17,7 +17,9 @@ Outputs:
   JSON (``trace``: every step with its cost and decisions);
 * ``summary.json`` — per method (:func:`~workbench.methods.evaluation.summary_metrics`): mean EM / F1 / containment,
   retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
-  tokens and the uncached totals per question, latency p50 / p95, fallbacks.
+  tokens and the uncached totals per question, latency p50 / p95, fallbacks; and ``options`` (each method's options
+  as it ran: :func:`evaluated_options`) and ``d2rag_tau`` (D²-RAG's τ: :func:`evaluated_learned`) — the export
+  builds the bundle with the same two functions, and ``bench_runtime`` checks the bundle against these records.
 
 ``lm_calls`` counts prompts run through the model (:class:`~workbench.backends.cost.CostCounter`), not forward
 batches, so a method's LM calls per question do not depend on ``batch_questions`` or ``generator.batch_size``.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +111,20 @@ def study_params(study_dir: Path | None) -> dict[str, Any]:
 
 
 def method_options(ctx: StageContext, name: str) -> dict[str, Any]:
-    """Method ``name``'s options: the recipe's ``evaluate.options``, overlaid by the run's study (when it has one)
-    and then by the ``evaluate.params`` files (``workbench evaluate --params FILE``) that name this method."""
+    """Method ``name``'s options in this run (:func:`evaluated_options`)."""
+    return evaluated_options(ctx.config, name, ctx.inputs.get("study"))
+
+
+def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[str, Any]:
+    """Method ``name``'s options as the evaluate stage runs it: the recipe's ``evaluate.options``, overlaid by the
+    run's study (``study_dir``, when it has one) and then by the ``evaluate.params`` files (``workbench evaluate
+    --params FILE``) that name this method. The bundle export calls it too, so a bundle runs what evaluate ran."""
     from workbench.stages.study import read_params
 
-    options = {"k": ctx.config.retrieval.k} if name in ("standard_rag", "oracle") else {}
-    options.update(ctx.config.evaluate.options.get(name, {}) or {})
-    options.update(study_params(ctx.inputs.get("study")).get("methods", {}).get(name, {}) or {})
-    for path in ctx.config.evaluate.params:
+    options = {"k": config.retrieval.k} if name in ("standard_rag", "oracle") else {}
+    options.update(config.evaluate.options.get(name, {}) or {})
+    options.update(study_params(study_dir).get("methods", {}).get(name, {}) or {})
+    for path in config.evaluate.params:
         params = read_params(Path(path))
         if params["method"] == name:
             options.update(params["options"])
@@ -124,11 +133,33 @@ def method_options(ctx: StageContext, name: str) -> dict[str, Any]:
 
 def params_tau(ctx: StageContext) -> float | None:
     """D²-RAG's τ from the last ``evaluate.params`` file that gives one (None: none does)."""
+    return config_params_tau(ctx.config)
+
+
+def config_params_tau(config: Any) -> float | None:
+    """D²-RAG's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
     from workbench.stages.study import read_params
 
-    taus = [read_params(Path(p)).get("tau") for p in ctx.config.evaluate.params]
+    taus = [read_params(Path(p)).get("tau") for p in config.evaluate.params]
     taus = [t for t in taus if t is not None]
     return float(taus[-1]) if taus else None
+
+
+def evaluated_learned(config: Any, stage_dir: Callable[[str], Path | None]) -> Any:
+    """D²-RAG's learned parts as the evaluate stage runs them: :func:`load_learned` over the run's outputs
+    (``stage_dir(name)``: a stage's output directory or None; a study's τ included), then the τ of
+    ``evaluate.params`` (rule ``study``). The bundle export calls it too."""
+    learned = load_learned(
+        stage_dir("calibrate"),
+        stage_dir("classify"),
+        stage_dir("fit_utility"),
+        stage_dir("collect"),
+        stage_dir("study"),
+    )
+    tau = config_params_tau(config)
+    if tau is not None and learned is not None:
+        learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
+    return learned
 
 
 def collected_stats(collect_dir: Path) -> Any:
@@ -177,16 +208,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = list(rows.select(range(min(section.limit, len(rows))))) if section.limit is not None else list(rows)
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
-    learned = run_learned(ctx)
-    tau = params_tau(ctx)
-    if tau is not None and learned is not None:
-        learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
+    learned = evaluated_learned(ctx.config, ctx.inputs.get)
+    options = {name: method_options(ctx, name) for name in section.methods}
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
         methods[name] = build_method(
             name,
             tools,
-            method_options(ctx, name),
+            options[name],
             learned,
             utility_fallback="oracle",
             controller_generator=ctx.resources.controller_generator,
@@ -215,6 +244,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "order": list(summary),  # the recipe's order (the JSON keys are sorted)
             "notes": notes,
             "reuse_generations": section.reuse_generations,
+            "options": options,  # what each method ran with (study and evaluate.params laid over the recipe's)
+            "d2rag_tau": learned.tau if learned is not None else None,
         },
     )
     return {f"{m}_contains": round(v["contains"], 4) for m, v in summary.items() if not math.isnan(v["contains"])} | {

@@ -8,10 +8,15 @@ the same context block and answering prompt as the method), labels each (questio
 gold-free features (:func:`workbench.methods.utility.utility_inputs`), and fits on ``fit_utility.label``:
 
 * ``model: classifier`` (default) — a :class:`~workbench.methods.utility_classifier.UtilityClassifier`: balanced
-  multinomial logistic regression onto the three classes (the label cut at D²-RAG's default τ_pos / τ_neg), its
-  per-class decision biases set on a held-out ``dev_fraction`` of the training pairs; D²-RAG decodes with its class.
+  multinomial logistic regression onto the three classes (the label cut at ``fit_utility.tau_pos`` / ``tau_neg``,
+  which the recipe keeps equal to D²-RAG's ``tau_pos`` / ``tau_neg``), its per-class decision biases set on a held-out
+  ``dev_fraction`` of the training pairs; D²-RAG decodes with its class.
 * ``model: ridge`` — the earlier :class:`~workbench.methods.utility.UtilityPredictor` (regression onto ΔSePer, cut at
-  τ_pos / τ_neg by D²-RAG).
+  τ_pos / τ_neg by D²-RAG; the summary's class figures cut at ``fit_utility.tau_pos`` / ``tau_neg``).
+
+The features are generated as D²-RAG generates them at inference: the top ``k`` passages cut at ``passage_chars``,
+greedy answers at ``max_new_tokens`` — the recipe keeps each equal to what D²-RAG uses
+(:data:`workbench.recipe.STAGE_AGREEMENTS`).
 
 Quality is measured out of fold (``folds``-fold cross-validation on the same pairs, each fold predicted by a model
 fitted — dev split and biases included — on the other folds only): what D²-RAG acts on, the utility class, as
@@ -56,6 +61,9 @@ def _validate(section: Any) -> None:
         raise ConfigError(f"must be classifier or ridge, got {section.model!r}", "fit_utility.model")
     if not (math.isfinite(section.dev_fraction) and 0.0 <= section.dev_fraction < 1.0):
         raise ConfigError(f"must be in [0, 1), got {section.dev_fraction}", "fit_utility.dev_fraction")
+    low, high = section.tau_neg, section.tau_pos
+    if not (math.isfinite(low) and math.isfinite(high) and -1.0 <= low < high <= 1.0):
+        raise ConfigError(f"need -1 <= tau_neg < tau_pos <= 1, got {low} / {high}", "fit_utility.tau_neg")
 
 
 def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
@@ -230,7 +238,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.common import context_block
-    from workbench.methods.d2rag import D2RAGSettings
     from workbench.methods.utility import UTILITY_FEATURES, utility_inputs
     from workbench.stages.evaluate import build_tools
     from workbench.uncertainty.seper import SeperSettings, delta_seper
@@ -288,9 +295,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "fit_utility",
         )
     X = np.asarray([[r[name] for name in UTILITY_FEATURES] for r in records], dtype=float)
-    defaults = D2RAGSettings()
-    model, columns, quality, fitted = fit_and_score(
-        section, X[usable], y[usable], ctx.config.seed, defaults.tau_pos, defaults.tau_neg
+    model, columns, quality, fitted = fit_and_score(  # cut at the run's τ's (= D²-RAG's, checked at load)
+        section, X[usable], y[usable], ctx.config.seed, section.tau_pos, section.tau_neg
     )
     rows_used = {int(i): j for j, i in enumerate(np.flatnonzero(usable))}
     for i, record in enumerate(records):

@@ -223,6 +223,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.tune_reader:run",
             sections=("tune_reader", "generator", "retrieval", "answer"),
             inputs=("build_data",),
+            version=2,  # 2: adapter.json records the data it was trained on (training_data)
             uses=("generator",),
         ),
         StageSpec(

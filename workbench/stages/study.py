@@ -9,10 +9,15 @@ paper's defaults are the first trial (when they lie inside the space) and are sc
 parameters (:func:`~workbench.tuning.study.pick_best`: constraints first, then quality, then tokens) and the defaults
 are then scored **once** on ``study.test_split``, which no trial reads.
 
-Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ}``, what the evaluate stage and the
-bundle export lay over the recipe's ``evaluate.options`` (and D²-RAG's τ over classify's); ``params/<method>.json``
-— one method's chosen parameters with their val and test metrics next to the defaults' (``workbench evaluate
---params FILE`` reads one).
+D²-RAG is tuned as its bundle runs it: with the run's fitted (gold-free) utility. Without a ``fit_utility`` output
+the stage refuses it (so does the recipe, at load) rather than let the trials decode with the gold-using oracle; with
+a utility classifier, ``tau_pos`` / ``tau_neg`` (inert: the classifier decides the class) are refused in its space.
+
+Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ, "d2rag_utility": how the utility
+was made}``, what the evaluate stage and the bundle export lay over the recipe's ``evaluate.options`` (and D²-RAG's τ
+over classify's); ``params/<method>.json`` — one method's chosen parameters with their val and test metrics next to
+the defaults' (``workbench evaluate --params FILE`` reads one; D²-RAG's records its ``utility``: export refuses a
+file or a study that does not say it was gold-free).
 ``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
 the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
 """
@@ -28,7 +33,29 @@ from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
-__all__ = ["default_params", "read_params", "run"]
+__all__ = ["default_params", "read_params", "run", "tuned_gold_free", "utility_record"]
+
+
+def utility_record(learned: Any) -> dict[str, Any]:
+    """How D²-RAG's utility was made in a study (what its parameters file and ``best_params.json`` record): the run's
+    fitted predictor (``kind: learned``, its ``model`` kind, gold-free); ConfigError without one — a study never
+    tunes D²-RAG with the gold-using oracle, which no bundle runs."""
+    utility = getattr(learned, "utility", None)
+    if utility is None:
+        raise ConfigError(
+            "tuning d2rag needs the fit_utility stage before study: without a fitted utility its trials would decode "
+            "with the gold-using oracle, which no bundle runs",
+            "study.methods",
+        )
+    gold = bool(getattr(utility, "requires_gold", True))
+    return {"kind": "learned", "model": str(utility.kind), "requires_gold": gold}
+
+
+def tuned_gold_free(record: dict[str, Any], key: str = "utility") -> bool:
+    """Whether a D²-RAG parameters record (``params/d2rag.json``; ``best_params.json`` with ``key="d2rag_utility"``)
+    says its utility was gold-free. A record that does not say (a study made before it was recorded) is not."""
+    utility = record.get(key)
+    return isinstance(utility, dict) and utility.get("requires_gold") is False
 
 
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
@@ -96,6 +123,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
     learned = run_learned(ctx, with_study=False)  # the study starts from classify's τ, never from its own output
+    utility = utility_record(learned) if "d2rag" in section.methods else None  # refuses the oracle
     url = storage_url(section.storage, ctx.run_dir)
     storage = open_storage(url)
     settings = StudySettings(
@@ -114,6 +142,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for method in section.methods:
         specs = specs_by_method[method]
+        if method == "d2rag" and utility is not None and utility["model"] == "logistic_utility":
+            inert = [spec.name for spec in specs if spec.name in ("tau_pos", "tau_neg")]
+            if inert:  # the classifier decides the class: D²-RAG cuts no δ with them
+                raise ConfigError(
+                    f"{inert[0]} changes nothing with a utility classifier: drop it from the space",
+                    f"study.space.d2rag.{inert[0]}",
+                )
         options = dict(config.evaluate.options.get(method, {}) or {})
         common = {"options": options, "learned": learned, "batch_questions": section.batch_questions}
         on_val = MethodObjective(tools, method, rows["split"], specs, **common)
@@ -153,6 +188,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         }
         if method == "d2rag" and "tau" in outcome.best_params:
             record["tau"] = float(outcome.best_params["tau"])
+        if method == "d2rag":
+            record["utility"] = utility  # how the trials' utility was made: export refuses any but a gold-free one
         atomic_write_json(params_dir / f"{method}.json", record)
         importances = _importances(storage, outcome.name, config.seed) if len(specs) > 1 else {specs[0].name: 1.0}
         methods_out[method] = {
@@ -173,6 +210,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     best = {"methods": {m: row["options"] for m, row in methods_out.items()}}
     if "tau" in methods_out.get("d2rag", {}):
         best["d2rag_tau"] = methods_out["d2rag"]["tau"]
+    if "d2rag" in methods_out:
+        best["d2rag_utility"] = utility
     atomic_write_json(ctx.out_dir / "best_params.json", best)  # what evaluate and export overlay on the recipe's
     atomic_write_json(
         ctx.out_dir / "summary.json",

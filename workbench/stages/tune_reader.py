@@ -19,6 +19,16 @@ questions of each template of that split in every mode, through the answer stage
 (:func:`~workbench.stages.answer.answer_mode`: greedy, scored by containment / the option named), so the report shows
 what training changed per mode and template.
 
+**Refused** (at load, :func:`check_recipe`): ``eval_split`` equal to ``split`` (scoring on the training questions,
+as ``distill_data`` refuses its held-out split equal to its training split); and, for any recipe that builds data,
+an answer-reader adapter as ``generator.model`` (embedded ``smollm2-reader``, an ``adapter.json`` or its directory,
+and an adapter it was tuned from) whose training articles this data configuration puts outside ``train``
+(:func:`check_reader_adapter`).
+
+**The training-data record.** Every adapter this stage writes records under ``training_data`` the data it was trained
+on: dataset, split, seed, fractions, OOD topics, the summaries' sha256 and the sha256 of the split's sorted article
+ids (:func:`workbench.data.article_splits.training_data_record`), which the load check above reads.
+
 **Outputs**: the adapter, ``summary.json`` (rows and tokens per mode, the loss curve, the settings, seconds, the
 resume point) and ``heldout.json`` (``{"split", "base": <answer summary>, "tuned": <answer summary>}``, each as
 :func:`workbench.stages.answer.summarise` returns it).
@@ -27,13 +37,139 @@ resume point) and ``heldout.json`` (``{"split", "base": <answer summary>, "tuned
 from __future__ import annotations
 
 import gc
+import json
+import logging
+from pathlib import Path
 from typing import Any
 
 from workbench.core.atomic import atomic_write_json
-from workbench.core.errors import ConfigError, DataError
+from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.stages.context import StageContext
 
 SECTION = "tune_reader"
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
+
+
+def validate_section(section: Any) -> None:
+    """Check ``tune_reader``: the base and tuned model are never scored on the split they are trained on (``eval_split``
+    differs from ``split``). Raises a one-line ConfigError."""
+    if section.eval_split is not None and section.eval_split == section.split:
+        raise ConfigError(
+            f"base and tuned model must be scored on another split than the training one ({section.split!r})",
+            f"{SECTION}.eval_split",
+        )
+
+
+def training_data(config: Any, split: str) -> dict[str, Any]:
+    """The training-data record of an adapter trained on ``split`` of ``config``'s data
+    (:func:`workbench.data.article_splits.training_data_record`; the recipe's ``seed`` is the data seed)."""
+    from workbench.data.article_splits import training_data_record
+
+    return training_data_record(
+        dataset=config.data.dataset,
+        split=split,
+        seed=config.seed,
+        fractions=config.data.fractions,
+        ood_topics=config.data.ood_topics,
+    )
+
+
+def check_recipe(config: Any) -> None:
+    """The load checks of this stage's concerns (``workbench.recipe.LOAD_CHECKS``): :func:`validate_section` when the
+    recipe runs ``tune_reader``, and :func:`check_reader_adapter`."""
+    if SECTION in config.stages:
+        validate_section(config.tune_reader)
+    check_reader_adapter(config)
+
+
+def _adapter_chain(ref: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(label, payload)`` of the adapter ``ref`` names and of each adapter it was tuned from (its ``base_model``,
+    when that is an adapter too), read as plain JSON (no tensors); an unreadable one ends the chain (loading it
+    reports why)."""
+    from workbench.assets import EMBEDDED_ADAPTERS, adapter_reference
+
+    chain: list[tuple[str, dict[str, Any]]] = []
+    seen: set[Path] = set()
+    while len(chain) < 16:
+        try:
+            file = adapter_reference(ref)
+        except AssetError:
+            break
+        if file is None or file.resolve() in seen:
+            break
+        seen.add(file.resolve())
+        try:
+            payload = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            break
+        if not isinstance(payload, dict):
+            break
+        chain.append((ref if ref in EMBEDDED_ADAPTERS else str(file), payload))
+        ref = str(payload.get("base_model", ""))
+    return chain
+
+
+def check_reader_adapter(config: Any) -> None:
+    """Refuse (one-line ConfigError) a recipe that builds data and answers with an answer-reader adapter (format
+    ``answer-reader-v1``: ``generator.model`` or an adapter it was tuned from) when its data configuration puts any of
+    the adapter's training articles outside ``train`` — their questions would be scored with their gold options
+    learned (:func:`workbench.data.article_splits.training_data_leak`). The error names the first data key that
+    differs from the adapter's record (``seed``, ``data.fractions``, ``data.ood_topics``; else ``generator.model``)
+    and the ways out. An adapter without a record (written before it existed) is a logged warning, once per adapter:
+    nothing can be checked, so re-run ``tune_reader`` to get one that records its data."""
+    if "build_data" not in config.stages:
+        return  # no questions are built: nothing to leak
+    from workbench.backends.lora import READER_FORMAT
+    from workbench.data.article_splits import RECORD_KEY, training_data_leak
+
+    for label, payload in _adapter_chain(str(config.generator.model)):
+        if payload.get("format") != READER_FORMAT:
+            continue
+        record = payload.get(RECORD_KEY)
+        if record is None:
+            if label not in _WARNED:
+                _WARNED.add(label)
+                log.warning(
+                    "the reader adapter %s records no training data (written before tune_reader recorded it): the "
+                    "workbench cannot check that this data configuration keeps its training articles out of calib / "
+                    "val / test; re-run tune_reader with this data configuration to get one that records them",
+                    label,
+                )
+            continue
+        data = config.data
+        try:
+            if not isinstance(record, dict):
+                raise DataError(f"its {RECORD_KEY} is not a JSON object", RECORD_KEY)
+            reason = training_data_leak(
+                record, dataset=data.dataset, seed=config.seed, fractions=data.fractions, ood_topics=data.ood_topics
+            )
+        except (DataError, AssetError) as exc:  # a malformed record, or no summaries to rebuild its split from
+            raise ConfigError(f"reader adapter {label}: {exc.what}", "generator.model") from None
+        except ValueError as exc:  # fractions the split refuses (the numbers check names them first)
+            raise ConfigError(str(exc).splitlines()[0], "data.fractions") from None
+        if reason is None:
+            continue
+        trained_on = f"seed {record.get('seed')}, fractions {record.get('fractions')}"
+        if "ood_topics" in record:
+            trained_on += f", ood_topics {record.get('ood_topics')}"
+        differs = [
+            key
+            for key, mine, theirs in (
+                ("seed", config.seed, record.get("seed")),
+                ("data.fractions", [float(f) for f in data.fractions], record.get("fractions")),
+                ("data.ood_topics", sorted(data.ood_topics), record.get("ood_topics", sorted(data.ood_topics))),
+            )
+            if mine != theirs
+        ]
+        raise ConfigError(
+            f"the reader adapter {label} was trained on the {record.get('split')}"
+            f" {'articles' if 'ood_topics' in record else 'questions'} of {record.get('dataset')}"
+            f" with {trained_on}, and {reason}: use that data configuration, generator.model="
+            f"{payload.get('base_model')} (no adapter), or a reader tuned on this one (workbench run tune-reader with"
+            " these data settings, then generator.model=<its tune_reader stage directory>)",
+            differs[0] if differs else "generator.model",
+        )
 
 
 def _split(qa: Any, name: str, key: str, per_template: int | None) -> list[dict[str, Any]]:
@@ -55,6 +191,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.stages.answer import answer_prompts, mode_contexts
 
     section = ctx.config.tune_reader
+    validate_section(section)
     if not section.modes:
         raise ConfigError("name at least one answer mode (closed_book, rag, gold)", f"{SECTION}.modes")
     lora, settings = section_settings(section, SECTION, ctx.config.seed)
@@ -63,6 +200,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     heldout = _split(qa, section.eval_split, "eval_split", section.eval_per_template) if section.eval_split else []
     if not questions:
         raise DataError(f"split '{section.split}' has no questions to train on", f"{SECTION}.split")
+    record = _training_record(ctx, questions)
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     generator = ctx.resources.generator()
     max_new = ctx.config.answer.max_new_tokens
@@ -92,6 +230,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         decisions=list(prompts),
         state=result.state,
         adapter_format=READER_FORMAT,
+        training_data=record,
     )
     summary = _train_summary(ctx, result, questions)
     del result
@@ -112,6 +251,28 @@ def run(ctx: StageContext) -> dict[str, Any]:
             for mode, figures in evaluation[name]["modes"].items():
                 out[f"{name}_{mode}_contains"] = round(figures["contains"], 4)
     return out
+
+
+def _training_record(ctx: StageContext, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The adapter's training-data record (:func:`training_data`); DataError when a wiki-qa training question comes
+    from an article outside the recorded split (the built data and the record would disagree)."""
+    from workbench.data.article_splits import WIKI_DATASET, split_articles
+
+    config = ctx.config
+    record = training_data(config, config.tune_reader.split)
+    if record["dataset"] == WIKI_DATASET:
+        members = split_articles(
+            record["split"], seed=record["seed"], fractions=record["fractions"], ood_topics=record["ood_topics"]
+        )
+        for question in questions:
+            doc_ids = json.loads(question.get("metadata") or "{}").get("doc_ids", [])
+            if not set(doc_ids) <= members:
+                raise DataError(
+                    f"question {question.get('id')} comes from articles outside the {record['split']} split that the"
+                    " data configuration gives (rebuild the data: build_data)",
+                    f"{SECTION}.split",
+                )
+    return record
 
 
 def _score(ctx: StageContext, questions: list[dict[str, Any]], corpus: Any, base: Any, modes: list[str]) -> dict:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.tuning.replay import ALWAYS, ReplayTable, replay_table
+from workbench.tuning.replay import ALWAYS, ALWAYS_OPTIONS, ReplayTable, replay_table
 from workbench.tuning.space import ParamSpec
 
 __all__ = ["MethodObjective", "Pruned", "Reporter", "dense_breakpoints", "metrics_of"]
@@ -58,12 +58,18 @@ def metrics_of(records: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def dense_breakpoints(records: Sequence[dict[str, Any]]) -> list[float]:
-    """θ candidates for DENSE-RAG: midpoints between the distinct DSE₀ values in ``records`` (its traces' ``dense``
-    step), one value below the smallest (every question uncertain) and one above the largest (every one certain)."""
+    """θ candidates for DENSE-RAG: midpoints between the distinct DSE values θ is compared with in ``records`` —
+    DSE₀ (the triage, ``dense`` step: certain iff DSE₀ ≤ θ) and every refinement iteration's DSE (``refine`` steps: the
+    stop test DSE_min < θ) — one value below the smallest (every question uncertain) and one above the largest.
+
+    Exhaustive for θ at or above the θ the records were made with: a larger θ makes more questions certain and stops
+    each refinement at the same iteration or earlier, so it only meets DSE values these runs met. Below it, a
+    refinement may run past where these runs stopped and meet values they never saw: two θ's between the same
+    breakpoints there make the same triage but may stop a refinement differently."""
     values = set()
     for record in records:
         for step in json.loads(record["trace"])["steps"]:
-            if step["name"] == "dense" and step["detail"].get("dse") is not None:
+            if step["name"] in ("dense", "refine") and step["detail"].get("dse") is not None:
                 values.add(round(float(step["detail"]["dse"]), 9))
     points = sorted(values)
     if not points:
@@ -77,8 +83,10 @@ class MethodObjective:
     """Scores parameter settings of one method on fixed ``rows``.
 
     ``options`` are the method's base options (the recipe's ``evaluate.options[method]``); ``learned`` the run's
-    D²-RAG parts (its ``tau`` is what D²-RAG's ``tau`` parameter replaces). Calling it with a parameter dict returns
-    ``(metrics, kind)``; results are memoised by parameters.
+    D²-RAG parts (its ``tau`` is what D²-RAG's ``tau`` parameter replaces). D²-RAG is built as a bundle builds it:
+    never with the gold-using oracle utility (no fitted utility: ``NoUtility``, every context decoded neutrally; the
+    study stage refuses that case). Calling it with a parameter dict returns ``(metrics, kind)``; results are memoised
+    by parameters.
     """
 
     def __init__(
@@ -126,7 +134,7 @@ class MethodObjective:
                 learned = dataclasses.replace(learned, tau=float(value))
             else:
                 options[name] = value
-        method = build_method(self.method, self.tools, options, learned, utility_fallback="oracle")
+        method = build_method(self.method, self.tools, options, learned, utility_fallback="none")
         if report is None:
             return evaluate_built(
                 self.method, method, self.rows, batch_questions=self.batch_questions, progress=self.progress
@@ -152,7 +160,8 @@ class MethodObjective:
             table_key = json.dumps(others, sort_keys=True)
             kind = "replay"
             if table_key not in self.tables:
-                records = self.run({**others, self.threshold: ALWAYS[self.method]})
+                always = {**others, **ALWAYS_OPTIONS.get(self.method, {}), self.threshold: ALWAYS[self.method]}
+                records = self.run(always)
                 self.tables[table_key] = replay_table(self.method, records, self.rows)
                 kind = "decode"
             metrics = self.tables[table_key].evaluate(float(params[self.threshold]))

@@ -208,7 +208,9 @@ _SPECS: tuple[StatSpec, ...] = (
         "float",
         "[U, U, 3]",
         "NLI probabilities (contradiction, neutral, entailment) at temperature 1 for premise nli_texts[i] -> "
-        "hypothesis nli_texts[j], both prefixed with the question (as TTLM does). The diagonal [u, u] must hold the "
+        "hypothesis nli_texts[j], both prefixed with the question as 'Question: <q>\\n<text>' (backends.nli."
+        "with_question, the form the workbench's cross-encoder is trained on; TTLM joins them as q + ' ' + text). "
+        "The diagonal [u, u] must hold the "
         "judge's output for a text against itself, or (0, 0, 1) if not computed: it is read when two positions of "
         "a feature's answer set hold the same string. Features pick sub-matrices (samples 1-5; samples 1-4 + "
         "greedy). The stats graph sets every entry between identical strings (the diagonal) to (0, 0, 1) without "
@@ -223,7 +225,8 @@ _SPECS: tuple[StatSpec, ...] = (
         "Answers to the question and its P − 1 paraphrases (P = 5: q + 4 paraphrases), one greedy answer each, "
         "the question's own first (the greedy answer). The paraphrases are sampled from the generator (one line "
         "each, capped near the question's length) and stripped of preambles, labels and quotes before they are "
-        "answered (calculators.clean_paraphrase), in the same greedy call as the greedy answer.",
+        "answered (calculators.clean_paraphrase), in the same greedy call as the greedy answer; each is answered as "
+        "written (TTLM's answer prompt appends '?' to it).",
         "generator",
     ),
     StatSpec(
@@ -231,7 +234,8 @@ _SPECS: tuple[StatSpec, ...] = (
         "float",
         "[P, P, 3]",
         "NLI probabilities (contradiction, neutral, entailment) between paraphrase_answers (by position), "
-        "question-prefixed, temperature 1; identical answers get (0, 0, 1) without a judge call.",
+        "question-prefixed as nli_probs ('Question: <q>\\n<text>'), temperature 1; identical answers get (0, 0, 1) "
+        "without a judge call.",
         "stats graph + NLI judge",
     ),
     # --- DENSE -------------------------------------------------------------------------------------------------

@@ -76,11 +76,11 @@ def test_the_error_names_the_file_and_line(tmp_path):
         (["data.ood_topics=[]", "evaluate.split=ood"], "evaluate.split: evaluate reads split 'ood', which gets no"),
         # evaluate ← calibrate, classify
         (["stages=[build_data,evaluate]", "evaluate.methods=[d2rag]"], "d2rag needs the calibrate and classify"),
-        # fit_utility → evaluate: D²-RAG's k, passage_chars and max_new_tokens
-        (["fit_utility.k=4"], "fit_utility.k: is 4 but D²-RAG answers with 2 (evaluate.options.d2rag.k)"),
-        (["fit_utility.passage_chars=300"], "fit_utility.passage_chars: is 300 but D²-RAG answers with 200"),
-        (["evaluate.max_new_tokens=8"], "fit_utility.max_new_tokens: is 16 but D²-RAG answers with 8"),
-        (["evaluate.options.d2rag.max_new_tokens=12"], "with 12 (evaluate.options.d2rag.max_new_tokens)"),
+        # fit_utility → evaluate: the STAGE_AGREEMENTS table (every pair: tests/unit/core/test_stage_agreements.py)
+        (["fit_utility.k=4"], "fit_utility.k: is 4 but evaluate.options.d2rag.k is 2"),
+        (["fit_utility.passage_chars=300"], "fit_utility.passage_chars: is 300 but evaluate.passage_chars is 200"),
+        (["evaluate.max_new_tokens=8"], "fit_utility.max_new_tokens: is 16 but evaluate.max_new_tokens is 8"),
+        (["evaluate.options.d2rag.tau_pos=0.2"], "fit_utility.tau_pos: is 0.12 but evaluate.options.d2rag.tau_pos"),
         # report ← anything it shows
         (["stages=[build_data,report]"], "stages: the report stage needs one of answer, collect"),
         # export ← calibrate, classify (d2rag), and some gold-free method
@@ -110,7 +110,8 @@ def test_bench_features_names_are_checked_at_load():
         ["fit_utility.k=3", "evaluate.methods=[no_rag,dtr]"],  # nothing reads the predictor
         ["retrieval.k=3"],  # D²-RAG's k is its own, not retrieval.k
         ["evaluate.max_new_tokens=8", "fit_utility.max_new_tokens=8"],
-        ["data.fractions=[0,0,0,1]", "stages=[build_data,answer,report]"],  # a test-only dataset
+        # a test-only dataset (answered by the base: the reader's training articles would all be test articles)
+        ["data.fractions=[0,0,0,1]", "stages=[build_data,answer,report]", "generator.model=smollm2"],
         [
             "data.dataset=x.jsonl",
             "data.fractions=[0,0,0,1]",

@@ -65,7 +65,12 @@ def test_threshold_picks_the_branch_per_question_and_prices_cached_calls():
 
 def test_d2rag_retrieves_below_tau():
     steps = [
-        {"name": "features", "seconds": 1.0, "detail": {"closed_book_answer": "Paris"}, "cost": {}},
+        {
+            "name": "features",
+            "seconds": 1.0,
+            "detail": {"closed_book_answer": "Paris", "closed_book_is_answer": True},
+            "cost": {},
+        },
         {"name": "decide", "seconds": 0.0, "detail": {"p_correct": 0.3, "retrieve": True}, "cost": {}},
         {"name": "generate", "seconds": 1.0, "detail": {}, "cost": {"lm_calls": 2.0}},
     ]

@@ -152,8 +152,11 @@ class DirectionalEntailmentGraph(Feature):
     W = A + T; L_rw = I − diag(1/(rowsum(W) + 1e-6)) W; U = Σ_k max(0, 1 − |Re λ_k(L_rw)|). ≈ 1 when all agree, → m
     when all differ. ↑ = uncertain, orientation −1. NaN without samples.
 
-    Deviation: TTLM runs DEG's NLI on the raw answers without the question; here it reads the shared
-    question-prefixed matrix (no extra NLI calls).
+    Departures from TTLM (docs/features.md): TTLM runs DEG's NLI on the raw answers without the question; here it
+    reads the shared question-prefixed matrix (no extra NLI calls), so two samples with the same text have entailment
+    1 (the matrix's diagonal, no judge call; TTLM judges every pair i ≠ j). Words are split on white space after
+    removing ASCII punctuation (TTLM removes every non-word character, non-ASCII punctuation included, and keeps
+    "_"); two empty word sets, and an empty one with itself, have Jaccard 1 (TTLM: 0).
     """
 
     n_samples: int = 5

@@ -146,9 +146,9 @@ class SentSar(Feature):
 class TokenSar(Feature):
     """Token-level shifting attention to relevance (paper eqs. 13–14; Duan et al. 2024; TTLM ``TokenSAR``).
 
-    w_i = RT_i / Σ_n RT_n with RT_i = ``token_relevance`` (clipped ≥ 0) over the answer tokens (EOS dropped);
-    TokenSAR = Σ_i w_i (−log p_i). ↑ = uncertain, orientation −1. If every RT_i is 0 the weights are uniform (mean
-    NLL). NaN for an answer without tokens.
+    w_i = RT_i / Σ_n RT_n with RT_i = ``token_relevance`` (clipped ≥ 0) over the answer tokens (EOS dropped; TTLM
+    keeps it, with its own RT); TokenSAR = Σ_i w_i (−log p_i). ↑ = uncertain, orientation −1. If every RT_i is 0
+    the weights are uniform (mean NLL; TTLM: 0 / 0 = NaN). NaN for an answer without tokens.
 
     Substitution: RT_i = 1 − g(answer without token i, answer) with g = MiniLM embedding cosine instead of the STS
     cross-encoder (produced upstream).
