@@ -17,6 +17,7 @@ in-process vs served. Features an engine cannot serve are listed with the capabi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import time
@@ -149,6 +150,28 @@ def _bench_engine(
     low = str(min(section.concurrency))
     result["vs_in_process"] = result["rates"][top]["questions_per_s"] / in_process_rate
     result["vs_own_lowest"] = result["rates"][top]["questions_per_s"] / result["rates"][low]["questions_per_s"]
+    assert probe_generator is not None
+    if probe_generator.capabilities.prompt_lists:  # what a client sending one prompt per request gets
+        result["one_prompt_per_request"] = {}
+        single = dataclasses.replace(probe_generator.capabilities, prompt_lists=False)
+        for concurrency in sorted({min(section.concurrency), max(section.concurrency)}):
+            generator = build_served_generator(
+                base_url=base_url,
+                model=served_name,
+                tokenizer=ctx.config.generator.model,
+                max_concurrency=concurrency,
+                top_logprobs=section.top_logprobs,
+                cache=False,
+                seed=ctx.config.seed,
+                prompt_format=ctx.config.generator.prompt_format,
+                capabilities=single,
+                probe_record=probe_generator.probe_record,
+            )
+            servable, _ = _servable(features, generator.capabilities)
+            _, seconds = _timed_collect(generator, rows, servable, ctx)
+            result["one_prompt_per_request"][str(concurrency)] = {"questions_per_s": len(rows) / seconds}
+            ctx.log.info("%s, one prompt per request, concurrency %d: %.2f q/s", name, concurrency, len(rows) / seconds)
+            generator.close()
     return result
 
 
@@ -282,6 +305,16 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {cells} | {row['vs_in_process']:.2f}x | {row['vs_own_lowest']:.2f}x |")
     for name, why in bench.get("not_run", {}).items():
         lines.append(f"| {name} | not run: {why} |" + " |" * (len(levels) + 1))
+    for name, row in engines.items():
+        single = row.get("one_prompt_per_request") or {}
+        if single:
+            cells = ", ".join(f"{_fmt(v['questions_per_s'], '.2f')} at concurrency {c}" for c, v in single.items())
+            lines += [
+                "",
+                f"`{name}` with one prompt per request (a client that does not send prompt lists): {cells} — what "
+                "the server's batching across concurrent requests buys; the rows above send "
+                f"{bench['in_process']['batch_size']} prompts per request.",
+            ]
     if "serve_model" in engines:
         row, top = engines["serve_model"], levels[-1]
         lines += [
