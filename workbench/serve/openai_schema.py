@@ -46,14 +46,13 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
-class CompletionRequest(BaseModel):
-    """``POST /v1/completions`` (OpenAI legacy completions plus vLLM's ``top_k`` and ``return_tokens_as_token_ids``).
-    Unknown fields are ignored."""
+class _RequestFields(BaseModel):
+    """The fields both routes take: the model, the sampling and the engine extensions (vLLM's ``top_k`` and
+    ``return_tokens_as_token_ids``). Unknown fields are ignored."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -61,10 +60,17 @@ class CompletionRequest(BaseModel):
     n: int | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    logprobs: int | None = None
-    echo: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     stream: bool | None = None
+
+
+class CompletionRequest(_RequestFields):
+    """``POST /v1/completions`` (OpenAI legacy completions plus vLLM's ``top_k`` and ``return_tokens_as_token_ids``).
+    Unknown fields are ignored."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None
+    echo: bool | None = None
 
 
 class ChatMessage(BaseModel):
@@ -76,26 +82,14 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(_RequestFields):
     """``POST /v1/chat/completions`` (plus vLLM's ``top_k`` and ``return_tokens_as_token_ids``). Unknown fields are
     ignored."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    model: str
     messages: list[ChatMessage]
-    max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    n: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    return_tokens_as_token_ids: bool | None = None
-    stream: bool | None = None
 
 
 @dataclass(frozen=True)
