@@ -55,6 +55,7 @@ from workbench.backends.prompts import (
     fill_template,
 )
 from workbench.backends.served_client import ServedClient, ServedModelError, ServedSettings
+from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
 
 log = logging.getLogger(__name__)
@@ -577,12 +578,13 @@ def _load_tokenizer(ref: str | None) -> tuple[Any, str, str]:
         return None, "", ""
     from transformers import AutoTokenizer
 
-    from workbench.backends.factory import backend_errors
     from workbench.backends.lora import resolve_model
 
     resolved = resolve_model(ref)
-    with backend_errors("tokenizer", str(resolved.path)):
+    try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.path)
+    except (OSError, ValueError) as exc:  # a directory without a tokenizer, an unreadable file
+        raise AssetError(f"cannot load the tokenizer: {type(exc).__name__}: {exc}", str(resolved.path)) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, resolved.fingerprint, str(resolved.path)
