@@ -233,8 +233,9 @@ class ServedGenerator(CachedGenerations):
         return_attentions: bool = False,
         share_prefill: bool = True,
     ) -> list[Generation]:
-        """As :meth:`Generator.generate` (flat, prompt-major, cached); one request per distinct prompt (its ``n``
-        samples in one request where the server takes ``n``), ``max_concurrency`` in flight."""
+        """As :meth:`Generator.generate` (flat, prompt-major, cached): ``batch_size`` distinct prompts per request
+        where the server takes prompt lists and ``n`` (else one request per prompt, or per sample without ``n``),
+        ``max_concurrency`` requests in flight (:meth:`_generate_missing`)."""
         if return_hidden_layer is not None or return_attentions:
             what = "hidden states" if return_hidden_layer is not None else "attention weights"
             raise ServedModelError(f"{what} need the in-process backend (generator.backend: hf)", "generator.backend")
