@@ -14,7 +14,7 @@ from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 
 FEATURES = ["confidence", "dtr_nll", "entropy", "semantic_entropy", "ptrue", "verbalized_confidence", "dense"]
-VARYING = {*collect.COST_COLUMNS, "label_seconds"}
+VARYING = {*collect.COST_COLUMNS, "label_seconds", "stat_cost", "rag_retriever_seconds", "rag_answer_seconds"}
 
 
 def _recipe(tmp_path, model, encoder):
@@ -76,6 +76,37 @@ def _same_value(x, y, rel, key):
         assert x == y, key
 
 
+def _stat_costs(folder):
+    """``stat_costs.json`` of a collect output, checked against what its features need."""
+    from workbench.uncertainty.stat_costs import feature_components, load_stat_costs
+
+    costs = load_stat_costs(folder)
+    assert costs is not None and set(costs["features"]) == set(FEATURES)
+    assert set(costs["splits"]) == set(costs["retrieval"]) == {"calib", "test"}
+    for split, info in costs["splits"].items():
+        assert info["questions"] == 4 and set(info["per_question"]) == feature_components(FEATURES), split
+        assert info["per_question"]["greedy"]["lm_calls"] >= 1 and info["per_question"]["nli_answers"]["nli_pairs"] > 0
+        assert set(costs["retrieval"][split]) == {
+            "retriever_seconds",
+            "rag_answer_seconds",
+            "rag_prompt_tokens",
+            "rag_new_tokens",
+        }
+        assert costs["retrieval"][split]["retriever_seconds"] > 0 < costs["retrieval"][split]["rag_answer_seconds"]
+    return costs
+
+
+_COUNTED = ("lm_calls", "prefill_tokens")
+
+
+def _counts(costs):
+    """The per-question LM calls and prompt tokens of each component (what a warm cache cannot change)."""
+    return {
+        split: {f"{c}.{k}": round(v[k], 6) for c, v in info["per_question"].items() for k in _COUNTED}
+        for split, info in costs["splits"].items()
+    }
+
+
 def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, monkeypatch):
     recipe = _recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir)
     stage_dir = tmp_path / "run" / "stages" / "collect"
@@ -116,10 +147,12 @@ def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_enco
     labels = json.loads((stage_dir / "labels.json").read_text())
     assert {"correct_em", "rag_f1", "delta_seper_s", "correct_llm"} <= set(labels)
     assert all(info["requires_gold"] for info in labels.values())
+    resumed_costs = _stat_costs(stage_dir)
 
     run_recipe(load_recipe(recipe), force=["collect"])  # uninterrupted: identical values
     for split in ("calib", "test"):
         _same(after_resume[split], _rows(stage_dir, split))
+    assert _counts(_stat_costs(stage_dir)) == _counts(resumed_costs)  # the resumed chunks kept their costs
 
     shard_dirs = []
     for i in range(2):
@@ -136,6 +169,11 @@ def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_enco
     assert "test: 4" in result.output
     for split in ("calib", "test"):
         _same(after_resume[split], _rows(tmp_path / "merged", split), rel=1e-5)
+    merged = _counts(_stat_costs(tmp_path / "merged"))  # rebuilt from both shards' rows
+    for split, counts in _counts(resumed_costs).items():  # per-prompt counts: batching does not move them (DENSE
+        # rephrases each distinct chunk once per batch: its counts may)
+        same = {key: value for key, value in counts.items() if not key.startswith("dense.")}
+        assert {key: merged[split][key] for key in same} == pytest.approx(same), split
     with pytest.raises(Exception, match="two shards"):
         collect.merge_shards([shard_dirs[0], shard_dirs[0]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # nothing half-written

@@ -16,22 +16,30 @@ It writes:
 * ``<split>/`` — an HF dataset, one row per question: ``position`` (index in the limited split), ``id``,
   ``question``, ``answers`` (gold aliases), ``greedy_answer``, ``greedy_logprobs``, ``sample_answers``, one float
   column per feature, the labels, per-question prompt sizes (``closed_prompt_tokens`` / ``closed_new_tokens`` and,
-  with ``rag``, ``rag_prompt_tokens`` / ``rag_new_tokens``, ``retrieved_ids``) and the cost of the features
-  (``lm_calls``, ``prefill_tokens``, ``decoded_tokens``, ``scored_tokens``, ``nli_pairs``, ``retrieval_calls``,
-  ``seconds``: the chunk's totals divided evenly over its questions; ``cached_lm_calls`` / ``cached_prefill_tokens``
-  / ``cached_decoded_tokens``: what the generations the cache served would have cost) and ``label_seconds``;
+  with ``rag``, ``rag_prompt_tokens`` / ``rag_new_tokens``, ``retrieved_ids`` and the wall seconds of the rag
+  label's retrieval call ``rag_retriever_seconds`` and of its answer with the passages ``rag_answer_seconds``) and
+  the cost of the features (``lm_calls``, ``prefill_tokens``, ``decoded_tokens``, ``scored_tokens``, ``nli_pairs``,
+  ``retrieval_calls``, ``seconds``: the chunk's totals divided evenly over its questions; ``cached_lm_calls`` /
+  ``cached_prefill_tokens`` / ``cached_decoded_tokens``: what the generations the cache served would have cost),
+  ``label_seconds`` (the labels' wall time, the rag retrieval and answer included) and ``stat_cost`` (JSON: the
+  chunk's cost per stats-graph component, divided evenly over its questions,
+  :class:`~workbench.uncertainty.stat_costs.StatCostMeter`);
+* ``stat_costs.json`` — what each stats-graph component costs per question (cold cache), per split, and what the rag
+  label's retrieval and answer cost, so a router is priced for the components its features need
+  (:func:`~workbench.uncertainty.stat_costs.stat_costs_document`; left out when some row lacks ``stat_cost``);
 * ``summary.json`` — rows per split, label means, each feature's AUROC for ``correct_contains`` and NaN counts;
 * ``labels.json`` / ``features.json`` / ``metadata.json`` — label docs, feature descriptions, settings;
 * ``lars_scorer.json`` when ``lars`` is selected: the scorer fitted on ``lars_fit_split`` (the rows of that split
   hold cross-fitted scores, :mod:`workbench.uncertainty.lars_fit`).
 
 **Resumable**: each finished chunk is written as ``<scratch_dir>/<split>/chunk-<first position>.jsonl``; a re-run
-(same stage key) skips the chunks already there, then assembles the dataset from all chunk files.
+(same stage key) skips the chunks already there, then assembles the dataset from all chunk files (the per-component
+costs travel in the records' ``stat_cost``, so a resumed or merged run writes the same ``stat_costs.json``).
 
 **Shardable**: run N workers with ``collect.shard=0/N`` … ``collect.shard=N-1/N`` (separate run directories), then
 ``workbench merge OUT run0/stages/collect run1/stages/collect ...`` (:func:`merge_shards`): rows are concatenated per
 split and ordered by ``position``; a position present twice is an error. LARS is fitted at the merge, since a shard
-holds only part of the fit split.
+holds only part of the fit split; ``stat_costs.json`` is rebuilt there from every shard's rows.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from workbench.backends.prompts import passage_line
 from workbench.core.atomic import atomic_write_json, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.stages.context import StageContext
+from workbench.uncertainty.stat_costs import STAT_COSTS_FILE
 
 _GOLD = {"requires_gold": True}
 LABELS: dict[str, dict[str, Any]] = {
@@ -69,6 +78,10 @@ LABELS: dict[str, dict[str, Any]] = {
 
 COST_COLUMNS = ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs", "retrieval_calls")
 COST_COLUMNS += ("cached_lm_calls", "cached_prefill_tokens", "cached_decoded_tokens", "seconds")
+RAG_COST_COLUMNS = ("rag_retriever_seconds", "rag_answer_seconds", "rag_prompt_tokens", "rag_new_tokens")
+"""The rag label's per-question cost columns (the retrieval call and the answer with the passages)."""
+RAG_COST_NAMES = {"rag_retriever_seconds": "retriever_seconds"}
+"""Their names in ``stat_costs.json``'s ``retrieval`` block, where they differ."""
 
 
 def labels_for(options: list[str]) -> dict[str, dict[str, Any]]:
@@ -155,6 +168,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
     from workbench.uncertainty.calculators import ANSWER_SYSTEM, UNAVAILABLE_STATS, compute_stats
     from workbench.uncertainty.dense_stats import DenseSettings
     from workbench.uncertainty.features import compute_features, required_stats
+    from workbench.uncertainty.stat_costs import StatCostMeter
 
     section = ctx.config.collect
     generator = ctx.resources.generator()
@@ -167,7 +181,14 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
 
     # ---- features: what a runtime pays to decide (retrieval only when DENSE needs it)
     before, began = ctx.counter.snapshot(), time.perf_counter()
-    chunks, ids = tools["passages"].top_k(questions) if want_dense else ([[] for _ in rows], [[] for _ in rows])
+    meter = StatCostMeter(ctx.counter, generator, tools["judge"], tools["embedder"])
+    chunks, ids = [[] for _ in rows], [[] for _ in rows]
+    retriever_seconds = 0.0
+    if want_dense:  # DENSE's chunks: the retrieval is part of its component (and the rag label reuses it)
+        mark = meter.mark()
+        chunks, ids = tools["passages"].top_k(questions)
+        retriever_seconds = time.perf_counter() - mark.began
+        meter.charge(mark, "dense")
     stats = compute_stats(
         rows,
         needed,
@@ -179,6 +200,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
         dense_settings=DenseSettings(
             rephrase_max_new_tokens=section.dense_rephrase_tokens, answer_max_new_tokens=section.max_new_tokens
         ),
+        cost_meter=meter,
     )
     features = [compute_features(st, section.features, on_missing="nan") for st in stats]
     seconds, cost = time.perf_counter() - began, ctx.counter.since(before)
@@ -186,7 +208,9 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
     # ---- labels (gold-dependent)
     began = time.perf_counter()
     if want_passages and not want_dense:
+        retrieval_began = time.perf_counter()
         chunks, ids = tools["passages"].top_k(questions)
+        retriever_seconds = time.perf_counter() - retrieval_began
     greedy = [str(st.get("greedy_text", "")) for st in stats]
     extra: list[dict[str, Any]] = [{} for _ in rows]
     closed_tokens = [
@@ -199,9 +223,11 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
             generator.build_prompt(q, c, max_new_tokens=section.max_new_tokens, system=ANSWER_SYSTEM)
             for q, c in zip(questions, contexts, strict=True)
         ]
+        answer_began = time.perf_counter()
         answers = generator.generate(
             [b.text for b in built], temperature=0.0, max_new_tokens=section.max_new_tokens, stop=("\n",)
         )
+        answer_seconds = (time.perf_counter() - answer_began) / len(rows)
         for row, b, a, gold, opts, pid in zip(extra, built, answers, golds, options, ids, strict=True):
             scores = score_answer(a.text.strip(), gold, opts)
             row.update(
@@ -212,6 +238,8 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
                 rag_prompt_tokens=b.n_tokens,
                 rag_new_tokens=len(a.token_ids),
                 retrieved_ids=pid,
+                rag_retriever_seconds=retriever_seconds / len(rows),
+                rag_answer_seconds=answer_seconds,
             )
     if "seper" in section.labels:
         from workbench.uncertainty.seper import SeperSettings, delta_seper
@@ -233,6 +261,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
     label_seconds = time.perf_counter() - began
 
     share = 1.0 / len(rows)
+    stat_cost = json.dumps(meter.per_question(len(rows)))
     records = []
     for position, row, st, feats, more, answer, gold, opts, n_prompt in zip(
         positions, rows, stats, features, extra, greedy, golds, options, closed_tokens, strict=True
@@ -258,6 +287,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
                 **{name: getattr(cost, name) * share for name in COST_COLUMNS if name != "seconds"},
                 "seconds": seconds * share,
                 "label_seconds": label_seconds * share,
+                "stat_cost": stat_cost,
             }
         )
     return records
@@ -356,7 +386,26 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
     atomic_write_json(out_dir / "labels.json", labels)
     atomic_write_json(out_dir / "features.json", [f.describe() for f in get_features(features)])
     atomic_write_json(out_dir / "metadata.json", meta)
+    costs = _stat_costs(by_split, features)
+    if costs is not None:
+        atomic_write_json(out_dir / STAT_COSTS_FILE, costs)
     return summary
+
+
+def _stat_costs(by_split: dict[str, list[dict]], features: list[str]) -> dict[str, Any] | None:
+    """``stat_costs.json`` from the records' ``stat_cost`` shares and rag timings; None when a record lacks its
+    share (rows collected before the stage measured it)."""
+    from workbench.uncertainty.stat_costs import stat_costs_document
+
+    if any("stat_cost" not in r for records in by_split.values() for r in records):
+        return None
+    shares = {split: [json.loads(r["stat_cost"]) for r in records] for split, records in by_split.items()}
+    retrieval: dict[str, dict[str, float]] = {}
+    for split, records in by_split.items():
+        if records and all(all(c in r for c in RAG_COST_COLUMNS) for r in records):
+            means = {c: float(np.mean([r[c] for r in records])) for c in RAG_COST_COLUMNS}
+            retrieval[split] = {RAG_COST_NAMES.get(c, c): v for c, v in means.items()}
+    return stat_costs_document(features, shares, retrieval)
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -288,7 +288,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.collect:run",
             sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
-            version=4,  # 4: attention_score and self_detection values changed (cached_* columns: added, optional)
+            version=5,  # 5: stat_cost column + stat_costs.json, rag_retriever_seconds / rag_answer_seconds columns
             uses=("generator", "embedder"),
         ),
     )

@@ -285,6 +285,7 @@ def compute_stats(
     contexts: Sequence[Sequence[str]] | None = None,
     dense_settings: Any = None,
     nli_saved: dict[str, int] | None = None,
+    cost_meter: Any = None,
 ) -> list[dict[str, Any]]:
     """One ``{stat: value}`` dict per example (each needs a ``"question"``) holding every stat in ``needed``.
 
@@ -295,7 +296,9 @@ def compute_stats(
     ``sample_texts`` are also returned whenever the greedy answer / the samples were generated for another stat.
     Deterministic for a given generator seed. ``nli_saved`` (optional) receives, added to its counts, the ordered
     NLI pairs answered without the judge, by reason (``identical``, ``symmetric``, ``repeated``; see
-    :class:`~workbench.uncertainty.nli_matrix.NLIMatrices`).
+    :class:`~workbench.uncertainty.nli_matrix.NLIMatrices`). ``cost_meter`` (optional, a
+    :class:`~workbench.uncertainty.stat_costs.StatCostMeter` over the generator's, judge's and embedder's counters)
+    receives each step's cost, charged to its component; the stats are the same with or without it.
     """
     settings = settings or StatSettings()
     settings.validate()
@@ -322,36 +325,59 @@ def compute_stats(
     # the greedy answer enters the answer NLI matrix only when a feature reads its position there
     need_greedy = bool(needed & (_GREEDY_STATS | {"nli_index_greedy"} | _PARAPHRASE_STATS))
     need_samples = bool(needed & (_SAMPLE_STATS | _NLI_STATS))
+    meter = cost_meter
+    reader = "greedy" if need_greedy else "samples" if need_samples else None  # the component reading answers
+    mark = meter.mark() if meter is not None else None
     prompts = [
         generator.build_prompt(q, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
         for q in questions
     ]
     common = {"max_new_tokens": settings.max_new_tokens, "stop": settings.stop}
+    if meter is not None and reader is not None:  # building the answer prompts
+        meter.charge(mark, reader)
 
     # Self-Detection's paraphrases first, so that their answers join the greedy answers in ONE decode loop
+    mark = meter.mark() if meter is not None else None
     paraphrased = _paraphrases(questions, generator, settings) if needed & _PARAPHRASE_STATS else []
     para_prompts = [
         generator.build_prompt(p, None, max_new_tokens=settings.max_new_tokens, system=ANSWER_SYSTEM).text
         for p in paraphrased
     ]
+    if meter is not None and needed & _PARAPHRASE_STATS:
+        meter.charge(mark, "paraphrase")
     greedy: list[Any] = []
     para_texts: list[str] = []
     if need_greedy:  # no hidden states, no attention weights: the decode runs as bare greedy decoding does
+        mark = meter.mark() if meter is not None else None
         answered = generator.generate([*prompts, *para_prompts], temperature=0.0, **common)
         greedy, para_texts = answered[: len(prompts)], [g.text.strip() for g in answered[len(prompts) :]]
+        if meter is not None:  # one decode loop: each prompt's own cost to its component
+            groups = {"greedy": greedy, **({"paraphrase": answered[len(prompts) :]} if para_prompts else {})}
+            meter.charge_generations(mark, groups)
     samples: list[list[Any]] = [[] for _ in questions]
     if need_samples:
+        mark = meter.mark() if meter is not None else None
         n = settings.samples
         hidden = middle_layer(generator) if "sample_hidden" in needed else None
         flat = generator.generate(
             prompts, temperature=settings.temperature, n=n, seed=settings.seed, return_hidden_layer=hidden, **common
         )
         samples = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
-    eos_extra = _eos_logprobs(generator, prompts, greedy, samples, needed)
+        if meter is not None:
+            meter.charge(mark, "samples")
+    mark = meter.mark() if meter is not None else None
+    eos_scored: dict[str, int] = {}
+    eos_extra = _eos_logprobs(generator, prompts, greedy, samples, needed, eos_scored)
     greedy_texts = [g.text.strip() for g in greedy]
     sample_texts = [[s.text.strip() for s in group] for group in samples]
+    if meter is not None and eos_scored:  # one scoring pass: split by the answers each component had scored
+        meter.charge_shares(mark, eos_scored)
 
+    mark = meter.mark() if meter is not None else None
     attention = answer_attention_logdiag(generator, prompts, greedy) if "attention_logdiag" in needed else None
+    if meter is not None and attention is not None:
+        meter.charge(mark, "attention")
+    mark = meter.mark() if meter is not None else None
     for i, row in enumerate(out):
         if need_greedy:
             _greedy_stats(row, greedy[i], eos_extra.get(("g", i)), needed, generator)
@@ -367,25 +393,40 @@ def compute_stats(
             row["sample_logprobs"] = logprobs
             if "sample_hidden" in needed:
                 row["sample_hidden"] = np.stack([np.asarray(s.hidden_last, dtype=np.float32) for s in samples[i]])
+    if meter is not None and reader is not None:  # reading the answers (MARS importance decodes the greedy tokens)
+        meter.charge(mark, reader)
 
     if needed & {"token_relevance"}:
+        mark = meter.mark() if meter is not None else None
         _token_relevance(out, questions, greedy, generator, embedder)
+        if meter is not None:
+            meter.charge(mark, "token_relevance")
     if "sts_samples" in needed:
+        mark = meter.mark() if meter is not None else None
         texts = [f"{q} {s}" for q, group in zip(questions, sample_texts, strict=True) for s in group]
         vectors = _unit(embedder.encode(texts))
         n = settings.samples
         for i, row in enumerate(out):
             block = vectors[i * n : (i + 1) * n]
             row["sts_samples"] = np.clip(block @ block.T, 0.0, 1.0)
+        if meter is not None:
+            meter.charge(mark, "sts")
     if needed & _SELF_CHECK_STATS:  # one forward over one prompt per question, whichever of the two is selected
+        mark = meter.mark() if meter is not None else None
         checks = self_check_stats(generator, questions, greedy_texts, sample_texts, settings.ptrue_ideas)
         for row, (ptrue, verbalized) in zip(out, checks, strict=True):
             row["ptrue"], row["verbalized_confidence"] = ptrue, verbalized
+        if meter is not None:
+            meter.charge(mark, "self_check")
     para_answers: list[list[str]] = []
     if needed & _PARAPHRASE_STATS:  # [answer to q (the greedy answer)] + the answers to its P − 1 paraphrases
         extra = settings.paraphrases - 1
         para_answers = [[greedy_texts[i], *para_texts[i * extra : (i + 1) * extra]] for i in range(len(questions))]
-    saved = _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed, judge)
+    mark = meter.mark() if meter is not None else None
+    nli_pairs: dict[str, int] = {}
+    saved = _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed, judge, nli_pairs)
+    if meter is not None and nli_pairs:  # one judge call: split by the pairs each matrix added to it
+        meter.charge_shares(mark, nli_pairs)
     if nli_saved is not None:
         for reason, count in saved.items():
             nli_saved[reason] = nli_saved.get(reason, 0) + count
@@ -393,11 +434,14 @@ def compute_stats(
         from workbench.uncertainty.dense_stats import dense_stats
 
         assert contexts is not None  # checked above
+        mark = meter.mark() if meter is not None else None
         dense = dense_stats(
             questions, contexts, generator=generator, judge=judge, system=ANSWER_SYSTEM, settings=dense_settings
         )
         for row, extra in zip(out, dense, strict=True):
             row.update(extra)
+        if meter is not None:
+            meter.charge(mark, "dense")
     keep = needed | {"greedy_text", "sample_texts", "dense_fallbacks"}  # answers are kept whenever generated
     for row in out:
         for name in list(row):
@@ -407,12 +451,18 @@ def compute_stats(
 
 
 def _eos_logprobs(
-    generator: Any, prompts: list[str], greedy: list[Any], samples: list[list[Any]], needed: set[str]
+    generator: Any,
+    prompts: list[str],
+    greedy: list[Any],
+    samples: list[list[Any]],
+    needed: set[str],
+    scored_by: dict[str, int] | None = None,
 ) -> dict[tuple, tuple[float, float]]:
     """``{key: (EOS log-prob, entropy)}`` for every answer that ended with EOS.
 
     The generator records them while decoding (``Generation.eos_logprob``); only answers without them (e.g. read
-    from an older generation cache) are scored, in one teacher-forced pass.
+    from an older generation cache) are scored, in one teacher-forced pass. ``scored_by`` (optional) receives the
+    scored (prompt, answer) pairs by cost component (``greedy`` / ``samples``; a pair both need counts as greedy's).
     """
     keys: list[tuple] = []
     pairs: list[tuple[str, str]] = []
@@ -437,6 +487,11 @@ def _eos_logprobs(
     if not pairs:
         return out
     unique = list(dict.fromkeys(pairs))
+    if scored_by is not None:
+        first = {pair: key[0] for key, pair in reversed(list(zip(keys, pairs, strict=True)))}
+        for pair in unique:
+            component = "greedy" if first[pair] == "g" else "samples"
+            scored_by[component] = scored_by.get(component, 0) + 1
     scored = generator.score([p for p, _ in unique], [c for _, c in unique], add_eos=True)
     by_pair = {pair: (float(s.logprobs[-1]), float(s.entropies[-1])) for pair, s in zip(unique, scored, strict=True)}
     out.update({key: by_pair[pair] for key, pair in zip(keys, pairs, strict=True)})
@@ -670,13 +725,17 @@ def _paraphrases(questions: list[str], generator: Any, settings: StatSettings) -
     return [clean_paraphrase(g.text, questions[i // extra]) or questions[i // extra] for i, g in enumerate(flat)]
 
 
-def _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed: set[str], judge) -> dict[str, int]:
+def _nli_stats(
+    out, questions, greedy_texts, sample_texts, para_answers, needed: set[str], judge, pairs_by=None
+) -> dict[str, int]:
     """The answer NLI matrix and the paraphrase matrix of every question, from ONE ``judge.entail`` call.
 
     The answer matrix holds the unique texts among the samples, with the greedy answer first only when
     ``nli_index_greedy`` is needed (no selected feature reads it otherwise). Pairs are planned by
     :class:`~workbench.uncertainty.nli_matrix.NLIMatrices` (question-prefixed by the judge; identical texts →
     (0, 0, 1) without a call; for a symmetric judge each unordered pair once). Returns the pairs saved, by reason.
+    ``pairs_by`` (optional) receives the judge pairs each matrix added, by cost component (``nli_answers`` /
+    ``nli_paraphrase``; a pair both matrices need is the one that asked first's).
     """
     want_nli = bool(needed & _NLI_STATS)
     want_para = bool(needed & _PARAPHRASE_STATS)
@@ -685,14 +744,22 @@ def _nli_stats(out, questions, greedy_texts, sample_texts, para_answers, needed:
     with_greedy = "nli_index_greedy" in needed
     plan = NLIMatrices(symmetric=judge_is_symmetric(judge))
     handles = []
+    added = {**({"nli_answers": 0} if want_nli else {}), **({"nli_paraphrase": 0} if want_para else {})}
     for i, q in enumerate(questions):
         handle: dict[str, Any] = {}
         if want_nli:
+            before = plan.pairs
             texts = list(dict.fromkeys([*(greedy_texts[i : i + 1] if with_greedy else []), *sample_texts[i]]))
             handle["nli"] = (texts, plan.add(q, texts))
+            added["nli_answers"] += plan.pairs - before
         if want_para:
+            before = plan.pairs
             handle["para"] = (para_answers[i], plan.add(q, para_answers[i]))
+            added["nli_paraphrase"] += plan.pairs - before
         handles.append(handle)
+    if pairs_by is not None:
+        for component, count in added.items():
+            pairs_by[component] = pairs_by.get(component, 0) + count
     plan.run(judge)
     for i, (row, handle) in enumerate(zip(out, handles, strict=True)):
         if "nli" in handle:
