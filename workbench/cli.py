@@ -358,13 +358,21 @@ ServedModelOption = Annotated[
 ApiKeyEnvOption = Annotated[
     str | None, typer.Option("--api-key-env", help="NAME of the environment variable holding --base-url's key.")
 ]
+OnOodOption = Annotated[
+    str | None,
+    typer.Option(
+        "--on-ood",
+        help="What an out-of-distribution flag does: flag (default: only report it), retrieve (D²-RAG retrieves), "
+        "refuse (no answer); see docs/ood.md.",
+    ),
+]
 
 
 def _runtime_overrides(
     values: list[str] | None, classifier: str | None, device: str | None, **served: str | None
 ) -> dict:
     """``--set key=value`` overrides (YAML values, dotted keys for methods) as a RuntimeOptions mapping; ``served``
-    holds ``base_url`` / ``served_model`` / ``api_key_env`` from their options (None: not given)."""
+    holds ``base_url`` / ``served_model`` / ``api_key_env`` / ``on_ood`` from their options (None: not given)."""
     from workbench.core.config import parse_override
 
     overrides: dict = {}
@@ -413,6 +421,7 @@ def infer_command(
     base_url: BaseUrlOption = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
+    on_ood: OnOodOption = None,
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
     from workbench.runtime import load_bundle
@@ -424,7 +433,7 @@ def infer_command(
         raise WorkbenchError("--input needs --output (the answers file, resumed if it exists)", "infer")
     if batch_size is not None and batch_size < 1:
         raise WorkbenchError("--batch-size must be >= 1", "infer")
-    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
     runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))  # loads no model
     if input_file is not None:
         # every refusal (method, input, rows already written) comes before a model is loaded, and none is loaded
@@ -446,6 +455,8 @@ def infer_command(
             f"   [{answer.method}]{decision} retrieved: {'yes' if answer.retrieved else 'no'} ({used}), "
             f"{answer.lm_calls:g} LM calls, {answer.tokens:.0f} tokens, {answer.latency_s:.2f} s"
         )
+        if answer.ood is not None and answer.ood["flag"]:
+            typer.echo(f"   out of distribution: {', '.join(answer.ood['checks'])} ({answer.ood['action']})")
 
 
 @app.command("serve")
@@ -483,6 +494,7 @@ def serve_command(
     base_url: BaseUrlOption = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
+    on_ood: OnOodOption = None,
 ) -> None:
     """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
 
@@ -497,7 +509,7 @@ def serve_command(
         raise WorkbenchError(
             f"serve needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve"
         ) from None
-    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+    served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
     runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))
     # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
     # answers of it, a smaller one leaves batch rows empty.

@@ -356,6 +356,7 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     if learned.lars_scorer is not None:
         save_learned(learned.lars_scorer, tmp / "learned" / "lars.json")
         blocks["decision"]["files"]["lars"] = "learned/lars.json"
+    _write_ood(learned, tmp, blocks["decision"])
     if learned.utility is not None:
         save_learned(learned.utility, tmp / "learned" / "utility.json")
         blocks["utility"] = {
@@ -372,6 +373,16 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
         }
         notes.append("d2rag: no fit_utility stage, so the bundle decodes retrieved contexts neutrally")
     return blocks
+
+
+def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
+    """``learned/ood.json``, named by ``decision.files.ood``, when the run's calibrate stage fitted an OOD profile
+    (docs/ood.md); nothing for a run made before it."""
+    from workbench.methods.learned import save_learned
+
+    if learned.ood is not None:
+        save_learned(learned.ood, tmp / "learned" / "ood.json")
+        decision["files"]["ood"] = "learned/ood.json"
 
 
 def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:

@@ -212,12 +212,14 @@ class StatsBlock:
 
 @dataclass
 class DecisionFiles:
-    """``decision.files``: the learned files of the decision, each a key of the manifest's ``files``."""
+    """``decision.files``: the learned files of the decision, each a key of the manifest's ``files`` (``ood``: the
+    fit split's OOD profile, docs/ood.md; absent from bundles exported before it)."""
 
     calibrators: str
     classifier: str
     classifier_onnx: str
     lars: str | None = None
+    ood: str | None = None
 
 
 @dataclass

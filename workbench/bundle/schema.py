@@ -10,6 +10,7 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
     learned/classifier.json    the decision classifier's weights (numpy path)
     learned/classifier.onnx    the same classifier as an ONNX graph (ONNX Runtime path)
     learned/lars.json          the LARS scorer (when ``lars`` is a feature)
+    learned/ood.json           the fit split's OOD profile (docs/ood.md; when the calibrate stage fitted one)
     learned/utility.json       D²-RAG's utility predictor (when the run fitted one)
     learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one)
     plots/*.png                figures of the model card

@@ -38,6 +38,13 @@ The utility is pluggable (:mod:`workbench.methods.utility`):
 δ unknown, so every retrieved context is decoded neutrally) or :class:`~workbench.methods.utility.OracleUtility` (the
 paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
+**Out of distribution.** With an ``ood_profile`` (:class:`~workbench.calibration.ood.OODProfile`, fitted by the
+``calibrate`` stage on the calibrators' fit split), Stage 1 checks each question — its raw features, its form and
+its closed-book answer's length — and the ``features`` step records ``ood: {flag, checks}``. ``on_ood`` (an
+attribute, ``"flag"`` by default; the runtime sets it per call) says what a flag does here: ``flag`` only reports
+it, ``retrieve`` retrieves for a flagged question whatever p is (the ``decide`` step then says
+``forced_by_ood``). Refusing is the runtime's (docs/ood.md).
+
 Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
 ``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise. The ``features`` step's
 ``closed_book_is_answer`` says whether a_para is the closed-book answer the method returns without retrieval (the
@@ -188,10 +195,13 @@ class D2RAG(Method):
     ends). ``utility`` is a :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
     :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
     :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
-    ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature.
+    ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature. ``ood_profile`` (an
+    :class:`~workbench.calibration.ood.OODProfile`, or None) adds the out-of-distribution check to Stage 1;
+    ``on_ood`` (``flag`` or ``retrieve``) is what a flagged question does (see the module docstring).
     """
 
     name = "d2rag"
+    on_ood: str = "flag"
 
     def __init__(
         self,
@@ -205,6 +215,7 @@ class D2RAG(Method):
         medians: Mapping[str, float] | None = None,
         lars_scorer: Any = None,
         policy: Any = None,
+        ood_profile: Any = None,
     ) -> None:
         super().__init__(tools)
         from workbench.calibration.calibrator_set import CalibratorSet
@@ -248,6 +259,7 @@ class D2RAG(Method):
         self.tau = policy.tau
         self.utility = utility
         self.lars_scorer = lars_scorer
+        self.ood_profile = ood_profile
         self.budget = self.settings.max_new_tokens or tools.max_new_tokens
         self.stat_settings = self.settings.stats or StatSettings(max_new_tokens=self.budget)
         needed = required_stats(self.features)
@@ -360,11 +372,26 @@ class D2RAG(Method):
                         "closed_book_is_answer": self.closed_book_is_answer,
                     }
                 )
+                self._check_ood(w, raw, detail)
         for w in work:
             if w.decision.imputed:
                 w.trace.fallback(f"non-finite feature(s) imputed: {', '.join(w.decision.imputed)}")
             with w.trace.step("decide", tools.counter) as step:
+                forced = w.ood_flag and self.on_ood == "retrieve" and not w.decision.retrieve
+                w.decision.retrieve = w.decision.retrieve or forced
                 step.update({"p_correct": w.decision.p_correct, "tau": self.tau, "retrieve": w.decision.retrieve})
+                if forced:
+                    step["forced_by_ood"] = True
+
+    def _check_ood(self, w: _Question, raw: Mapping[str, float] | None, detail: dict[str, Any]) -> None:
+        """With an OOD profile: check the question (its raw features when given, its form, its closed-book answer's
+        length) and record ``ood`` in the ``features`` step."""
+        if self.ood_profile is None:
+            return
+        answer = w.stats.get("greedy_text")
+        result = self.ood_profile.check(w.question, raw, None if answer is None else str(answer))
+        w.ood_flag = result.ood
+        detail["ood"] = result.to_dict()
 
     def _skip_stage1(self, work: list[_Question]) -> None:
         """τ > 1: every question retrieves, so no feature, calibration or classifier runs; only the stats the utility
@@ -397,6 +424,7 @@ class D2RAG(Method):
                         "closed_book_is_answer": self.closed_book_is_answer,
                     }
                 )
+                self._check_ood(w, None, detail)
         for w in work:
             with w.trace.step("decide", tools.counter) as step:
                 step.update({"p_correct": None, "tau": self.tau, "retrieve": True})
@@ -575,6 +603,7 @@ class _Question:
     index: int = 0
     klass: str = "closed"
     text: str = ""
+    ood_flag: bool = False
 
 
 def with_settings(settings: D2RAGSettings, **changes: Any) -> D2RAGSettings:

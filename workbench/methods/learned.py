@@ -20,6 +20,7 @@ kind                   class                                                    
 ``lars``               :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`  ``collect``
 ``logistic_utility``   :class:`~workbench.methods.utility_classifier.UtilityClassifier`  ``fit_utility`` (default)
 ``ridge_utility``      :class:`~workbench.methods.utility.UtilityPredictor`         ``fit_utility`` (``model: ridge``)
+``ood_profile``        :class:`~workbench.calibration.ood.OODProfile`               ``calibrate``
 =====================  ===========================================================  ==============================
 """
 
@@ -44,6 +45,7 @@ LEARNED_KINDS: dict[str, str] = {
     "lars": "workbench.uncertainty.features.probability:LarsLikeScorer",
     "ridge_utility": "workbench.methods.utility:UtilityPredictor",
     "logistic_utility": "workbench.methods.utility_classifier:UtilityClassifier",
+    "ood_profile": "workbench.calibration.ood:OODProfile",
 }
 """kind → ``module:Class`` of the workbench's own learned artifacts (the only classes a file can become)."""
 
@@ -127,7 +129,8 @@ class LearnedParts:
     in the classifier's column order, the fit split's ``medians`` for imputation, the ``utility`` predictor (None:
     none was fitted — the caller decides the fallback), the ``lars_scorer`` (needed when ``lars`` is a feature),
     ``stats`` (the :class:`~workbench.uncertainty.calculators.StatSettings` the features were collected with; None:
-    the method's defaults) and ``tau_rule`` (how τ was chosen, for the record).
+    the method's defaults), ``tau_rule`` (how τ was chosen, for the record) and the fit split's ``ood`` profile
+    (:class:`~workbench.calibration.ood.OODProfile`; None: no OOD check).
     """
 
     calibrators: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +143,7 @@ class LearnedParts:
     lars_scorer: Any = None
     stats: Any = None
     tau_rule: str = ""
+    ood: Any = None
 
     @classmethod
     def assemble(
@@ -152,6 +156,7 @@ class LearnedParts:
         lars_scorer: Any = None,
         stats: Any = None,
         tau_rule: str = "",
+        ood: Any = None,
     ) -> LearnedParts:
         """The parts from a loaded :class:`~workbench.calibration.calibrator_set.CalibratorSet` and classifier (what
         both a run's stage outputs and a bundle hold)."""
@@ -166,6 +171,7 @@ class LearnedParts:
             lars_scorer=lars_scorer,
             stats=stats,
             tau_rule=tau_rule,
+            ood=ood,
         )
 
     def policy(self) -> Any:

@@ -271,6 +271,7 @@ def _build_d2rag(req: BuildRequest) -> Method:
         settings=req.settings(**extra),
         lars_scorer=learned.lars_scorer,
         policy=learned.policy(),
+        ood_profile=learned.ood,
     )
     method.name = req.name
     return method

@@ -131,6 +131,8 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     settings = StatSettings.from_dict(stats["settings"], f"{where}: stats.settings") if stats.get("settings") else None
     tau = check_tau(decision["tau"], f"{where}: decision.tau")
     rule = str(decision.get("rule", ""))
+    # the OOD profile (docs/ood.md); a bundle exported before it has none and answers without the flag
+    ood = files.learned(paths["ood"], "decision.files.ood", {"ood_profile"}) if paths.get("ood") else None
     return LearnedParts.assemble(
-        calibrators, model, tau, utility=utility, lars_scorer=lars, stats=settings, tau_rule=rule
+        calibrators, model, tau, utility=utility, lars_scorer=lars, stats=settings, tau_rule=rule, ood=ood
     )

@@ -9,6 +9,10 @@ Every key is optional; an unknown key or a wrong type is a one-line ConfigError 
   ``generator`` / ``embedder`` (another model; its weights must match the manifest's digest unless
   ``allow_model_mismatch``), ``corpus`` (another passage file), ``methods`` (per-method option overrides, checked like
   ``evaluate.options``).
+
+``on_ood`` says what an out-of-distribution flag does (docs/ood.md): ``flag`` reports it in every answer's ``ood``,
+``retrieve`` also makes D²-RAG retrieve for a flagged question, ``refuse`` returns no answer for it (text ``""``,
+``ood.action`` ``"refused"``, a note saying why).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ class RuntimeOptions:
     dtype: Literal["float32", "bfloat16", "float16"] | None = doc("generator dtype (null: the bundle's)", None)
     batch_size: int | None = doc("prompts per forward batch (null: the bundle's)", None)
     classifier: Literal["numpy", "onnx"] = doc("run the decision classifier in numpy or with ONNX Runtime", "numpy")
+    on_ood: Literal["flag", "retrieve", "refuse"] = doc(
+        "what an out-of-distribution flag does: flag (only report it), retrieve (D²-RAG retrieves), refuse (no answer)",
+        "flag",
+    )
     generation_cache: bool = doc("reuse generations from the on-disk generation cache", False)
     generator: str | None = doc("another generator (embedded name, path or hub id); see allow_model_mismatch", None)
     embedder: str | None = doc("another embedder; see allow_model_mismatch", None)

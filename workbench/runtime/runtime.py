@@ -40,6 +40,11 @@ class RuntimeAnswer:
     batched stage's cost evenly over the questions in it: token counts can be fractions); ``latency_s``: the answer's
     wall time (its steps'; a step shared by a batch counts its share); ``notes``: recovered failures and departures
     from the bundle; ``trace``: every step with its decisions and cost.
+
+    ``ood``: the out-of-distribution check (docs/ood.md) — None when the bundle has no OOD profile, else ``{"flag",
+    "checks", "action"}``: the failed checks (the question's form and length for every method; D²-RAG's features and
+    closed-book answer length too) and what the flag did (None: no flag; ``reported``, ``retrieved`` — D²-RAG
+    retrieved because of it — or ``refused``: ``text`` is ``""`` and a note says why).
     """
 
     question: str
@@ -53,6 +58,7 @@ class RuntimeAnswer:
     features: dict[str, float | None] | None = None
     calibrated: dict[str, float] | None = None
     utility_class: str | None = None
+    ood: dict[str, Any] | None = None
     lm_calls: float = 0.0
     prompt_tokens: float = 0.0
     generated_tokens: float = 0.0
@@ -70,6 +76,8 @@ class RuntimeAnswer:
 
 
 UTILITY_CLASSES = ("closed", "relevant", "neutral", "noisy")
+OOD_ACTIONS = ("flag", "retrieve", "refuse")
+"""What an out-of-distribution flag can do (:class:`~workbench.runtime.options.RuntimeOptions` ``on_ood``)."""
 
 
 def _finite(value: Any) -> float | None:
@@ -98,6 +106,7 @@ class Runtime:
         try:
             self.learned = read_learned_parts(root, manifest, options.classifier)
             self.policy = self.learned.policy() if self.learned is not None else None
+            self.ood = self.learned.ood if self.learned is not None else None  # the OOD profile (docs/ood.md)
         except (KeyError, TypeError, ValueError) as exc:
             where = str(root / "manifest.json")
             raise DataError(f"malformed decision block ({type(exc).__name__}: {exc})", where) from None
@@ -217,25 +226,83 @@ class Runtime:
         return self.answer_many([question], method)[0]
 
     def answer_many(
-        self, questions: Sequence[str], method: str | None = None, batch_size: int | None = None
+        self,
+        questions: Sequence[str],
+        method: str | None = None,
+        batch_size: int | None = None,
+        on_ood: str | None = None,
     ) -> list[RuntimeAnswer]:
         """Answer several questions, ``batch_size`` at a time (default: the generator's batch size); methods that
-        batch (DTR, InSemRAG's rounds) share forward passes within a batch."""
+        batch (DTR, InSemRAG's rounds) share forward passes within a batch. ``on_ood`` (``flag``, ``retrieve`` or
+        ``refuse``; None: the runtime's option) is what an out-of-distribution flag does (docs/ood.md): under
+        ``refuse`` a question whose form is flagged is not run at all."""
         questions = _check_questions(questions)
+        action = self.options.on_ood if on_ood is None else on_ood
+        if action not in OOD_ACTIONS:
+            raise ConfigError(f"on_ood must be one of {', '.join(OOD_ACTIONS)}, got {action!r}", "on_ood")
         runner = self.method(method)
         size = batch_size or self.options.batch_size or int(self.manifest["answering"].get("batch_size", 8))
         if size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {size}", "batch_size")
         out: list[RuntimeAnswer] = []
         with self._lock:
+            if hasattr(runner, "ood_profile"):  # D²-RAG: a flag may force retrieval (refusing is done here)
+                runner.on_ood = "retrieve" if action == "retrieve" else "flag"
             for start in range(0, len(questions), size):
                 batch = questions[start : start + size]
-                examples = [{"id": f"q{start + i}", "question": q} for i, q in enumerate(batch)]
-                began = time.perf_counter()
-                answers = runner.answer_many(examples)
-                share = (time.perf_counter() - began) / len(batch)  # when a method records no step times
-                out += [self._wrap(q, runner.name, a, share) for q, a in zip(batch, answers, strict=True)]
+                forms = [self.ood.check_question(q) if self.ood is not None else [] for q in batch]
+                run = [i for i, form in enumerate(forms) if not (action == "refuse" and form)]
+                examples = [{"id": f"q{start + i}", "question": batch[i]} for i in run]
+                answers: dict[int, RuntimeAnswer] = {}
+                if examples:
+                    began = time.perf_counter()
+                    done = runner.answer_many(examples)
+                    share = (time.perf_counter() - began) / len(examples)  # when a method records no step times
+                    answers = {i: self._wrap(batch[i], runner.name, a, share) for i, a in zip(run, done, strict=True)}
+                for i, question in enumerate(batch):
+                    answer = answers.get(i) or self._refused(question, runner.name)
+                    out.append(self._flag(answer, forms[i], action))
         return out
+
+    def _flag(self, answer: RuntimeAnswer, form: list[str], action: str) -> RuntimeAnswer:
+        """``answer`` with its ``ood`` (None without a profile): the question's form checks, or D²-RAG's own checks
+        (which include them); under ``refuse`` a flagged answer loses its text."""
+        if self.ood is None:
+            return answer
+        features = next((s for s in answer.trace.get("steps", []) if s["name"] == "features"), None)
+        checks = list((features or {}).get("detail", {}).get("ood", {}).get("checks", form))
+        decided = next((s for s in answer.trace.get("steps", []) if s["name"] == "decide"), None)
+        taken = None
+        if checks:
+            taken = "reported"
+            if decided is not None and decided["detail"].get("forced_by_ood"):
+                taken = "retrieved"
+            if action == "refuse":
+                taken = "refused"
+                if "refused" not in answer.trace:  # answered, then flagged by D²-RAG's own checks
+                    why = f"refused: out of distribution for this bundle ({', '.join(checks)}); on_ood=refuse"
+                    answer.text, answer.notes = "", [why, *answer.notes]
+                    answer.trace["refused"] = why
+        answer.ood = {"flag": bool(checks), "checks": checks, "action": taken}
+        return answer
+
+    def _refused(self, question: str, method: str) -> RuntimeAnswer:
+        """The answer to a question refused before any model ran (its form is out of distribution, on_ood=refuse)."""
+        from workbench.methods.base import Trace
+
+        checks = self.ood.check_question(question) if self.ood is not None else []
+        why = f"refused: out of distribution for this bundle ({', '.join(checks)}); on_ood=refuse"
+        trace = Trace(method).to_dict()
+        trace.update({"runtime_notes": list(self.notes), "refused": why})
+        return RuntimeAnswer(
+            question=question,
+            method=method,
+            text="",
+            retrieved=False,
+            decoding="none",
+            notes=[why, *self.notes],
+            trace=trace,
+        )
 
     def _wrap(self, question: str, method: str, answer: Any, latency: float) -> RuntimeAnswer:
         trace = answer.trace.to_dict()
@@ -290,6 +357,7 @@ class Runtime:
             "generator": self.manifest["models"]["generator"]["ref"],
             "decision": {k: decision.get(k) for k in ("features", "classifier", "tau", "rule")} if decision else None,
             "classifier_backend": self.options.classifier,
+            "ood": None if self.ood is None else {"profile": self.ood.describe(), "on_ood": self.options.on_ood},
             "notes": list(self.notes),
         }
 

@@ -43,7 +43,7 @@ import unicodedata
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import anyio
 from fastapi import FastAPI, Request
@@ -187,13 +187,35 @@ class MethodsBody(BaseModel):
     decision: dict[str, Any] | None
 
 
+class OODInfo(BaseModel):
+    """An answer's out-of-distribution check (docs/ood.md): ``flag``, the failed ``checks`` and what the flag did
+    (``action``: null, ``reported``, ``retrieved`` or ``refused``)."""
+
+    flag: bool
+    checks: list[str]
+    action: Literal["reported", "retrieved", "refused"] | None = None
+
+
+class AnswerRecord(BaseModel):
+    """One answer: ``RuntimeAnswer.to_dict()`` (every field; ``trace`` only when asked). ``ood`` is null when the
+    bundle has no OOD profile."""
+
+    model_config = ConfigDict(extra="allow")
+
+    question: str
+    method: str
+    text: str
+    retrieved: bool
+    ood: OODInfo | None = None
+
+
 class AnswerBody(BaseModel):
     """``POST /answer``: one answer per question, in order (see ``RuntimeAnswer``; ``trace`` only when asked)."""
 
     bundle: str
     version: str
     method: str
-    answers: list[dict[str, Any]]
+    answers: list[AnswerRecord]
 
 
 # Characters that draw nothing although Unicode gives them a letter or symbol category (Hangul fillers, the blank
@@ -250,6 +272,11 @@ def _request_model(limits: ServeLimits, methods: Sequence[str]) -> type[BaseMode
         )
         method: str | None = Field(None, min_length=1, description=f"One of: {known}.")
         traces: bool = Field(False, description="Include each answer's full step-by-step trace.")
+        on_ood: Literal["flag", "retrieve", "refuse"] | None = Field(
+            None,
+            description="What an out-of-distribution flag does: flag (only report it in the answer's `ood`), retrieve "
+            "(D²-RAG retrieves), refuse (no answer); null: the server's setting (docs/ood.md).",
+        )
 
         @model_validator(mode="after")
         def _exactly_one(self) -> "AnswerRequest":
@@ -370,9 +397,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
 
     ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods", "queue"}``; ``GET /methods`` → the methods
     with their settings, the default (``d2rag`` when present, else the first) and the decision block; ``POST /answer``
-    with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``) → ``{"bundle",
-    "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless traces]}``. The app's scheduler
-    is ``app.state.scheduler``; it is closed when the app shuts down.
+    with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``, ``on_ood``) →
+    ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless traces]}``. The app's
+    scheduler is ``app.state.scheduler``; it is closed when the app shuts down.
     """
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits must be a ServeLimits, got {type(limits).__name__}", "serve.limits")
@@ -382,8 +409,14 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     default_method = "d2rag" if "d2rag" in methods else methods[0]
     request_model = _request_model(limits, methods)
     fields = tuple(request_model.model_fields)
+
+    def answer_batch(questions: list[str], key: Any) -> Sequence[Any]:
+        if isinstance(key, tuple):  # (method, on_ood): a request that set on_ood is batched with its like only
+            return runtime.answer_many(questions, key[0], on_ood=key[1])  # type: ignore[call-arg]
+        return runtime.answer_many(questions, key)
+
     scheduler = BatchScheduler(
-        lambda questions, method: runtime.answer_many(questions, method),
+        answer_batch,
         max_queue=limits.max_queue,
         max_batch_questions=limits.max_batch_questions,
     )
@@ -527,7 +560,13 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             return error(500, "internal server error while answering; see the server log")
 
     async def answered(
-        questions: list[str], labels: list[str], method: str, request: Request, deadline: float, error: ErrorFn
+        questions: list[str],
+        labels: list[str],
+        method: str,
+        request: Request,
+        deadline: float,
+        error: ErrorFn,
+        on_ood: str | None = None,
     ) -> Response | list[Any]:
         """Answers to valid ``questions`` (``labels`` name them in errors) once their tokens are counted against the
         limit and the scheduler has answered them; else the refusal made by ``error`` (422, 503, 504, 500)."""
@@ -541,7 +580,8 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         if too_long:
             return error(422, too_long)
         try:
-            job = scheduler.submit(questions, method, deadline)
+            key = method if on_ood is None else (method, on_ood)
+            job = scheduler.submit(questions, key, deadline)  # type: ignore[arg-type]
         except QueueFull as exc:
             return error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
         except SchedulerClosed as exc:
@@ -557,7 +597,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         single = body.question is not None
         questions = [body.question] if single else list(body.questions)
         labels = ["question"] if single else [f"questions[{i}]" for i in range(len(questions))]
-        outcome = await answered(questions, labels, method, request, deadline, _error)
+        outcome = await answered(questions, labels, method, request, deadline, _error, body.on_ood)
         if not isinstance(outcome, list):
             return outcome
         out = [_answer_record(item, body.traces) for item in outcome]

@@ -21,7 +21,9 @@ calibrator that damages ranking shows up; ECE and Brier after calibration.
 
 Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
 columns the routing table needs), ``metrics.json``, ``summary.json`` (the settings: kind, label, fit split, features,
-NaN counts; and rows per split).
+NaN counts; and rows per split), ``ood.json`` (the fit split's
+:class:`~workbench.calibration.ood.OODProfile`: feature ranges, question forms, answer lengths; docs/ood.md) and
+``ood_checks.json`` (each row's failed OOD checks, per split, for the report).
 """
 
 from __future__ import annotations
@@ -150,8 +152,49 @@ def probability_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, floa
     return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
 
 
+def write_ood(
+    out_dir: Path,
+    rows: dict[str, list[dict]],
+    raw: dict[str, np.ndarray],
+    keep: dict[str, np.ndarray],
+    fit_split: str,
+    features: list[str],
+) -> str:
+    """Fit the :class:`~workbench.calibration.ood.OODProfile` on the fit split (its questions, raw features before
+    imputation — the profile imputes as the calibrator set does — and greedy answers when collected) into
+    ``ood.json``, and write ``ood_checks.json``: per split, the failed checks of each kept row (calibrated.json's row
+    order) for the report. Returns the profile's one-line description (or why none was fitted: a collection without
+    a ``question`` column)."""
+    from workbench.calibration.ood import OODProfile
+    from workbench.methods.learned import save_learned
+
+    fit_rows = rows[fit_split]
+    if "question" not in fit_rows[0]:
+        return "no OOD profile: the collection has no question column"
+    answers = [str(r["greedy_answer"]) for r in fit_rows] if "greedy_answer" in fit_rows[0] else None
+    columns = {f: raw[fit_split][:, j] for j, f in enumerate(features)}
+    profile = OODProfile.fit([str(r["question"]) for r in fit_rows], columns, answers)
+    save_learned(profile, out_dir / "ood.json")
+    checks: dict[str, Any] = {}
+    for split, matrix in raw.items():
+        kept = [(r, m) for r, m, k in zip(rows[split], matrix, keep[split], strict=True) if k]
+        checks[split] = {
+            "id": [str(r["id"]) for r, _ in kept],
+            "checks": [
+                profile.check(
+                    str(r["question"]),
+                    dict(zip(features, (float(v) for v in m), strict=True)),
+                    str(r["greedy_answer"]) if answers is not None and "greedy_answer" in r else None,
+                ).checks
+                for r, m in kept
+            ],
+        }
+    atomic_write_json(out_dir / "ood_checks.json", checks)
+    return profile.describe()
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
-    """Fit, apply and measure the calibrators; write the four JSON outputs."""
+    """Fit, apply and measure the calibrators; write the JSON outputs (and the OOD profile: :func:`write_ood`)."""
     from workbench.calibration.oof import fit_calibrator, out_of_fold_predict
 
     section = ctx.config.calibrate
@@ -228,9 +271,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     calibrator_set = CalibratorSet(tuple(features), calibrators, nan_counts["medians"], nan_counts["ranges"])
     save_learned(calibrator_set, ctx.out_dir / "calibrators.json")
+    ood_line = write_ood(ctx.out_dir, rows, raw, keep, section.fit_split, features)
     atomic_write_json(ctx.out_dir / "calibrated.json", out_rows)
     atomic_write_json(ctx.out_dir / "metrics.json", metrics)
-    atomic_write_json(ctx.out_dir / "summary.json", {**meta, "rows": {s: len(v["id"]) for s, v in out_rows.items()}})
+    summary_rows = {s: len(v["id"]) for s, v in out_rows.items()}
+    atomic_write_json(ctx.out_dir / "summary.json", {**meta, "ood": ood_line, "rows": summary_rows})
     eval_split = next((s for s in calibrated if s != section.fit_split), section.fit_split)
     aurocs = [metrics[f][eval_split]["after"]["auroc"] for f in features]
     best = max((a, f) for a, f in zip(aurocs, features, strict=True) if a is not None) if any(aurocs) else None
@@ -239,4 +284,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "bad_values": sum(sum(v.values()) for v in nan_counts["bad_values"].values()),
         "best_feature": None if best is None else best[1],
         "best_auroc": None if best is None else best[0],
+        "ood": ood_line,
     }

@@ -64,7 +64,8 @@ def load_learned(
 
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
     needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
-    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``)."""
+    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``). The calibrate
+    output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its questions against."""
     from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts, load_learned
 
     if calibrate_dir is None or classify_dir is None:
@@ -86,8 +87,10 @@ def load_learned(
     studied = study_params(study_dir).get("d2rag_tau") if study_dir is not None else None
     if studied is not None:
         rule, tau = "study", float(studied)
+    ood_file = calibrate_dir / "ood.json"  # absent from calibrate outputs made before the OOD profile
+    ood = load_learned(ood_file, expect={"ood_profile"}) if ood_file.is_file() else None
     return LearnedParts.assemble(
-        calibrators, classifier, tau, utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule
+        calibrators, classifier, tau, utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule, ood=ood
     )
 
 

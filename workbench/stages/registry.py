@@ -146,7 +146,7 @@ STAGES: dict[str, StageSpec] = {
             "calibrate",
             "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
             "workbench.stages.calibrate:run",
-            version=3,  # 3: ±inf imputed with the end of the fit split's finite range, not the median
+            version=4,  # 4: also fits the OOD profile (ood.json, ood_checks.json); 3: ±inf imputed with the range
             sections=("calibrate",),
             inputs=("collect",),
         ),

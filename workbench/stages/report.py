@@ -211,6 +211,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_calibration import calibration_sections
 
             body += calibration_sections(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), tmp)
+            from workbench.stages.report_ood import ood_section
+
+            body += ood_section(ctx.inputs.get("calibrate"))
         if "seper_eval" in ctx.inputs:
             from workbench.stages.seper_eval import seper_section
 
