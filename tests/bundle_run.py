@@ -9,13 +9,20 @@ uses) and export — is the real one.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 FEATURES = ["confidence", "entropy", "dtr_nll"]
-"""Stage-1 features whose stats need only the greedy answer (cheap on the tiny model)."""
+"""Stage-1 features: confidence and DTR's NLL ride on the greedy answer, entropy needs the samples (cheap on the
+tiny model)."""
+
+STAT_COST = {  # a synthetic per-question cost of each stats component the features need (stat_costs.json)
+    "greedy": {"lm_calls": 1.0, "prefill_tokens": 60.0, "decoded_tokens": 4.0, "seconds": 0.05},
+    "samples": {"lm_calls": 1.0, "prefill_tokens": 60.0, "decoded_tokens": 20.0, "seconds": 0.2},
+}
 
 
 def synthetic_collect(ctx: Any) -> dict[str, Any]:
@@ -27,7 +34,11 @@ def synthetic_collect(ctx: Any) -> dict[str, Any]:
 
     section = ctx.config.collect
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    from workbench.uncertainty.stat_costs import CACHED_FIELDS, COST_FIELDS
+
     rng = np.random.default_rng(ctx.config.seed)
+    zero = dict.fromkeys((*COST_FIELDS, *CACHED_FIELDS), 0.0)
+    stat_cost = json.dumps({name: {**zero, **values} for name, values in STAT_COST.items()})
     by_split: dict[str, list[dict]] = {}
     for split in section.splits:
         rows = list(qa[split].select(range(min(section.limit or 60, len(qa[split])))))
@@ -59,6 +70,9 @@ def synthetic_collect(ctx: Any) -> dict[str, Any]:
                 scored_tokens=0.0,
                 nli_pairs=0.0,
                 seconds=0.1,
+                rag_retriever_seconds=0.01,
+                rag_answer_seconds=0.2,
+                stat_cost=stat_cost,
             )
             records.append(record)
         by_split[split] = records

@@ -296,3 +296,53 @@ def scatter_with_thresholds(
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     return _finish(plt, fig, [ax], path)
+
+
+def cost_quality_front(
+    path: Path,
+    points: Sequence[dict],
+    front: Sequence[dict],
+    references: Sequence[dict],
+    picked: dict | None,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """Save routers on the cost–quality plane: every point (``scalar`` cost, ``quality``) in grey — single-step
+    routers as dots, cascades (``kind == "cascade"``) as triangles — the Pareto ``front`` as a step line, the
+    ``references`` (No-RAG, Always-RAG, Oracle) as labelled black marks and the ``picked`` router as a star."""
+    if not points and not references:
+        raise ValueError("cost_quality_front: nothing to plot")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=110)
+    for kind, marker, label in (("single", "o", "single-step router"), ("cascade", "^", "cascade")):
+        chosen = [p for p in points if p.get("kind") == kind]
+        if chosen:
+            ax.scatter(
+                [p["scalar"] for p in chosen],
+                [p["quality"] for p in chosen],
+                s=10,
+                marker=marker,
+                color="tab:gray" if kind == "single" else "tab:orange",
+                alpha=0.45,
+                label=label,
+            )
+    if front:
+        xs = [p["scalar"] for p in front]
+        ys = [p["quality"] for p in front]
+        ax.step(xs, ys, where="post", color="tab:blue", linewidth=1.2, label="Pareto front")
+    for ref in references:
+        ax.scatter([ref["scalar"]], [ref["quality"]], color="black", marker="s", s=22, zorder=3)
+        ax.annotate(
+            ref["name"], (ref["scalar"], ref["quality"]), fontsize=7, xytext=(4, -9), textcoords="offset points"
+        )
+    if picked is not None:
+        ax.scatter(
+            [picked["scalar"]], [picked["quality"]], marker="*", s=140, color="tab:red", zorder=4, label="picked"
+        )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    return _finish(plt, fig, [ax], path)

@@ -312,6 +312,45 @@ class ClassifySection:
     mlp_max_epochs: int = doc("MLP epoch cap", 200)
     mlp_batch_size: int = doc("MLP mini-batch size", 32)
     mlp_patience: int = doc("MLP early stopping: epochs without validation-loss improvement", 10)
+    router_search: Literal["forward", "study", "none"] = doc(
+        "the router the run ships (D²-RAG's Stage 1; docs/routing.md): forward — greedy forward selection by AUROC "
+        "gain per cost, then the pick rule; study — that plus an Optuna multi-objective study over feature subsets, "
+        "classifier kind, inputs, calibrator, τ and cascades; none — no search: the chosen classifier over every "
+        "feature",
+        "forward",
+    )
+    router_delta: float = doc(
+        "pick rule: the cheapest router whose routed score (out of fold on the fit split) is within this of "
+        "Always-RAG's (0.01 = one point)",
+        0.01,
+    )
+    cost_unit: Literal["tokens", "seconds", "lm_calls"] = doc(
+        "what 'cheapest' counts: LM tokens (prompt + generated + scored), measured seconds (retriever latency "
+        "included) or LM calls, per question",
+        "tokens",
+    )
+    retrieval_seconds: float | None = doc(
+        "retrieval cost model: the retriever's latency per question in seconds (e.g. a web search); null: as "
+        "measured by collect",
+        None,
+    )
+    retrieval_tokens: float | None = doc(
+        "retrieval cost model: prompt tokens the retrieved context adds to the answer's prompt; null: as measured",
+        None,
+    )
+    router_kinds: list[Literal["logistic", "mlp"]] = doc(
+        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow)", ["logistic"]
+    )
+    router_inputs: list[Literal["calibrated", "raw"]] = doc(
+        "router study: classifier inputs searched (raw: the imputed raw features, which the classifier standardises)",
+        ["calibrated", "raw"],
+    )
+    router_calibrators: list[Literal["isotonic", "centered_isotonic", "platt"]] = doc(
+        "router study: calibrator kinds searched for calibrated inputs", ["isotonic", "centered_isotonic", "platt"]
+    )
+    router_trials: int = doc("router study: Optuna trials", 100)
+    router_cascades: bool = doc("router study: also search two-step (cascade) routers, measured on the front", True)
+    router_bootstrap: int = doc("bootstrap resamples of the evaluation split's intervals", 2000)
 
 
 @dataclass
@@ -1024,6 +1063,21 @@ def _check_classify(config: RecipeConfig) -> None:
             "add one",
             "collect.splits",
         )
+    section = config.classify
+    if not 0.0 <= section.router_delta <= 1.0:
+        raise ConfigError(f"must be in [0, 1], got {section.router_delta}", "classify.router_delta")
+    for key in ("retrieval_seconds", "retrieval_tokens"):
+        value = getattr(section, key)
+        if value is not None and not (isinstance(value, int | float) and value >= 0):
+            raise ConfigError(f"must be a number >= 0 or null, got {value!r}", f"classify.{key}")
+    for key in ("router_kinds", "router_inputs", "router_calibrators"):
+        values = getattr(section, key)
+        if not values or len(set(values)) != len(values):
+            raise ConfigError(f"name at least one, each once, got {values!r}", f"classify.{key}")
+    if section.router_trials < 1:
+        raise ConfigError("must be >= 1", "classify.router_trials")
+    if section.router_bootstrap < 100:
+        raise ConfigError("must be >= 100", "classify.router_bootstrap")
 
 
 def _d2rag(config: RecipeConfig, key: str) -> Any:

@@ -50,12 +50,18 @@ def test_export_stage_writes_a_bundle_with_the_runs_learned_bytes(tiny_run):
     manifest = json.loads((root / "manifest.json").read_text())
     assert tuple(manifest["methods"]) == tuple(sorted(METHODS))  # d2rag_oracle (gold) left out
     stages = tmp / "run" / "stages"
-    assert (root / "learned/calibrators.json").read_bytes() == (stages / "calibrate/calibrators.json").read_bytes()
-    chosen = json.loads((stages / "classify/selection.json").read_text())["chosen"]
-    assert (root / "learned/classifier.json").read_bytes() == (stages / f"classify/{chosen}.json").read_bytes()
-    assert (root / "learned/classifier.onnx").read_bytes() == (stages / f"classify/{chosen}.onnx").read_bytes()
+    # the decision is the router classify's search picked: its own calibrators, classifier and ONNX graph
+    router = json.loads((stages / "classify/selection.json").read_text())["router"]
+    for shipped, made in (
+        ("calibrators.json", "calibrators"),
+        ("classifier.json", "classifier"),
+        ("classifier.onnx", "onnx"),
+    ):
+        assert (root / "learned" / shipped).read_bytes() == (stages / "classify" / router["files"][made]).read_bytes()
+    assert manifest["decision"]["features"] == router["spec"]["features"]
+    assert [f["name"] for f in manifest["features"]] == router["spec"]["features"]
     assert (root / "learned/utility.json").read_bytes() == (stages / "fit_utility/utility.json").read_bytes()
-    assert manifest["utility"]["kind"] == "learned" and manifest["decision"]["rule"] == "target_rate"
+    assert manifest["utility"]["kind"] == "learned" and manifest["decision"]["rule"].startswith("router pick")
     collected = json.loads((stages / "collect/metadata.json").read_text())
     assert manifest["stats"]["settings"] == collected["settings"] and manifest["stats"]["prompts"]
     assert (
@@ -324,3 +330,31 @@ def test_infer_answers_with_a_served_model_from_the_command_line(tiny_run, model
     line = result.output.strip().splitlines()[-1]
     answer = json.loads(line[line.index("{") :])  # after any progress bar the runner mixed into stdout
     assert answer["method"] == "no_rag" and any("served at" in note for note in answer["notes"])
+
+
+def test_a_bundle_with_a_greedy_only_router_decides_without_sampling(tiny_run):
+    """The tiny run's router reads only features that ride on the greedy answer (entropy, which needs the samples,
+    adds nothing to confidence there): its bundle computes only their stats — one LM call, no sampling call."""
+    from workbench.runtime import load_bundle
+    from workbench.uncertainty.stat_costs import feature_components
+
+    root = _bundle(tiny_run)
+    features = json.loads((root / "manifest.json").read_text())["decision"]["features"]
+    assert feature_components(features) == {"greedy"}, features
+    runtime = load_bundle(root)
+    generator = runtime.tools().generator
+    calls: list[dict] = []
+    original = generator.generate
+
+    def spy(prompts, **kwargs):
+        calls.append({"prompts": len(prompts), "n": kwargs.get("n", 1), "temperature": kwargs.get("temperature")})
+        return original(prompts, **kwargs)
+
+    generator.generate = spy
+    try:
+        answer = runtime.answer("Was Marie Curie born in Poland or in France?", method="d2rag")
+    finally:
+        generator.generate = original
+    cost = next(step["cost"] for step in answer.trace["steps"] if step["name"] == "features")
+    assert cost.get("lm_calls", 0) + cost.get("cached_lm_calls", 0) == 1
+    assert not [c for c in calls if (c["temperature"] or 0) > 0 or c["n"] > 1]

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "workbench.decoding": 3,
     "workbench.methods": 4,
     "workbench.tuning": 5,
+    "workbench.routing": 5,
     "workbench.distill": 5,
     "workbench.bundle": 5,
     "workbench.runtime": 5,

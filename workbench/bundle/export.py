@@ -241,7 +241,7 @@ def _metrics(run: _Run) -> dict[str, Any]:
     selection = run.json("classify", "selection.json")
     routing = run.json("classify", "routing.json")
     if selection and routing:
-        chosen = {"logistic": "LR", "mlp": "MLP"}[selection["chosen"]]
+        chosen = "Router" if selection.get("router") else {"logistic": "LR", "mlp": "MLP"}[selection["chosen"]]
         keep = {"No-RAG", "Always-RAG", "Oracle", chosen}
         out["routing"] = {
             "split": routing["split"],
@@ -338,14 +338,16 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     save_learned(calibrator_set, tmp / "learned/calibrators.json")
     save_learned(learned.classifier, tmp / "learned" / "classifier.json")
     selection = run.json("classify", "selection.json")
-    shutil.copyfile(run.stage("classify") / f"{selection['chosen']}.onnx", tmp / "learned" / "classifier.onnx")
+    router = selection.get("router")  # the router the search picked (its features only), else the full classifier
+    onnx = router["files"]["onnx"] if router else f"{selection['chosen']}.onnx"
+    shutil.copyfile(run.stage("classify") / onnx, tmp / "learned" / "classifier.onnx")
     blocks["decision"] = {
         "features": features,
-        "classifier": selection["chosen"],
+        "classifier": router["spec"]["kind"] if router else selection["chosen"],
         "tau": learned.tau,
         "rule": learned.tau_rule or run.config.classify.threshold_rule,
         "always_retrieve": learned.tau > 1.0,
-        "calibrator": run.config.calibrate.kind,
+        "calibrator": router["spec"]["calibrator"] if router else run.config.calibrate.kind,
         "label": run.config.calibrate.label,
         "files": {
             "calibrators": "learned/calibrators.json",
@@ -353,7 +355,7 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
             "classifier_onnx": "learned/classifier.onnx",
         },
     }
-    if learned.lars_scorer is not None:
+    if learned.lars_scorer is not None and "lars" in features:  # a router without lars ships no LARS scorer
         save_learned(learned.lars_scorer, tmp / "learned" / "lars.json")
         blocks["decision"]["files"]["lars"] = "learned/lars.json"
     _write_ood(learned, tmp, blocks["decision"])

@@ -7,10 +7,15 @@ from typing import Any
 from workbench.calibration.base import Calibrator
 from workbench.calibration.isotonic import IsotonicCalibrator
 from workbench.calibration.platt import PlattCalibrator
+from workbench.calibration.raw import RawCalibrator
 from workbench.core.errors import ConfigError, DataError
 
 KINDS = ("isotonic", "centered_isotonic", "platt")
-"""The calibrator kinds :func:`make_calibrator` and :func:`calibrator_from_dict` know."""
+"""The calibrator kinds: each maps a score to a probability of being correct."""
+
+RAW = "raw"
+""":func:`make_calibrator` and :func:`calibrator_from_dict` also know ``raw``, which passes the raw value through (not
+a probability): for a router whose classifier reads raw features (:mod:`workbench.calibration.raw`)."""
 
 
 def make_calibrator(kind: str, **kw: Any) -> Calibrator:
@@ -18,13 +23,15 @@ def make_calibrator(kind: str, **kw: Any) -> Calibrator:
 
     Raises :class:`ConfigError` on an unknown kind or an option the kind does not take.
     """
-    if kind not in KINDS:
-        raise ConfigError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)})", "calibrator")
+    if kind not in (*KINDS, RAW):
+        raise ConfigError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)}, {RAW})", "calibrator")
     if "centered" in kw:
         raise ConfigError("choose 'isotonic' or 'centered_isotonic' as the kind instead of passing centered", kind)
     try:
         if kind == "platt":
             return PlattCalibrator(**kw)
+        if kind == "raw":
+            return RawCalibrator(**kw)
         return IsotonicCalibrator(centered=kind == "centered_isotonic", **kw)
     except TypeError as exc:
         raise ConfigError(f"bad option(s) {sorted(kw)} for calibrator {kind!r}: {exc}", kind) from None
@@ -43,6 +50,8 @@ def calibrator_from_dict(d: Any) -> Calibrator:
     kind = d["kind"]
     if kind == "platt":
         return PlattCalibrator.from_dict(d)
+    if kind == "raw":
+        return RawCalibrator.from_dict(d)
     if kind in ("isotonic", "centered_isotonic"):
         return IsotonicCalibrator.from_dict(d)
     raise DataError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)})", "calibrator")

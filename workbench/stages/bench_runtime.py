@@ -145,7 +145,8 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
     features = rt_numpy.policy.features
     raw = calibrated[split]["raw"]
     rows = [dict(zip(features, values, strict=True)) for values in zip(*(raw[f] for f in features), strict=True)]
-    expected = np.asarray(predictions["LR" if selection["chosen"] == "logistic" else "MLP"], dtype=float)
+    shipped = "Router" if selection.get("router") else ("LR" if selection["chosen"] == "logistic" else "MLP")
+    expected = np.asarray(predictions[shipped], dtype=float)
     tau = rt_numpy.policy.tau
     out: dict[str, Any] = {"split": split, "questions": len(rows), "tau": tau}
     for label, rt in (("numpy", rt_numpy), ("onnx", rt_onnx)):
@@ -155,6 +156,40 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
             "same_decisions": int(np.sum((p < tau) == (expected < tau))),
         }
     return out, rows
+
+
+def _decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[str, Any] | None:
+    """What deciding costs per question with the shipped router: measured — the ``features`` step of D²-RAG's
+    trace over ``questions`` (cold-cache counts: what the generation cache served is counted as work) — and priced
+    from the run's per-stat costs for the shipped router's features against every collected feature. None when the
+    run has no per-stat costs (collected before they existed)."""
+    from workbench.routing.cost import CostModel, RetrievalCost
+    from workbench.uncertainty.stat_costs import load_stat_costs
+
+    costs = load_stat_costs(run_dir / "stages/collect")
+    if costs is None:
+        return None
+    selection = json.loads((run_dir / "stages/classify/selection.json").read_text())
+    split = selection["eval_split"]
+    collected = list(json.loads((run_dir / "stages/collect/summary.json").read_text())["features"])
+    model = CostModel(costs["splits"][split]["per_question"], RetrievalCost(0.0, 0.0, 0.0, 0.0))
+    shipped = list(runtime.policy.features)
+    priced = {"shipped": model.features_cost(shipped), "all": model.features_cost(collected)}
+    measured: dict[str, float] = {}
+    for question in questions:
+        step = runtime.answer(question, method="d2rag").trace.find("features")
+        cost = step.cost if step is not None else {}
+        for key in ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs"):
+            value = float(cost.get(key, 0.0)) + float(cost.get(f"cached_{key}", 0.0))
+            measured[key] = measured.get(key, 0.0) + value / max(len(questions), 1)
+    return {
+        "split": split,
+        "shipped_features": shipped,
+        "collected_features": collected,
+        "priced": priced,
+        "measured_questions": len(questions),
+        "measured": measured,
+    }
 
 
 def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -> dict[str, Any]:
@@ -275,6 +310,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rt_onnx = load_bundle(target, {"extract_dir": str(scratch / "unpacked"), "classifier": "onnx"})
     parity, rows = _parity(run_dir, rt_numpy, rt_onnx)
     decision = _decision_path(rt_numpy, rt_onnx, rows, section.decision_repeats)
+    ctx.log.info("decision cost: the shipped router's features against every collected feature")
+    decision_cost = _decision_cost(run_dir, rt_numpy, _questions(run_dir, 4))
     ctx.log.info("end to end: %s against the evaluate traces", ", ".join(section.end_to_end_methods))
     end_to_end = _end_to_end(run_dir, rt_numpy.root, list(section.end_to_end_methods), threads)
     question = _questions(run_dir, 1)[0]
@@ -301,6 +338,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "cold_start": cold,
         "first_answer": first,
         "decision_path": decision,
+        "decision_cost": decision_cost,
         "parity": parity,
         "end_to_end": end_to_end,
         "serve": serve,
@@ -420,6 +458,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             f"| {label} | {row['calls']} | {row['median_ms']:.4f} | {row['p95_ms']:.4f} "
             f"| {_ok(row['median_ms'] <= DECISION_GOAL_MS)} |"
         )
+    lines += _decision_cost_lines(bench.get("decision_cost"))
     lines += [
         "",
         f"## Parity with the training run ({parity['questions']} `{parity['split']}` questions, τ = "
@@ -458,6 +497,35 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     lines += _serve_lines(bench["serve"], bench["settings"])
     lines += _fuzz_lines(bench.get("fuzz"))
     return lines
+
+
+def _decision_cost_lines(cost: dict[str, Any] | None) -> list[str]:
+    """The decision's LM cost per question: the shipped router against every collected feature."""
+    if not cost:
+        return []
+    priced, measured = cost["priced"], cost["measured"]
+
+    def tokens(c: dict[str, float]) -> float:
+        return c.get("prefill_tokens", 0.0) + c.get("decoded_tokens", 0.0) + c.get("scored_tokens", 0.0)
+
+    shipped, collected = cost["shipped_features"], cost["collected_features"]
+    return [
+        "",
+        "## What deciding costs (per question)",
+        "",
+        f"The bundle's router reads {len(shipped)} feature(s) ({', '.join(shipped)}); the run collected "
+        f"{len(collected)}. Priced from the run's per-stat costs on `{cost['split']}` (cold cache), and measured: "
+        f"D²-RAG's `features` step over {cost['measured_questions']} questions through the runtime.",
+        "",
+        "| router | LM calls / q | LM tokens / q | NLI pairs / q | seconds / q |",
+        "|---|---:|---:|---:|---:|",
+        f"| shipped router, priced | {priced['shipped']['lm_calls']:.2f} | {tokens(priced['shipped']):.0f} "
+        f"| {priced['shipped']['nli_pairs']:.1f} | {priced['shipped']['seconds']:.3f} |",
+        f"| shipped router, measured | {measured.get('lm_calls', 0.0):.2f} | {tokens(measured):.0f} "
+        f"| {measured.get('nli_pairs', 0.0):.1f} | – |",
+        f"| all {len(collected)} collected features, priced | {priced['all']['lm_calls']:.2f} "
+        f"| {tokens(priced['all']):.0f} | {priced['all']['nli_pairs']:.1f} | {priced['all']['seconds']:.3f} |",
+    ]
 
 
 def _fuzz_lines(fuzz: dict[str, Any] | None) -> list[str]:

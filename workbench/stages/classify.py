@@ -42,20 +42,58 @@ QA_SCORES = ("em", "f1", "contains")
 
 
 def routing_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], base_calls, base_tokens) -> dict:
-    """Routed QA scores, retrieval rate and cost per question for one router (``retrieve``: bool per question)."""
+    """Routed QA scores, retrieval rate and cost per question for one router (``retrieve``: bool per question) —
+    the cost as before per-stat costs existed: ``base_calls`` / ``base_tokens`` per question plus one answer with
+    passages where retrieved."""
     r = retrieve.astype(float)
     rag_tokens = cols["rag_prompt_tokens"] + cols["rag_new_tokens"]
-    row: dict[str, Any] = {"router": name, "retrieval_rate": float(r.mean())}
-    for score in QA_SCORES:
-        row[score] = float(np.where(retrieve, cols[f"rag_{score}"], cols[f"correct_{score}"]).mean())
+    row = _scores(name, retrieve, cols)
     row["lm_calls"] = float((base_calls + r).mean())
     row["tokens"] = float((base_tokens + r * rag_tokens).mean())
     return row
 
 
-def routing_table(cols: dict[str, np.ndarray], routers: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Rows No-RAG, Always-RAG, Oracle, then one per router in ``routers`` (name → retrieve mask)."""
+def _scores(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray]) -> dict[str, Any]:
+    row: dict[str, Any] = {"router": name, "retrieval_rate": float(retrieve.astype(float).mean())}
+    for score in QA_SCORES:
+        row[score] = float(np.where(retrieve, cols[f"rag_{score}"], cols[f"correct_{score}"]).mean())
+    return row
+
+
+def costed_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], features_cost: dict, model: Any) -> dict:
+    """One routing-table row priced by the cost model (:class:`~workbench.routing.cost.CostModel`): the router's
+    ``features_cost`` (the stats its features need, each shared piece once) plus the retrieval where it retrieved."""
+    row = _scores(name, retrieve, cols)
+    cost = model.routed(features_cost, row["retrieval_rate"])
+    row["lm_calls"] = cost["lm_calls"]
+    row["tokens"] = cost["prefill_tokens"] + cost["decoded_tokens"] + cost["scored_tokens"]
+    row["nli_pairs"] = cost["nli_pairs"]
+    row["seconds"] = cost["seconds"]
+    row["cost"] = model.scalar(cost)
+    return row
+
+
+def routing_table(
+    cols: dict[str, np.ndarray],
+    routers: dict[str, np.ndarray],
+    model: Any = None,
+    features_of: dict[str, list[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows No-RAG, Always-RAG, Oracle, then one per router in ``routers`` (name → retrieve mask). With a cost
+    ``model``, each router is charged the stats of its own features (``features_of``: router → features); without
+    one (a collection without per-stat costs), every router is charged the whole collection."""
     n = cols["correct_contains"].size
+    oracle = cols["correct_contains"] < 0.5
+    if model is not None:
+        greedy = model.components_cost(["greedy"])
+        rows = [
+            costed_row("No-RAG", np.zeros(n, dtype=bool), cols, greedy, model),
+            costed_row("Always-RAG", np.ones(n, dtype=bool), cols, {}, model),
+            costed_row("Oracle", oracle, cols, greedy, model),
+        ]
+        for name, mask in routers.items():
+            rows.append(costed_row(name, mask, cols, model.features_cost((features_of or {})[name]), model))
+        return rows
     closed_tokens = cols["closed_prompt_tokens"] + cols["closed_new_tokens"]
     feature_calls = cols["lm_calls"]
     feature_tokens = cols["prefill_tokens"] + cols["decoded_tokens"] + cols["scored_tokens"]
@@ -63,7 +101,7 @@ def routing_table(cols: dict[str, np.ndarray], routers: dict[str, np.ndarray]) -
     rows = [
         routing_row("No-RAG", np.zeros(n, dtype=bool), cols, np.ones(n), closed_tokens),
         routing_row("Always-RAG", np.ones(n, dtype=bool), cols, zero, zero),
-        routing_row("Oracle", cols["correct_contains"] < 0.5, cols, np.ones(n), closed_tokens),
+        routing_row("Oracle", oracle, cols, np.ones(n), closed_tokens),
     ]
     rows += [routing_row(name, mask, cols, feature_calls, feature_tokens) for name, mask in routers.items()]
     return rows
@@ -195,8 +233,23 @@ def run(ctx: StageContext) -> dict[str, Any]:
         save_learned(model, ctx.out_dir / f"{kind}.json")
         if kind == "logistic":
             predictions["lr_weights"] = model.weights()
-    table = routing_table(cols, routers)
-    atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "rows": table})
+    from workbench.stages.classify_router import cost_model, search_router
+    from workbench.uncertainty.stat_costs import load_stat_costs
+
+    router = search_router(ctx, data, features, fit_split, eval_split)
+    features_of = {name: [name] for name in features} | {"LR": list(features), "MLP": list(features)}
+    if router is not None:
+        shipped = router["spec"]["features"]
+        raw_eval = np.asarray([data[eval_split]["raw"][f] for f in shipped], dtype=float).T
+        p_router = _router_proba(ctx.out_dir, raw_eval)
+        routers["Router"] = p_router < router["tau"]
+        predictions["Router"] = p_router.tolist()
+        features_of["Router"] = list(shipped)
+    costs = load_stat_costs(ctx.inputs["collect"]) if ctx.inputs.get("collect") is not None else None
+    model = cost_model(costs, eval_split, data[eval_split]["columns"], section) if costs is not None else None
+    table = routing_table(cols, routers, model, features_of)
+    unit = section.cost_unit if model is not None else None
+    atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "unit": unit, "rows": table})
     atomic_write_json(ctx.out_dir / "predictions.json", predictions)
     atomic_write_json(
         ctx.out_dir / "selection.json",
@@ -212,6 +265,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "kinds": {k: r["selection"].to_dict() for k, r in results.items()},
             "thresholds": thresholds,
             "onnx_max_abs_diff": parity,
+            **({"router": router} if router is not None else {}),
         },
     )
     by_name = {row["router"]: row for row in table}
@@ -222,7 +276,21 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "routed_contains": round(by_name[best]["contains"], 4),
         "retrieval_rate": round(by_name[best]["retrieval_rate"], 4),
         "onnx_max_abs_diff": max(parity.values()) if parity else 0.0,
+        **(
+            {"router": router["label"], "router_tau": round(router["tau"], 4), "router_pays": router["pays_for_itself"]}
+            if router is not None
+            else {}
+        ),
     }
+
+
+def _router_proba(out_dir: Any, raw: np.ndarray) -> np.ndarray:
+    """P(correct) of the shipped router (as saved) for raw rows in its feature order."""
+    from workbench.methods.learned import CLASSIFIER_KINDS, load_learned
+
+    calibrators = load_learned(out_dir / "router_calibrators.json", expect={"calibrator_set"})
+    classifier = load_learned(out_dir / "router_classifier.json", expect=CLASSIFIER_KINDS)
+    return classifier.predict_proba(calibrators.transform(raw))
 
 
 def _roles(section: Any, fit_split: str, n_train: int, n_val: int, n_fit: int) -> dict[str, str]:

@@ -60,7 +60,9 @@ def load_learned(
     study_dir: Path | None = None,
 ) -> Any:
     """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run), each read through
-    the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`).
+    the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`). When classify's router search
+    picked a router (``selection.json``'s ``router``), D²-RAG's Stage 1 is that router — its own features,
+    calibrators, classifier and τ — else the chosen classifier over every calibrated feature.
 
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
     needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
@@ -70,11 +72,18 @@ def load_learned(
 
     if calibrate_dir is None or classify_dir is None:
         return None
-    calibrators = load_learned(calibrate_dir / "calibrators.json", expect={"calibrator_set"})
     selection = json.loads((classify_dir / "selection.json").read_text())
-    chosen = selection["chosen"]
-    classifier = load_learned(classify_dir / f"{chosen}.json", expect=CLASSIFIER_KINDS)
-    threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
+    router = selection.get("router")
+    if router is not None:  # the router the search picked: its own features, calibrators, classifier and τ
+        files = router["files"]
+        calibrators = load_learned(classify_dir / files["calibrators"], expect={"calibrator_set"})
+        classifier = load_learned(classify_dir / files["classifier"], expect=CLASSIFIER_KINDS)
+        threshold = {"rule": router["rule"], "tau": router["tau"]}
+    else:
+        calibrators = load_learned(calibrate_dir / "calibrators.json", expect={"calibrator_set"})
+        chosen = selection["chosen"]
+        classifier = load_learned(classify_dir / f"{chosen}.json", expect=CLASSIFIER_KINDS)
+        threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
     utility = None
     if utility_dir is not None:
         utility = load_learned(utility_dir / "utility.json", expect=UTILITY_KINDS)

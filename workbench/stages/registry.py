@@ -154,9 +154,9 @@ STAGES: dict[str, StageSpec] = {
             "classify",
             "train LR / MLP retrieval-decision classifiers, choose τ, export ONNX, build the routing table",
             "workbench.stages.classify:run",
-            version=3,  # 3: τ from out-of-fold predictions over the fit split (classify.tau_from)
+            version=4,  # 4: per-router costs from the collection's per-stat costs; the router search
             sections=("classify",),
-            inputs=("calibrate",),
+            inputs=("calibrate", "collect"),
         ),
         StageSpec(
             "evaluate",

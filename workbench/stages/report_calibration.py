@@ -135,20 +135,8 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         )
     lines += [
         "",
-        f"Routing on `{split}`: retrieve when P(correct) < τ. Scores are of the routed answer (the RAG answer when "
-        "retrieved, else the closed-book one). Oracle knows which closed-book answers are wrong (gold-dependent: an "
-        "upper bound). Feature routers pay for the whole feature collection (all collected features; it includes the "
-        "closed-book answer) plus one RAG answer when they retrieve.",
-        "",
-        "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        *routing_table_lines(routing, split),
     ]
-    for row in routing["rows"]:
-        name = f"**{row['router']}**" if row["router"] in ("LR", "MLP") else row["router"]
-        lines.append(
-            f"| {name} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} | {row['retrieval_rate']:.2f} "
-            f"| {row['lm_calls']:.2f} | {row['tokens']:.0f} |"
-        )
     features = pred["features"]
     best = max(features, key=lambda f: _auroc(features[f], labels))
     lines += classifier_vs_feature_lines(pred, labels, best, split)
@@ -165,7 +153,56 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
             xlabel="weight",
         )
         lines += ["![LR weights](lr_weights.png)", ""]
+    from workbench.stages.report_router import router_lines
+
+    return lines + router_lines(classify_dir, out_dir)
+
+
+def routing_table_lines(routing: dict, split: str) -> list[str]:
+    """The routing table: each router's routed scores, retrieval rate and cost per question. A table with a cost
+    ``unit`` charges each router the stats of its own features; an older one charged every router the whole
+    collection (said so)."""
+    unit = routing.get("unit")
+    intro = (
+        f"Routing on `{split}`: retrieve when P(correct) < τ. Scores are of the routed answer (the RAG answer when "
+        "retrieved, else the closed-book one). Oracle knows which closed-book answers are wrong (gold-dependent: an "
+        "upper bound). "
+    )
+    if unit is None:
+        return [
+            intro + "Feature routers pay for the whole feature collection (all collected features; it includes the "
+            "closed-book answer) plus one RAG answer when they retrieve.",
+            "",
+            "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *(
+                f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
+                f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} |"
+                for row in routing["rows"]
+            ),
+        ]
+    lines = [
+        intro + "Each router pays for the stats its own features need (the greedy closed-book answer, which every "
+        "router gives when it does not retrieve, plus e.g. the samples and their NLI pairs — each shared piece once, "
+        "as measured per stat by `collect`) and one retrieval (retriever + answer with passages) per retrieved "
+        "question; Always-RAG pays the retrieval only. LR / MLP read every collected feature; **Router** is the "
+        f"router the search picked (below). Cost unit for picking: **{unit}**.",
+        "",
+        "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
+        "| seconds / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in routing["rows"]:
+        lines.append(
+            f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
+            f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} | {row['nli_pairs']:.1f} "
+            f"| {row['seconds']:.3f} |"
+        )
     return lines
+
+
+def _bold(name: str) -> str:
+    return f"**{name}**" if name in ("LR", "MLP", "Router") else name
 
 
 def paired_bootstrap(

@@ -79,7 +79,12 @@ def stages_done(tmp_path_factory):
     collect_dir = _collection(tmp, _rows(160, 0, nan_rows=3), _rows(100, 1))
     ctx = _ctx(tmp, "calibrate", {"collect": collect_dir})
     cal_summary = calibrate.run(ctx)
-    ctx2 = _ctx(tmp, "classify", {"calibrate": ctx.out_dir}, classify={"seeds": [0, 1], "mlp_max_epochs": 30})
+    ctx2 = _ctx(
+        tmp,
+        "classify",
+        {"calibrate": ctx.out_dir},
+        classify={"seeds": [0, 1], "mlp_max_epochs": 30, "router_search": "none"},
+    )
     cls_summary = classify.run(ctx2)
     return tmp, ctx.out_dir, ctx2.out_dir, cal_summary, cls_summary
 
@@ -170,7 +175,7 @@ def test_classify_chooses_tau_out_of_fold_on_rows_that_chose_nothing_else(stages
         tmp_path,
         "classify_val",
         {"calibrate": cal_dir},
-        classify={"seeds": [0], "kinds": ["logistic"], "tau_from": "val"},
+        classify={"seeds": [0], "kinds": ["logistic"], "tau_from": "val", "router_search": "none"},
     )
     classify.run(ctx)
     val_selection = json.loads((ctx.out_dir / "selection.json").read_text())
@@ -188,7 +193,9 @@ def test_classify_refuses_oof_tau_with_too_few_questions_of_a_class(tmp_path):
     ctx = _ctx(tmp_path, "cal", {"collect": collect_dir}, calibrate={"folds": 2})
     calibrate.run(ctx)
     with pytest.raises(DataError, match="tau_folds=5"):
-        classify.run(_ctx(tmp_path, "cls", {"calibrate": ctx.out_dir}, classify={"seeds": [0]}))
+        classify.run(
+            _ctx(tmp_path, "cls", {"calibrate": ctx.out_dir}, classify={"seeds": [0], "router_search": "none"})
+        )
 
 
 def test_report_sections_show_the_routing_table_and_plots(stages_done, tmp_path):

@@ -1,0 +1,139 @@
+"""The ``classify`` stage's router search: the router a run ships, chosen on a cost–quality front.
+
+Reads the calibrate stage's ``calibrated.json`` (raw imputed features, labels and QA columns per split) and the
+collect stage's ``stat_costs.json`` (per-question cost of each stats-graph component and of a retrieval), runs
+:func:`~workbench.routing.choose.choose_router` and writes, beside the classifiers:
+
+* ``router.json`` — the search (forward path, study record), every point, the front, the pick and its measurement
+  on the evaluation split against Always-RAG (paired bootstrap intervals), the cost model;
+* ``router_calibrators.json`` / ``router_classifier.json`` / ``router.onnx`` — the picked router (learned
+  artifacts; the ONNX graph checked against numpy), which D²-RAG's Stage 1 and the bundle use;
+* ``router_study.db`` — with ``router_search: study``, the Optuna storage (``optuna trials --storage
+  sqlite:///…/router_study.db --study-name router``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import DataError
+from workbench.stages.context import StageContext
+
+ONNX_TOLERANCE = 1e-5
+
+
+def cost_model(costs: dict[str, Any], split: str, columns: dict[str, Any], section: Any) -> Any:
+    """The :class:`~workbench.routing.cost.CostModel` of ``split``: collect's measured component costs and the
+    retrieval cost model (measured, or the recipe's ``retrieval_seconds`` / ``retrieval_tokens``)."""
+    from workbench.routing.cost import CostModel, retrieval_cost
+
+    split_costs = (costs.get("splits") or {}).get(split)
+    if not split_costs:
+        raise DataError(f"stat_costs.json has no costs for split {split!r}", "collect")
+    retrieval = retrieval_cost(
+        (costs.get("retrieval") or {}).get(split),
+        columns,
+        seconds=section.retrieval_seconds,
+        tokens=section.retrieval_tokens,
+    )
+    return CostModel(split_costs["per_question"], retrieval, section.cost_unit)
+
+
+def routing_data(split_data: dict[str, Any], features: list[str], section: Any, seed: int, folds: bool) -> Any:
+    """One split of ``calibrated.json`` as :class:`~workbench.routing.candidates.RoutingData`."""
+    from workbench.calibration.oof import stratified_folds
+    from workbench.routing.candidates import RoutingData
+    from workbench.stages.classify import _mlp_config
+
+    raw = np.asarray([split_data["raw"][f] for f in features], dtype=float).T.reshape(-1, len(features))
+    label = np.asarray(split_data["label"], dtype=float)
+    cols = split_data["columns"]
+    score = section.routed_score
+    return RoutingData(
+        tuple(features),
+        raw,
+        label,
+        np.asarray(cols[f"correct_{score}"], dtype=float),
+        np.asarray(cols[f"rag_{score}"], dtype=float),
+        folds=stratified_folds(label, section.tau_folds, seed) if folds else None,
+        seed=seed,
+        logistic_c=section.logistic_c,
+        mlp_config=_mlp_config(section),
+        val_fraction=section.val_fraction,
+    )
+
+
+def search_router(
+    ctx: StageContext, data: dict[str, Any], features: list[str], fit_split: str, eval_split: str
+) -> dict[str, Any] | None:
+    """Run the router search (None when ``classify.router_search`` is off); write its files; return the
+    ``router`` block of ``selection.json``."""
+    from workbench.classify.onnx_export import export_onnx, run_onnx
+    from workbench.methods.learned import load_learned, save_learned
+    from workbench.routing.choose import RouterSearch, choose_router
+    from workbench.uncertainty.stat_costs import load_stat_costs
+
+    section = ctx.config.classify
+    if section.router_search == "none":
+        return None
+    collect_dir = ctx.inputs.get("collect")
+    costs = load_stat_costs(collect_dir) if collect_dir is not None else None
+    if costs is None:
+        raise DataError(
+            "the router search needs the collection's per-stat costs (stat_costs.json): re-run collect, or set "
+            "classify.router_search: none",
+            "classify.router_search",
+        )
+    settings = RouterSearch(
+        search=section.router_search,
+        delta=section.router_delta,
+        kinds=tuple(section.router_kinds),
+        inputs=tuple(section.router_inputs),
+        calibrators=tuple(section.router_calibrators),
+        trials=section.router_trials,
+        cascades=section.router_cascades,
+        bootstrap=section.router_bootstrap,
+        calibrator=ctx.config.calibrate.kind,
+    )
+    seed = ctx.config.seed
+    fit = routing_data(data[fit_split], features, section, seed, folds=True)
+    evaluation = routing_data(data[eval_split], features, section, seed, folds=False)
+    storage = ctx.out_dir / "router_study.db"
+    record, router = choose_router(
+        fit,
+        evaluation,
+        cost_model(costs, fit_split, data[fit_split]["columns"], section),
+        cost_model(costs, eval_split, data[eval_split]["columns"], section),
+        settings,
+        seed=seed,
+        storage=storage if section.router_search == "study" else None,
+    )
+    calibrate_set = load_learned(Path(ctx.inputs["calibrate"]) / "calibrators.json", expect={"calibrator_set"})
+    shipped = router.calibrator_set(calibrate_set.medians, calibrate_set.ranges)
+    save_learned(shipped, ctx.out_dir / "router_calibrators.json")
+    save_learned(router.classifier, ctx.out_dir / "router_classifier.json")
+    feats = list(router.spec.features)
+    onnx_path = export_onnx(router.classifier, ctx.out_dir / "router.onnx", feats)
+    inputs = shipped.transform(evaluation.columns(feats))
+    parity = float(np.max(np.abs(run_onnx(onnx_path, inputs) - router.classifier.predict_proba(inputs))))
+    if parity > ONNX_TOLERANCE:
+        raise DataError(f"ONNX output differs from the router's classifier by {parity:.2e}", str(onnx_path))
+    record["onnx_max_abs_diff"] = parity
+    atomic_write_json(ctx.out_dir / "router.json", record)
+    return {
+        "spec": router.spec.to_dict(),
+        "label": router.spec.label,
+        "tau": router.tau,
+        "rule": f"router pick ({section.router_search}, cheapest within {section.router_delta} of Always-RAG)",
+        "files": {
+            "calibrators": "router_calibrators.json",
+            "classifier": "router_classifier.json",
+            "onnx": "router.onnx",
+        },
+        "within_delta": record["picked"]["within_delta"],
+        "pays_for_itself": record["pays_for_itself"],
+    }
