@@ -19,7 +19,7 @@ import numpy as np
 from workbench.routing.candidates import FittedRouter, RouterSpec, RoutingData, fit_router
 from workbench.routing.cost import CostModel
 from workbench.routing.front import RoutePoint, compare_to_always, pareto, pick
-from workbench.routing.search import forward_selection, router_study
+from workbench.routing.search import decision_cost, forward_selection, router_study
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def choose_router(
     # the evaluation split: the shipped router, its cost per question, against Always-RAG
     p_eval = router.proba(evaluation.columns(spec.features))
     retrieve = p_eval < router.tau
-    features_cost = eval_model.features_cost(spec.features)
+    features_cost = decision_cost(eval_model.features_cost(spec.features), router.tau)
     retrieval_scalar = eval_model.scalar(eval_model.retrieval.as_cost())
     per_question = eval_model.scalar(features_cost) + retrieve.astype(float) * retrieval_scalar
     comparison = compare_to_always(
@@ -131,6 +131,8 @@ def choose_router(
     eval_refs = baseline_points(evaluation, eval_model)
     front = pareto([p for p in points if p.kind in ("single", "cascade")])
     best_cascade = _best_cascade(points, always_q, settings.delta)
+    deciding = [p for p in points if p.kind == "single" and p.tau is not None and p.tau <= 1.0]
+    best_deciding = pick(deciding, always_q, settings.delta)[0] if deciding else None
     record = {
         "search": settings.search,
         "unit": fit_model.unit,
@@ -146,6 +148,7 @@ def choose_router(
         "evaluation": comparison,
         "pays_for_itself": pays,
         "best_cascade": best_cascade.to_dict() if best_cascade is not None else None,
+        "best_deciding": best_deciding.to_dict() if best_deciding is not None else None,
         "front": [p.to_dict() for p in front],
         "points": [p.to_dict() for p in points],
         "cost_model": {

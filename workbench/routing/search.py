@@ -39,7 +39,7 @@ def spec_points(spec: RouterSpec, data: RoutingData, model: CostModel, origin: s
     for tau in tau_sweep(p):
         retrieve = p < tau
         rate = float(retrieve.mean())
-        cost = model.routed(features_cost, rate)
+        cost = model.routed(decision_cost(features_cost, tau), rate)
         points.append(
             RoutePoint(
                 spec.label,
@@ -53,6 +53,13 @@ def spec_points(spec: RouterSpec, data: RoutingData, model: CostModel, origin: s
             )
         )
     return points
+
+
+def decision_cost(features_cost: dict[str, float], tau: float) -> dict[str, float]:
+    """What deciding costs at ``tau``: the features' cost, or nothing when τ > 1 — a router that retrieves for every
+    question needs no feature (D²-RAG then skips Stage 1: :meth:`~workbench.methods.d2rag.D2RAG.scores_stage1`), so
+    it costs exactly Always-RAG."""
+    return {} if tau > 1.0 else features_cost
 
 
 @dataclass
@@ -165,7 +172,7 @@ def router_study(
         if not two_step:
             retrieve = p < tau
             rate = float(retrieve.mean())
-            cost = model.routed(model.features_cost(chosen), rate)
+            cost = model.routed(decision_cost(model.features_cost(chosen), tau), rate)
             point = RoutePoint(
                 spec.label, data.quality(retrieve), rate, model.scalar(cost), cost, tau, spec.to_dict(), origin="study"
             )

@@ -77,11 +77,12 @@ def routing_table(
     cols: dict[str, np.ndarray],
     routers: dict[str, np.ndarray],
     model: Any = None,
-    features_of: dict[str, list[str]] | None = None,
+    features_of: dict[str, list[str] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows No-RAG, Always-RAG, Oracle, then one per router in ``routers`` (name → retrieve mask). With a cost
     ``model``, each router is charged the stats of its own features (``features_of``: router → features); without
-    one (a collection without per-stat costs), every router is charged the whole collection."""
+    one (a collection without per-stat costs), every router is charged the whole collection. A router whose
+    features are None decides nothing (τ > 1: it retrieves for every question) and pays the retrieval only."""
     n = cols["correct_contains"].size
     oracle = cols["correct_contains"] < 0.5
     if model is not None:
@@ -92,7 +93,8 @@ def routing_table(
             costed_row("Oracle", oracle, cols, greedy, model),
         ]
         for name, mask in routers.items():
-            rows.append(costed_row(name, mask, cols, model.features_cost((features_of or {})[name]), model))
+            features = (features_of or {})[name]
+            rows.append(costed_row(name, mask, cols, model.features_cost(features) if features else {}, model))
         return rows
     closed_tokens = cols["closed_prompt_tokens"] + cols["closed_new_tokens"]
     feature_calls = cols["lm_calls"]
@@ -244,7 +246,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         p_router = _router_proba(ctx.out_dir, raw_eval)
         routers["Router"] = p_router < router["tau"]
         predictions["Router"] = p_router.tolist()
-        features_of["Router"] = list(shipped)
+        features_of["Router"] = list(shipped) if router["tau"] <= 1.0 else None  # τ > 1: retrieves, decides nothing
     costs = load_stat_costs(ctx.inputs["collect"]) if ctx.inputs.get("collect") is not None else None
     model = cost_model(costs, eval_split, data[eval_split]["columns"], section) if costs is not None else None
     table = routing_table(cols, routers, model, features_of)

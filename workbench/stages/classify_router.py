@@ -112,6 +112,8 @@ def search_router(
         seed=seed,
         storage=storage if section.router_search == "study" else None,
     )
+    for part, split in (("fit", fit_split), ("eval", eval_split)):
+        record["cost_model"][part]["cached_share"] = float(costs["splits"][split].get("cached_share", 0.0))
     calibrate_set = load_learned(Path(ctx.inputs["calibrate"]) / "calibrators.json", expect={"calibrator_set"})
     shipped = router.calibrator_set(calibrate_set.medians, calibrate_set.ranges)
     save_learned(shipped, ctx.out_dir / "router_calibrators.json")

@@ -32,6 +32,21 @@ def headline(record: dict[str, Any]) -> list[str]:
         f"{_cost(ev['cost'], unit)} vs {_cost(ev['always_cost'], unit)} {words} per question (saving "
         f"{ev['saving']:.0%}, 90% interval {s_lo:.0%} – {s_hi:.0%}; {ev['draws']} paired bootstrap resamples)."
     )
+    if record["tau"] > 1.0:
+        deciding = record.get("best_deciding")
+        cheapest = (
+            f" The cheapest router that decides (τ ≤ 1) within {100 * record['delta']:.0f} point(s): "
+            f"`{deciding['name']}`, {_cost(deciding['scalar'], unit)} {words} per question on the fit split against "
+            f"Always-RAG's {_cost(record['fit_references'][1]['scalar'], unit)}."
+            if deciding and deciding["quality"] >= record["fit_references"][1]["quality"] - record["delta"] - 1e-12
+            else ""
+        )
+        lead = (
+            "**No router pays for itself here:** retrieving for every question is within "
+            f"{100 * record['delta']:.0f} point(s) of Always-RAG and the cheapest, so the shipped decision has τ > 1 "
+            f"and D²-RAG retrieves without computing any feature — it costs exactly Always-RAG.{cheapest}"
+        )
+        return [lead, ""]
     if record["pays_for_itself"]:
         lead = f"**The picked router pays for itself here.** {facts}"
     elif not record["picked"]["within_delta"]:
@@ -90,6 +105,16 @@ def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     rows.append(
         [f"picked: {picked['name']}", fmt(picked["quality"]), fmt(picked["rate"], 2), _cost(picked["scalar"], unit)]
     )
+    deciding = record.get("best_deciding")
+    if deciding and deciding["name"] != picked["name"]:
+        rows.append(
+            [
+                f"cheapest deciding router (τ ≤ 1) within Δ, else the best: {deciding['name']}",
+                fmt(deciding["quality"]),
+                fmt(deciding["rate"], 2),
+                _cost(deciding["scalar"], unit),
+            ]
+        )
     cascade = record.get("best_cascade")
     if cascade:
         band = cascade.get("extra", {}).get("band", [None, None])
@@ -156,9 +181,16 @@ def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         ]
     )
     sources = ", ".join(f"{k} {v}" for k, v in retrieval.get("source", {}).items())
+    cached = float(comp.get("cached_share", 0.0))
+    warm = (
+        f" {cached:.0%} of these LM tokens were served by the generation cache: LM calls and tokens are counted as "
+        "a cold run would pay them, but measured seconds understate it."
+        if cached > 0.01
+        else ""
+    )
     lines += [
         "Cost model (per question, fit split; cold-cache figures): each stats component once, and the retrieval "
-        f"({sources}). Set `classify.retrieval_seconds` for a slower retriever (e.g. a web search) and "
+        f"({sources}).{warm} Set `classify.retrieval_seconds` for a slower retriever (e.g. a web search) and "
         "`classify.cost_unit: seconds` to pick by latency.",
         "",
         *markdown_table(["component", "LM calls", "LM tokens", "NLI pairs", "seconds"], comp_rows),

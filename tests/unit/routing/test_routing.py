@@ -192,6 +192,9 @@ def test_spec_points_sweep_every_distinct_retrieval_set():
     rates = [p.rate for p in pts]
     assert rates == sorted(rates) and rates[0] == 0.0 and rates[-1] == 1.0
     assert pts[-1].quality == pytest.approx(1.0)
+    # τ > 1 retrieves for every question without deciding: no feature is computed, it costs exactly Always-RAG
+    assert pts[-1].tau > 1.0 and pts[-1].scalar == pytest.approx(510.0) and pts[-1].cost["lm_calls"] == 1.0
+    assert pts[-2].scalar == pytest.approx(100.0 + 510.0 * pts[-2].rate)
 
 
 def test_the_raw_calibrator_passes_values_through_and_round_trips():
