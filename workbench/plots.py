@@ -346,3 +346,52 @@ def cost_quality_front(
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     return _finish(plt, fig, [ax], path)
+
+
+def transfer_panels(
+    path: Path,
+    groups: Sequence[str],
+    aurocs: dict[str, Sequence[float | None]],
+    reliability: dict[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title: str,
+    n_bins: int = 10,
+) -> Path:
+    """Save two panels comparing conditions (e.g. in distribution vs shifted): left, AUROC bars per group (one bar per
+    condition in ``aurocs``; a missing value draws no bar, 0.5 dashed); right, the reliability diagram of each
+    condition's ``(probabilities, labels)`` in ``reliability`` (equal-width bins, marker area by count, ECE in the
+    legend, the diagonal dashed)."""
+    from workbench.metrics.calibration import ece, reliability_table
+
+    _require(aurocs, "conditions", "transfer_panels")
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(max(7.5, 3.2 + 0.55 * len(groups) * len(aurocs)), 3.6), dpi=110, width_ratios=(1.6, 1.0)
+    )
+    width = 0.8 / len(aurocs)
+    for i, (label, values) in enumerate(aurocs.items()):
+        xs = [g + (i - (len(aurocs) - 1) / 2) * width for g in range(len(groups))]
+        heights = [np.nan if v is None else float(v) for v in values]
+        left.bar(xs, heights, width=width, label=label)
+    left.axhline(0.5, color="grey", linestyle="--", linewidth=0.8)
+    left.set_xticks(range(len(groups)), groups, rotation=35, ha="right", fontsize=7)
+    left.set_ylim(0.0, 1.0)
+    left.set_ylabel("AUROC (correctness)")
+    left.set_title("ranking", fontsize=9)
+    left.legend(fontsize=7, frameon=False)
+    right.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="grey", linewidth=0.8)
+    for label, (probs, labels) in reliability.items():
+        table = reliability_table(probs, labels, n_bins)
+        used = table.count > 0
+        sizes = 12.0 + 80.0 * table.count[used] / max(1, int(table.count.max()))
+        points = (table.mean_predicted[used], table.observed[used])
+        (line,) = right.plot(*points, linewidth=1.0, label=f"{label} (ECE {ece(probs, labels, n_bins):.3f})")
+        right.scatter(*points, s=sizes, color=line.get_color(), alpha=0.8, zorder=3)
+    right.set_xlim(0.0, 1.0)
+    right.set_ylim(0.0, 1.0)
+    right.set_xlabel("mean predicted P(correct)", fontsize=8)
+    right.set_ylabel("observed frequency", fontsize=8)
+    right.set_title("reliability", fontsize=9)
+    right.legend(fontsize=7, frameon=False, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    return _finish(plt, fig, [left, right], path)

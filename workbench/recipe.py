@@ -660,6 +660,23 @@ class BenchRuntimeSection:
 
 
 @dataclass
+class TransferSection:
+    """The 'transfer' stage: the calibrators and the shipped decision measured in distribution and on another
+    template family (docs/transfer.md)."""
+
+    split: str = doc(
+        "split whose articles both conditions use: its collected rows (in distribution) and the shifted questions",
+        "test",
+    )
+    templates: list[str] = doc(
+        "wiki-qa templates of the shifted questions, none of data.templates (default: the open-answer family)",
+        ["cloze", "description", "two_hop"],
+    )
+    limit: int | None = doc("collect the first N shifted questions (null: all)", 120)
+    bootstrap: int = doc("paired bootstrap resamples of the questions for the 90% intervals", 1000)
+
+
+@dataclass
 class ReportSection:
     """Where the human-readable report goes."""
 
@@ -742,6 +759,7 @@ class RecipeConfig:
     export: ExportSection = doc("the 'export' stage", ExportSection())
     bench_served: BenchServedSection = doc("the 'bench_served' stage", BenchServedSection())
     bench_runtime: BenchRuntimeSection = doc("the 'bench_runtime' stage", BenchRuntimeSection())
+    transfer: TransferSection = doc("the 'transfer' stage", TransferSection())
     report: ReportSection = doc("the report", ReportSection())
 
     @property
@@ -986,6 +1004,7 @@ SPLIT_READERS: dict[str, tuple[str, ...]] = {
     "bench_features": ("bench_features.split",),
     "bench_backends": ("data.fractions",),
     "study": ("study.split", "study.test_split"),
+    "transfer": ("transfer.split",),
 }
 """The keys naming the split(s) each stage reads from build_data (``bench_backends`` always reads ``test``)."""
 
@@ -1452,6 +1471,14 @@ def _check_dirs(config: RecipeConfig) -> None:
     config.resolved_report_dir  # noqa: B018
 
 
+def _check_transfer(config: RecipeConfig) -> None:
+    """transfer: wiki-qa, known shifted templates outside data.templates, a collected split that is not the fit
+    split (:func:`workbench.stages.transfer.check_recipe`)."""
+    from workbench.stages.transfer import check_recipe
+
+    check_recipe(config)
+
+
 def _check_reader(config: RecipeConfig) -> None:
     """tune_reader never scores on its own training split; an answer-reader adapter as ``generator.model`` was trained
     on articles this data configuration keeps in ``train`` (:func:`workbench.stages.tune_reader.check_recipe`)."""
@@ -1481,6 +1508,7 @@ LOAD_CHECKS = (
     _check_d2rag_params,
     _check_stage("export", _check_export),
     _check_stage("bench_runtime", _check_bench_runtime),
+    _check_stage("transfer", _check_transfer),
     _check_reader,
 )
 """What :func:`load_recipe` checks after the schema, in order: each raises a ConfigError naming a dotted key (the

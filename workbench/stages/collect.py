@@ -408,26 +408,16 @@ def _stat_costs(by_split: dict[str, list[dict]], features: list[str]) -> dict[st
     return stat_costs_document(features, shares, retrieval)
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
-    """Collect every configured split; write datasets and JSON docs; return rows and accuracy per split."""
-
+def build_tools(ctx: StageContext) -> dict[str, Any]:
+    """What :func:`_collect_chunk` needs beside the generator for ``ctx.config.collect``'s features and labels: the
+    NLI ``judge``, the ``embedder``, the ``passages`` (the build_data corpus and the run's retriever) and the
+    ``llm_judge`` (each None when nothing needs it)."""
     import datasets
 
-    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.nli_eval import build_judge
-    from workbench.uncertainty.calculators import (
-        ATTENTION_SCOPE,
-        prompt_group_fingerprints,
-        prompts_fingerprint,
-    )
     from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
-    _check_section(section)
-    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
-    missing = [s for s in section.splits if s not in qa]
-    if missing:
-        raise ConfigError(f"split(s) {missing} not in the dataset (has: {', '.join(qa)})", "collect.splits")
     needed = required_stats(section.features)
     judged = bool(needed & _JUDGED) or "dense" in section.features or "seper" in section.labels
     tools: dict[str, Any] = {
@@ -443,6 +433,27 @@ def run(ctx: StageContext) -> dict[str, Any]:
         from workbench.metrics.llm_judge import LLMCorrectnessJudge
 
         tools["llm_judge"] = LLMCorrectnessJudge(ctx.resources.generator())
+    return tools
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Collect every configured split; write datasets and JSON docs; return rows and accuracy per split."""
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.uncertainty.calculators import (
+        ATTENTION_SCOPE,
+        prompt_group_fingerprints,
+        prompts_fingerprint,
+    )
+    from workbench.uncertainty.features import required_stats
+
+    section = ctx.config.collect
+    _check_section(section)
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    missing = [s for s in section.splits if s not in qa]
+    if missing:
+        raise ConfigError(f"split(s) {missing} not in the dataset (has: {', '.join(qa)})", "collect.splits")
+    needed = required_stats(section.features)
+    tools = build_tools(ctx)
     by_split: dict[str, list[dict]] = {}
     for split in section.splits:
         rows = qa[split]

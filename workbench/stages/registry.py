@@ -82,6 +82,7 @@ STAGES: dict[str, StageSpec] = {
                 "evaluate",
                 "seper_eval",
                 "bench_decoding",
+                "transfer",
                 "export",
             ),
             cacheable=False,
@@ -289,6 +290,26 @@ STAGES: dict[str, StageSpec] = {
             sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
             version=5,  # 5: stat_cost column + stat_costs.json, rag_retriever_seconds / rag_answer_seconds columns
+            uses=("generator", "embedder"),
+        ),
+        StageSpec(
+            "transfer",
+            "measure the calibrators and the shipped decision in distribution vs on another template family",
+            "workbench.stages.transfer:run",
+            # collect, generator, nli, embedder, retrieval: the shifted questions are collected as collect does
+            sections=(
+                "transfer",
+                "data",
+                "collect",
+                "calibrate",
+                "classify",
+                "generator",
+                "nli",
+                "embedder",
+                "retrieval",
+            ),
+            inputs=("build_data", "collect", "calibrate", "classify"),
+            optional_inputs=("study",),
             uses=("generator", "embedder"),
         ),
     )

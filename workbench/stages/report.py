@@ -183,9 +183,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
 
     Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
-    calibration (``calibrate``), routing (``classify``), retrievers by ΔSePer (``seper_eval``), the utility
-    predictor (``fit_utility``), the methods side by side (``evaluate``) and the contrastive-decoding benchmark
-    (``bench_decoding``), the exported bundle (``export``), then the time table.
+    calibration (``calibrate``), routing (``classify``), calibration transfer (``transfer``), retrievers by ΔSePer
+    (``seper_eval``), the utility predictor (``fit_utility``), the methods side by side (``evaluate``) and the
+    contrastive-decoding benchmark (``bench_decoding``), the exported bundle (``export``), then the time table.
     """
     from workbench.core.errors import ConfigError
 
@@ -214,6 +214,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.stages.report_ood import ood_section
 
             body += ood_section(ctx.inputs.get("calibrate"))
+        if "transfer" in ctx.inputs:
+            from workbench.stages.report_transfer import transfer_section
+
+            body += transfer_section(ctx.inputs["transfer"], tmp)
         if "seper_eval" in ctx.inputs:
             from workbench.stages.seper_eval import seper_section
 

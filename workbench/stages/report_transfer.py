@@ -1,0 +1,201 @@
+"""Report section "Calibration transfer": the calibrators and the shipped decision in distribution vs on another
+template family, from the ``transfer`` stage's ``transfer.json`` (:mod:`workbench.stages.transfer`).
+
+One headline sentence, a table of the decision's ranking, calibration and routing quality in both conditions with
+their shift, a per-feature table, a per-template table, and ``transfer.png`` (per-feature AUROC side by side and the
+decision's reliability diagram in both conditions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from workbench.core.formatting import fmt
+
+TITLES = {"in_distribution": "in distribution", "shifted": "shifted"}
+
+
+def _signed(value: float | None, digits: int = 3) -> str:
+    return fmt(value) if value is None else f"{value:+.{digits}f}"
+
+
+def _with_interval(value: float | None, interval: list[float | None] | None, signed: bool = False) -> str:
+    text = _signed(value) if signed else fmt(value)
+    if not interval or interval[0] is None or interval[1] is None:
+        return text
+    return f"{text} [{fmt(interval[0])}, {fmt(interval[1])}]"
+
+
+def headline(record: dict[str, Any]) -> str:
+    """One sentence: what happens to the decision's AUROC, ECE and routed score against Always-RAG under the shift."""
+    a, b = (record["conditions"][c] for c in ("in_distribution", "shifted"))
+    return (
+        f"On {', '.join(record['shifted_templates'])} questions the shipped decision's AUROC goes "
+        f"{fmt(a['decision']['auroc'])} → {fmt(b['decision']['auroc'])} and its ECE "
+        f"{fmt(a['decision']['ece'])} → {fmt(b['decision']['ece'])}; its routed {record['routed_score']} is "
+        f"{_signed(a['routing']['routed_minus_always'])} against Always-RAG in distribution and "
+        f"{_signed(b['routing']['routed_minus_always'])} shifted, retrieving for "
+        f"{fmt(100 * a['routing']['retrieval_rate'], 0)} % → {fmt(100 * b['routing']['retrieval_rate'], 0)} % of "
+        "the questions."
+    )
+
+
+def summary_table(record: dict[str, Any]) -> list[str]:
+    """Markdown rows: questions, accuracies, the decision's figures and routing quality per condition, and the shift."""
+    a, b = (record["conditions"][c] for c in ("in_distribution", "shifted"))
+    delta = record["shift"]
+    score = record["routed_score"]
+
+    def row(name: str, left: str, right: str, change: str = "") -> str:
+        return f"| {name} | {left} | {right} | {change} |"
+
+    def pct(value: float | None) -> str:
+        return fmt(None if value is None else 100 * value, 1, suffix=" %")
+
+    def points(value: float | None) -> str:
+        return fmt(value) if value is None else f"{100 * value:+.1f} pts"
+
+    lines = ["| | in distribution | shifted | shift |", "|---|---:|---:|---:|"]
+    lines.append(row("questions", str(a["rows"]), str(b["rows"])))
+    lines.append(row("closed-book accuracy (label)", fmt(a["decision"]["accuracy"]), fmt(b["decision"]["accuracy"])))
+    lines.append(
+        row(
+            "mean P(correct)",
+            fmt(a["decision"]["mean_p_correct"]),
+            fmt(b["decision"]["mean_p_correct"]),
+        )
+    )
+    for key, name in (("auroc", "decision AUROC"), ("ece", "decision ECE")):
+        lines.append(
+            row(
+                name,
+                _with_interval(a["decision"][key], a["intervals"][f"decision_{key}"]),
+                _with_interval(b["decision"][key], b["intervals"][f"decision_{key}"]),
+                _signed(delta[f"decision_{key}"]),
+            )
+        )
+    lines.append(row("decision Brier", fmt(a["decision"]["brier"]), fmt(b["decision"]["brier"])))
+    for key, name in (("no_rag", "No-RAG"), ("always_rag", "Always-RAG"), ("oracle", "oracle routing")):
+        lines.append(row(f"{name} {score}", fmt(a["routing"][key]), fmt(b["routing"][key])))
+    lines.append(
+        row(
+            f"routed {score} (shipped decision)",
+            _with_interval(a["routing"]["routed"], a["intervals"]["routed"]),
+            _with_interval(b["routing"]["routed"], b["intervals"]["routed"]),
+            _signed(delta["routed"]),
+        )
+    )
+    lines.append(
+        row(
+            "routed − Always-RAG",
+            _with_interval(a["routing"]["routed_minus_always"], a["intervals"]["routed_minus_always"], signed=True),
+            _with_interval(b["routing"]["routed_minus_always"], b["intervals"]["routed_minus_always"], signed=True),
+            _signed(delta["routed_minus_always"]),
+        )
+    )
+    lines.append(
+        row(
+            "share of Always-RAG's lift kept",
+            fmt(a["routing"]["lift_kept"]),
+            fmt(b["routing"]["lift_kept"]),
+            _signed(delta["lift_kept"]),
+        )
+    )
+    lines.append(
+        row(
+            "retrieval rate",
+            pct(a["routing"]["retrieval_rate"]),
+            pct(b["routing"]["retrieval_rate"]),
+            points(delta["retrieval_rate"]),
+        )
+    )
+    flags = (pct(a["ood_flag_rate"]), pct(b["ood_flag_rate"]), points(delta["ood_flag_rate"]))
+    lines.append(row("OOD flag rate", *flags))
+    return lines
+
+
+def feature_table(record: dict[str, Any]) -> list[str]:
+    """Markdown rows per calibrated feature: raw AUROC and calibrated ECE in both conditions, and their shift."""
+    a, b = (record["conditions"][c] for c in ("in_distribution", "shifted"))
+    lines = [
+        "| feature | AUROC in | AUROC shifted | Δ AUROC | ECE in | ECE shifted | Δ ECE |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, m in a["features"].items():
+        s, d = b["features"][name], record["shift"]["features"][name]
+        lines.append(
+            f"| {name} | {fmt(m['auroc'])} | {fmt(s['auroc'])} | {_signed(d['auroc'])} | {fmt(m['ece'])} "
+            f"| {fmt(s['ece'])} | {_signed(d['ece'])} |"
+        )
+    return lines
+
+
+def template_table(record: dict[str, Any]) -> list[str]:
+    """Markdown rows per template of either condition: questions, No-RAG / Always-RAG / routed score, retrieval rate
+    and the decision's AUROC / ECE."""
+    score = record["routed_score"]
+    lines = [
+        f"| condition | template | questions | No-RAG {score} | Always-RAG {score} | routed {score} | retrieval rate "
+        "| decision AUROC | decision ECE |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for condition, data in record["conditions"].items():
+        for template, m in data["by_template"].items():
+            lines.append(
+                f"| {TITLES.get(condition, condition)} | {template} | {m['rows']} | {fmt(m['no_rag'])} "
+                f"| {fmt(m['always_rag'])} | {fmt(m['routed'])} | {fmt(m['retrieval_rate'])} "
+                f"| {fmt(m['decision_auroc'])} | {fmt(m['decision_ece'])} |"
+            )
+    return lines
+
+
+def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
+    """Markdown for the "Calibration transfer" section, with ``transfer.png`` written to ``out_dir``."""
+    from workbench.plots import transfer_panels
+
+    record = json.loads((transfer_dir / "transfer.json").read_text())
+    conditions = record["conditions"]
+    decision = record["decision"]
+    features = list(conditions["in_distribution"]["features"])
+    groups = [*features, "decision"]
+    transfer_panels(
+        out_dir / "transfer.png",
+        groups,
+        {
+            TITLES[c]: [*(conditions[c]["features"][f]["auroc"] for f in features), conditions[c]["decision"]["auroc"]]
+            for c in conditions
+        },
+        {TITLES[c]: (conditions[c]["p_correct"], conditions[c]["labels"]) for c in conditions},
+        title=f"calibration transfer: {', '.join(record['in_templates'])} → {', '.join(record['shifted_templates'])}",
+    )
+    boot = record["bootstrap"]
+    return [
+        "## Calibration transfer",
+        "",
+        f"The calibrators and the shipped decision ({decision['kind']} `{decision['name']}`, τ = "
+        f"{fmt(decision['tau'])}) were fitted on {', '.join(record['in_templates'])} questions. *In distribution*: "
+        f"the run's collected `{record['split']}` questions; *shifted*: questions of "
+        f"{', '.join(record['shifted_templates'])} on the same `{record['split']}` articles, answered and featured by "
+        f"the collect stage's code with the run's settings. Label: `{record['label']}`; routed score: "
+        f"`{record['routed_score']}`; intervals: {int(100 * boot['level'])} % paired bootstrap over the questions "
+        f"({boot['draws']} resamples).",
+        "",
+        headline(record),
+        "",
+        *summary_table(record),
+        "",
+        "![calibration transfer](transfer.png)",
+        "",
+        "Per calibrated feature (raw feature's AUROC; ECE of the calibrated probability):",
+        "",
+        *feature_table(record),
+        "",
+        *template_table(record),
+        "",
+        "A bundle travels as far as its decision's AUROC stays above 0.5 and its routed score near Always-RAG's: an "
+        "ECE that grows under the shift means P(correct) can no longer be read as a probability there, even when the "
+        "ranking survives; the OOD flag rate says how many shifted questions a runtime would flag (docs/transfer.md).",
+        "",
+    ]
