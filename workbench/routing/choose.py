@@ -127,7 +127,10 @@ def choose_router(
     )
     comparison["rate"] = float(retrieve.mean()) if evaluation.n else math.nan
     comparison["cost_fields"] = eval_model.routed(features_cost, comparison["rate"])
-    pays = bool(within and comparison["cost"] < comparison["always_cost"])
+    # pays for itself: within Δ where it was picked (fit split, out of fold), and — measured once on the evaluation
+    # split — cheaper than Always-RAG without losing more than Δ there
+    comparison["within_delta"] = bool(comparison["difference"] >= -settings.delta - 1e-12)
+    pays = bool(within and comparison["within_delta"] and comparison["cost"] < comparison["always_cost"])
     eval_refs = baseline_points(evaluation, eval_model)
     front = pareto([p for p in points if p.kind in ("single", "cascade")])
     best_cascade = _best_cascade(points, always_q, settings.delta)

@@ -62,6 +62,17 @@ CARRIED = (
 """Columns copied from the collection next to the calibrated features (labels, QA scores and costs for routing)."""
 
 
+def evaluation_split(collected: Any, fit_split: str, order: Any = ()) -> str:
+    """The split the calibration, the routing table and the router are measured on: the first split of ``order``
+    (the recipe's ``collect.splits``) that was collected and is not the fit split — e.g. ``test`` for
+    ``[calib, test, ood]`` — else the first other collected split in name order, else the fit split itself."""
+    names = list(collected)
+    for split in [*order, *sorted(names)]:
+        if split in names and split != fit_split:
+            return split
+    return fit_split
+
+
 def load_collection(collect_dir: Path) -> tuple[dict[str, list[dict]], dict[str, Any]]:
     """``({split: rows}, summary)`` of a ``collect`` output; DataError when it is not one."""
     import datasets
@@ -263,6 +274,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "label": section.label,
         "label_threshold": section.label_threshold,
         "fit_split": section.fit_split,
+        "eval_split": evaluation_split(out_rows, section.fit_split, ctx.config.collect.splits),
         "features": features,
         "nan": nan_counts,
     }
@@ -276,7 +288,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     atomic_write_json(ctx.out_dir / "metrics.json", metrics)
     summary_rows = {s: len(v["id"]) for s, v in out_rows.items()}
     atomic_write_json(ctx.out_dir / "summary.json", {**meta, "ood": ood_line, "rows": summary_rows})
-    eval_split = next((s for s in calibrated if s != section.fit_split), section.fit_split)
+    eval_split = meta["eval_split"]
     aurocs = [metrics[f][eval_split]["after"]["auroc"] for f in features]
     best = max((a, f) for a, f in zip(aurocs, features, strict=True) if a is not None) if any(aurocs) else None
     return {

@@ -136,8 +136,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     data = json.loads((calib_dir / "calibrated.json").read_text())
     meta = json.loads((calib_dir / "summary.json").read_text())
     features, fit_split = meta["features"], meta["fit_split"]
-    eval_split = next((s for s in data if s != fit_split), None)
-    if eval_split is None:
+    eval_split = meta.get("eval_split") or next((s for s in sorted(data) if s != fit_split), None)
+    if eval_split is None or eval_split == fit_split:
         raise DataError("classify needs a collected split besides the fit split to evaluate on", "collect.splits")
     cols = {k: np.asarray(v, dtype=float) for k, v in data[eval_split]["columns"].items()}
     missing = [c for c in ("rag_contains", "rag_prompt_tokens") if c not in cols]

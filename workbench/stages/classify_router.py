@@ -112,6 +112,9 @@ def search_router(
         seed=seed,
         storage=storage if section.router_search == "study" else None,
     )
+    if record.get("study") and getattr(ctx, "run_dir", None) is not None:  # where the storage lands, not the temp dir
+        final = (Path(ctx.run_dir) / "stages" / ctx.spec.name / storage.name).resolve()
+        record["study"]["storage"] = f"sqlite:///{final}"
     for part, split in (("fit", fit_split), ("eval", eval_split)):
         record["cost_model"][part]["cached_share"] = float(costs["splits"][split].get("cached_share", 0.0))
     calibrate_set = load_learned(Path(ctx.inputs["calibrate"]) / "calibrators.json", expect={"calibrator_set"})

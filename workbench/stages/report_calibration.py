@@ -26,7 +26,7 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
     metrics = json.loads((calibrate_dir / "metrics.json").read_text())
     data = json.loads((calibrate_dir / "calibrated.json").read_text())
     features, fit = meta["features"], meta["fit_split"]
-    split = next((s for s in data if s != fit), fit)
+    split = meta.get("eval_split") or next((s for s in sorted(data) if s != fit), fit)
     labels = np.asarray(data[split]["label"])
     bad = meta["nan"]["bad_values"]
     n_bad = sum(sum(v.values()) for v in bad.values())

@@ -17,7 +17,7 @@ def _cost(value: float, unit: str) -> str:
 
 def headline(record: dict[str, Any]) -> list[str]:
     """The answer to "which router is cheapest within Δ of Always-RAG, and what does it save?" on the evaluation
-    split, with the paired bootstrap intervals — or, honestly, that no router pays for itself here."""
+    split, with the paired BCa bootstrap intervals — or, honestly, that no router pays for itself here."""
     ev, unit = record["evaluation"], record["unit"]
     words = UNIT_WORDS[unit]
     spec = record["spec"]
@@ -30,7 +30,7 @@ def headline(record: dict[str, Any]) -> list[str]:
         f"questions: routed score {ev['quality']:.3f} vs Always-RAG {ev['always_quality']:.3f} (difference "
         f"{100 * ev['difference']:+.1f} points, 90% interval {100 * d_lo:+.1f} – {100 * d_hi:+.1f}), at "
         f"{_cost(ev['cost'], unit)} vs {_cost(ev['always_cost'], unit)} {words} per question (saving "
-        f"{ev['saving']:.0%}, 90% interval {s_lo:.0%} – {s_hi:.0%}; {ev['draws']} paired bootstrap resamples)."
+        f"{ev['saving']:.0%}, 90% interval {s_lo:.0%} – {s_hi:.0%}; {ev['draws']:,} paired resamples, BCa bootstrap)."
     )
     if record["tau"] > 1.0:
         deciding = record.get("best_deciding")
@@ -49,6 +49,11 @@ def headline(record: dict[str, Any]) -> list[str]:
         return [lead, ""]
     if record["pays_for_itself"]:
         lead = f"**The picked router pays for itself here.** {facts}"
+    elif record["picked"]["within_delta"] and ev["cost"] < ev["always_cost"] and not ev.get("within_delta", True):
+        lead = (
+            f"**No router pays for itself here:** the pick was within {100 * record['delta']:.0f} point(s) of "
+            f"Always-RAG on the fit split and is cheaper, but on the evaluation split it loses more than that. {facts}"
+        )
     elif not record["picked"]["within_delta"]:
         lead = (
             f"**No router pays for itself here:** none came within {100 * record['delta']:.0f} point(s) of "

@@ -140,3 +140,12 @@ def test_d2rag_stage_one_reads_the_shipped_router(routed):
     assert learned.features == ["confidence"] and learned.tau_rule.startswith("router pick")
     selection = json.loads((cls_dir / "selection.json").read_text())
     assert learned.tau == pytest.approx(selection["router"]["tau"])
+
+
+def test_the_evaluation_split_follows_the_recipes_split_order_not_the_names():
+    from workbench.stages.calibrate import evaluation_split
+
+    assert evaluation_split({"calib": 1, "ood": 1, "test": 1}, "calib", ["calib", "test", "ood"]) == "test"
+    assert evaluation_split(["calib", "ood"], "calib", ["calib", "test", "ood"]) == "ood"
+    assert evaluation_split(["calib", "val", "test"], "calib") == "test"
+    assert evaluation_split(["calib"], "calib") == "calib"
