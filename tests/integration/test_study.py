@@ -53,6 +53,24 @@ def test_study_writes_parameters_scores_and_a_report(study_run):
     assert "optuna-dashboard sqlite:///" in report
 
 
+def test_optunas_best_trial_is_the_shipped_one(study_run):
+    """What Optuna's CLI and dashboard show as best is what best_params.json ships, and the pick is in the storage."""
+    import optuna
+
+    tmp, _ = study_run
+    stage = tmp / "run" / "stages" / "study"
+    best = json.loads((stage / "best_params.json").read_text())
+    storage = f"sqlite:///{tmp / 'run' / 'studies' / 'studies.db'}"
+    for method in ("dtr", "d2rag"):
+        study = optuna.load_study(study_name=f"study-{method}", storage=storage)
+        params = json.loads((stage / "params" / f"{method}.json").read_text())
+        assert study.best_trial.number == study.user_attrs["pick_trial"] == params["trial"]
+        shipped = dict(best["methods"][method])
+        if method == "d2rag":
+            shipped["tau"] = best["d2rag_tau"]
+        assert study.best_trial.params == shipped and "fewer tokens" in study.user_attrs["pick_rule"]
+
+
 def test_the_chosen_parameters_reach_evaluate_and_the_bundle(study_run):
     import datasets
 

@@ -6,8 +6,10 @@ until it holds ``study.n_trials`` complete ones. Each trial scores its parameter
 questions of ``study.split`` through the evaluate stage's own function (:class:`~workbench.tuning.objective.
 MethodObjective`); threshold parameters are replays of traces computed once, so most trials generate nothing. The
 paper's defaults are the first trial (when they lie inside the space) and are scored in any case. The chosen
-parameters (:func:`~workbench.tuning.study.pick_best`: constraints first, then quality, then tokens) and the defaults
-are then scored **once** on ``study.test_split``, which no trial reads.
+parameters (:func:`~workbench.tuning.study.pick_best`: constraints first, then quality, then tokens — the order of the
+trial values Optuna stores, so ``study.best_trial`` is this trial, and the rule and the trial number are the study's
+``pick_rule`` / ``pick_trial`` user attributes) and the defaults are then scored **once** on ``study.test_split``,
+which no trial reads.
 
 D²-RAG is tuned as its bundle runs it: with the run's fitted (gold-free) utility. Without a ``fit_utility`` output
 the stage refuses it (so does the recipe, at load) rather than let the trials decode with the gold-using oracle; with
@@ -15,9 +17,9 @@ a utility classifier, ``tau_pos`` / ``tau_neg`` (inert: the classifier decides t
 
 Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ, "d2rag_utility": how the utility
 was made}``, what the evaluate stage and the bundle export lay over the recipe's ``evaluate.options`` (and D²-RAG's τ
-over classify's); ``params/<method>.json`` — one method's chosen parameters with their val and test metrics next to
-the defaults' (``workbench evaluate --params FILE`` reads one; D²-RAG's records its ``utility``: export refuses a
-file or a study that does not say it was gold-free).
+over classify's); ``params/<method>.json`` — one method's chosen parameters (``trial``: its number in the study)
+with their val and test metrics next to the defaults' (``workbench evaluate --params FILE`` reads one; D²-RAG's
+records its ``utility``: export refuses a file or a study that does not say it was gold-free).
 ``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
 the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
 """
@@ -182,6 +184,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "study": outcome.name,
             "storage": describe_storage(url),
             "objective": section.objective,
+            "trial": outcome.best_number,  # Optuna's study.best_trial (single objective): the study's pick_trial
             "feasible": outcome.feasible,
             "defaults": defaults,
             "scores": scores,

@@ -8,6 +8,12 @@ share the work, and a re-run after ``kill -9`` completes what is missing.
 A trial's parameters go to a ``score(params) -> (metrics, kind)`` callable (:class:`~workbench.tuning.objective.
 MethodObjective`); its metrics are stored as the trial's user attributes, so constraints, reports and the pick of the
 best trial read them back from the storage alone.
+
+**The study's pick is Optuna's pick.** A single-objective trial's value is :func:`objective_value` — the quality
+rounded to 6 decimals, less ``tokens × 1e-13`` — so among trials of equal quality the one with fewer tokens has the
+higher value, and the constraints are Optuna's own (``trial.set_constraint``): ``study.best_trial`` (and so Optuna's
+CLI and optuna-dashboard) names the trial the workbench ships. The rule and the chosen trial are written as the
+study's user attributes ``pick_rule``, ``pick_trial`` and ``pick_feasible``.
 """
 
 from __future__ import annotations
@@ -23,10 +29,56 @@ from workbench.tuning.objective import Pruned
 from workbench.tuning.space import ParamSpec
 from workbench.tuning.storage import WORKER_ATTR, fail_dead_workers, worker_id
 
-__all__ = ["CONSTRAINT_METRICS", "StudyOutcome", "StudySettings", "pick_best", "run_study", "suggest"]
+__all__ = [
+    "CONSTRAINT_METRICS",
+    "PICK_RULE",
+    "StudyOutcome",
+    "StudySettings",
+    "objective_value",
+    "pick_best",
+    "run_study",
+    "suggest",
+]
 
 CONSTRAINT_METRICS = ("retrieval_rate", "tokens", "latency", "lm_calls", "nli_pairs")
 """Metrics a constraint (``metric <= limit``) may name: per-question means of a trial on the study split."""
+
+QUALITY_DECIMALS = 6
+"""A single-objective trial's quality is compared to this many decimals (exact for em / contains means of up to
+500,000 questions); below that, fewer tokens wins."""
+TOKEN_WEIGHT = 1e-13
+"""What one token per question takes off a single-objective trial's value: at most ``TOKEN_CAP × TOKEN_WEIGHT`` =
+1e-7 in all, under half a quality step (5e-7), so it only orders trials of equal rounded quality."""
+TOKEN_CAP = 1e6
+"""Tokens per question above this all weigh the same in the value."""
+VALUE_RULE = f"round(quality, {QUALITY_DECIMALS}) - {TOKEN_WEIGHT:g} * min(tokens, {TOKEN_CAP:g})"
+"""The single-objective trial value, as written in the study's signature and ``pick_rule``."""
+
+PICK_RULE = {
+    "single": (
+        f"Optuna's best trial: trial value = {VALUE_RULE} (quality first, then fewer tokens per question), among the "
+        "trials that meet every constraint (Optuna's constraints); trials of equal value (the same quality and "
+        "tokens) are one to the storage, which names the earliest; with no feasible trial, the one that breaks the "
+        "constraints least (then the better quality, then the earlier): Optuna then has no best trial"
+    ),
+    "multi": (
+        "on Optuna's Pareto front (quality up, tokens down), among the trials that meet every constraint and the "
+        "token budget: the highest quality, then fewer tokens, then the earlier trial; with none, the one that "
+        "breaks the constraints least"
+    ),
+}
+"""How a study's trial is chosen, recorded as the study's ``pick_rule`` user attribute."""
+
+
+def objective_value(metrics: dict[str, float], objective: str) -> float:
+    """A single-objective trial's value: the quality ``metrics[objective]`` rounded to :data:`QUALITY_DECIMALS`, less
+    :data:`TOKEN_WEIGHT` per token per question (capped at :data:`TOKEN_CAP`) — a lexicographic order (quality, then
+    fewer tokens) in one number, so Optuna's ``best_trial`` is the workbench's pick. Missing tokens count as none."""
+    quality = round(float(metrics[objective]), QUALITY_DECIMALS)
+    tokens = float(metrics.get("tokens", 0.0))
+    tokens = min(max(tokens, 0.0), TOKEN_CAP) if math.isfinite(tokens) else TOKEN_CAP
+    return quality - TOKEN_WEIGHT * tokens
+
 
 Scorer = Callable[..., tuple[dict[str, float], str]]
 """``score(params, report) -> (metrics, kind)``; ``report(step, value) -> prune?`` may be ignored; a scorer that
@@ -56,8 +108,9 @@ class StudySettings:
 @dataclass
 class StudyOutcome:
     """A finished study: its name, the best trial's parameters and val metrics, the Pareto front (multi-objective),
-    the trials by kind with their wall time (every worker's, read from the storage), and the number of trials this
-    run failed because their worker had died."""
+    the trials by kind with their wall time (every worker's, read from the storage), the number of trials this
+    run failed because their worker had died, and the chosen trial's number (``best_number``: Optuna's
+    ``study.best_trial`` in a single-objective study with a feasible trial; None for an empty study)."""
 
     name: str
     best_params: dict[str, Any]
@@ -67,6 +120,7 @@ class StudyOutcome:
     kinds: dict[str, dict[str, float]]
     recovered: int
     trials: list[dict[str, Any]]
+    best_number: int | None = None
 
 
 def suggest(trial: Any, spec: ParamSpec, breakpoints: list[float] | None = None) -> Any:
@@ -109,6 +163,7 @@ def _signature(specs: tuple[ParamSpec, ...], breakpoints: list[float] | None, se
     return {
         "directions": settings.directions,
         "objective": settings.objective,
+        "value": "quality, tokens" if settings.multi_objective else VALUE_RULE,
         "space": {s.name: s.to_dict() for s in specs},
         "breakpoints": [float(b) for b in breakpoints] if breakpoints else None,
     }
@@ -144,8 +199,13 @@ def open_study(
             continue
         if theirs != signature:
             diff = sorted(k for k in signature if theirs.get(k) != signature[k])
+            why = (
+                " (its trial values are quality alone: made before ties were broken by tokens)"
+                if diff == ["value"] and "value" not in theirs
+                else ""
+            )
             raise ConfigError(
-                f"study {name!r} exists with another {', '.join(diff)}: give another --study-name", "study"
+                f"study {name!r} exists with another {', '.join(diff)}{why}: give another --study-name", "study"
             )
         return existing
     raise ConfigError(f"study {name!r} exists but was never finished being created (no signature)", "study")
@@ -202,8 +262,9 @@ def run_study(
         trial.set_user_attr("seconds", spent)
         for metric, limit in settings.constraints.items():  # feasible when every value is <= 0
             trial.set_constraint(metric, float(metrics.get(metric, math.inf)) - limit)
-        quality = metrics[settings.objective]
-        return (quality, metrics["tokens"]) if settings.multi_objective else quality
+        if settings.multi_objective:
+            return metrics[settings.objective], metrics["tokens"]
+        return objective_value(metrics, settings.objective)
 
     def enough(study: Any, trial: Any) -> None:
         if _finished(study) >= settings.n_trials:
@@ -237,8 +298,9 @@ def pick_best(trials: list[dict[str, Any]], settings: StudySettings) -> tuple[di
     """The chosen trial (a row of :func:`trial_rows`) and whether it meets the constraints.
 
     Among feasible trials (every constraint met; and, when multi-objective with a ``token_budget``, at most that
-    many tokens per question): the highest quality, ties broken by fewer tokens, then the earlier trial. With no
-    feasible trial: the one that breaks the constraints least (then by quality)."""
+    many tokens per question): the highest quality, ties broken by fewer tokens, then the earlier trial (single
+    objective: the highest :func:`objective_value`, i.e. quality to 6 decimals, then fewer tokens, then the earlier
+    trial). With no feasible trial: the one that breaks the constraints least (then by quality)."""
     if not trials:
         return None, False
     key = settings.objective
@@ -250,6 +312,8 @@ def pick_best(trials: list[dict[str, Any]], settings: StudySettings) -> tuple[di
 
     feasible = [t for t in trials if ok(t)]
     if feasible:
+        if not settings.multi_objective:  # the order of the trial values Optuna stores (objective_value)
+            return min(feasible, key=lambda t: (-objective_value(t["metrics"], key), t["number"])), True
         return min(feasible, key=lambda t: (-t["metrics"][key], t["metrics"]["tokens"], t["number"])), True
 
     def violation(row: dict[str, Any]) -> float:
@@ -278,9 +342,35 @@ def trial_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def optuna_best(study: Any, rows: list[dict[str, Any]], best: dict[str, Any] | None, feasible: bool) -> Any:
+    """The row of Optuna's own ``study.best_trial`` where it has one (single objective, a feasible trial), else
+    ``best``. It equals :func:`pick_best`'s row but for trials of exactly equal value (the same quality and tokens),
+    which are interchangeable by the rule: then Optuna's choice is the one shipped, so the two never differ."""
+    if best is None or not feasible or len(study.directions) > 1:
+        return best
+    try:
+        number = study.best_trial.number
+    except ValueError:  # no feasible trial by Optuna's account
+        return best
+    return next((r for r in rows if r["number"] == number), best)
+
+
+def record_pick(study: Any, settings: StudySettings, best: dict[str, Any] | None, feasible: bool) -> None:
+    """Write the pick to the storage as study user attributes: ``pick_rule`` (:data:`PICK_RULE`), ``pick_trial``
+    (the chosen trial's number), ``pick_feasible`` and ``pick_objective`` — what Optuna's CLI and dashboard show."""
+    if best is None:
+        return
+    study.set_user_attr("pick_rule", PICK_RULE["multi" if settings.multi_objective else "single"])
+    study.set_user_attr("pick_objective", settings.objective)
+    study.set_user_attr("pick_trial", int(best["number"]))
+    study.set_user_attr("pick_feasible", bool(feasible))
+
+
 def _outcome(study: Any, settings: StudySettings, recovered: int) -> StudyOutcome:
     rows = trial_rows(study)
     best, feasible = pick_best(rows, settings)
+    best = optuna_best(study, rows, best, feasible)
+    record_pick(study, settings, best, feasible)
     pareto = []
     if settings.multi_objective:
         numbers = {t.number for t in study.best_trials}
@@ -306,4 +396,5 @@ def _outcome(study: Any, settings: StudySettings, recovered: int) -> StudyOutcom
         kinds=kinds,
         recovered=recovered,
         trials=rows,
+        best_number=int(best["number"]) if best else None,
     )

@@ -177,3 +177,63 @@ def test_storage_descriptions_hide_passwords_and_shorten_local_paths(monkeypatch
     monkeypatch.chdir(tmp_path)
     assert describe_storage(f"sqlite:///{tmp_path}/run/studies.db") == "sqlite:///run/studies.db"
     assert describe_storage("sqlite:////elsewhere/s.db") == "sqlite:////elsewhere/s.db"
+
+
+def _tied(params, report=None):
+    """The quickstart's shape: quality 0.75 on a wide band of τ (ties), tokens falling in steps as τ grows (so trials
+    of one step tie on tokens as well)."""
+    tau = float(params["tau"])
+    tokens = 400.0 - 50.0 * min(int(tau * 2), 6)
+    return {"contains": 0.75 if tau < 3.0 else 0.5, "tokens": tokens, "retrieval_rate": min(1.0, 1 / tau)}, "replay"
+
+
+@pytest.mark.parametrize("url", ["sqlite:///{tmp}/s.db", "journal:{tmp}/s.journal"])
+def test_a_tied_study_ships_optunas_best_trial_and_records_the_pick(tmp_path, url):
+    import optuna
+
+    storage = open_storage(url.format(tmp=tmp_path))
+    out = run_study(storage, "tie", _specs(), _tied, StudySettings(n_trials=20), fixed={"tau": 0.443}, progress=False)
+    tied = [t for t in out.trials if t["metrics"]["contains"] == 0.75]
+    assert len(tied) >= 5 and out.trials[0]["params"] == {"tau": 0.443}  # the defaults tie, with more tokens
+    fewest = min(t["metrics"]["tokens"] for t in tied)
+    earliest = min(t["number"] for t in tied if t["metrics"]["tokens"] == fewest)
+    study = optuna.load_study(study_name="tie", storage=storage)  # as Optuna's CLI and dashboard open it
+    assert study.best_trial.number == out.best_number == earliest != 0
+    assert study.best_trial.params == out.best_params and out.best_metrics["tokens"] == fewest
+    attrs = study.user_attrs
+    assert attrs["pick_trial"] == earliest and attrs["pick_feasible"] is True and attrs["pick_objective"] == "contains"
+    assert "fewer tokens" in attrs["pick_rule"] and "best trial" in attrs["pick_rule"]
+    assert abs(study.best_value - 0.75) < 1e-6  # the value is the quality, less a tie-break below its 6th decimal
+
+
+def test_constraints_and_pareto_picks_are_recorded(tmp_path):
+    import optuna
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    settings = StudySettings(n_trials=12, constraints={"retrieval_rate": 0.5})
+    out = run_study(storage, "c", _specs(), _tied, settings, progress=False)
+    study = optuna.load_study(study_name="c", storage=storage)
+    assert out.feasible and study.best_trial.number == out.best_number == study.user_attrs["pick_trial"]
+    none = StudySettings(n_trials=6, constraints={"retrieval_rate": 0.01})  # nothing feasible: Optuna has no best
+    out = run_study(storage, "n", _specs(), _tied, none, progress=False)
+    study = optuna.load_study(study_name="n", storage=storage)
+    assert not out.feasible and study.user_attrs == {**study.user_attrs, "pick_trial": out.best_number}
+    assert study.user_attrs["pick_feasible"] is False
+    multi = StudySettings(n_trials=10, multi_objective=True, token_budget=350.0)
+    out = run_study(storage, "m", _specs(), _tied, multi, progress=False)
+    study = optuna.load_study(study_name="m", storage=storage)
+    assert study.user_attrs["pick_trial"] == out.best_number in {t.number for t in study.best_trials}
+    assert "Pareto" in study.user_attrs["pick_rule"]
+
+
+def test_a_study_made_with_plain_quality_values_is_refused(tmp_path):
+    import optuna
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    run_study(storage, "old", _specs(), _tied, StudySettings(n_trials=2), progress=False)
+    study = optuna.load_study(study_name="old", storage=storage)
+    signature = dict(study.user_attrs["signature"])
+    del signature["value"]  # what an older workbench wrote
+    study.set_user_attr("signature", signature)
+    with pytest.raises(ConfigError, match=r"another value .*quality alone"):
+        run_study(storage, "old", _specs(), _tied, StudySettings(n_trials=3), progress=False)
