@@ -189,30 +189,16 @@ def aurc(confidence: Sequence[float], correct: Sequence[float], *, ties: str = "
     return float(risk.mean()) if risk.size else float("nan")
 
 
-def average_ranks(values: Sequence[float]) -> np.ndarray:
-    """1-based ranks of ``values`` (ascending), tied values sharing the mean of their ranks."""
-    v = np.asarray(values, dtype=float).reshape(-1)
-    order = np.argsort(v, kind="stable")
-    starts, counts = _blocks(v[order])
-    ranks = np.empty(v.size, dtype=float)
-    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation: the Pearson correlation of the average ranks of ``x`` and ``y``.
+    """Spearman rank correlation, ``scipy.stats.spearmanr`` (ties take average ranks), NaN pairs dropped first.
 
-    ``ρ = Σ (rx_i - mean rx)(ry_i - mean ry) / sqrt(Σ (rx_i - mean rx)² · Σ (ry_i - mean ry)²)``, ties taking
-    average ranks (same value as ``scipy.stats.spearmanr``). Returns NaN with fewer than two pairs or when
-    either side is constant.
+    The Pearson correlation of the average ranks of ``x`` and ``y``. Returns NaN with fewer than two pairs or when
+    either side is constant (scipy's ``ConstantInputWarning`` is silenced: NaN says it). scipy is imported inside
+    the function, so this module stays numpy-only at import.
     """
     a, b = _paired(x, y, "x", "y")
-    if a.size < 2:
+    if a.size < 2 or a.min() == a.max() or b.min() == b.max():
         return float("nan")
-    ra, rb = average_ranks(a), average_ranks(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    denom = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
-    if denom == 0.0:
-        return float("nan")
-    return float((ra * rb).sum() / denom)
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)

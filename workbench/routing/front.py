@@ -7,7 +7,7 @@ it. The **front** holds the points no other point beats on both quality (higher)
 questions — "the cheapest router that loses at most one point" with ``delta = 0.01`` — ties to the higher quality;
 when no point is within ``delta``, the best-quality point, flagged ``within_delta: false``.
 
-On the evaluation split, :func:`compare_to_always` measures the picked router against Always-RAG with paired
+On the evaluation split, :func:`compare_to_always` measures the picked router against Always-RAG with paired BCa
 bootstrap intervals over the questions (the same resamples for both): the quality difference and the cost saving.
 """
 
@@ -96,14 +96,11 @@ def tau_sweep(p_correct: np.ndarray) -> np.ndarray:
 def bootstrap_interval(
     values: np.ndarray, *, draws: int = 2000, level: float = 0.9, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile interval of the mean of ``values`` (one per question) over ``draws`` resamples of the questions."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size == 0:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    means = arr[rng.integers(0, arr.size, (draws, arr.size))].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+    """BCa interval of the mean of ``values`` (one per question) over ``draws`` resamples of the questions
+    (:func:`workbench.metrics.bootstrap.mean_interval`; NaN with fewer than two questions)."""
+    from workbench.metrics.bootstrap import mean_interval
+
+    return mean_interval(values, n_resamples=draws, level=level, seed=seed).as_tuple()
 
 
 def compare_to_always(
@@ -117,27 +114,33 @@ def compare_to_always(
 ) -> dict[str, Any]:
     """The picked router against Always-RAG on the evaluation split, per question: ``routed`` / ``always`` are
     the routed and the Always-RAG QA scores, ``router_cost`` the router's cost of each question in the unit (its
-    features, plus the retrieval where it retrieved), ``always_cost`` Always-RAG's. Paired 90% bootstrap
-    intervals (the same question resamples for every figure) of the quality difference (router − Always-RAG, in
-    points of the score) and of the relative saving (1 − router cost / Always-RAG cost)."""
+    features, plus the retrieval where it retrieved), ``always_cost`` Always-RAG's. Paired 90% BCa bootstrap
+    intervals (:func:`workbench.metrics.bootstrap.bootstrap_intervals`: the same question resamples for both
+    figures) of the quality difference (router − Always-RAG, in points of the score) and of the relative saving
+    (1 − router cost / Always-RAG cost); a figure constant over the resamples gets the percentile interval (its
+    value twice), and NaN intervals with fewer than two questions or no Always-RAG cost."""
+    from workbench.metrics.bootstrap import bootstrap_intervals
+
     routed, always = np.asarray(routed, dtype=float), np.asarray(always, dtype=float)
     cost = np.asarray(router_cost, dtype=float)
     n = routed.size
     diff = routed - always
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, (draws, n)) if n else np.zeros((0, 0), dtype=int)
-    saving = 1.0 - cost[idx].mean(axis=1) / always_cost if n and always_cost > 0 else np.array([math.nan])
-    d_means = diff[idx].mean(axis=1) if n else np.array([math.nan])
+
+    def statistic(idx: np.ndarray) -> list[float]:
+        saving = 1.0 - float(cost[idx].mean()) / always_cost if always_cost > 0 else math.nan
+        return [float(diff[idx].mean()), saving]
+
+    d_interval, s_interval = bootstrap_intervals(statistic, n, n_resamples=draws, seed=seed)
     mean_cost = float(cost.mean()) if n else math.nan
     return {
         "questions": int(n),
         "quality": float(routed.mean()) if n else math.nan,
         "always_quality": float(always.mean()) if n else math.nan,
         "difference": float(diff.mean()) if n else math.nan,
-        "difference_interval": [float(np.quantile(d_means, 0.05)), float(np.quantile(d_means, 0.95))],
+        "difference_interval": list(d_interval.as_tuple()),
         "cost": mean_cost,
         "always_cost": float(always_cost),
         "saving": 1.0 - mean_cost / always_cost if always_cost > 0 else math.nan,
-        "saving_interval": [float(np.quantile(saving, 0.05)), float(np.quantile(saving, 0.95))],
+        "saving_interval": list(s_interval.as_tuple()),
         "draws": int(draws),
     }

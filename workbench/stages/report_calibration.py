@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from workbench.core.formatting import fmt, markdown_table
+from workbench.metrics.bootstrap import N_RESAMPLES, describe
 
 
 def _minmax(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -210,41 +211,33 @@ def paired_bootstrap(
     labels: np.ndarray,
     reference: str,
     *,
-    draws: int = 300,
+    draws: int = N_RESAMPLES,
     seed: int = 0,
 ) -> dict[str, dict[str, tuple[float, float]]]:
-    """Percentile 90% intervals of AUROC and PRR for every scorer in ``scores`` and of each one's difference to
+    """90% BCa intervals of AUROC and PRR for every scorer in ``scores`` and of each one's difference to
     ``reference``, over the same ``draws`` bootstrap resamples of the questions (paired: the difference's interval
-    accounts for the scorers ranking the same questions). Resamples with one class only are skipped; an interval
-    is NaN when more than half were."""
-    from workbench.metrics.ranking import auroc
+    accounts for the scorers ranking the same questions), by :func:`workbench.metrics.bootstrap.bootstrap_intervals`.
+    Resamples with one class only make the figures NaN: the interval is then the percentile one of the defined
+    resamples, and NaN when more than half were undefined (see that module)."""
+    from workbench.metrics.bootstrap import bootstrap_intervals
+    from workbench.metrics.ranking import auroc_rows
     from workbench.metrics.rejection import prr
 
     y = np.asarray(labels, dtype=float)
     arrays = {name: np.asarray(values, dtype=float) for name, values in scores.items()}
-    rng = np.random.default_rng(seed)
-    samples: dict[str, dict[str, list[float]]] = {
-        name: {m: [] for m in ("auroc", "prr", "d_auroc", "d_prr")} for name in arrays
-    }
-    for _ in range(draws):
-        idx = rng.integers(0, y.size, y.size)
-        if y[idx].min() == y[idx].max():
-            continue
-        values = {name: (auroc(a[idx], y[idx]), prr(a[idx], y[idx])) for name, a in arrays.items()}
-        for name, (a_value, p_value) in values.items():
-            bucket = samples[name]
-            bucket["auroc"].append(a_value)
-            bucket["prr"].append(p_value)
-            bucket["d_auroc"].append(a_value - values[reference][0])
-            bucket["d_prr"].append(p_value - values[reference][1])
+    figures = ("auroc", "prr", "d_auroc", "d_prr")
 
-    def interval(values: list[float]) -> tuple[float, float]:
-        clean = [v for v in values if not np.isnan(v)]
-        if len(clean) < draws // 2:
-            return float("nan"), float("nan")
-        return float(np.percentile(clean, 5)), float(np.percentile(clean, 95))
+    def prr_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        flat_a, flat_b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        return np.array([prr(r, q) for r, q in zip(flat_a, flat_b, strict=True)]).reshape(a.shape[:-1])
 
-    return {name: {m: interval(v) for m, v in bucket.items()} for name, bucket in samples.items()}
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        values = {name: (auroc_rows(a[idx], y[idx]), prr_rows(a[idx], y[idx])) for name, a in arrays.items()}
+        ref = values[reference]
+        return np.stack([v for a_v, p_v in values.values() for v in (a_v, p_v, a_v - ref[0], p_v - ref[1])])
+
+    intervals = iter(bootstrap_intervals(statistic, y.size, n_resamples=draws, seed=seed, vectorized=True))
+    return {name: {m: next(intervals).as_tuple() for m in figures} for name in arrays}
 
 
 def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: str, split: str) -> list[str]:
@@ -264,7 +257,7 @@ def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: 
     lines = [
         "",
         f"Classifiers against the best single calibrated feature on `{split}` (`{best}`, picked on this split: "
-        "optimistic for it), with 90% bootstrap intervals over the same resamples; a difference whose interval "
+        f"optimistic for it), with {describe()}, the same resamples for every scorer; a difference whose interval "
         "excludes 0 is real.",
         "",
         f"| scorer | AUROC | PRR | AUROC − {best} | PRR − {best} |",

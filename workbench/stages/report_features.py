@@ -9,27 +9,25 @@ from typing import Any
 
 import numpy as np
 
+from workbench.metrics.bootstrap import N_RESAMPLES
+
 
 def bootstrap_auroc(
-    scores: list[float], labels: list[float], *, draws: int = 300, seed: int = 0
+    scores: list[float], labels: list[float], *, draws: int = N_RESAMPLES, seed: int = 0
 ) -> tuple[float, float]:
-    """A percentile 90% interval of the AUROC over ``draws`` bootstrap resamples of the questions (NaN if undefined).
+    """A 90% BCa interval of the AUROC over ``draws`` bootstrap resamples of the questions (NaN if undefined).
 
-    Small splits with few correct answers give wide intervals; the report prints them so nobody over-reads a rank.
+    :func:`workbench.metrics.bootstrap.bootstrap_interval`: resamples with one class only make the AUROC NaN, and
+    then the interval is the percentile one of the defined resamples (NaN when fewer than half are). Small splits
+    with few correct answers give wide intervals; the report prints them so nobody over-reads a rank.
     """
-    from workbench.metrics.ranking import auroc
+    from workbench.metrics.bootstrap import bootstrap_interval
+    from workbench.metrics.ranking import auroc_rows
 
     s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(draws):
-        idx = rng.integers(0, s.size, s.size)
-        value = auroc(s[idx], y[idx])
-        if not math.isnan(value):
-            values.append(value)
-    if len(values) < draws // 2:
-        return float("nan"), float("nan")
-    return float(np.percentile(values, 5)), float(np.percentile(values, 95))
+    return bootstrap_interval(
+        lambda idx: auroc_rows(s[idx], y[idx]), s.size, n_resamples=draws, seed=seed, vectorized=True
+    ).as_tuple()
 
 
 MIN_PER_CLASS = 5  # fewer correct (or wrong) answers than this: no bootstrap interval for the split's AUROC
@@ -51,7 +49,7 @@ def _rows(collect_dir: Path, split: str) -> list[dict[str, Any]]:
 def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> list[str]:
     """Markdown lines (and ``feature_auroc.png`` in ``out_dir``): per-feature AUROC on every collected split.
 
-    The table shows each split's AUROC for ``correct_contains`` with a bootstrap 90% interval on ``split``, the
+    The table shows each split's AUROC for ``correct_contains`` with a 90% BCa bootstrap interval on ``split``, the
     share of correct answers, and the features' collection cost per question.
     """
     from workbench.plots import grouped_bars
@@ -83,7 +81,7 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
     head = " | ".join(f"AUROC `{s}`" for s in splits)
     lines += [
         "",
-        f"| feature | {head} | 90% interval on `{split}` (bootstrap) | NaN rows |",
+        f"| feature | {head} | 90% interval on `{split}` (BCa bootstrap, {N_RESAMPLES:,} resamples) | NaN rows |",
         "|---|" + "---:|" * len(splits) + "---|---:|",
     ]
     for name in features:

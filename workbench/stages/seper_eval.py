@@ -13,8 +13,8 @@ and the closed-book term is computed once per question and shared. Gold-dependen
 never a runtime signal.
 
 Outputs: ``per_question/`` (an HF dataset: question, retriever, passage ids, gold passage retrieved, SePer terms)
-and ``summary.json`` (per retriever: mean ΔSePer-S / -H with a bootstrap 90% interval, mean SePer with context,
-recall of the gold passage; the ranking by mean ΔSePer-S).
+and ``summary.json`` (per retriever: mean ΔSePer-S / -H with a 90% BCa bootstrap interval, mean SePer with context,
+recall of the gold passage; the ranking by mean ΔSePer-S; ``intervals``: how the intervals were made).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.metrics.bootstrap import N_RESAMPLES, describe, mean_interval
 from workbench.stages.context import StageContext
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "dtr", "gold", "random")
@@ -36,14 +37,10 @@ CONTROLS = ("gold", "random")
 QUESTIONS_PER_CHUNK = 2  # questions per ΔSePer call (each with every retriever's context): one progress step
 
 
-def bootstrap_mean_interval(values: list[float], *, draws: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """A percentile 90% interval of the mean of ``values`` over bootstrap resamples."""
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, (draws, x.size))].mean(axis=1)
-    return float(np.percentile(means, 5)), float(np.percentile(means, 95))
+def bootstrap_mean_interval(values: list[float], *, draws: int = N_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """A 90% BCa interval of the mean of ``values`` over ``draws`` bootstrap resamples
+    (:func:`workbench.metrics.bootstrap.mean_interval`; NaN for fewer than two values)."""
+    return mean_interval(values, n_resamples=draws, seed=seed).as_tuple()
 
 
 def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools: Any, k: int) -> list[list[Any]]:
@@ -172,6 +169,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "k": section.k,
         "passages": len(corpus),
         "retrievers": {},
+        "intervals": describe(),
     }
     for kind in section.retrievers:
         mine = [r for r in records if r["retriever"] == kind]
@@ -218,7 +216,7 @@ def seper_section(seper_dir: Any, out_dir: Any) -> list[str]:
         f"{summary['questions']} `{summary['split']}` questions, top-{summary['k']} of {summary['passages']} passages "
         "(every chunk of the questions' gold documents plus random others) per retriever. ΔSePer = "
         "the model's belief in the gold answer with the passages minus without them (gold-dependent: an evaluation, "
-        "not a runtime signal); intervals are bootstrap 90% intervals of the mean.",
+        f"not a runtime signal); intervals are {summary.get('intervals', 'bootstrap 90% intervals')} of the mean.",
         "",
         "| rank | retriever | mean ΔSePer-S (90% interval) | mean ΔSePer-H (90% interval) | SePer-S with passages "
         "| closed-book SePer-S | gold passage retrieved |",

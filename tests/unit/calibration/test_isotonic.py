@@ -1,4 +1,5 @@
-"""Isotonic and centered isotonic calibrators: hand-made PAV cases, clipping, monotonicity, sklearn parity."""
+"""Isotonic and centered isotonic calibrators: hand-made PAV cases, clipping, monotonicity, sklearn agreement
+(including scores stored a few ulps apart)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from sklearn.isotonic import IsotonicRegression
 
 from workbench.calibration import IsotonicCalibrator
-from workbench.calibration.isotonic import pav_blocks
+from workbench.calibration.isotonic import MERGE_EPS, isotonic_blocks, merge_close_scores
 from workbench.core.errors import DataError
 
 # scores 1..6 with labels 0, 1, 0, 0, 1, 1
@@ -15,10 +16,10 @@ S6 = [1, 2, 3, 4, 5, 6]
 Y6 = [0, 1, 0, 0, 1, 1]
 
 
-def test_pav_blocks_hand_computed():
+def test_isotonic_blocks_hand_computed():
     # PAV: 0 | 1 | 0 → 1 ≥ 0 pools {2, 3} = 1/2; 1/2 ≥ 0 (score 4) pools {2, 3, 4} = 1/3; 0 ≤ 1/3 stays
     # then 1, 1 (scores 5, 6): equal values pool into {5, 6} = 1
-    blocks = pav_blocks(np.array(S6, dtype=float), np.array(Y6, dtype=float))
+    blocks = isotonic_blocks(np.array(S6, dtype=float), np.array(Y6, dtype=float))
     assert [b.value for b in blocks] == pytest.approx([0.0, 1 / 3, 1.0])
     assert [(b.x_first, b.x_last) for b in blocks] == [(1, 1), (2, 4), (5, 6)]
     assert [b.x_mean for b in blocks] == pytest.approx([1.0, 3.0, 5.5])
@@ -40,19 +41,82 @@ def test_isotonic_clips_outside_the_fitted_range():
     np.testing.assert_allclose(cal.predict([-100.0, 0.999, 6.001, 1e9]), [0.0, 0.0, 1.0, 1.0])
 
 
-def test_isotonic_matches_sklearn():
+def _sklearn(s: np.ndarray, y: np.ndarray) -> IsotonicRegression:
+    return IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(s, y)
+
+
+def _agree(s: np.ndarray, y: np.ndarray, new: np.ndarray) -> None:
+    """The calibrator's predictions equal sklearn's on the fit scores and on ``new`` (max |Δ| ≤ 1e-12)."""
+    ref = _sklearn(s, y)
+    ours = IsotonicCalibrator().fit(s, y)
+    np.testing.assert_allclose(ours.predict(s), ref.predict(s), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours.predict(new), ref.predict(new), rtol=0, atol=1e-12)
+    # the JSON round trip keeps them
+    again = IsotonicCalibrator.from_dict(ours.to_dict())
+    np.testing.assert_array_equal(again.predict(new), ours.predict(new))
+
+
+def test_isotonic_matches_sklearn_on_random_data():
     rng = np.random.default_rng(7)
     grid = np.linspace(-5, 5, 2001)
-    for _ in range(20):
+    for trial in range(30):
         n = int(rng.integers(10, 400))
-        s = np.round(rng.normal(size=n), 1)  # with repeated scores
+        s = rng.normal(size=n)
+        if trial % 2:
+            s = np.round(s, 1)  # with repeated scores
         y = (rng.random(n) < 1 / (1 + np.exp(-2 * s))).astype(float)
         if y.min() == y.max():
             continue
-        ref = IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(s, y)
-        ours = IsotonicCalibrator().fit(s, y)
-        np.testing.assert_allclose(ours.predict(grid), ref.predict(grid), atol=1e-12)
-        np.testing.assert_allclose(ours.predict(s), ref.predict(s), atol=1e-12)
+        _agree(s, y, np.r_[grid, rng.normal(size=200)])
+
+
+def test_isotonic_matches_sklearn_on_scores_a_few_ulps_apart():
+    # graph features: the same value computed along two paths, stored a few ulps apart, with opposite labels;
+    # sklearn merges them into one score (mean label), so must we — no step between them
+    rng = np.random.default_rng(3)
+    base = np.round(rng.uniform(0.05, 0.95, size=12), 3)
+    s = np.concatenate([base, np.nextafter(base, 2.0), np.nextafter(np.nextafter(base, 2.0), 2.0), base - 2e-16])
+    y = (rng.random(s.size) < s).astype(float)
+    y[: base.size] = 1.0
+    y[base.size : 2 * base.size] = 0.0
+    _agree(s, y, np.r_[s, np.linspace(0, 1, 501), base + 1e-16])
+    x, _, w = merge_close_scores(s, y)
+    assert x.size == base.size and w.sum() == s.size  # one group per base value
+    cal = IsotonicCalibrator().fit(s, y)
+    assert np.all(np.diff(cal.to_dict()["x"]) >= MERGE_EPS)
+    # the centered variant sees the same merged scores: one block value per base value at most
+    cir = IsotonicCalibrator(centered=True).fit(s, y)
+    assert len(cir.to_dict()["x"]) <= base.size + 2
+
+
+def test_merge_close_scores_mirrors_sklearn_thresholds():
+    # plain breakpoints rebuilt from our blocks (first and last merged score of each) are sklearn's thresholds,
+    # so the centered variant starts from the same merge and the same PAV as the plain one
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        base = rng.normal(size=40)
+        s = np.concatenate([base, base + rng.integers(-3, 4, 40) * np.spacing(base)])
+        y = (rng.random(s.size) < 0.5).astype(float)
+        blocks = isotonic_blocks(s, y)
+        xs = [x for b in blocks for x in ((b.x_first,) if b.x_first == b.x_last else (b.x_first, b.x_last))]
+        ys = [b.value for b in blocks for _ in ((0,) if b.x_first == b.x_last else (0, 1))]
+        ref = _sklearn(s, y)
+        np.testing.assert_array_equal(xs, ref.X_thresholds_)
+        np.testing.assert_allclose(ys, ref.y_thresholds_, rtol=0, atol=1e-15)
+
+
+def test_fit_imports_sklearn_but_predict_from_json_does_not():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from workbench.calibration.isotonic import IsotonicCalibrator\n"
+        "c = IsotonicCalibrator.from_dict({'kind': 'isotonic', 'version': 1, 'x': [0.0, 1.0], 'y': [0.2, 0.8]})\n"
+        "assert abs(c.predict([0.5])[0] - 0.5) < 1e-12\n"
+        "assert 'sklearn' not in sys.modules, 'sklearn imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_centered_isotonic_hand_computed_interior_block():

@@ -227,7 +227,8 @@ def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_it
     labels = np.array([0, 1] * 30, dtype=float)
     perfect = labels + 0.01 * rng.random(labels.size)
     noise = rng.random(labels.size)
-    out = paired_bootstrap({"perfect": list(perfect), "noise": list(noise), "same": list(noise)}, labels, "noise")
+    scores = {"perfect": list(perfect), "noise": list(noise), "same": list(noise)}
+    out = paired_bootstrap(scores, labels, "noise", draws=300)
     assert out["perfect"]["auroc"][0] > 0.99 and out["perfect"]["d_auroc"][0] > 0.2  # interval excludes 0
     assert out["perfect"]["d_prr"][0] > 0.2
     assert out["same"]["d_auroc"] == (0.0, 0.0) and out["same"]["d_prr"] == (0.0, 0.0)

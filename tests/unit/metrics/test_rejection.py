@@ -11,7 +11,6 @@ from scipy.stats import spearmanr
 from workbench.metrics.rejection import (
     aurac,
     aurc,
-    average_ranks,
     prr,
     rejection_curve,
     risk_coverage_curve,
@@ -180,11 +179,6 @@ def test_aurc_oracle_is_lower_than_reversed():
 
 
 # --- Spearman ---------------------------------------------------------------------------------------------------
-
-
-def test_average_ranks():
-    # 7 appears twice at sorted positions 3 and 4 → both get rank 3.5
-    np.testing.assert_allclose(average_ranks([5, 6, 7, 8, 7]), [1, 2, 3.5, 5, 3.5])
 
 
 def test_spearman_hand_computed():
