@@ -320,6 +320,7 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
 def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -> dict[str, Any]:
     """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
+    from workbench.classify.onnx_export import export_decision_onnx
     from workbench.core.artifact_io import read_artifact, write_artifact
     from workbench.methods.learned import save_learned
     from workbench.stages.evaluate import evaluated_learned
@@ -340,7 +341,8 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     selection = run.json("classify", "selection.json")
     router = selection.get("router")  # the router the search picked (its features only), else the full classifier
     onnx = router["files"]["onnx"] if router else f"{selection['chosen']}.onnx"
-    shutil.copyfile(run.stage("classify") / onnx, tmp / "learned" / "classifier.onnx")
+    # the decision graph: raw features in, the calibrators inside, then classify's graph (docs/bundles.md)
+    export_decision_onnx(calibrator_set, run.stage("classify") / onnx, tmp / "learned" / "classifier.onnx", learned.tau)
     blocks["decision"] = {
         "features": features,
         "classifier": router["spec"]["kind"] if router else selection["chosen"],

@@ -8,7 +8,9 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
     README.md                  the model card
     learned/calibrators.json   the calibrator set (features, fit-split medians and ranges, one calibrator each)
     learned/classifier.json    the decision classifier's weights (numpy path)
-    learned/classifier.onnx    the same classifier as an ONNX graph (ONNX Runtime path)
+    learned/classifier.onnx    the whole decision as an ONNX graph (ONNX Runtime path): raw features in, the imputation
+                               and the calibrators inside, P(correct) and retrieve = P < τ out (bundles before it:
+                               the classifier alone, reading the calibrated features)
     learned/lars.json          the LARS scorer (when ``lars`` is a feature)
     learned/ood.json           the fit split's OOD profile (docs/ood.md; when the calibrate stage fitted one)
     learned/utility.json       D²-RAG's utility predictor (when the run fitted one)

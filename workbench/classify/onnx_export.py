@@ -1,8 +1,14 @@
 """ONNX export of the retrieval-decision classifiers, and running an exported graph with onnxruntime.
 
-The graph's contract, for both kinds: input ``features`` float32 ``[batch, n_features]`` (raw, un-standardised,
-in the model's feature order) → output ``p_correct`` float32 ``[batch]``; the standardisation is inside the graph.
-The feature names, the model kind and the contract are recorded in the graph's metadata.
+Two graphs. The **classifier graph** (:func:`export_onnx`: the classify stage's ``logistic.onnx``, ``mlp.onnx``,
+``router.onnx``), for both kinds: input ``calibrated_features`` float32 ``[batch, n_features]`` — the *calibrated*
+features u (the calibrators' outputs; un-standardised, in the model's feature order) → output ``p_correct`` float32
+``[batch]``; the standardisation is inside the graph. The **decision graph** (:func:`export_decision_onnx`, the
+bundle's ``learned/classifier.onnx``): input ``raw_features`` float64 — the raw oriented features as collected —
+with the imputation and the calibrators inside (:mod:`workbench.classify.onnx_decision`), so the file alone gives
+P(correct) and, with τ, the decision. Each graph's metadata records its feature names, kind, ``input``
+(``calibrated`` / ``raw``) and contract. Graphs written before this split name their input ``features``; they are
+classifier graphs (their metadata said "raw features", but they always read the calibrated ones).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +28,11 @@ from workbench.classify.mlp import MLPModel
 from workbench.core.atomic import atomic_write_bytes
 from workbench.core.errors import ConfigError, DataError
 
-INPUT_NAME = "features"
+INPUT_NAME = "calibrated_features"
+"""The classifier graph's input: calibrated features (the calibrators' outputs), float32."""
+LEGACY_INPUT = "features"
+"""The classifier graph's input name before it said what it reads (the calibrated features too)."""
+CLASSIFIER_INPUTS = (INPUT_NAME, LEGACY_INPUT)
 OUTPUT_NAME = "p_correct"
 OPSET = 17
 IR_VERSION = 8  # onnx IR for opset 17; readable by onnxruntime releases since 1.11
@@ -105,10 +116,27 @@ def export_onnx(model: LogisticModel | MLPModel, path: str | Path, feature_names
         raise ConfigError(f"cannot export a {type(model).__name__} to ONNX", "model")
     meta = {
         "kind": model.kind,
+        "input": "calibrated",
         "feature_names": json.dumps(list(model.feature_names)),
-        "contract": f"{INPUT_NAME} float32 [batch, {model.n_features}] raw features -> {OUTPUT_NAME} float32 [batch]",
+        "contract": (
+            f"{INPUT_NAME} float32 [batch, {model.n_features}] calibrated features (the calibrators' outputs, not the "
+            f"raw features) -> {OUTPUT_NAME} float32 [batch]"
+        ),
     }
     onnx.helper.set_model_props(proto, meta)
+    return atomic_write_bytes(path, proto.SerializeToString())
+
+
+def export_decision_onnx(
+    calibrators: Any, classifier: str | Path | bytes, path: str | Path, tau: float | None = None
+) -> Path:
+    """Write the decision graph — raw features → imputation → ``calibrators`` → the classifier graph ``classifier``
+    (a path or bytes of an :func:`export_onnx` graph) → ``p_correct`` (and ``retrieve`` = p < ``tau`` with a τ) —
+    to ``path`` atomically and return the path (:func:`workbench.classify.onnx_decision.decision_graph`)."""
+    from workbench.classify.onnx_decision import decision_graph
+
+    data = classifier if isinstance(classifier, bytes) else Path(classifier).read_bytes()
+    proto = decision_graph(calibrators, data, tau)
     return atomic_write_bytes(path, proto.SerializeToString())
 
 
@@ -122,7 +150,8 @@ def onnx_feature_names(path: str | Path) -> tuple[str, ...]:
 
 
 def run_onnx(path: str | Path, X: object) -> np.ndarray:
-    """P(correct) from the exported graph at ``path`` for the raw features ``X``, as a float64 vector ``[rows]``.
+    """P(correct) from the exported graph at ``path`` for ``X`` — calibrated features for a classifier graph, raw
+    ones for a decision graph (:attr:`OnnxClassifier.input`) — as a float64 vector ``[rows]``.
 
     Runs onnxruntime on the CPU. DataError if ``X`` is malformed or its width differs from the graph's input.
     """
@@ -130,10 +159,13 @@ def run_onnx(path: str | Path, X: object) -> np.ndarray:
 
 
 class OnnxClassifier:
-    """An exported classifier graph run by ONNX Runtime, with the interface of the numpy models.
+    """An exported graph run by ONNX Runtime, with the interface of the numpy models.
 
-    ``predict_proba(X)`` → P(correct) float64 ``[rows]``; ``feature_names`` come from the graph's metadata. One
-    session is kept (single-threaded: the graphs are a few hundred numbers, so threads only add latency).
+    ``predict_proba(X)`` → P(correct) float64 ``[rows]``; ``feature_names`` come from the graph's metadata. ``input``
+    says what ``X`` is: ``"calibrated"`` for a classifier graph (input ``calibrated_features``, or ``features`` in a
+    graph written before the name said so), ``"raw"`` for a decision graph (input ``raw_features``: the calibrators
+    are inside; NaN and ±inf are imputed inside too). One session is kept (single-threaded: the graphs are a few
+    hundred numbers, so threads only add latency).
     """
 
     kind = "onnx"
@@ -158,16 +190,22 @@ class OnnxClassifier:
         except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
             raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", where) from None
         self.where = where
+        from workbench.classify.onnx_decision import RAW_INPUT
+
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
-        if [i.name for i in inputs] != [INPUT_NAME] or OUTPUT_NAME not in [o.name for o in outputs]:
+        accepted = (*CLASSIFIER_INPUTS, RAW_INPUT)
+        if len(inputs) != 1 or inputs[0].name not in accepted or OUTPUT_NAME not in [o.name for o in outputs]:
             raise DataError(
-                f"the graph must take one input {INPUT_NAME!r} and give {OUTPUT_NAME!r}, got inputs "
+                f"the graph must take one input (one of {list(accepted)}) and give {OUTPUT_NAME!r}, got inputs "
                 f"{[i.name for i in inputs]} and outputs {[o.name for o in outputs]}",
                 where,
             )
+        self.input_name = inputs[0].name
+        self.input = "raw" if self.input_name == RAW_INPUT else "calibrated"
+        self.dtype = np.float64 if inputs[0].type == "tensor(double)" else np.float32
         shape = inputs[0].shape
         if len(shape) != 2:
-            raise DataError(f"the graph's input {INPUT_NAME!r} must be [batch, features], got {shape}", where)
+            raise DataError(f"the graph's input {self.input_name!r} must be [batch, features], got {shape}", where)
         meta = self.session.get_modelmeta().custom_metadata_map
         from workbench.core.strict_json import loads_strict
 
@@ -181,16 +219,34 @@ class OnnxClassifier:
         self.n_features = width if isinstance(width, int) else len(self.feature_names) or None
 
     def predict_proba(self, X: object) -> np.ndarray:
-        """P(correct) for the raw feature rows ``X``; DataError on a malformed matrix or the wrong width."""
-        arr = as_features(X, n_features=self.n_features)
+        """P(correct) for the rows ``X`` (calibrated features, or raw ones for a decision graph: see :attr:`input`;
+        only a decision graph takes NaN / ±inf); DataError on a malformed matrix or the wrong width."""
+        if self.input == "raw":
+            arr = as_raw_features(X, self.n_features)
+        else:
+            arr = as_features(X, n_features=self.n_features)
         try:
-            (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: arr.astype(np.float32)})
+            (out,) = self.session.run([OUTPUT_NAME], {self.input_name: arr.astype(self.dtype)})
         except Exception as exc:  # a graph that loads but cannot run on its declared input
             raise DataError(f"the ONNX graph failed to run ({str(exc).splitlines()[0]})", self.where) from None
         out = np.asarray(out, dtype=np.float64).reshape(-1)
         if out.shape != (arr.shape[0],):
             raise DataError(f"the ONNX graph gave {out.size} values for {arr.shape[0]} rows", self.where)
         return out
+
+
+def as_raw_features(X: object, n_features: int | None) -> np.ndarray:
+    """``X`` as float64 ``[rows, features]`` for a decision graph: like :func:`as_features`, but NaN and ±inf pass
+    (the graph imputes them)."""
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"features are not numeric ({exc})", "X") from None
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise DataError(f"features must be a non-empty 2-D array [rows, features], got shape {arr.shape}", "X")
+    if n_features is not None and arr.shape[1] != n_features:
+        raise DataError(f"expected {n_features} features per row, got {arr.shape[1]}", "X")
+    return arr
 
 
 def check_self_contained(data: bytes, where: str) -> None:

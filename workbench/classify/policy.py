@@ -3,7 +3,9 @@
 :class:`DecisionPolicy` is the one implementation of the decision path (spec §4 and §13.16 / §13.22): the evaluation
 stage's D²-RAG, the runtime's D²-RAG and the ``bench-runtime`` parity check all call :meth:`DecisionPolicy.decide`.
 The classifier is any object with ``predict_proba(X) -> P(correct)`` and ``feature_names``: the numpy logistic or MLP
-model, or :class:`~workbench.classify.onnx_export.OnnxClassifier` (ONNX Runtime) — the same numbers either way.
+model, or :class:`~workbench.classify.onnx_export.OnnxClassifier` (ONNX Runtime) — the same numbers either way. A
+classifier whose ``input`` is ``"raw"`` (the bundle's ONNX decision graph: the calibrators are inside it) is given the
+cleaned raw features instead of the calibrated ones; the calibrated ``u`` is still computed for the trace.
 
 τ may be 1 + ε (:data:`~workbench.classify.threshold.ABOVE_ONE`): the threshold rule's "always retrieve" choice,
 since every probability is < 1 + ε. Anything above that, below 0 or non-finite is refused.
@@ -73,16 +75,23 @@ class DecisionPolicy:
         """True when τ > 1: every question is retrieved for, whatever its features."""
         return self.tau > 1.0
 
+    @property
+    def classifier_reads_raw(self) -> bool:
+        """Whether the classifier takes the raw features (an ONNX decision graph, calibrators inside)."""
+        return getattr(self.classifier, "input", "calibrated") == "raw"
+
     def p_correct(self, raw_rows: Sequence[Mapping[str, float] | Sequence[float]]) -> np.ndarray:
         """P(correct) for several questions' raw features (non-finite values imputed as in :meth:`decide`)."""
         cleaned = np.asarray([self.calibrators.clean(r)[0] for r in raw_rows], dtype=float)
         if cleaned.size == 0:
             return np.zeros(0)
-        return np.asarray(self.classifier.predict_proba(self.calibrators.transform(cleaned)), dtype=float).reshape(-1)
+        inputs = cleaned if self.classifier_reads_raw else self.calibrators.transform(cleaned)
+        return np.asarray(self.classifier.predict_proba(inputs), dtype=float).reshape(-1)
 
     def decide(self, raw: Mapping[str, float] | Sequence[float]) -> Decision:
         """Clean → calibrate → classify → compare with τ, for one question's raw oriented features."""
         cleaned, imputed = self.calibrators.clean(raw)
         u = self.calibrators.transform(cleaned[None, :])
-        p = float(np.asarray(self.classifier.predict_proba(u), dtype=float).reshape(-1)[0])
+        inputs = cleaned[None, :] if self.classifier_reads_raw else u
+        p = float(np.asarray(self.classifier.predict_proba(inputs), dtype=float).reshape(-1)[0])
         return Decision(p, p < self.tau, cleaned, u[0], imputed)

@@ -65,7 +65,9 @@ AGREEMENT_TOLERANCE = 1e-5
 def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, where: str) -> None:
     """Refuse a bundle whose ONNX graph and numpy weights disagree: both are run on the calibrated images of the fit
     split's medians and of the ends of its ranges, and on a fixed set of points of the calibrated cube; any |ΔP| above
-    :data:`AGREEMENT_TOLERANCE` is a DataError (a graph swapped for another of the same signature)."""
+    :data:`AGREEMENT_TOLERANCE` is a DataError (a graph swapped for another of the same signature). A decision graph
+    (``onnx_model.input == "raw"``: the calibrators inside) is run on raw points instead — the medians, the range ends,
+    fixed points across (and beyond) the ranges, NaN and ±inf — against calibrators + numpy weights."""
     import numpy as np
 
     features = list(calibrators.features)
@@ -77,9 +79,14 @@ def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, wh
             )
     grid = np.random.default_rng(0).random((16, len(features)))  # fixed: the same points on every load
     try:
-        points = calibrators.transform(np.asarray(raw, dtype=float))
-        points = np.vstack([points, grid, np.zeros((1, len(features))), np.ones((1, len(features)))])
-        gap = float(np.max(np.abs(numpy_model.predict_proba(points) - onnx_model.predict_proba(points))))
+        if getattr(onnx_model, "input", "calibrated") == "raw":
+            points = _raw_check_points(calibrators, np.asarray(raw, dtype=float), grid)
+            expected = numpy_model.predict_proba(calibrators.transform([calibrators.clean(r)[0] for r in points]))
+            gap = float(np.max(np.abs(expected - onnx_model.predict_proba(points))))
+        else:
+            points = calibrators.transform(np.asarray(raw, dtype=float))
+            points = np.vstack([points, grid, np.zeros((1, len(features))), np.ones((1, len(features)))])
+            gap = float(np.max(np.abs(numpy_model.predict_proba(points) - onnx_model.predict_proba(points))))
     except (ValueError, TypeError, IndexError, FloatingPointError) as exc:  # weights of the wrong shape or type
         raise DataError(
             f"the decision's learned files cannot be evaluated ({type(exc).__name__}: {exc})", where
@@ -90,6 +97,25 @@ def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, wh
             "one of them is not the classifier the run fitted",
             where,
         )
+
+
+def _raw_check_points(calibrators: Any, anchors: Any, grid: Any) -> Any:
+    """Raw check points for a decision graph: ``anchors`` (medians, range ends), ``grid`` (points of the unit cube)
+    stretched over each feature's range widened by half its width on either side (a feature without a range: its
+    median ± 1), and rows of NaN, +inf and −inf."""
+    import numpy as np
+
+    features = list(calibrators.features)
+    low = np.array(
+        [calibrators.ranges.get(f, (m - 1.0, m + 1.0))[0] for f, m in zip(features, anchors[0], strict=True)]
+    )
+    high = np.array(
+        [calibrators.ranges.get(f, (m - 1.0, m + 1.0))[1] for f, m in zip(features, anchors[0], strict=True)]
+    )
+    spread = np.maximum(high - low, 1e-6)
+    stretched = (low - spread / 2) + grid * (2 * spread)
+    special = np.array([[v] * len(features) for v in (np.nan, np.inf, -np.inf)])
+    return np.vstack([anchors, stretched, special])
 
 
 def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "numpy") -> Any:

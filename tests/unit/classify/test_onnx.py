@@ -1,4 +1,5 @@
-"""ONNX export: the graph (standardisation inside) matches the numpy / torch model to 1e-5 for any batch size."""
+"""ONNX export: the classifier graph (standardisation inside; it reads calibrated features) matches the numpy /
+torch model to 1e-5 for any batch size."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_onnx_matches_the_model(tmp_path, data, kind, logistic_model, mlp_model)
     model = logistic_model if kind == "logistic" else mlp_model
     path = export_onnx(model, tmp_path / f"{kind}.onnx", FEATURE_NAMES)
     proto = onnx.load(str(path))
-    assert [i.name for i in proto.graph.input] == ["features"]
+    assert [i.name for i in proto.graph.input] == ["calibrated_features"]
     assert [o.name for o in proto.graph.output] == ["p_correct"]
     assert onnx_feature_names(path) == FEATURE_NAMES
     for X in _probe_batches(data):
