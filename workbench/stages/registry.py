@@ -147,7 +147,7 @@ STAGES: dict[str, StageSpec] = {
             "calibrate",
             "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
             "workbench.stages.calibrate:run",
-            version=4,  # 4: also fits the OOD profile (ood.json, ood_checks.json); 3: ±inf imputed with the range
+            version=5,  # 5: isotonic by scikit-learn, BCa intervals; 4: the OOD profile; 3: ±inf imputed with the range
             sections=("calibrate",),
             inputs=("collect",),
         ),
@@ -155,7 +155,7 @@ STAGES: dict[str, StageSpec] = {
             "classify",
             "train LR / MLP retrieval-decision classifiers, choose τ, export ONNX, build the routing table",
             "workbench.stages.classify:run",
-            version=4,  # 4: per-router costs from the collection's per-stat costs; the router search
+            version=5,  # 5: BCa intervals; 4: per-router costs from the collection's per-stat costs; the router search
             sections=("classify",),
             inputs=("calibrate", "collect"),
         ),
@@ -188,7 +188,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.seper_eval:run",
             sections=("seper_eval", "generator", "embedder", "nli"),
             inputs=("build_data",),
-            version=3,  # 2: DTR's dual path searches densely by default; 3: gold and random controls
+            version=4,  # 2: DTR's dual path searches densely by default; 3: gold and random controls; 4: BCa intervals
             uses=("generator", "embedder"),
         ),
         StageSpec(
