@@ -111,6 +111,9 @@ def test_a_studys_best_parameters_and_a_distilled_adapter_are_exported(tiny_run,
         manifest["stages"][stage] = {"key": f"k-{stage}"}
     weights = {"base_model.layers.0.q_proj.lora_A.weight": np.ones((2, 8), dtype=np.float32)}
     write_artifact(run / "stages/distill/adapter.json", {"kind": "lora_adapter", "version": 1, "r": 2}, weights)
+    peft_files = {"adapter_config.json": b'{"peft_type": "LORA"}', "adapter_model.safetensors": b"x", "README.md": b"#"}
+    for file_name, data in peft_files.items():  # the stage's peft directory (tests/unit/backends/test_peft_dir.py)
+        (run / "stages/distill" / file_name).write_bytes(data)
     (run / "manifest.json").write_text(json.dumps(manifest))
     result = export_run(run, name="studied", root=tmp_path / "bundles")
     methods = result.manifest["methods"]
@@ -120,6 +123,10 @@ def test_a_studys_best_parameters_and_a_distilled_adapter_are_exported(tiny_run,
     payload, tensors = read_artifact(result.path / "learned" / "adapter.json")
     assert payload["r"] == 2 and np.array_equal(next(iter(tensors.values())), np.ones((2, 8)))
     assert "learned/adapter.safetensors" in result.manifest["files"]
+    import hashlib
+
+    for file_name, data in peft_files.items():  # copied beside adapter.json, listed and digest-checked (issue 29)
+        assert result.manifest["files"][f"learned/{file_name}"]["sha256"] == hashlib.sha256(data).hexdigest()
     rt = load_bundle(result.path)
     assert rt.method_options["dtr"] == dtr
 

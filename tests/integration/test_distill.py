@@ -170,7 +170,7 @@ def test_the_distill_stage_trains_writes_the_adapter_and_scores_base_and_student
     payload = json.loads((out / "adapter.json").read_text())
     assert payload["base_model"] == str(tiny_lm_long_dir) and payload["r"] == 4
     assert payload["decisions"] == sorted(DECISION_PROMPTS) and payload["training"]["sources"] == ["teacher", "gold"]
-    assert (out / "adapter.safetensors").is_file() and (out / "peft_adapter" / "adapter_config.json").is_file()
+    assert (out / "adapter.safetensors").is_file() and (out / "adapter_config.json").is_file()
     assert (out / "merged" / "config.json").is_file()
     assert resolve_adapter_model(out).path != str(tiny_lm_long_dir)
 

@@ -69,6 +69,8 @@ def test_the_distilled_controller_is_trained_and_answers_through_the_controller_
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["controller_adapter"]["file"] == "learned/adapter.json"
     assert (bundle / "learned" / "adapter.safetensors").is_file()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):  # peft opens learned/ (issue 29)
+        assert name in (bundle / "learned" / "README.md").read_text() and f"learned/{name}" in manifest["files"]
     rt = load_bundle(bundle)
     answer = rt.answer("Which river flows through Paris?", "insemrag_distilled")
     controller = answer.trace["steps"][0]["detail"]["controller"]

@@ -104,6 +104,15 @@ def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run,
         a = AutoModelForCausalLM.from_pretrained(tuned.path)(input_ids=ids).logits.numpy()
         b = AutoModelForCausalLM.from_pretrained(tiny_lm_long_dir)(input_ids=ids).logits.numpy()
     assert np.abs(a - b).max() > 1e-4
+    # a standard peft adapter directory too (issue 29): peft opens it over the base and gives the merged model
+    from peft import PeftModel
+
+    with torch.no_grad():
+        c = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_lm_long_dir), stage)(input_ids=ids)
+    np.testing.assert_allclose(c.logits.numpy(), a, atol=1e-4)
+    config = json.loads((stage / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"].startswith("local:") and str(tmp_path) not in json.dumps(config)
+    assert "The `train` split of `wiki-qa`" in (stage / "README.md").read_text()
 
     heldout = json.loads((stage / "heldout.json").read_text())
     assert heldout["split"] == "val" and heldout["questions"] == 6

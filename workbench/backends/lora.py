@@ -12,8 +12,11 @@ stage, with format ``answer-reader-v1`` and decisions = the answer modes it trai
   (:func:`workbench.data.article_splits.training_data_record`; a recipe that would put them outside ``train`` is
   refused at load, :func:`workbench.stages.tune_reader.check_reader_adapter`); tensors: the LoRA weights, named as
   peft's ``get_peft_model_state_dict`` names them (``...q_proj.lora_A.weight``), float32.
-* ``peft_adapter/`` — the same weights through peft's ``save_pretrained`` (``adapter_config.json`` +
-  ``adapter_model.safetensors``), for users who load adapters with peft themselves. The workbench never reads it.
+* ``adapter_config.json`` + ``adapter_model.safetensors`` + ``README.md`` in the same directory — the same weights
+  as a standard peft adapter directory, its base named portably (never a path of this machine) and a model card
+  (:mod:`workbench.backends.peft_dir`), so ``PeftModel.from_pretrained(base, <directory>)`` opens it. The workbench
+  never reads them. (Adapters written before them had a ``peft_adapter/`` sub-directory saved by peft, whose base
+  was a cache path.)
 
 **Loading** (:func:`resolve_adapter_model`): only the JSON and the safetensors file are read (sha256-checked, no
 pickle, no code). The base is resolved with :func:`resolve_model` and must still have the
@@ -50,7 +53,6 @@ READER_FORMAT = "answer-reader-v1"
 """The format of a reader adapter (the ``tune_reader`` stage): the answering model tuned to answer from passages."""
 ADAPTER_FORMATS = (ADAPTER_FORMAT, READER_FORMAT)
 ADAPTER_FILE = "adapter.json"
-PEFT_DIR = "peft_adapter"
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 """The LoRA settings every adapter records (peft's ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``)."""
 _MERGE_VERSION = 2  # 2: the merged directory records its source digests
@@ -85,19 +87,22 @@ def save_lora_adapter(
     state: Mapping[str, Any] | None = None,
     adapter_format: str = ADAPTER_FORMAT,
     training_data: Mapping[str, Any] | None = None,
+    base: ResolvedModel | None = None,
 ) -> list[Path]:
     """Write ``peft_model``'s LoRA adapter to ``out_dir``: ``adapter.json`` + ``adapter.safetensors`` (module doc)
-    and ``peft_adapter/`` (peft ``save_pretrained``). Returns the written artifact paths (JSON last).
+    and next to them the peft files (:func:`workbench.backends.peft_dir.write_peft_files`). Returns the written
+    paths (``adapter.json`` last).
 
     ``base_model``: the base model reference as the recipe gave it; ``base_fingerprint``: its
     ``ResolvedModel.fingerprint``; ``settings``: ``r``, ``alpha``, ``dropout``, ``target_modules`` (required) and
     any training settings (stored under ``training``); ``decisions``: the controller decisions the student learnt.
     ``state`` (optional): the model's LoRA weights already read (:func:`lora_state_dict`), else they are read from
     it. ``adapter_format``: one of :data:`ADAPTER_FORMATS`. ``training_data`` (optional): the record of the data it
-    was trained on, stored under ``training_data`` (module doc). The model's parameters must be whole (not partitioned
-    by ZeRO-3): ``peft_adapter/`` is saved from them. ValueError when a LoRA setting is missing, the format is
-    unknown or the model holds no LoRA weights.
+    was trained on, stored under ``training_data`` (module doc). ``base`` (optional): ``base_model`` already resolved
+    (else it is resolved here), to name it portably in ``adapter_config.json``. ValueError when a LoRA setting is
+    missing, the format is unknown or the model holds no LoRA weights.
     """
+    from workbench.backends.peft_dir import base_reference, write_peft_files
     from workbench.core.artifact_io import write_artifact
 
     if adapter_format not in ADAPTER_FORMATS:
@@ -125,9 +130,39 @@ def save_lora_adapter(
     }
     if training_data is not None:
         payload["training_data"] = dict(training_data)
-    written = write_artifact(out_dir / ADAPTER_FILE, payload, tensors)
-    peft_model.save_pretrained(str(out_dir / PEFT_DIR))
-    return written
+    peft_files = write_peft_files(out_dir, payload, tensors, base_reference(str(base_model), base))
+    return [*peft_files, *write_artifact(out_dir / ADAPTER_FILE, payload, tensors)]
+
+
+def copy_adapter(source: str | Path, target_dir: str | Path) -> list[Path]:
+    """Copy the adapter at ``source`` (an ``adapter.json`` or its directory) into ``target_dir`` (the export's
+    ``learned/``): ``adapter.json`` + ``adapter.safetensors`` re-written from the checked artifact, and the peft files
+    (:data:`workbench.backends.peft_dir.PEFT_FILES`) copied byte for byte — or, for an adapter written before them,
+    written (its base resolved here to name it; when the base cannot be resolved or the payload lacks a LoRA key, a
+    warning and no peft files). Returns the written paths (``adapter.json`` last)."""
+    import shutil
+
+    from workbench.backends.peft_dir import PEFT_FILES, base_reference, write_peft_files
+    from workbench.core.artifact_io import read_artifact, write_artifact
+
+    file = adapter_path(source)
+    payload, tensors = read_artifact(file)
+    target_dir = Path(target_dir)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    if all((file.parent / name).is_file() for name in PEFT_FILES):
+        written = [Path(shutil.copyfile(file.parent / name, target_dir / name)) for name in PEFT_FILES]
+    elif all(key in payload for key in _REQUIRED):
+        try:
+            written = write_peft_files(target_dir, payload, tensors, base_reference(str(payload["base_model"])))
+        except AssetError as exc:
+            log.warning("the adapter %s is copied without its peft files: %s", file, exc)
+            written = []
+    else:
+        log.warning(
+            "the adapter %s lacks %s: copied without peft files", file, [k for k in _REQUIRED if k not in payload]
+        )
+        written = []
+    return [*written, *write_artifact(target_dir / ADAPTER_FILE, payload, tensors)]
 
 
 def adapter_path(path: str | Path) -> Path:

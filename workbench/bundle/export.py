@@ -321,15 +321,17 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
     """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.classify.onnx_export import export_decision_onnx
-    from workbench.core.artifact_io import read_artifact, write_artifact
+    from workbench.core.artifact_io import read_artifact
     from workbench.methods.learned import save_learned
     from workbench.stages.evaluate import evaluated_learned
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")
-    if adapter is not None and (adapter / "adapter.json").is_file():
-        payload, tensors = read_artifact(adapter / "adapter.json")
-        write_artifact(tmp / "learned" / "adapter.json", payload, tensors)
+    if adapter is not None and (adapter / "adapter.json").is_file():  # with its peft files: a peft adapter directory
+        from workbench.backends.lora import copy_adapter
+
+        copy_adapter(adapter, tmp / "learned")
+        payload, _ = read_artifact(tmp / "learned" / "adapter.json")
         blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
     if "d2rag" not in methods:
         return blocks

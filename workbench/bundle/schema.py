@@ -14,7 +14,8 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
     learned/lars.json          the LARS scorer (when ``lars`` is a feature)
     learned/ood.json           the fit split's OOD profile (docs/ood.md; when the calibrate stage fitted one)
     learned/utility.json       D²-RAG's utility predictor (when the run fitted one)
-    learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one)
+    learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one), and beside it
+                               the same adapter for peft: adapter_config.json, adapter_model.safetensors, README.md
     plots/*.png                figures of the model card
 
 **Compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``. A minor version adds optional fields only, so a reader

@@ -24,7 +24,9 @@ through its parsers and fallbacks. Per decision:
 
 The base model's figures are the prompted controller before training, so the report shows what training changed.
 
-**Outputs**: ``adapter.json`` + ``adapter.safetensors`` and ``peft_adapter/`` (:mod:`workbench.backends.lora`),
+**Outputs**: ``adapter.json`` + ``adapter.safetensors`` and beside them the same adapter for peft
+(``adapter_config.json`` + ``adapter_model.safetensors``, base named portably) and its model card ``README.md``
+(:mod:`workbench.backends.lora`, :mod:`workbench.backends.peft_dir`),
 ``merged/`` (with ``distill.merge``), ``summary.json`` (rows and tokens trained per decision, the loss curve, the
 training settings and seconds, the resume point) and ``heldout.json`` (the held-out figures above, base and student).
 
@@ -139,6 +141,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         settings={**lora.to_dict(), **result.adapter_training(), "sources": list(sources)},
         decisions=decisions,
         state=result.state,
+        base=base,
     )
     train_summary = _train_summary(section, base, result, len(traces["train"]))
     del result

@@ -9,8 +9,10 @@ instruction) and trains a LoRA adapter on ``generator.model`` to reply with the 
 (:mod:`workbench.distill.reader`; :func:`workbench.distill.train.train_student`: peft in a Lightning module, loss on
 the answer tokens, checkpoints in the run's scratch directory so an interrupted stage resumes from the newest one).
 
-The adapter (``adapter.json`` + ``adapter.safetensors``, format ``answer-reader-v1``; ``peft_adapter/`` for peft
-users) loads anywhere a generator reference does: ``generator.model=<this stage's output directory>``. The embedded
+The adapter (``adapter.json`` + ``adapter.safetensors``, format ``answer-reader-v1``; beside them the same adapter for
+peft — ``adapter_config.json`` + ``adapter_model.safetensors``, base named portably — and a model card ``README.md``,
+:mod:`workbench.backends.peft_dir`) loads anywhere a generator reference does: ``generator.model=<this stage's output
+directory>``, or ``PeftModel.from_pretrained(base, <this stage's output directory>)``. The embedded
 ``smollm2-reader`` is this stage's adapter from ``recipes/tune-reader.yaml``, copied into the package
 (``workbench/embedded/smollm2-reader/``; docs/task.md).
 
@@ -231,6 +233,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         state=result.state,
         adapter_format=READER_FORMAT,
         training_data=record,
+        base=base,
     )
     summary = _train_summary(ctx, result, questions)
     del result

@@ -63,8 +63,8 @@ def test_adapter_round_trips_to_the_merged_model(adapter_dir, peft_model, tiny_l
     assert payload["kind"] == "lora_adapter" and payload["format"] == "insemrag-controller-v1"
     assert (payload["r"], payload["alpha"], payload["target_modules"]) == (4, 8.0, ["q_proj", "v_proj"])
     assert payload["decisions"] == ["refine", "enrich"] and payload["training"] == {"learning_rate": 0.01}
-    assert (adapter_dir / "peft_adapter" / "adapter_config.json").is_file()
-    assert (adapter_dir / "peft_adapter" / "adapter_model.safetensors").is_file()
+    assert (adapter_dir / "adapter_config.json").is_file()  # a peft adapter directory too (test_peft_dir.py)
+    assert (adapter_dir / "adapter_model.safetensors").is_file() and (adapter_dir / "README.md").is_file()
 
     resolved = resolve_adapter_model(adapter_dir)  # the directory or its adapter.json
     base = resolve_generator(str(tiny_lm_dir))
@@ -76,10 +76,10 @@ def test_adapter_round_trips_to_the_merged_model(adapter_dir, peft_model, tiny_l
     # the adapter changes the model: the merged outputs are not the base's
     plain = AutoModelForCausalLM.from_pretrained(tiny_lm_dir).eval()
     assert np.abs(_logits(merged, ids) - _logits(plain, ids)).max() > 1e-3
-    # peft users load peft_adapter/ over the base and get the same model
+    # peft users load the directory over the base and get the same model
     from peft import PeftModel
 
-    with_peft = PeftModel.from_pretrained(plain, adapter_dir / "peft_adapter").eval()
+    with_peft = PeftModel.from_pretrained(plain, adapter_dir).eval()
     np.testing.assert_allclose(_logits(with_peft, ids), _logits(expected, ids), atol=1e-5)
 
     config = Path(resolved.path) / "config.json"
