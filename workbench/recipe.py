@@ -673,7 +673,7 @@ class TransferSection:
         ["cloze", "description", "two_hop"],
     )
     limit: int | None = doc("collect the first N shifted questions (null: all)", 120)
-    bootstrap: int = doc("paired bootstrap resamples of the questions for the 90% intervals", 1000)
+    bootstrap: int = doc("paired bootstrap resamples of the questions for the 90% BCa intervals", 2000)
 
 
 @dataclass

@@ -178,21 +178,20 @@ def _ece(p: np.ndarray, y: np.ndarray) -> float:
 def paired_intervals(
     statistics: dict[str, Callable[[np.ndarray], float]], n: int, *, draws: int, seed: int
 ) -> dict[str, list[float | None]]:
-    """A ``LEVEL`` percentile interval of each statistic over the same ``draws`` resamples of ``n`` questions (each
-    statistic takes the resampled indices; resamples where one is undefined are skipped for it)."""
+    """A ``LEVEL`` interval of each statistic over the same ``draws`` resamples of ``n`` questions (each statistic
+    takes the resampled indices): the workbench's one bootstrap helper
+    (:func:`workbench.metrics.bootstrap.bootstrap_intervals`: BCa, the percentile interval where BCa is undefined)."""
+    from workbench.metrics.bootstrap import bootstrap_intervals
+
     if n == 0 or draws < 1:
         return {name: [None, None] for name in statistics}
-    rng = np.random.default_rng(seed)
-    values: dict[str, list[float]] = {name: [] for name in statistics}
-    for idx in rng.integers(0, n, (draws, n)):
-        for name, statistic in statistics.items():
-            value = statistic(idx)
-            if math.isfinite(value):
-                values[name].append(value)
-    tail = (1.0 - LEVEL) / 2.0
+    names = list(statistics)
+    intervals = bootstrap_intervals(
+        lambda idx: [statistics[name](idx) for name in names], n, n_resamples=draws, level=LEVEL, seed=seed
+    )
     return {
-        name: [float(np.quantile(v, tail)), float(np.quantile(v, 1.0 - tail))] if v else [None, None]
-        for name, v in values.items()
+        name: [float(i.low), float(i.high)] if math.isfinite(i.low) and math.isfinite(i.high) else [None, None]
+        for name, i in zip(names, intervals, strict=True)
     }
 
 
