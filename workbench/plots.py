@@ -395,3 +395,30 @@ def transfer_panels(
     right.legend(fontsize=7, frameon=False, loc="upper left")
     fig.suptitle(title, fontsize=10)
     return _finish(plt, fig, [left, right], path)
+
+
+def unit_panels(
+    path: Path,
+    groups: Sequence[str],
+    panels: dict[str, tuple[Sequence[float], str]],
+    *,
+    title: str,
+    rotate: int = 30,
+) -> Path:
+    """Save one bar panel per entry of ``panels`` (``{panel title: (values per group, y-axis unit)}``), side by side,
+    each with its own y axis and unit (quantities of different units never share an axis); values printed on bars, a
+    missing (None / NaN) value draws no bar."""
+    _require(panels, "panels", "unit_panels")
+    plt = _pyplot()
+    width = max(4.0, 0.55 * len(groups) + 1.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.3), dpi=110, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (ax, (name, (values, unit))) in enumerate(zip(axes[0], panels.items(), strict=True)):
+        heights = [np.nan if v is None else float(v) for v in values]
+        bars = ax.bar(range(len(groups)), heights, width=0.7, color=colors[i % len(colors)])
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+        ax.set_xticks(range(len(groups)), groups, rotation=rotate, ha="right" if rotate else "center", fontsize=8)
+        ax.set_ylabel(unit)
+        ax.set_title(name, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    return _finish(plt, fig, list(axes[0]), path)

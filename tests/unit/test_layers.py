@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 LAYERS: dict[str, int] = {
     "workbench.core": 0,
     "workbench.assets": 1,
+    "workbench.embedded": 1,  # data only (the embedded reader adapter), read by path
     "workbench.data": 1,
     "workbench.metrics": 1,
     "workbench.plots": 1,

@@ -18,12 +18,13 @@ from workbench.core.errors import AssetError, DataError
 
 def _checked_model(kind: str, record: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> Any:
     """The resolved model for ``kind`` (the manifest's, or ``override``), its weights compared with the manifest."""
-    from workbench.assets import model_weights, resolve_embedder
+    from workbench.assets import model_weights, no_training_imports, resolve_embedder
     from workbench.backends.lora import resolve_model
 
     ref = override or record["ref"]
     resolve = resolve_model if kind == "generator" else resolve_embedder
-    resolved = resolve(str(ref))
+    with no_training_imports():  # a cold cache converts or merges the model with save_pretrained
+        resolved = resolve(str(ref))
     expected, actual = record.get("weights_sha256"), model_weights(resolved)["weights_sha256"]
     if expected and actual != expected:
         message = (

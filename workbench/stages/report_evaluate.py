@@ -12,7 +12,7 @@ from workbench.core.formatting import fmt, markdown_table
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
     from workbench.methods.registry import METHODS
-    from workbench.plots import grouped_bars
+    from workbench.plots import grouped_bars, unit_panels
 
     summary = json.loads((evaluate_dir / "summary.json").read_text())
     rank = {name: i for i, name in enumerate(METHODS)}  # summaries written before "order" existed: registry order
@@ -29,17 +29,14 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         ylabel="score",
         rotate=30,
     )
-    grouped_bars(
+    unit_panels(
         out_dir / "methods_cost.png",
         names,
         {
-            "LM calls / q": [methods[m]["lm_calls"] for m in names],
-            "p50 latency (s)": [methods[m]["latency_p50"] for m in names],
+            "LM calls per question": ([methods[m]["lm_calls"] for m in names], "LM calls"),
+            "p50 latency per question": ([methods[m]["latency_p50"] for m in names], "seconds"),
         },
         title="Cost per question",
-        ylabel="value",
-        ylim=None,
-        rotate=30,
     )
     lines = [
         "## Methods end to end",

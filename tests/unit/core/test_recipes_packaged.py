@@ -36,11 +36,13 @@ def test_the_wheel_carries_the_recipes_and_an_installed_package_finds_them(tmp_p
     shutil.copytree(PROJECT_ROOT / "recipes", source / "recipes")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(PROJECT_ROOT / name, source / name)
-    command = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q"]
+    command = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-v"]
     out = subprocess.run(
         [*command, "-w", str(tmp_path / "dist")], cwd=source, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    # every folder with files the wheel ships is a listed package: setuptools warns about none
+    assert "BuildBackendWarning" not in out.stdout + out.stderr and "would be ignored" not in out.stdout + out.stderr
     (wheel,) = (tmp_path / "dist").glob("workbench-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         shipped = {Path(n).name for n in archive.namelist() if n.startswith("workbench/builtin_recipes/")}
