@@ -34,6 +34,7 @@ asyncio event loop (uvicorn's, with or without uvloop).
 
 import asyncio
 import contextlib
+import enum
 import html
 import importlib.util
 import logging
@@ -51,7 +52,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.core.errors import ConfigError, WorkbenchError
@@ -196,26 +206,86 @@ class OODInfo(BaseModel):
     action: Literal["reported", "retrieved", "refused"] | None = None
 
 
+class PassageRef(BaseModel):
+    """A passage that reached the final prompt."""
+
+    id: str = Field(description="The chunk id in the bundle's corpus: `<doc_id>#<chunk index>`.")
+    title: str | None = Field(description="The title of the passage's document (null when the corpus has none).")
+
+
 class AnswerRecord(BaseModel):
-    """One answer: ``RuntimeAnswer.to_dict()`` (every field; ``trace`` only when asked). ``ood`` is null when the
-    bundle has no OOD profile."""
+    """One answer and how it was reached: ``RuntimeAnswer.to_dict()`` (docs/bundles.md), every field typed.
+    ``create_app`` narrows ``method`` to the enum of the served bundle's methods."""
 
-    model_config = ConfigDict(extra="allow")
-
-    question: str
-    method: str
-    text: str
-    retrieved: bool
-    ood: OODInfo | None = None
+    question: str = Field(description="The question, as asked.")
+    method: str = Field(description="The method that answered.")
+    text: str = Field(description='The answer ("" when the question was refused as out of distribution).')
+    retrieved: bool = Field(description="Whether retrieved text reached the final prompt.")
+    decoding: str = Field(
+        description="How the answer was decoded: `greedy`, `contrastive` (D²-RAG's utility-aware contrastive "
+        "decoding) or `none` (refused, nothing generated)."
+    )
+    passages: list[PassageRef] = Field(description="The passages in the final prompt, in prompt order.")
+    p_correct: float | None = Field(
+        None, description="D²-RAG: calibrated P(the closed-book answer is correct); null for other methods."
+    )
+    tau: float | None = Field(None, description="D²-RAG: the threshold; it retrieves when p_correct < tau.")
+    features: dict[str, float | None] | None = Field(
+        None, description="D²-RAG: the raw uncertainty features of the decision (null: not finite / other methods)."
+    )
+    calibrated: dict[str, float] | None = Field(None, description="D²-RAG: the same features after calibration.")
+    utility_class: Literal["closed", "relevant", "neutral", "noisy"] | None = Field(
+        None, description="D²-RAG: the retrieved context's utility class, which picks the decoding mode."
+    )
+    ood: OODInfo | None = Field(None, description="The out-of-distribution check; null when the bundle has none.")
+    lm_calls: float = Field(description="Prompts run through the model for this answer (a batch's share).")
+    prompt_tokens: float = Field(description="Prompt tokens (prefill) spent on this answer (may be a fraction).")
+    generated_tokens: float = Field(description="Tokens decoded for this answer (may be a fraction).")
+    tokens: float = Field(description="prompt_tokens + generated_tokens.")
+    nli_pairs: float = Field(description="Pairs judged by the NLI / equivalence judge.")
+    retrieval_calls: float = Field(description="Retriever queries.")
+    latency_s: float = Field(description="Wall time of the answer's steps in seconds (a shared step: its share).")
+    fallbacks: int = Field(description="Recovered failures (a step that fell back to a simpler one).")
+    notes: list[str] = Field(description="Recovered failures and departures from the bundle, one line each.")
+    trace: dict[str, Any] | None = Field(
+        None, description="Every step with its decisions and cost; present only when the request set `traces`."
+    )
 
 
 class AnswerBody(BaseModel):
-    """``POST /answer``: one answer per question, in order (see ``RuntimeAnswer``; ``trace`` only when asked)."""
+    """``POST /answer``: one answer per question, in order. ``create_app`` narrows ``method`` to the enum of the
+    served bundle's methods."""
 
-    bundle: str
-    version: str
-    method: str
-    answers: list[AnswerRecord]
+    bundle: str = Field(description="The bundle's name.")
+    version: str = Field(description="The bundle's version.")
+    method: str = Field(description="The method that answered every question of the request.")
+    answers: list[AnswerRecord] = Field(description="One answer per question, in the order asked.")
+
+
+def method_enum(methods: Sequence[str]) -> type[enum.Enum]:
+    """``Method``: a string enum of the served bundle's methods (its values are the method names), so the OpenAPI
+    schema lists them and generated clients get a real type."""
+    members = [(m if m.isidentifier() and not m.startswith("_") else f"method_{i}", m) for i, m in enumerate(methods)]
+    return enum.Enum("Method", members, type=str)
+
+
+def _typed_answers(method_type: type[enum.Enum]) -> type[BaseModel]:
+    """:class:`AnswerBody` (and its :class:`AnswerRecord`) with ``method`` typed as ``method_type``. Documentation
+    only: the endpoint sends ``RuntimeAnswer.to_dict()`` as JSON, unchanged."""
+    description = AnswerRecord.model_fields["method"].description
+    record = create_model(
+        "AnswerRecord",
+        __base__=AnswerRecord,
+        __doc__=AnswerRecord.__doc__,
+        method=(method_type, Field(description=description)),
+    )
+    return create_model(
+        "AnswerBody",
+        __base__=AnswerBody,
+        __doc__=AnswerBody.__doc__,
+        method=(method_type, Field(description=AnswerBody.model_fields["method"].description)),
+        answers=(list[record], Field(description=AnswerBody.model_fields["answers"].description)),
+    )
 
 
 # Characters that draw nothing although Unicode gives them a letter or symbol category (Hangul fillers, the blank
@@ -241,8 +311,13 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def _request_model(limits: ServeLimits, methods: Sequence[str]) -> type[BaseModel]:
-    """The ``POST /answer`` body, its constraints taken from ``limits``."""
+def _request_model(
+    limits: ServeLimits, methods: Sequence[str], method_type: type[enum.Enum] | None = None
+) -> type[BaseModel]:
+    """The ``POST /answer`` body, its constraints taken from ``limits``; ``method`` an enum of ``methods``
+    (``method_type``, made by :func:`method_enum` when not given)."""
+    method_type = method_type or method_enum(methods)
+    by_value = {member.value: member for member in method_type}
     question_type = Annotated[
         str, StringConstraints(min_length=1, max_length=limits.max_question_chars), AfterValidator(_not_blank)
     ]
@@ -270,13 +345,25 @@ def _request_model(limits: ServeLimits, methods: Sequence[str]) -> type[BaseMode
         questions: list[question_type] | None = Field(
             None, min_length=1, max_length=limits.max_batch, description=f"1 to {limits.max_batch} questions."
         )
-        method: str | None = Field(None, min_length=1, description=f"One of: {known}.")
+        method: method_type | None = Field(  # type: ignore[valid-type]
+            None, description=f"The method that answers (one of: {known}); null: the bundle's default."
+        )
         traces: bool = Field(False, description="Include each answer's full step-by-step trace.")
         on_ood: Literal["flag", "retrieve", "refuse"] | None = Field(
             None,
             description="What an out-of-distribution flag does: flag (only report it in the answer's `ood`), retrieve "
             "(D²-RAG retrieves), refuse (no answer); null: the server's setting (docs/ood.md).",
         )
+
+        @field_validator("method", mode="before")
+        @classmethod
+        def _known_method(cls, value: Any) -> Any:
+            # a method name (JSON has no enum type) becomes its member; an unknown name is refused in one line
+            if isinstance(value, str):
+                if value not in by_value:
+                    raise ValueError(f"unknown method {value!r}; this bundle has: {known}")
+                return by_value[value]
+            return value
 
         @model_validator(mode="after")
         def _exactly_one(self) -> "AnswerRequest":
@@ -407,7 +494,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     if not methods:
         raise ConfigError("the runtime has no methods to serve", "serve")
     default_method = "d2rag" if "d2rag" in methods else methods[0]
-    request_model = _request_model(limits, methods)
+    method_type = method_enum(methods)
+    request_model = _request_model(limits, methods, method_type)
+    answer_body = _typed_answers(method_type)
     fields = tuple(request_model.model_fields)
 
     def answer_batch(questions: list[str], key: Any) -> Sequence[Any]:
@@ -588,10 +677,10 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             return error(503, str(exc))
         return await wait_for(job, request, deadline, error)
 
-    @app.post("/answer", response_model=AnswerBody, responses=errors, summary="Answer one question or a batch")
+    @app.post("/answer", response_model=answer_body, responses=errors, summary="Answer one question or a batch")
     async def answer(body: request_model, request: Request) -> Response:  # type: ignore[valid-type]
         deadline = time.monotonic() + limits.timeout_s
-        method = body.method or default_method
+        method = body.method.value if body.method is not None else default_method
         if method not in methods:
             return _error(422, f"unknown method {method!r}; this bundle has: {', '.join(methods)}")
         single = body.question is not None

@@ -116,6 +116,8 @@ def study_section(study_dir: Path, out_dir: Path) -> list[str]:
         pareto_plot(out_dir / "study_pareto.png", methods, objective)
         lines += ["![Pareto front](study_pareto.png)", ""]
     storage = summary["storage"]
+    if storage.startswith("sqlite:///") and not storage.startswith("sqlite:////"):  # relative: fails elsewhere
+        storage = f"sqlite:///{Path(storage[len('sqlite:///') :]).resolve()}"
     lines += [
         f"Storage: `{storage}`. Browse it with `pip install optuna-dashboard && optuna-dashboard {storage}`; "
         f"the chosen parameters are in `{study_dir.name}/params/<method>.json`, which the evaluate stage and the "
