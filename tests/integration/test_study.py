@@ -19,7 +19,7 @@ STUDY = [
     "study.methods=[dtr,d2rag]",
     "study.limit=3",
     "study.n_trials=6",
-    "study.space={dtr: {tau: {low: 0.01, high: 10, log: true}}, d2rag: {tau: {low: 0, high: 1}, "
+    "study.space={dtr: {tau: {low: 0.01, high: 10, log: true}}, d2rag: {tau: {low: 0, high: 1.0000000000000002}, "
     "alpha_pos: {choices: [0.0, 1.0]}}}",
 ]
 
@@ -41,7 +41,8 @@ def test_study_writes_parameters_scores_and_a_report(study_run):
     assert len(dtr["trials"]) == 6 and dtr["trials"][0]["defaults"] is False  # τ = 0.001 lies outside the space
     assert dtr["kinds"]["decode"]["trials"] == 1 and dtr["kinds"]["replay"]["trials"] == 5  # one run, then replays
     d2rag = summary["methods"]["d2rag"]
-    assert d2rag["trials"][0]["defaults"] and d2rag["kinds"]["decode"]["trials"] <= 2  # one run per α value
+    assert d2rag["trials"][0]["defaults"], d2rag["trials"][0]
+    assert d2rag["kinds"]["decode"]["trials"] <= 2, d2rag["kinds"]  # one run per α value
     for name in ("dtr", "d2rag"):
         params = json.loads((stage / "params" / f"{name}.json").read_text())
         assert params["scores"]["best"]["test"]["n"] == 3.0 and params["scores"]["defaults"]["val"]["n"] == 3.0

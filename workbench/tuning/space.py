@@ -37,6 +37,10 @@ class Tunable:
     threshold: bool = False
 
 
+ALWAYS_RETRIEVE_TAU = math.nextafter(1.0, 2.0)
+"""1 + ε: the top of D²-RAG's τ space — retrieve for every question. The classify stage's router pick can be exactly
+this (retrieving always was the cheapest within Δ of Always-RAG), and the paper-default trial must lie inside."""
+
 TUNABLE: dict[str, dict[str, Tunable]] = {
     "dtr": {
         "tau": Tunable("float", 0.0, None, threshold=True),
@@ -45,7 +49,7 @@ TUNABLE: dict[str, dict[str, Tunable]] = {
         "n_per_path": Tunable("int", 1, None),
     },
     "d2rag": {
-        "tau": Tunable("float", 0.0, 1.0, threshold=True),
+        "tau": Tunable("float", 0.0, ALWAYS_RETRIEVE_TAU, threshold=True),
         "tau_pos": Tunable("float", -1.0, 1.0),
         "tau_neg": Tunable("float", -1.0, 1.0),
         "alpha_pos": Tunable("float", 0.0, None),
@@ -69,7 +73,7 @@ thresholds and ``keep_threshold`` the relevance filter of its LM controller (kee
 DEFAULT_SPACES: dict[str, dict[str, dict[str, Any]]] = {
     "dtr": {"tau": {"low": 0.01, "high": 10.0, "log": True}},
     "d2rag": {
-        "tau": {"low": 0.0, "high": 1.0},
+        "tau": {"low": 0.0, "high": ALWAYS_RETRIEVE_TAU},
         "alpha_pos": {"low": 0.0, "high": 2.0},
         "alpha_neg": {"low": 0.0, "high": 2.0},
     },
@@ -77,7 +81,8 @@ DEFAULT_SPACES: dict[str, dict[str, dict[str, Any]]] = {
 }
 """The space a method gets when ``study.space`` names none for it. DTR: τ on a log scale over the normalised NLLs a
 small model produces (nats per token); D²-RAG: its decision τ and the contrastive α of both utility classes (the
-defaults α_pos = 1, α_neg = 0.1 lie inside); DENSE-RAG: θ over the DSE₀ breakpoints."""
+defaults α_pos = 1, α_neg = 0.1 lie inside; τ up to 1 + ε, which retrieves always); DENSE-RAG: θ over the DSE₀
+breakpoints."""
 
 
 @dataclass(frozen=True)
