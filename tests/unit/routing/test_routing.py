@@ -206,3 +206,27 @@ def test_the_raw_calibrator_passes_values_through_and_round_trips():
     assert again.kind == "raw" and again.predict([1.0]).tolist() == [1.0]
     with pytest.raises(DataError):
         calibrator_from_dict({"kind": "raw", "version": 1, "extra": 1})
+
+
+def test_when_retrieving_always_is_cheapest_within_delta_the_pick_decides_nothing_and_does_not_pay():
+    from workbench.calibration.oof import stratified_folds
+
+    rng = np.random.default_rng(7)
+
+    def noise(n: int, folds: bool) -> RoutingData:
+        label = (rng.random(n) < 0.6).astype(float)
+        return RoutingData(
+            ("confidence", "semantic_entropy"),
+            rng.normal(size=(n, 2)),
+            label,
+            qa_closed=label,
+            qa_rag=np.ones(n),
+            folds=stratified_folds(label, 5, 0) if folds else None,
+        )
+
+    record, router = choose_router(
+        noise(150, True), noise(100, False), _model(), _model(), RouterSearch(bootstrap=200), seed=0
+    )
+    assert router.tau > 1.0 and record["evaluation"]["rate"] == 1.0
+    assert record["evaluation"]["cost"] == pytest.approx(record["evaluation"]["always_cost"])
+    assert record["pays_for_itself"] is False
