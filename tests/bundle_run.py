@@ -136,6 +136,9 @@ def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> li
         "classify.mlp_max_epochs=20",
         "classify.threshold_rule=target_rate",
         "classify.target_rate=0.5",
+        # a router that decides: within 20 points of Always-RAG the cheapest router skips some retrievals (within one
+        # point, "retrieve always" is the pick and D²-RAG would compute no feature)
+        "classify.router_delta=0.2",
         "fit_utility.limit=6",
         "fit_utility.folds=2",
         "fit_utility.samples=2",

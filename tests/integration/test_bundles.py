@@ -52,12 +52,13 @@ def test_export_stage_writes_a_bundle_with_the_runs_learned_bytes(tiny_run):
     stages = tmp / "run" / "stages"
     # the decision is the router classify's search picked: its own calibrators, classifier and ONNX graph
     router = json.loads((stages / "classify/selection.json").read_text())["router"]
-    for shipped, made in (
-        ("calibrators.json", "calibrators"),
-        ("classifier.json", "classifier"),
-        ("classifier.onnx", "onnx"),
-    ):
+    for shipped, made in (("calibrators.json", "calibrators"), ("classifier.json", "classifier")):
         assert (root / "learned" / shipped).read_bytes() == (stages / "classify" / router["files"][made]).read_bytes()
+    # the bundle's ONNX file is the whole decision (raw features in), built from the router's parts
+    import onnx
+
+    graph = onnx.load(str(root / "learned" / "classifier.onnx"))
+    assert [i.name for i in graph.graph.input] == ["raw_features"]
     assert manifest["decision"]["features"] == router["spec"]["features"]
     assert [f["name"] for f in manifest["features"]] == router["spec"]["features"]
     assert (root / "learned/utility.json").read_bytes() == (stages / "fit_utility/utility.json").read_bytes()
