@@ -4,14 +4,11 @@ the routing table, the report section, and D²-RAG's Stage 1 reading it."""
 from __future__ import annotations
 
 import json
-import logging
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from workbench.recipe import RecipeConfig
+from tests.unit.core.test_calibrate_classify import _ctx  # the stage context the calibrate tests build
 from workbench.stages import calibrate, classify
 
 COMPONENTS = {
@@ -50,16 +47,6 @@ def _rows(n: int, seed: int) -> list[dict]:
             }
         )
     return rows
-
-
-def _ctx(tmp: Path, name: str, inputs: dict[str, Path], **sections) -> SimpleNamespace:
-    config = RecipeConfig(name="t", stages=["build_data"])
-    for section, values in sections.items():
-        for key, value in values.items():
-            setattr(getattr(config, section), key, value)
-    out = tmp / name
-    out.mkdir()
-    return SimpleNamespace(config=config, inputs=inputs, out_dir=out, log=logging.getLogger("test"))
 
 
 @pytest.fixture(scope="module", params=["forward", "study"])
