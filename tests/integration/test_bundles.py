@@ -366,3 +366,17 @@ def test_a_bundle_with_a_greedy_only_router_decides_without_sampling(tiny_run):
     cost = next(step["cost"] for step in answer.trace["steps"] if step["name"] == "features")
     assert cost.get("lm_calls", 0) + cost.get("cached_lm_calls", 0) == 1
     assert not [c for c in calls if (c["temperature"] or 0) > 0 or c["n"] > 1]
+
+
+def test_bench_runtime_prices_and_measures_what_deciding_costs(tiny_run):
+    from workbench.runtime import load_bundle
+    from workbench.stages.bench_runtime import _decision_cost, _decision_cost_lines
+
+    tmp, _ = tiny_run
+    runtime = load_bundle(_bundle(tiny_run))
+    cost = _decision_cost(tmp / "run", runtime, ["Was Marie Curie born in Poland or in France?"])
+    assert cost["shipped_features"] == list(runtime.policy.features) and cost["tau"] <= 1.0
+    # the greedy-only router pays the greedy answer; every collected feature adds entropy's samples
+    assert cost["priced"]["shipped"]["lm_calls"] == 1.0 and cost["priced"]["all"]["lm_calls"] == 2.0
+    assert cost["measured"]["lm_calls"] == 1.0
+    assert "## What deciding costs (per question)" in "\n".join(_decision_cost_lines(cost))

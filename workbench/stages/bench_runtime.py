@@ -164,6 +164,7 @@ def _decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[st
     from the run's per-stat costs for the shipped router's features against every collected feature. None when the
     run has no per-stat costs (collected before they existed)."""
     from workbench.routing.cost import CostModel, RetrievalCost
+    from workbench.routing.search import decision_cost
     from workbench.uncertainty.stat_costs import load_stat_costs
 
     costs = load_stat_costs(run_dir / "stages/collect")
@@ -174,16 +175,20 @@ def _decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[st
     collected = list(json.loads((run_dir / "stages/collect/summary.json").read_text())["features"])
     model = CostModel(costs["splits"][split]["per_question"], RetrievalCost(0.0, 0.0, 0.0, 0.0))
     shipped = list(runtime.policy.features)
-    priced = {"shipped": model.features_cost(shipped), "all": model.features_cost(collected)}
+    tau = float(runtime.policy.tau)
+    # τ > 1 retrieves for every question: D²-RAG computes no feature (decision_cost)
+    priced = {"shipped": decision_cost(model.features_cost(shipped), tau), "all": model.features_cost(collected)}
+    priced["shipped"] = {key: float(priced["shipped"].get(key, 0.0)) for key in priced["all"]}
     measured: dict[str, float] = {}
     for question in questions:
-        step = runtime.answer(question, method="d2rag").trace.find("features")
-        cost = step.cost if step is not None else {}
+        steps = runtime.answer(question, method="d2rag").trace.get("steps", [])
+        cost = next((step.get("cost", {}) for step in steps if step["name"] == "features"), {})
         for key in ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs"):
             value = float(cost.get(key, 0.0)) + float(cost.get(f"cached_{key}", 0.0))
             measured[key] = measured.get(key, 0.0) + value / max(len(questions), 1)
     return {
         "split": split,
+        "tau": tau,
         "shipped_features": shipped,
         "collected_features": collected,
         "priced": priced,
@@ -513,9 +518,11 @@ def _decision_cost_lines(cost: dict[str, Any] | None) -> list[str]:
         "",
         "## What deciding costs (per question)",
         "",
-        f"The bundle's router reads {len(shipped)} feature(s) ({', '.join(shipped)}); the run collected "
-        f"{len(collected)}. Priced from the run's per-stat costs on `{cost['split']}` (cold cache), and measured: "
-        f"D²-RAG's `features` step over {cost['measured_questions']} questions through the runtime.",
+        f"The bundle's router reads {len(shipped)} feature(s) ({', '.join(shipped)})"
+        + (" — at τ > 1 it retrieves for every question and computes none of them" if cost.get("tau", 0) > 1 else "")
+        + f"; the run collected {len(collected)}. Priced from the run's per-stat costs on `{cost['split']}` (cold "
+        f"cache), and measured: D²-RAG's `features` step over {cost['measured_questions']} questions through the "
+        "runtime.",
         "",
         "| router | LM calls / q | LM tokens / q | NLI pairs / q | seconds / q |",
         "|---|---:|---:|---:|---:|",
