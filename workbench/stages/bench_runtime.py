@@ -522,7 +522,8 @@ def _decision_cost_lines(cost: dict[str, Any] | None) -> list[str]:
         + (" — at τ > 1 it retrieves for every question and computes none of them" if cost.get("tau", 0) > 1 else "")
         + f"; the run collected {len(collected)}. Priced from the run's per-stat costs on `{cost['split']}` (cold "
         f"cache), and measured: D²-RAG's `features` step over {cost['measured_questions']} questions through the "
-        "runtime.",
+        "runtime — which also makes the closed-book answer when D²-RAG's learned utility reads it, even when the "
+        "decision computes no feature.",
         "",
         "| router | LM calls / q | LM tokens / q | NLI pairs / q | seconds / q |",
         "|---|---:|---:|---:|---:|",
