@@ -130,6 +130,7 @@ def test_third_party_warnings_are_hidden_unless_verbose(verbose):
     from workbench.cli import _silence_third_party
 
     level = logging.getLogger("DeepSpeed").level
+    logging.getLogger("DeepSpeed").setLevel(logging.NOTSET)  # an earlier test in this process may have silenced it
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _silence_third_party(verbose)
