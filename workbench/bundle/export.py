@@ -320,7 +320,7 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
 def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -> dict[str, Any]:
     """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
-    from workbench.classify.onnx_export import export_decision_onnx
+    from workbench.classify.onnx_decision import export_decision_onnx
     from workbench.core.artifact_io import read_artifact
     from workbench.methods.learned import save_learned
     from workbench.stages.evaluate import evaluated_learned

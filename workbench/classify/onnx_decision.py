@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,12 +32,18 @@ from workbench.calibration.calibrator_set import CalibratorSet, impute_value
 from workbench.calibration.isotonic import IsotonicCalibrator
 from workbench.calibration.platt import PlattCalibrator
 from workbench.calibration.raw import RawCalibrator
+from workbench.classify.onnx_export import CLASSIFIER_INPUTS, OUTPUT_NAME, RAW_INPUT
 from workbench.core.errors import ConfigError, DataError
 
-__all__ = ["RAW_INPUT", "RETRIEVE_OUTPUT", "calibration_graph", "decision_contract", "decision_graph"]
+__all__ = [
+    "RAW_INPUT",
+    "RETRIEVE_OUTPUT",
+    "calibration_graph",
+    "decision_contract",
+    "decision_graph",
+    "export_decision_onnx",
+]
 
-RAW_INPUT = "raw_features"
-"""The decision graph's input: raw oriented features, float64, in the decision's feature order."""
 RETRIEVE_OUTPUT = "retrieve"
 """The decision graph's second output when built with a τ: ``p_correct < τ``."""
 PREFIX = "decision/"
@@ -165,8 +172,6 @@ def decision_graph(calibrators: CalibratorSet, classifier: bytes | Any, tau: flo
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from workbench.classify.onnx_export import CLASSIFIER_INPUTS, OUTPUT_NAME
-
     proto = onnx.load_from_string(classifier) if isinstance(classifier, bytes) else classifier
     props = {p.key: p.value for p in proto.metadata_props}
     names = json.loads(props["feature_names"]) if "feature_names" in props else list(calibrators.features)
@@ -201,3 +206,16 @@ def decision_graph(calibrators: CalibratorSet, classifier: bytes | Any, tau: flo
     onnx.helper.set_model_props(merged, meta)
     onnx.checker.check_model(merged)
     return merged
+
+
+def export_decision_onnx(
+    calibrators: Any, classifier: str | Path | bytes, path: str | Path, tau: float | None = None
+) -> Path:
+    """Write the decision graph — raw features → imputation → ``calibrators`` → the classifier graph ``classifier``
+    (a path or bytes of an :func:`~workbench.classify.onnx_export.export_onnx` graph) → ``p_correct`` (and
+    ``retrieve`` = p < ``tau`` with a τ) — to ``path`` atomically and return the path (:func:`decision_graph`)."""
+    from workbench.core.atomic import atomic_write_bytes
+
+    data = classifier if isinstance(classifier, bytes) else Path(classifier).read_bytes()
+    proto = decision_graph(calibrators, data, tau)
+    return atomic_write_bytes(path, proto.SerializeToString())

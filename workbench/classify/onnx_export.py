@@ -3,7 +3,8 @@
 Two graphs. The **classifier graph** (:func:`export_onnx`: the classify stage's ``logistic.onnx``, ``mlp.onnx``,
 ``router.onnx``), for both kinds: input ``calibrated_features`` float32 ``[batch, n_features]`` — the *calibrated*
 features u (the calibrators' outputs; un-standardised, in the model's feature order) → output ``p_correct`` float32
-``[batch]``; the standardisation is inside the graph. The **decision graph** (:func:`export_decision_onnx`, the
+``[batch]``; the standardisation is inside the graph. The **decision graph**
+(:func:`~workbench.classify.onnx_decision.export_decision_onnx`, the
 bundle's ``learned/classifier.onnx``): input ``raw_features`` float64 — the raw oriented features as collected —
 with the imputation and the calibrators inside (:mod:`workbench.classify.onnx_decision`), so the file alone gives
 P(correct) and, with τ, the decision. Each graph's metadata records its feature names, kind, ``input``
@@ -18,7 +19,6 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -34,6 +34,8 @@ LEGACY_INPUT = "features"
 """The classifier graph's input name before it said what it reads (the calibrated features too)."""
 CLASSIFIER_INPUTS = (INPUT_NAME, LEGACY_INPUT)
 OUTPUT_NAME = "p_correct"
+RAW_INPUT = "raw_features"
+"""The decision graph's input (:mod:`workbench.classify.onnx_decision`): raw oriented features, float64."""
 OPSET = 17
 IR_VERSION = 8  # onnx IR for opset 17; readable by onnxruntime releases since 1.11
 
@@ -127,19 +129,6 @@ def export_onnx(model: LogisticModel | MLPModel, path: str | Path, feature_names
     return atomic_write_bytes(path, proto.SerializeToString())
 
 
-def export_decision_onnx(
-    calibrators: Any, classifier: str | Path | bytes, path: str | Path, tau: float | None = None
-) -> Path:
-    """Write the decision graph — raw features → imputation → ``calibrators`` → the classifier graph ``classifier``
-    (a path or bytes of an :func:`export_onnx` graph) → ``p_correct`` (and ``retrieve`` = p < ``tau`` with a τ) —
-    to ``path`` atomically and return the path (:func:`workbench.classify.onnx_decision.decision_graph`)."""
-    from workbench.classify.onnx_decision import decision_graph
-
-    data = classifier if isinstance(classifier, bytes) else Path(classifier).read_bytes()
-    proto = decision_graph(calibrators, data, tau)
-    return atomic_write_bytes(path, proto.SerializeToString())
-
-
 def onnx_feature_names(path: str | Path) -> tuple[str, ...]:
     """The feature names recorded in an exported graph's metadata (empty if none are recorded)."""
     import onnx
@@ -190,7 +179,6 @@ class OnnxClassifier:
         except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
             raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", where) from None
         self.where = where
-        from workbench.classify.onnx_decision import RAW_INPUT
 
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         accepted = (*CLASSIFIER_INPUTS, RAW_INPUT)

@@ -15,7 +15,8 @@ import pytest
 from tests.unit.bundle.test_bundle_attacks import _reseal
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.platt import PlattCalibrator
-from workbench.classify.onnx_export import OnnxClassifier, export_decision_onnx
+from workbench.classify.onnx_decision import export_decision_onnx
+from workbench.classify.onnx_export import OnnxClassifier
 from workbench.core.errors import DataError
 from workbench.runtime import load_bundle
 

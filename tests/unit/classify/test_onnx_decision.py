@@ -15,7 +15,8 @@ from tests.unit.classify.helpers import FEATURE_NAMES
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.registry import calibrator_from_dict, make_calibrator
 from workbench.classify.logistic import fit_logistic
-from workbench.classify.onnx_export import OnnxClassifier, export_decision_onnx, export_onnx
+from workbench.classify.onnx_decision import export_decision_onnx
+from workbench.classify.onnx_export import OnnxClassifier, export_onnx
 from workbench.classify.policy import DecisionPolicy
 from workbench.core.errors import ConfigError
 
