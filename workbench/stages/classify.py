@@ -35,6 +35,7 @@ import numpy as np
 from workbench.classify.select import split_train_val
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
+from workbench.stages.classify_router import mlp_config
 from workbench.stages.context import StageContext
 
 ONNX_TOLERANCE = 1e-5
@@ -109,20 +110,6 @@ def routing_table(
     return rows
 
 
-def _mlp_config(section: Any) -> Any:
-    from workbench.classify.mlp import MLPConfig
-
-    return MLPConfig(
-        hidden_sizes=tuple(section.mlp_hidden_sizes),
-        dropout=section.mlp_dropout,
-        learning_rate=section.mlp_learning_rate,
-        weight_decay=section.mlp_weight_decay,
-        max_epochs=section.mlp_max_epochs,
-        batch_size=section.mlp_batch_size,
-        patience=section.mlp_patience,
-    )
-
-
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, select, threshold, export and route; write the models, ONNX graphs and JSON results."""
     from workbench.calibration.oof import stratified_folds
@@ -180,7 +167,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             y_fit[val],
             kinds=(kind,),
             seeds=tuple(section.seeds),
-            mlp_config=_mlp_config(section),
+            mlp_config=mlp_config(section),
             feature_names=features,
             logistic_C=section.logistic_c,
         )
@@ -194,7 +181,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 folds,
                 seed=selection.seed,
                 val_fraction=section.val_fraction,
-                mlp_config=_mlp_config(section),
+                mlp_config=mlp_config(section),
                 feature_names=features,
                 logistic_C=section.logistic_c,
             )

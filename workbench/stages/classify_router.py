@@ -26,6 +26,22 @@ from workbench.stages.context import StageContext
 ONNX_TOLERANCE = 1e-5
 
 
+def mlp_config(section: Any) -> Any:
+    """The MLP settings of the ``classify`` section (:class:`~workbench.classify.mlp.MLPConfig`), for the stage's
+    classifiers and the router search alike."""
+    from workbench.classify.mlp import MLPConfig
+
+    return MLPConfig(
+        hidden_sizes=tuple(section.mlp_hidden_sizes),
+        dropout=section.mlp_dropout,
+        learning_rate=section.mlp_learning_rate,
+        weight_decay=section.mlp_weight_decay,
+        max_epochs=section.mlp_max_epochs,
+        batch_size=section.mlp_batch_size,
+        patience=section.mlp_patience,
+    )
+
+
 def cost_model(costs: dict[str, Any], split: str, columns: dict[str, Any], section: Any) -> Any:
     """The :class:`~workbench.routing.cost.CostModel` of ``split``: collect's measured component costs and the
     retrieval cost model (measured, or the recipe's ``retrieval_seconds`` / ``retrieval_tokens``)."""
@@ -47,7 +63,6 @@ def routing_data(split_data: dict[str, Any], features: list[str], section: Any, 
     """One split of ``calibrated.json`` as :class:`~workbench.routing.candidates.RoutingData`."""
     from workbench.calibration.oof import stratified_folds
     from workbench.routing.candidates import RoutingData
-    from workbench.stages.classify import _mlp_config
 
     raw = np.asarray([split_data["raw"][f] for f in features], dtype=float).T.reshape(-1, len(features))
     label = np.asarray(split_data["label"], dtype=float)
@@ -62,7 +77,7 @@ def routing_data(split_data: dict[str, Any], features: list[str], section: Any, 
         folds=stratified_folds(label, section.tau_folds, seed) if folds else None,
         seed=seed,
         logistic_c=section.logistic_c,
-        mlp_config=_mlp_config(section),
+        mlp_config=mlp_config(section),
         val_fraction=section.val_fraction,
     )
 
