@@ -15,7 +15,7 @@ import pytest
 from workbench.backends.cost import CostCounter
 from workbench.backends.nli import AnswerEquivalenceJudge, NLIJudge
 from workbench.core.errors import ConfigError
-from workbench.methods import dense_rag
+from workbench.data.corpus import document_text
 from workbench.methods.base import Tools
 from workbench.methods.dense_rag import (
     CERTAIN,
@@ -24,10 +24,10 @@ from workbench.methods.dense_rag import (
     DenseRAG,
     DenseRAGSettings,
     classify_chunks,
-    document_text,
     entailment_verdicts,
     is_better,
     is_unchanged,
+    method,
     parse_self_evaluation,
     refill,
     select_answer,
@@ -499,7 +499,7 @@ def test_tiny_model_certain_question_runs_one_dense(tiny_tools):
 
 
 def test_tiny_model_uncertain_question_chunks_and_refines_within_the_cap(tiny_tools, monkeypatch):
-    monkeypatch.setattr(dense_rag, "Dense", lambda rule: SimpleNamespace(raw=lambda row: 1.0))  # always uncertain
+    monkeypatch.setattr(method, "Dense", lambda rule: SimpleNamespace(raw=lambda row: 1.0))  # always uncertain
     settings = DenseRAGSettings(k=2, max_iterations=3, rephrase_max_new_tokens=6, self_eval_max_new_tokens=3)
     answer = DenseRAG(tiny_tools, settings).answer(EXAMPLE)
     names = _names(answer)
