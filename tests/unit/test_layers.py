@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "workbench.bundle": 5,
     "workbench.runtime": 5,
     "workbench.serve": 5,
+    "workbench.reports": 5,  # report writers read stage outputs as files; the report stages call them
     "workbench.stages": 6,
     "workbench.recipe": 6,
     "workbench.bundle.export": 6,  # export reads a finished run: its recipe and the stages' outputs

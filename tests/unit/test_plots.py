@@ -16,16 +16,16 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture
 def drawn(monkeypatch):
     """The axes of every figure the plots module saves (captured just before saving), in order."""
-    import workbench.plots as plots
+    import workbench.plots.figure as figure
 
     axes = []
-    original = plots._finish
+    original = figure.finish
 
     def capture(plt, fig, ax_list, path):
         axes.extend(ax_list)
         return original(plt, fig, ax_list, path)
 
-    monkeypatch.setattr(plots, "_finish", capture)
+    monkeypatch.setattr(figure, "finish", capture)
     return axes
 
 

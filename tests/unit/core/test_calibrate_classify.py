@@ -12,8 +12,8 @@ import pytest
 
 from workbench.core.errors import DataError
 from workbench.recipe import RecipeConfig
+from workbench.reports.calibration import calibration_sections
 from workbench.stages import calibrate, classify
-from workbench.stages.report_calibration import calibration_sections
 
 
 def _rows(n: int, seed: int, nan_rows: int = 0) -> list[dict]:
@@ -221,7 +221,7 @@ def test_bad_collections_get_one_line_errors(tmp_path):
 
 
 def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_itself():
-    from workbench.stages.report_calibration import paired_bootstrap
+    from workbench.reports.calibration import paired_bootstrap
 
     rng = np.random.default_rng(0)
     labels = np.array([0, 1] * 30, dtype=float)
@@ -236,7 +236,7 @@ def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_it
 
 
 def test_paired_bootstrap_gives_nan_without_both_classes():
-    from workbench.stages.report_calibration import paired_bootstrap
+    from workbench.reports.calibration import paired_bootstrap
 
     labels = np.ones(40)
     out = paired_bootstrap({"a": list(np.linspace(0, 1, 40))}, labels, "a", draws=50)

@@ -10,8 +10,8 @@ import pytest
 
 from workbench.methods.registry import GOLD_METHODS, METHODS, LearnedParts, build_method
 from workbench.methods.utility import OracleUtility, UtilityPredictor
+from workbench.reports.evaluate import d2rag_utility_lines, utility_class_of
 from workbench.stages.fit_utility import fold_ids, out_of_fold, regression_quality
-from workbench.stages.report_evaluate import d2rag_utility_lines, utility_class_of
 
 
 def test_fold_ids_deal_every_row_once_with_balanced_sizes():

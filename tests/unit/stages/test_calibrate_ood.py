@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from workbench.recipe import RecipeConfig
+from workbench.reports.ood import ood_section
 from workbench.stages import calibrate
-from workbench.stages.report_ood import ood_section
 
 EITHER_OR = [
     "Was {} German or American? Reply with one word.",

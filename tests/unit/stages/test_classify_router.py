@@ -110,7 +110,7 @@ def test_the_routing_table_charges_each_router_its_own_stats(routed):
 
 
 def test_the_report_answers_which_router_to_ship_with_a_front_plot(routed, tmp_path):
-    from workbench.stages.report_calibration import calibration_sections
+    from workbench.reports.calibration import calibration_sections
 
     _, _, cal_dir, cls_dir, _ = routed
     text = "\n".join(calibration_sections(cal_dir, cls_dir, tmp_path))

@@ -11,7 +11,7 @@ import pytest
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.platt import PlattCalibrator
 from workbench.metrics.ranking import auroc
-from workbench.stages.report_transfer import transfer_section
+from workbench.reports.transfer import transfer_section
 from workbench.stages.transfer import measure, shift, template_of
 
 

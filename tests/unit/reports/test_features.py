@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from workbench.stages.report_features import MIN_PER_CLASS, feature_section
+from workbench.reports.features import MIN_PER_CLASS, feature_section
 
 
 def write_collect(folder, positives: int, n: int = 40) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt, markdown_table
-from workbench.stages.report import MODE_TITLES
+from workbench.reports.answer import MODE_TITLES
 
 
 def _training_line(summary: dict[str, Any]) -> str:

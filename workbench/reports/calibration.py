@@ -154,7 +154,7 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
             xlabel="weight",
         )
         lines += ["![LR weights](lr_weights.png)", ""]
-    from workbench.stages.report_router import router_lines
+    from workbench.reports.router import router_lines
 
     return lines + router_lines(classify_dir, out_dir)
 
