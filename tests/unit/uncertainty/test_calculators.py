@@ -137,8 +137,8 @@ def test_unavailable_and_unknown_stats_are_refused(generator):
 
 def test_prompt_groups_name_the_prompts_a_feature_set_reads_and_the_whole_set_hash_is_theirs():
     from workbench.core.hashing import stable_hash
-    from workbench.uncertainty.calculators import _prompt_parts, prompt_groups, prompts_fingerprint
     from workbench.uncertainty.features import required_stats
+    from workbench.uncertainty.stat_prompts import _prompt_parts, prompt_groups, prompts_fingerprint
 
     assert prompt_groups(required_stats(["confidence", "entropy", "semantic_entropy"])) == ["answer"]
     assert prompt_groups(required_stats(["ptrue", "self_detection"])) == ["answer", "paraphrase", "self_check"]

@@ -128,7 +128,7 @@ def test_self_detection_answers_each_paraphrase_as_written(tiny_lm_long_dir, mon
 
     generator = Generator(tiny_lm_long_dir, batch_size=16)
     paraphrases = ["Which city is the French capital?", "Name the capital of France"]
-    monkeypatch.setattr(calculators, "_paraphrases", lambda questions, gen, settings: list(paraphrases))
+    monkeypatch.setattr(calculators, "sample_paraphrases", lambda questions, gen, settings: list(paraphrases))
     prompts: list[str] = []
     real = generator.generate
 
