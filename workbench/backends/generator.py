@@ -32,19 +32,30 @@ sequences' tokens all count as ``prefill_tokens``); ``truncated_prompts``; ``cac
 requested sample (a :class:`Generation`). What the generation cache saved goes to ``cached_lm_calls`` (+1 per prompt
 whose samples all came from the cache), ``cached_prefill_tokens`` (that prompt's tokens after truncation) and
 ``cached_decoded_tokens`` (each cached sample's answer tokens).
+
+This module holds the model and its calls (generate with its cache lookup and batching, the step API, scoring). The
+sampling math is in :mod:`workbench.backends.sampling`, the decoding state's model-free helpers (batch layout, row
+selection, joining states, :class:`DecodingRow`) in :mod:`workbench.backends.decoding_state`; their public names are
+importable from here as well.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.decoding_state import DecodingRow as DecodingRow
+from workbench.backends.decoding_state import cache_argument, forward_outputs, record_extras, returned_cache
+from workbench.backends.decoding_state import join_states as join_states
+from workbench.backends.decoding_state import joinable as joinable
+from workbench.backends.decoding_state import left_padded_batch as left_padded_batch
+from workbench.backends.decoding_state import select_rows as select_rows
 from workbench.backends.generation_lookup import CachedGenerations, decoding_params
 from workbench.backends.generation_types import FINISH_REASONS as FINISH_REASONS
 from workbench.backends.generation_types import DecodingParams as DecodingParams
@@ -52,9 +63,11 @@ from workbench.backends.generation_types import Generation as Generation
 from workbench.backends.generation_types import PromptLogprobs as PromptLogprobs
 from workbench.backends.generation_types import Scored as Scored
 from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, check_prompt_format, encode
+from workbench.backends.sampling import process_logits as process_logits
+from workbench.backends.sampling import sample_from_logprobs as sample_from_logprobs
+from workbench.backends.sampling import sample_seed as sample_seed
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
-from workbench.core.seeding import derive_seed
 
 if TYPE_CHECKING:
     from workbench.assets import ResolvedModel
@@ -92,32 +105,6 @@ class _Job:
     def __post_init__(self) -> None:
         if self.key is None:
             self.key = self.prompt
-
-
-@dataclass
-class DecodingRow:
-    """The record of one decoded sequence (one row of a decoding batch), filled step by step.
-
-    ``job`` / ``sample`` say which prompt and sample it is (free for other decoders to use as they like);
-    ``generator`` is its sampling RNG (None for greedy). ``tokens`` are every token chosen so far, the terminating one
-    included; the decoding loop appends to ``raw`` / ``processed`` / ``entropy`` (and ``top_ids`` / ``top_lps``,
-    ``hidden`` / ``attn``) as it goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and,
-    for a stop string, ``text``.
-    """
-
-    job: int
-    sample: int
-    generator: Any  # torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    raw: list[float] = field(default_factory=list)
-    processed: list[float] = field(default_factory=list)
-    entropy: list[float] = field(default_factory=list)
-    top_ids: list[np.ndarray] = field(default_factory=list)
-    top_lps: list[np.ndarray] = field(default_factory=list)
-    hidden: list[np.ndarray] = field(default_factory=list)
-    attn: list[np.ndarray] = field(default_factory=list)
-    finish: str | None = None
-    text: str = ""
 
 
 class Generator(CachedGenerations):
@@ -169,7 +156,7 @@ class Generator(CachedGenerations):
             self.tokenizer, resolved.ref, prompt_format, declared_prompt_format(resolved.path)
         )
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
-        self._cache_arg = _cache_argument(self.model)
+        self._cache_arg = cache_argument(self.model)
         self.joinable_cache: bool | None = None  # learned by the first split prefill (decoding.contrastive)
         self._warned_truncation = False
 
@@ -345,6 +332,7 @@ class Generator(CachedGenerations):
     # position of each row's next token [rows, 1]) and "logits" (the last position's logits [rows, V]), plus "hidden"
     # / "attn" when the params ask for them. This loop and workbench.decoding.contrastive both drive one with
     # prefill → (choose tokens, finish_row, select_rows) → step, and turn finished rows into answers with answer().
+    # What works on a state without the model (select_rows, join_states, the batch layout) is in decoding_state.py.
     def encode_prompt(self, prompt: str, budget: int) -> list[int]:
         """Prompt token ids, left-truncated to ``budget`` tokens (counted in ``truncated_prompts``, warned once);
         ``ValueError`` for a prompt that encodes to no tokens."""
@@ -419,7 +407,7 @@ class Generator(CachedGenerations):
         self.counter.lm_batches += 1
         active = list(range(len(rows)))
         for step in range(params.max_new_tokens):
-            _record_extras(rows, active, state, params)
+            record_extras(rows, active, state, params)
             tokens = self._choose_tokens(rows, active, state["logits"], params)
             self.counter.decoded_tokens += len(active)
             keep = [k for k, r in enumerate(active) if not self.finish_row(rows[r], tokens[k], step, params)]
@@ -489,8 +477,8 @@ class Generator(CachedGenerations):
             output_hidden_states=params.hidden_layer is not None,
             output_attentions=params.attentions,
         )
-        state = {"cache": _returned_cache(out), "mask": mask.to(self.device), "next_pos": positions[:, -1:] + 1}
-        state.update(_outputs(out, params))
+        state = {"cache": returned_cache(out), "mask": mask.to(self.device), "next_pos": positions[:, -1:] + 1}
+        state.update(forward_outputs(out, params))
         return state
 
     def step(self, state: dict[str, Any], tokens: list[int], params: DecodingParams) -> dict[str, Any]:
@@ -509,8 +497,8 @@ class Generator(CachedGenerations):
             output_hidden_states=params.hidden_layer is not None,
             output_attentions=params.attentions,
         )
-        new = {"cache": _returned_cache(out), "mask": mask, "next_pos": state["next_pos"] + 1}
-        new.update(_outputs(out, params))
+        new = {"cache": returned_cache(out), "mask": mask, "next_pos": state["next_pos"] + 1}
+        new.update(forward_outputs(out, params))
         return new
 
     def _choose_tokens(
@@ -766,21 +754,6 @@ class Generator(CachedGenerations):
 
 
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
-def left_padded_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any]:
-    """``(input_ids, attention_mask, position_ids)`` long tensors for token-id lists as one left-padded batch: each row
-    right-aligned, padding masked out, positions counted from each row's first real token (0 on the padding). The
-    one layout every forward over a batch of prompts uses (decoding, scoring, the features' teacher-forced reads)."""
-    import torch
-
-    width = max(len(seq) for seq in seqs)
-    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for b, seq in enumerate(seqs):
-        input_ids[b, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-        mask[b, width - len(seq) :] = 1
-    return input_ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
 def _own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
     """:class:`PromptLogprobs` of ``ids`` from the logits of its positions ``0 .. L-2`` (each predicting the next)."""
     import torch
@@ -800,151 +773,10 @@ def _own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
     return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
 
 
-def sample_seed(seed: int, prompt: str, sample_index: int) -> int:
-    """The seed of the torch.Generator that draws sample ``sample_index`` of ``prompt`` (one uniform per step)."""
-    return derive_seed(seed, "sample", prompt, sample_index)
-
-
-def process_logits(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
-    """Log-probs of the processed distribution: logits / temperature, then top-k, then top-p (nucleus).
-
-    Removed tokens get ``-inf``. ``top_k == 0`` and ``top_p == 1`` disable the filters; the most likely token is
-    always kept.
-    """
-    import torch
-
-    scaled = logits / temperature
-    if 0 < top_k < scaled.shape[-1]:
-        threshold = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < threshold, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        mass_before = probs.cumsum(-1) - probs
-        remove_sorted = mass_before >= top_p
-        remove_sorted[..., 0] = False
-        remove = remove_sorted.scatter(-1, order, remove_sorted)
-        scaled = scaled.masked_fill(remove, float("-inf"))
-    return torch.log_softmax(scaled, dim=-1)
-
-
-def sample_from_logprobs(logprobs: Any, uniforms: Any) -> Any:
-    """Inverse-CDF sampling: for each row, the first token whose cumulative probability exceeds its uniform."""
-    import torch
-
-    cdf = logprobs.exp().cumsum(-1)
-    target = (uniforms.to(device=cdf.device, dtype=cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
-    chosen = torch.searchsorted(cdf, target, right=True)[:, 0]
-    return chosen.clamp(max=logprobs.shape[-1] - 1)
-
-
-def _outputs(out: Any, params: DecodingParams) -> dict[str, Any]:
-    """The parts of a forward output the decoding loop keeps: last logits, chosen hidden layer, attention diag."""
-    state = {"logits": out.logits[:, -1, :]}
-    if params.hidden_layer is not None:
-        state["hidden"] = out.hidden_states[params.hidden_layer][:, -1, :]
-    if params.attentions:
-        # (batch, layers, heads): the last query position's weight on itself
-        import torch
-
-        state["attn"] = torch.stack([a[:, :, -1, -1] for a in out.attentions], dim=1)
-    return state
-
-
-def _cache_argument(model: Any) -> str:
-    """The forward keyword for the KV cache: ``cache`` in newer transformers (``past_key_values`` is deprecated
-    there, removal announced for 5.40), ``past_key_values`` in older ones and in remote-code models."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
-def _returned_cache(out: Any) -> Any:
-    """The KV cache a forward returned, under either of its names."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
-
-
-def select_rows(state: dict[str, Any], index: Any) -> dict[str, Any]:
-    """Keep (or repeat) rows ``index`` (a long tensor) of a decoding state, the KV cache included (in place)."""
-    index = index.to(state["mask"].device)
-    state["cache"].batch_select_indices(index)
-    out = {"cache": state["cache"]}
-    for name, value in state.items():
-        if name != "cache":
-            out[name] = value[index.to(value.device)]
-    return out
-
-
 CPU_PREFILL_TOKENS = 512
 """On a CPU, rows are encoded together while their padded size (rows × the widest) stays within this many tokens: a
 budget that kept short prompts batched and split long ones, the fastest of 512 / 1024 / 2048 / one forward for
 closed-book, 2-passage and 5-passage prompts (SmolLM2, 2 cores)."""
-
-
-def joinable(state: dict[str, Any]) -> bool:
-    """Whether ``state``'s KV cache can be joined with another by :func:`join_states`: a plain dynamic cache whose
-    every layer holds full-attention keys for all the state's positions (no sliding-window or special layers)."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    cache, width = state["cache"], state["mask"].shape[1]
-    return type(cache) is DynamicCache and all(
-        type(layer) is DynamicLayer and layer.keys is not None and layer.keys.shape[-2] == width
-        for layer in cache.layers
-    )
-
-
-def join_states(first: dict[str, Any], *others: dict[str, Any]) -> dict[str, Any]:
-    """One decoding state holding the rows of ``first`` then those of each of ``others`` (all :func:`joinable`).
-
-    Each state was prefilled on its own, left-padded to its own width. The narrower ones are left-padded further (zero
-    keys and values, mask 0, so the new positions are never attended to) and all are stacked along the batch in one
-    concatenation per layer. Rotary positions are already applied to the cached keys and ``next_pos`` is per row, so
-    every row decodes as it would alone. ``first``'s cache object is reused.
-    """
-    import torch
-
-    states = (first, *others)
-    caches = [state["cache"] for state in states]
-    if any(
-        set(state) != set(first) or len(cache.layers) != len(caches[0].layers)
-        for state, cache in zip(states, caches, strict=True)
-    ):
-        raise ValueError("decoding states of different models or settings cannot be joined")
-    width = max(state["mask"].shape[1] for state in states)
-
-    def left_pad(tensor: Any, dim: int) -> Any:
-        missing = width - tensor.shape[dim]
-        if missing == 0:
-            return tensor
-        shape = list(tensor.shape)
-        shape[dim] = missing
-        return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
-    for layers in zip(*(cache.layers for cache in caches), strict=True):
-        layers[0].keys = torch.cat([left_pad(layer.keys, -2) for layer in layers], dim=0)
-        layers[0].values = torch.cat([left_pad(layer.values, -2) for layer in layers], dim=0)
-    joined = {"cache": caches[0], "mask": torch.cat([left_pad(state["mask"], 1) for state in states])}
-    for name in first:
-        if name not in joined:
-            joined[name] = torch.cat([state[name] for state in states], dim=0)
-    return joined
-
-
-def _record_extras(rows: list[DecodingRow], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:
-    """Append the current step's hidden state / attention diagonal to each active row."""
-    if params.hidden_layer is not None:
-        hidden = state["hidden"].float().cpu().numpy()
-        for k, r in enumerate(active):
-            rows[r].hidden.append(hidden[k])
-    if params.attentions:
-        attn = state["attn"].float().cpu().numpy()
-        for k, r in enumerate(active):
-            rows[r].attn.append(attn[k])
 
 
 def _resolve(model: Any) -> ResolvedModel:

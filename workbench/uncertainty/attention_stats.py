@@ -39,7 +39,7 @@ def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Se
     """
     import torch
 
-    from workbench.backends.generator import left_padded_batch
+    from workbench.backends.decoding_state import left_padded_batch
     from workbench.backends.prompts import encode
 
     model = generator.model

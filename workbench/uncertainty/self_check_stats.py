@@ -113,7 +113,7 @@ def two_position_read(
     """
     import torch
 
-    from workbench.backends.generator import left_padded_batch
+    from workbench.backends.decoding_state import left_padded_batch
     from workbench.backends.prompts import encode
 
     if getattr(generator, "served", False):  # no model here: two next-token reads from the server's top-k
