@@ -68,7 +68,8 @@ def test_the_embedded_reader_opens_with_peft_over_the_real_smollm2(smollm2_dir, 
             )
 
     payload, tensors = read_adapter(directory)
-    write_peft_files(tmp_path, payload, tensors, base_reference(payload["base_model"]))
+    base_ref = payload["base_model"]
+    write_peft_files(tmp_path, payload, tensors, base_reference(base_ref, resolve_model(base_ref)))
     for name in PEFT_FILES[1:]:  # the tensors and the model card
         assert (tmp_path / name).read_bytes() == (directory / name).read_bytes(), name
     shipped = json.loads((directory / PEFT_FILES[0]).read_text())  # the config, up to the installed peft's version

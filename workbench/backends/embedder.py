@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from workbench.backends.cost import CostCounter
-from workbench.backends.factory import resolve_device
+from workbench.backends.device import resolve_device
 from workbench.core.errors import AssetError, DataError
 from workbench.core.hashing import stable_hash, tree_fingerprint
 from workbench.core.paths import cache_dir
@@ -193,7 +193,7 @@ class Embedder:
     the misses are encoded; ``counter.cache_hits`` / ``cache_misses`` count per text, ``counter.embed_texts``
     counts texts actually encoded. The model loads on construction, not at import; ``backend`` says which encoder
     runs it (``"pooled"``: :class:`PooledEncoder`; ``"sentence-transformers"``: the package, for other layouts).
-    ``device`` is resolved by :func:`~workbench.backends.factory.resolve_device` (``auto`` picks a GPU when torch
+    ``device`` is resolved by :func:`~workbench.backends.device.resolve_device` (``auto`` picks a GPU when torch
     sees one; an unusable device is a one-line ConfigError).
     """
 

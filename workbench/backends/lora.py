@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.assets import ADAPTER_SOURCE_FILE as MERGED_SOURCE_FILE
+from workbench.backends.peft_dir import lora_config  # peft's LoraConfig of a payload (lives with the peft files)
 from workbench.core.errors import AssetError, DataError
 from workbench.core.hashing import stable_hash
 
@@ -130,6 +131,7 @@ def save_lora_adapter(
     }
     if training_data is not None:
         payload["training_data"] = dict(training_data)
+    base = base if base is not None else resolve_model(str(base_model))
     peft_files = write_peft_files(out_dir, payload, tensors, base_reference(str(base_model), base))
     return [*peft_files, *write_artifact(out_dir / ADAPTER_FILE, payload, tensors)]
 
@@ -153,7 +155,8 @@ def copy_adapter(source: str | Path, target_dir: str | Path) -> list[Path]:
         written = [Path(shutil.copyfile(file.parent / name, target_dir / name)) for name in PEFT_FILES]
     elif all(key in payload for key in _REQUIRED):
         try:
-            written = write_peft_files(target_dir, payload, tensors, base_reference(str(payload["base_model"])))
+            base_ref = str(payload["base_model"])
+            written = write_peft_files(target_dir, payload, tensors, base_reference(base_ref, resolve_model(base_ref)))
         except AssetError as exc:
             log.warning("the adapter %s is copied without its peft files: %s", file, exc)
             written = []
@@ -266,20 +269,6 @@ def adapter_identity(file: Path) -> str:
     document = {key: value for key, value in json.loads(file.read_bytes()).items() if key != "training_data"}
     text = json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def lora_config(payload: Mapping[str, Any]) -> Any:
-    """The peft ``LoraConfig`` of an adapter payload (causal-LM task, no bias)."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=int(payload["r"]),
-        lora_alpha=float(payload["alpha"]),
-        lora_dropout=float(payload["dropout"]),
-        target_modules=list(payload["target_modules"]),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
 
 
 def _base_digest(base: ResolvedModel) -> str | None:

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.device import resolve_device
 from workbench.backends.embedder import TextEncoder
-from workbench.backends.factory import resolve_device
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.core.hashing import stable_hash, tree_fingerprint
 from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL, NLI_LABELS
@@ -146,7 +146,7 @@ class HFSequenceClassificationNLI(NLIJudge):
 
     Pairs are encoded as (premise, hypothesis), truncating the premise first to ``max_length`` tokens, in batches of
     ``batch_size`` sorted by length; softmax over the logits is re-ordered to :data:`NLI_LABELS` via ``id2label``
-    or ``label_order``. ``device`` is resolved by :func:`~workbench.backends.factory.resolve_device` (``auto``
+    or ``label_order``. ``device`` is resolved by :func:`~workbench.backends.device.resolve_device` (``auto``
     picks a GPU when torch sees one; an unusable device is a one-line ConfigError).
     """
 

@@ -4,7 +4,7 @@
 
 **What is written** (:func:`write_peft_files`, from the adapter's payload and tensors alone — no model is loaded):
 
-* ``adapter_config.json`` — peft's ``LoraConfig`` of the payload (:func:`workbench.backends.lora.lora_config`, the
+* ``adapter_config.json`` — peft's ``LoraConfig`` of the payload (:func:`lora_config`, the
   one the workbench merges with, so peft and the workbench build the same model) in peft's own JSON layout (sorted
   keys, indent 2; ``target_modules`` sorted, so the bytes are the same on every machine and every re-export), with
   ``inference_mode`` true and the base named portably (:func:`base_reference`): never a local or cache path.
@@ -57,16 +57,12 @@ _WHAT = {
 }
 
 
-def base_reference(base_ref: str, base: ResolvedModel | None = None) -> dict[str, Any]:
+def base_reference(base_ref: str, base: ResolvedModel) -> dict[str, Any]:
     """How an adapter's base is named outside this machine (module doc): ``{"name", "revision", "kind", "ref",
-    "weights_sha256"}``. ``base_ref``: the reference the recipe gave; ``base``: it resolved (resolved here when
-    None; :func:`workbench.backends.lora.resolve_model`). ``name`` never holds a local path."""
+    "weights_sha256"}``. ``base_ref``: the reference the recipe gave; ``base``: it resolved
+    (:func:`workbench.backends.lora.resolve_model`). ``name`` never holds a local path."""
     from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, model_weights
 
-    if base is None:
-        from workbench.backends.lora import resolve_model
-
-        base = resolve_model(base_ref)
     weights = model_weights(base)
     digest = weights["weights_sha256"]
     if base.source == "hub":
@@ -89,10 +85,22 @@ def base_reference(base_ref: str, base: ResolvedModel | None = None) -> dict[str
     return {"name": name, "revision": None, "kind": kind, "ref": ref, "weights_sha256": digest}
 
 
+def lora_config(payload: Mapping[str, Any]) -> Any:
+    """The peft ``LoraConfig`` of an adapter payload (causal-LM task, no bias)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=int(payload["r"]),
+        lora_alpha=float(payload["alpha"]),
+        lora_dropout=float(payload["dropout"]),
+        target_modules=list(payload["target_modules"]),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
 def peft_config_document(payload: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
     """The ``adapter_config.json`` document of an adapter payload whose base is ``base`` (:func:`base_reference`)."""
-    from workbench.backends.lora import lora_config
-
     config = lora_config(payload)
     config.base_model_name_or_path = str(base["name"])
     config.revision = base.get("revision")

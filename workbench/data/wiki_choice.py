@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from workbench.data.schema import QAExample
-from workbench.data.wikiqa import (
+from workbench.data.wiki_articles import (
     CHOICE_TEMPLATES,
     WikiArticle,
-    _example_id,
-    _mentions_any,
-    _metadata,
     answer_leaks,
     cloze_sentence,
+    example_id,
+    mentions_any,
+    question_metadata,
     title_variants,
 )
 
@@ -111,7 +111,7 @@ def country_of(article: WikiArticle, countries: frozenset[str]) -> str | None:
     if match is None:
         return None
     country = match.group(1).strip()
-    if country not in countries or _mentions_any(article.title, [country]):
+    if country not in countries or mentions_any(article.title, [country]):
         return None
     return country
 
@@ -205,9 +205,9 @@ def _choice_example(
     options = [gold, distractor]
     rng.shuffle(options)
     question = question_stem(*options)
-    metadata: dict[str, Any] = {**_metadata(template, [article], split), "difficulty": difficulty, "rank": rank}
+    metadata: dict[str, Any] = {**question_metadata(template, [article], split), "difficulty": difficulty, "rank": rank}
     return QAExample(
-        id=_example_id(template, article.doc_id),
+        id=example_id(template, article.doc_id),
         question=question,
         answers=list(dict.fromkeys([gold, *aliases])),
         options=options,
@@ -255,9 +255,9 @@ class ChoiceBuilder:
             other = pool[j].title
             return (
                 "(" not in other
-                and not _mentions_any(masked, [other])
-                and not _mentions_any(other, gold_variants)
-                and not _mentions_any(article.title, [other])
+                and not mentions_any(masked, [other])
+                and not mentions_any(other, gold_variants)
+                and not mentions_any(article.title, [other])
             )
 
         difficulty, rng = _difficulty(self.seed, "choice_cloze", article.doc_id)

@@ -13,21 +13,19 @@ Three templates, each with the article title as the gold answer:
 Articles, not questions, are assigned to splits (train / calib / val / test), so no article's text is the gold
 passage of questions in two splits; a two-hop question is only made when A and B share a split. Articles whose
 topic is one of ``ood_topics`` go only to the ``ood`` split. Everything is deterministic given the seed.
+
+The articles, their loader and the text helpers live in :mod:`workbench.data.wiki_articles` (re-exported here), the
+either-or templates in :mod:`workbench.data.wiki_choice`; this module imports both and neither imports it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
-import string
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.core.errors import DataError
 from workbench.data.article_splits import (  # the article split lives in a light module (recipe checks use it)
     DEFAULT_FRACTIONS,
     DEFAULT_OOD_TOPICS,
@@ -36,185 +34,64 @@ from workbench.data.article_splits import (  # the article split lives in a ligh
     assign_splits,
 )
 from workbench.data.chunkers import split_sentences
-from workbench.data.schema import Passage, QAExample, examples_to_dataset
+from workbench.data.schema import QAExample, examples_to_dataset
+from workbench.data.wiki_articles import (  # the articles and the text helpers every template shares
+    BLANK,
+    BUILDER_VERSION,
+    CHOICE_TEMPLATES,
+    DATASET_NAME,
+    DEFAULT_TEMPLATES,
+    OPEN_TEMPLATES,
+    TEMPLATES,
+    WORD_TOKEN,
+    WikiArticle,
+    answer_leaks,
+    cloze_sentence,
+    example_id,
+    load_articles,
+    mentions,
+    mentions_any,
+    question_metadata,
+    shorten,
+    strip_qualifier,
+    title_variants,
+)
 
 if TYPE_CHECKING:
     import datasets
 
-DATASET_NAME = "wiki-qa"
-BUILDER_VERSION = 1
-OPEN_TEMPLATES: tuple[str, ...] = ("cloze", "description", "two_hop")
-# The either-or templates live in workbench.data.wiki_choice (which imports this module).
-CHOICE_TEMPLATES: tuple[str, ...] = ("choice_cloze", "choice_nationality", "choice_country")
-TEMPLATES: tuple[str, ...] = (*OPEN_TEMPLATES, *CHOICE_TEMPLATES)
-DEFAULT_TEMPLATES: tuple[str, ...] = CHOICE_TEMPLATES
-BLANK = "___"
+__all__ = [  # the public names of wiki-qa, its articles' included (they live in workbench.data.wiki_articles)
+    "BLANK",
+    "BUILDER_VERSION",
+    "CHOICE_TEMPLATES",
+    "DATASET_NAME",
+    "DEFAULT_FRACTIONS",
+    "DEFAULT_OOD_TOPICS",
+    "DEFAULT_TEMPLATES",
+    "OOD_SPLIT",
+    "OPEN_TEMPLATES",
+    "SPLITS",
+    "TEMPLATES",
+    "WikiArticle",
+    "answer_leaks",
+    "assign_splits",
+    "build_wikiqa",
+    "cloze_sentence",
+    "load_articles",
+    "make_cloze",
+    "make_description",
+    "make_two_hop",
+    "mentions",
+    "strip_qualifier",
+    "template_counts",
+    "title_variants",
+]
 
 _MIN_CLUE_WORDS = 6
-_MAX_CLUE_CHARS = 240
 _MAX_LINK_TOKENS = 6
-_TOKEN = re.compile(r"\w+(?:['’.-]\w+)*")
-_PUNCTUATION = frozenset(string.punctuation) | {"‘", "’", "“", "”", "–", "—", "…"}
-
-
-@dataclass(frozen=True)
-class WikiArticle:
-    """One Wikipedia lead summary: ``doc_id`` is its key in the summaries file (also the corpus doc id)."""
-
-    doc_id: str
-    title: str
-    extract: str
-    description: str
-    topic: str
-
-    def passage(self) -> Passage:
-        """The whole summary as a gold passage."""
-        return Passage(doc_id=self.doc_id, title=self.title, text=self.extract)
-
-
-# --------------------------------------------------------------------------------------------- loading
-
-
-def load_articles(path: str | Path | None = None) -> list[WikiArticle]:
-    """Read a summaries JSON file (``{key: {title, extract, description, topic}}``; default: the embedded one).
-
-    Articles with an empty extract are skipped; the rest are returned in file order. Raises :class:`DataError`
-    naming the file when it cannot be read or is not a JSON object of such entries.
-    """
-    if path is None:
-        from workbench.assets import wiki_summaries_path
-
-        path = wiki_summaries_path()
-    where = str(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read summaries: {exc}", where) from exc
-    if not isinstance(raw, dict):
-        raise DataError("expected a JSON object mapping keys to {title, extract, description, topic}", where)
-    articles = []
-    for key, entry in raw.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("title"), str):
-            raise DataError(f"entry {key!r} has no string 'title'", where)
-        extract = str(entry.get("extract") or "").strip()
-        if extract:
-            articles.append(
-                WikiArticle(
-                    doc_id=str(key),
-                    title=entry["title"].strip(),
-                    extract=extract,
-                    description=str(entry.get("description") or "").strip(),
-                    topic=str(entry.get("topic") or "Uncategorized"),
-                )
-            )
-    return articles
-
-
-# --------------------------------------------------------------------------------------------- text helpers
-
-
-def strip_qualifier(title: str) -> str:
-    """``title`` without a trailing parenthetical qualifier (``Dune (novel)`` → ``Dune``), stripped of white space;
-    empty when the title is nothing but a qualifier."""
-    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
-
-
-def title_variants(title: str) -> list[str]:
-    """The names that count as the gold answer for an article: the title and the title without a trailing
-    parenthetical qualifier (:func:`strip_qualifier`), longest first."""
-    variants = [title.strip()]
-    bare = strip_qualifier(title)
-    if bare and bare != variants[0]:
-        variants.append(bare)
-    return sorted(dict.fromkeys(variants), key=len, reverse=True)
-
-
-def _variant_pattern(variants: Sequence[str]) -> re.Pattern[str]:
-    """Case-insensitive whole-word pattern for any variant (with an optional plural ending)."""
-    alternatives = "|".join(re.escape(v) for v in variants)
-    return re.compile(rf"(?<!\w)(?:{alternatives})(?:e?s)?(?!\w)", re.IGNORECASE)
-
-
-def _normalise(text: str) -> str:
-    """Lower-case words only (punctuation dropped), space-joined, padded with spaces for whole-word search."""
-    return " " + " ".join(w.lower() for w in _TOKEN.findall(text)) + " "
-
-
-def mentions(text: str, phrase: str, *, prefix: bool = False) -> bool:
-    """True when ``phrase`` occurs in ``text`` as whole words, ignoring case and punctuation.
-
-    With ``prefix``, the phrase's last word may also be the start of a longer word ("America" in "American").
-    """
-    needle = _normalise(phrase)
-    if not needle.strip():
-        return False
-    return (needle.rstrip() if prefix else needle) in _normalise(text)
-
-
-def _mentions_any(text: str, phrases: Iterable[str], *, prefix: bool = False) -> bool:
-    return any(mentions(text, phrase, prefix=prefix) for phrase in phrases)
-
-
-def _answer_words(text: str) -> str:
-    """SQuAD-style normal form: lower case, punctuation deleted, articles a / an / the dropped, space-padded."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " " + " ".join(w for w in text.split() if w not in ("a", "an", "the")) + " "
-
-
-def answer_leaks(question: str, answers: Iterable[str]) -> bool:
-    """True when any answer occurs in the question as whole words after SQuAD-style normalisation (the way
-    answers are scored), e.g. "Centaurus A" leaks through "Centaurus"."""
-    haystack = _answer_words(question)
-    return any((needle := _answer_words(answer)).strip() and needle in haystack for answer in answers)
-
-
-def _shorten(text: str, limit: int = _MAX_CLUE_CHARS) -> str:
-    """``text`` cut at a word boundary to at most ``limit`` characters (with an ellipsis when cut)."""
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
-
-
-def _example_id(template: str, *doc_ids: str) -> str:
-    digest = hashlib.sha256("\x1f".join(doc_ids).encode("utf-8")).hexdigest()[:12]
-    return f"wikiqa-{template}-{digest}"
-
-
-def _metadata(template: str, articles: Sequence[WikiArticle], split: str) -> dict[str, Any]:
-    return {
-        "dataset": DATASET_NAME,
-        "builder_version": BUILDER_VERSION,
-        "template": template,
-        "topic": articles[0].topic,
-        "topics": [a.topic for a in articles],
-        "doc_ids": [a.doc_id for a in articles],
-        "source_titles": [a.title for a in articles],
-        "split": split,
-    }
 
 
 # --------------------------------------------------------------------------------------------- templates
-
-
-def cloze_sentence(article: WikiArticle) -> str | None:
-    """The article's first sentence with every title mention blanked (no final full stop), or None.
-
-    None when the sentence does not mention the title, the title still shows through after blanking, or fewer
-    than four words remain besides the blank.
-    """
-    sentences = split_sentences(article.extract)
-    if not sentences:
-        return None
-    variants = title_variants(article.title)
-    pattern = _variant_pattern(variants)
-    first = sentences[0]
-    if not pattern.search(first):
-        return None
-    masked = pattern.sub(BLANK, first).rstrip(" .")
-    if _mentions_any(masked, variants) or len(_TOKEN.findall(masked)) < 4:
-        return None
-    return masked
 
 
 def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
@@ -228,20 +105,20 @@ def make_cloze(article: WikiArticle, split: str = "") -> QAExample | None:
     if answer_leaks(question, variants):
         return None
     return QAExample(
-        id=_example_id("cloze", article.doc_id),
+        id=example_id("cloze", article.doc_id),
         question=question,
         answers=list(variants),
         gold_passages=[article.passage()],
         supporting_facts=[article.title],
-        metadata=_metadata("cloze", [article], split),
+        metadata=question_metadata("cloze", [article], split),
     )
 
 
 def _clue(article: WikiArticle, variants: Sequence[str]) -> str | None:
     """The first non-opening sentence of the summary that avoids the title and has enough words."""
     for sentence in split_sentences(article.extract)[1:]:
-        if len(_TOKEN.findall(sentence)) >= _MIN_CLUE_WORDS and not _mentions_any(sentence, variants, prefix=True):
-            return _shorten(sentence)
+        if len(WORD_TOKEN.findall(sentence)) >= _MIN_CLUE_WORDS and not mentions_any(sentence, variants, prefix=True):
+            return shorten(sentence)
     return None
 
 
@@ -252,7 +129,7 @@ def make_description(article: WikiArticle, split: str = "") -> QAExample | None:
     and the question must not leak it (:func:`answer_leaks`).
     """
     variants = title_variants(article.title)
-    if not article.description or _mentions_any(article.description, variants, prefix=True):
+    if not article.description or mentions_any(article.description, variants, prefix=True):
         return None
     clue = _clue(article, variants)
     if clue is None:
@@ -261,17 +138,17 @@ def make_description(article: WikiArticle, split: str = "") -> QAExample | None:
     if answer_leaks(question, variants):
         return None
     return QAExample(
-        id=_example_id("description", article.doc_id),
+        id=example_id("description", article.doc_id),
         question=question,
         answers=list(variants),
         gold_passages=[article.passage()],
         supporting_facts=[article.title],
-        metadata=_metadata("description", [article], split),
+        metadata=question_metadata("description", [article], split),
     )
 
 
 def _link_key(text: str) -> str:
-    return " ".join(_TOKEN.findall(text))
+    return " ".join(WORD_TOKEN.findall(text))
 
 
 def _sentence_start(text: str, position: int) -> bool:
@@ -319,7 +196,7 @@ class _LinkFinder:
     def links(self, source: WikiArticle) -> Iterator[WikiArticle]:
         """Other articles mentioned in ``source``'s summary, in order of mention (longest title first at one
         position); titles that contain, or are contained in, ``source``'s title are skipped."""
-        tokens = list(_TOKEN.finditer(source.extract))
+        tokens = list(WORD_TOKEN.finditer(source.extract))
         words = [t.group(0) for t in tokens]
         own = {_link_key(v) for v in title_variants(source.title)}
         for i, token in enumerate(tokens):
@@ -332,7 +209,7 @@ class _LinkFinder:
                     continue
                 if _inside_longer_name(source.extract, tokens, i, i + n):
                     continue
-                if _mentions_any(source.title, [target.title]) or _mentions_any(target.title, [source.title]):
+                if mentions_any(source.title, [target.title]) or mentions_any(target.title, [source.title]):
                     continue
                 yield target
 
@@ -347,9 +224,9 @@ def make_two_hop(a: WikiArticle, b: WikiArticle, split: str = "") -> QAExample |
     b_variants = title_variants(b.title)
     if not a.description or not b.description or a.description.lower() == b.description.lower():
         return None
-    if _mentions_any(a.description, b_variants, prefix=True) or _mentions_any(b.description, b_variants, prefix=True):
+    if mentions_any(a.description, b_variants, prefix=True) or mentions_any(b.description, b_variants, prefix=True):
         return None
-    if _mentions_any(a.description, title_variants(a.title), prefix=True):
+    if mentions_any(a.description, title_variants(a.title), prefix=True):
         return None
     question = (
         f'The Wikipedia summary of the subject described as "{a.description}" mentions a subject described as '
@@ -358,12 +235,12 @@ def make_two_hop(a: WikiArticle, b: WikiArticle, split: str = "") -> QAExample |
     if answer_leaks(question, b_variants):
         return None
     return QAExample(
-        id=_example_id("two_hop", a.doc_id, b.doc_id),
+        id=example_id("two_hop", a.doc_id, b.doc_id),
         question=question,
         answers=list(b_variants),
         gold_passages=[a.passage(), b.passage()],
         supporting_facts=[a.title, b.title],
-        metadata=_metadata("two_hop", [a, b], split),
+        metadata=question_metadata("two_hop", [a, b], split),
     )
 
 

@@ -64,8 +64,8 @@ from pydantic import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import workbench.serve.openai_bundle as oai
 from workbench.core.errors import ConfigError, WorkbenchError
-from workbench.serve import openai_bundle as oai
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 logger = logging.getLogger("workbench.serve")

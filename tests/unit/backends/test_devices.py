@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from workbench.backends.factory import build_embedder, build_generator, check_device, resolve_device
+from workbench.backends.device import check_device, resolve_device
+from workbench.backends.factory import build_embedder, build_generator
 from workbench.core.errors import AssetError, ConfigError
 
 
