@@ -13,8 +13,8 @@ time, exporting workbench, resolved recipe — nor the name and version), and ot
 that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
 the same hashes, the same manifest and the same archive.
 
-**Export = evaluate.** Each method's options and D²-RAG's τ come from the evaluate stage's own functions
-(:func:`~workbench.stages.evaluate.evaluated_options`, :func:`~workbench.stages.evaluate.evaluated_learned`): the
+**Export = evaluate.** Each method's options and D²-RAG's τ come from the functions the evaluate stage runs with
+(:func:`~workbench.bundle.learned.evaluated_options`, :func:`~workbench.bundle.learned.evaluated_learned`): the
 recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files — so a bundle runs what its metrics
 block reports.
 
@@ -180,11 +180,11 @@ def _generator_record(run: _Run) -> dict[str, Any]:
 
 
 def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
-    """Each method's settings as the evaluate stage runs it (:func:`workbench.stages.evaluate.evaluated_options`: the
+    """Each method's settings as the evaluate stage runs it (:func:`workbench.bundle.learned.evaluated_options`: the
     recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files), so the bundle runs what the
     metrics block reports."""
+    from workbench.bundle.learned import evaluated_options
     from workbench.methods.registry import check_options
-    from workbench.stages.evaluate import evaluated_options
 
     out = {name: evaluated_options(run.config, name, run.stage("study")) for name in methods}
     check_options(methods, out)
@@ -194,8 +194,8 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
 def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
     """D²-RAG's tuned parameters (the run's study, the ``evaluate.params`` files) were tuned with a gold-free utility:
     ConfigError for parameters tuned with the gold-using oracle, or whose study did not record how its utility was
-    made (:func:`workbench.stages.study.tuned_gold_free`)."""
-    from workbench.stages.study import read_params, tuned_gold_free
+    made (:func:`workbench.bundle.learned.tuned_gold_free`)."""
+    from workbench.bundle.learned import read_params, tuned_gold_free
 
     if "d2rag" not in methods:
         return
@@ -319,11 +319,11 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
 
 def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -> dict[str, Any]:
     """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
+    from workbench.bundle.learned import evaluated_learned
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.classify.onnx_decision import export_decision_onnx
     from workbench.core.artifact_io import read_artifact
     from workbench.methods.learned import save_learned
-    from workbench.stages.evaluate import evaluated_learned
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")

@@ -39,68 +39,19 @@ summary's notes say which controller each InSemRAG variant ran and on which mode
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from workbench.bundle.learned import (  # what the run learned, read below the stages (the export reads the same)
+    config_params_tau,
+    evaluated_learned,
+    evaluated_options,
+    load_learned,
+)
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.methods.evaluation import summarise
 from workbench.stages.context import StageContext
-
-
-def load_learned(
-    calibrate_dir: Path | None,
-    classify_dir: Path | None,
-    utility_dir: Path | None,
-    collect_dir: Path | None = None,
-    study_dir: Path | None = None,
-) -> Any:
-    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run), each read through
-    the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`). When classify's router search
-    picked a router (``selection.json``'s ``router``), D²-RAG's Stage 1 is that router — its own features,
-    calibrators, classifier and τ — else the chosen classifier over every calibrated feature.
-
-    ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
-    needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
-    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``). The calibrate
-    output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its questions against."""
-    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts, load_learned
-
-    if calibrate_dir is None or classify_dir is None:
-        return None
-    selection = json.loads((classify_dir / "selection.json").read_text())
-    router = selection.get("router")
-    if router is not None:  # the router the search picked: its own features, calibrators, classifier and τ
-        files = router["files"]
-        calibrators = load_learned(classify_dir / files["calibrators"], expect={"calibrator_set"})
-        classifier = load_learned(classify_dir / files["classifier"], expect=CLASSIFIER_KINDS)
-        threshold = {"rule": router["rule"], "tau": router["tau"]}
-    else:
-        calibrators = load_learned(calibrate_dir / "calibrators.json", expect={"calibrator_set"})
-        chosen = selection["chosen"]
-        classifier = load_learned(classify_dir / f"{chosen}.json", expect=CLASSIFIER_KINDS)
-        threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
-    utility = None
-    if utility_dir is not None:
-        utility = load_learned(utility_dir / "utility.json", expect=UTILITY_KINDS)
-    lars, stats = None, None
-    if collect_dir is not None:
-        if (collect_dir / "lars_scorer.json").is_file():
-            lars = load_learned(collect_dir / "lars_scorer.json", expect={"lars"})
-        stats = collected_stats(collect_dir)
-    rule, tau = str(threshold.get("rule", "")), threshold["tau"]
-    studied = study_params(study_dir).get("d2rag_tau") if study_dir is not None else None
-    if studied is not None:
-        rule, tau = "study", float(studied)
-    ood_file = calibrate_dir / "ood.json"  # absent from calibrate outputs made before the OOD profile
-    ood = load_learned(ood_file, expect={"ood_profile"}) if ood_file.is_file() else None
-    return LearnedParts.assemble(
-        calibrators, classifier, tau, utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule, ood=ood
-    )
 
 
 def run_learned(ctx: StageContext, *, with_study: bool = True) -> Any:
@@ -115,71 +66,14 @@ def run_learned(ctx: StageContext, *, with_study: bool = True) -> Any:
     )
 
 
-def study_params(study_dir: Path | None) -> dict[str, Any]:
-    """A study stage's ``best_params.json`` (``{"methods": {method: options}, "d2rag_tau": τ}``; {} without one)."""
-    if study_dir is None or not (study_dir / "best_params.json").is_file():
-        return {}
-    return json.loads((study_dir / "best_params.json").read_text())
-
-
 def method_options(ctx: StageContext, name: str) -> dict[str, Any]:
     """Method ``name``'s options in this run (:func:`evaluated_options`)."""
     return evaluated_options(ctx.config, name, ctx.inputs.get("study"))
 
 
-def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[str, Any]:
-    """Method ``name``'s options as the evaluate stage runs it: the recipe's ``evaluate.options``, overlaid by the
-    run's study (``study_dir``, when it has one) and then by the ``evaluate.params`` files (``workbench evaluate
-    --params FILE``) that name this method. The bundle export calls it too, so a bundle runs what evaluate ran."""
-    from workbench.stages.study import read_params
-
-    options = {"k": config.retrieval.k} if name in ("standard_rag", "oracle") else {}
-    options.update(config.evaluate.options.get(name, {}) or {})
-    options.update(study_params(study_dir).get("methods", {}).get(name, {}) or {})
-    for path in config.evaluate.params:
-        params = read_params(Path(path))
-        if params["method"] == name:
-            options.update(params["options"])
-    return options
-
-
 def params_tau(ctx: StageContext) -> float | None:
     """D²-RAG's τ from the last ``evaluate.params`` file that gives one (None: none does)."""
     return config_params_tau(ctx.config)
-
-
-def config_params_tau(config: Any) -> float | None:
-    """D²-RAG's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
-    from workbench.stages.study import read_params
-
-    taus = [read_params(Path(p)).get("tau") for p in config.evaluate.params]
-    taus = [t for t in taus if t is not None]
-    return float(taus[-1]) if taus else None
-
-
-def evaluated_learned(config: Any, stage_dir: Callable[[str], Path | None]) -> Any:
-    """D²-RAG's learned parts as the evaluate stage runs them: :func:`load_learned` over the run's outputs
-    (``stage_dir(name)``: a stage's output directory or None; a study's τ included), then the τ of
-    ``evaluate.params`` (rule ``study``). The bundle export calls it too."""
-    learned = load_learned(
-        stage_dir("calibrate"),
-        stage_dir("classify"),
-        stage_dir("fit_utility"),
-        stage_dir("collect"),
-        stage_dir("study"),
-    )
-    tau = config_params_tau(config)
-    if tau is not None and learned is not None:
-        learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
-    return learned
-
-
-def collected_stats(collect_dir: Path) -> Any:
-    """The :class:`~workbench.uncertainty.calculators.StatSettings` a ``collect`` output was made with."""
-    from workbench.uncertainty.calculators import StatSettings
-
-    meta = json.loads((collect_dir / "metadata.json").read_text())
-    return StatSettings.from_dict(meta["settings"], f"{collect_dir / 'metadata.json'}: settings")
 
 
 def build_tools(

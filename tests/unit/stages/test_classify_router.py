@@ -120,7 +120,7 @@ def test_the_report_answers_which_router_to_ship_with_a_front_plot(routed, tmp_p
 
 
 def test_d2rag_stage_one_reads_the_shipped_router(routed):
-    from workbench.stages.evaluate import load_learned
+    from workbench.bundle.learned import load_learned
 
     _, _, cal_dir, cls_dir, _ = routed
     learned = load_learned(cal_dir, cls_dir, None)

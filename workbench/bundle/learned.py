@@ -1,0 +1,146 @@
+"""What a finished run learned, read from its stage outputs: D²-RAG's learned parts (calibrators, the chosen
+classifier or router and its τ, the utility predictor, the LARS scorer, the stats settings, the OOD profile), the
+study's chosen parameters and the ``evaluate.params`` files.
+
+The evaluate stage runs its methods with these and the bundle export ships the same (:func:`evaluated_options`,
+:func:`evaluated_learned`), so a bundle runs what evaluate measured. Everything here reads files (JSON and the
+learned-artifact protocol of :mod:`workbench.methods.learned`) and imports no stage: it sits below the stages, with
+the bundle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import ConfigError
+
+
+def load_learned(
+    calibrate_dir: Path | None,
+    classify_dir: Path | None,
+    utility_dir: Path | None,
+    collect_dir: Path | None = None,
+    study_dir: Path | None = None,
+) -> Any:
+    """D²-RAG's learned parts from the stage outputs that exist (None when classify did not run), each read through
+    the learned-artifact protocol (:func:`workbench.methods.learned.load_learned`). When classify's router search
+    picked a router (``selection.json``'s ``router``), D²-RAG's Stage 1 is that router — its own features,
+    calibrators, classifier and τ — else the chosen classifier over every calibrated feature.
+
+    ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
+    needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
+    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``). The calibrate
+    output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its questions against."""
+    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
+    from workbench.methods.learned import load_learned as load_artifact
+
+    if calibrate_dir is None or classify_dir is None:
+        return None
+    selection = json.loads((classify_dir / "selection.json").read_text())
+    router = selection.get("router")
+    if router is not None:  # the router the search picked: its own features, calibrators, classifier and τ
+        files = router["files"]
+        calibrators = load_artifact(classify_dir / files["calibrators"], expect={"calibrator_set"})
+        classifier = load_artifact(classify_dir / files["classifier"], expect=CLASSIFIER_KINDS)
+        threshold = {"rule": router["rule"], "tau": router["tau"]}
+    else:
+        calibrators = load_artifact(calibrate_dir / "calibrators.json", expect={"calibrator_set"})
+        chosen = selection["chosen"]
+        classifier = load_artifact(classify_dir / f"{chosen}.json", expect=CLASSIFIER_KINDS)
+        threshold = selection["thresholds"]["LR" if chosen == "logistic" else "MLP"]
+    utility = None
+    if utility_dir is not None:
+        utility = load_artifact(utility_dir / "utility.json", expect=UTILITY_KINDS)
+    lars, stats = None, None
+    if collect_dir is not None:
+        if (collect_dir / "lars_scorer.json").is_file():
+            lars = load_artifact(collect_dir / "lars_scorer.json", expect={"lars"})
+        stats = collected_stats(collect_dir)
+    rule, tau = str(threshold.get("rule", "")), threshold["tau"]
+    studied = study_params(study_dir).get("d2rag_tau") if study_dir is not None else None
+    if studied is not None:
+        rule, tau = "study", float(studied)
+    ood_file = calibrate_dir / "ood.json"  # absent from calibrate outputs made before the OOD profile
+    ood = load_artifact(ood_file, expect={"ood_profile"}) if ood_file.is_file() else None
+    return LearnedParts.assemble(
+        calibrators, classifier, tau, utility=utility, lars_scorer=lars, stats=stats, tau_rule=rule, ood=ood
+    )
+
+
+def collected_stats(collect_dir: Path) -> Any:
+    """The :class:`~workbench.uncertainty.calculators.StatSettings` a ``collect`` output was made with."""
+    from workbench.uncertainty.calculators import StatSettings
+
+    meta = json.loads((collect_dir / "metadata.json").read_text())
+    return StatSettings.from_dict(meta["settings"], f"{collect_dir / 'metadata.json'}: settings")
+
+
+def study_params(study_dir: Path | None) -> dict[str, Any]:
+    """A study stage's ``best_params.json`` (``{"methods": {method: options}, "d2rag_tau": τ}``; {} without one)."""
+    if study_dir is None or not (study_dir / "best_params.json").is_file():
+        return {}
+    return json.loads((study_dir / "best_params.json").read_text())
+
+
+def read_params(path: Path) -> dict[str, Any]:
+    """A ``params/<method>.json`` file: ``{method, options, tau?}``; ConfigError naming the file when malformed."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read study parameters: {exc}", str(path)) from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("method"), str)
+        or not isinstance(data.get("options"), dict)
+    ):
+        raise ConfigError("not a study parameters file (needs 'method' and 'options')", str(path))
+    return data
+
+
+def tuned_gold_free(record: dict[str, Any], key: str = "utility") -> bool:
+    """Whether a D²-RAG parameters record (``params/d2rag.json``; ``best_params.json`` with ``key="d2rag_utility"``)
+    says its utility was gold-free. A record that does not say (a study made before it was recorded) is not."""
+    utility = record.get(key)
+    return isinstance(utility, dict) and utility.get("requires_gold") is False
+
+
+def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[str, Any]:
+    """Method ``name``'s options as the evaluate stage runs it: the recipe's ``evaluate.options``, overlaid by the
+    run's study (``study_dir``, when it has one) and then by the ``evaluate.params`` files (``workbench evaluate
+    --params FILE``) that name this method. The bundle export calls it too, so a bundle runs what evaluate ran."""
+    options = {"k": config.retrieval.k} if name in ("standard_rag", "oracle") else {}
+    options.update(config.evaluate.options.get(name, {}) or {})
+    options.update(study_params(study_dir).get("methods", {}).get(name, {}) or {})
+    for path in config.evaluate.params:
+        params = read_params(Path(path))
+        if params["method"] == name:
+            options.update(params["options"])
+    return options
+
+
+def config_params_tau(config: Any) -> float | None:
+    """D²-RAG's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
+    taus = [read_params(Path(p)).get("tau") for p in config.evaluate.params]
+    taus = [t for t in taus if t is not None]
+    return float(taus[-1]) if taus else None
+
+
+def evaluated_learned(config: Any, stage_dir: Callable[[str], Path | None]) -> Any:
+    """D²-RAG's learned parts as the evaluate stage runs them: :func:`load_learned` over the run's outputs
+    (``stage_dir(name)``: a stage's output directory or None; a study's τ included), then the τ of
+    ``evaluate.params`` (rule ``study``). The bundle export calls it too."""
+    learned = load_learned(
+        stage_dir("calibrate"),
+        stage_dir("classify"),
+        stage_dir("fit_utility"),
+        stage_dir("collect"),
+        stage_dir("study"),
+    )
+    tau = config_params_tau(config)
+    if tau is not None and learned is not None:
+        learned = dataclasses.replace(learned, tau=tau, tau_rule="study")
+    return learned
