@@ -28,7 +28,7 @@ STAT_COST = {  # a synthetic per-question cost of each stats component the featu
 def synthetic_collect(ctx: Any) -> dict[str, Any]:
     """A ``collect`` output with rows for the calib and test splits: informative features, correlated labels."""
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.stages.collect import _settings, _write_outputs
+    from workbench.stages.collect import _write_outputs, stat_settings
     from workbench.uncertainty.calculators import prompt_group_fingerprints, prompts_fingerprint
     from workbench.uncertainty.features import required_stats
 
@@ -77,7 +77,7 @@ def synthetic_collect(ctx: Any) -> dict[str, Any]:
             records.append(record)
         by_split[split] = records
     meta = {
-        "settings": _settings(section).to_dict(),
+        "settings": stat_settings(section).to_dict(),
         "prompts": prompts_fingerprint(),
         "prompt_groups": prompt_group_fingerprints(required_stats(section.features)),
         "shard": "0/1",

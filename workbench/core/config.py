@@ -23,13 +23,22 @@ from workbench.core.errors import ConfigError
 T = TypeVar("T")
 
 
-def doc(text: str, default: Any = MISSING, **kwargs: Any) -> Any:
+def doc(
+    text: str, default: Any = MISSING, *, minimum: int | None = None, template: str | None = None, **kwargs: Any
+) -> Any:
     """A dataclass field with documentation: ``x: int = doc("what x means", 3)``.
 
     Omitting ``default`` makes the field required. Mutable defaults (lists, dicts, dataclasses) are copied per
-    instance.
+    instance. ``minimum`` is the smallest value an integer field (or each item of an integer list) accepts when it
+    is not 1, the default minimum of a recipe's integers (checked at load; stored as the field's ``minimum``
+    metadata). ``template`` is ``"module:function"``: ``function(indent) -> str`` adds commented lines under the key
+    in ``workbench config`` (e.g. each method's options).
     """
-    metadata = {"doc": text}
+    metadata: dict[str, Any] = {"doc": text}
+    if minimum is not None:
+        metadata["minimum"] = minimum
+    if template is not None:
+        metadata["template"] = template
     if default is MISSING:
         return dataclasses.field(metadata=metadata, **kwargs)
     if isinstance(default, list | dict) or is_dataclass(default):

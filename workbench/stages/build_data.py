@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.core.errors import ConfigError
-from workbench.recipe import DataSection
 from workbench.stages.context import StageContext
+from workbench.stages.settings.shared import DataSection
 
 SPLITS = ("train", "calib", "val", "test")
 

@@ -114,7 +114,9 @@ def check_features(names: list[str]) -> None:
         raise ConfigError(f"collect cannot produce these features: {detail}", "collect.features")
 
 
-def _check_section(section: Any) -> None:
+def check_section(section: Any) -> None:
+    """The load check of a ``collect`` section (feature names, the shard, counts >= 1, lars's fit split among the
+    collected splits); a one-line ConfigError naming the key."""
     check_features(section.features)
     parse_shard(section.shard)
     for key in ("batch_questions", "seper_samples", "lars_folds", "passage_chars", "dense_rephrase_tokens"):
@@ -127,7 +129,9 @@ def _check_section(section: Any) -> None:
         )
 
 
-def _settings(section: Any) -> Any:
+def stat_settings(section: Any) -> Any:
+    """The :class:`~workbench.uncertainty.calculators.StatSettings` a ``collect`` section asks for (samples,
+    temperature, answer length, paraphrases); bench_served collects with the same."""
     from workbench.uncertainty.calculators import StatSettings
 
     return StatSettings(
@@ -195,7 +199,7 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
         generator=generator,
         judge=tools["judge"],
         embedder=tools["embedder"],
-        settings=_settings(section),
+        settings=stat_settings(section),
         contexts=chunks if want_dense else None,
         dense_settings=DenseSettings(
             rephrase_max_new_tokens=section.dense_rephrase_tokens, answer_max_new_tokens=section.max_new_tokens
@@ -447,7 +451,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
-    _check_section(section)
+    check_section(section)
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     missing = [s for s in section.splits if s not in qa]
     if missing:
@@ -461,7 +465,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             rows = rows.select(range(min(section.limit, len(rows))))
         by_split[split] = collect_split(ctx, split, list(rows), tools)
     meta = {
-        "settings": _settings(section).to_dict(),
+        "settings": stat_settings(section).to_dict(),
         "prompts": prompts_fingerprint(),
         "prompt_groups": prompt_group_fingerprints(needed),
         "shard": section.shard,

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends.cost import CostCounter
-from workbench.recipe import RecipeConfig
+from workbench.core.settings import RecipeView
 from workbench.stages.registry import StageSpec
 
 
 class Resources:
     """Heavy objects shared by the stages of one run, built on first use (generator, embedder, corpus...)."""
 
-    def __init__(self, config: RecipeConfig, counter: CostCounter) -> None:
+    def __init__(self, config: RecipeView, counter: CostCounter) -> None:
         self.config = config
         self.counter = counter
         self._built: dict[str, Any] = {}
@@ -183,7 +183,7 @@ class StageContext:
     """Everything a stage needs. ``out_dir`` is a fresh temporary directory that becomes the stage's output
     when the stage returns; ``inputs`` maps each input stage's name to its finished output directory."""
 
-    config: RecipeConfig
+    config: RecipeView
     spec: StageSpec
     out_dir: Path
     run_dir: Path

@@ -46,7 +46,9 @@ CLASSES = UTILITY_CLASSES
 """The utility classes in report order (:data:`workbench.methods.utility.UTILITY_CLASSES`)."""
 
 
-def _validate(section: Any) -> None:
+def validate_section(section: Any) -> None:
+    """The load check of a ``fit_utility`` section (counts, folds, l2, model, dev_fraction, -1 <= tau_neg < tau_pos
+    <= 1); a one-line ConfigError naming the ``fit_utility.*`` key."""
     for key in ("k", "passage_chars", "max_new_tokens", "samples", "batch_questions"):
         value = getattr(section, key)
         if value < 1:
@@ -243,7 +245,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.uncertainty.seper import SeperSettings, delta_seper
 
     section = ctx.config.fit_utility
-    _validate(section)
+    validate_section(section)
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     if section.split not in qa:
         raise ConfigError(f"split {section.split!r} not in the dataset (has: {', '.join(qa)})", "fit_utility.split")

@@ -22,6 +22,15 @@ class StageSpec:
     stages (cheap, with outputs outside the run directory) always run. ``multi_process`` stages take part in a
     multi-process launch (torchrun / srun, one process per device): ranks other than 0 run only them, writing
     nothing (:func:`workbench.stages.runner.run_recipe`); the stage itself lets only rank 0 write.
+
+    What a stage owns of the recipe: ``settings`` is ``"module:Class"``, the dataclass of its section (keys, types,
+    defaults, one-line meanings), which the recipe holds under ``section`` (the stage's name unless given; a stage
+    that reads only shared or other stages' sections owns none). ``check`` is ``"module:function"``, the stage's own
+    load check, ``check(config)`` run by :func:`workbench.recipe.load_recipe` when the stage is in the recipe (a
+    one-line ConfigError naming a dotted key). ``splits`` are the dotted keys naming the split(s) the stage reads
+    from build_data (checked at load to exist and hold questions). All are imported only when used, and a settings
+    module imports no stage code at import time (:mod:`workbench.stages.settings`), so loading or printing a recipe
+    stays light. Settings two stages must keep equal are declared in :data:`workbench.stages.agreements.AGREEMENTS`.
     """
 
     name: str
@@ -34,6 +43,23 @@ class StageSpec:
     uses: tuple[str, ...] = ()
     cacheable: bool = True
     multi_process: bool = False
+    settings: str | None = None
+    section: str | None = None
+    check: str | None = None
+    splits: tuple[str, ...] = ()
+
+    @property
+    def section_key(self) -> str | None:
+        """The recipe key of the section this stage owns (None when it owns none)."""
+        return (self.section or self.name) if self.settings else None
+
+    def settings_class(self) -> type | None:
+        """Import and return the dataclass of the section this stage owns (None when it owns none)."""
+        return _resolve(self.settings) if self.settings else None
+
+    def load_check(self) -> Callable[[Any], None] | None:
+        """Import and return the stage's own load check (None when it has none)."""
+        return _resolve(self.check) if self.check else None
 
     def inputs_in(self, stages: list[str]) -> tuple[str, ...]:
         """The stages this one reads in a recipe running ``stages``: its inputs, then its optional inputs that run."""
@@ -41,8 +67,13 @@ class StageSpec:
 
     def load(self) -> Callable[[Any], dict[str, Any]]:
         """Import and return the stage function."""
-        module, func = self.entry.split(":")
-        return getattr(importlib.import_module(module), func)
+        return _resolve(self.entry)
+
+
+def _resolve(reference: str) -> Any:
+    """The object a ``"module:name"`` reference names (imported now)."""
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 STAGES: dict[str, StageSpec] = {
@@ -63,6 +94,8 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data",),
             version=2,  # 2: either-or questions scored by the option named; format_ok; the gold mode
             uses=("generator",),
+            settings="workbench.stages.settings.answer:AnswerSection",
+            splits=("answer.split",),
         ),
         StageSpec(
             "report",
@@ -86,6 +119,7 @@ STAGES: dict[str, StageSpec] = {
                 "export",
             ),
             cacheable=False,
+            check="workbench.stages.settings.report:check",
         ),
         StageSpec(
             "train_nli",
@@ -93,6 +127,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.train_nli:run",
             sections=("train_nli",),
             uses=("embedder",),
+            settings="workbench.stages.settings.train_nli:TrainNLISection",
         ),
         StageSpec(
             "eval_nli",
@@ -117,6 +152,9 @@ STAGES: dict[str, StageSpec] = {
             sections=("bench", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.bench_backends:BenchSection",
+            section="bench",
+            check="workbench.stages.settings.bench_backends:check",
         ),
         StageSpec(
             "report_bench",
@@ -127,6 +165,18 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "collect",
+            "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
+            "workbench.stages.collect:run",
+            sections=("collect", "generator", "nli", "embedder", "retrieval"),
+            inputs=("build_data",),
+            version=5,  # 5: stat_cost column + stat_costs.json, rag_retriever_seconds / rag_answer_seconds columns
+            uses=("generator", "embedder"),
+            settings="workbench.stages.settings.collect:CollectSection",
+            check="workbench.stages.settings.collect:check",
+            splits=("collect.splits",),
+        ),
+        StageSpec(
             "bench_features",
             "measure the cost of the 18 features: shared stats graph vs one feature at a time vs bare generation",
             "workbench.stages.bench_features:run",
@@ -134,6 +184,9 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data",),
             version=2,
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.bench_features:BenchFeaturesSection",
+            check="workbench.stages.settings.bench_features:check",
+            splits=("bench_features.split",),
         ),
         StageSpec(
             "report_bench_features",
@@ -150,6 +203,8 @@ STAGES: dict[str, StageSpec] = {
             version=5,  # 5: isotonic by scikit-learn, BCa intervals; 4: the OOD profile; 3: ±inf imputed with the range
             sections=("calibrate",),
             inputs=("collect",),
+            settings="workbench.stages.settings.calibrate:CalibrateSection",
+            check="workbench.stages.settings.calibrate:check",
         ),
         StageSpec(
             "classify",
@@ -158,6 +213,8 @@ STAGES: dict[str, StageSpec] = {
             version=5,  # 5: BCa intervals; 4: per-router costs from the collection's per-stat costs; the router search
             sections=("classify",),
             inputs=("calibrate", "collect"),
+            settings="workbench.stages.settings.classify:ClassifySection",
+            check="workbench.stages.settings.classify:check",
         ),
         StageSpec(
             "evaluate",
@@ -171,16 +228,9 @@ STAGES: dict[str, StageSpec] = {
             # 4: InSemRAG's controller options and keep_threshold; a refine round that drops every candidate keeps
             # the top k2
             uses=("generator", "embedder"),
-        ),
-        StageSpec(
-            "study",
-            "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
-            "workbench.stages.study:run",
-            version=2,  # 2: parameter importances by fANOVA (Optuna 5's default ranks a custom target's low values)
-            sections=("study", "evaluate", "generator", "embedder", "nli", "retrieval"),
-            inputs=("build_data",),
-            optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
-            uses=("generator", "embedder"),
+            settings="workbench.stages.settings.evaluate:EvaluateSection",
+            check="workbench.stages.settings.evaluate:check",
+            splits=("evaluate.split",),
         ),
         StageSpec(
             "seper_eval",
@@ -190,6 +240,8 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data",),
             version=4,  # 2: DTR's dual path searches densely by default; 3: gold and random controls; 4: BCa intervals
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.seper_eval:SeperEvalSection",
+            splits=("seper_eval.split",),
         ),
         StageSpec(
             "fit_utility",
@@ -199,6 +251,9 @@ STAGES: dict[str, StageSpec] = {
             sections=("fit_utility", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.fit_utility:FitUtilitySection",
+            check="workbench.stages.settings.fit_utility:check",
+            splits=("fit_utility.split",),
         ),
         StageSpec(
             "distill_data",
@@ -208,6 +263,9 @@ STAGES: dict[str, StageSpec] = {
             sections=("distill_data", "generator", "embedder", "evaluate"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.distill_data:DistillDataSection",
+            check="workbench.stages.settings.distill_data:check",
+            splits=("distill_data.split", "distill_data.heldout_split"),
         ),
         StageSpec(
             "distill",
@@ -216,6 +274,8 @@ STAGES: dict[str, StageSpec] = {
             sections=("distill",),
             inputs=("distill_data",),
             multi_process=True,  # every rank of a torchrun / srun launch trains; rank 0 writes
+            settings="workbench.stages.settings.distill:DistillSection",
+            check="workbench.stages.settings.distill:check",
         ),
         StageSpec(
             "tune_reader",
@@ -226,6 +286,8 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data",),
             version=2,  # 2: adapter.json records the data it was trained on (training_data)
             uses=("generator",),
+            settings="workbench.stages.settings.tune_reader:TuneReaderSection",
+            check="workbench.stages.settings.tune_reader:check",
         ),
         StageSpec(
             "bench_decoding",
@@ -234,6 +296,9 @@ STAGES: dict[str, StageSpec] = {
             sections=("bench_decoding", "generator", "embedder", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.bench_decoding:BenchDecodingSection",
+            check="workbench.stages.settings.bench_decoding:check",
+            splits=("bench_decoding.split",),
         ),
         StageSpec(
             "report_bench_decoding",
@@ -244,12 +309,27 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "study",
+            "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
+            "workbench.stages.study:run",
+            version=2,  # 2: parameter importances by fANOVA (Optuna 5's default ranks a custom target's low values)
+            sections=("study", "evaluate", "generator", "embedder", "nli", "retrieval"),
+            inputs=("build_data",),
+            optional_inputs=("collect", "calibrate", "classify", "fit_utility"),
+            uses=("generator", "embedder"),
+            settings="workbench.stages.settings.study:StudySection",
+            check="workbench.stages.settings.study:check",
+            splits=("study.split", "study.test_split"),
+        ),
+        StageSpec(
             "export",
             "export the run's decision logic as a versioned bundle (+ .tar.gz) for the runtime, infer and serve",
             "workbench.stages.export:run",
             sections=("export",),
             optional_inputs=("build_data", "collect", "calibrate", "classify", "fit_utility", "study", "evaluate"),
             cacheable=False,
+            settings="workbench.stages.settings.export:ExportSection",
+            check="workbench.stages.settings.export:check",
         ),
         StageSpec(
             "bench_served",
@@ -259,6 +339,7 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data",),
             uses=("generator", "embedder"),
             cacheable=False,
+            settings="workbench.stages.settings.bench_served:BenchServedSection",
         ),
         StageSpec(
             "report_bench_served",
@@ -274,6 +355,8 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.bench_runtime:run",
             sections=("bench_runtime", "export"),
             cacheable=False,
+            settings="workbench.stages.settings.bench_runtime:BenchRuntimeSection",
+            check="workbench.stages.settings.bench_runtime:check",
         ),
         StageSpec(
             "report_bench_runtime",
@@ -282,15 +365,6 @@ STAGES: dict[str, StageSpec] = {
             sections=("report",),
             inputs=("bench_runtime",),
             cacheable=False,
-        ),
-        StageSpec(
-            "collect",
-            "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
-            "workbench.stages.collect:run",
-            sections=("collect", "generator", "nli", "embedder", "retrieval"),
-            inputs=("build_data",),
-            version=5,  # 5: stat_cost column + stat_costs.json, rag_retriever_seconds / rag_answer_seconds columns
-            uses=("generator", "embedder"),
         ),
         StageSpec(
             "transfer",
@@ -311,6 +385,9 @@ STAGES: dict[str, StageSpec] = {
             inputs=("build_data", "collect", "calibrate", "classify"),
             optional_inputs=("study",),
             uses=("generator", "embedder"),
+            settings="workbench.stages.settings.transfer:TransferSection",
+            check="workbench.stages.settings.transfer:check",
+            splits=("transfer.split",),
         ),
     )
 }

@@ -26,11 +26,10 @@ the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
+from workbench.bundle.learned import read_params, tuned_gold_free
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
@@ -51,13 +50,6 @@ def utility_record(learned: Any) -> dict[str, Any]:
         )
     gold = bool(getattr(utility, "requires_gold", True))
     return {"kind": "learned", "model": str(utility.kind), "requires_gold": gold}
-
-
-def tuned_gold_free(record: dict[str, Any], key: str = "utility") -> bool:
-    """Whether a D²-RAG parameters record (``params/d2rag.json``; ``best_params.json`` with ``key="d2rag_utility"``)
-    says its utility was gold-free. A record that does not say (a study made before it was recorded) is not."""
-    utility = record.get(key)
-    return isinstance(utility, dict) and utility.get("requires_gold") is False
 
 
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
@@ -83,21 +75,6 @@ def _inside(spec: Any, value: Any) -> bool:
     if spec.kind == "categorical":
         return value in spec.choices
     return isinstance(value, int | float) and spec.low <= value <= spec.high
-
-
-def read_params(path: Path) -> dict[str, Any]:
-    """A ``params/<method>.json`` file: ``{method, options, tau?}``; ConfigError naming the file when malformed."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read study parameters: {exc}", str(path)) from None
-    if (
-        not isinstance(data, dict)
-        or not isinstance(data.get("method"), str)
-        or not isinstance(data.get("options"), dict)
-    ):
-        raise ConfigError("not a study parameters file (needs 'method' and 'options')", str(path))
-    return data
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -60,7 +60,15 @@ def stages(monkeypatch):
         StageSpec("consume", "c", f"{FAKES}:consume", sections=("retrieval",), inputs=("produce",)),
         StageSpec("spread", "s", f"{FAKES}:spread", sections=("retrieval",), inputs=("produce",), multi_process=True),
         StageSpec("report_fake", "r", f"{HERE}:fake_report", sections=("report",), cacheable=False),
-        StageSpec("study", "t", f"{HERE}:fake_study", sections=("seper_eval",), inputs=("produce",)),
+        # the fake study keeps the real one's section (the recipes here set it), not its load check
+        StageSpec(
+            "study",
+            "t",
+            f"{HERE}:fake_study",
+            sections=("seper_eval",),
+            inputs=("produce",),
+            settings=registry.STAGES["study"].settings,
+        ),
     )
     for spec in specs:
         monkeypatch.setitem(registry.STAGES, spec.name, spec)
@@ -310,7 +318,7 @@ def test_a_killed_studys_temporary_directory_is_removed_by_the_next_run(tmp_path
         "from pathlib import Path\n"
         f"registry.STAGES['produce'] = StageSpec('produce', 'p', '{FAKES}:produce', sections=('answer',))\n"
         f"registry.STAGES['study'] = StageSpec('study', 't', '{HERE}:killed_study', sections=('seper_eval',),"
-        " inputs=('produce',))\n"
+        " inputs=('produce',), settings=registry.STAGES['study'].settings)\n"
         "run_recipe(recipe(Path(sys.argv[1]), Path(sys.argv[2]), 'stages=[produce,study]'))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import recipe
 from workbench.core.errors import ConfigError
-from workbench.recipe import AGREEMENT_WHEN, STAGE_AGREEMENTS, load_recipe
+from workbench.recipe import load_recipe
+from workbench.stages.agreements import AGREEMENT_WHEN, AGREEMENTS, setting
+
+EQUAL = tuple(a for a in AGREEMENTS if a.relation == "equal")
 
 
 def refused(name: str, *overrides: str) -> str:
@@ -26,28 +28,58 @@ def _changed(value: object) -> object:
 
 
 def test_the_table_holds_every_cross_stage_pair_with_its_reason():
-    assert [(a.key, a.other) for a in STAGE_AGREEMENTS] == [
-        ("fit_utility.k", "evaluate.options.d2rag.k"),
-        ("fit_utility.passage_chars", "evaluate.passage_chars"),
-        ("fit_utility.max_new_tokens", "evaluate.max_new_tokens"),
-        ("fit_utility.tau_pos", "evaluate.options.d2rag.tau_pos"),
-        ("fit_utility.tau_neg", "evaluate.options.d2rag.tau_neg"),
+    assert [(a.key, a.relation, a.other) for a in AGREEMENTS] == [
+        ("fit_utility.k", "equal", "evaluate.options.d2rag.k"),
+        ("fit_utility.passage_chars", "equal", "evaluate.passage_chars"),
+        ("fit_utility.max_new_tokens", "equal", "evaluate.max_new_tokens"),
+        ("fit_utility.tau_pos", "equal", "evaluate.options.d2rag.tau_pos"),
+        ("fit_utility.tau_neg", "equal", "evaluate.options.d2rag.tau_neg"),
+        ("calibrate.fit_split", "among", "collect.splits"),
+        ("transfer.split", "among", "collect.splits"),
+        ("transfer.split", "differs", "calibrate.fit_split"),
     ]
-    assert all(a.reason and a.when in AGREEMENT_WHEN for a in STAGE_AGREEMENTS)
+    assert all(a.reason and a.when in AGREEMENT_WHEN for a in AGREEMENTS)
 
 
-@pytest.mark.parametrize("pair", STAGE_AGREEMENTS, ids=lambda a: a.key)
+def test_the_old_names_still_import_from_the_recipe():
+    from workbench.recipe import AGREEMENT_WHEN as when
+    from workbench.recipe import STAGE_AGREEMENTS
+
+    assert STAGE_AGREEMENTS is AGREEMENTS and when is AGREEMENT_WHEN
+
+
+def test_the_calibrators_fit_split_is_collected():
+    message = refused("quickstart", "calibrate.fit_split=val")
+    assert "calibrate.fit_split: 'val' is not among collect.splits ['calib', 'test']" in message
+    assert "the calibrators are fitted on collected rows" in message
+    both = load_recipe("quickstart", ["calibrate.fit_split=test", "collect.splits=[calib,test]"]).config
+    assert both.calibrate.fit_split in both.collect.splits
+
+
+def test_the_transfer_split_is_collected_and_not_the_fit_split():
+    config = load_recipe("evaluate").config
+    assert "transfer" in config.stages and config.transfer.split in config.collect.splits
+    message = refused("evaluate", "transfer.split=val")
+    assert "transfer.split: 'val' is not among collect.splits" in message and "in-distribution" in message
+    fit = config.calibrate.fit_split
+    message = refused("evaluate", f"transfer.split={fit}")
+    assert f"transfer.split: {fit!r} is also calibrate.fit_split: in-distribution figures" in message
+    other = load_recipe("evaluate", ["transfer.split=val", f"collect.splits={[*config.collect.splits, 'val']}"])
+    assert other.config.transfer.split == "val"
+
+
+@pytest.mark.parametrize("pair", EQUAL, ids=lambda a: a.key)
 def test_each_pair_is_refused_when_unequal_and_loads_when_equal(pair):
     config = load_recipe("quickstart").config
-    mine, _ = recipe._setting(config, pair.key)
-    assert mine == recipe._setting(config, pair.other)[0]  # the built-in recipe keeps them equal
+    mine, _ = setting(config, pair.key)
+    assert mine == setting(config, pair.other)[0]  # the built-in recipe keeps them equal
     value = _changed(mine)
     message = refused("quickstart", f"{pair.key}={value}")
     assert f"{pair.key}: is {value} but {pair.other} is {mine}" in message and pair.reason in message
     message = refused("quickstart", f"{pair.other}={value}")
     assert f"{pair.key}: is {mine} but {pair.other} is {value}" in message
     both = load_recipe("quickstart", [f"{pair.key}={value}", f"{pair.other}={value}"]).config
-    assert recipe._setting(both, pair.key)[0] == recipe._setting(both, pair.other)[0] == value
+    assert setting(both, pair.key)[0] == setting(both, pair.other)[0] == value
 
 
 def test_an_unset_method_option_is_compared_at_its_default_and_says_so():

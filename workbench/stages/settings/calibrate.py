@@ -1,0 +1,46 @@
+"""The 'calibrate' stage's settings: its section of the recipe and its own load check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.core.config import doc
+from workbench.core.errors import ConfigError
+from workbench.core.settings import RecipeView
+
+
+@dataclass
+class CalibrateSection:
+    """The 'calibrate' stage: one calibrator per feature, fitted on the collected calibration split."""
+
+    kind: Literal["isotonic", "centered_isotonic", "platt"] = doc(
+        "calibrator: isotonic regression, centered isotonic regression, or Platt's sigmoid", "isotonic"
+    )
+    features: list[str] | None = doc("features to calibrate (null: every collected feature)", None)
+    label: str = doc("the collected label to calibrate for (closed-book correctness)", "correct_contains")
+    label_threshold: float = doc("a row is positive when label >= this (for graded labels such as correct_f1)", 0.5)
+    fit_split: str = doc("split the calibrators are fitted on (out of fold on that split itself)", "calib")
+    folds: int = doc("folds of the out-of-fold calibration on fit_split", 5, minimum=2)
+    nan_policy: Literal["impute", "drop"] = doc(
+        "NaN / inf feature values: impute (NaN: the fit split's median, ±inf: the end of its finite range), or drop "
+        "the question (counted; evaluate and the runtime cannot drop one and still impute it, so under drop the fit "
+        "never saw an imputed row)",
+        "impute",
+    )
+
+
+def check(config: RecipeView) -> None:
+    """calibrate's load check: the label and the features it reads are collected (its fit split among the collected
+    splits is an agreement, :data:`workbench.stages.agreements.AGREEMENTS`)."""
+    from workbench.stages.collect import LABELS, labels_for
+
+    section, collect = config.calibrate, config.collect
+    collected = labels_for(list(collect.labels))
+    if section.label not in collected:
+        need = LABELS.get(section.label, {}).get("needs")
+        hint = f"add {need} to collect.labels" if need else f"collected labels: {', '.join(collected)}"
+        raise ConfigError(f"label {section.label!r} is not collected ({hint})", "calibrate.label")
+    missing = [f for f in section.features or [] if f not in collect.features]
+    if missing or section.features == []:
+        raise ConfigError(f"{missing or 'no features'}: give features of collect.features", "calibrate.features")

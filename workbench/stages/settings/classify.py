@@ -1,0 +1,113 @@
+"""The 'classify' stage's settings: its section of the recipe and its own load check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.core.config import doc
+from workbench.core.errors import ConfigError
+from workbench.core.settings import RecipeView
+
+
+@dataclass
+class ClassifySection:
+    """The 'classify' stage: LR / MLP retrieval-decision classifiers, threshold τ, ONNX export, routing table."""
+
+    kinds: list[Literal["logistic", "mlp"]] = doc(
+        "classifier kinds to train (the best mean PRR is chosen)", ["logistic", "mlp"]
+    )
+    seeds: list[int] = doc("training seeds per kind", [0, 1, 2], minimum=0)
+    val_fraction: float = doc(
+        "share of the fit split held out for validation (MLP early stopping, model and seed choice; τ too when "
+        "tau_from is val)",
+        0.3,
+    )
+    tau_from: Literal["oof", "val"] = doc(
+        "where τ is chosen: oof — out-of-fold predictions over the whole fit split (each fold predicted by the "
+        "chosen kind and seed refitted on the other folds), not the predictions that stopped the MLP and chose the "
+        "model and the seed; val — the validation split's predictions (it then does all four jobs)",
+        "oof",
+    )
+    tau_folds: int = doc("tau_from oof: folds of the fit split", 5, minimum=2)
+    threshold_rule: Literal["max_f1", "target_rate", "max_routed_score"] = doc(
+        "how τ is chosen: max F1 of the retrieve class, a target retrieval rate, max routed QA score",
+        "max_routed_score",
+    )
+    target_rate: float = doc("target_rate: the retrieval rate to reach", 0.5)
+    routed_score: Literal["em", "f1", "contains"] = doc("max_routed_score: which QA score to maximise", "contains")
+    logistic_c: float = doc("logistic regression: inverse L2 strength C", 1.0)
+    mlp_hidden_sizes: list[int] = doc("MLP hidden layer widths", [32])
+    mlp_dropout: float = doc("MLP dropout after each hidden layer", 0.1)
+    mlp_learning_rate: float = doc("MLP AdamW learning rate", 0.001)
+    mlp_weight_decay: float = doc("MLP AdamW weight decay", 0.0001)
+    mlp_max_epochs: int = doc("MLP epoch cap", 200)
+    mlp_batch_size: int = doc("MLP mini-batch size", 32)
+    mlp_patience: int = doc("MLP early stopping: epochs without validation-loss improvement", 10, minimum=0)
+    router_search: Literal["forward", "study", "none"] = doc(
+        "the router the run ships (D²-RAG's Stage 1; docs/routing.md): forward — greedy forward selection by AUROC "
+        "gain per cost, then the pick rule; study — that plus an Optuna multi-objective study over feature subsets, "
+        "classifier kind, inputs, calibrator, τ and cascades; none — no search: the chosen classifier over every "
+        "feature",
+        "forward",
+    )
+    router_delta: float = doc(
+        "pick rule: the cheapest router whose routed score (out of fold on the fit split) is within this of "
+        "Always-RAG's (0.01 = one point)",
+        0.01,
+    )
+    cost_unit: Literal["tokens", "seconds", "lm_calls"] = doc(
+        "what 'cheapest' counts: LM tokens (prompt + generated + scored), measured seconds (retriever latency "
+        "included) or LM calls, per question",
+        "tokens",
+    )
+    retrieval_seconds: float | None = doc(
+        "retrieval cost model: the retriever's latency per question in seconds (e.g. a web search); null: as "
+        "measured by collect",
+        None,
+    )
+    retrieval_tokens: float | None = doc(
+        "retrieval cost model: prompt tokens the retrieved context adds to the answer's prompt; null: as measured",
+        None,
+    )
+    router_kinds: list[Literal["logistic", "mlp"]] = doc(
+        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow)", ["logistic"]
+    )
+    router_inputs: list[Literal["calibrated", "raw"]] = doc(
+        "router study: classifier inputs searched (raw: the imputed raw features, which the classifier standardises)",
+        ["calibrated", "raw"],
+    )
+    router_calibrators: list[Literal["isotonic", "centered_isotonic", "platt"]] = doc(
+        "router study: calibrator kinds searched for calibrated inputs", ["isotonic", "centered_isotonic", "platt"]
+    )
+    router_trials: int = doc("router study: Optuna trials", 100)
+    router_cascades: bool = doc("router study: also search two-step (cascade) routers, measured on the front", True)
+    router_bootstrap: int = doc("bootstrap resamples of the evaluation split's intervals", 2000)
+
+
+def check(config: RecipeView) -> None:
+    """classify's load check: collect answers with retrieval (the routing table) and collects a split besides
+    calibrate.fit_split to evaluate on; the router search's settings are in range."""
+    if "rag" not in config.collect.labels:
+        raise ConfigError("classify's routing table needs answers with retrieval: add rag", "collect.labels")
+    if not [s for s in config.collect.splits if s != config.calibrate.fit_split]:
+        raise ConfigError(
+            f"classify evaluates on a collected split besides calibrate.fit_split {config.calibrate.fit_split!r}: "
+            "add one",
+            "collect.splits",
+        )
+    section = config.classify
+    if not 0.0 <= section.router_delta <= 1.0:
+        raise ConfigError(f"must be in [0, 1], got {section.router_delta}", "classify.router_delta")
+    for key in ("retrieval_seconds", "retrieval_tokens"):
+        value = getattr(section, key)
+        if value is not None and not (isinstance(value, int | float) and value >= 0):
+            raise ConfigError(f"must be a number >= 0 or null, got {value!r}", f"classify.{key}")
+    for key in ("router_kinds", "router_inputs", "router_calibrators"):
+        values = getattr(section, key)
+        if not values or len(set(values)) != len(values):
+            raise ConfigError(f"name at least one, each once, got {values!r}", f"classify.{key}")
+    if section.router_trials < 1:
+        raise ConfigError("must be >= 1", "classify.router_trials")
+    if section.router_bootstrap < 100:
+        raise ConfigError("must be >= 100", "classify.router_bootstrap")

@@ -1,0 +1,103 @@
+"""The 'evaluate' stage's settings: its section of the recipe and its own load check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.core.config import doc
+from workbench.core.errors import ConfigError
+from workbench.core.settings import KeyFirstError, RecipeView
+
+
+@dataclass
+class EvaluateSection:
+    """The 'evaluate' stage: run methods over a split, save their traces, compare them."""
+
+    split: str = doc("split to answer", "test")
+    limit: int | None = doc("first N questions of the split (null: all)", 10)
+    methods: list[str] = doc(
+        "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, d2rag_oracle "
+        "(gold-dependent utility), insemrag, insemrag_distilled (InSemRAG with the distilled controller)",
+        ["no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag"],
+    )
+    options: dict[str, dict] = doc(
+        "per-method settings by field name, e.g. {dtr: {tau: 1.2}, insemrag: {controller: heuristic}} "
+        "(docs/methods/ lists them)",
+        {},
+        template="workbench.methods.registry:options_template",
+    )
+    max_new_tokens: int = doc("answer length cap of every final answer", 16)
+    passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
+    batch_questions: int = doc("questions handed to a method at once (methods that batch use it)", 8)
+    params: list[str] = doc(
+        "study parameter files (<run>/stages/study/params/<method>.json) laid over options (and D²-RAG's τ)", []
+    )
+    reuse_generations: bool = doc(
+        "answer from the on-disk generation cache where earlier stages or runs made the same generation; false: "
+        "every method generates its own text, so its LM calls, tokens and latency are its own",
+        False,
+    )
+
+
+def d2rag_setting(config: RecipeView, key: str) -> Any:
+    """D²-RAG's effective setting ``key`` (``evaluate.options.d2rag``, else the method's default)."""
+    from workbench.methods.d2rag import D2RAGSettings
+
+    options = config.evaluate.options.get("d2rag") or {}
+    return options.get(key, getattr(D2RAGSettings(), key))
+
+
+def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]]) -> None:
+    """InSemRAG's ``controller: distilled`` without a ``controller_model`` reads the run's distill output, which only
+    the evaluate stage reads (and only when distill runs before it): refuse it for each ``(method, hint)`` of ``users``
+    whose options ask for it, the error saying ``hint``."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    for method, hint in users:
+        options = config.evaluate.options.get(method) or {}
+        if not isinstance(options, dict):
+            continue  # check_options names it
+        default = METHOD_TABLE[method].defaults.get("controller", "prompted")
+        if options.get("controller", default) == "distilled" and options.get("controller_model") is None:
+            raise ConfigError(
+                f"the distilled controller of {method} needs controller_model (an adapter.json, its directory or a "
+                f"model) or the run's distill output: {hint}, or set controller_model",
+                f"evaluate.options.{method}.controller",
+            )
+
+
+def check(config: RecipeView) -> None:
+    """evaluate's load check: every method's options (:func:`workbench.methods.registry.check_options`), D²-RAG only
+    with its calibrators and classifier, a distilled InSemRAG controller it can read, study parameter files of
+    methods it evaluates
+    (:func:`workbench.stages.settings.export.check_d2rag_params` for D²-RAG's)."""
+    from workbench.bundle.learned import read_params
+    from workbench.methods.registry import INSEMRAG_METHODS, check_options
+    from workbench.stages.settings.export import check_d2rag_params
+
+    section = config.evaluate
+    try:
+        check_options(section.methods, section.options)
+    except ConfigError as exc:  # its key is e.g. evaluate.options.dtr: reported as the method options always were
+        raise KeyFirstError(exc.what, exc.where or "evaluate") from None
+    if not ("calibrate" in config.stages and "classify" in config.stages):
+        learned = [m for m in section.methods if m in ("d2rag", "d2rag_oracle")]
+        if learned:
+            raise ConfigError(
+                f"{learned[0]} needs the calibrate and classify stages before evaluate", "evaluate.methods"
+            )
+    if "distill" not in config.stages:
+        hint = "add the distill stage before evaluate"
+        check_distilled_controller(config, [(m, hint) for m in section.methods if m in INSEMRAG_METHODS])
+    for path in section.params:
+        try:
+            params = read_params(Path(path))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc.where}: {exc.what}", "evaluate.params") from None
+        if params["method"] not in section.methods:
+            raise ConfigError(
+                f"{path} holds {params['method']}'s parameters, not in evaluate.methods", "evaluate.params"
+            )
+    check_d2rag_params(config)

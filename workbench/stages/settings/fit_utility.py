@@ -1,0 +1,70 @@
+"""The 'fit_utility' stage's settings: its section of the recipe and its own load check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.core.config import doc
+from workbench.core.settings import RecipeView, check_own_section
+
+
+@dataclass
+class FitUtilitySection:
+    """The 'fit_utility' stage: D²-RAG's gold-free utility (spec §13.1), trained on ΔSePer labels of (question, top-k
+    context) pairs. ``k``, ``passage_chars``, ``max_new_tokens``, ``tau_pos`` and ``tau_neg`` must equal what D²-RAG
+    uses (:data:`STAGE_AGREEMENTS`, checked at load)."""
+
+    split: str = doc("split the (question, context) pairs come from (needs gold answers)", "calib")
+    limit: int | None = doc("first N questions of the split (null: all)", 60)
+    label: Literal["delta_seper_s", "delta_seper_h"] = doc("ΔSePer variant the predictor learns", "delta_seper_s")
+    model: Literal["classifier", "ridge"] = doc(
+        "classifier: balanced multinomial logistic regression onto the three utility classes (relevant / neutral / "
+        "noisy: the label cut at tau_pos / tau_neg), D²-RAG decodes with its class; ridge: regression onto the "
+        "label, cut at D²-RAG's tau_pos / tau_neg (the earlier predictor, which rarely says noisy)",
+        "classifier",
+    )
+    dev_fraction: float = doc(
+        "classifier: share of the training pairs held out (stratified) to set its per-class decision biases "
+        "(0: no biases)",
+        0.25,
+    )
+    k: int = doc("passages per context (= evaluate.options.d2rag.k)", 5)
+    passage_chars: int = doc("each passage is cut to this many characters (= evaluate.passage_chars)", 400)
+    max_new_tokens: int = doc(
+        "answer length cap of the features' greedy answers and the SePer samples (= evaluate.max_new_tokens, the "
+        "budget D²-RAG's utility features are generated with)",
+        16,
+    )
+    tau_pos: float = doc(
+        "a pair is relevant iff its label > tau_pos: the classifier's classes (ridge: the summary's class figures); "
+        "= evaluate.options.d2rag.tau_pos",
+        0.12,
+    )
+    tau_neg: float = doc(
+        "a pair is noisy iff its label < tau_neg (-1 <= tau_neg < tau_pos <= 1); = evaluate.options.d2rag.tau_neg",
+        -0.10,
+    )
+    samples: int = doc("SePer: answers sampled per condition (the paper uses 10)", 10)
+    temperature: float = doc("SePer: sampling temperature (the paper uses 1.0)", 1.0)
+    l2: float = doc("L2 penalty on the standardised weights (ridge: λ; classifier: C = 1 / l2, 0 = none)", 1.0)
+    folds: int = doc("cross-validation folds for the out-of-fold quality figures", 5, minimum=2)
+    batch_questions: int = doc("questions per batch", 8)
+
+
+INERT_UNDER_CLASSIFIER = ("tau_pos", "tau_neg")
+"""D²-RAG options a utility classifier makes inert: it decides the class itself (its labels were cut at
+``fit_utility.tau_pos`` / ``tau_neg``), so D²-RAG cuts no δ with them."""
+
+
+def classifier_utility(config: RecipeView) -> bool:
+    """The run fits a utility classifier (``fit_utility.model: classifier``)."""
+    return "fit_utility" in config.stages and config.fit_utility.model == "classifier"
+
+
+def check(config: RecipeView) -> None:
+    """fit_utility's load check: :func:`workbench.stages.fit_utility.validate_section` on its section (the settings it
+    shares with D²-RAG are :data:`workbench.stages.agreements.AGREEMENTS`)."""
+    from workbench.stages.fit_utility import validate_section
+
+    check_own_section("fit_utility", validate_section, config)
