@@ -132,11 +132,13 @@ def validate_command(
 
 
 @app.command("config")
-def config_command() -> None:
-    """Print every recipe key with its type, default and meaning (a commented template)."""
-    from workbench.recipe import recipe_template
+def config_command(
+    stage: Annotated[str | None, typer.Argument(help="A stage (see `workbench stages`): print only its keys.")] = None,
+) -> None:
+    """Print every recipe key with its type, default and meaning (a commented template), or one stage's keys."""
+    from workbench.recipe import recipe_template, stage_template
 
-    typer.echo(recipe_template())
+    typer.echo(recipe_template() if stage is None else stage_template(stage))
 
 
 @app.command("stages")

@@ -16,7 +16,7 @@ gold-free features (:func:`workbench.methods.utility.utility_inputs`), and fits 
 
 The features are generated as D²-RAG generates them at inference: the top ``k`` passages cut at ``passage_chars``,
 greedy answers at ``max_new_tokens`` — the recipe keeps each equal to what D²-RAG uses
-(:data:`workbench.recipe.STAGE_AGREEMENTS`).
+(:data:`workbench.stages.agreements.AGREEMENTS`).
 
 Quality is measured out of fold (``folds``-fold cross-validation on the same pairs, each fold predicted by a model
 fitted — dev split and biases included — on the other folds only): what D²-RAG acts on, the utility class, as

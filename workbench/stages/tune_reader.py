@@ -78,8 +78,8 @@ def training_data(config: Any, split: str) -> dict[str, Any]:
 
 
 def check_recipe(config: Any) -> None:
-    """The load checks of this stage's concerns (``workbench.recipe.LOAD_CHECKS``): :func:`validate_section` when the
-    recipe runs ``tune_reader``, and :func:`check_reader_adapter`."""
+    """The load checks of this stage's concerns: :func:`validate_section` when the recipe runs ``tune_reader``
+    (:func:`workbench.stages.settings.tune_reader.check`), and :func:`check_reader_adapter` (every recipe)."""
     if SECTION in config.stages:
         validate_section(config.tune_reader)
     check_reader_adapter(config)

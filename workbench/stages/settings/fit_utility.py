@@ -13,7 +13,7 @@ from workbench.core.settings import RecipeView, check_own_section
 class FitUtilitySection:
     """The 'fit_utility' stage: D²-RAG's gold-free utility (spec §13.1), trained on ΔSePer labels of (question, top-k
     context) pairs. ``k``, ``passage_chars``, ``max_new_tokens``, ``tau_pos`` and ``tau_neg`` must equal what D²-RAG
-    uses (:data:`STAGE_AGREEMENTS`, checked at load)."""
+    uses (:data:`workbench.stages.agreements.AGREEMENTS`, checked at load)."""
 
     split: str = doc("split the (question, context) pairs come from (needs gold answers)", "calib")
     limit: int | None = doc("first N questions of the split (null: all)", 60)
