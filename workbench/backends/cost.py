@@ -36,6 +36,12 @@ class CostCounter:
     sample adds its answer tokens (``len(token_ids)``: the terminating EOS or stop-string token, which the decoding
     loop also ran, is not kept, so a sample that ended on one counts one token short) to ``cached_decoded_tokens``.
     A prompt with some samples missing is a real call: its prefill and the missing samples' decoding count as usual.
+
+    ``prefix_reused_tokens``: the part of ``prefill_tokens`` that prefix reuse did not forward — a prompt prefix
+    shared by k rows of one forward counts k times in ``prefill_tokens`` (every prompt's cost stays its own, whatever
+    it was batched with) but is encoded once, so it adds (k − 1) × its length here
+    (:mod:`workbench.backends.prefix_reuse`). The prefill token-forwards actually run are ``prefill_tokens −
+    prefix_reused_tokens``. (A counter serialised before this field existed reads as 0.)
     """
 
     lm_calls: int = 0
@@ -52,6 +58,7 @@ class CostCounter:
     cached_lm_calls: int = 0
     cached_prefill_tokens: int = 0
     cached_decoded_tokens: int = 0
+    prefix_reused_tokens: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: CostCounter) -> CostCounter:

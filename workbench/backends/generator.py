@@ -10,6 +10,10 @@ Decoding is a hand-written loop over ``model(input_ids, attention_mask, position
 * the ``n`` samples of a prompt **share one prefill**: the prompt batch is encoded once, then the KV cache and the
   last logits are repeated per sample along the batch dimension (``share_prefill=False`` re-encodes each sample,
   for comparison);
+* prompts of one batch that **share a token prefix** (the chat template's system prompt, an instruction header)
+  encode it once: :meth:`Generator.prefill` runs the prefix at batch 1 and forwards only each row's suffix over a
+  copy of its KV cache (:mod:`workbench.backends.prefix_reuse`; ``Generator.prefix_reuse`` switches it off, and so
+  does ``share_prefill=False``);
 * sequences stop at EOS, at the first stop string (the text is cut before it) or after ``max_new_tokens``; finished
   rows are dropped from the batch (and the KV cache) at once.
 
@@ -62,6 +66,14 @@ from workbench.backends.generation_types import DecodingParams as DecodingParams
 from workbench.backends.generation_types import Generation as Generation
 from workbench.backends.generation_types import PromptLogprobs as PromptLogprobs
 from workbench.backends.generation_types import Scored as Scored
+from workbench.backends.prefix_reuse import (
+    PREFIX_MIN_TOKENS,
+    REUSE_ATTENTION,
+    PrefixGroup,
+    continued_layout,
+    expand_cache,
+    plan_prefix_groups,
+)
 from workbench.backends.prompts import BuiltPrompt, Messages, PromptRenderer, check_prompt_format, encode
 from workbench.backends.sampling import process_logits as process_logits
 from workbench.backends.sampling import sample_from_logprobs as sample_from_logprobs
@@ -120,6 +132,12 @@ class Generator(CachedGenerations):
     directory's declared format (:func:`~workbench.assets.declared_prompt_format`; the embedded base model ``gemma3``
     declares ``completion``), else its chat template, else the plain format. The rendered text is the generation
     cache's key, so a different format never reuses another format's generations.
+
+    ``prefix_reuse`` (default on; the attribute of the same name switches it later) lets rows of one forward that
+    share a token prefix of at least ``prefix_min_tokens`` tokens (:data:`PREFIX_MIN_TOKENS`) encode it once
+    (:mod:`workbench.backends.prefix_reuse`; see :meth:`prefill`). It changes no output beyond float rounding: not
+    the generations, not their cache keys (the switch is no decoding parameter), not the counted ``prefill_tokens``;
+    what it saved is counted in ``counter.prefix_reused_tokens``.
     """
 
     def __init__(
@@ -134,6 +152,7 @@ class Generator(CachedGenerations):
         seed: int = 0,
         batch_size: int = 8,
         prompt_format: str = "auto",
+        prefix_reuse: bool = True,
     ) -> None:
         from workbench.assets import declared_prompt_format
 
@@ -159,6 +178,8 @@ class Generator(CachedGenerations):
         self._cache_arg = cache_argument(self.model)
         self.joinable_cache: bool | None = None  # learned by the first split prefill (decoding.contrastive)
         self._warned_truncation = False
+        self.prefix_reuse = prefix_reuse
+        self.prefix_min_tokens = PREFIX_MIN_TOKENS
 
     # ------------------------------------------------------------------ prompts
     def render_chat(self, messages: Messages, system: str | None = None) -> str:
@@ -401,8 +422,8 @@ class Generator(CachedGenerations):
             state = self.prefill([job.ids for job in jobs], params)
             if len(rows) > len(jobs):  # expand each prompt's cache, logits and extras to its samples
                 state = select_rows(state, row_to_job)
-        else:
-            state = self.prefill([jobs[r.job].ids for r in rows], params)
+        else:  # the comparison path: every sample re-encodes its whole prompt (no prefix reuse either)
+            state = self._prefill_rows([jobs[r.job].ids for r in rows], params)
         self.counter.lm_calls += len(jobs)  # prompts, not batches (CostCounter)
         self.counter.lm_batches += 1
         active = list(range(len(rows)))
@@ -428,16 +449,49 @@ class Generator(CachedGenerations):
 
     def prefill(self, id_lists: list[list[int]], params: DecodingParams) -> dict[str, Any]:
         """Encode token-id lists (positions from each row's first real token); returns the decoding state of all the
-        rows, in order (see above). Counts ``prefill_tokens`` (padding excluded) only: callers count their calls and
-        batches.
+        rows, in order (see above). Counts ``prefill_tokens`` (every row's tokens, padding excluded; a reused prefix
+        counts in every row, as if encoded there) and ``prefix_reused_tokens`` (the tokens reuse did not forward)
+        only: callers count their calls and batches.
 
-        On a GPU the rows go through one left-padded forward. On a CPU a forward is compute-bound, and a padded batch
-        of long prompts costs more than its rows one by one (padding, and attention under a padding mask: 8 prompts of
-        ~550 tokens took 1.3× as long padded as split, measured with SmolLM2 on 2 cores), so the rows are cut, in
-        order, into groups whose padded size stays within :data:`CPU_PREFILL_TOKENS` (short prompts still share a
-        forward), each group is encoded by a forward of its own and the KV caches are joined (:func:`join_states`).
-        Every row's keys, values and next-token logits are those of its own forward, so decoding is unchanged. A
-        model whose cache cannot be joined (sliding-window layers), or a request for attentions, takes one forward."""
+        **Prefix reuse** (``prefix_reuse``, on by default): rows sharing a prefix of at least ``prefix_min_tokens``
+        tokens (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`) have it encoded once, at batch 1; its KV
+        cache is copied to the rows and only their suffixes are forwarded, positions and mask continuing the prefix
+        (the padding between prefix and suffix is masked out); the other rows are encoded as below and the states are
+        joined (:func:`join_states`) and put back in order. Every row then holds the keys, values and logits of its
+        whole prompt (equal to a whole-row encoding up to float rounding), so decoding is unchanged. Reuse is off
+        when attentions are requested (``params.attentions``: the weights of the prompt's own forward), when the
+        model's cache cannot be joined (sliding-window or other special layers, ``joinable_cache`` False; learned
+        on the first prefix) and under an attention implementation other than
+        :data:`~workbench.backends.prefix_reuse.REUSE_ATTENTION` (flash kernels take no hole in a padding mask).
+
+        On a GPU the rows (or a group's suffixes) go through one left-padded forward. On a CPU a forward is
+        compute-bound, and a padded batch of long prompts costs more than its rows one by one (padding, and attention
+        under a padding mask: 8 prompts of ~550 tokens took 1.3× as long padded as split, measured with SmolLM2 on 2
+        cores), so the rows are cut, in order, into groups whose padded size stays within :data:`CPU_PREFILL_TOKENS`
+        (short prompts still share a forward), each group is encoded by a forward of its own and the KV caches are
+        joined (:func:`join_states`). Every row's keys, values and next-token logits are those of its own forward, so
+        decoding is unchanged. A model whose cache cannot be joined (sliding-window layers), or a request for
+        attentions, takes one forward."""
+        if self.reuses_prefixes(params):
+            groups = plan_prefix_groups(id_lists, self.prefix_min_tokens)
+            if groups:
+                state = self._prefill_reusing(id_lists, params, groups)
+                if state is not None:
+                    return state
+        return self._prefill_rows(id_lists, params)
+
+    def reuses_prefixes(self, params: DecodingParams | None = None) -> bool:
+        """Whether a forward with ``params`` (None: a teacher-forced read) may reuse shared prefixes: the
+        ``prefix_reuse`` switch is on, no attentions are requested, the cache is not known to be unjoinable and the
+        attention implementation takes any padding mask (:data:`~workbench.backends.prefix_reuse.REUSE_ATTENTION`)."""
+        if not self.prefix_reuse or self.joinable_cache is False:
+            return False
+        if params is not None and params.attentions:
+            return False
+        return getattr(self.model.config, "_attn_implementation", None) in REUSE_ATTENTION
+
+    def _prefill_rows(self, id_lists: list[list[int]], params: DecodingParams) -> dict[str, Any]:
+        """:meth:`prefill` without prefix reuse: one forward, or on a CPU consecutive groups joined."""
         groups = self._prefill_groups(id_lists, params)
         if len(groups) == 1:
             return self._prefill_forward(id_lists, params)
@@ -448,6 +502,92 @@ class Generator(CachedGenerations):
             self.counter.prefill_tokens -= sum(len(ids) for ids in groups[0])
             return self._prefill_forward(id_lists, params)
         return join_states(first, *(self._prefill_forward(group, params) for group in groups[1:]))
+
+    def _prefill_reusing(
+        self, id_lists: list[list[int]], params: DecodingParams, groups: list[PrefixGroup]
+    ) -> dict[str, Any] | None:
+        """:meth:`prefill` with the planned prefix ``groups``; None (nothing counted) when the model's cache turns
+        out not to be joinable."""
+        import torch
+
+        states: list[dict[str, Any]] = []
+        order: list[int] = []
+        for group in groups:
+            head = self._encode_prefix(id_lists[group.rows[0]][: group.length])
+            if head is None:
+                return None
+            for chunk in self._suffix_chunks(id_lists, group):
+                out, mask, positions = self._continue_prefix(
+                    head, group.length, [id_lists[r][group.length :] for r in chunk], 1, params
+                )
+                state = {"cache": returned_cache(out), "mask": mask, "next_pos": positions[:, -1:] + 1}
+                state.update(forward_outputs(out, params))
+                states.append(state)
+                order.extend(chunk)
+        grouped = {r for group in groups for r in group.rows}
+        plain = [r for r in range(len(id_lists)) if r not in grouped]
+        if plain:
+            states.append(self._prefill_rows([id_lists[r] for r in plain], params))
+            order.extend(plain)
+        self.counter.prefill_tokens += sum(len(id_lists[r]) for r in grouped)
+        self.counter.prefix_reused_tokens += sum(group.saved for group in groups)
+        state = join_states(*states) if len(states) > 1 else states[0]
+        if order != list(range(len(id_lists))):
+            inverse = torch.empty(len(order), dtype=torch.long)
+            inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+            state = select_rows(state, inverse)
+        return state
+
+    def _encode_prefix(self, prefix: list[int]) -> Any:
+        """The KV cache of one prefix (batch 1, positions from 0), or None when it cannot be copied and joined
+        (learned once into ``joinable_cache``). Counts nothing (the caller counts the rows' tokens)."""
+        import torch
+
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            position_ids=torch.arange(len(prefix), device=self.device)[None],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = returned_cache(out)
+        if self.joinable_cache is None:
+            self.joinable_cache = joinable({"cache": cache, "mask": ids})
+        return cache if self.joinable_cache else None
+
+    def _suffix_chunks(self, id_lists: list[list[int]], group: PrefixGroup) -> list[list[int]]:
+        """The rows of ``group``, shortest suffix first, in chunks forwarded together: one on a GPU; on a CPU
+        consecutive chunks whose padded suffixes stay within :data:`CPU_PREFILL_TOKENS` (as :meth:`prefill`)."""
+        rows = sorted(group.rows, key=lambda r: len(id_lists[r]))
+        if self._device_type() != "cpu":
+            return [rows]
+        chunks: list[list[int]] = [[]]
+        for r in rows:
+            width = len(id_lists[r]) - group.length  # the widest so far: rows are sorted by length
+            if chunks[-1] and width * (len(chunks[-1]) + 1) > CPU_PREFILL_TOKENS:
+                chunks.append([])
+            chunks[-1].append(r)
+        return chunks
+
+    def _continue_prefix(
+        self, head: Any, length: int, suffixes: list[list[int]], keep: int, params: DecodingParams | None
+    ) -> tuple[Any, Any, Any]:
+        """One forward of ``suffixes`` over copies of the prefix cache ``head`` (``length`` tokens): the model
+        output (logits of the last ``keep`` positions), the attention mask (on the model's device) and the suffixes'
+        positions (on the CPU, as :meth:`_prefill_forward` keeps them)."""
+        input_ids, mask, positions = continued_layout(suffixes, length, self.tokenizer.pad_token_id)
+        mask = mask.to(self.device)
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            **{self._cache_arg: expand_cache(head, len(suffixes))},
+            logits_to_keep=keep,
+            output_hidden_states=params is not None and params.hidden_layer is not None,
+        )
+        return out, mask, positions
 
     def _prefill_groups(self, id_lists: list[list[int]], params: DecodingParams) -> list[list[list[int]]]:
         """Consecutive groups of rows for :meth:`prefill` (one group: a single forward)."""
@@ -652,7 +792,7 @@ class Generator(CachedGenerations):
         ]
         seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
         keep = max(len(c) for c in conts) + 1
-        logits = self._forward_tail(seqs, keep)
+        logits = self.tail_logits(seqs, keep)
         self.counter.lm_calls += len(batch)
         self.counter.lm_batches += 1
         self.counter.prefill_tokens += sum(len(p) for p in prompt_ids)
@@ -713,8 +853,40 @@ class Generator(CachedGenerations):
                     out[b] = _own_logprobs(logits[row, width - len(seqs[b]) : width - 1], seqs[b], top_logprobs)
         return [item for item in out if item is not None]
 
+    def tail_logits(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
+        """Logits (float32 tensor [rows, keep, V]) of the last ``keep`` positions of each token-id sequence, as one
+        left-padded forward computes them (positions from each row's first real token; a row shorter than ``keep``
+        has padding logits in front). Rows sharing a prefix that leaves each at least ``keep`` tokens of its own reuse
+        it (see :meth:`prefill`; the same conditions, the saved tokens in ``counter.prefix_reused_tokens``): the
+        prefix is encoded once, then the suffixes over copies of its cache. Counts nothing else: the callers count
+        their calls and tokens."""
+        import torch
+
+        seqs = [[int(i) for i in ids] for ids in seqs]
+        groups = plan_prefix_groups(seqs, self.prefix_min_tokens, keep) if self.reuses_prefixes() else []
+        parts: list[tuple[list[int], Any]] = []
+        for group in groups:
+            head = self._encode_prefix(seqs[group.rows[0]][: group.length])
+            if head is None:
+                return self._forward_tail(seqs, keep)
+            suffixes = [seqs[r][group.length :] for r in group.rows]
+            out, _, _ = self._continue_prefix(head, group.length, suffixes, keep, None)
+            parts.append((list(group.rows), out.logits.float()))
+        if not parts:
+            return self._forward_tail(seqs, keep)
+        grouped = {r for rows, _ in parts for r in rows}
+        plain = [r for r in range(len(seqs)) if r not in grouped]
+        if plain:
+            parts.append((plain, self._forward_tail([seqs[r] for r in plain], keep)))
+        self.counter.prefix_reused_tokens += sum(group.saved for group in groups)
+        logits = parts[0][1].new_empty((len(seqs), keep, parts[0][1].shape[-1]))
+        for rows, part in parts:
+            logits[torch.tensor(rows, dtype=torch.long, device=logits.device)] = part
+        return logits
+
     def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
-        """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass."""
+        """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass (no
+        prefix reuse)."""
 
         input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
         return self.model(
@@ -745,7 +917,7 @@ class Generator(CachedGenerations):
             for start in range(0, len(prompts), self.batch_size):
                 ids = [self.encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
                 with self.counter.timed("score"):
-                    logits = self._forward_tail(ids, 1)[:, -1]
+                    logits = self.tail_logits(ids, 1)[:, -1]
                 self.counter.lm_calls += len(ids)
                 self.counter.lm_batches += 1
                 self.counter.prefill_tokens += sum(len(i) for i in ids)

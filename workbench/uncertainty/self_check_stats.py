@@ -108,8 +108,11 @@ def two_position_read(
     first token. The chat and the suffix are tokenised separately (the chat as the generator feeds prompts, the
     suffix without special tokens) so the first read sits exactly at the chat's end; a chat longer than
     ``max_context − len(suffix)`` tokens loses its leftmost tokens. Batches of ``generator.batch_size``,
-    left-padded. Counts on ``generator.counter``: ``lm_calls`` (one per chat), ``lm_batches``, ``prefill_tokens``
-    (chat tokens) and ``scored_tokens`` (suffix tokens).
+    left-padded, read by :meth:`~workbench.backends.generator.Generator.tail_logits`: the chats of a batch that share
+    a prefix (the chat template's system prompt and the prompt's opening) encode it once (prefix reuse; a generator
+    without ``tail_logits`` runs one plain forward). Counts on ``generator.counter``: ``lm_calls`` (one per chat),
+    ``lm_batches``, ``prefill_tokens`` (chat tokens; what reuse saved also in ``prefix_reused_tokens``) and
+    ``scored_tokens`` (suffix tokens).
     """
     import torch
 
@@ -136,18 +139,25 @@ def two_position_read(
     device = getattr(generator, "device", None) or next(model.parameters()).device
     step = max(int(generator.batch_size), 1)
     counter = generator.counter
+    tail_logits = getattr(generator, "tail_logits", None)
+
+    def forward(rows: list[list[int]]) -> Any:
+        if tail_logits is not None:
+            return tail_logits(rows, len(tail) + 1)
+        input_ids, mask, positions = left_padded_batch(rows, pad)
+        return model(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=False,
+            logits_to_keep=len(tail) + 1,
+        ).logits.float()
+
     with torch.inference_mode():
         for start in range(0, len(seqs), step):
             batch = seqs[start : start + step]
-            input_ids, mask, positions = left_padded_batch([seq for _, seq in batch], pad)
             with counter.timed("score"):
-                logits = model(
-                    input_ids=input_ids.to(device),
-                    attention_mask=mask.to(device),
-                    position_ids=positions.to(device),
-                    use_cache=False,
-                    logits_to_keep=len(tail) + 1,
-                ).logits.float()
+                logits = forward([seq for _, seq in batch])
             logprobs = torch.log_softmax(logits[:, [0, -1]], dim=-1).cpu().numpy()  # (B, 2, V)
             first[start : start + len(batch)] = logprobs[:, 0, first_ids]
             second[start : start + len(batch)] = logprobs[:, 1, second_ids]
