@@ -167,16 +167,12 @@ def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return sorted(components)
 
 
-def import_cycles(package_root: Path, allowed: frozenset[str] = frozenset()) -> list[str]:
-    """One message per import cycle of the package: its members, then each import inside it (``file:line``).
-
-    A cycle holding a module named in ``allowed`` is skipped."""
+def import_cycles(package_root: Path) -> list[str]:
+    """One message per import cycle of the package: its members, then each import inside it (``file:line``)."""
     graph = import_graph(package_root)
     files = module_files(package_root)
     messages = []
     for members in strongly_connected(graph):
-        if allowed.intersection(members):
-            continue
         inside = set(members)
         arrows = [
             f"  {files[a].relative_to(package_root.parent)}:{line}: {a} imports {b}"
@@ -186,12 +182,6 @@ def import_cycles(package_root: Path, allowed: frozenset[str] = frozenset()) -> 
         ]
         messages.append(f"import cycle of {len(members)} modules: {', '.join(members)}\n" + "\n".join(arrows))
     return messages
-
-
-CYCLES_BEING_BROKEN: frozenset[str] = frozenset({"workbench.recipe"})
-"""TEMPORARY (issue 30, item 1): the cycle through ``workbench.recipe`` (recipe.py importing stage internals that
-import the recipe back) is being broken by moving each stage's settings into its stage; remove this entry, and the
-argument below, once it is gone. Every other cycle fails today."""
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
@@ -225,7 +215,7 @@ def test_an_unplaced_package_is_named(tmp_path):
 
 
 def test_no_import_cycles():
-    problems = import_cycles(PACKAGE, allowed=CYCLES_BEING_BROKEN)
+    problems = import_cycles(PACKAGE)
     assert not problems, "\n".join(problems)
 
 
@@ -250,4 +240,3 @@ def test_a_planted_cycle_is_caught(tmp_path):
         "  workbench/data/__init__.py:1: workbench.data imports workbench.data.loader\n"
         "  workbench/data/loader.py:1: workbench.data.loader imports workbench.data",
     ]
-    assert import_cycles(package, allowed=frozenset({"workbench.core.b"})) == import_cycles(package)[1:]

@@ -1,7 +1,7 @@
 """Stage ``transfer``: how far the calibrators and the shipped retrieval decision travel to another question family.
 
 The run's calibrators (``calibrate``) and the decision D²-RAG ships (``classify``'s router when its search picked
-one, else the chosen classifier and its τ: :func:`workbench.stages.evaluate.load_learned`, exactly what a bundle
+one, else the chosen classifier and its τ: :func:`workbench.bundle.learned.load_learned`, exactly what a bundle
 holds) were fitted on the questions of ``data.templates``. This stage measures them twice on the same split's
 articles (``transfer.split``, default ``test``):
 
@@ -335,11 +335,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Build and collect the shifted questions, measure both conditions, write ``transfer.json`` and ``shifted/``."""
     import datasets
 
+    from workbench.bundle.learned import load_learned as load_shipped
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.learned import load_learned
     from workbench.stages.calibrate import binary_labels
-    from workbench.stages.evaluate import load_learned as load_shipped
 
     config, section = ctx.config, ctx.config.transfer
     check_recipe(config)

@@ -21,7 +21,8 @@ questions of each template of that split in every mode, through the answer stage
 (:func:`~workbench.stages.answer.answer_mode`: greedy, scored by containment / the option named), so the report shows
 what training changed per mode and template.
 
-**Refused** (at load, :func:`check_recipe`): ``eval_split`` equal to ``split`` (scoring on the training questions,
+**Refused** (at load: :func:`workbench.stages.settings.tune_reader.check` and the recipe's reader check):
+``eval_split`` equal to ``split`` (scoring on the training questions,
 as ``distill_data`` refuses its held-out split equal to its training split); and, for any recipe that builds data,
 an answer-reader adapter as ``generator.model`` (embedded ``smollm2-reader``, an ``adapter.json`` or its directory,
 and an adapter it was tuned from) whose training articles this data configuration puts outside ``train``
@@ -75,14 +76,6 @@ def training_data(config: Any, split: str) -> dict[str, Any]:
         fractions=config.data.fractions,
         ood_topics=config.data.ood_topics,
     )
-
-
-def check_recipe(config: Any) -> None:
-    """The load checks of this stage's concerns: :func:`validate_section` when the recipe runs ``tune_reader``
-    (:func:`workbench.stages.settings.tune_reader.check`), and :func:`check_reader_adapter` (every recipe)."""
-    if SECTION in config.stages:
-        validate_section(config.tune_reader)
-    check_reader_adapter(config)
 
 
 def _adapter_chain(ref: str) -> list[tuple[str, dict[str, Any]]]:
