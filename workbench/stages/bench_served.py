@@ -12,13 +12,15 @@ compares them, in one run on one machine:
 Per engine: the probed capabilities, questions/s per concurrency, and per feature the agreement with the in-process
 values — Spearman rank correlation, the largest absolute difference, and AUROC of the greedy answer's correctness
 in-process vs served. Features an engine cannot serve are listed with the capability it lacks. Output:
-``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots.
+``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots
+(:mod:`workbench.reports.served`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import sys
 import time
 from pathlib import Path
@@ -26,15 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.core.atomic import atomic_write_json
+from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.reports.served import write_served_report
 from workbench.serve.load import free_port, server_process
 from workbench.stages.context import StageContext
 
-GOAL_VS_IN_PROCESS = 0.8
-"""serve-model at the highest concurrency collects at least this share of the in-process batched rate."""
-GOAL_VS_OWN_LOWEST = 3.0
-"""... and at least this many times its own rate at the lowest concurrency."""
 LLAMA_CPP_NAME = "gguf"
 """The name llama.cpp's server serves the GGUF file under (``--model_alias``)."""
 
@@ -277,123 +276,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return summary
 
 
-# ---------------------------------------------------------------------- report
-
-
-def _fmt(value: Any, spec: str = ".3f") -> str:
-    return "—" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
-
-
-def report_lines(bench: dict[str, Any]) -> list[str]:
-    """The report's Markdown body: throughput per engine and concurrency, capabilities, agreement per feature."""
-    engines = bench["engines"]
-    levels = [str(c) for c in bench["settings"]["concurrency"]]
-    lines = [
-        "## Throughput",
-        "",
-        f"{bench['questions']} questions, {len(bench['features'])} features each; questions/s (higher is better). "
-        f"In-process: the generator loaded here, batch size {bench['in_process']['batch_size']}.",
-        "",
-        "| engine | " + " | ".join(f"concurrency {c}" for c in levels) + " | top vs in-process | top vs own lowest |",
-        "|---|" + "---:|" * (len(levels) + 2),
-        f"| in-process (batched) | {_fmt(bench['in_process']['questions_per_s'], '.2f')} "
-        + "| " * (len(levels) - 1)
-        + "| 1.00x | — |",
-    ]
-    for name, row in engines.items():
-        cells = " | ".join(_fmt(row["rates"].get(c, {}).get("questions_per_s"), ".2f") for c in levels)
-        lines.append(f"| {name} | {cells} | {row['vs_in_process']:.2f}x | {row['vs_own_lowest']:.2f}x |")
-    for name, why in bench.get("not_run", {}).items():
-        lines.append(f"| {name} | not run: {why} |" + " |" * (len(levels) + 1))
-    for name, row in engines.items():
-        single = row.get("one_prompt_per_request") or {}
-        if single:
-            cells = ", ".join(f"{_fmt(v['questions_per_s'], '.2f')} at concurrency {c}" for c, v in single.items())
-            lines += [
-                "",
-                f"`{name}` with one prompt per request (a client that does not send prompt lists): {cells} — what "
-                "the server's batching across concurrent requests buys; the rows above send "
-                f"{bench['in_process']['batch_size']} prompts per request.",
-            ]
-    if "serve_model" in engines:
-        row, top = engines["serve_model"], levels[-1]
-        lines += [
-            "",
-            f"Goals for `serve-model` at concurrency {top}: ≥ {GOAL_VS_IN_PROCESS:.1f}x the in-process batched rate — "
-            f"**{row['vs_in_process']:.2f}x, {'met' if row['vs_in_process'] >= GOAL_VS_IN_PROCESS else 'missed'}**; "
-            f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
-            f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
-        ]
-    lines += ["", "## Capabilities probed", ""]
-    if engines:
-        caps = list(next(iter(engines.values()))["capabilities"])
-        lines += ["| engine | " + " | ".join(caps) + " |", "|---|" + "---|" * len(caps)]
-        for name, row in engines.items():
-            lines.append(f"| {name} | " + " | ".join(str(row["capabilities"][c]) for c in caps) + " |")
-    lines += [
-        "",
-        "## Agreement with the in-process values",
-        "",
-        "Per feature: Spearman ρ of the served values against the in-process ones, the largest absolute difference, "
-        f"and the AUROC of each for the greedy answer's correctness (accuracy {bench['accuracy']:.2f}).",
-        "",
-    ]
-    for name, row in engines.items():
-        agree = row["agreement"]
-        lines += [
-            f"### {name}",
-            "",
-            f"Identical greedy answers: {agree['greedy_identical']:.0%}. Next-token reads floored at the k-th "
-            f"log-prob: {row['floored_reads']}.",
-            "",
-            "| feature | Spearman ρ | max abs diff | AUROC in-process | AUROC served | Δ AUROC |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for feature in bench["features"]:
-            if feature in row["skipped"]:
-                lines.append(f"| {feature} | not served: needs {', '.join(row['skipped'][feature])} | | | | |")
-                continue
-            a = agree[feature]
-            lines.append(
-                f"| {feature} | {_fmt(a['spearman'])} | {_fmt(a['max_abs_diff'], '.2g')} "
-                f"| {_fmt(a['auroc_in_process'])} | {_fmt(a['auroc_served'])} | {_fmt(a['auroc_diff'], '+.3f')} |"
-            )
-        lines.append("")
-    return lines
-
-
 def report(ctx: StageContext) -> dict[str, Any]:
-    """Write ``report.md`` and ``throughput.png`` to the report directory."""
-    import json
-
-    from workbench.core.atomic import atomic_directory
-    from workbench.plots import grouped_bars
-
+    """Write ``report.md`` and ``throughput.png`` to the report directory
+    (:func:`workbench.reports.served.write_served_report`)."""
     bench = json.loads((ctx.inputs["bench_served"] / "bench.json").read_text())
     report_dir = ctx.config.resolved_report_dir
-    levels = [str(c) for c in bench["settings"]["concurrency"]]
     with atomic_directory(report_dir) as tmp:
-        series = {"in-process": [bench["in_process"]["questions_per_s"]] * len(levels)}
-        for name, row in bench["engines"].items():
-            series[name] = [row["rates"][c]["questions_per_s"] for c in levels]
-        grouped_bars(
-            tmp / "throughput.png",
-            [f"concurrency {c}" for c in levels],
-            series,
-            title="features collected: questions/s",
-            ylabel="questions / s",
-            ylim=None,
-        )
-        lines = [
-            f"# {ctx.config.name} report",
-            "",
-            f"Regenerate with `{ctx.rerun}`. Generator `{bench['generator']}`, **{bench['threads']} torch "
-            "thread(s)** in this process; each server ran as its own process on the same machine. No generation "
-            "cache. Compare the ratios, not the absolute rates (these machines are shared and noisy).",
-            "",
-            *report_lines(bench),
-            "![throughput](throughput.png)",
-            "",
-        ]
-        (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
+        write_served_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
     return {"report": str(report_dir / "report.md")}

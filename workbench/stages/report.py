@@ -57,7 +57,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
             body += transfer_section(ctx.inputs["transfer"], tmp)
         if "seper_eval" in ctx.inputs:
-            from workbench.stages.seper_eval import seper_section
+            from workbench.reports.seper import seper_section
 
             body += seper_section(ctx.inputs["seper_eval"], tmp)
         if "fit_utility" in ctx.inputs:
@@ -85,7 +85,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
             body += evaluate_section(ctx.inputs["evaluate"], tmp)
         if "bench_decoding" in ctx.inputs:
-            from workbench.stages.bench_decoding import decoding_section
+            from workbench.reports.decoding import decoding_section
 
             body += decoding_section(ctx.inputs["bench_decoding"], tmp, config.name)
         if "export" in ctx.inputs:

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from tests.unit.serve.fake_runtime import FakeRuntime, serving
+from workbench.reports.runtime import SERVER_SHARE_GOAL, serve_lines
 from workbench.serve import ServeLimits, create_app, run_abandoned, run_load
-from workbench.stages.bench_runtime import SERVER_SHARE_GOAL, _serve_errors, _serve_lines
+from workbench.stages.bench_runtime import _serve_errors
 
 CALL_S = 0.05
 
@@ -53,7 +54,7 @@ def test_report_renders_the_serve_table_gain_and_abandoned_requests(measured):
     engine = {"method": "dtr", "questions": 8, "batch": 8, "one_at_a_time_qps": 20.0, "batched_qps": 160.0, "gain": 8.0}
     serve = {"loads": measured["loads"], "abandoned": measured["abandoned"], "engine": engine}
     settings = {"serve_method": "dtr", "serve_questions": 5}
-    text = "\n".join(_serve_lines(serve, settings))
+    text = "\n".join(serve_lines(serve, settings))
     assert "## `workbench serve` under load (`dtr` over 5 test questions)" in text
     rows = [line for line in text.splitlines() if line.startswith("| every request generates |")]
     assert [row.split(" | ")[1:4] for row in rows] == [["1", "16", "0"], ["8", "48", "0"]]
@@ -88,6 +89,6 @@ def test_report_reads_a_bench_json_from_before_the_concurrency_levels():
             "throughput_rps": 4.0,
         }
     ]
-    text = "\n".join(_serve_lines(old, {"serve_method": "no_rag", "serve_questions": 20}))
+    text = "\n".join(serve_lines(old, {"serve_method": "no_rag", "serve_questions": 20}))
     assert "| every request generates | 8 | 200 | 0 | 200: 200 | 1.900 | 2.100 | 2.300 | 4.00 |" in text
     assert "Abandoned" not in text

@@ -13,6 +13,7 @@ import pytest
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
+from workbench.reports.decoding import decoding_section
 from workbench.stages import bench_decoding
 from workbench.stages.context import Resources
 
@@ -156,7 +157,7 @@ def test_report_has_the_table_rows_and_plot(finished):
 def test_a_runs_main_report_carries_the_benchmark_as_a_section(finished, tmp_path):
     _, bench, report, report_dir = finished
     bench_dir = report_dir.parent / "out"
-    lines = bench_decoding.decoding_section(bench_dir, tmp_path, "evaluate")
+    lines = decoding_section(bench_dir, tmp_path, "evaluate")
     assert lines[0] == "## Contrastive decoding cost"
     assert "![seconds per variant](decoding_seconds.png)" in lines
     assert (tmp_path / "decoding_seconds.png").stat().st_size > 1000

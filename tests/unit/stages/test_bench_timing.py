@@ -1,5 +1,6 @@
 """Fair timing in the benchmark stages: warm-up of every way, rotated order, medians with their spread, the naive
-transformers baseline's counts, the ratio verdicts, and EOS off in the decoding benchmark."""
+transformers baseline's counts, and EOS off in the decoding benchmark (the ratio verdicts:
+tests/unit/reports/test_feature_cost.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.stages import bench_features
-from workbench.stages.bench_features import bare_lines, measure_ways, naive_generate
+from workbench.stages.bench_features import measure_ways, naive_generate
 
 
 def test_measure_ways_warms_up_then_rotates_the_order():
@@ -64,39 +65,6 @@ def test_naive_generate_counts_one_prefill_per_sample(tiny_lm_dir):
     assert cost.lm_calls == 4 and cost.lm_batches == 4
     assert cost.prefill_tokens == sum(w * (1 + 3) for w in widths)  # the prompt re-encoded for each sample
     assert 0 < cost.decoded_tokens <= 2 * (4 + 3 * 4)
-
-
-def _cost(seconds: float, forwards: int, runs: int = 3) -> dict:
-    return {
-        "seconds": seconds,
-        "seconds_min": seconds * 0.9,
-        "seconds_max": seconds * 1.2,
-        "seconds_runs": [seconds] * runs,
-        "token_forwards": forwards,
-        "lm_calls": 4,
-    }
-
-
-def test_bare_lines_give_each_ratio_its_target_and_the_spread():
-    bench = {
-        "features": ["confidence", "ptrue"],
-        "core_features": ["confidence"],
-        "bare": _cost(10.0, 100),
-        "naive": _cost(30.0, 300),
-        "workbench_core": _cost(11.0, 100),
-        "workbench": _cost(25.0, 200),
-        "ratios": {
-            "workbench_over_bare": {"seconds": 2.5, "token_forwards": 2.0},
-            "workbench_core_over_bare": {"seconds": 1.1, "token_forwards": 1.0},
-            "workbench_over_naive": {"seconds": 25 / 30, "token_forwards": 2 / 3},
-        },
-    }
-    text = "\n".join(bare_lines(bench))
-    assert "| all 2 features / engine bare | 2.50x | 2.00x | ≤ 2x **not met** |" in text
-    assert "| 1 features (no self-prompting) / engine bare | 1.10x | 1.00x | ≤ 1.15x met |" in text
-    assert "| all 2 features / transformers `generate` | 0.83x | 0.67x | ≤ 1x met |" in text
-    assert "25.0 (22.5–30.0)" in text and "all but ptrue" in text
-    assert "3.00x the engine's time" in text and "5.9x" in text and "4.4x" in text
 
 
 def test_benchmark_contrastive_can_decode_past_eos(tiny_lm_dir):

@@ -1,0 +1,130 @@
+"""The served-models benchmark report (``report_bench_served``): throughput per engine and concurrency, the probed
+capabilities, and each feature's agreement with the in-process values, as ``report.md`` and ``throughput.png``
+(from the ``bench_served`` stage's ``bench.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GOAL_VS_IN_PROCESS = 0.8
+"""serve-model at the highest concurrency collects at least this share of the in-process batched rate."""
+GOAL_VS_OWN_LOWEST = 3.0
+"""... and at least this many times its own rate at the lowest concurrency."""
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "—" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
+
+
+def report_lines(bench: dict[str, Any]) -> list[str]:
+    """The report's Markdown body: throughput per engine and concurrency, capabilities, agreement per feature."""
+    engines = bench["engines"]
+    levels = [str(c) for c in bench["settings"]["concurrency"]]
+    lines = [
+        "## Throughput",
+        "",
+        f"{bench['questions']} questions, {len(bench['features'])} features each; questions/s (higher is better). "
+        f"In-process: the generator loaded here, batch size {bench['in_process']['batch_size']}.",
+        "",
+        "| engine | " + " | ".join(f"concurrency {c}" for c in levels) + " | top vs in-process | top vs own lowest |",
+        "|---|" + "---:|" * (len(levels) + 2),
+        f"| in-process (batched) | {_fmt(bench['in_process']['questions_per_s'], '.2f')} "
+        + "| " * (len(levels) - 1)
+        + "| 1.00x | — |",
+    ]
+    for name, row in engines.items():
+        cells = " | ".join(_fmt(row["rates"].get(c, {}).get("questions_per_s"), ".2f") for c in levels)
+        lines.append(f"| {name} | {cells} | {row['vs_in_process']:.2f}x | {row['vs_own_lowest']:.2f}x |")
+    for name, why in bench.get("not_run", {}).items():
+        lines.append(f"| {name} | not run: {why} |" + " |" * (len(levels) + 1))
+    for name, row in engines.items():
+        single = row.get("one_prompt_per_request") or {}
+        if single:
+            cells = ", ".join(f"{_fmt(v['questions_per_s'], '.2f')} at concurrency {c}" for c, v in single.items())
+            lines += [
+                "",
+                f"`{name}` with one prompt per request (a client that does not send prompt lists): {cells} — what "
+                "the server's batching across concurrent requests buys; the rows above send "
+                f"{bench['in_process']['batch_size']} prompts per request.",
+            ]
+    if "serve_model" in engines:
+        row, top = engines["serve_model"], levels[-1]
+        lines += [
+            "",
+            f"Goals for `serve-model` at concurrency {top}: ≥ {GOAL_VS_IN_PROCESS:.1f}x the in-process batched rate — "
+            f"**{row['vs_in_process']:.2f}x, {'met' if row['vs_in_process'] >= GOAL_VS_IN_PROCESS else 'missed'}**; "
+            f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
+            f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
+        ]
+    lines += ["", "## Capabilities probed", ""]
+    if engines:
+        caps = list(next(iter(engines.values()))["capabilities"])
+        lines += ["| engine | " + " | ".join(caps) + " |", "|---|" + "---|" * len(caps)]
+        for name, row in engines.items():
+            lines.append(f"| {name} | " + " | ".join(str(row["capabilities"][c]) for c in caps) + " |")
+    lines += [
+        "",
+        "## Agreement with the in-process values",
+        "",
+        "Per feature: Spearman ρ of the served values against the in-process ones, the largest absolute difference, "
+        f"and the AUROC of each for the greedy answer's correctness (accuracy {bench['accuracy']:.2f}).",
+        "",
+    ]
+    for name, row in engines.items():
+        agree = row["agreement"]
+        lines += [
+            f"### {name}",
+            "",
+            f"Identical greedy answers: {agree['greedy_identical']:.0%}. Next-token reads floored at the k-th "
+            f"log-prob: {row['floored_reads']}.",
+            "",
+            "| feature | Spearman ρ | max abs diff | AUROC in-process | AUROC served | Δ AUROC |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for feature in bench["features"]:
+            if feature in row["skipped"]:
+                lines.append(f"| {feature} | not served: needs {', '.join(row['skipped'][feature])} | | | | |")
+                continue
+            a = agree[feature]
+            lines.append(
+                f"| {feature} | {_fmt(a['spearman'])} | {_fmt(a['max_abs_diff'], '.2g')} "
+                f"| {_fmt(a['auroc_in_process'])} | {_fmt(a['auroc_served'])} | {_fmt(a['auroc_diff'], '+.3f')} |"
+            )
+        lines.append("")
+    return lines
+
+
+def write_served_report(bench: dict[str, Any], out_dir: Path, *, name: str, rerun: str) -> Path:
+    """Write ``report.md`` (:func:`report_lines` under a header) and ``throughput.png`` (questions/s per engine and
+    concurrency) for the benchmark record ``bench`` into ``out_dir``; ``name`` titles the report and ``rerun`` is the
+    command that regenerates it. Returns the ``report.md`` path."""
+    from workbench.plots import grouped_bars
+
+    levels = [str(c) for c in bench["settings"]["concurrency"]]
+    series = {"in-process": [bench["in_process"]["questions_per_s"]] * len(levels)}
+    for engine, row in bench["engines"].items():
+        series[engine] = [row["rates"][c]["questions_per_s"] for c in levels]
+    grouped_bars(
+        out_dir / "throughput.png",
+        [f"concurrency {c}" for c in levels],
+        series,
+        title="features collected: questions/s",
+        ylabel="questions / s",
+        ylim=None,
+    )
+    lines = [
+        f"# {name} report",
+        "",
+        f"Regenerate with `{rerun}`. Generator `{bench['generator']}`, **{bench['threads']} torch "
+        "thread(s)** in this process; each server ran as its own process on the same machine. No generation "
+        "cache. Compare the ratios, not the absolute rates (these machines are shared and noisy).",
+        "",
+        *report_lines(bench),
+        "![throughput](throughput.png)",
+        "",
+    ]
+    (out_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    return out_dir / "report.md"
