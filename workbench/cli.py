@@ -186,12 +186,21 @@ def run_command(
     loaded = load_recipe(recipe, overrides or [])
     result = run_recipe(loaded, force=force or [], adopt_run_dir=adopt_run_dir)
     cached = sum(s.cached for s in result.stages)
-    rows = [[s.name, "cached" if s.cached else f"{s.seconds:.1f}"] for s in result.stages]
-    _echo_table(rows, ["stage", "seconds"])
+    rows = [
+        [s.name, "cached", "-"] if s.cached else [s.name, f"{s.seconds:.1f}", _peak_mb(s.summary)]
+        for s in result.stages
+    ]
+    _echo_table(rows, ["stage", "seconds", "peak RSS (MB)"])
     typer.echo(
         f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
         f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"
     )
+
+
+def _peak_mb(summary: dict) -> str:
+    """A stage's peak resident memory as the run table prints it ("-" when the stage did not record one)."""
+    peak = summary.get("peak_rss_mb")
+    return "-" if peak is None else f"{peak:.0f}"
 
 
 @app.command("evaluate")

@@ -32,7 +32,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         raise ConfigError("the report stage needs answer, collect, calibrate, classify or evaluate before it", "stages")
     report_dir = config.resolved_report_dir
     times = stage_times(ctx.run_dir, config.stages)
-    pipeline_seconds = sum(seconds for _, seconds, _ in times)
+    pipeline_seconds = sum(seconds for _, seconds, *_ in times)
     invocation_seconds = time.perf_counter() - ctx.run_started
 
     with atomic_directory(report_dir) as tmp:

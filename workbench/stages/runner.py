@@ -45,6 +45,7 @@ from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
+from workbench.core.memory import PeakMemory, lifetime_peak_bytes, megabytes
 from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_dir, remove_stale_temporaries
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
@@ -362,6 +363,7 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
         tracker.finish()
     result.seconds = time.perf_counter() - started
     manifest["seconds"] = round(result.seconds, 3)
+    manifest["peak_rss_mb"] = megabytes(lifetime_peak_bytes())  # the whole invocation's, stages and set-up alike
     manifest["cost"] = counter.as_dict()
     atomic_write_json(run_dir / "manifest.json", manifest)
     log.info("run %s finished in %.1f s", config.name, result.seconds)
@@ -404,9 +406,13 @@ def _run_stage(
             command=command,
         )
         before = resources.counter.snapshot()
+        memory = PeakMemory()
+        memory.start()
         summary = dict(func(context) or {})
         seconds = time.perf_counter() - started
         summary.setdefault("seconds", round(seconds, 3))
+        # this process's peak resident memory during the stage (its own peak where the kernel can reset it)
+        summary.setdefault("peak_rss_mb", megabytes(memory.peak_bytes()))
         atomic_write_json(
             tmp / STAGE_MARKER,
             {
@@ -418,5 +424,5 @@ def _run_stage(
             },
         )
     shutil.rmtree(run_dir / "scratch" / f"{spec.name}-{key}", ignore_errors=True)
-    log.info("stage %s: done in %.1f s", spec.name, seconds)
+    log.info("stage %s: done in %.1f s (peak RSS %.0f MB)", spec.name, seconds, summary["peak_rss_mb"])
     return StageResult(spec.name, key, False, seconds, summary, out_dir)

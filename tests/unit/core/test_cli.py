@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -105,7 +106,14 @@ def test_run_ends_with_the_per_stage_times(tmp_path):
     )
     first = wb("run", str(recipe))
     assert first.returncode == 0, first.stderr
-    rows = {line.split()[0]: line.split()[1] for line in first.stdout.splitlines() if line.startswith("build_data")}
-    assert float(rows["build_data"]) >= 0.0
+    assert "peak RSS (MB)" in first.stdout
+    rows = {line.split()[0]: line.split()[1:] for line in first.stdout.splitlines() if line.startswith("build_data")}
+    assert float(rows["build_data"][0]) >= 0.0
+    assert float(rows["build_data"][1]) > 10  # a Python process with the data libraries holds more than 10 MB
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["stages"]["build_data"]["summary"]["peak_rss_mb"] == pytest.approx(
+        float(rows["build_data"][1]), abs=0.6
+    )
+    assert manifest["peak_rss_mb"] >= manifest["stages"]["build_data"]["summary"]["peak_rss_mb"]
     again = wb("run", str(recipe))
-    assert any(line.split() == ["build_data", "cached"] for line in again.stdout.splitlines()), again.stdout
+    assert any(line.split() == ["build_data", "cached", "-"] for line in again.stdout.splitlines()), again.stdout

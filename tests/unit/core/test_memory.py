@@ -1,0 +1,41 @@
+"""Per-span peak resident memory (workbench.core.memory): its own peak where Linux allows, else the lifetime peak."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from workbench.core import memory
+from workbench.core.memory import PeakMemory, current_rss_bytes, lifetime_peak_bytes, megabytes
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux's")
+
+
+@linux_only
+def test_a_span_sees_its_own_allocation_and_the_next_span_starts_from_the_current_size():
+    meter = PeakMemory()
+    meter.start()
+    base = current_rss_bytes()
+    block = bytearray(200_000_000)  # touched pages: resident
+    block[::4096] = b"x" * len(block[::4096])
+    during = meter.peak_bytes()
+    del block
+    if not meter.per_span:
+        pytest.skip("this kernel does not let the process reset its peak")
+    assert during >= base + 150_000_000
+    meter.start()
+    after = meter.peak_bytes()
+    assert after < during - 150_000_000  # the freed block is not counted again
+
+
+def test_without_a_reset_the_figure_is_the_lifetime_peak(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "_CLEAR_REFS", tmp_path / "missing" / "clear_refs")
+    meter = PeakMemory()
+    meter.start()
+    assert meter.per_span is False
+    assert meter.peak_bytes() == lifetime_peak_bytes() > 0
+
+
+def test_megabytes_are_decimal():
+    assert megabytes(1_234_567_890) == 1234.6
