@@ -308,8 +308,7 @@ def student_module_class() -> type:
             self.progress.world_size = self.trainer.world_size
 
         def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            out = self.model(**batch)
-            loss = out.loss
+            loss = target_loss(self.model, batch)
             self.batch_losses.append(float(loss.detach()))
             self.progress.batches += 1
             self.log("loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch["input_ids"].shape[0])
@@ -326,6 +325,28 @@ def student_module_class() -> type:
                 checkpoint["state_dict"] = {k: v for k, v in state.items() if k in trainable}
 
     return StudentModule
+
+
+def target_loss(model: Any, batch: dict[str, Any]) -> Any:
+    """The causal-LM loss of ``batch`` (``input_ids``, ``attention_mask``, ``labels`` with :data:`IGNORE_INDEX` on
+    prompt and padding): the mean cross-entropy of each target token given the tokens before it — the loss
+    transformers computes from ``labels`` (shifted by one, mean over the target tokens), to float rounding.
+
+    The output layer runs only at the positions that predict a target token in some row of the batch
+    (``logits_to_keep``): the full vocabulary's logits at every prompt position (rows × tokens × vocabulary floats,
+    about 1.6 GB for 8 rows of 1,024 tokens over SmolLM2's 49k-token vocabulary, then as much again for their
+    log-softmax and gradient) were the training step's memory peak, for targets of a few tokens."""
+    import torch
+
+    labels = batch["labels"]
+    predicts_target = labels[:, 1:] != IGNORE_INDEX  # the logits at position t score the token at t + 1
+    keep = predicts_target.any(dim=0).nonzero().squeeze(-1)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], logits_to_keep=keep)
+    logits = out.logits.float()
+    targets = labels[:, 1:][:, keep]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
 
 
 @functools.cache

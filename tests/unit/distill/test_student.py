@@ -109,3 +109,29 @@ def test_a_row_without_tokens_is_a_data_error(tokenizer):
 
     with pytest.raises(DataError, match="target encodes to no token"):
         encode_row(tokenizer, _prompt(tokenizer), "", single_token=True, max_length=64)
+
+
+def test_the_target_loss_equals_transformers_loss_and_reads_only_the_target_positions(tiny_lm_dir):
+    import torch
+
+    from workbench.distill.student import IGNORE_INDEX, EncodedRow, LoraSettings, collate, load_student, target_loss
+
+    torch.manual_seed(0)
+    model, _ = load_student(str(tiny_lm_dir), LoraSettings(r=4, alpha=8, dropout=0.0))
+    rows = [  # a long prompt and a short one, targets of 3 and 1 tokens, right-padded together
+        EncodedRow(tuple(range(5, 29)), (IGNORE_INDEX,) * 21 + (26, 27, 28), "refine", 3, False),
+        EncodedRow(tuple(range(40, 49)), (IGNORE_INDEX,) * 8 + (48,), "enrich", 1, False),
+    ]
+    batch = collate(rows, pad_id=0)
+    widths = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: widths.append(o.shape[1]))
+    ours = target_loss(model, batch)
+    hook.remove()
+    theirs = model(**batch).loss
+    assert float(ours.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6, abs=1e-7)
+    # the output layer ran at 4 positions (20..22 predict row 0's target, 7 row 1's), not at all 24
+    assert widths == [4]
+    ours_grad = torch.autograd.grad(ours, [p for p in model.parameters() if p.requires_grad])
+    theirs_grad = torch.autograd.grad(model(**batch).loss, [p for p in model.parameters() if p.requires_grad])
+    for a, b in zip(ours_grad, theirs_grad, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
