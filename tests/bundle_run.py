@@ -9,6 +9,7 @@ uses) and export — is the real one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -164,13 +165,13 @@ def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
 
     from workbench.recipe import load_recipe
     from workbench.stages import registry
-    from workbench.stages.registry import StageSpec
     from workbench.stages.runner import run_recipe
 
-    spec = StageSpec(
-        "collect",
-        "synthetic collection for tests",
-        "tests.bundle_run:synthetic_collect",
+    # the real collect entry (its settings, check and splits: the recipe's collect section) with a synthetic function
+    spec = dataclasses.replace(
+        registry.STAGES["collect"],
+        summary="synthetic collection for tests",
+        entry="tests.bundle_run:synthetic_collect",
         version=1000,
         sections=("collect", "generator"),
         inputs=("build_data",),

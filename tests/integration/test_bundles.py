@@ -369,14 +369,15 @@ def test_a_bundle_with_a_greedy_only_router_decides_without_sampling(tiny_run):
 
 
 def test_bench_runtime_prices_and_measures_what_deciding_costs(tiny_run):
+    from workbench.reports.runtime import decision_cost_lines
     from workbench.runtime import load_bundle
-    from workbench.stages.bench_runtime import _decision_cost, _decision_cost_lines
+    from workbench.stages.bench_runtime import measure_decision_cost
 
     tmp, _ = tiny_run
     runtime = load_bundle(_bundle(tiny_run))
-    cost = _decision_cost(tmp / "run", runtime, ["Was Marie Curie born in Poland or in France?"])
+    cost = measure_decision_cost(tmp / "run", runtime, ["Was Marie Curie born in Poland or in France?"])
     assert cost["shipped_features"] == list(runtime.policy.features) and cost["tau"] <= 1.0
     # the greedy-only router pays the greedy answer; every collected feature adds entropy's samples
     assert cost["priced"]["shipped"]["lm_calls"] == 1.0 and cost["priced"]["all"]["lm_calls"] == 2.0
     assert cost["measured"]["lm_calls"] == 1.0
-    assert "## What deciding costs (per question)" in "\n".join(_decision_cost_lines(cost))
+    assert "## What deciding costs (per question)" in "\n".join(decision_cost_lines(cost))

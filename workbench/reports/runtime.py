@@ -76,7 +76,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             f"| {label} | {row['calls']} | {row['median_ms']:.4f} | {row['p95_ms']:.4f} "
             f"| {_ok(row['median_ms'] <= DECISION_GOAL_MS)} |"
         )
-    lines += _decision_cost_lines(bench.get("decision_cost"))
+    lines += decision_cost_lines(bench.get("decision_cost"))
     lines += [
         "",
         f"## Parity with the training run ({parity['questions']} `{parity['split']}` questions, τ = "
@@ -117,7 +117,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
     return lines
 
 
-def _decision_cost_lines(cost: dict[str, Any] | None) -> list[str]:
+def decision_cost_lines(cost: dict[str, Any] | None) -> list[str]:
     """The decision's LM cost per question: the shipped router against every collected feature."""
     if not cost:
         return []

@@ -153,7 +153,7 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
     return out, rows
 
 
-def _decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[str, Any] | None:
+def measure_decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[str, Any] | None:
     """What deciding costs per question with the shipped router: measured — the ``features`` step of D²-RAG's
     trace over ``questions`` (cold-cache counts: what the generation cache served is counted as work) — and priced
     from the run's per-stat costs for the shipped router's features against every collected feature. None when the
@@ -311,7 +311,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     parity, rows = _parity(run_dir, rt_numpy, rt_onnx)
     decision = _decision_path(rt_numpy, rt_onnx, rows, section.decision_repeats)
     ctx.log.info("decision cost: the shipped router's features against every collected feature")
-    decision_cost = _decision_cost(run_dir, rt_numpy, _questions(run_dir, 4))
+    decision_cost = measure_decision_cost(run_dir, rt_numpy, _questions(run_dir, 4))
     ctx.log.info("end to end: %s against the evaluate traces", ", ".join(section.end_to_end_methods))
     end_to_end = _end_to_end(run_dir, rt_numpy.root, list(section.end_to_end_methods), threads)
     question = _questions(run_dir, 1)[0]
