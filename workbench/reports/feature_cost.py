@@ -68,6 +68,9 @@ def bare_lines(bench: dict[str, Any]) -> list[str]:
         "| cost (all questions) | " + " | ".join(label for _, label in columns) + " |",
         "|---|" + "---:|" * len(columns),
         "| LM token-forwards | " + " | ".join(f"{bench[way]['token_forwards']:.0f}" for way, _ in columns) + " |",
+        "| token-forwards saved by prefix reuse | "
+        + " | ".join(f"{bench[way].get('prefix_reused_tokens', 0):.0f}" for way, _ in columns)
+        + " |",
         "| LM calls | " + " | ".join(f"{bench[way]['lm_calls']:.0f}" for way, _ in columns) + " |",
         "| wall time (s), median (min–max) | " + " | ".join(_seconds(bench[way]) for way, _ in columns) + " |",
         "",
@@ -96,8 +99,9 @@ def bare_lines(bench: dict[str, Any]) -> list[str]:
         f"libraries on SmolLM2 (N = 10 samples, 32 new tokens, 2 threads) and timed their feature collection "
         f"against this same naive generation: {peers}.",
         "",
-        "Token-forwards count prompt tokens too, which a forward pass processes in parallel, so wall time is the "
-        "better measure of cost on a CPU. The features that need more than the greedy answer and the samples pay for "
+        "Token-forwards count the positions the model computed, prompt tokens too (a forward pass processes those in "
+        "parallel, so wall time is the better measure of cost on a CPU), less the prompt prefixes the engine encoded "
+        "once for several rows (the row *saved by prefix reuse*). The features that need more than the greedy answer and the samples pay for "
         "their own model calls (Self-Detection: paraphrases and their answers; P(True) and Verbalized Confidence: a "
         "self-check prompt). The tables below show what each feature costs alone.",
     ]

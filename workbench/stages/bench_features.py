@@ -42,7 +42,9 @@ from workbench.stages.context import StageContext
 
 
 def _forwards(cost: Any) -> int:
-    return int(cost.prefill_tokens + cost.decoded_tokens + cost.scored_tokens)
+    """The token positions the model actually computed: prompt, decoded and scored tokens, less the prompt prefixes
+    the engine encoded once for several rows (``prefix_reused_tokens``)."""
+    return int(cost.prefill_tokens + cost.decoded_tokens + cost.scored_tokens - cost.prefix_reused_tokens)
 
 
 def _measure(counter: Any, fn) -> dict[str, float]:
@@ -52,6 +54,7 @@ def _measure(counter: Any, fn) -> dict[str, float]:
     return {
         "seconds": seconds,
         "token_forwards": _forwards(cost),
+        "prefix_reused_tokens": cost.prefix_reused_tokens,
         "lm_calls": cost.lm_calls,
         "nli_pairs": cost.nli_pairs,
         "embed_texts": cost.embed_texts,
