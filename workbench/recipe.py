@@ -366,17 +366,7 @@ def _check_backend(config: Any) -> None:
 def _check_devices(config: Any) -> None:
     """The generator's, embedder's and NLI judge's device strings are ones torch can be given (their availability is
     checked when each model loads, so a run made on a GPU machine can still be exported on another)."""
-    from workbench.backends.factory import check_device
-
-    check_device(config.generator.device, "generator.device")
-    check_device(config.embedder.device, "embedder.device")
-    check_device(config.nli.device, "nli.device")
-
-
-def _check_devices(config: Any) -> None:
-    """The generator's, embedder's and NLI judge's device strings are ones torch can be given (their availability is
-    checked when each model loads, so a run made on a GPU machine can still be exported on another)."""
-    from workbench.backends.factory import check_device
+    from workbench.backends.device import check_device
 
     check_device(config.generator.device, "generator.device")
     check_device(config.embedder.device, "embedder.device")
