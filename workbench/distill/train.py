@@ -59,7 +59,9 @@ class TrainSettings:
     ``grad_accum`` (batches per optimizer step), ``precision`` (Lightning's: ``32-true`` on CPU; ``bf16-mixed`` on
     recent GPUs), ``accelerator`` (``auto``: a GPU when torch sees one), ``devices`` (per node), ``num_nodes``,
     ``strategy``, ``max_length`` (tokens per training sequence), ``seed``, ``checkpoint_every`` (optimizer steps
-    between checkpoints; 0: only at epoch ends), ``gradient_clip`` (norm; 0: none)."""
+    between checkpoints; 0: only at epoch ends), ``gradient_clip`` (norm; 0: none), ``gradient_checkpointing``
+    (recompute each layer's activations in the backward pass instead of keeping them all:
+    :func:`~workbench.distill.student.use_gradient_checkpointing`)."""
 
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
@@ -73,6 +75,7 @@ class TrainSettings:
     strategy: str = "auto"
     max_length: int = 1024
     seed: int = 0
+    gradient_checkpointing: bool = True
     checkpoint_every: int = 50
     gradient_clip: float = 1.0
     section: str = field(default="distill", compare=False)
@@ -401,6 +404,7 @@ def train_student(
         loss_recorder_class,
         resumable_loader_class,
         student_module_class,
+        use_gradient_checkpointing,
     )
 
     if not rows:
@@ -410,6 +414,8 @@ def train_student(
     check_strategy(settings, accelerator)
     lightning.seed_everything(settings.seed, workers=True, verbose=False)
     model, tokenizer = load_student(str(model_dir), lora)
+    if settings.gradient_checkpointing:
+        use_gradient_checkpointing(model)
     encoded = encode_rows(tokenizer, rows, settings.max_length)
     stats = RowStats.of(encoded)
     pad_id = int(tokenizer.pad_token_id)

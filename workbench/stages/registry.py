@@ -273,6 +273,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.distill:run",
             sections=("distill",),
             inputs=("distill_data",),
+            version=2,  # 2: gradient checkpointing (distill.gradient_checkpointing) and the target-only output layer
             multi_process=True,  # every rank of a torchrun / srun launch trains; rank 0 writes
             settings="workbench.stages.settings.distill:DistillSection",
             check="workbench.stages.settings.distill:check",
@@ -284,7 +285,7 @@ STAGES: dict[str, StageSpec] = {
             "workbench.stages.tune_reader:run",
             sections=("tune_reader", "generator", "retrieval", "answer"),
             inputs=("build_data",),
-            version=2,  # 2: adapter.json records the data it was trained on (training_data)
+            version=3,  # 3: gradient checkpointing, target-only output layer; 2: adapter.json records training_data
             uses=("generator",),
             settings="workbench.stages.settings.tune_reader:TuneReaderSection",
             check="workbench.stages.settings.tune_reader:check",

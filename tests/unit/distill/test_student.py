@@ -135,3 +135,32 @@ def test_the_target_loss_equals_transformers_loss_and_reads_only_the_target_posi
     theirs_grad = torch.autograd.grad(model(**batch).loss, [p for p in model.parameters() if p.requires_grad])
     for a, b in zip(ours_grad, theirs_grad, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_lm_dir):
+    import torch
+
+    from workbench.distill.student import (
+        IGNORE_INDEX,
+        EncodedRow,
+        LoraSettings,
+        collate,
+        load_student,
+        target_loss,
+        use_gradient_checkpointing,
+    )
+
+    batch = collate([EncodedRow(tuple(range(5, 25)), (IGNORE_INDEX,) * 17 + (22, 23, 24), "refine", 3, False)], 0)
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the same LoRA initialisation
+        model, _ = load_student(str(tiny_lm_dir), LoraSettings(r=4, alpha=8, dropout=0.0))
+        model.train()
+        if checkpointing:
+            use_gradient_checkpointing(model)
+        loss = target_loss(model, batch)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        results.append((float(loss.detach()), torch.autograd.grad(loss, trainable)))
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-6)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)

@@ -47,6 +47,11 @@ class DistillSection:
         "which rows of the trace dataset to train on: teacher replies, gold-derived labels, or both",
         ["teacher", "gold"],
     )
+    gradient_checkpointing: bool = doc(
+        "recompute each layer's activations in the backward pass instead of keeping them (about a third of the "
+        "training memory for ~25 % more time per step)",
+        True,
+    )
     checkpoint_every: int = doc(
         "optimizer steps between checkpoints (0: at epoch ends only); an interrupted run resumes from the newest",
         50,
