@@ -5,7 +5,9 @@ process reset it to the current size (writing ``5`` to ``/proc/self/clear_refs``
 peak: :class:`PeakMemory` resets it when the span starts and reads it when the span ends. Where that reset is not
 available (other systems, a restricted ``/proc``) the figure is the process's peak since it started
 (``resource.getrusage``), and :attr:`PeakMemory.per_span` says so. Memory of child processes (a served model, a
-benchmark's subprocess) is not included: each is its own process.
+benchmark's subprocess) is not included: each is its own process. The reset is the kernel's one counter, so after
+it ``getrusage`` and tools that read it (``/usr/bin/time -v``) report the peak since the last stage began, not since
+the process started: the run's manifest records the largest stage peak instead (``peak_rss_mb``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class PeakMemory:
     peak), False when it is the process's peak since it started (an upper bound of the span's)."""
 
     def __init__(self) -> None:
-        self.per_span = False
+        self.per_span = "VmHWM" in _status_kib()  # reading without a reset: the peak since the last reset (or start)
 
     def start(self) -> None:
         """Begin a span: reset the kernel's peak to the current resident size where the system allows it."""

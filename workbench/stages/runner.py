@@ -45,7 +45,7 @@ from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
-from workbench.core.memory import PeakMemory, lifetime_peak_bytes, megabytes
+from workbench.core.memory import PeakMemory, megabytes
 from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_dir, remove_stale_temporaries
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
@@ -363,7 +363,9 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
         tracker.finish()
     result.seconds = time.perf_counter() - started
     manifest["seconds"] = round(result.seconds, 3)
-    manifest["peak_rss_mb"] = megabytes(lifetime_peak_bytes())  # the whole invocation's, stages and set-up alike
+    # the whole invocation's peak: the largest stage peak (each stage reset the kernel's counter when it began)
+    stage_peaks = [s.summary.get("peak_rss_mb", 0.0) for s in result.stages if not s.cached]
+    manifest["peak_rss_mb"] = max([*stage_peaks, megabytes(PeakMemory().peak_bytes())])
     manifest["cost"] = counter.as_dict()
     atomic_write_json(run_dir / "manifest.json", manifest)
     log.info("run %s finished in %.1f s", config.name, result.seconds)
