@@ -55,16 +55,20 @@ def validate_section(section: Any) -> None:
         raise ConfigError(f"must be > 0, got {section.target_ratio}", "bench_decoding.target_ratio")
 
 
-def build_pairs(ctx: StageContext, questions: list[str], corpus: Any) -> tuple[list[str], list[str], int]:
-    """D²-RAG's relevant-mode prompts for ``questions``: expert = with the top-k context, amateur = closed-book.
+def build_pairs(
+    ctx: StageContext, questions: list[str], corpus: Any, *, section: Any = None
+) -> tuple[list[str], list[str], int]:
+    """D²-RAG's relevant-mode prompts for ``questions``: expert = with the top-k context, amateur = closed-book,
+    rendered by the run's generator and retrieved by the run's retriever over ``corpus``.
 
-    Returns ``(experts, amateurs, no_context)``; ``no_context`` counts the questions retrieval found nothing for
-    (their expert prompt is the closed-book one).
+    ``section`` gives ``k``, ``passage_chars`` and ``max_new_tokens`` (default: the recipe's ``bench_decoding``
+    section; ``bench_gpu`` passes its own). Returns ``(experts, amateurs, no_context)``; ``no_context`` counts the
+    questions retrieval found nothing for (their expert prompt is the closed-book one).
     """
     from workbench.methods.base import Tools
     from workbench.methods.common import context_block, prompt_for
 
-    section = ctx.config.bench_decoding
+    section = section if section is not None else ctx.config.bench_decoding
     tools = Tools(
         generator=ctx.resources.generator(),
         retriever=ctx.resources.retriever(corpus),

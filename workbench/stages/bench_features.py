@@ -160,7 +160,9 @@ def validate_section(section: Any) -> None:
             raise ConfigError(f"must be >= 1, got {value}", f"bench_features.{key}")
 
 
-def _stats_for(features: list[str]) -> set[str]:
+def stats_for(features: list[str]) -> set[str]:
+    """The stats the stats graph computes for ``features`` (``lars``, whose fitted scorer the graph cannot produce,
+    costed as the greedy answer's log-probs it reads)."""
     from workbench.uncertainty.calculators import UNAVAILABLE_STATS
     from workbench.uncertainty.features import required_stats
 
@@ -168,6 +170,44 @@ def _stats_for(features: list[str]) -> set[str]:
     if stats & UNAVAILABLE_STATS:  # lars: its scorer reads the greedy answer's log-probs
         stats = (stats - UNAVAILABLE_STATS) | {"greedy_logprobs"}
     return stats
+
+
+def collect_stats(
+    rows: list[dict], features: list[str], *, generator: Any, judge: Any, embedder: Any, settings: Any
+) -> list[dict[str, Any]]:
+    """Every stat ``features`` need for ``rows`` by one :func:`~workbench.uncertainty.calculators.compute_stats` call
+    (each stat once per question, batched over questions, one NLI matrix shared): the *workbench* way this stage
+    times, and what ``bench_gpu`` times per batch size and through ``serve-model``. ``generator`` is any generator
+    (in-process or served); ``settings`` a :class:`~workbench.uncertainty.calculators.StatSettings`."""
+    from workbench.uncertainty.calculators import compute_stats
+
+    return compute_stats(
+        rows, stats_for(features), generator=generator, judge=judge, embedder=embedder, settings=settings
+    )
+
+
+def uncached_scorers(ctx: StageContext, counter: Any, *, device: str | None = None) -> tuple[Any, Any]:
+    """``(embedder, judge)`` of the recipe (``embedder``, ``nli`` sections) with no embedding cache and their costs
+    counted in ``counter``, so every measured way pays for what it embeds and judges. ``device`` replaces
+    ``embedder.device`` (the ``answer_equivalence`` judge runs where its embedder does); a model judge runs on
+    ``nli.device``."""
+    from workbench.backends.factory import build_embedder
+    from workbench.backends.nli import AnswerEquivalenceJudge
+    from workbench.stages.nli_eval import build_judge
+
+    embedder = build_embedder(
+        ctx.config.embedder.model,
+        batch_size=ctx.config.embedder.batch_size,
+        cache=False,
+        counter=counter,
+        device=device or ctx.config.embedder.device,
+        device_key="embedder.device",
+    )
+    if ctx.config.nli.kind == "answer_equivalence":
+        return embedder, AnswerEquivalenceJudge(embedder, counter=counter)
+    judge = build_judge(ctx.config.nli.kind, ctx.resources, ctx.config.nli.model)
+    judge.counter = counter
+    return embedder, judge
 
 
 class _ReencodingGenerator:
@@ -188,13 +228,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import torch
 
     from workbench.backends.cost import CostCounter
-    from workbench.backends.factory import build_embedder, build_generator
+    from workbench.backends.factory import build_generator
     from workbench.backends.lora import resolve_model
-    from workbench.backends.nli import AnswerEquivalenceJudge
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.stages.nli_eval import build_judge
-    from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings, compute_stats
+    from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
 
     section, gen_cfg = ctx.config.bench_features, ctx.config.generator
     validate_section(section)
@@ -214,19 +252,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         device_key="generator.device",
         prompt_format=gen_cfg.prompt_format,
     )
-    embedder = build_embedder(  # no embedding cache: every way pays for what it embeds
-        ctx.config.embedder.model,
-        batch_size=ctx.config.embedder.batch_size,
-        cache=False,
-        counter=counter,
-        device=ctx.config.embedder.device,
-        device_key="embedder.device",
-    )
-    if ctx.config.nli.kind == "answer_equivalence":
-        judge = AnswerEquivalenceJudge(embedder, counter=counter)
-    else:
-        judge = build_judge(ctx.config.nli.kind, ctx.resources, ctx.config.nli.model)
-        judge.counter = counter
+    embedder, judge = uncached_scorers(ctx, counter)  # no embedding cache: every way pays for what it embeds
     settings = StatSettings(
         samples=section.samples,
         temperature=section.temperature,
@@ -235,13 +261,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     )
 
     def stats(names: list[str], batch: list[dict] | None = None, engine: Any = generator) -> None:
-        compute_stats(
-            rows if batch is None else batch,
-            _stats_for(names),
-            generator=engine,
-            judge=judge,
-            embedder=embedder,
-            settings=settings,
+        collect_stats(
+            rows if batch is None else batch, names, generator=engine, judge=judge, embedder=embedder, settings=settings
         )
 
     def library(name: str) -> None:

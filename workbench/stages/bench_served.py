@@ -92,7 +92,9 @@ def agreement(exact: list[dict], served: list[dict], features: list[str], labels
     return out
 
 
-def _servable(features: list[str], capabilities: Any) -> tuple[list[str], dict[str, list[str]]]:
+def servable_features(features: list[str], capabilities: Any) -> tuple[list[str], dict[str, list[str]]]:
+    """``(servable, skipped)``: the ``features`` a server with ``capabilities`` can give, in order, and each other
+    feature with the capabilities it lacks (hidden states, attention, per-step logits are not in the protocol)."""
     from workbench.backends.capabilities import missing_capabilities
     from workbench.methods.backend_needs import feature_needs
 
@@ -132,7 +134,7 @@ def _bench_engine(
             probe_record=getattr(probe_generator, "probe_record", None),
         )
         probe_generator = probe_generator or generator
-        servable, skipped = _servable(features, generator.capabilities)
+        servable, skipped = servable_features(features, generator.capabilities)
         _collect(generator, rows[:2], servable, ctx)  # warm the server and this client
         values, seconds = _timed_collect(generator, rows, servable, ctx)
         rate = len(rows) / seconds
@@ -166,7 +168,7 @@ def _bench_engine(
                 capabilities=single,
                 probe_record=probe_generator.probe_record,
             )
-            servable, _ = _servable(features, generator.capabilities)
+            servable, _ = servable_features(features, generator.capabilities)
             _, seconds = _timed_collect(generator, rows, servable, ctx)
             result["one_prompt_per_request"][str(concurrency)] = {"questions_per_s": len(rows) / seconds}
             ctx.log.info("%s, one prompt per request, concurrency %d: %.2f q/s", name, concurrency, len(rows) / seconds)
@@ -174,13 +176,30 @@ def _bench_engine(
     return result
 
 
-def _serve_model_command(ctx: StageContext, port: int, served_name: str) -> list[str]:
-    section = ctx.config.bench_served
+def serve_model_command(
+    model: str, port: int, served_name: str, *, top_logprobs: int, batch_size: int, device: str, dtype: str
+) -> list[str]:
+    """The command line that starts ``workbench serve-model`` on ``model`` (a generator reference) with this
+    interpreter, on ``127.0.0.1:port`` under ``served_name``, as a process of its own (run it with
+    :func:`workbench.serve.load.server_process`); no generation cache."""
     return [
-        sys.executable, "-m", "workbench", "serve-model", "--model", str(ctx.config.generator.model),
-        "--port", str(port), "--served-name", served_name, "--max-logprobs", str(section.top_logprobs),
-        "--batch-size", str(ctx.config.generator.batch_size), "--device", ctx.config.generator.device,
+        sys.executable, "-m", "workbench", "serve-model", "--model", model, "--port", str(port),
+        "--served-name", served_name, "--max-logprobs", str(top_logprobs), "--batch-size", str(batch_size),
+        "--device", device, "--dtype", dtype,
     ]  # fmt: skip
+
+
+def _serve_model_command(ctx: StageContext, port: int, served_name: str) -> list[str]:
+    generator = ctx.config.generator
+    return serve_model_command(
+        str(generator.model),
+        port,
+        served_name,
+        top_logprobs=ctx.config.bench_served.top_logprobs,
+        batch_size=generator.batch_size,
+        device=generator.device,
+        dtype=generator.dtype,
+    )
 
 
 def _llama_cpp_command(port: int, gguf: Path, threads: int) -> list[str]:

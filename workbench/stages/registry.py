@@ -390,6 +390,27 @@ STAGES: dict[str, StageSpec] = {
             check="workbench.stages.settings.transfer:check",
             splits=("transfer.split",),
         ),
+        StageSpec(
+            "bench_gpu",
+            "measure collection, serve-model and contrastive-decoding throughput and peak memory on a CUDA GPU "
+            "(random-weight SmolLM2 / 1B shapes); skips without CUDA",
+            "workbench.stages.bench_gpu:run",
+            # generator: the tokenizer and the pairs' prompts; embedder, nli: the collection's judge; retrieval: pairs
+            sections=("bench_gpu", "generator", "embedder", "nli", "retrieval"),
+            inputs=("build_data",),
+            uses=("generator", "embedder"),
+            settings="workbench.stages.settings.bench_gpu:BenchGpuSection",
+            check="workbench.stages.settings.bench_gpu:check",
+            splits=("bench_gpu.split",),
+        ),
+        StageSpec(
+            "report_bench_gpu",
+            "write the GPU benchmark report (or say that it skipped, and where)",
+            "workbench.stages.bench_gpu:report",
+            sections=("report",),
+            inputs=("bench_gpu",),
+            cacheable=False,
+        ),
     )
 }
 
