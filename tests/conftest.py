@@ -42,6 +42,41 @@ def pytest_configure(config):
             torch.set_num_threads(1)
         except ImportError:
             pass
+    # a stage that builds a shared resource it does not declare fails its test (a run only warns)
+    from workbench.stages.context import Resources
+
+    Resources.strict = True
+    config._peak_rss_by_worker = {}
+
+
+def pytest_sessionfinish(session):
+    """Each process's peak resident memory over the session: a worker hands it to the controller."""
+    from workbench.core.memory import process_peak_bytes
+
+    peak = process_peak_bytes()
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["peak_rss_bytes"] = peak
+    else:
+        session.config._peak_rss_by_worker[os.environ.get("PYTEST_XDIST_WORKER", "main")] = peak
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when the suite runs without xdist
+def pytest_testnodedown(node, error):
+    """Collect a finished xdist worker's peak resident memory (see :func:`pytest_sessionfinish`)."""
+    peak = getattr(node, "workeroutput", {}).get("peak_rss_bytes")
+    if peak is not None:
+        node.config._peak_rss_by_worker[node.gateway.id] = peak
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Print the suite's peak resident memory: each process's, and their sum (what the workers can hold at once at
+    most). The goal is a suite that fits 2.5 GB; the figure is measured, never asserted."""
+    peaks = getattr(config, "_peak_rss_by_worker", {})
+    if not peaks:
+        return
+    each = ", ".join(f"{name} {peak / 1e9:.2f} GB" for name, peak in sorted(peaks.items()))
+    total = sum(peaks.values()) / 1e9
+    terminalreporter.write_line(f"peak resident memory: {each} (together at most {total:.2f} GB)")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,19 +13,84 @@ from workbench.core.settings import RecipeView
 from workbench.stages.registry import StageSpec
 
 
+def resource_kind(name: str) -> str:
+    """The kind of the resource called ``name``: what precedes its first ``:`` or ``@`` (``retriever:bm25`` and
+    ``controller_generator@<path>:<fingerprint>`` are a ``retriever`` and a ``controller_generator``)."""
+    return re.split("[:@]", name, maxsplit=1)[0]
+
+
+class UndeclaredResourceError(RuntimeError):
+    """A stage built a shared resource its :attr:`StageSpec.resources` does not name (raised only when
+    :attr:`Resources.strict`, as the test suite sets it; a run logs a warning instead)."""
+
+
 class Resources:
-    """Heavy objects shared by the stages of one run, built on first use (generator, embedder, corpus...)."""
+    """Heavy objects shared by the stages of one run, built on first use (generator, embedder, corpus...).
+
+    Each is kept only while the stages that run use it: before a stage runs, the runner calls :meth:`hold` with the
+    kinds the stage declares (:attr:`StageSpec.resources`), which drops every other resource and returns the freed
+    memory to the system, so a stage's peak memory is its own, not the sum of everything built before it. A dropped
+    resource is rebuilt on its next use (a model load: ~1-2 s for SmolLM2). A stage that builds a kind it did not
+    declare gets a warning (an :class:`UndeclaredResourceError` when ``strict``, as in the test suite)."""
+
+    strict = False
 
     def __init__(self, config: RecipeView, counter: CostCounter) -> None:
         self.config = config
         self.counter = counter
         self._built: dict[str, Any] = {}
+        self._stage: str | None = None  # the running stage, while one runs
+        self._declared: frozenset[str] | None = None  # its declared kinds (None: no stage running / not tracked)
+        self.undeclared: set[str] = set()  # kinds the running stage built without declaring them
 
     def get(self, name: str, factory) -> Any:
         """Return the resource ``name``, building it with ``factory()`` the first time."""
         if name not in self._built:
+            self._check_declared(name)
             self._built[name] = factory()
         return self._built[name]
+
+    def held(self) -> list[str]:
+        """The names of the resources built and held now."""
+        return list(self._built)
+
+    def hold(self, stage: str, kinds: tuple[str, ...] | frozenset[str]) -> list[str]:
+        """Begin ``stage``, which uses the resources of ``kinds``: drop every built resource of another kind (a
+        ``controller_generator`` keeps the run's ``generator``, which it may be), except a served generator (a
+        remote model holds no memory here, and re-probing its server costs time), and return the freed memory to
+        the system (:func:`~workbench.core.memory.return_freed_memory`). Returns the names dropped."""
+        from workbench.core.memory import return_freed_memory
+
+        keep = set(kinds) | ({"generator"} if "controller_generator" in kinds else set())
+        dropped = [
+            name
+            for name, value in self._built.items()
+            if resource_kind(name) not in keep and not getattr(value, "served", False)
+        ]
+        for name in dropped:
+            del self._built[name]
+        self._stage, self._declared, self.undeclared = stage, frozenset(keep), set()
+        if dropped:
+            return_freed_memory()
+        return dropped
+
+    def finish(self) -> set[str]:
+        """End the running stage: stop tracking declarations; return the kinds it built without declaring them."""
+        undeclared, self.undeclared = self.undeclared, set()
+        self._stage = self._declared = None
+        return undeclared
+
+    def _check_declared(self, name: str) -> None:
+        """Note (or, when ``strict``, refuse) a resource the running stage builds without declaring its kind."""
+        kind = resource_kind(name)
+        if self._declared is None or kind in self._declared:
+            return
+        if self.strict:
+            raise UndeclaredResourceError(
+                f"stage {self._stage} builds a {kind!r} resource ({name}) but its StageSpec.resources "
+                f"{tuple(sorted(self._declared))} does not name it: declare it in workbench/stages/registry.py"
+            )
+        self.undeclared.add(kind)
 
     def generator(self):
         """The run's :class:`workbench.backends.generator.Generator` (with the generation cache if enabled)."""

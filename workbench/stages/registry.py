@@ -23,6 +23,12 @@ class StageSpec:
     multi-process launch (torchrun / srun, one process per device): ranks other than 0 run only them, writing
     nothing (:func:`workbench.stages.runner.run_recipe`); the stage itself lets only rank 0 write.
 
+    ``resources`` are the kinds of the run's shared resources the stage uses
+    (:class:`~workbench.stages.context.Resources`: ``generator``, ``controller_generator``, ``embedder``,
+    ``retriever``, or a stage's own ``get`` name); before the stage runs the runner drops every other one and returns
+    its memory, so memory a stage does not need is not held through it (a dropped resource is rebuilt by the next
+    stage that uses it). Unrelated to ``uses`` (the assets the cache key fingerprints).
+
     What a stage owns of the recipe: ``settings`` is ``"module:Class"``, the dataclass of its section (keys, types,
     defaults, one-line meanings), which the recipe holds under ``section`` (the stage's name unless given; a stage
     that reads only shared or other stages' sections owns none). ``check`` is ``"module:function"``, the stage's own
@@ -37,6 +43,7 @@ class StageSpec:
     summary: str
     entry: str
     version: int = 1
+    resources: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
     optional_inputs: tuple[str, ...] = ()
@@ -90,6 +97,7 @@ STAGES: dict[str, StageSpec] = {
             "answer",
             "answer a split closed-book, with retrieval and with its gold passages; score the answers; count tokens",
             "workbench.stages.answer:run",
+            resources=("generator", "embedder", "retriever"),
             sections=("generator", "embedder", "retrieval", "answer"),
             inputs=("build_data",),
             version=2,  # 2: either-or questions scored by the option named; format_ok; the gold mode
@@ -125,6 +133,7 @@ STAGES: dict[str, StageSpec] = {
             "train_nli",
             "train the MiniLM NLI cross-encoder on pairs built from the Wikipedia corpus",
             "workbench.stages.train_nli:run",
+            resources=("generator", "embedder"),
             sections=("train_nli",),
             uses=("embedder",),
             settings="workbench.stages.settings.train_nli:TrainNLISection",
@@ -133,6 +142,7 @@ STAGES: dict[str, StageSpec] = {
             "eval_nli",
             "measure every NLI judge on held-out NLI pairs and short-answer pairs",
             "workbench.stages.train_nli:evaluate",
+            resources=("generator", "embedder"),
             sections=("train_nli", "nli", "generator", "embedder"),
             inputs=("train_nli",),
             uses=("generator", "embedder"),
@@ -149,6 +159,7 @@ STAGES: dict[str, StageSpec] = {
             "bench_backends",
             "measure generator (shared prefill vs re-encoding), NLI and retrieval speed and quality",
             "workbench.stages.bench_backends:run",
+            resources=("generator", "embedder", "retriever"),
             sections=("bench", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
@@ -168,6 +179,7 @@ STAGES: dict[str, StageSpec] = {
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",
+            resources=("generator", "embedder", "retriever"),
             sections=("collect", "generator", "nli", "embedder", "retrieval"),
             inputs=("build_data",),
             version=5,  # 5: stat_cost column + stat_costs.json, rag_retriever_seconds / rag_answer_seconds columns
@@ -180,6 +192,7 @@ STAGES: dict[str, StageSpec] = {
             "bench_features",
             "measure the cost of the 18 features: shared stats graph vs one feature at a time vs bare generation",
             "workbench.stages.bench_features:run",
+            resources=("generator", "embedder"),
             sections=("bench_features", "generator", "embedder", "nli"),
             inputs=("build_data",),
             version=2,
@@ -220,6 +233,7 @@ STAGES: dict[str, StageSpec] = {
             "evaluate",
             "run the selected methods over a split; save every trace; compare quality, retrieval rate, cost, latency",
             "workbench.stages.evaluate:run",
+            resources=("generator", "controller_generator", "embedder", "retriever"),
             sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
             optional_inputs=("collect", "calibrate", "classify", "fit_utility", "study", "distill"),
@@ -236,6 +250,7 @@ STAGES: dict[str, StageSpec] = {
             "seper_eval",
             "rank retrievers (BM25, dense, hybrid, DTR dual path) by mean ΔSePer on a labelled split",
             "workbench.stages.seper_eval:run",
+            resources=("generator", "embedder", "retriever", "seper_eval"),
             sections=("seper_eval", "generator", "embedder", "nli"),
             inputs=("build_data",),
             version=4,  # 2: DTR's dual path searches densely by default; 3: gold and random controls; 4: BCa intervals
@@ -247,6 +262,7 @@ STAGES: dict[str, StageSpec] = {
             "fit_utility",
             "train D²-RAG's gold-free utility classifier on ΔSePer labels of (question, top-k context) pairs",
             "workbench.stages.fit_utility:run",
+            resources=("generator", "embedder", "retriever"),
             version=4,  # 4: a three-class classifier by default, out-of-fold figures next to the majority baseline
             sections=("fit_utility", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
@@ -259,6 +275,7 @@ STAGES: dict[str, StageSpec] = {
             "distill_data",
             "record InSemRAG's controller decisions from a prompted teacher plus gold-derived labels (trace dataset)",
             "workbench.stages.distill_data:run",
+            resources=("generator", "controller_generator", "embedder", "retriever"),
             # evaluate: its passage_chars / max_new_tokens shape the passages the controller is shown
             sections=("distill_data", "generator", "embedder", "evaluate"),
             inputs=("build_data",),
@@ -283,6 +300,7 @@ STAGES: dict[str, StageSpec] = {
             "train a LoRA reader adapter: the answering model on training questions closed-book, with retrieval and "
             "with gold passages (Lightning; resumable); score it vs its base",
             "workbench.stages.tune_reader:run",
+            resources=("generator", "controller_generator", "embedder", "retriever"),
             sections=("tune_reader", "generator", "retrieval", "answer"),
             inputs=("build_data",),
             version=3,  # 3: gradient checkpointing, target-only output layer; 2: adapter.json records training_data
@@ -294,6 +312,7 @@ STAGES: dict[str, StageSpec] = {
             "bench_decoding",
             "measure contrastive decoding (one batched forward per step) vs greedy vs two sequential decoders",
             "workbench.stages.bench_decoding:run",
+            resources=("generator", "embedder", "retriever"),
             sections=("bench_decoding", "generator", "embedder", "retrieval"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
@@ -313,6 +332,7 @@ STAGES: dict[str, StageSpec] = {
             "study",
             "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
             "workbench.stages.study:run",
+            resources=("generator", "embedder", "retriever"),
             version=2,  # 2: parameter importances by fANOVA (Optuna 5's default ranks a custom target's low values)
             sections=("study", "evaluate", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),
@@ -336,6 +356,7 @@ STAGES: dict[str, StageSpec] = {
             "bench_served",
             "collect the same features in-process and through OpenAI-compatible servers: agreement and questions/s",
             "workbench.stages.bench_served:run",
+            resources=("generator", "embedder"),
             sections=("bench_served", "collect", "generator", "nli", "embedder"),
             inputs=("build_data",),
             uses=("generator", "embedder"),
@@ -371,6 +392,7 @@ STAGES: dict[str, StageSpec] = {
             "transfer",
             "measure the calibrators and the shipped decision in distribution vs on another template family",
             "workbench.stages.transfer:run",
+            resources=("generator", "embedder", "retriever"),
             # collect, generator, nli, embedder, retrieval: the shifted questions are collected as collect does
             sections=(
                 "transfer",
@@ -395,6 +417,7 @@ STAGES: dict[str, StageSpec] = {
             "measure collection, serve-model and contrastive-decoding throughput and peak memory on a CUDA GPU "
             "(random-weight SmolLM2 / 1B shapes); skips without CUDA",
             "workbench.stages.bench_gpu:run",
+            resources=("generator", "embedder"),
             # generator: the tokenizer and the pairs' prompts; embedder, nli: the collection's judge; retrieval: pairs
             sections=("bench_gpu", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),

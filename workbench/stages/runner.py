@@ -45,7 +45,7 @@ from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
-from workbench.core.memory import PeakMemory, megabytes
+from workbench.core.memory import PeakMemory, megabytes, process_peak_bytes, return_freed_memory
 from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_dir, remove_stale_temporaries
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
@@ -363,9 +363,7 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
         tracker.finish()
     result.seconds = time.perf_counter() - started
     manifest["seconds"] = round(result.seconds, 3)
-    # the whole invocation's peak: the largest stage peak (each stage reset the kernel's counter when it began)
-    stage_peaks = [s.summary.get("peak_rss_mb", 0.0) for s in result.stages if not s.cached]
-    manifest["peak_rss_mb"] = max([*stage_peaks, megabytes(PeakMemory().peak_bytes())])
+    manifest["peak_rss_mb"] = megabytes(process_peak_bytes())  # the whole process's, across the stages' resets
     manifest["cost"] = counter.as_dict()
     atomic_write_json(run_dir / "manifest.json", manifest)
     log.info("run %s finished in %.1f s", config.name, result.seconds)
@@ -408,9 +406,22 @@ def _run_stage(
             command=command,
         )
         before = resources.counter.snapshot()
+        dropped = resources.hold(spec.name, spec.resources)  # memory this stage does not use is not held through it
+        if dropped:
+            log.debug("stage %s: released %s", spec.name, ", ".join(dropped))
         memory = PeakMemory()
         memory.start()
-        summary = dict(func(context) or {})
+        try:
+            summary = dict(func(context) or {})
+        finally:
+            undeclared = resources.finish()
+        if undeclared:
+            log.warning(
+                "stage %s built %s without declaring it in its StageSpec.resources: it is dropped before the stage "
+                "and rebuilt in it; declare it (workbench/stages/registry.py)",
+                spec.name,
+                ", ".join(sorted(undeclared)),
+            )
         seconds = time.perf_counter() - started
         summary.setdefault("seconds", round(seconds, 3))
         # this process's peak resident memory during the stage (its own peak where the kernel can reset it)
@@ -426,5 +437,6 @@ def _run_stage(
             },
         )
     shutil.rmtree(run_dir / "scratch" / f"{spec.name}-{key}", ignore_errors=True)
+    return_freed_memory()  # what the stage freed (a training loop's heap) goes back before the next stage's peak
     log.info("stage %s: done in %.1f s (peak RSS %.0f MB)", spec.name, seconds, summary["peak_rss_mb"])
     return StageResult(spec.name, key, False, seconds, summary, out_dir)

@@ -34,3 +34,24 @@ def spread(ctx):
     value = int((ctx.inputs["produce"] / "value.txt").read_text())
     (ctx.out_dir / "spread.txt").write_text(str(value + 1))
     return {"spread": value + 1}
+
+
+class Widget:
+    """A stand-in for a heavy shared resource (a model); counts how often it was built."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        Widget.built += 1
+
+
+def use_widget(ctx):
+    """Builds (or reuses) the run's ``widget`` resource; says what the run held when the stage began."""
+    held = ctx.resources.held()
+    ctx.resources.get("widget", Widget)
+    return {"held_at_start": ",".join(held), "widget_builds": Widget.built}
+
+
+def idle(ctx):
+    """Uses no shared resource; says what the run holds while it runs."""
+    return {"held_at_start": ",".join(ctx.resources.held())}

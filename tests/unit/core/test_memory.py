@@ -39,3 +39,18 @@ def test_without_a_reset_the_figure_is_the_lifetime_peak(monkeypatch, tmp_path):
 
 def test_megabytes_are_decimal():
     assert megabytes(1_234_567_890) == 1234.6
+
+
+@linux_only
+def test_the_process_peak_survives_a_span_reset_and_freed_memory_goes_back():
+    meter = PeakMemory()
+    block = bytearray(300_000_000)
+    block[::4096] = b"x" * len(block[::4096])
+    during = current_rss_bytes()
+    del block
+    meter.start()  # resets the kernel's counter below the block
+    if not meter.per_span:
+        pytest.skip("this kernel does not let the process reset its peak")
+    assert meter.peak_bytes() < during - 200_000_000
+    assert memory.process_peak_bytes() >= during - 10_000_000  # recorded before the reset (counters lag a little)
+    assert memory.return_freed_memory() >= 0
