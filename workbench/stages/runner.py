@@ -45,7 +45,13 @@ from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
-from workbench.core.memory import PeakMemory, megabytes, process_peak_bytes, return_freed_memory
+from workbench.core.memory import (
+    PeakMemory,
+    map_large_allocations,
+    megabytes,
+    process_peak_bytes,
+    return_freed_memory,
+)
 from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_dir, remove_stale_temporaries
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
@@ -259,6 +265,7 @@ def run_other_rank(
     setup_logging(config.log_level)  # console only: rank 0 writes the run's log file
     seed_everything(config.seed)
     _apply_threads(config.threads)
+    map_large_allocations()
     first = next(i for i, name in enumerate(config.stages) if STAGES[name].multi_process)
     first_run = f"{recipe.command} 'stages=[{','.join(config.stages[:first])}]'"
     log.info("rank %d: running only the multi-process stage(s) of %s; rank 0 writes", rank, config.name)
@@ -323,6 +330,7 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     atomic_write_text(run_dir / "config.yaml", f"# resolved from {recipe.source}\n" + dump_yaml(config))
     seed_everything(config.seed)
     _apply_threads(config.threads)
+    map_large_allocations()  # large tensors freed go back to the system: no heap growth from stage to stage
     log.info("run %s → %s", config.name, run_dir)
 
     counter = CostCounter()

@@ -54,3 +54,17 @@ def test_the_process_peak_survives_a_span_reset_and_freed_memory_goes_back():
     assert meter.peak_bytes() < during - 200_000_000
     assert memory.process_peak_bytes() >= during - 10_000_000  # recorded before the reset (counters lag a little)
     assert memory.return_freed_memory() >= 0
+
+
+@linux_only
+def test_after_map_large_allocations_a_freed_large_block_leaves_the_process():
+    if not memory.map_large_allocations():
+        pytest.skip("not glibc: mallopt is not available")
+    big = bytearray(16_000_000)  # freeing an mmapped block would raise glibc's own threshold to its size
+    del big
+    before = current_rss_bytes()
+    block = bytearray(6_000_000)  # below that raised threshold, above ours: pages of its own
+    block[::4096] = b"x" * len(block[::4096])
+    assert current_rss_bytes() >= before + 5_000_000
+    del block
+    assert current_rss_bytes() < before + 2_000_000  # unmapped when freed, not kept in the heap
