@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.unit.stages.fake_build_data import write_build_data
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
@@ -252,24 +253,7 @@ def test_measure_model_refuses_too_few_rows_or_pairs(tiny_model):
 @pytest.fixture(scope="module")
 def build_data_dir(tmp_path_factory) -> Path:
     """A build_data output: ``qa/`` (a three-question ``test`` split) and ``corpus/`` (one chunk per passage)."""
-    import datasets
-
-    from workbench.data.dataset_store import save_dataset_dict
-    from workbench.data.schema import rows_to_dataset, validate_qa_row
-
-    out = tmp_path_factory.mktemp("build_data")
-    rows = [validate_qa_row({"id": f"q{i}", "question": q, "answers": ["x"]}, "test") for i, q in enumerate(QUESTIONS)]
-    save_dataset_dict(datasets.DatasetDict({"test": rows_to_dataset(rows, "test")}), out / "qa")
-    datasets.Dataset.from_dict(
-        {
-            "chunk_id": [f"{d}#0" for d, _, _ in PASSAGES],
-            "doc_id": [d for d, _, _ in PASSAGES],
-            "title": [t for _, t, _ in PASSAGES],
-            "text": [x for _, _, x in PASSAGES],
-            "index": [0] * len(PASSAGES),
-        }
-    ).save_to_disk(str(out / "corpus"))
-    return out
+    return write_build_data(tmp_path_factory.mktemp("build_data"), QUESTIONS, PASSAGES)
 
 
 STAGE_FEATURES = ["confidence", "semantic_entropy", "attention_score", "ptrue"]
