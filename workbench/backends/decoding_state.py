@@ -5,8 +5,9 @@ A decoding *state* is a dict: ``"cache"`` (the KV cache), ``"mask"`` (attention 
 ``"hidden"`` / ``"attn"`` when the decoding parameters ask for them. :class:`~workbench.backends.generator.Generator`
 makes and advances one (``prefill`` → ``step``); this module holds what works on it without the model: the
 left-padded batch layout (:func:`left_padded_batch`), keeping or repeating rows (:func:`select_rows`), joining
-separately prefilled states (:func:`joinable`, :func:`join_states`), the parts of a forward's output a state keeps,
-and :class:`DecodingRow`, the record of one decoded sequence. torch is imported inside the functions."""
+separately prefilled states (:func:`joinable`, :func:`join_states`), reserving room in a state's KV cache for the
+positions decoding will add (:func:`reserve_positions`), the parts of a forward's output a state keeps, and
+:class:`DecodingRow`, the record of one decoded sequence. torch is imported inside the functions."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ __all__ = [
     "joinable",
     "left_padded_batch",
     "record_extras",
+    "reserve_positions",
     "returned_cache",
     "select_rows",
 ]
@@ -161,6 +163,25 @@ def join_states(first: dict[str, Any], *others: dict[str, Any]) -> dict[str, Any
         if name not in joined:
             joined[name] = torch.cat([state[name] for state in states], dim=0)
     return joined
+
+
+def reserve_positions(state: dict[str, Any], positions: int) -> dict[str, Any]:
+    """Give ``state``'s KV cache room for ``positions`` more positions, so that decoding steps write their keys and
+    values in place instead of copying the whole cache at every step (in place; returns ``state``).
+
+    Only a :func:`joinable` cache (plain full-attention layers) is changed: its layers become
+    :class:`~workbench.backends.reserved_cache.ReservedLayer` holding the same tensors (nothing is copied now; the
+    first step copies the cache into buffers with the room, as a plain layer's step would copy it anyway). Any other
+    cache is left as it is. The keys and values stay exactly those of a plain cache, so decoding is unchanged;
+    :func:`select_rows` keeps rows with their room. A reserved cache is no longer :func:`joinable`: join first.
+    """
+    if positions < 1 or not joinable(state):
+        return state
+    from workbench.backends.reserved_cache import ReservedLayer
+
+    cache = state["cache"]
+    cache.layers = [ReservedLayer(layer.keys, layer.values, positions) for layer in cache.layers]
+    return state
 
 
 def record_extras(rows: list[DecodingRow], active: list[int], state: dict[str, Any], params: DecodingParams) -> None:

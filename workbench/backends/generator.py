@@ -13,7 +13,8 @@ Decoding is a hand-written loop over ``model(input_ids, attention_mask, position
 * prompts of one batch that **share a token prefix** (the chat template's system prompt, an instruction header)
   encode it once: :meth:`Generator.prefill` runs the prefix at batch 1 and forwards only each row's suffix over a
   copy of its KV cache (:mod:`workbench.backends.prefix_reuse`; ``Generator.prefix_reuse`` switches it off, and so
-  does ``share_prefill=False``);
+  does ``share_prefill=False``); rows that begin with tokens another decoding state holds continue it
+  (:meth:`Generator.prefill_continuing`);
 * sequences stop at EOS, at the first stop string (the text is cut before it) or after ``max_new_tokens``; finished
   rows are dropped from the batch (and the KV cache) at once.
 
@@ -508,22 +509,13 @@ class Generator(CachedGenerations):
     ) -> dict[str, Any] | None:
         """:meth:`prefill` with the planned prefix ``groups``; None (nothing counted) when the model's cache turns
         out not to be joinable."""
-        import torch
-
         states: list[dict[str, Any]] = []
         order: list[int] = []
         for group in groups:
             head = self._encode_prefix(id_lists[group.rows[0]][: group.length])
             if head is None:
                 return None
-            for chunk in self._suffix_chunks(id_lists, group):
-                out, mask, positions = self._continue_prefix(
-                    head, group.length, [id_lists[r][group.length :] for r in chunk], 1, params
-                )
-                state = {"cache": returned_cache(out), "mask": mask, "next_pos": positions[:, -1:] + 1}
-                state.update(forward_outputs(out, params))
-                states.append(state)
-                order.extend(chunk)
+            order.extend(self._continue_group(head, id_lists, group, params, states))
         grouped = {r for group in groups for r in group.rows}
         plain = [r for r in range(len(id_lists)) if r not in grouped]
         if plain:
@@ -531,12 +523,44 @@ class Generator(CachedGenerations):
             order.extend(plain)
         self.counter.prefill_tokens += sum(len(id_lists[r]) for r in grouped)
         self.counter.prefix_reused_tokens += sum(group.saved for group in groups)
-        state = join_states(*states) if len(states) > 1 else states[0]
-        if order != list(range(len(id_lists))):
-            inverse = torch.empty(len(order), dtype=torch.long)
-            inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-            state = select_rows(state, inverse)
-        return state
+        return _rows_in_order(states, order)
+
+    def prefill_continuing(
+        self, head: Any, length: int, id_lists: list[list[int]], params: DecodingParams
+    ) -> dict[str, Any]:
+        """The decoding state of rows whose first ``length`` tokens are encoded already, in order: ``head`` is the KV
+        cache of those tokens (one row, positions 0 … ``length`` − 1; e.g. cut from another state's row by
+        :func:`~workbench.backends.prefix_reuse.row_prefix_cache`) and every row of ``id_lists`` starts with them
+        and has at least one token more. Only the rows' suffixes are forwarded, over copies of ``head``, exactly as
+        :meth:`prefill` forwards a prefix group's (on a CPU in chunks whose padded size stays within
+        :data:`CPU_PREFILL_TOKENS`, joined); every row then holds the keys, values and logits of its whole prompt.
+        Counts ``prefill_tokens`` (every row's tokens, as :meth:`prefill` does) and ``prefix_reused_tokens``
+        (``length`` per row). For plain full-attention caches under :meth:`reuses_prefixes` (the caller checks)."""
+        short = [len(ids) for ids in id_lists if len(ids) <= length]
+        if not id_lists or short or length < 1:
+            raise ValueError(f"every row needs more than the {length} prefix tokens (rows of {short} tokens)")
+        states: list[dict[str, Any]] = []
+        order = self._continue_group(head, id_lists, PrefixGroup(tuple(range(len(id_lists))), length), params, states)
+        self.counter.prefill_tokens += sum(len(ids) for ids in id_lists)
+        self.counter.prefix_reused_tokens += length * len(id_lists)
+        return _rows_in_order(states, order)
+
+    def _continue_group(
+        self, head: Any, id_lists: list[list[int]], group: PrefixGroup, params: DecodingParams, states: list
+    ) -> list[int]:
+        """Forward the suffixes of ``group``'s rows over copies of the prefix cache ``head``, chunk by chunk
+        (:meth:`_suffix_chunks`); appends one decoding state per chunk to ``states`` and returns the rows in the
+        order their states hold them. Counts nothing."""
+        order: list[int] = []
+        for chunk in self._suffix_chunks(id_lists, group):
+            out, mask, positions = self._continue_prefix(
+                head, group.length, [id_lists[r][group.length :] for r in chunk], 1, params
+            )
+            state = {"cache": returned_cache(out), "mask": mask, "next_pos": positions[:, -1:] + 1}
+            state.update(forward_outputs(out, params))
+            states.append(state)
+            order.extend(chunk)
+        return order
 
     def _encode_prefix(self, prefix: list[int]) -> Any:
         """The KV cache of one prefix (batch 1, positions from 0), or None when it cannot be copied and joined
@@ -926,6 +950,19 @@ class Generator(CachedGenerations):
 
 
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
+def _rows_in_order(states: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
+    """One decoding state from ``states`` (joined) whose rows are ``order`` (a permutation of 0 … n − 1), put back
+    in order 0 … n − 1."""
+    import torch
+
+    state = join_states(*states) if len(states) > 1 else states[0]
+    if order != list(range(len(order))):
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        state = select_rows(state, inverse)
+    return state
+
+
 def _own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
     """:class:`PromptLogprobs` of ``ids`` from the logits of its positions ``0 .. L-2`` (each predicting the next)."""
     import torch

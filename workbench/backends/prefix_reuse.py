@@ -7,8 +7,11 @@ suffix is forwarded, left-padded, with the attention mask and positions continui
 (:func:`continued_layout`): the mask is ``[1 … 1 (prefix) | 0 … 0 (padding) | 1 … 1 (suffix)]`` and the suffix's
 positions start at the prefix length. The padding between the prefix and a row's suffix is a hole in the mask, never
 attended to; since a decoding state carries explicit positions and mask, decoding goes on from such a row exactly as
-from a row encoded whole. This module holds the model-free parts (the plan, the cache copy, the layout); torch and
-transformers are imported inside the functions.
+from a row encoded whole. Rows of another forward that begin with tokens a decoding state already holds continue
+that state's row instead: :func:`row_prefix_cache` cuts the row's prefix out and
+:meth:`~workbench.backends.generator.Generator.prefill_continuing` forwards the suffixes over it (contrastive
+decoding's second stream, whose prompt shares its system prompt with the first). This module holds the model-free
+parts (the plan, the cache copy and cut, the layout); torch and transformers are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "continued_layout",
     "expand_cache",
     "plan_prefix_groups",
+    "row_prefix_cache",
 ]
 
 PREFIX_MIN_TOKENS = 16
@@ -127,3 +131,22 @@ def continued_layout(suffixes: Sequence[Sequence[int]], prefix_length: int, pad_
     input_ids, mask, positions = left_padded_batch(suffixes, pad_id)
     full = torch.cat([mask.new_ones((len(suffixes), prefix_length)), mask], dim=1)
     return input_ids, full, positions + prefix_length
+
+
+def row_prefix_cache(cache: Any, mask: Any, row: int, length: int) -> Any:
+    """A one-row ``DynamicCache`` of the keys and values of the first ``length`` real positions (mask 1) of row ``row``
+    of a decoding state's cache (``cache``, ``mask``: every layer a plain full-attention layer, see
+    :func:`~workbench.backends.decoding_state.joinable`): the KV cache of that row's first ``length`` tokens at
+    positions 0 … ``length`` − 1, as every layout here counts a row's positions (left padding and the hole after a
+    reused prefix are masked and skipped). Copies; the state is left as it is."""
+    from transformers.cache_utils import DynamicCache
+
+    index = mask[row].nonzero()[:length, 0].to(cache.layers[0].keys.device)
+    if index.numel() < length:
+        raise ValueError(f"row {row} holds {index.numel()} tokens, fewer than the {length} asked for")
+    return DynamicCache(
+        [
+            (layer.keys[row : row + 1].index_select(2, index), layer.values[row : row + 1].index_select(2, index))
+            for layer in cache.layers
+        ]
+    )

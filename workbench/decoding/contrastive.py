@@ -24,20 +24,26 @@ Engines:
   left-padded rows (per-row attention masks and position ids, one KV cache whose rows are the streams): one forward
   per decoding step for both streams of every active pair. The prompts are encoded by one forward per stream, each
   padded only to its own width, and the two caches are then joined (:func:`prefill_streams`), so a short
-  closed-book prompt is not padded to the width of a prompt with five passages. Finished pairs leave the batch (both
-  their rows, cache included) at once.
+  closed-book prompt is not padded to the width of a prompt with five passages. The amateurs need not encode the
+  prefix both streams share (the chat header and system prompt): they continue the experts' rows over it when that
+  saves more prefill tokens than the generator's own prefix reuse among them (:func:`prefill_amateurs`; always for
+  a single pair). The joined cache then gets room for the answer's positions
+  (:func:`~workbench.backends.decoding_state.reserve_positions`): a step writes its keys and values in place, where
+  a plain cache would copy all 2B rows — the amateurs' padded to the experts' width — at every step. Finished
+  pairs leave the batch (both their rows, cache included) at once.
 * :func:`sequential_contrastive_generate` is the reference: the same decisions with two forwards per step (the expert
   batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
   tests and for :func:`workbench.stages.bench_decoding.benchmark_contrastive`.
 
 The generator's public step API is reused (its prompt encoding and truncation ``encode_prompt``, ``prefill`` /
-``step``, ``select_rows`` / ``join_states``, the stop / EOS rule ``finish_row`` and the answer-token bookkeeping
-``answer``), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
+``prefill_continuing`` / ``step``, ``select_rows`` / ``join_states``, the stop / EOS rule ``finish_row`` and the
+answer-token bookkeeping ``answer``), so α = 0 reproduces ``generator.generate(..., temperature=0)`` exactly.
 
 Costs go to ``generator.counter``: ``lm_calls`` +2 per pair (its two prompts, expert and amateur, in either engine);
 ``lm_batches`` +1 per batch of pairs (at most ``generator.batch_size`` pairs; one for any request that fits one
 batch) in the batched engine, +2 in the sequential one (one per stream);
-``prefill_tokens`` the prompt tokens of both streams (padding excluded); ``decoded_tokens`` 2 per step per active pair.
+``prefill_tokens`` the prompt tokens of both streams (padding excluded; a reused prefix counts in every row, its
+saving in ``prefix_reused_tokens``); ``decoded_tokens`` 2 per step per active pair.
 Generations are not cached (the generation cache keys single-prompt requests).
 """
 
@@ -340,6 +346,10 @@ def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: li
     every decoding step after that is one forward of 2B rows. Equal widths, or a model whose cache cannot be joined
     (sliding-window layers: found out once per generator, by its first split prefill), take a single forward over
     the 2B rows.
+
+    The amateurs are encoded by :func:`prefill_amateurs`: they continue the experts' cache over the prefix all 2B
+    prompts share (the system prompt) when that saves more prefill tokens than the generator's own prefix reuse
+    among the amateurs.
     """
     from workbench.backends.generator import join_states, joinable
 
@@ -348,8 +358,51 @@ def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: li
     experts = generator.prefill(expert_ids, params)
     generator.joinable_cache = joinable(experts)
     if generator.joinable_cache:
-        return join_states(experts, generator.prefill(amateur_ids, params))
+        return join_states(experts, prefill_amateurs(generator, experts, expert_ids, amateur_ids, params))
     return generator.prefill(expert_ids + amateur_ids, params)
+
+
+def shared_prefix_length(expert_ids: list[list[int]], amateur_ids: list[list[int]]) -> int:
+    """The number of leading tokens every expert and amateur prompt share, at most every amateur's length − 1 (an
+    amateur continuing them keeps a token of its own, whose logits start its stream)."""
+    from workbench.backends.prefix_reuse import common_prefix_length
+
+    first = expert_ids[0]
+    length = min(len(ids) - 1 for ids in amateur_ids)
+    for ids in [*expert_ids, *amateur_ids]:
+        length = min(length, common_prefix_length(first, ids))
+    return max(length, 0)
+
+
+def prefill_amateurs(
+    generator: Any, experts: Any, expert_ids: list[list[int]], amateur_ids: list[list[int]], params: Any
+) -> Any:
+    """The amateurs' decoding state, given the experts' (``experts``, rows in ``expert_ids`` order, joinable).
+
+    Both streams' prompts begin with the same chat header and system prompt (D²-RAG: the answering prompt with and
+    without its passages; the question comes after the context, so the shared part ends before it): 33 tokens of
+    SmolLM2's 66-token closed-book prompt. When every prompt shares such a prefix (:func:`shared_prefix_length`)
+    and the generator reuses prefixes (:meth:`~workbench.backends.generator.Generator.reuses_prefixes`), the
+    amateurs continue the first expert row's keys and values of those tokens
+    (:func:`~workbench.backends.prefix_reuse.row_prefix_cache`,
+    :meth:`~workbench.backends.generator.Generator.prefill_continuing`): only their own tokens are forwarded (one
+    forward, or on a CPU the chunks ``prefill`` would make), and no forward encodes the prefix. That is taken when it
+    saves more prefill tokens than the generator's own prefix reuse among the amateurs would
+    (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`: their longer common prefix, encoded once by a
+    forward of its own): always for one pair, whose amateur has no other row to share with; else the amateurs are
+    encoded by ``generator.prefill``. Either way every amateur row holds the keys, values and logits of its whole
+    prompt (up to float rounding) and ``prefill_tokens`` counts every prompt token (the saving goes to
+    ``prefix_reused_tokens``).
+    """
+    from workbench.backends.prefix_reuse import plan_prefix_groups, row_prefix_cache
+
+    length = shared_prefix_length(expert_ids, amateur_ids)
+    if length >= 1 and generator.reuses_prefixes(params):
+        own = sum(group.saved for group in plan_prefix_groups(amateur_ids, generator.prefix_min_tokens))
+        if length * len(amateur_ids) > own:
+            head = row_prefix_cache(experts["cache"], experts["mask"], 0, length)
+            return generator.prefill_continuing(head, length, amateur_ids, params)
+    return generator.prefill(amateur_ids, params)
 
 
 def _keep_pairs(
@@ -379,9 +432,11 @@ def _keep_pairs(
 
 def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
     """Rows 0..n-1 are the experts and rows n..2n-1 the amateurs of the n active pairs; one forward per step."""
+    from workbench.backends.decoding_state import reserve_positions
 
     _new_rows(chunk)
     state = prefill_streams(generator, [p.ids_expert for p in chunk], [p.ids_amateur for p in chunk], params)
+    state = reserve_positions(state, params.max_new_tokens - 1)  # steps write the 2n rows' KV in place
     generator.counter.lm_calls += 2 * len(chunk)  # prompts: both streams of every pair
     generator.counter.lm_batches += 1
     alphas, para = _pair_tensors(chunk, state["logits"].device)

@@ -40,8 +40,9 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
         "",
         "*greedy*: plain greedy decoding of the expert prompts (one forward of B rows per step). *batched*: "
         "contrastive decoding with both streams in one forward of 2B rows per step (the prompts encoded by one "
-        "forward per stream, each at its own width, and the KV caches joined). *sequential*: the same "
-        "decisions with two decoders (two forwards of B rows per step). Forwards are model calls of one run "
+        "forward per stream, each at its own width, the amateurs continuing the experts' rows over the system "
+        "prompt where that saves more tokens, and the KV caches joined with room for the answer). *sequential*: "
+        "the same decisions with two decoders (two forwards of B rows per step). Forwards are model calls of one run "
         "(greedy / batched / sequential); parity = batched, sequential and padded chose the same tokens.",
         "",
         "![seconds per variant](seconds.png)",
@@ -67,7 +68,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "",
             "Prefill: *batched* encodes each stream's prompts by a forward of its own, each padded to its own width, "
             "and joins the KV caches; *padded* encodes all 2B prompts in one forward padded to the longest one (the "
-            "closed-book prompts padded to the width of five passages).",
+            "closed-book prompts padded to the width of five passages; no prefix reuse).",
             "",
             "| pairs | batched (split prefill) s | padded (one prefill forward) s | padded/greedy "
             "| split-prefill speed-up |",

@@ -16,6 +16,7 @@ from workbench.decoding.contrastive import (
     entropy,
     entropy_weight,
     sequential_contrastive_generate,
+    shared_prefix_length,
 )
 from workbench.stages.bench_decoding import benchmark_contrastive
 
@@ -181,8 +182,12 @@ def test_split_prefill_joins_the_caches_and_falls_back_to_one_forward(generator,
     budget = generator.max_context - 6
     width_e = max(len(generator._encode_prompt(p, budget)) for p in experts)
     width_a = max(len(generator._encode_prompt(p, budget)) for p in amateurs)
-    assert width_e != width_a
-    assert split_shapes == [(3, width_e), (3, width_a)] + [(6, 1)] * 5  # own widths, then 2B rows per step
+    shared = shared_prefix_length(
+        [generator.encode_prompt(p, budget) for p in experts], [generator.encode_prompt(p, budget) for p in amateurs]
+    )
+    assert width_e != width_a and shared >= 1  # the chat template's header
+    # own widths (the amateurs continue the experts' rows over the shared prefix), then 2B rows per step
+    assert split_shapes == [(3, width_e), (3, width_a - shared)] + [(6, 1)] * 5
     assert shapes == [(6, max(width_e, width_a))] + [(6, 1)] * 5  # one padded forward, then the same steps
     assert ids(split) == ids(single)
     for a, b in zip(split, single, strict=True):

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.unit.stages.fake_build_data import write_build_data
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
@@ -36,24 +37,7 @@ PASSAGES = [
 @pytest.fixture(scope="module")
 def build_data_dir(tmp_path_factory) -> Path:
     """A build_data output: ``qa/`` (a five-question ``test`` split) and ``corpus/`` (one chunk per passage)."""
-    import datasets
-
-    from workbench.data.dataset_store import save_dataset_dict
-    from workbench.data.schema import rows_to_dataset, validate_qa_row
-
-    out = tmp_path_factory.mktemp("build_data")
-    rows = [validate_qa_row({"id": f"q{i}", "question": q, "answers": ["x"]}, "test") for i, q in enumerate(QUESTIONS)]
-    save_dataset_dict(datasets.DatasetDict({"test": rows_to_dataset(rows, "test")}), out / "qa")
-    datasets.Dataset.from_dict(
-        {
-            "chunk_id": [f"{d}#0" for d, _, _ in PASSAGES],
-            "doc_id": [d for d, _, _ in PASSAGES],
-            "title": [t for _, t, _ in PASSAGES],
-            "text": [x for _, _, x in PASSAGES],
-            "index": [0] * len(PASSAGES),
-        }
-    ).save_to_disk(str(out / "corpus"))
-    return out
+    return write_build_data(tmp_path_factory.mktemp("build_data"), QUESTIONS, PASSAGES)
 
 
 @pytest.fixture(scope="module")
@@ -108,15 +92,19 @@ def test_bench_json_has_one_result_per_batch_size(finished):
     assert bench["threads"] >= 1 and bench["device"] == "cpu" and bench["no_context"] == 0
     for r in bench["results"]:
         assert r["parity"] is True
-        # one prefill forward per stream (their widths differ), then one forward per further step; sequential
-        # runs two decoders in lock-step. Where a stream's rows share a prompt prefix (two pairs share the system
-        # prompt), the engine encodes it once first: one more forward per stream (prefix reuse, issue 31)
-        prefix_forwards = 2 if r["costs"]["batched"]["prefix_reused_tokens"] else 0
-        assert (r["pairs"] > 1) == (prefix_forwards > 0)
-        streams = r["forwards"]["batched"] - prefix_forwards
-        assert 2 <= streams <= 4 and r["forwards"]["greedy"] >= 1
-        assert r["forwards"]["sequential"] == 2 * streams - 2 + prefix_forwards
-        assert r["forwards"]["padded"] == streams - 1  # one prefill forward for both streams
+        # every variant decodes exactly max_new_tokens steps (EOS and stop strings off): one forward per step after
+        # the first (two for the sequential engine's two decoders); the rest are prefill forwards
+        steps = bench["settings"]["max_new_tokens"] - 1
+        prefill = {k: n - steps * (2 if k == "sequential" else 1) for k, n in r["forwards"].items()}
+        # the experts' prefill is greedy's (a prefix forward of its own where two rows share the system prompt);
+        # the batched engine adds the amateurs': continuing the experts' rows over the prompt both streams share
+        # (one forward, no prefix forward) or, where that saves fewer tokens, as the sequential engine's second
+        # decoder prefills them
+        assert r["forwards"]["greedy"] >= 1 and prefill["greedy"] >= 1
+        assert prefill["sequential"] >= prefill["batched"] >= prefill["greedy"] + 1
+        assert prefill["padded"] == 1  # one forward for both streams (no prefix reuse: the cache counts as unjoinable)
+        if r["pairs"] == 1:  # nothing to share within a stream; the amateur continues the expert's system prompt
+            assert r["costs"]["sequential"]["prefix_reused_tokens"] == 0 < r["costs"]["batched"]["prefix_reused_tokens"]
         assert r["costs"]["batched"]["lm_batches"] == 1 and r["costs"]["sequential"]["lm_batches"] == 2
         for key in (
             "ratio_batched_vs_greedy",
