@@ -51,14 +51,16 @@ def build_generator(
     seed: int = 0,
     device_key: str = "device",
     prompt_format: str = "auto",
+    batch_rows: int | None = None,
 ) -> Any:
     """A :class:`~workbench.backends.generator.Generator` for ``model`` (an embedded name, a local directory, an
     explicit hub id or a resolved model), with the on-disk generation cache when ``cache``, rendering its prompts in
-    ``prompt_format`` (``auto`` | ``chat`` | ``completion``, see the generator).
+    ``prompt_format`` (``auto`` | ``chat`` | ``completion``, see the generator); ``batch_rows`` None keeps the
+    generator's default.
 
     ``device`` goes through :func:`resolve_device` (errors name ``device_key``); anything else that fails while the
     model loads is a one-line :class:`AssetError` naming the model."""
-    from workbench.backends.generator import Generator
+    from workbench.backends.generator import BATCH_ROWS, Generator
 
     generation_cache = None
     if cache:
@@ -77,6 +79,7 @@ def build_generator(
             counter=counter,
             seed=seed,
             prompt_format=prompt_format,
+            batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
         )
 
 

@@ -246,6 +246,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         dtype=gen_cfg.dtype,
         max_context=gen_cfg.max_context,
         batch_size=gen_cfg.batch_size,
+        batch_rows=gen_cfg.batch_rows,
         cache=False,
         counter=counter,
         seed=ctx.config.seed,

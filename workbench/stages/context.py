@@ -163,6 +163,7 @@ class Resources:
             dtype=section.dtype,
             max_context=max_context,
             batch_size=section.batch_size,
+            batch_rows=section.batch_rows,
             cache=section.cache,
             counter=self.counter,
             seed=self.config.seed,

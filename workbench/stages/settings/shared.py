@@ -29,6 +29,12 @@ class GeneratorSection:
         "float32",
     )
     batch_size: int = doc("prompts per forward batch", 8)
+    batch_rows: int = doc(
+        "decoding rows per batch (prompts x samples): a batch takes more than batch_size prompts while its rows stay"
+        " within this, so greedy answers fill a batch as samples do (in-process backend)",
+        64,
+        minimum=1,
+    )
     max_context: int | None = doc("context window in tokens (null: the model's own)", None)
     cache: bool = doc("use the on-disk generation cache (never generate the same prompt twice)", True)
     prompt_format: Literal["auto", "chat", "completion"] = doc(
