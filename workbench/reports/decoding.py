@@ -35,7 +35,7 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             else f"Every answer decodes {s['max_new_tokens']} tokens (stop strings off; EOS may end a row sooner, "
             "so the variants may take different numbers of steps)"
         )
-        + f"; times are the median of {s['repeats']} run(s) after one warm-up (rounds in rotated order; min–max "
+        + f"; times are the median of {_runs(bench)} run(s) after one warm-up (rounds in rotated order; min–max "
         "in brackets), no generation cache. Compare the ratios, not the absolute times (shared, noisy machines).",
         "",
         "*greedy*: plain greedy decoding of the expert prompts (one forward of B rows per step). *batched*: "
@@ -88,6 +88,14 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "those pairs were decoded in chunks (every variant alike), so a step is several forwards there.",
         ]
     return [*lines, ""]
+
+
+def _runs(bench: dict[str, Any]) -> str:
+    """The timed rounds per batch size: one number, or one per size ("6 / 3 / 3") when ``min_seconds`` added some."""
+    rounds = [r.get("repeats", bench["settings"]["repeats"]) for r in bench["results"]]
+    if len(set(rounds)) == 1:
+        return str(rounds[0])
+    return " / ".join(map(str, rounds)) + " (B = " + " / ".join(str(r["pairs"]) for r in bench["results"]) + ")"
 
 
 def _timed(result: dict[str, Any], variant: str) -> str:

@@ -51,6 +51,8 @@ def validate_section(section: Any) -> None:
             raise ConfigError(f"must be >= 1, got {value}", f"bench_decoding.{key}")
     if not (math.isfinite(section.alpha) and section.alpha >= 0):
         raise ConfigError(f"must be finite and >= 0, got {section.alpha}", "bench_decoding.alpha")
+    if not (math.isfinite(section.min_seconds) and section.min_seconds >= 0):
+        raise ConfigError(f"must be finite and >= 0, got {section.min_seconds}", "bench_decoding.min_seconds")
     if not section.target_ratio > 0:
         raise ConfigError(f"must be > 0, got {section.target_ratio}", "bench_decoding.target_ratio")
 
@@ -137,6 +139,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             stop=(),
             target_ratio=section.target_ratio,
             ignore_eos=section.ignore_eos,
+            min_seconds=section.min_seconds,
         )
         results.append(result)
     bench = {
@@ -150,6 +153,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "batch_sizes": sizes,
             "max_new_tokens": section.max_new_tokens,
             "repeats": section.repeats,
+            "min_seconds": section.min_seconds,
             "alpha": section.alpha,
             "k": section.k,
             "passage_chars": section.passage_chars,
@@ -199,21 +203,24 @@ def benchmark_contrastive(
     stop: Sequence[str] | None = (),
     target_ratio: float = 1.3,
     ignore_eos: bool = False,
+    min_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding, and of
     the batched engine with both streams prefilled by one padded forward (``padded``: what the split prefill saves).
 
     Each variant runs once to warm up, then ``repeats`` rounds, round r starting with variant r mod 4 (rotated order:
-    none is always first or always right after another); ``times_s`` holds every timed run, the medians and ``spread_s``
-    (min, max) come from them. ``ignore_eos`` lets no token end an answer (the generator's ``eos_ids`` emptied for the
-    run), so with ``stop=()`` every variant decodes exactly ``max_new_tokens`` tokens: the same work, whatever the
-    contrast does to where an answer would end. The generation cache is bypassed and the generator's counter is left
-    untouched (all three restored afterwards); the costs and the number of model forward passes of one run of each
-    variant are reported. Steps differ between variants when they stop at different places (EOS, ``stop``: contrast
-    changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and per-forward times are
-    given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of 2B rows relative to one of
-    B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``); ``parity`` says whether
-    batched, sequential and padded chose the same tokens.
+    none is always first or always right after another), and more rounds while the timed rounds took less than
+    ``min_seconds`` in all (at most ``10 × repeats``: a short measurement, noisier on a shared machine, gets more runs;
+    ``repeats`` in the result is the rounds run); ``times_s`` holds every timed run, the medians and ``spread_s`` (min,
+    max) come from them. ``ignore_eos`` lets no token end an answer (the generator's ``eos_ids`` emptied for the run),
+    so with ``stop=()`` every variant decodes exactly ``max_new_tokens`` tokens: the same work, whatever the contrast
+    does to where an answer would end. The generation cache is bypassed and the generator's counter is left untouched
+    (all three restored afterwards); the costs and the number of model forward passes of one run of each variant are
+    reported. Steps differ between variants when they stop at different places (EOS, ``stop``: contrast changes the
+    tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and per-forward times are given too;
+    ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of 2B rows relative to one of B rows.
+    ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``); ``parity`` says whether batched,
+    sequential and padded chose the same tokens.
     """
     import statistics
     import time
@@ -268,13 +275,16 @@ def benchmark_contrastive(
             costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
         hook.remove()
         names = list(variants)
-        for r in range(repeats):
-            shift = r % len(names)
+        rounds, spent = 0, 0.0
+        while rounds < repeats or (spent < min_seconds and rounds < 10 * repeats):
+            shift = rounds % len(names)
+            rounds += 1
             for name in names[shift:] + names[:shift]:
                 generator.counter = CostCounter()
                 began = time.perf_counter()
                 variants[name]()
                 times[name].append(time.perf_counter() - began)
+                spent += times[name][-1]
     finally:
         hook.remove()
         generator.cache, generator.counter, generator.eos_ids = saved_cache, saved_counter, saved_eos
@@ -288,7 +298,7 @@ def benchmark_contrastive(
     return {
         "pairs": len(experts),
         "max_new_tokens": max_new_tokens,
-        "repeats": repeats,
+        "repeats": rounds,
         "alpha": alpha,
         "greedy_s": median["greedy"],
         "batched_s": median["batched"],

@@ -57,6 +57,7 @@ def make_ctx(tmp_path: Path, build_data: Path, model: Path, **settings) -> Simpl
     config.report.dir = str(tmp_path / "report")
     section = config.bench_decoding
     section.batch_sizes, section.repeats, section.max_new_tokens, section.k = [1, 2], 1, 3, 2
+    section.min_seconds = 0.0
     for key, value in settings.items():
         setattr(section, key, value)
     counter = CostCounter()

@@ -85,3 +85,24 @@ def test_benchmark_contrastive_can_decode_past_eos(tiny_lm_dir):
     for variant, (low, high) in full["spread_s"].items():
         assert low <= full[f"{variant}_s"] <= high and len(full["times_s"][variant]) == 3
     generator.eos_ids = eos
+
+
+def test_benchmark_contrastive_adds_rounds_until_min_seconds(tiny_lm_dir):
+    from workbench.backends.generator import Generator
+    from workbench.stages.bench_decoding import benchmark_contrastive
+
+    generator = Generator(tiny_lm_dir)
+    experts, amateurs = [generator.render_chat("Who wrote Hamlet?")], [generator.render_chat("Hamlet?")]
+
+    def run(**kwargs) -> dict:
+        result = benchmark_contrastive(generator, experts, amateurs, max_new_tokens=2, **kwargs)
+        assert all(len(times) == result["repeats"] for times in result["times_s"].values())
+        return result
+
+    assert run(repeats=2)["repeats"] == 2  # no min_seconds: repeats only
+    assert run(repeats=2, min_seconds=1e9)["repeats"] == 20  # never reached: capped at 10 x repeats
+    # otherwise it stops at the first round that brings the timed total to min_seconds
+    result = run(repeats=1, min_seconds=0.2)
+    per_round = [sum(times[r] for times in result["times_s"].values()) for r in range(result["repeats"])]
+    assert sum(per_round) >= 0.2 or result["repeats"] == 10
+    assert result["repeats"] == 1 or sum(per_round[:-1]) < 0.2

@@ -17,6 +17,11 @@ class BenchDecodingSection:
     batch_sizes: list[int] = doc("pairs decoded at once; one measurement per size", [1, 4, 8])
     max_new_tokens: int = doc("tokens decoded per answer (stop strings are ignored so every variant runs them all)", 16)
     repeats: int = doc("timing repeats after one warm-up, in rotated order (median and min-max reported)", 3)
+    min_seconds: float = doc(
+        "more rounds (up to 10 x repeats) while a batch size's timed rounds took less than this many seconds in all:"
+        " short measurements are the noisy ones",
+        60.0,
+    )
     alpha: float = doc("contrast strength α", 1.0)
     k: int = doc("passages in the expert (with-context) prompt", 5)
     passage_chars: int = doc("each passage is cut to this many characters", 400)
