@@ -59,7 +59,7 @@ def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
     ]  # ptrue prompts the model itself
     assert ratios["workbench_over_naive"]["seconds"] == pytest.approx(work["seconds"] / naive["seconds"])
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "target ≥ 5x" in report and "≤ 2x" in report and "≤ 1x" in report and "| lars |" in report
+    assert "target ≥ 5x" in report and "≤ 2.5x" in report and "≤ 1x" in report and "| lars |" in report
     assert "transformers `generate`" in report and "TruthTorchLM" in report and "5 features" in report
     assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
 
