@@ -411,14 +411,16 @@ class Generator(CachedGenerations):
         """Consecutive batches of ``jobs``: a batch takes the next job while it holds fewer than ``batch_size``
         prompts, or while its decoding rows (each job's missing samples) stay within ``batch_rows`` with it — so 40
         greedy answers go in one batch of 40 rows, as 8 prompts of 5 samples would, instead of five batches of 8 rows
-        (on a CPU the larger batch took 0.58x the time: SmolLM2, 2 threads, 16 tokens). Requests for attentions keep
-        ``batch_size`` prompts (their weights grow with the batch)."""
+        (on a CPU the larger batch took 0.58x the time: SmolLM2, 2 threads, 16 tokens). Requests for attentions (their
+        weights grow with the batch) and models whose cache cannot be joined (their prefill is one forward of the
+        whole batch) keep ``batch_size`` prompts."""
         batches: list[list[_Job]] = []
         rows = 0
+        grows = not params.attentions and self.joinable_cache is not False  # else a prefill is one forward
         for job in jobs:
             batch = batches[-1] if batches else None
             fits = batch is not None and (
-                len(batch) < self.batch_size or (not params.attentions and rows + len(job.samples) <= self.batch_rows)
+                len(batch) < self.batch_size or (grows and rows + len(job.samples) <= self.batch_rows)
             )
             if fits:
                 batch.append(job)
@@ -494,14 +496,15 @@ class Generator(CachedGenerations):
         on the first prefix) and under an attention implementation other than
         :data:`~workbench.backends.prefix_reuse.REUSE_ATTENTION` (flash kernels take no hole in a padding mask).
 
-        On a GPU the rows (or a group's suffixes) go through one left-padded forward. On a CPU a forward is
-        compute-bound, and a padded batch of long prompts costs more than its rows one by one (padding, and attention
-        under a padding mask: 8 prompts of ~550 tokens took 1.3× as long padded as split, measured with SmolLM2 on 2
-        cores), so the rows are cut, in order, into groups whose padded size stays within :data:`CPU_PREFILL_TOKENS`
-        (short prompts still share a forward), each group is encoded by a forward of its own and the KV caches are
-        joined (:func:`join_states`). Every row's keys, values and next-token logits are those of its own forward, so
-        decoding is unchanged. A model whose cache cannot be joined (sliding-window layers), or a request for
-        attentions, takes one forward."""
+        On a GPU the rows (or a group's suffixes) go through left-padded forwards of ``batch_size`` rows (a batch can
+        hold more prompts, up to ``batch_rows``: its prefill stays within the activations of ``batch_size``), joined
+        (:func:`join_states`). On a CPU a forward is compute-bound, and a padded batch of long prompts costs more than
+        its rows one by one (padding, and attention under a padding mask: 8 prompts of ~550 tokens took 1.3× as long
+        padded as split, measured with SmolLM2 on 2 cores), so the rows are cut, in order, into groups whose padded size
+        stays within :data:`CPU_PREFILL_TOKENS` (short prompts still share a forward), each group is encoded by a
+        forward of its own and the KV caches are joined (:func:`join_states`). Every row's keys, values and next-token
+        logits are those of its own forward, so decoding is unchanged. A model whose cache cannot be joined
+        (sliding-window layers), or a request for attentions, takes one forward."""
         if self.reuses_prefixes(params):
             groups = plan_prefix_groups(id_lists, self.prefix_min_tokens)
             if groups:
@@ -610,11 +613,12 @@ class Generator(CachedGenerations):
         return cache if self.joinable_cache else None
 
     def _suffix_chunks(self, id_lists: list[list[int]], group: PrefixGroup) -> list[list[int]]:
-        """The rows of ``group``, shortest suffix first, in chunks forwarded together: one on a GPU; on a CPU
-        consecutive chunks whose padded suffixes stay within :data:`CPU_PREFILL_TOKENS` (as :meth:`prefill`)."""
+        """The rows of ``group``, shortest suffix first, in chunks forwarded together: on a GPU ``batch_size`` rows a
+        chunk; on a CPU consecutive chunks whose padded suffixes stay within :data:`CPU_PREFILL_TOKENS` (as
+        :meth:`prefill`)."""
         rows = sorted(group.rows, key=lambda r: len(id_lists[r]))
         if self._device_type() != "cpu":
-            return [rows]
+            return [rows[i : i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
         chunks: list[list[int]] = [[]]
         for r in rows:
             width = len(id_lists[r]) - group.length  # the widest so far: rows are sorted by length
@@ -643,9 +647,13 @@ class Generator(CachedGenerations):
         return out, mask, positions
 
     def _prefill_groups(self, id_lists: list[list[int]], params: DecodingParams) -> list[list[list[int]]]:
-        """Consecutive groups of rows for :meth:`prefill` (one group: a single forward)."""
-        if len(id_lists) == 1 or params.attentions or self.joinable_cache is False or self._device_type() != "cpu":
+        """Consecutive groups of rows for :meth:`prefill` (one group: a single forward): on a GPU ``batch_size`` rows a
+        group (a batch may hold up to ``batch_rows`` prompts; the prefill's activations stay those of ``batch_size``),
+        on a CPU groups within :data:`CPU_PREFILL_TOKENS`."""
+        if len(id_lists) == 1 or params.attentions or self.joinable_cache is False:
             return [id_lists]
+        if self._device_type() != "cpu":
+            return [id_lists[i : i + self.batch_size] for i in range(0, len(id_lists), self.batch_size)]
         groups: list[list[list[int]]] = [[]]
         for ids in id_lists:
             width = max([len(ids), *map(len, groups[-1])])

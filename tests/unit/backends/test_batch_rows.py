@@ -63,3 +63,34 @@ def test_batch_rows_must_be_positive(tiny_lm_dir):
 
     with pytest.raises(ValueError, match="batch_rows"):
         Generator(tiny_lm_dir, batch_rows=0)
+
+
+def test_a_gpu_prefill_forwards_batch_size_rows_at_a_time(generator, monkeypatch):
+    """Off a CPU a batch of up to batch_rows prompts is prefilled batch_size rows per forward (the activations of
+    batch_size prompts, as before batch_rows), and decodes as one batch with the same generations."""
+    widths: list[int] = []
+    hook = generator.model.register_forward_hook(
+        lambda m, args, kwargs, out: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        generator.cache, generator.counter, generator.prefix_reuse = None, CostCounter(), False
+        on_cpu = generator.generate(QUESTIONS[:12], max_new_tokens=2, stop=())
+        cpu_widths, widths[:] = list(widths), []
+        monkeypatch.setattr(type(generator), "_device_type", lambda self: "cuda")
+        as_gpu = generator.generate(QUESTIONS[:12], max_new_tokens=2, stop=())
+    finally:
+        hook.remove()
+        generator.prefix_reuse = True
+    assert widths == [4, 4, 4, 12]  # three prefill forwards of batch_size rows, then one step of all 12
+    assert cpu_widths[-1] == 12 and generator.counter.lm_batches == 2  # one batch per call
+    for a, b in zip(on_cpu, as_gpu, strict=True):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+
+
+def test_a_cache_that_cannot_be_joined_keeps_batch_size_prompts(generator):
+    saved = generator.joinable_cache
+    generator.joinable_cache = False  # e.g. sliding-window layers: a prefill is one forward of the whole batch
+    try:
+        assert _batches(generator, prompts=12) == 3
+    finally:
+        generator.joinable_cache = saved
