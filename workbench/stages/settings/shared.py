@@ -31,7 +31,9 @@ class GeneratorSection:
     batch_size: int = doc("prompts per forward batch", 8)
     batch_rows: int = doc(
         "decoding rows per batch (prompts x samples): a batch takes more than batch_size prompts while its rows stay"
-        " within this, so greedy answers fill a batch as samples do (in-process backend)",
+        " within this, so greedy answers fill a batch as samples do (in-process backend; the KV cache of this many"
+        " rows is held while decoding, the prefill still runs batch_size prompts at a time: lower it if a GPU runs"
+        " out of memory)",
         64,
         minimum=1,
     )
