@@ -70,6 +70,15 @@ def _header(bench: dict[str, Any], name: str, rerun: str) -> list[str]:
         f"judge `{bench['nli_judge']}`. Times are the median of {s['repeats']} run(s) after one warm-up (min–max in "
         f"brackets). Each measurement runs over {s['questions']} questions, or as many as its batch needs to be full.",
         "",
+        *(
+            [
+                "**Partial run** (`bench.partial.json`): the stage was cut short; the tables hold the measurements it "
+                "finished, and a model or measurement missing below was not reached.",
+                "",
+            ]
+            if bench.get("partial")
+            else []
+        ),
     ]
 
 

@@ -75,6 +75,11 @@ MAX_POSITIONS = 8192
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 """Why the stage skips on a machine without CUDA (logged once and written to ``bench.json``)."""
 
+PARTIAL = "bench.partial.json"
+"""What the stage has measured so far (``bench.json``'s form plus ``partial: true``), rewritten after each
+measurement and removed once ``bench.json`` is written: a run cut short (a GPU lease ending) keeps its figures, and
+:func:`workbench.reports.gpu.write_gpu_report` renders them."""
+
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -287,6 +292,7 @@ def measure_model(
     counter: Any,
     seed: int = 0,
     log: Any = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Measure (a) collection and (c) contrastive decoding, with (d) their peak memory, for the model at
     ``model_dir`` loaded on ``device`` in ``dtype`` by the package's generator (no generation cache; its costs go to
@@ -302,7 +308,8 @@ def measure_model(
     ``collection`` entry per batch size (``batch_size``, ``questions``, ``questions_per_s`` and
     :func:`~workbench.stages.bench_features.measure_ways`'s median costs with their spread, ``peak_memory_mb``), one
     ``decoding`` entry per B (:func:`~workbench.stages.bench_decoding.benchmark_contrastive`'s result plus
-    ``peak_memory_mb``). Raises ``ValueError`` when ``rows`` or the pairs are too few.
+    ``peak_memory_mb``). ``progress``, when given, is called with that dict after each measurement (the stage keeps
+    a partial ``bench.json`` with it). Raises ``ValueError`` when ``rows`` or the pairs are too few.
     """
     from workbench.backends.factory import build_generator
     from workbench.stages.bench_decoding import benchmark_contrastive
@@ -356,6 +363,8 @@ def measure_model(
                     "peak_memory_mb": _peak_mb(device),
                 }
             )
+            if progress is not None:
+                progress(out)
         for size in pairs:
             generator.batch_size = size  # one chunk: every variant decodes the B pairs in one batch
             if log is not None:
@@ -372,6 +381,8 @@ def measure_model(
                 ignore_eos=True,
             )
             out["decoding"].append({**result, "peak_memory_mb": _peak_mb(device)})
+            if progress is not None:
+                progress(out)
     finally:
         generator = None  # the closures above read it through this name: now the model can be freed
         _release(device)
@@ -391,6 +402,7 @@ def measure_serve(
     seed: int = 0,
     log_path: Path | None = None,
     log: Any = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
     """Measure (b): the collection of :func:`measure_model` through ``workbench serve-model`` serving ``model_dir``
     on ``device`` in ``dtype``, started as a process of its own (:func:`workbench.stages.bench_served.
@@ -402,7 +414,8 @@ def measure_serve(
     protocol can give, in order) and the others with the capabilities they lack; per concurrency ``concurrency``,
     ``questions``, ``questions_per_s``, the median costs with their spread, and ``server_memory_mb`` — GPU memory in
     use on the device after the measurement less before the server started (None on a CPU). ``rows`` must hold at
-    least ``max(questions, largest concurrency x prompts per request)`` rows (else ``ValueError``).
+    least ``max(questions, largest concurrency x prompts per request)`` rows (else ``ValueError``). ``progress``, when
+    given, is called with that dict after each concurrency.
     """
     from workbench.backends.factory import build_served_generator
     from workbench.serve.load import free_port, server_process
@@ -469,6 +482,8 @@ def measure_serve(
                     "server_memory_mb": None if in_use is None or before is None else in_use - before,
                 }
             )
+            if progress is not None:
+                progress(out)
     return out
 
 
@@ -553,6 +568,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 MODEL_SHAPES[name], tokenizer_dir, model_dir, seed=ctx.config.seed, dtype=section.dtype
             )
             common = {"device": device, "dtype": section.dtype, "rows": rows, "judge": judge, "embedder": embedder}
+
+            def checkpoint(partial: dict[str, Any], name: str = name, shape: dict[str, Any] = shape) -> None:
+                # a GPU lease or a job can end mid-run: what was measured so far stays readable
+                models = [*bench["models"], {"name": name, "shape": shape, **partial}]
+                atomic_write_json(ctx.out_dir / PARTIAL, {**bench, "partial": True, "models": models})
+
             result = measure_model(
                 model_dir,
                 section,
@@ -561,6 +582,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 counter=counter,
                 seed=ctx.config.seed,
                 log=ctx.log,
+                progress=checkpoint,
                 **common,
             )
             if section.concurrency:
@@ -571,11 +593,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
                     seed=ctx.config.seed,
                     log_path=ctx.out_dir / f"serve-model-{name}.log",
                     log=ctx.log,
+                    progress=lambda serve, result=result, checkpoint=checkpoint: checkpoint({**result, "serve": serve}),
                     **common,
                 )
             bench["models"].append({"name": name, "shape": shape, **result})
             _release(device)
     atomic_write_json(ctx.out_dir / "bench.json", bench)
+    (ctx.out_dir / PARTIAL).unlink(missing_ok=True)
     return summary(bench)
 
 

@@ -417,7 +417,7 @@ STAGES: dict[str, StageSpec] = {
             "measure collection, serve-model and contrastive-decoding throughput and peak memory on a CUDA GPU "
             "(random-weight SmolLM2 / 1B shapes); skips without CUDA",
             "workbench.stages.bench_gpu:run",
-            resources=("generator", "embedder"),
+            resources=("generator", "embedder", "retriever"),
             # generator: the tokenizer and the pairs' prompts; embedder, nli: the collection's judge; retrieval: pairs
             sections=("bench_gpu", "generator", "embedder", "nli", "retrieval"),
             inputs=("build_data",),

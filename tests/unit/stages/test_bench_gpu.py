@@ -199,6 +199,7 @@ def test_measure_model_on_the_cpu_gives_rates_ratios_and_parity_per_batch_size(t
     rows = [{"question": q} for q in QUESTIONS]
     experts = [f"Context: {text}\nQuestion: {q}" for q, (_, _, text) in zip(QUESTIONS, PASSAGES, strict=False)]
     amateurs = [f"Question: {q}" for q in QUESTIONS[:2]]
+    seen: list[tuple[int, int]] = []  # (collection entries, decoding entries) at each progress call
     result = bench_gpu.measure_model(
         path,
         section,
@@ -210,7 +211,10 @@ def test_measure_model_on_the_cpu_gives_rates_ratios_and_parity_per_batch_size(t
         judge=judge,
         embedder=embedder,
         counter=counter,
+        progress=lambda partial: seen.append((len(partial["collection"]), len(partial["decoding"]))),
     )
+    # one progress call after each measurement, each seeing that measurement's entry
+    assert seen == [(1, 0), (2, 0), (2, 1), (2, 2)]
     assert result["device"] == "cpu" and result["dtype"] == "float32"
     assert result["parameters"] == shape["parameters"] and result["weights_mb"] is None
 
@@ -302,6 +306,8 @@ def test_the_stage_measures_every_part_on_the_cpu(finished):
     assert summary["skipped"] is False and summary["tiny_collect_questions_per_s"] > 0
     assert summary["tiny_served_questions_per_s"] > 0 and summary["tiny_contrastive_ratio"] > 0
     assert summary["tiny_peak_memory_mb"] is None
+    # the partial record is gone once bench.json is written
+    assert not (finished[2].parent / "out" / bench_gpu.PARTIAL).exists()
 
 
 def test_the_report_of_a_cpu_run_says_it_is_no_gpu_figure(finished):
@@ -337,3 +343,17 @@ def test_the_report_of_a_gpu_run_names_the_card_and_the_versions(finished, tmp_p
     rows = [line for line in text.splitlines() if line.startswith("| `tiny` |")]
     assert len(rows) == 1 + 1 + 2 + 1  # the model, (a) at B = 2, (b) at concurrency 1 and 2, (c) at one pair
     assert "`attention_score` (needs attentions)" in text
+    assert "Partial run" not in text
+
+
+def test_a_partial_record_renders_what_was_measured_and_says_so(finished, tmp_path):
+    from workbench.reports.gpu import write_gpu_report
+
+    _, bench, _ = finished
+    (model,) = bench["models"]
+    partial = {**bench, "partial": True, "models": [{**model, "decoding": [], "serve": None}]}
+    text = write_gpu_report(partial, tmp_path, name="bench-gpu", rerun="workbench run bench-gpu").read_text()
+    assert "**Partial run**" in text
+    assert "## (a) Feature collection" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `tiny` |")]
+    assert len(rows) == 1 + 1  # the model and (a) at B = 2: neither (b) nor (c) was reached
