@@ -40,8 +40,8 @@ class DecodingRow:
     ``job`` / ``sample`` say which prompt and sample it is (free for other decoders to use as they like);
     ``generator`` is its sampling RNG (None for greedy). ``tokens`` are every token chosen so far, the terminating one
     included; the decoding loop appends to ``raw`` / ``processed`` / ``entropy`` (and ``top_ids`` / ``top_lps``,
-    ``hidden`` / ``attn``) as it goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and,
-    for a stop string, ``text``.
+    ``hidden`` / ``attn``; ``own_attention``: the last layer's log attention diagonal at each token it fed) as it
+    goes; :meth:`Generator.finish_row` sets ``finish`` ("eos", "stop", "length") and, for a stop string, ``text``.
     """
 
     job: int
@@ -55,6 +55,7 @@ class DecodingRow:
     top_lps: list[np.ndarray] = field(default_factory=list)
     hidden: list[np.ndarray] = field(default_factory=list)
     attn: list[np.ndarray] = field(default_factory=list)
+    own_attention: list[np.ndarray] = field(default_factory=list)
     finish: str | None = None
     text: str = ""
 

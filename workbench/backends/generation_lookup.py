@@ -29,6 +29,7 @@ def decoding_params(
     hidden_layer: int | None = None,
     attentions: bool = False,
     top_logprobs: int = 0,
+    answer_attention: bool = False,
 ) -> DecodingParams:
     """The normalised parameters of one ``generate`` call; ``ValueError`` for out-of-range values or ``n < 1``."""
     params = DecodingParams(
@@ -41,6 +42,7 @@ def decoding_params(
         hidden_layer=hidden_layer,
         attentions=attentions,
         top_logprobs=int(top_logprobs),
+        answer_attention=bool(answer_attention),
     ).normalised()
     params.validate()
     if n < 1:

@@ -43,6 +43,12 @@ class Generation:
     step, most likely first (k is capped at the vocabulary size); ``eos_top_ids`` / ``eos_top_logprobs`` (``(k,)``)
     the same for the EOS step when the answer ended with EOS. All None without ``top_logprobs``.
 
+    With ``return_answer_attention`` (:meth:`Generator.generate`): ``attention_logdiag`` is a float32 array
+    ``(n_heads, len(token_ids))``, log A^h_pp of the LAST layer at each answer token's own position p (the weight the
+    query at p puts on its own key; LLM-Check's attention score, the ``attention_logdiag`` stat), read while decoding
+    (:mod:`workbench.backends.attention_diag`); None when the loop could not read every answer token's (a stop string
+    inside the last token, a model it cannot wrap) or the generation came from a cache that lacked it.
+
     ``decode_steps`` is what this sample cost the decoding loop that made it: the decoding steps it ran (its answer
     tokens plus a terminating EOS or stop-string token) — what ``CostCounter.decoded_tokens`` counted for it — so a
     method can charge each question its own share of a batched call. It is never stored in the generation cache: a
@@ -69,6 +75,7 @@ class Generation:
     eos_top_ids: np.ndarray | None = None
     eos_top_logprobs: np.ndarray | None = None
     decode_steps: int | None = field(default=None, compare=False)
+    attention_logdiag: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def sum_logprob(self) -> float:
@@ -122,7 +129,9 @@ class DecodingParams:
 
     Greedy decoding (``temperature == 0``) ignores ``top_p``, ``top_k`` and ``seed``, so they are normalised away.
     ``top_logprobs`` (k > 0) records the k most likely tokens per step; it changes nothing else, and
-    :meth:`key_fields` leaves it out when 0 so cache keys made before it existed stay valid.
+    :meth:`key_fields` leaves it out when 0 so cache keys made before it existed stay valid. ``answer_attention``
+    records the last layer's attention diagonal at the answer tokens (``Generation.attention_logdiag``); it changes
+    nothing the cache stores under a key, so :meth:`key_fields` always leaves it out.
     """
 
     max_new_tokens: int
@@ -134,6 +143,7 @@ class DecodingParams:
     hidden_layer: int | None = None
     attentions: bool = False
     top_logprobs: int = 0
+    answer_attention: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -149,6 +159,7 @@ class DecodingParams:
     def key_fields(self) -> dict[str, object]:
         """The parameters as a JSON-ready dict for cache keys (``stop`` a list; ``top_logprobs`` only when > 0)."""
         fields = {**self.__dict__, "stop": list(self.stop)}
+        del fields["answer_attention"]
         if not self.top_logprobs:
             del fields["top_logprobs"]
         return fields

@@ -146,6 +146,9 @@ class Generator(CachedGenerations):
     what it saved is counted in ``counter.prefix_reused_tokens``.
     """
 
+    records_answer_attention = True
+    """:meth:`generate` takes ``return_answer_attention`` (a served generator does not: it has no attention)."""
+
     def __init__(
         self,
         model: str | Path | ResolvedModel = "smollm2",
@@ -239,6 +242,7 @@ class Generator(CachedGenerations):
         return_attentions: bool = False,
         share_prefill: bool = True,
         top_logprobs: int = 0,
+        return_answer_attention: bool = False,
     ) -> list[Generation]:
         """Generate ``n`` continuations for each rendered prompt; returns a flat, prompt-major list.
 
@@ -252,7 +256,9 @@ class Generator(CachedGenerations):
         A prompt may be a list of token ids (see the module docstring: ids that encode a text give that text's
         generations; ``ValueError`` for an empty list or an id outside the vocabulary); ``Generation.prompt`` is then
         the decoded text. ``top_logprobs=k`` records the k most likely tokens of every step (``Generation.top_ids`` /
-        ``top_logprobs``; changes nothing else).
+        ``top_logprobs``; changes nothing else). ``return_answer_attention`` records the last layer's log attention
+        diagonal at each answer token (``Generation.attention_logdiag``, read while decoding; one extra forward of
+        the rows that end at ``max_new_tokens``, whose last token is otherwise never fed; changes no token).
         """
         params = decoding_params(
             max_new_tokens=max_new_tokens,
@@ -265,6 +271,7 @@ class Generator(CachedGenerations):
             hidden_layer=return_hidden_layer,
             attentions=return_attentions,
             top_logprobs=top_logprobs,
+            answer_attention=return_answer_attention,
         )
         keys = [self._prompt_key(p) for p in prompts]
         if not keys:
@@ -441,7 +448,20 @@ class Generator(CachedGenerations):
     def _decode_batch(
         self, jobs: list[_Job], params: DecodingParams, share_prefill: bool
     ) -> dict[tuple[Hashable, int], Generation]:
-        """Prefill one batch of prompts, expand to samples, and decode until every row finishes."""
+        """Prefill one batch of prompts, expand to samples, and decode until every row finishes; with
+        ``params.answer_attention``, under :func:`~workbench.backends.attention_diag.last_layer_logdiag`."""
+        if not params.answer_attention:
+            return self._decode_rows(jobs, params, share_prefill, None)
+        from workbench.backends.attention_diag import last_layer_logdiag
+
+        with last_layer_logdiag(self.model) as recorder:
+            return self._decode_rows(jobs, params, share_prefill, recorder if recorder.active else None)
+
+    def _decode_rows(
+        self, jobs: list[_Job], params: DecodingParams, share_prefill: bool, recorder: Any
+    ) -> dict[tuple[Hashable, int], Generation]:
+        """:meth:`_decode_batch`'s loop; ``recorder`` (or None) holds the last layer's log diagonal of each forward:
+        the prefill's is dropped (prompt positions), each step's goes to the rows whose tokens it fed."""
         import torch
 
         rows = [
@@ -458,6 +478,8 @@ class Generator(CachedGenerations):
             state = self._prefill_rows([jobs[r.job].ids for r in rows], params)
         self.counter.lm_calls += len(jobs)  # prompts, not batches (CostCounter)
         self.counter.lm_batches += 1
+        if recorder is not None:
+            recorder.take()  # the prompt's positions: not answer tokens
         active = list(range(len(rows)))
         for step in range(params.max_new_tokens):
             record_extras(rows, active, state, params)
@@ -465,13 +487,33 @@ class Generator(CachedGenerations):
             self.counter.decoded_tokens += len(active)
             keep = [k for k, r in enumerate(active) if not self.finish_row(rows[r], tokens[k], step, params)]
             if not keep:
+                if recorder is not None:
+                    self._feed_last_tokens(rows, active, state, params, recorder)
                 break
             if len(keep) < len(active):
                 state = select_rows(state, torch.tensor(keep, dtype=torch.long))
                 tokens = [tokens[k] for k in keep]
                 active = [active[k] for k in keep]
             state = self.step(state, tokens, params)
+            if recorder is not None:
+                _record_own_attention(rows, active, recorder)
         return {(jobs[r.job].key, r.sample): self._finalise(r, jobs[r.job], params) for r in rows}
+
+    def _feed_last_tokens(
+        self, rows: list[DecodingRow], active: list[int], state: dict[str, Any], params: DecodingParams, recorder: Any
+    ) -> None:
+        """After the last step, feed the final token of the ``active`` rows whose answer keeps it (they ended at
+        ``max_new_tokens``, or a stop string cut inside that token) in one forward, to read its attention diagonal.
+        Nothing decodes after it, so ``state`` is free to narrow."""
+        import torch
+
+        need = [k for k, r in enumerate(active) if len(self.answer(rows[r])[0]) > len(rows[r].own_attention)]
+        if not need:
+            return
+        if len(need) < len(active):
+            state = select_rows(state, torch.tensor(need, dtype=torch.long))
+        self.step(state, [rows[active[k]].tokens[-1] for k in need], params)
+        _record_own_attention(rows, [active[k] for k in need], recorder)
 
     def _rng(self, prompt: str, sample: int, seed: int | None) -> Any:
         """The per-sample torch.Generator: seeded from (seed, prompt, sample index) only."""
@@ -800,6 +842,10 @@ class Generator(CachedGenerations):
         if params.attentions:
             gen.attentions = np.stack(row.attn[:kept], axis=-1) if kept else np.zeros((*row.attn[0].shape, 0))
             gen.attentions = gen.attentions.astype(np.float32)
+        if params.answer_attention and len(row.own_attention) >= kept:
+            heads = int(self.model.config.num_attention_heads)
+            diag = np.stack(row.own_attention[:kept], axis=-1) if kept else np.zeros((heads, 0))
+            gen.attention_logdiag = diag.astype(np.float32)
         return gen
 
     def _covering_prefix(self, tokens: list[int], text: str) -> int:
@@ -987,6 +1033,14 @@ class Generator(CachedGenerations):
 
 
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
+def _record_own_attention(rows: list[DecodingRow], fed: list[int], recorder: Any) -> None:
+    """Give each row of ``fed`` (in the order its token was fed) the last layer's log diagonal of that token's
+    position, from the one forward ``recorder`` holds."""
+    (logdiag,) = recorder.take()  # (rows, heads, 1): one query per row
+    for k, r in enumerate(fed):
+        rows[r].own_attention.append(logdiag[k, :, -1])
+
+
 def _rows_in_order(states: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:
     """One decoding state from ``states`` (joined) whose rows are ``order`` (a permutation of 0 … n − 1), put back
     in order 0 … n − 1."""

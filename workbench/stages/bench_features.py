@@ -211,7 +211,10 @@ def uncached_scorers(ctx: StageContext, counter: Any, *, device: str | None = No
 
 
 class _ReencodingGenerator:
-    """A generator proxy whose N samples re-encode the prompt N times (no shared prefill), as HF generate does."""
+    """A generator proxy whose N samples re-encode the prompt N times (no shared prefill), as HF generate does, and
+    whose attention diagonals come from a pass of their own (as the libraries read them), not from the decode."""
+
+    records_answer_attention = False
 
     def __init__(self, generator: Any) -> None:
         self._generator = generator

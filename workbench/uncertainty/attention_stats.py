@@ -1,5 +1,6 @@
 """LLM-Check's attention score read for the ``attention_logdiag`` stat (D²-RAG paper eqs. 22–23): log A^h_jj of the
-last layer at the greedy answer tokens' own positions, from one teacher-forced eager-attention pass."""
+last layer at the greedy answer tokens' own positions, from one teacher-forced eager-attention pass — for answers
+whose greedy decode did not record it (:mod:`workbench.backends.attention_diag` reads it while decoding)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Se
     log. Counts ``lm_calls`` (one per answer), ``lm_batches``, ``prefill_tokens`` (prompt) and ``scored_tokens``
     (answer) on ``generator.counter``.
 
-    The decoding loop cannot give these entries for free: the step that predicts y_j runs the query at position
-    P + j − 1 (its diagonal belongs to the previous token), and the last answer token is fed only when a
-    terminator follows it.
+    The decoding loop gives these entries at the step that FEEDS y_j (the step that predicts y_j runs the query at
+    P + j − 1, whose diagonal belongs to the previous token), and feeds the last answer token only when a
+    terminator follows it: ``Generator.generate(return_answer_attention=True)`` reads them so and feeds the last
+    token of the answers that end at the cap once more; this pass serves the answers decoded without it.
     """
     import torch
 

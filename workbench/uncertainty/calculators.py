@@ -14,9 +14,10 @@
 4. the EOS token's log-prob and entropy of answers that ended with EOS, recorded by the generator while decoding
    (it drops EOS from the answer text; the contract keeps it in ``greedy_logprobs`` / ``sample_logprobs``) — a
    teacher-forced scoring pass only for answers that lack them (e.g. from an older generation cache);
-5. Attention Score, only when ``attention_logdiag`` is needed: one teacher-forced eager-attention pass over
-   prompt + greedy answer, reading the last layer's diagonal A^h_jj at the answer tokens' own positions
-   (:func:`answer_attention_logdiag`);
+5. Attention Score, only when ``attention_logdiag`` is needed: the last layer's diagonal A^h_jj at the answer
+   tokens' own positions, read by the greedy decode of step 2 (``return_answer_attention``: one extra forward of
+   the answers that end at the token cap); a teacher-forced eager-attention pass over prompt + answer only for
+   answers that lack it (:func:`_attention_logdiag`);
 6. P(True) and Verbalized Confidence, when either is needed: ONE forward over one self-check prompt per question,
    read at two positions (:func:`~workbench.uncertainty.self_check_stats.self_check_stats`);
 7. one ``judge.entail`` call holding every NLI pair of the batch that needs the judge (answer and paraphrase
@@ -212,9 +213,12 @@ def compute_stats(
         meter.charge(mark, "paraphrase")
     greedy: list[Any] = []
     para_texts: list[str] = []
+    # the attention diagonal is read while decoding where the generator can (no second pass over the prompts)
+    decode_attention = "attention_logdiag" in needed and bool(getattr(generator, "records_answer_attention", False))
     if need_greedy:  # no hidden states, no attention weights: the decode runs as bare greedy decoding does
         mark = meter.mark() if meter is not None else None
-        answered = generator.generate([*prompts, *para_prompts], temperature=0.0, **common)
+        extra = {"return_answer_attention": True} if decode_attention else {}
+        answered = generator.generate([*prompts, *para_prompts], temperature=0.0, **common, **extra)
         greedy, para_texts = answered[: len(prompts)], [g.text.strip() for g in answered[len(prompts) :]]
         if meter is not None:  # one decode loop: each prompt's own cost to its component
             groups = {"greedy": greedy, **({"paraphrase": answered[len(prompts) :]} if para_prompts else {})}
@@ -239,7 +243,7 @@ def compute_stats(
         meter.charge_shares(mark, eos_scored)
 
     mark = meter.mark() if meter is not None else None
-    attention = answer_attention_logdiag(generator, prompts, greedy) if "attention_logdiag" in needed else None
+    attention = _attention_logdiag(generator, prompts, greedy) if "attention_logdiag" in needed else None
     if meter is not None and attention is not None:
         meter.charge(mark, "attention")
     mark = meter.mark() if meter is not None else None
@@ -393,6 +397,19 @@ def _token_relevance(out: list[dict], questions: list[str], greedy: list[Any], g
         full = vectors[start]
         sims = vectors[start + 1 : start + 1 + length] @ full
         row["token_relevance"] = 1.0 - np.clip(sims, 0.0, 1.0)
+
+
+def _attention_logdiag(generator: Any, prompts: Sequence[str], greedy: Sequence[Any]) -> list[np.ndarray]:
+    """Each greedy answer's ``attention_logdiag``: the one its decode recorded (``Generation.attention_logdiag``),
+    else — a generation from a cache, a served or wrapped generator, a last token never fed — from one
+    teacher-forced pass over the answers that lack it (:func:`answer_attention_logdiag`)."""
+    out: list[Any] = [getattr(g, "attention_logdiag", None) for g in greedy]
+    missing = [i for i, value in enumerate(out) if value is None]
+    if missing:
+        scored = answer_attention_logdiag(generator, [prompts[i] for i in missing], [greedy[i] for i in missing])
+        for i, value in zip(missing, scored, strict=True):
+            out[i] = value
+    return [np.asarray(value, dtype=np.float64) for value in out]
 
 
 def _nli_stats(

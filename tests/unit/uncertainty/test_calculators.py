@@ -68,7 +68,14 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
         if kwargs.get("temperature", 0.0) > 0:
             sampled.append(len(prompts))
         else:
-            greedy_calls.append((len(prompts), kwargs.get("return_hidden_layer"), kwargs.get("return_attentions")))
+            greedy_calls.append(
+                (
+                    len(prompts),
+                    kwargs.get("return_hidden_layer"),
+                    kwargs.get("return_attentions"),
+                    kwargs.get("return_answer_attention"),
+                )
+            )
         return original(prompts, **kwargs)
 
     generator.generate = spy
@@ -80,11 +87,12 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
         del generator.generate
     assert len(stats) == 2 and all(set(s) == needed for s in stats)
     assert sampled == [2, 2]  # paraphrases and answers (n each, shared prefill): one sampling call each
-    # ONE greedy decode loop for the questions and their 2 paraphrases each, without hidden states or attentions
-    assert greedy_calls == [(2 + 2 * 2, None, None)]
-    # paraphrases, greedy (+ paraphrase answers), samples, the attention pass, eos scoring (at most one batch), and
-    # ONE forward for P(True) and verbalized confidence together
-    assert 5 <= calls <= 6
+    # ONE greedy decode loop for the questions and their 2 paraphrases each, without hidden states or attention
+    # weights, reading the last layer's attention diagonal as it decodes
+    assert greedy_calls == [(2 + 2 * 2, None, None, True)]
+    # paraphrases, greedy (+ paraphrase answers), samples, eos scoring (at most one batch), and ONE forward for
+    # P(True) and verbalized confidence together: no attention pass
+    assert 4 <= calls <= 5
     hidden = generator.model.config.hidden_size
     for s in stats:
         length = len(s["greedy_logprobs"])

@@ -1,0 +1,147 @@
+"""LLM-Check's attention diagonal read while decoding: log A^h_pp of the last layer at each fed position p.
+
+The ``attention_logdiag`` stat (D²-RAG paper eqs. 22–23) is the last layer's post-softmax attention weight that the
+query at position p puts on its own key p, for every answer token. :func:`last_layer_logdiag` records it during
+ordinary (SDPA or any other) forward passes, so a greedy decode gives it for the tokens it feeds, instead of a
+second, teacher-forced pass over prompt + answer with eager attention in every layer
+(:func:`workbench.uncertainty.attention_stats.answer_attention_logdiag`, kept for answers decoded without it).
+
+How: while the context is open, the model's attention function (transformers' ``ALL_ATTENTION_FUNCTIONS`` entry for
+``config._attn_implementation``) is wrapped; for the last decoder layer's attention module only, the wrapper also
+computes the attention scores of the layer's queries as eager attention does (q·kᵀ × scaling, grouped key heads
+repeated, the mask, an attention-logit softcap where the model passes one) in float32 and keeps, per query, the
+log-softmax at its own key — the rightmost key its mask lets it see. The layer's output is the wrapped function's,
+untouched: decoding chooses the same tokens with the recorder on or off.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LOG_FLOOR", "LogDiagRecorder", "last_attention_module", "last_layer_logdiag", "own_key_logprobs"]
+
+LOG_FLOOR = math.log(1e-12)
+"""Weights are floored at 1e-12 before the log, as the teacher-forced pass does."""
+
+
+def last_attention_module(model: Any) -> Any | None:
+    """The last decoder layer's attention module of ``model`` (the module with the highest ``layer_idx`` that has
+    a ``scaling``), or None when the model's modules do not say (then nothing is recorded)."""
+    best, index = None, -1
+    for module in model.modules():
+        layer = getattr(module, "layer_idx", None)
+        if isinstance(layer, int) and hasattr(module, "scaling") and layer > index:
+            best, index = module, layer
+    return best
+
+
+def own_key_logprobs(
+    query: Any, key: Any, mask: Any, *, scaling: float, groups: int, softcap: float | None = None
+) -> Any:
+    """log softmax(q·kᵀ × ``scaling`` + mask) at each query's own key, ``(batch, heads, queries)`` float32.
+
+    ``query`` ``(B, H, Q, d)``; ``key`` ``(B, H / groups, K, d)``; ``mask`` transformers' attention mask for the
+    layer — None (causal, every query i sees keys ≤ K − Q + i), boolean (True: visible) or additive float (0:
+    visible), broadcastable to ``(B, 1, Q, K)``. A query's own key is the rightmost key it sees: decoding appends each
+    fed token's key after every key it may see. Floored at :data:`LOG_FLOOR`."""
+    import torch
+
+    q, k = query.float(), key.float()
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    n_q, n_k = scores.shape[-2], scores.shape[-1]
+    if mask is None:
+        columns = torch.arange(n_k, device=scores.device)
+        rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)
+        visible = (columns[None, :] <= rows)[None, None]
+    else:
+        mask = mask[..., -n_q:, :n_k]
+        visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    visible = visible.expand(scores.shape[0], 1, n_q, n_k)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    # the rightmost visible key of each query: the last True along the key axis
+    own = (n_k - 1) - torch.flip(visible.to(torch.int8), dims=[-1]).argmax(dim=-1)  # (B, 1, Q)
+    own = own.unsqueeze(-1).expand(scores.shape[0], scores.shape[1], n_q, 1)
+    picked = torch.gather(scores, -1, own).squeeze(-1)
+    return (picked - torch.logsumexp(scores, dim=-1)).clamp_min(LOG_FLOOR)
+
+
+class LogDiagRecorder:
+    """What :func:`last_layer_logdiag` recorded: one ``(batch, heads, queries)`` float32 array per forward of the
+    last attention layer since the last :meth:`take`. ``active`` is False when the model could not be wrapped."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self._forwards: list[np.ndarray] = []
+
+    def add(self, logdiag: Any) -> None:
+        """Record one forward's log diagonal (a tensor)."""
+        self._forwards.append(logdiag.detach().cpu().numpy())
+
+    def take(self) -> list[np.ndarray]:
+        """The forwards recorded since the last call, oldest first; clears them."""
+        out, self._forwards = self._forwards, []
+        return out
+
+
+def _eager_function(module: Any) -> Any | None:
+    """The modeling file's own ``eager_attention_forward`` for ``module`` (what the ``eager`` mode calls)."""
+    return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+
+
+@contextmanager
+def last_layer_logdiag(model: Any) -> Iterator[LogDiagRecorder]:
+    """Record log A^h_pp of ``model``'s last attention layer at every query of every forward run inside the
+    context (see the module docstring); the layer's outputs are unchanged. Yields an inactive recorder (nothing
+    recorded) when the last attention module or its attention function cannot be found."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    target = last_attention_module(model)
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    if target is None:
+        yield LogDiagRecorder(False)
+        return
+    if implementation == "eager":
+        original = _eager_function(target)
+    else:
+        original = ALL_ATTENTION_FUNCTIONS.get(implementation)
+    if original is None:
+        yield LogDiagRecorder(False)
+        return
+    recorder = LogDiagRecorder(True)
+    groups = int(getattr(target, "num_key_value_groups", 1) or 1)
+
+    def wrapped(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        if module is target:
+            scaling = kwargs.get("scaling")
+            recorder.add(
+                own_key_logprobs(
+                    query,
+                    key,
+                    attention_mask,
+                    scaling=float(scaling if scaling is not None else query.shape[-1] ** -0.5),
+                    groups=groups,
+                    softcap=kwargs.get("softcap"),
+                )
+            )
+        return original(module, query, key, value, attention_mask, **kwargs)
+
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping  # transformers' per-instance overrides (GeneralInterface)
+    had, before = implementation in local, local.get(implementation)
+    ALL_ATTENTION_FUNCTIONS[implementation] = wrapped
+    try:
+        yield recorder
+    finally:
+        if had:
+            local[implementation] = before
+        else:
+            local.pop(implementation, None)
