@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -98,30 +99,24 @@ def _eager_function(module: Any) -> Any | None:
     return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
 
 
-@contextmanager
-def last_layer_logdiag(model: Any) -> Iterator[LogDiagRecorder]:
-    """Record log A^h_pp of ``model``'s last attention layer at every query of every forward run inside the
-    context (see the module docstring); the layer's outputs are unchanged. Yields an inactive recorder (nothing
-    recorded) when the last attention module or its attention function cannot be found."""
+_LOCK = threading.Lock()
+_INSTALLED: dict[str, list[Any]] = {}
+"""Per attention implementation wrapped: ``[users, whether transformers held a local override, that override]``."""
+_RECORDERS: dict[tuple[int, int], LogDiagRecorder] = {}
+"""(thread, id of a last attention module) → its recorder: a forward records into the recorder its own thread
+opened for that module, so models and threads decoding at the same time never mix their diagonals."""
+
+
+def _wrapper(implementation: str) -> Any:
+    """The attention function installed for ``implementation``: the original one, plus the diagonal of a module
+    some recorder of this thread waits for."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    target = last_attention_module(model)
-    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
-    if target is None:
-        yield LogDiagRecorder(False)
-        return
-    if implementation == "eager":
-        original = _eager_function(target)
-    else:
-        original = ALL_ATTENTION_FUNCTIONS.get(implementation)
-    if original is None:
-        yield LogDiagRecorder(False)
-        return
-    recorder = LogDiagRecorder(True)
-    groups = int(getattr(target, "num_key_value_groups", 1) or 1)
+    original = None if implementation == "eager" else ALL_ATTENTION_FUNCTIONS.get(implementation)
 
     def wrapped(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
-        if module is target:
+        recorder = _RECORDERS.get((threading.get_ident(), id(module)))
+        if recorder is not None:
             scaling = kwargs.get("scaling")
             recorder.add(
                 own_key_logprobs(
@@ -129,19 +124,53 @@ def last_layer_logdiag(model: Any) -> Iterator[LogDiagRecorder]:
                     key,
                     attention_mask,
                     scaling=float(scaling if scaling is not None else query.shape[-1] ** -0.5),
-                    groups=groups,
+                    groups=int(getattr(module, "num_key_value_groups", 1) or 1),
                     softcap=kwargs.get("softcap"),
                 )
             )
-        return original(module, query, key, value, attention_mask, **kwargs)
+        function = original if original is not None else _eager_function(module)
+        return function(module, query, key, value, attention_mask, **kwargs)
 
+    return wrapped
+
+
+@contextmanager
+def last_layer_logdiag(model: Any) -> Iterator[LogDiagRecorder]:
+    """Record log A^h_pp of ``model``'s last attention layer at every query of every forward this thread runs
+    inside the context (see the module docstring); the layer's outputs are unchanged. Yields an inactive recorder
+    (nothing recorded) when the last attention module or its attention function cannot be found.
+
+    The wrapper is installed in transformers' ``ALL_ATTENTION_FUNCTIONS`` while any recorder of that implementation
+    is open (counted; the previous entry restored by the last to close, on error too) and records only for the
+    modules and threads that opened one."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    target = last_attention_module(model)
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    found = _eager_function(target) if implementation == "eager" else ALL_ATTENTION_FUNCTIONS.get(implementation)
+    if target is None or found is None:
+        yield LogDiagRecorder(False)
+        return
+    recorder, slot = LogDiagRecorder(True), (threading.get_ident(), id(target))
     local = ALL_ATTENTION_FUNCTIONS._local_mapping  # transformers' per-instance overrides (GeneralInterface)
-    had, before = implementation in local, local.get(implementation)
-    ALL_ATTENTION_FUNCTIONS[implementation] = wrapped
+    with _LOCK:
+        if slot in _RECORDERS:
+            raise RuntimeError("a recorder is already open for this model in this thread")
+        entry = _INSTALLED.get(implementation)
+        if entry is None:
+            entry = _INSTALLED[implementation] = [0, implementation in local, local.get(implementation)]
+            ALL_ATTENTION_FUNCTIONS[implementation] = _wrapper(implementation)
+        entry[0] += 1
+        _RECORDERS[slot] = recorder
     try:
         yield recorder
     finally:
-        if had:
-            local[implementation] = before
-        else:
-            local.pop(implementation, None)
+        with _LOCK:
+            del _RECORDERS[slot]
+            entry[0] -= 1
+            if entry[0] == 0:
+                del _INSTALLED[implementation]
+                if entry[1]:
+                    local[implementation] = entry[2]
+                else:
+                    local.pop(implementation, None)

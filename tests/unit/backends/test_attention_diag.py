@@ -173,3 +173,26 @@ def test_the_diagonal_survives_the_generation_cache_and_older_entries_lack_it(ge
     np.testing.assert_array_equal(again.attention_logdiag, read.attention_logdiag)
     read.attention_logdiag = None
     assert decode_generation(encode_generation(read)).attention_logdiag is None
+
+
+def test_models_decoding_in_two_threads_at_once_each_get_their_own_diagonal(generator, tiny_lm_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from workbench.backends.generator import Generator
+
+    other = Generator(tiny_lm_dir, batch_size=2, seed=1)
+    before = dict(ALL_ATTENTION_FUNCTIONS._local_mapping)
+    generator.cache, generator.counter = None, CostCounter()
+
+    def run(gen, prompts):
+        return gen.generate(prompts, max_new_tokens=8, stop=(), return_answer_attention=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(run, generator, PROMPTS), pool.submit(run, other, PROMPTS[::-1])]
+        results = [f.result() for f in futures]
+    for gen, prompts, read in zip((generator, other), (PROMPTS, PROMPTS[::-1]), results, strict=True):
+        for b, ref in zip(read, _pass(gen, prompts, read), strict=True):
+            np.testing.assert_allclose(b.attention_logdiag, ref, atol=1e-4)
+    assert dict(ALL_ATTENTION_FUNCTIONS._local_mapping) == before
