@@ -265,6 +265,7 @@ def run_other_rank(
     setup_logging(config.log_level)  # console only: rank 0 writes the run's log file
     seed_everything(config.seed)
     _apply_threads(config.threads)
+    map_large_allocations()
     first = next(i for i, name in enumerate(config.stages) if STAGES[name].multi_process)
     first_run = f"{recipe.command} 'stages=[{','.join(config.stages[:first])}]'"
     log.info("rank %d: running only the multi-process stage(s) of %s; rank 0 writes", rank, config.name)
@@ -314,8 +315,6 @@ def run_other_rank(
                 run_started=started,
                 key=key,
             )
-            if spec.trains:  # as rank 0 does (_run_stage)
-                map_large_allocations()
             summary = dict(spec.load()(context) or {})
         result.stages.append(StageResult(name, key, False, time.perf_counter() - stage_started, summary, out_dir))
     result.seconds = time.perf_counter() - started
@@ -331,6 +330,7 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     atomic_write_text(run_dir / "config.yaml", f"# resolved from {recipe.source}\n" + dump_yaml(config))
     seed_everything(config.seed)
     _apply_threads(config.threads)
+    map_large_allocations()  # large tensors freed go back to the system: no heap growth from stage to stage
     log.info("run %s → %s", config.name, run_dir)
 
     counter = CostCounter()
@@ -417,8 +417,6 @@ def _run_stage(
         dropped = resources.hold(spec.name, spec.resources)  # memory this stage does not use is not held through it
         if dropped:
             log.debug("stage %s: released %s", spec.name, ", ".join(dropped))
-        if spec.trains:  # a training loop's blocks would fragment the heap; it stays set (glibc cannot undo it)
-            map_large_allocations()
         memory = PeakMemory()
         memory.start()
         try:

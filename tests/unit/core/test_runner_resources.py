@@ -85,22 +85,3 @@ def test_resource_kinds_and_every_declaration_names_a_kind_the_resources_build()
     known = {"generator", "controller_generator", "embedder", "retriever", "seper_eval"}
     for spec in STAGES.values():
         assert set(spec.resources) <= known, spec.name
-
-
-def test_large_allocations_are_mapped_from_the_first_training_stage_on(tmp_path, monkeypatch):
-    from workbench.stages import runner
-
-    calls: list[str] = []
-    monkeypatch.setattr(runner, "map_large_allocations", lambda: calls.append("mapped") or True)
-    specs = {
-        "decode": StageSpec("decode", "d", f"{MODULE}:idle"),
-        "train": StageSpec("train", "t", f"{MODULE}:idle", trains=True),
-    }
-    for name, spec in specs.items():
-        monkeypatch.setitem(registry.STAGES, name, spec)
-    run(tmp_path / "decoding-only", ["decode"])
-    assert calls == []  # a run that trains nothing keeps glibc's own threshold (sampling pays no mmap per step)
-    run(tmp_path / "with-training", ["decode", "train"])
-    assert calls == ["mapped"]
-    assert STAGES["distill"].trains and STAGES["tune_reader"].trains and STAGES["train_nli"].trains
-    assert not STAGES["collect"].trains and not STAGES["bench_features"].trains
