@@ -1,9 +1,9 @@
 #!/bin/bash
 # bench-gpu on the lent GPU machine: wheels -> /tmp/site, random weights for the carried SmolLM2 / MiniLM configs,
+# the recipe under a time limit, then everything it wrote (bench.json or bench.partial.json, report, logs) in one tarball.
 # Kept as the provenance of this reference. It expects .whl/ (wheels of the versions `make setup` installs, for
 # cp312 manylinux x86_64: see the device tool's README) and .gpu/smol, .gpu/minilm (the embedded SmolLM2's and
 # MiniLM's files without their weights), both git-excluded; run from the repository root with OUT set.
-# the recipe under a time limit, then everything it wrote (bench.json or bench.partial.json, report, logs) in one tarball.
 PY=${PY:-python3}
 export HF_HUB_OFFLINE=1 JAX_PLATFORMS=cpu PYTHONUNBUFFERED=1 WORKBENCH_CACHE_DIR=/tmp/wbc TOKENIZERS_PARALLELISM=false
 if [ -z "$SKIP_INSTALL" ]; then
