@@ -55,7 +55,7 @@ class DecodingRow:
     top_lps: list[np.ndarray] = field(default_factory=list)
     hidden: list[np.ndarray] = field(default_factory=list)
     attn: list[np.ndarray] = field(default_factory=list)
-    own_attention: list[np.ndarray] = field(default_factory=list)
+    own_attention: list[np.ndarray | None] = field(default_factory=list)
     finish: str | None = None
     text: str = ""
 

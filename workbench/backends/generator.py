@@ -842,9 +842,10 @@ class Generator(CachedGenerations):
         if params.attentions:
             gen.attentions = np.stack(row.attn[:kept], axis=-1) if kept else np.zeros((*row.attn[0].shape, 0))
             gen.attentions = gen.attentions.astype(np.float32)
-        if params.answer_attention and len(row.own_attention) >= kept:
+        own = row.own_attention[:kept]
+        if params.answer_attention and len(own) == kept and all(a is not None for a in own):
             heads = int(self.model.config.num_attention_heads)
-            diag = np.stack(row.own_attention[:kept], axis=-1) if kept else np.zeros((heads, 0))
+            diag = np.stack(own, axis=-1) if kept else np.zeros((heads, 0))
             gen.attention_logdiag = diag.astype(np.float32)
         return gen
 
@@ -1035,10 +1036,15 @@ class Generator(CachedGenerations):
 # ---------------------------------------------------------------------- helpers (module level, torch passed in)
 def _record_own_attention(rows: list[DecodingRow], fed: list[int], recorder: Any) -> None:
     """Give each row of ``fed`` (in the order its token was fed) the last layer's log diagonal of that token's
-    position, from the one forward ``recorder`` holds."""
-    (logdiag,) = recorder.take()  # (rows, heads, 1): one query per row
+    position, from the one forward ``recorder`` holds; None when it holds another count of forwards (a model that
+    runs its last attention layer more or less than once a step: its answers then take the teacher-forced pass)."""
+    forwards = recorder.take()
+    if len(forwards) != 1 or forwards[0].shape[0] != len(fed):
+        for r in fed:
+            rows[r].own_attention.append(None)
+        return
     for k, r in enumerate(fed):
-        rows[r].own_attention.append(logdiag[k, :, -1])
+        rows[r].own_attention.append(forwards[0][k, :, -1])  # (rows, heads, 1): one query per row
 
 
 def _rows_in_order(states: list[dict[str, Any]], order: list[int]) -> dict[str, Any]:

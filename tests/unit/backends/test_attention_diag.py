@@ -196,3 +196,20 @@ def test_models_decoding_in_two_threads_at_once_each_get_their_own_diagonal(gene
         for b, ref in zip(read, _pass(gen, prompts, read), strict=True):
             np.testing.assert_allclose(b.attention_logdiag, ref, atol=1e-4)
     assert dict(ALL_ATTENTION_FUNCTIONS._local_mapping) == before
+
+
+def test_a_step_whose_forward_recorded_another_count_leaves_the_answer_to_the_pass(generator, monkeypatch):
+    from workbench.backends.attention_diag import LogDiagRecorder
+
+    generator.cache, generator.counter = None, CostCounter()
+    real_take = LogDiagRecorder.take
+    calls = {"n": 0}
+
+    def take(self):
+        out = real_take(self)
+        calls["n"] += 1
+        return out * 2 if calls["n"] == 3 else out  # the second decode step seems to run the last layer twice
+
+    monkeypatch.setattr(LogDiagRecorder, "take", take)
+    read = generator.generate(PROMPTS[:2], max_new_tokens=4, stop=(), return_answer_attention=True)
+    assert all(g.attention_logdiag is None for g in read)  # never a misplaced diagonal: the pass serves them
