@@ -20,7 +20,8 @@ def grouped_bars(
     ylim: tuple[float, float] | None = (0.0, 1.0),
     rotate: int = 0,
 ) -> Path:
-    """Save a grouped bar chart: one group per entry of ``groups``, one bar per series; values printed on bars.
+    """Save a grouped bar chart: one group per entry of ``groups``, one bar per series; values printed on bars. A NaN
+    value (a series not measured in that group) draws no bar and no label.
 
     ``rotate`` turns the group labels by that many degrees (for many or long labels)."""
     plt = figure.pyplot()
@@ -29,7 +30,8 @@ def grouped_bars(
     for i, (label, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, values, width=width, label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+        texts = [f"{v:.2f}" if np.isfinite(v) else "" for v in np.asarray(values, dtype=float)]
+        ax.bar_label(bars, labels=texts, fontsize=7, padding=1)
     ax.set_xticks(range(len(groups)), groups, rotation=rotate, ha="right" if rotate else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

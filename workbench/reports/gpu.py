@@ -269,6 +269,23 @@ def report_lines(bench: dict[str, Any], name: str, rerun: str) -> list[str]:
     ]
 
 
+def _aligned(
+    models: list[dict[str, Any]], entries: str | tuple[str, str], level: str, value: str
+) -> tuple[list[int], dict[str, list[float]]]:
+    """The levels any model measured (sorted) and, per model, its ``value`` at each (NaN where it measured none):
+    models of one report can differ (a run cut short, runs joined with other settings). ``entries`` names each model's
+    list of measurements (a key, or a key path)."""
+    def rows(model: dict[str, Any]) -> list[dict[str, Any]]:
+        return model[entries] if isinstance(entries, str) else model[entries[0]][entries[1]]
+
+    levels = sorted({int(r[level]) for m in models for r in rows(m)})
+    series = {}
+    for m in models:
+        by_level = {int(r[level]): r[value] for r in rows(m)}
+        series[m["name"]] = [float(by_level[x] or 0.0) if x in by_level else float("nan") for x in levels]
+    return levels, series
+
+
 def write_plots(bench: dict[str, Any], out_dir: Path) -> list[Path]:
     """The measured run's plots in ``out_dir``: ``collection.png`` (questions/s per batch size, one bar per model),
     ``serve.png`` (questions/s per concurrency) and ``decoding.png`` (batched contrastive / greedy time per B), each
@@ -276,11 +293,11 @@ def write_plots(bench: dict[str, Any], out_dir: Path) -> list[Path]:
     from workbench.plots import grouped_bars
 
     models, written = bench["models"], []
-    sizes = [c["batch_size"] for c in models[0]["collection"]]
+    sizes, series = _aligned(models, "collection", "batch_size", "questions_per_s")
     grouped_bars(
         out_dir / "collection.png",
         [f"B = {b}" for b in sizes],
-        {m["name"]: [c["questions_per_s"] or 0.0 for c in m["collection"]] for m in models},
+        series,
         title=f"(a) {len(bench['settings']['features'])} features collected in process: questions/s",
         ylabel="questions / s",
         ylim=None,
@@ -288,11 +305,11 @@ def write_plots(bench: dict[str, Any], out_dir: Path) -> list[Path]:
     written.append(out_dir / "collection.png")
     served = [m for m in models if m.get("serve")]
     if served:
-        levels = [level["concurrency"] for level in served[0]["serve"]["levels"]]
+        levels, series = _aligned(served, ("serve", "levels"), "concurrency", "questions_per_s")
         grouped_bars(
             out_dir / "serve.png",
             [f"concurrency {c}" for c in levels],
-            {m["name"]: [v["questions_per_s"] or 0.0 for v in m["serve"]["levels"]] for m in served},
+            series,
             title="(b) serve-model: questions/s",
             ylabel="questions / s",
             ylim=None,
@@ -300,11 +317,11 @@ def write_plots(bench: dict[str, Any], out_dir: Path) -> list[Path]:
         written.append(out_dir / "serve.png")
     decoded = [m for m in models if m["decoding"]]
     if decoded:
-        pairs = [r["pairs"] for r in decoded[0]["decoding"]]
+        pairs, series = _aligned(decoded, "decoding", "pairs", "ratio_batched_vs_greedy")
         grouped_bars(
             out_dir / "decoding.png",
             [f"B = {b}" for b in pairs],
-            {m["name"]: [r["ratio_batched_vs_greedy"] for r in m["decoding"]] for m in decoded},
+            series,
             title="(c) contrastive decoding: batched time / greedy time",
             ylabel="x greedy",
             ylim=None,

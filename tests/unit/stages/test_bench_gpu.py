@@ -357,3 +357,20 @@ def test_a_partial_record_renders_what_was_measured_and_says_so(finished, tmp_pa
     assert "## (a) Feature collection" in text
     rows = [line for line in text.splitlines() if line.startswith("| `tiny` |")]
     assert len(rows) == 1 + 1  # the model and (a) at B = 2: neither (b) nor (c) was reached
+
+
+def test_models_measured_at_different_levels_share_one_plot_per_measurement(finished, tmp_path):
+    import copy
+
+    from workbench.reports.gpu import _aligned, write_gpu_report
+
+    _, bench, _ = finished
+    (model,) = bench["models"]
+    other = copy.deepcopy(model)
+    other["name"] = "other"
+    other["serve"]["levels"] = other["serve"]["levels"][:1]  # measured at concurrency 1 only (a run joined later)
+    joined = {**bench, "models": [model, other]}
+    write_gpu_report(joined, tmp_path, name="bench-gpu", rerun="workbench run bench-gpu")
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["collection.png", "decoding.png", "serve.png"]
+    levels, series = _aligned(joined["models"], ("serve", "levels"), "concurrency", "questions_per_s")
+    assert levels == [1, 2] and series["tiny"][1] > 0 and math.isnan(series["other"][1])
