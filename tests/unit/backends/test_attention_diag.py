@@ -213,3 +213,38 @@ def test_a_step_whose_forward_recorded_another_count_leaves_the_answer_to_the_pa
     monkeypatch.setattr(LogDiagRecorder, "take", take)
     read = generator.generate(PROMPTS[:2], max_new_tokens=4, stop=(), return_answer_attention=True)
     assert all(g.attention_logdiag is None for g in read)  # never a misplaced diagonal: the pass serves them
+
+
+def test_a_sliding_window_last_layer_reads_the_same_diagonal_as_the_pass(tmp_path):
+    """Gemma 3's layout (the optional embedded gemma3): sliding-window layers, the last one among them, prompts longer
+    than its window — the layer's mask, not the key count, says which key is the query's own."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from tests.tiny_models import build_tiny_tokenizer
+    from workbench.backends.generator import Generator
+
+    tokenizer = build_tiny_tokenizer(tmp_path)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(config).save_pretrained(tmp_path)
+    generator = Generator(tmp_path, batch_size=4)
+    plain = generator.generate(PROMPTS[:4], max_new_tokens=10, stop=())
+    read = generator.generate(PROMPTS[:4], max_new_tokens=10, stop=(), return_answer_attention=True)
+    assert min(len(g.token_ids) for g in plain) > 0
+    for a, b, ref in zip(plain, read, _pass(generator, PROMPTS[:4], plain), strict=True):
+        assert list(a.token_ids) == list(b.token_ids)
+        np.testing.assert_allclose(b.attention_logdiag, ref, atol=1e-4)
