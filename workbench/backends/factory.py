@@ -52,11 +52,15 @@ def build_generator(
     device_key: str = "device",
     prompt_format: str = "auto",
     batch_rows: int | None = None,
+    share_weights_with: Any = None,
 ) -> Any:
     """A :class:`~workbench.backends.generator.Generator` for ``model`` (an embedded name, a local directory, an
     explicit hub id or a resolved model), with the on-disk generation cache when ``cache``, rendering its prompts in
     ``prompt_format`` (``auto`` | ``chat`` | ``completion``, see the generator); ``batch_rows`` None keeps the
-    generator's default.
+    generator's default. ``share_weights_with``: a generator already loaded (a second model beside the run's, e.g.
+    a distilled controller over the reader's base) whose parameters the new model uses wherever they are equal
+    (:func:`~workbench.backends.shared_weights.share_equal_weights`; one resident copy of the base's layers), the
+    freed copies handed back to the system; ignored when it holds no in-process model (a served one).
 
     ``device`` goes through :func:`resolve_device` (errors name ``device_key``); anything else that fails while the
     model loads is a one-line :class:`AssetError` naming the model."""
@@ -69,7 +73,7 @@ def build_generator(
         generation_cache = GenerationCache()
     torch_device = resolve_device(device, device_key)
     with backend_errors(f"generator on {torch_device} ({dtype})", _model_where(model)):
-        return Generator(
+        generator = Generator(
             model,
             device=torch_device,
             dtype=dtype,
@@ -80,6 +84,25 @@ def build_generator(
             seed=seed,
             prompt_format=prompt_format,
             batch_rows=BATCH_ROWS if batch_rows is None else batch_rows,
+        )
+    donor = getattr(share_weights_with, "model", None)
+    if donor is not None and not getattr(share_weights_with, "served", False):
+        _share_weights(generator, donor)
+    return generator
+
+
+def _share_weights(generator: Any, donor: Any) -> None:
+    """Point ``generator``'s model at ``donor``'s equal tensors and return the freed copies to the system."""
+    import logging
+
+    from workbench.backends.shared_weights import share_equal_weights
+    from workbench.core.memory import return_freed_memory
+
+    shared = share_equal_weights(generator.model, donor)
+    if shared:
+        return_freed_memory()
+        logging.getLogger(__name__).info(
+            "%s shares %.0f MB of weights with the model already loaded", generator.resolved.ref, shared / 1e6
         )
 
 

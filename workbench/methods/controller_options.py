@@ -137,7 +137,8 @@ def same_weights(a: Any, b: Any) -> bool:
 def _shared_controller_generator(tools: Tools) -> Callable[[str], Any]:
     """A loader of controller generators built like ``tools.generator`` (device, dtype, batch size, generation cache,
     seed), counting in ``tools.counter``, one per model (whatever reference names it) and Tools; the answering
-    generator itself when the reference resolves to its weights. What :func:`build_method` uses when its caller
+    generator itself when the reference resolves to its weights, else one sharing the answering generator's tensors
+    wherever its weights equal them. What :func:`build_method` uses when its caller
     passes no loader."""
 
     def load(spec: str) -> Any:
@@ -158,6 +159,7 @@ def _shared_controller_generator(tools: Tools) -> Callable[[str], Any]:
                 cache=getattr(run, "cache", None) is not None,
                 counter=tools.counter,
                 seed=int(getattr(run, "seed", 0)),
+                share_weights_with=run,
             )
 
         return tools.shared(f"controller_generator:{resolved.path}:{resolved.fingerprint}", build)

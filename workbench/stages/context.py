@@ -149,11 +149,15 @@ class Resources:
             "floored_reads": generator.floored_reads,
         }
 
-    def _build_generator(self, resolved: Any, max_context: int | None, prompt_format: str = "auto") -> Any:
+    def _build_generator(
+        self, resolved: Any, max_context: int | None, prompt_format: str = "auto", share_weights_with: Any = None
+    ) -> Any:
         """A generator for ``resolved`` with the ``generator`` section's device, dtype, batch size and cache, the run's
         seed and counter (the run's own generator and every second one share these settings). ``prompt_format`` is
         the section's for the run's own generator; a second model keeps ``auto`` (its own declared format or
-        template), since the section's format was chosen for the run's model."""
+        template), since the section's format was chosen for the run's model. A second model passes the run's
+        generator as ``share_weights_with``: the layers it holds alike with it (an adapter over the same base changes
+        only its target layers) stay one resident copy."""
         from workbench.backends.factory import build_generator
 
         section = self.config.generator
@@ -169,6 +173,7 @@ class Resources:
             seed=self.config.seed,
             device_key="generator.device",
             prompt_format=prompt_format,
+            share_weights_with=share_weights_with,
         )
 
     def controller_generator(self, spec: str | Path) -> Any:
@@ -176,8 +181,10 @@ class Resources:
         ``spec``: an embedded name, a local model directory, an explicit hub id, or a distilled adapter
         (an ``adapter.json`` or a directory holding one; merged over its base by
         :func:`workbench.backends.lora.resolve_adapter_model`). The run's own generator when ``spec`` is the
-        recipe's ``generator.model`` or resolves to the same weights. Built with the ``generator`` section's device,
-        dtype, batch size and cache and the run's seed (its own context window); it counts in the run's counter."""
+        recipe's ``generator.model`` or resolves to the same weights; otherwise one sharing the run's generator's
+        tensors wherever its weights equal them (one resident copy of a common base). Built with the ``generator``
+        section's device, dtype, batch size and cache and the run's seed (its own context window); it counts in the
+        run's counter."""
         spec = str(spec)
         section = self.config.generator
         if spec == str(section.model):
@@ -192,7 +199,7 @@ class Resources:
                 return run
             return self.get(  # one generator per model, whatever reference names it
                 f"controller_generator@{resolved.path}:{resolved.fingerprint}",
-                lambda: self._build_generator(resolved, None),
+                lambda: self._build_generator(resolved, None, share_weights_with=run),
             )
 
         return self.get(f"controller_generator:{spec}", build)
