@@ -133,10 +133,11 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD) -> bool:
     (rows × vocabulary floats) are a fresh block — SmolLM2, 8 prompts greedy + 5 samples each, 16 tokens, 2 threads,
     6 timed runs in separate processes: system CPU time 10.9 s vs 4 s over ~105 s of user time (3x the minor page
     faults), wall time ~5-10 % longer; the bench-features collection (8 questions, 2 threads, one process): the
-    bare greedy + 5 samples 6.2 s vs 5.3 s, the 15 features 7.4 s vs 6.0 s. The runner still sets it for whole runs:
-    set only from the training stages on, the quickstart's later stages peaked higher (fresh clone at 1da7f3a:
-    fit_utility 2.39 GB vs 1.91, distill 2.89 vs 2.46, evaluate 3.22 vs 2.93 — over the 3 GB goal), since its
-    decoding stages grow the heap too. Not available off glibc (returns False, nothing changes)."""
+    bare greedy + 5 samples 6.2 s vs 5.3 s, the 15 features 7.4 s vs 6.0 s. The runner sets it for the whole of a
+    run that holds a training stage (``StageSpec.trains``) and not at all for others: set only from the training
+    stage on, the quickstart's later stages peaked higher (fresh clone at 1da7f3a: fit_utility 2.39 GB vs 1.91,
+    distill 2.89 vs 2.46, evaluate 3.22 vs 2.93 — over the 3 GB goal), since its decoding stages grow the heap too.
+    Not available off glibc (returns False, nothing changes)."""
     import ctypes
 
     if not sys.platform.startswith("linux"):

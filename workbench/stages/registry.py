@@ -27,7 +27,10 @@ class StageSpec:
     (:class:`~workbench.stages.context.Resources`: ``generator``, ``controller_generator``, ``embedder``,
     ``retriever``, or a stage's own ``get`` name); before the stage runs the runner drops every other one and returns
     its memory, so memory a stage does not need is not held through it (a dropped resource is rebuilt by the next
-    stage that uses it). Unrelated to ``uses`` (the assets the cache key fingerprints).
+    stage that uses it). Unrelated to ``uses`` (the assets the cache key fingerprints). ``trains``: the stage runs a
+    training loop; a run holding such a stage has glibc map large allocations from its start on
+    (:func:`workbench.core.memory.map_large_allocations`: a steady heap through training and the stages around it,
+    a cost for sampling-heavy decoding, which runs without a training stage do not pay).
 
     What a stage owns of the recipe: ``settings`` is ``"module:Class"``, the dataclass of its section (keys, types,
     defaults, one-line meanings), which the recipe holds under ``section`` (the stage's name unless given; a stage
@@ -50,6 +53,7 @@ class StageSpec:
     uses: tuple[str, ...] = ()
     cacheable: bool = True
     multi_process: bool = False
+    trains: bool = False
     settings: str | None = None
     section: str | None = None
     check: str | None = None
@@ -133,6 +137,7 @@ STAGES: dict[str, StageSpec] = {
             "train_nli",
             "train the MiniLM NLI cross-encoder on pairs built from the Wikipedia corpus",
             "workbench.stages.train_nli:run",
+            trains=True,
             resources=("generator", "embedder"),
             sections=("train_nli",),
             uses=("embedder",),
@@ -288,6 +293,7 @@ STAGES: dict[str, StageSpec] = {
             "distill",
             "train a LoRA student controller on the distill_data traces (Lightning; resumable); score it vs its base",
             "workbench.stages.distill:run",
+            trains=True,
             sections=("distill",),
             inputs=("distill_data",),
             version=2,  # 2: gradient checkpointing (distill.gradient_checkpointing) and the target-only output layer
@@ -300,6 +306,7 @@ STAGES: dict[str, StageSpec] = {
             "train a LoRA reader adapter: the answering model on training questions closed-book, with retrieval and "
             "with gold passages (Lightning; resumable); score it vs its base",
             "workbench.stages.tune_reader:run",
+            trains=True,
             resources=("generator", "controller_generator", "embedder", "retriever"),
             sections=("tune_reader", "generator", "retrieval", "answer"),
             inputs=("build_data",),

@@ -1,4 +1,5 @@
-"""Shared resources are held only through the stages that declare them (StageSpec.resources)."""
+"""Shared resources are held only through the stages that declare them (StageSpec.resources); glibc maps large
+allocations in runs that train (StageSpec.trains)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,24 @@ def test_resource_kinds_and_every_declaration_names_a_kind_the_resources_build()
     known = {"generator", "controller_generator", "embedder", "retriever", "seper_eval"}
     for spec in STAGES.values():
         assert set(spec.resources) <= known, spec.name
+
+
+def test_large_allocations_are_mapped_for_the_whole_run_only_when_a_stage_trains(tmp_path, monkeypatch):
+    from workbench.stages import runner
+
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "map_large_allocations", lambda: calls.append("mapped") or True)
+    specs = {
+        "decode": StageSpec("decode", "d", f"{MODULE}:idle"),
+        "train": StageSpec("train", "t", f"{MODULE}:idle", trains=True),
+    }
+    for name, spec in specs.items():
+        monkeypatch.setitem(registry.STAGES, name, spec)
+    run(tmp_path / "decoding-only", ["decode"])
+    assert calls == []  # a run that trains nothing keeps glibc's own threshold (sampling pays no mmap per step)
+    run(tmp_path / "with-training", ["decode", "train"])
+    assert calls == ["mapped"]  # once, before the first stage: the decoding stages' heap would outlast them
+    trains = {name for name, spec in STAGES.items() if spec.trains and name not in specs}
+    assert trains == {"distill", "tune_reader", "train_nli"}
+    assert any(STAGES[name].trains for name in load_recipe("quickstart").config.stages)
+    assert not any(STAGES[name].trains for name in load_recipe("bench-features").config.stages)
