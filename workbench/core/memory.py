@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -101,18 +103,75 @@ def return_freed_memory() -> int:
     or a model is dropped the process can stay gigabytes above what it uses (measured: 1.9 GB resident after the
     quickstart's distill stage, 0.67 GB after ``malloc_trim``), and the next stage's peak sits on top of that.
     ``malloc_trim(0)`` releases the free pages; it exists on glibc only, and elsewhere only the collection runs.
+    Before collecting, :func:`release_kept_import_errors` lets go of the frames (and the models in their locals)
+    that import errors kept by libraries would hold.
     """
     import contextlib
     import ctypes
     import gc
 
     before = current_rss_bytes()
+    release_kept_import_errors()  # frames a library's kept import error holds would keep their locals alive
     gc.collect()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # musl and other C libraries have no malloc_trim
             ctypes.CDLL("libc.so.6").malloc_trim(0)
     after = current_rss_bytes()
     return max(0, before - after) if before is not None and after is not None else 0
+
+
+_SCANNED_MODULES: set[str] = set()
+
+
+def release_kept_import_errors() -> int:
+    """Drop the tracebacks of the import errors that imported modules keep at module level; return how many.
+
+    Why: libraries that defer an optional dependency's ImportError keep the exception for later (Optuna's
+    ``try_import`` holds one per missing extra: redis, plotly, ...). Its traceback holds the frames the import ran in,
+    and each frame its caller, up through the stack that first imported the library — a stage function's frame
+    included, whose locals hold the stage's models. Measured on a fresh quickstart: the study stage's first Optuna
+    import kept its Tools (the reader generator's 540 MB of weights, the embedder, the retriever) alive after the
+    runner dropped them, through distill, evaluate and export. The exceptions stay (a library re-raises them with
+    their message); only their tracebacks go. Looked for in the globals of every module loaded since the last call
+    (such errors are kept while a module is imported; ~0.2 s for the ~4,500 modules of a training run, then only
+    the new ones) and, one level down, in the attributes and tuples of the objects there (where ``try_import``
+    keeps it)."""
+    import warnings
+
+    count = 0
+
+    def clear(value: Any) -> None:
+        nonlocal count
+        seen: set[int] = set()
+        while isinstance(value, BaseException) and id(value) not in seen:
+            seen.add(id(value))
+            if value.__traceback__ is not None:
+                value.__traceback__ = None
+                count += 1
+            value = value.__context__ or value.__cause__
+
+    fresh = [(name, module) for name, module in list(sys.modules.items()) if name not in _SCANNED_MODULES]
+    with warnings.catch_warnings():  # reading a deprecated alias warns (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore")
+        for name, module in fresh:
+            _SCANNED_MODULES.add(name)
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for value in list(namespace.values()):
+                if isinstance(value, BaseException):
+                    clear(value)
+                    continue
+                if isinstance(value, type | ModuleType) or callable(value):
+                    continue  # classes, functions and modules hold no kept error of this kind (modules are scanned)
+                try:
+                    attributes = list(vars(value).values())
+                except Exception:  # no __dict__, or a proxy whose attribute access fails: nothing kept there
+                    continue
+                for attribute in attributes:
+                    for item in attribute if isinstance(attribute, tuple) else (attribute,):
+                        clear(item)
+    return count
 
 
 MMAP_THRESHOLD = 1 << 20

@@ -89,3 +89,58 @@ def test_after_map_large_allocations_a_freed_large_block_leaves_the_process():
     grown, left = (int(v) for v in out.split())
     assert grown >= 5_000_000
     assert left < 2_000_000  # unmapped when freed, not kept in the heap
+
+
+_KEPT_IMPORT_ERROR = """
+import gc, sys, types, weakref
+
+class Deferred:  # the shape of Optuna's try_import(): the ImportError kept on an object at module level
+    def __init__(self):
+        self._deferred = None
+    def __enter__(self):
+        return self
+    def __exit__(self, kind, value, tb):
+        if isinstance(value, ImportError):
+            self._deferred = (value, "missing extra")
+            return True
+
+def import_library():  # what an optional-dependency guard does while its module is imported
+    library = types.ModuleType("library_with_extras")
+    library._imports = Deferred()
+    with library._imports:
+        import a_dependency_that_is_not_installed  # noqa: F401
+    library.bare = ImportError("kept as is")
+    try:
+        raise ImportError("another")
+    except ImportError as exc:
+        library.bare = exc
+    sys.modules["library_with_extras"] = library
+
+class Model:
+    pass
+
+def stage():  # a stage whose first import of the library happens with a model in its locals
+    model = Model()
+    import_library()
+    return weakref.ref(model)
+
+ref = stage()
+gc.collect()
+kept = ref() is not None
+from workbench.core.memory import return_freed_memory, release_kept_import_errors
+return_freed_memory()
+gc.collect()
+library = sys.modules["library_with_extras"]
+print(int(kept), int(ref() is not None), int(library._imports._deferred[0].__traceback__ is None),
+      int(library.bare.__traceback__ is None), release_kept_import_errors())
+"""
+
+
+def test_an_import_error_a_library_keeps_no_longer_keeps_the_importing_stage_alive():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _KEPT_IMPORT_ERROR], capture_output=True, text=True, check=True)
+    kept_before, alive_after, deferred_cleared, bare_cleared, again = (int(v) for v in out.stdout.split())
+    assert kept_before == 1  # the kept error's traceback held the stage's frame, and its model
+    assert alive_after == 0 and deferred_cleared == 1 and bare_cleared == 1
+    assert again == 0  # the modules already scanned are not scanned again
