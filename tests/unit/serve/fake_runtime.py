@@ -5,7 +5,7 @@ real RuntimeAnswer objects, count_tokens) and no model. Special questions make i
 many cases:
 
 * ``raise data error`` / ``raise bug`` raise a DataError / RuntimeError;
-* ``slow`` sleeps 0.5 s (and sets ``slow_started``);
+* ``slow`` sleeps ``slow_seconds`` (0.5 s unless set; and sets ``slow_started``);
 * ``block`` waits until ``release`` is set (and sets ``block_started``), at most 10 s.
 
 Its tokenizer imitates a byte-level BPE: one token per 4 ASCII characters, one per UTF-8 byte of anything else (an
@@ -35,7 +35,8 @@ class FakeRuntime:
     version = "1.2.3"
     methods = ("dtr", "d2rag")  # d2rag is the default although it is not first
 
-    def __init__(self) -> None:
+    def __init__(self, slow_seconds: float = 0.5) -> None:
+        self.slow_seconds = slow_seconds
         self.method_options = {"dtr": {"k": 3}, "d2rag": {"k": 5, "tau": 0.4}}
         self.calls: list[tuple[list[str], str | None]] = []
         self.slow_started = threading.Event()
@@ -73,7 +74,7 @@ class FakeRuntime:
                     raise RuntimeError("the fake model exploded")
                 if q == "slow":
                     self.slow_started.set()
-                    time.sleep(0.5)
+                    time.sleep(self.slow_seconds)
                 if q == "block":
                     self.block_started.set()
                     self.release.wait(10)

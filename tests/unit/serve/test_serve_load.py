@@ -191,11 +191,13 @@ def test_a_failing_request_in_a_batch_fails_alone():
 
 
 def test_run_abandoned_reports_what_abandoned_requests_cost_the_next_caller():
-    runtime = FakeRuntime()
+    # the patient request holds the worker 1.5 s: the abandoned clients (0.2 s each) must have given up before it
+    # ends even on a loaded machine (with 0.5 s one full-suite run on a busy 2-core machine saw none dropped)
+    runtime = FakeRuntime(slow_seconds=1.5)
     with serving(create_app(runtime, ServeLimits())) as url:
         report = run_abandoned(url, [{"question": "slow"}], abandoned=3, give_up_s=0.2, timeout=10)
         idle = run_abandoned(url, [{"question": "quick"}], abandoned=2, give_up_s=2.0, busy=False, timeout=10)
-    # a patient request held the worker (0.5 s), the three abandoned ones queued behind it and were dropped
+    # a patient request held the worker (1.5 s), the three abandoned ones queued behind it and were dropped
     assert report["abandoned"] == 3 and report["give_up_s"] == 0.2 and report["busy"] is True
     assert report["gave_up"] == 3 and report["answered_in_time"] == 0 and report["dropped"] == 3
     assert report["next_status"] == "200" and report["next_latency_s"] < 3.0
