@@ -48,7 +48,7 @@ def pytest_configure(config):
     Resources.strict = True
     # One test process runs hundreds of recipes, most of which train nothing (so the runner leaves glibc's mmap
     # threshold alone): mapping large blocks for the whole session keeps each worker's heap from growing from one
-    # test's models to the next (a full suite without it: worker peaks 2.42 / 1.91 GB, with it 2.19 / 1.60 GB).
+    # test's models to the next (a full suite without it: worker peaks 2.42 / 1.91 GB, with it 2.13 / 1.65 GB).
     from workbench.core.memory import map_large_allocations
 
     map_large_allocations()
