@@ -6,8 +6,9 @@ decoded as strict UTF-8; a line that is not is refused as one error naming ``fil
 
 Input: one JSON object per line with a string ``question`` and an optional ``id`` (string or integer; default the
 line number). Only ``id`` and ``question`` are read — any other field (a gold answer, say) is ignored and never
-reaches a method. A malformed line, a missing question, a question that is not valid Unicode (a lone surrogate) or a
-repeated id is a one-line error naming ``file:line``.
+reaches a method. A malformed line, a missing question, a question the runtime would refuse
+(:func:`~workbench.runtime.questions.question_problem`: blank — only spaces or zero-width characters — or not valid
+Unicode, a lone surrogate) or a repeated id is a one-line error naming ``file:line``.
 
 Output: one JSON object per answer::
 
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError, DataError
+from workbench.runtime.questions import question_problem
 
 ROW_START = b'{"id": '
 """How every row :func:`answer_file` writes begins (``id`` is its first key): an unterminated tail that is a prefix
@@ -56,7 +58,6 @@ PROVENANCE_KEYS = ("bundle", "bundle_version", "method", "question_sha256")
 # str.splitlines (U+0085, U+2028, U+2029) or make the line invalid UTF-8 (lone surrogates, which json.loads accepts
 # from a "\ud800" escape). Inside a JSON string each one may be written as a \uXXXX escape, which reads back the same.
 _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -153,12 +154,12 @@ def _question(line: str, number: int, where: str) -> tuple[str, str]:
     row = _parse(line, where)
     if not isinstance(row, dict):
         raise DataError("each line must be a JSON object with a 'question'", where)
-    question = row.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise DataError("'question' must be a non-empty string", where)
-    surrogate = _SURROGATE.search(question)
-    if surrogate:  # from a "\ud800" escape: not Unicode text, and a tokenizer would fail on it deep in a method
-        raise DataError(f"'question' holds a lone surrogate (U+{ord(surrogate.group()):04X}): not valid text", where)
+    if "question" not in row:
+        raise DataError("no 'question': each line must be a JSON object with a 'question'", where)
+    question = row["question"]
+    problem = question_problem(question)  # the runtime's own check, here so the refusal names file:line
+    if problem is not None:
+        raise DataError(f"'question' {problem}", where)
     raw_id = row.get("id", number)
     if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
         raise DataError(f"'id' must be a string or an integer, got {raw_id!r}", where)
