@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from workbench.core.errors import EXIT_USER_ERROR, WorkbenchError
+from workbench.core.errors import EXIT_USER_ERROR, STORAGE_ERRNOS, WorkbenchError, one_line, os_error_words
 
 app = typer.Typer(
     name="workbench",
@@ -680,7 +680,8 @@ def missing_training_dependency(exc: BaseException) -> str | None:
 
 def main() -> None:
     """Console entry point: run the CLI, turning user errors into one line and exit status 2 (a missing module of
-    the ``train`` extra too: the core install runs ``infer`` and ``serve``, the rest needs ``workbench[train]``)."""
+    the ``train`` extra too: the core install runs ``infer`` and ``serve``, the rest needs ``workbench[train]``; and a
+    write the machine refused, :data:`~workbench.core.errors.STORAGE_ERRNOS`: a full disk, a read-only file system)."""
     _quiet_third_party_progress()
     try:
         app()
@@ -696,6 +697,16 @@ def main() -> None:
         if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        # the machine refused a write no workbench layer turned into its own error (a log file, a lock, a library's
+        # output): one line naming the file when the error carries it
+        if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
+            traceback.print_exc()
+        place = f"{one_line(exc.filename)}: " if exc.filename is not None else ""
+        print(f"error: {place}{os_error_words(exc)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print("interrupted: finished stages are kept; run the same command again to resume", file=sys.stderr)
