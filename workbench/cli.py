@@ -450,10 +450,14 @@ def infer_command(
     questions: Annotated[list[str] | None, typer.Argument(help="Question(s) to answer.")] = None,
     method: Annotated[str | None, typer.Option("--method", help="Method (default: d2rag when present).")] = None,
     input_file: Annotated[
-        Path | None, typer.Option("--input", help="JSONL of {id, question} (other fields are ignored).")
+        Path | None,
+        typer.Option("--input", help="JSONL file of {id, question} (a regular file; other fields are ignored)."),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", help="JSONL of answers; an existing file is resumed.")
+        Path | None,
+        typer.Option(
+            "--output", help="JSONL file of answers (a regular file); an existing one is resumed, one run at a time."
+        ),
     ] = None,
     batch_size: Annotated[
         int | None,

@@ -77,9 +77,10 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False) -> Any:
     """Parse JSON ``data`` refusing duplicate keys, NaN / Infinity (and numbers too large for a float), integers of
-    more than :data:`MAX_INT_DIGITS` digits and nesting deeper than ``max_depth``.
+    more than :data:`MAX_INT_DIGITS` digits and nesting deeper than ``max_depth``. ``allow_nan`` accepts NaN and
+    ±Infinity (what :func:`json.dumps` writes for them by default: a file the workbench wrote itself may hold them).
 
     DataError (one line, ``where`` naming the file) on invalid UTF-8, invalid JSON or any of the above."""
     if isinstance(data, bytes):
@@ -91,9 +92,9 @@ def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEP
         value = json.loads(
             data,
             object_pairs_hook=_unique_object,
-            parse_constant=_no_constant,
+            parse_constant=float if allow_nan else _no_constant,
             parse_int=_bounded_int,
-            parse_float=_finite_float,
+            parse_float=float if allow_nan else _finite_float,
         )
     except _Refused as exc:
         raise DataError(f"not accepted as JSON: {exc}", where) from None
