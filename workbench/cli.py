@@ -165,19 +165,23 @@ def _recipe_with_stage(recipe: str, overrides: list[str] | None, stage: str, **o
     return loaded
 
 
+AdoptRunDirOption = Annotated[
+    bool,
+    typer.Option(
+        "--adopt-run-dir",
+        help="Use a non-empty run_dir that no run made, unless it holds a name a run writes (config.yaml, "
+        "stages, ...); /, the home directory and a git checkout's root are refused always.",
+    ),
+]
+"""The flag of every verb that runs a recipe (run, evaluate, study): the run directory check is run_recipe's."""
+
+
 @app.command("run")
 def run_command(
     recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. answer.limit=20.")] = None,
     force: Annotated[list[str] | None, typer.Option("--force", help="Recompute this stage even if cached.")] = None,
-    adopt_run_dir: Annotated[
-        bool,
-        typer.Option(
-            "--adopt-run-dir",
-            help="Use a non-empty run_dir that no run made, unless it holds a name a run writes (config.yaml, "
-            "stages, ...); /, the home directory and a git checkout's root are refused always.",
-        ),
-    ] = False,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run a recipe; finished stages are reused from the run directory's cache (a new, empty or earlier run's)."""
     from workbench.recipe import load_recipe
@@ -216,6 +220,7 @@ def evaluate_command(
         list[str] | None,
         typer.Option("--params", help="A study's params/<method>.json to lay over the recipe's options (repeatable)."),
     ] = None,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
@@ -231,7 +236,7 @@ def evaluate_command(
         limit=limit,
         params=[str(Path(p).resolve()) for p in params] if params else None,
     )
-    result = run_recipe(loaded)
+    result = run_recipe(loaded, adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
     rows = [
         [
@@ -263,6 +268,7 @@ def study_command(
     ] = None,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Complete trials per method.")] = None,
     methods: Annotated[str | None, typer.Option("--methods", help="Comma-separated methods to tune.")] = None,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
     import json
@@ -278,7 +284,8 @@ def study_command(
         n_trials=n_trials,
         methods=methods.split(",") if methods else None,
     )
-    result = run_recipe(loaded, force=["study"])  # a worker always works on the study, even after a finished run
+    # a worker always works on the study, even after a finished run
+    result = run_recipe(loaded, force=["study"], adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
     objective = summary["objective"]
     rows = []

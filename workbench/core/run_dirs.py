@@ -10,8 +10,9 @@ user's directory for its own, a run directory is used only when it
 * or was made by a workbench from before the marker: ``config.yaml`` starts with ``# resolved from`` and either
   ``manifest.json`` has ``stages`` or ``logs/run.log`` exists (the marker is added on its next run).
 
-Any other non-empty directory is refused with one line, unless the user adopts it (``workbench run RECIPE
---adopt-run-dir``) — and even then only when it holds none of the names a run writes, so adopting overwrites nothing.
+Any other non-empty directory is refused with one line, unless the user adopts it (``--adopt-run-dir``, a flag of
+every verb that runs a recipe: ``workbench run``, ``evaluate``, ``study``) — and even then only when it holds none of
+the names a run writes, so adopting overwrites nothing.
 The filesystem root, the home directory (and any directory above it) and a git checkout's root are refused always.
 
 A report stage replaces its report directory (``report.dir``) as a whole, so that directory must be new, empty, or
