@@ -33,8 +33,8 @@ def file_kind(mode: int) -> str:
     return next((words for test, words in _KINDS if test(mode)), "not a regular file")
 
 
-def _not_regular(mode: int, role: str, where: str) -> DataError:
-    return DataError(f"is {file_kind(mode)}, not a regular file: the {role} must be a regular file", where)
+def _not_regular(mode: int, where: str) -> DataError:
+    return DataError(f"is {file_kind(mode)}, not a regular file", where)
 
 
 def check_regular(path: Path, role: str, *, missing_ok: bool = False) -> bool:
@@ -48,11 +48,11 @@ def check_regular(path: Path, role: str, *, missing_ok: bool = False) -> bool:
     except FileNotFoundError:
         if missing_ok:
             return False
-        raise DataError(f"{role} file not found", where) from None
+        raise DataError(f"no such {role} file", where) from None
     except OSError as exc:
         raise storage_error(exc, where, f"cannot read the {role}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise _not_regular(info.st_mode, role, where)
+        raise _not_regular(info.st_mode, where)
     return True
 
 
@@ -72,7 +72,7 @@ def open_regular(path: Path, role: str, *, append: bool = False) -> BinaryIO:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise _not_regular(info.st_mode, role, str(path))
+        raise _not_regular(info.st_mode, str(path))
     os.set_blocking(fd, True)
     return os.fdopen(fd, "r+b" if append else "rb")
 
