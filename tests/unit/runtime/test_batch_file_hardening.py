@@ -75,18 +75,14 @@ def test_an_output_another_process_holds_is_refused_and_left_alone(files):
 SLOW = """
 import sys, time
 from pathlib import Path
-from types import SimpleNamespace
+from tests.unit.runtime.test_batch_file_resume import FakeRuntime
 from workbench.runtime.batch_file import answer_file
-from workbench.runtime.runtime import RuntimeAnswer
 
-class Slow:
-    name, version, methods = "fake", "1.0.0", ("no_rag", "d2rag")
-    def method(self, name=None):
-        return SimpleNamespace(name=name)
+class Slow(FakeRuntime):
     def answer_many(self, questions, method=None, batch_size=None):
         Path(sys.argv[3]).touch()  # answering: the other process may start now
         time.sleep(0.3)
-        return [RuntimeAnswer(question=q, method=method, text="A", retrieved=False, decoding="-") for q in questions]
+        return super().answer_many(questions, method, batch_size)
 
 answer_file(Slow(), sys.argv[1], sys.argv[2])
 """
