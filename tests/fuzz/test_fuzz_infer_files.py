@@ -42,11 +42,19 @@ RAW_LINES = [
     b"",
     b"   ",
 ]
+FINE_LINES = [
+    b'{"id": 12, "question": "Fine?"}',
+    '{"question": "Line\u2028separated?"}'.encode(),
+    b'{"id": "' + b"i" * MAX_ID_CHARS + b'", "question": "Longest id?", "gold": [1, 2]}',
+    b'{"id": -9223372036854775807, "question": "Smallest id?"}',
+]
+"""Lines that must be accepted, mixed in so that accepted files are drawn too."""
 
 
 def _input_lines(data) -> list[bytes]:
-    """One to three crafted lines and up to two mutated rows, in a drawn order."""
-    lines = data.draw(st.lists(st.sampled_from(RAW_LINES), min_size=1, max_size=3), label="raw lines")
+    """Up to two crafted lines, one or two fine ones and up to two mutated rows, in a drawn order."""
+    lines = data.draw(st.lists(st.sampled_from(RAW_LINES), max_size=2), label="raw lines")
+    lines += data.draw(st.lists(st.sampled_from(FINE_LINES), min_size=1, max_size=2, unique=True), label="fine")
     for _ in range(data.draw(st.integers(0, 2), label="mutated rows")):
         try:
             lines.append(json.dumps(mutate(ROW, data), ensure_ascii=False).encode("utf-8", "surrogatepass"))
