@@ -33,7 +33,7 @@ def question_problem(question: object) -> str | None:
     """Why ``question`` cannot be asked — not a string, blank, or holding a lone surrogate — as words to follow its
     name in an error (``"'question' is blank ..."``); None when it can be."""
     if not isinstance(question, str):
-        return f"is not a string (a {type(question).__name__})"
+        return f"is of type {type(question).__name__}: only question strings are accepted"
     if is_blank(question):
         return "is blank: a question needs at least one visible character (not only spaces or zero-width ones)"
     surrogate = _SURROGATE.search(question)

@@ -37,7 +37,7 @@ def test_one_visible_character_is_enough(text):
     [
         (ZERO_WIDTH, "questions: question 1 is blank"),
         ("why\ud800?", r"questions: question 1 holds a lone surrogate \(U\+D800\)"),
-        (7, r"questions: question 1 is not a string \(a int\)"),
+        (7, "questions: question 1 is of type int: only question strings are accepted"),
     ],
 )
 def test_the_runtime_refuses_before_building_any_model(question, expected):
