@@ -716,7 +716,7 @@ def main() -> None:
         # output): one line naming the file when the error carries it
         if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
             traceback.print_exc()
-        place = f"{one_line(exc.filename)}: " if exc.filename is not None else ""
+        place = f"{one_line(os.fsdecode(exc.filename))}: " if isinstance(exc.filename, str | bytes) else ""
         print(f"error: {place}{os_error_words(exc)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:

@@ -29,8 +29,8 @@ surrogates are written as ``\\uXXXX`` escapes, so a row is exactly one line for 
 
 Writing is per question: each row is appended and fsynced as soon as its question is answered; when the machine
 refuses a row (a full disk, a read-only file system) the file is cut back to its last whole row and the run stops
-with one line saying why. With the
-default ``batch_size=1`` one question is in flight at a time, so a kill loses at most that question. A larger
+with one line saying why. With the default ``batch_size=1`` one question is in flight at a time, so a kill loses at
+most that question. A larger
 ``batch_size`` lets the methods that batch (No-RAG, Standard RAG, DTR, D²-RAG, InSemRAG's rounds) share forward
 passes across questions, but the whole batch is then in flight: a kill loses at most ``batch_size`` questions (rows
 of a batch are still written one by one as soon as the batch returns).
@@ -187,7 +187,7 @@ def _question(line: str, number: int, where: str) -> tuple[str, str]:
     if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
         raise DataError(f"'id' must be a string or an integer, got {type(raw_id).__name__}", where)
     if isinstance(raw_id, int) and abs(raw_id) > MAX_INT_ID:
-        raise DataError("'id' is an integer beyond ±(2**63 - 1): use a shorter one, or a string", where)
+        raise DataError("'id' is an integer beyond ±(2**63 - 1): use a smaller one, or a string", where)
     if len(qid := str(raw_id)) > MAX_ID_CHARS:
         raise DataError(f"'id' is longer than {MAX_ID_CHARS} characters", where)
     return qid, question
