@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from workbench.core.errors import EXIT_USER_ERROR, WorkbenchError
+from workbench.core.errors import EXIT_USER_ERROR, STORAGE_ERRNOS, WorkbenchError, one_line, os_error_words
 
 app = typer.Typer(
     name="workbench",
@@ -165,19 +165,23 @@ def _recipe_with_stage(recipe: str, overrides: list[str] | None, stage: str, **o
     return loaded
 
 
+AdoptRunDirOption = Annotated[
+    bool,
+    typer.Option(
+        "--adopt-run-dir",
+        help="Use a non-empty run_dir that no run made, unless it holds a name a run writes (config.yaml, "
+        "stages, ...); /, the home directory and a git checkout's root are refused always.",
+    ),
+]
+"""The flag of every verb that runs a recipe (run, evaluate, study): the run directory check is run_recipe's."""
+
+
 @app.command("run")
 def run_command(
     recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides, e.g. answer.limit=20.")] = None,
     force: Annotated[list[str] | None, typer.Option("--force", help="Recompute this stage even if cached.")] = None,
-    adopt_run_dir: Annotated[
-        bool,
-        typer.Option(
-            "--adopt-run-dir",
-            help="Use a non-empty run_dir that no run made, unless it holds a name a run writes (config.yaml, "
-            "stages, ...); /, the home directory and a git checkout's root are refused always.",
-        ),
-    ] = False,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run a recipe; finished stages are reused from the run directory's cache (a new, empty or earlier run's)."""
     from workbench.recipe import load_recipe
@@ -216,6 +220,7 @@ def evaluate_command(
         list[str] | None,
         typer.Option("--params", help="A study's params/<method>.json to lay over the recipe's options (repeatable)."),
     ] = None,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
@@ -231,7 +236,7 @@ def evaluate_command(
         limit=limit,
         params=[str(Path(p).resolve()) for p in params] if params else None,
     )
-    result = run_recipe(loaded)
+    result = run_recipe(loaded, adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
     rows = [
         [
@@ -263,6 +268,7 @@ def study_command(
     ] = None,
     n_trials: Annotated[int | None, typer.Option("--n-trials", help="Complete trials per method.")] = None,
     methods: Annotated[str | None, typer.Option("--methods", help="Comma-separated methods to tune.")] = None,
+    adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
     import json
@@ -278,7 +284,8 @@ def study_command(
         n_trials=n_trials,
         methods=methods.split(",") if methods else None,
     )
-    result = run_recipe(loaded, force=["study"])  # a worker always works on the study, even after a finished run
+    # a worker always works on the study, even after a finished run
+    result = run_recipe(loaded, force=["study"], adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
     objective = summary["objective"]
     rows = []
@@ -450,10 +457,14 @@ def infer_command(
     questions: Annotated[list[str] | None, typer.Argument(help="Question(s) to answer.")] = None,
     method: Annotated[str | None, typer.Option("--method", help="Method (default: d2rag when present).")] = None,
     input_file: Annotated[
-        Path | None, typer.Option("--input", help="JSONL of {id, question} (other fields are ignored).")
+        Path | None,
+        typer.Option("--input", help="JSONL file of {id, question} (a regular file; other fields are ignored)."),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", help="JSONL of answers; an existing file is resumed.")
+        Path | None,
+        typer.Option(
+            "--output", help="JSONL file of answers (a regular file); an existing one is resumed, one run at a time."
+        ),
     ] = None,
     batch_size: Annotated[
         int | None,
@@ -680,7 +691,8 @@ def missing_training_dependency(exc: BaseException) -> str | None:
 
 def main() -> None:
     """Console entry point: run the CLI, turning user errors into one line and exit status 2 (a missing module of
-    the ``train`` extra too: the core install runs ``infer`` and ``serve``, the rest needs ``workbench[train]``)."""
+    the ``train`` extra too: the core install runs ``infer`` and ``serve``, the rest needs ``workbench[train]``; and a
+    write the machine refused, :data:`~workbench.core.errors.STORAGE_ERRNOS`: a full disk, a read-only file system)."""
     _quiet_third_party_progress()
     try:
         app()
@@ -696,6 +708,16 @@ def main() -> None:
         if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        # the machine refused a write no workbench layer turned into its own error (a log file, a lock, a library's
+        # output): one line naming the file when the error carries it
+        if os.environ.get("WORKBENCH_TRACEBACK", "").strip() not in ("", "0"):
+            traceback.print_exc()
+        place = f"{one_line(os.fsdecode(exc.filename))}: " if isinstance(exc.filename, str | bytes) else ""
+        print(f"error: {place}{os_error_words(exc)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print("interrupted: finished stages are kept; run the same command again to resume", file=sys.stderr)

@@ -10,8 +10,9 @@ user's directory for its own, a run directory is used only when it
 * or was made by a workbench from before the marker: ``config.yaml`` starts with ``# resolved from`` and either
   ``manifest.json`` has ``stages`` or ``logs/run.log`` exists (the marker is added on its next run).
 
-Any other non-empty directory is refused with one line, unless the user adopts it (``workbench run RECIPE
---adopt-run-dir``) — and even then only when it holds none of the names a run writes, so adopting overwrites nothing.
+Any other non-empty directory is refused with one line, unless the user adopts it (``--adopt-run-dir``, a flag of
+every verb that runs a recipe: ``workbench run``, ``evaluate``, ``study``) — and even then only when it holds none of
+the names a run writes, so adopting overwrites nothing.
 The filesystem root, the home directory (and any directory above it) and a git checkout's root are refused always.
 
 A report stage replaces its report directory (``report.dir``) as a whole, so that directory must be new, empty, or
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.atomic import atomic_write_json
-from workbench.core.errors import ConfigError
+from workbench.core.errors import ConfigError, storage_error
 
 RUN_MARKER = ".workbench-run"
 """The file that makes a directory a run directory (written before anything else)."""
@@ -155,12 +156,22 @@ def check_run_dir(path: Path, *, adopt: bool = False, adopt_hint: str = "--adopt
 
 
 def claim_run_dir(path: Path, recipe: str) -> None:
-    """Create ``path`` if needed and write its run marker unless it holds one (call :func:`check_run_dir` first)."""
-    path.mkdir(parents=True, exist_ok=True)
+    """Create ``path`` if needed and write its run marker unless it holds one (call :func:`check_run_dir` first).
+
+    A one-line :class:`~workbench.core.errors.StorageError` naming the run directory when the machine refuses
+    either (a read-only file system, a full disk, no permission); nothing is left half-written."""
+    where = f"run_dir {path}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, where, "cannot create it") from exc
     if read_run_marker(path) is None:
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         marker = {"format": MARKER_FORMAT, "version": MARKER_VERSION, "recipe": recipe, "created": created}
-        atomic_write_json(path / RUN_MARKER, marker)
+        try:
+            atomic_write_json(path / RUN_MARKER, marker)
+        except OSError as exc:
+            raise storage_error(exc, where, f"cannot write its run marker {RUN_MARKER}") from exc
 
 
 def remove_stale_temporaries(run_dir: Path, stages: set[str] | frozenset[str]) -> list[Path]:

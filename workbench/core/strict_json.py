@@ -5,7 +5,10 @@ used to make a bundle load something its writer did not mean:
 
 * **duplicate keys** — the last one silently wins, so a second ``"decision"`` block could replace the first while a
   reader that keeps the first (or a person reading the file) sees another;
-* **NaN / Infinity** — not JSON at all; a ``"seed": NaN`` only failed at the first answer, deep in a method;
+* **NaN / Infinity** — not JSON at all; a ``"seed": NaN`` only failed at the first answer, deep in a method (a
+  number too large for a float, ``1e400``, reads as infinity too);
+* **huge integers** — an integer of more than 4,300 digits raises a :class:`ValueError` with a traceback (Python's
+  own limit on converting digits), and one just under it costs quadratic time for nothing a workbench file holds;
 * **unbounded nesting** — a 100k-deep array raises :class:`RecursionError`, a traceback instead of an error line
   (and a few hundred levels pass the parser, then break whatever walks the value recursively).
 
@@ -16,6 +19,7 @@ used to make a bundle load something its writer did not mean:
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,9 @@ from workbench.core.errors import DataError
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays accepted; the workbench's own files stay under 10 levels."""
+MAX_INT_DIGITS = 100
+"""Most digits of an integer accepted (its sign aside); the workbench's own integers (sizes, seeds, counts) have at
+most 20."""
 
 
 class _Refused(ValueError):
@@ -43,6 +50,19 @@ def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a JSON number")
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # the literal is finite, its value is not: 1e400
+        raise _Refused("a number too large for a float")
+    return value
+
+
 def _depth(value: Any) -> int:
     """Deepest nesting of dicts and lists in a parsed value (iterative: costs one step per container)."""
     deepest = 0
@@ -57,8 +77,10 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Parse JSON ``data`` refusing duplicate keys, NaN / Infinity and nesting deeper than ``max_depth``.
+def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False) -> Any:
+    """Parse JSON ``data`` refusing duplicate keys, NaN / Infinity (and numbers too large for a float), integers of
+    more than :data:`MAX_INT_DIGITS` digits and nesting deeper than ``max_depth``. ``allow_nan`` accepts NaN and
+    ±Infinity (what :func:`json.dumps` writes for them by default: a file the workbench wrote itself may hold them).
 
     DataError (one line, ``where`` naming the file) on invalid UTF-8, invalid JSON or any of the above."""
     if isinstance(data, bytes):
@@ -67,7 +89,13 @@ def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEP
         except UnicodeDecodeError as exc:
             raise DataError(f"not UTF-8 text (byte {exc.start})", where) from None
     try:
-        value = json.loads(data, object_pairs_hook=_unique_object, parse_constant=_no_constant)
+        value = json.loads(
+            data,
+            object_pairs_hook=_unique_object,
+            parse_constant=float if allow_nan else _no_constant,
+            parse_int=_bounded_int,
+            parse_float=float if allow_nan else _finite_float,
+        )
     except _Refused as exc:
         raise DataError(f"not accepted as JSON: {exc}", where) from None
     except json.JSONDecodeError as exc:

@@ -48,17 +48,33 @@ def make_chunker(chunking: str, size: int = 600, overlap: int = 100) -> Chunker 
     return None
 
 
+MAX_SHOWN_ID_CHARS = 80
+"""Most characters of a document id quoted in an error (the rest is cut, marked with …)."""
+
+
 def read_corpus_documents(path: str | Path) -> list[WikiArticle]:
-    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns)."""
+    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns).
+
+    DataError naming the file (and the rows) for a row without those string fields or a ``doc_id`` seen before: a
+    document id names one document (retrieval recall, chunk ids and gold passages all count on it)."""
     from workbench.core.errors import DataError
     from workbench.data.loaders import read_rows
     from workbench.data.wikiqa import WikiArticle
 
     documents = []
+    first_row: dict[str, int] = {}
     for number, row in enumerate(read_rows(Path(path)), start=1):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("doc_id", "title", "text")):
             raise DataError(f"row {number} needs string fields doc_id, title and text", str(path))
-        documents.append(WikiArticle(row["doc_id"], row["title"], row["text"], "", str(row.get("topic", ""))))
+        doc_id = row["doc_id"]
+        if doc_id in first_row:
+            shown = doc_id if len(doc_id) <= MAX_SHOWN_ID_CHARS else doc_id[:MAX_SHOWN_ID_CHARS] + "…"
+            what = (
+                f"rows {first_row[doc_id]} and {number} have the same doc_id {shown!r}: each document needs its own id"
+            )
+            raise DataError(what, str(path))
+        first_row[doc_id] = number
+        documents.append(WikiArticle(doc_id, row["title"], row["text"], "", str(row.get("topic", ""))))
     if not documents:
         raise DataError("the corpus file holds no documents", str(path))
     return documents

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import DataError
+from workbench.core.regular_files import check_regular
 from workbench.data.hub_formats import HubFormat, get_format, known_names
 from workbench.data.schema import rows_to_dataset, validate_qa_row
 
@@ -51,6 +52,8 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
                 yield json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"line {line_number}: invalid JSON ({exc.msg})", str(path)) from exc
+            except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; nesting too deep
+                raise DataError(f"line {line_number}: {_unreadable(exc)}", str(path)) from None
 
 
 def _read_json(path: Path) -> list[Any]:
@@ -58,6 +61,8 @@ def _read_json(path: Path) -> list[Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(f"invalid JSON at line {exc.lineno} ({exc.msg})", str(path)) from exc
+    except (ValueError, RecursionError) as exc:
+        raise DataError(_unreadable(exc), str(path)) from None
     if isinstance(data, dict):
         for key in _JSON_LIST_KEYS:
             if isinstance(data.get(key), list):
@@ -65,6 +70,13 @@ def _read_json(path: Path) -> list[Any]:
     if not isinstance(data, list):
         raise DataError(f"expected a JSON list of rows (or an object with one of {_JSON_LIST_KEYS})", str(path))
     return data
+
+
+def _unreadable(exc: ValueError | RecursionError) -> str:
+    """Why Python's JSON parser gave up on valid-looking JSON, without the value it read."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply to read"
+    return "a JSON number Python cannot read (an integer of thousands of digits)"
 
 
 def _read_parquet(path: Path) -> list[Any]:
@@ -80,13 +92,13 @@ def read_rows(path: str | Path) -> list[Any]:
     """All records of a ``.jsonl`` (one JSON value per non-blank line), ``.json`` (a list, or an object with a
     ``data`` / ``rows`` / ``examples`` list) or ``.parquet`` file, in order.
 
-    Raises :class:`DataError` naming the file when it is missing, unreadable or not in that format.
+    Raises :class:`DataError` naming the file when it is missing, not a regular file (a FIFO would block the read),
+    unreadable or not in that format.
     """
     path = Path(path)
     if path.suffix.lower() not in LOCAL_SUFFIXES:
         raise DataError(f"unsupported file type {path.suffix!r}; use one of {', '.join(LOCAL_SUFFIXES)}", str(path))
-    if not path.is_file():
-        raise DataError("no such file", str(path))
+    check_regular(path, "data")
     try:
         if path.suffix.lower() == ".jsonl":
             return list(_read_jsonl(path))

@@ -24,6 +24,7 @@ from typing import Any
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError, DataError
 from workbench.runtime.options import RuntimeOptions, runtime_options
+from workbench.runtime.questions import question_problem
 
 log = logging.getLogger(__name__)
 
@@ -404,14 +405,15 @@ def checked_features(raw: Any, features: Sequence[str]) -> Any:
 
 
 def _check_questions(questions: Sequence[str]) -> list[str]:
+    """``questions`` as a list, each one checked by :func:`~workbench.runtime.questions.question_problem` (a
+    string with a visible character and no lone surrogate); DataError naming the first that is not."""
     if isinstance(questions, str):
         raise DataError("answer_many takes a list of questions, not one string", "questions")
     out = list(questions)
     for i, q in enumerate(out):
-        if not isinstance(q, str):
-            raise DataError(f"question {i} is a {type(q).__name__}: only question strings are accepted", "questions")
-        if not q.strip():
-            raise DataError(f"question {i} is empty", "questions")
+        problem = question_problem(q)
+        if problem is not None:
+            raise DataError(f"question {i} {problem}", "questions")
     return out
 
 

@@ -40,7 +40,6 @@ import importlib.util
 import logging
 import math
 import time
-import unicodedata
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +65,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import workbench.serve.openai_bundle as oai
 from workbench.core.errors import ConfigError, WorkbenchError
+from workbench.runtime.questions import is_blank
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 logger = logging.getLogger("workbench.serve")
@@ -285,23 +285,6 @@ def _typed_answers(method_type: type[enum.Enum]) -> type[BaseModel]:
         __doc__=AnswerBody.__doc__,
         method=(method_type, Field(description=AnswerBody.model_fields["method"].description)),
         answers=(list[record], Field(description=AnswerBody.model_fields["answers"].description)),
-    )
-
-
-# Characters that draw nothing although Unicode gives them a letter or symbol category (Hangul fillers, the blank
-# Braille pattern): a question made of them is as blank as one of spaces.
-_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
-# Categories that draw nothing on their own: controls and format characters (zero-width space / joiners, bidi marks,
-# the BOM), unassigned and surrogate code points, separators, and combining marks (which only decorate a base letter).
-_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
-
-
-def is_blank(text: str) -> bool:
-    """True when ``text`` has no visible character: only whitespace, zero-width / format characters, lone combining
-    marks or known blank-drawing letters (so ``"\\u200b\\u200d"`` is blank, like ``"   "``)."""
-    return not any(
-        not ch.isspace() and ch not in _BLANK_LETTERS and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
-        for ch in text
     )
 
 

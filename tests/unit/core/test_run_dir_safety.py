@@ -46,6 +46,25 @@ def fake_study(ctx):
     return {"trials": 0}
 
 
+def summarised_study(ctx):
+    """A study that finishes with the summary ``workbench study`` prints."""
+    scores = {"val": {"contains": 0.5}, "test": {"contains": 0.25}}
+    summary = {
+        "objective": "contains",
+        "storage": "none",
+        "methods": {"dtr": {"params": {"tau": 1.5}, "scores": {"best": scores, "defaults": scores}, "trials": []}},
+    }
+    (ctx.out_dir / "summary.json").write_text(json.dumps(summary))
+    return {"trials": 0}
+
+
+def summarised_evaluate(ctx):
+    """An evaluation that finishes with the summary ``workbench evaluate`` prints."""
+    row = dict.fromkeys(("em", "f1", "contains", "retrieval_rate", "lm_calls", "tokens", "latency_p50"), 0.5)
+    (ctx.out_dir / "summary.json").write_text(json.dumps({"methods": {"dtr": row}}))
+    return {}
+
+
 def killed_study(ctx):
     """A study killed (SIGKILL) half-way through writing its output."""
     (ctx.out_dir / "trials.json").write_text("[{")
@@ -412,3 +431,65 @@ def test_run_from_the_cli_refuses_a_checkouts_root_even_adopted(tmp_path, local_
     out = wb("run", str(local_recipe), f"run_dir={checkout}", "--adopt-run-dir")
     assert_one_line_error(out, f"run_dir {checkout}: is the root of a git checkout")
     assert listing(checkout) == {".git"}
+
+
+# ------------------------------------------------------------- --adopt-run-dir on every verb that runs a recipe
+@pytest.fixture
+def verb_stages(stages, monkeypatch):
+    """``study`` and ``evaluate`` stages that write the summaries their verbs print (the real ones' sections)."""
+    for name, entry in (("study", "summarised_study"), ("evaluate", "summarised_evaluate")):
+        spec = StageSpec(
+            name, "v", f"{HERE}:{entry}", sections=("seper_eval",), settings=registry.STAGES[name].settings
+        )
+        monkeypatch.setitem(registry.STAGES, name, spec)
+
+
+def in_process(monkeypatch, capsys, *args: str) -> tuple[int, str, list[str]]:
+    """``workbench -q *args`` in this process (where the fake stages are registered): exit code, stdout, stderr
+    lines."""
+    from workbench import cli
+
+    monkeypatch.setattr(sys, "argv", ["workbench", "-q", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("verb", "stage", "printed"),
+    [("run", "study", "study"), ("evaluate", "evaluate", "traces:"), ("study", "study", "parameters in")],
+)
+def test_every_verb_that_runs_a_recipe_refuses_then_adopts(
+    tmp_path, verb_stages, monkeypatch, capsys, verb, stage, printed
+):
+    user = tmp_path / "mine"
+    files = plant(user, {"notes.txt": "notes", "data/table.csv": "a,b\n"})
+    recipe(tmp_path, user)  # writes r.yaml
+    args = [verb, str(tmp_path / "r.yaml"), f"stages=[produce,{stage}]"]
+    code, _, err = in_process(monkeypatch, capsys, *args)
+    assert code == 2 and len(err) == 1, err
+    assert f"run_dir {user}: is not empty and no workbench run made it" in err[0] and "--adopt-run-dir" in err[0]
+    assert listing(user) == {"notes.txt", "data"}  # refused before a byte was written
+    code, out, err = in_process(monkeypatch, capsys, *args, "--adopt-run-dir")
+    assert code == 0, err
+    assert printed in out and (user / RUN_MARKER).is_file() and (user / "stages" / stage / "_stage.json").is_file()
+    assert all((user / name).read_text() == text for name, text in files.items())
+
+
+@pytest.mark.parametrize("verb", ["evaluate", "study"])
+def test_adopting_with_any_verb_still_refuses_what_a_run_would_overwrite(
+    tmp_path, verb_stages, monkeypatch, capsys, verb
+):
+    user = tmp_path / "mine"
+    plant(user, USER_RUN_LOOKALIKE)
+    before = snapshot(user)
+    recipe(tmp_path, user)
+    code, _, err = in_process(
+        monkeypatch, capsys, verb, str(tmp_path / "r.yaml"), f"stages=[produce,{verb}]", "--adopt-run-dir"
+    )
+    assert code == 2 and len(err) == 1 and "cannot be adopted" in err[0], err
+    assert snapshot(user) == before

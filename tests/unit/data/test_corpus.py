@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from tests.unit.data import fake_articles
+from workbench.core.errors import DataError
 from workbench.data.chunkers import ChunkIndex, FixedSizeChunker, SemanticChunker
-from workbench.data.corpus import build_corpus, corpus_chunks, corpus_columns, corpus_features, corpus_fingerprint
+from workbench.data.corpus import (
+    build_corpus,
+    corpus_chunks,
+    corpus_columns,
+    corpus_documents,
+    corpus_features,
+    corpus_fingerprint,
+)
 from workbench.data.wikiqa import WikiArticle, build_wikiqa
 
 
@@ -75,3 +87,46 @@ def test_plain_columns_equal_the_dataset_and_share_its_fingerprint() -> None:
     dataset = build_corpus(articles, chunker=chunker)
     assert columns == dataset.to_dict()  # the runtime's corpus (no datasets import) is the stages' corpus
     assert corpus_fingerprint(columns) == corpus_fingerprint(dataset)
+
+
+# ------------------------------------------------------------------------------------------ a user's corpus file
+def test_a_duplicate_doc_id_in_a_corpus_file_names_the_id_the_rows_and_the_file(tmp_path) -> None:
+    rows = [
+        {"doc_id": "d1", "title": "A", "text": "One."},
+        {"doc_id": "d2", "title": "B", "text": "Two."},
+        {"doc_id": "d1", "title": "C", "text": "Three."},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as err:
+        corpus_documents(str(path))
+    assert str(err.value) == f"{path}: rows 1 and 3 have the same doc_id 'd1': each document needs its own id"
+    long_id = "x" * 5000
+    path.write_text("".join(json.dumps({"doc_id": long_id, "title": "T", "text": "t"}) + "\n" for _ in range(2)))
+    with pytest.raises(DataError) as err:
+        corpus_documents(str(path))
+    assert len(str(err.value)) < len(str(path)) + 200 and "…" in str(err.value)  # the id is cut, not echoed whole
+
+
+def test_a_duplicate_doc_id_is_one_line_from_the_cli(tmp_path) -> None:
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"id": "q0", "question": "Who?", "answers": ["Me"]}) + "\n")
+    rows = [{"doc_id": "d", "title": "D", "text": "Me."}, {"doc_id": "d", "title": "E", "text": "You."}]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = tmp_path / "local.yaml"
+    recipe.write_text(
+        "name: local\nstages: [build_data]\ntracker: none\n"
+        f"data: {{dataset: {tmp_path}/qa.jsonl, corpus: {tmp_path}/corpus.jsonl, fractions: [0, 0, 0, 1]}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench", "-q", "run", str(recipe), f"run_dir={tmp_path}/run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert (
+        lines[0]
+        == f"error: {tmp_path}/corpus.jsonl: rows 1 and 2 have the same doc_id 'd': each document needs its own id"
+    )
+    assert not (tmp_path / "run" / "stages" / "build_data").exists()

@@ -77,7 +77,7 @@ def test_invalid_json_line_and_unreadable_files(tmp_path: Path) -> None:
     path.write_text(json.dumps(_rows(1)[0]) + "\n\n{oops\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"broken\.jsonl: line 3: invalid JSON"):
         load_qa_dataset(str(path))
-    with pytest.raises(DataError, match=r"absent\.jsonl: no such file"):
+    with pytest.raises(DataError, match=r"absent\.jsonl: no such data file"):
         load_qa_dataset(str(tmp_path / "absent.jsonl"))
     fake_parquet = tmp_path / "fake.parquet"
     fake_parquet.write_text("not parquet", encoding="utf-8")
@@ -89,6 +89,28 @@ def test_invalid_json_line_and_unreadable_files(tmp_path: Path) -> None:
         read_rows(scalar)
     with pytest.raises(DataError, match="holds no rows"):
         load_qa_dataset(str(_write_jsonl(tmp_path / "empty.jsonl", [])))
+
+
+def test_a_fifo_or_a_directory_is_named_for_what_it_is_and_never_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # reading it would block until a writer came
+    with pytest.raises(DataError) as err:
+        read_rows(fifo)
+    assert str(err.value) == f"{fifo}: is a FIFO (named pipe), not a regular file"  # was "no such file"
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(DataError, match=r"dir\.json: is a directory, not a regular file"):
+        read_rows(tmp_path / "dir.json")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_numbers_python_cannot_read_are_one_line(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"huge{suffix}"
+    body = '{"id": ' + "9" * 5000 + ', "question": "q?", "answers": ["a"]}'
+    path.write_text(body + "\n" if suffix == ".jsonl" else f"[{body}]")
+    with pytest.raises(DataError) as err:
+        read_rows(path)
+    message = str(err.value)
+    assert "a JSON number Python cannot read" in message and "99999" not in message and "\n" not in message
 
 
 def test_saved_dataset_dir_is_a_source(tmp_path: Path) -> None:
