@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,7 +40,9 @@ __all__ = [
     "LogDiagRecorder",
     "last_attention_module",
     "last_layer_logdiag",
+    "own_key_index",
     "own_key_logprobs",
+    "visible_keys",
 ]
 
 LOG_FLOOR = math.log(1e-12)
@@ -87,7 +89,7 @@ def own_key_logprobs(
 
     The queries are scored in blocks of rows holding at most ``block_elements`` scores (at least one row), so the
     extra memory is O(B·H·K) per block, not O(B·H·Q·K); ``block_elements=None`` scores them all in one block (the
-    full matrix, as this function did before it read in blocks: the benchmark's reference for that memory)."""
+    whole matrix)."""
     import torch
 
     batch, heads, n_q, dim = query.shape
@@ -105,10 +107,9 @@ def own_key_logprobs(
         scores = torch.matmul(q, keys).view(batch, heads, count, n_k).mul_(scaling)
         if softcap:
             scores.div_(softcap).tanh_().mul_(softcap)
-        visible = _visible(mask, start, stop, n_q, n_k, scores.device)
+        visible = visible_keys(mask, start, stop, n_q, n_k, scores.device)
         scores.masked_fill_(~visible, float("-inf"))
-        # the rightmost visible key of each query: the last True along the key axis
-        own = (n_k - 1) - torch.flip(visible.to(torch.int8), dims=[-1]).argmax(dim=-1)  # (B or 1, 1, count)
+        own = own_key_index(visible)  # (B or 1, 1, count)
         picked = torch.gather(scores, -1, own.expand(batch, heads, count).unsqueeze(-1)).squeeze(-1)
         top = scores.amax(dim=-1, keepdim=True)
         top.masked_fill_(top.isinf(), 0.0)  # a query that sees no key (padding) stays NaN, as torch.logsumexp gives
@@ -118,9 +119,9 @@ def own_key_logprobs(
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
 
 
-def _visible(mask: Any, start: int, stop: int, n_q: int, n_k: int, device: Any) -> Any:
-    """Which keys queries ``start`` … ``stop`` − 1 (of ``n_q``) see under ``mask`` (see :func:`own_key_logprobs`),
-    boolean, broadcastable to ``(B, H, stop − start, n_k)``."""
+def visible_keys(mask: Any, start: int, stop: int, n_q: int, n_k: int, device: Any) -> Any:
+    """Which of the ``n_k`` keys queries ``start`` … ``stop`` − 1 (of ``n_q``) see under ``mask`` (the forms
+    :func:`own_key_logprobs` takes), boolean, broadcastable to ``(B, H, stop − start, n_k)``."""
     import torch
 
     if mask is None:
@@ -133,14 +134,22 @@ def _visible(mask: Any, start: int, stop: int, n_q: int, n_k: int, device: Any) 
     return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
 
 
+def own_key_index(visible: Any) -> Any:
+    """Each query's own key in ``visible`` (:func:`visible_keys`): the index of the last True along the key axis."""
+    import torch
+
+    return (visible.shape[-1] - 1) - torch.flip(visible.to(torch.int8), dims=[-1]).argmax(dim=-1)
+
+
 class LogDiagRecorder:
     """What :func:`last_layer_logdiag` recorded: one ``(batch, heads, n)`` float32 array per forward of the last
-    attention layer since the last :meth:`take` — ``n`` its last ``queries`` queries (all when None). ``active`` is
-    False when the model could not be wrapped."""
+    attention layer since the last :meth:`take` — ``n`` its last ``queries`` queries (all when None), computed by
+    ``score`` (:func:`own_key_logprobs`' signature). ``active`` is False when the model could not be wrapped."""
 
-    def __init__(self, active: bool, queries: int | None = None) -> None:
+    def __init__(self, active: bool, queries: int | None = None, score: Callable[..., Any] | None = None) -> None:
         self.active = active
         self.queries = queries
+        self.score = score or own_key_logprobs
         self._forwards: list[np.ndarray] = []
 
     def add(self, logdiag: Any) -> None:
@@ -208,7 +217,7 @@ def _recording_attention(module: Any, query: Any, key: Any, value: Any, attentio
     if recorder is not None:
         scaling = kwargs.get("scaling")
         recorder.add(
-            own_key_logprobs(
+            recorder.score(
                 query,
                 key,
                 attention_mask,
@@ -231,9 +240,13 @@ def _recording_attention(module: Any, query: Any, key: Any, value: Any, attentio
 
 
 @contextmanager
-def last_layer_logdiag(model: Any, *, queries: int | None = None) -> Iterator[LogDiagRecorder]:
+def last_layer_logdiag(
+    model: Any, *, queries: int | None = None, score: Callable[..., Any] | None = None
+) -> Iterator[LogDiagRecorder]:
     """Record log A^h_pp of ``model``'s last attention layer at the last ``queries`` queries (all when None) of
     every forward this thread runs inside the context (see the module docstring); the layer's outputs are unchanged.
+    ``score`` computes it (default :func:`own_key_logprobs`; bench-features passes its reference of the recorder
+    before it read in blocks, to measure that memory).
     Yields an inactive recorder (nothing recorded) when the last attention module, its config or its attention
     function cannot be found. Raises ``RuntimeError`` when this thread already has a recorder open for the model.
 
@@ -249,7 +262,7 @@ def last_layer_logdiag(model: Any, *, queries: int | None = None) -> Iterator[Lo
     if target is None or config is None or found is None:
         yield LogDiagRecorder(False)
         return
-    recorder, slot = LogDiagRecorder(True, queries), (threading.get_ident(), id(target))
+    recorder, slot = LogDiagRecorder(True, queries, score), (threading.get_ident(), id(target))
     with _LOCK:
         if slot in _RECORDERS:
             raise RuntimeError("a recorder is already open for this model in this thread")
