@@ -246,19 +246,15 @@ def test_only_the_model_and_the_thread_that_asked_go_through_the_recorder(genera
     assert torch.equal(outputs["model"], alone["model"])
 
 
-def test_the_pass_reads_the_diagonal_of_transformers_eager_attention_weights(generator):
-    """The teacher-forced pass, recorded beside the model's own attention, against the last layer's weights that
-    eager attention returns (read here without the workbench's code)."""
+def _eager_reference(generator, prompts, answers) -> list[np.ndarray]:
+    """log A^h_jj at each answer's tokens from the last layer's weights that eager attention returns for prompt +
+    answer (left-padded, one forward): read here without the workbench's recorder."""
     from workbench.backends.decoding_state import left_padded_batch
     from workbench.backends.prompts import encode
 
-    generator.cache, generator.counter = None, CostCounter()
-    answers = generator.generate(PROMPTS[:4], max_new_tokens=5, stop=())
-    got = _pass(generator, PROMPTS[:4], answers)
-    assert generator.model.config._attn_implementation != "eager"  # the pass ran under the model's own kernel
     sequences = [
         encode(generator.tokenizer, p)[-a.prompt_tokens :] + list(a.token_ids)
-        for p, a in zip(PROMPTS[:4], answers, strict=True)
+        for p, a in zip(prompts, answers, strict=True)
     ]
     input_ids, mask, positions = left_padded_batch(sequences, generator.tokenizer.pad_token_id)
     previous = generator.model.config._attn_implementation
@@ -271,9 +267,19 @@ def test_the_pass_reads_the_diagonal_of_transformers_eager_attention_weights(gen
     finally:
         generator.model.set_attn_implementation(previous)
     diagonal = torch.diagonal(weights, dim1=-2, dim2=-1).double().clamp_min(1e-12).log()
-    for b, (answer, values) in enumerate(zip(answers, got, strict=True)):
+    return [diagonal[b, :, diagonal.shape[-1] - len(a.token_ids) :].numpy() for b, a in enumerate(answers)]
+
+
+def test_the_pass_reads_the_diagonal_of_transformers_eager_attention_weights(generator):
+    """The teacher-forced pass, recorded beside the model's own attention, against the last layer's weights that
+    eager attention returns."""
+    generator.cache, generator.counter = None, CostCounter()
+    answers = generator.generate(PROMPTS[:4], max_new_tokens=5, stop=())
+    got = _pass(generator, PROMPTS[:4], answers)
+    assert generator.model.config._attn_implementation != "eager"  # the pass ran under the model's own kernel
+    for answer, values, reference in zip(answers, got, _eager_reference(generator, PROMPTS[:4], answers), strict=True):
         assert values.shape == (generator.model.config.num_attention_heads, len(answer.token_ids))
-        np.testing.assert_allclose(values, diagonal[b, :, -len(answer.token_ids) :].numpy(), atol=1e-5)
+        np.testing.assert_allclose(values, reference, atol=1e-5)
 
 
 def test_a_model_it_cannot_wrap_gives_no_diagonal_and_the_stats_read_it_by_the_pass(generator, monkeypatch):
@@ -377,6 +383,8 @@ def test_a_sliding_window_last_layer_reads_the_same_diagonal_as_the_pass(tmp_pat
     plain = generator.generate(PROMPTS[:4], max_new_tokens=10, stop=())
     read = generator.generate(PROMPTS[:4], max_new_tokens=10, stop=(), return_answer_attention=True)
     assert min(len(g.token_ids) for g in plain) > 0
-    for a, b, ref in zip(plain, read, _pass(generator, PROMPTS[:4], plain), strict=True):
+    eager = _eager_reference(generator, PROMPTS[:4], plain)  # the sliding window's own weights, from transformers
+    for a, b, ref, want in zip(plain, read, _pass(generator, PROMPTS[:4], plain), eager, strict=True):
         assert list(a.token_ids) == list(b.token_ids)
         np.testing.assert_allclose(b.attention_logdiag, ref, atol=1e-4)
+        np.testing.assert_allclose(ref, want, atol=1e-5)
