@@ -1,4 +1,5 @@
-"""The bench-features recipe end to end, shrunk: tiny generator, real MiniLM answer-equivalence judge."""
+"""The bench-features recipe end to end, shrunk: tiny generator, real MiniLM answer-equivalence judge, and the
+attention recorder's peak memory on a tiny random model (each way in a fresh process)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,23 @@ from workbench.stages.runner import run_recipe
 pytestmark = pytest.mark.integration
 
 
-def _run(tmp_path, model, features: str, questions: int, samples: int, max_new_tokens: int):
+MEMORY_SHAPE = [  # a tiny model whose MLP activations stay far below the full-matrix scores at 1024 tokens
+    "bench_features.attention_memory.contexts=[1024]",
+    "bench_features.attention_memory.batch=2",
+    "bench_features.attention_memory.hidden_size=64",
+    "bench_features.attention_memory.heads=8",
+    "bench_features.attention_memory.kv_heads=2",
+    "bench_features.attention_memory.head_dim=16",
+    "bench_features.attention_memory.intermediate_size=128",
+    "bench_features.attention_memory.vocab_size=1000",
+]
+
+
+def _run(tmp_path, model, features: str, questions: int, samples: int, max_new_tokens: int, parts: str = "[cost]"):
     """The bench-features recipe on the tiny model, writing under ``tmp_path``."""
     overrides = [
+        f"bench_features.parts={parts}",
+        *MEMORY_SHAPE,
         f"generator.model={model}",
         "tracker=none",
         "threads=0",
@@ -30,9 +45,10 @@ def _run(tmp_path, model, features: str, questions: int, samples: int, max_new_t
     return run_recipe(load_recipe("bench-features", overrides))
 
 
-def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
+def test_bench_features_reports_both_ratios_and_the_attention_recorders_memory(tmp_path, tiny_lm_long_dir):
     features = "[confidence,semantic_entropy,matrix_degree_uncertainty,eccentricity_uncertainty,lars,ptrue]"
-    _run(tmp_path, tiny_lm_long_dir, features, questions=2, samples=3, max_new_tokens=4)
+    parts = "[cost,attention_memory]"
+    result = _run(tmp_path, tiny_lm_long_dir, features, questions=2, samples=3, max_new_tokens=4, parts=parts)
     bench = json.loads((tmp_path / "run" / "stages" / "bench_features" / "bench.json").read_text())
     assert len(bench["per_feature"]) == 6 and bench["questions"] == 2
     work, total, bare = bench["workbench"], bench["per_feature_total"], bench["bare"]
@@ -62,6 +78,16 @@ def test_bench_features_reports_both_ratios(tmp_path, tiny_lm_long_dir):
     assert "target ≥ 5x" in report and "≤ 2.5x" in report and "≤ 1x" in report and "| lars |" in report
     assert "transformers `generate`" in report and "TruthTorchLM" in report and "5 features" in report
     assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
+    # the attention recorder: the full-matrix way raises the prefill's peak by about its two (2, 8, 1024, 1024)
+    # float32 arrays (134 MB); the recorder as it is, by a few MB (it reads the prefill's last query only)
+    (row,) = bench["attention_memory"]["contexts"]
+    rise = {way: r["peak_bytes"] - r["base_bytes"] for way, r in row["ways"].items()}
+    assert row["before_analytic_bytes"] == 2 * 4 * 2 * 8 * 1024 * 1024
+    assert rise["before"] - rise["none"] >= 0.6 * row["before_analytic_bytes"]
+    assert rise["after"] - rise["none"] <= 0.25 * row["before_analytic_bytes"]
+    assert "## Attention recorder: peak memory of a recording prefill" in report and "| 1,024 |" in report
+    summary = next(s.summary for s in result.stages if s.name == "bench_features")
+    assert summary["memory_context"] == 1024 and summary["forwards_ratio"] > 0
 
 
 def test_bench_features_without_an_nli_feature_reports_no_nli_ratio(tmp_path, tiny_lm_long_dir):

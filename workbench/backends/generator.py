@@ -454,7 +454,8 @@ class Generator(CachedGenerations):
             return self._decode_rows(jobs, params, share_prefill, None)
         from workbench.backends.attention_diag import last_layer_logdiag
 
-        with last_layer_logdiag(self.model) as recorder:
+        # a step feeds one token per row: its last query is all a step's forward records (the prefill's is dropped)
+        with last_layer_logdiag(self.model, queries=1) as recorder:
             return self._decode_rows(jobs, params, share_prefill, recorder if recorder.active else None)
 
     def _decode_rows(

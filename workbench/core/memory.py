@@ -9,15 +9,40 @@ benchmark's subprocess) is not included: each is its own process. The reset is t
 it ``getrusage`` and tools that read it (``/usr/bin/time -v``) report the peak since the last stage began, not since
 the process started: each reset first records the peak it clears, so :func:`process_peak_bytes` is the whole
 process's, and the run's manifest records it (``peak_rss_mb``).
+
+**What a run changes in its host process, and when it is undone.** A library must not change the process it runs in
+behind its back; the workbench's runs (``run_recipe``, ``load_bundle``) are often called from a user's own process.
+
+* glibc's mmap threshold: a run with a training stage maps allocations of 1 MiB and more for its whole length
+  (:func:`large_allocations_mapped`, entered by the runner) and puts the previous behaviour back when the run ends,
+  on error too: a fixed threshold exactly; glibc's dynamic one as its 32 MiB ceiling, since no call turns the
+  adjustment back on (see there). A run that trains nothing leaves it alone.
+* Kept import errors: the tracebacks of the import errors Optuna keeps are dropped between stages and when a
+  generator shares weights (:func:`release_kept_import_errors`); no other exception is touched. Not undone (the
+  errors keep their messages; their tracebacks only pinned the stage's frames).
+* Free heap memory is handed back to the system between stages (``malloc_trim``, :func:`return_freed_memory`):
+  nothing to undo.
+* The kernel's peak-RSS counter (``VmHWM``) is reset at each stage (:class:`PeakMemory`): ``getrusage`` and
+  ``/usr/bin/time -v`` then report the peak since the last stage began; :func:`process_peak_bytes` keeps the whole
+  process's. Not undone (the kernel cannot set it back).
+* The attention recorder changes only the last attention module of the model that asked, for the threads that
+  asked, while it records (:mod:`workbench.backends.attention_diag`); shared weights move apart on ``.to()``
+  (:mod:`workbench.backends.shared_weights`).
+
+What the runner still changes for good (``workbench/stages/runner.py``): the seeds of Python's ``random``, numpy's
+global generator and torch (``seed``) and ``PYTHONHASHSEED`` in ``os.environ`` (for the run's child processes);
+with ``threads`` > 0, ``torch.set_num_threads`` and ``OMP_NUM_THREADS`` (only when unset); the ``workbench`` logger's
+handlers (replaced per run, ``propagate`` off). None of these is restored when the run ends.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -104,14 +129,14 @@ def return_freed_memory() -> int:
     quickstart's distill stage, 0.67 GB after ``malloc_trim``), and the next stage's peak sits on top of that.
     ``malloc_trim(0)`` releases the free pages; it exists on glibc only, and elsewhere only the collection runs.
     Before collecting, :func:`release_kept_import_errors` lets go of the frames (and the models in their locals)
-    that import errors kept by libraries would hold.
+    that the import errors Optuna keeps would hold.
     """
     import contextlib
     import ctypes
     import gc
 
     before = current_rss_bytes()
-    release_kept_import_errors()  # frames a library's kept import error holds would keep their locals alive
+    release_kept_import_errors()  # frames Optuna's kept import errors hold would keep their locals alive
     gc.collect()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # musl and other C libraries have no malloc_trim
@@ -120,57 +145,61 @@ def return_freed_memory() -> int:
     return max(0, before - after) if before is not None and after is not None else 0
 
 
+KEPT_IMPORT_ERRORS: tuple[tuple[str, str, str], ...] = (
+    ("optuna._imports", "_DeferredImportExceptionContextManager", "_deferred"),
+)
+"""``(module, class, attribute)`` of the objects known to keep a deferred import error with its traceback: Optuna's
+``try_import()`` context managers, module globals of every Optuna module that guards an optional dependency, keep
+``(error, message)`` in ``_deferred``. Found by scanning every module's globals, and one level of their objects'
+attributes, in a process that imported the training stack (optuna, lightning, transformers, peft, scikit-learn,
+datasets, sentence-transformers, onnx, onnxruntime, wandb; 5,683 modules): these were the only kept exceptions
+holding a traceback."""
+
 _SCANNED_MODULES: set[str] = set()
 
 
 def release_kept_import_errors() -> int:
-    """Drop the tracebacks of the import errors that imported modules keep at module level; return how many.
+    """Drop the tracebacks of the import errors that Optuna's ``try_import`` keeps (:data:`KEPT_IMPORT_ERRORS`);
+    return how many. No other exception is touched: the user's own (a module global, ``sys.last_exc`` after an
+    error at the prompt) keep their tracebacks and frames for ``pdb.pm()`` / ``pdb.post_mortem``.
 
-    Why: libraries that defer an optional dependency's ImportError keep the exception for later (Optuna's
-    ``try_import`` holds one per missing extra: redis, plotly, ...). Its traceback holds the frames the import ran in,
-    and each frame its caller, up through the stack that first imported the library — a stage function's frame
-    included, whose locals hold the stage's models. Measured on a fresh quickstart: the study stage's first Optuna
-    import kept its Tools (the reader generator's 540 MB of weights, the embedder, the retriever) alive after the
-    runner dropped them, through distill, evaluate and export. The exceptions stay (a library re-raises them with
-    their message); only their tracebacks go. Looked for in the globals of every module loaded since the last call
-    (such errors are kept while a module is imported; ~0.2 s for the ~4,500 modules of a training run, then only
-    the new ones) and, one level down, in the attributes and tuples of the objects there (where ``try_import``
-    keeps it)."""
+    Why: a kept error's traceback holds the frames the import ran in, and each frame its caller, up through the
+    stack that first imported the library — a stage function's frame included, whose locals hold the stage's
+    models. Measured on a fresh quickstart: the study stage's first Optuna import kept its Tools (the reader
+    generator's 540 MB of weights, the embedder, the retriever) alive after the runner dropped them, through
+    distill, evaluate and export. The errors stay (Optuna re-raises them with their message when the extra is
+    used); only their tracebacks go. Nothing is looked at until Optuna's ``_imports`` module is loaded; then the
+    globals of every module loaded since the last call are searched for its context managers (a module still being
+    imported is searched on a later call)."""
+    keepers = []
+    for module_name, class_name, attribute in KEPT_IMPORT_ERRORS:
+        keeper = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(keeper, type):
+            keepers.append((keeper, attribute))
+    if not keepers:
+        return 0
     import warnings
 
     count = 0
-
-    def clear(value: Any) -> None:
-        nonlocal count
-        seen: set[int] = set()
-        while isinstance(value, BaseException) and id(value) not in seen:
-            seen.add(id(value))
-            if value.__traceback__ is not None:
-                value.__traceback__ = None
-                count += 1
-            value = value.__context__ or value.__cause__
-
-    fresh = [(name, module) for name, module in list(sys.modules.items()) if name not in _SCANNED_MODULES]
-    with warnings.catch_warnings():  # reading a deprecated alias warns (torch.distributed.reduce_op)
+    with warnings.catch_warnings():  # a deprecated alias warns when its class is read (torch.distributed.reduce_op)
         warnings.simplefilter("ignore")
-        for name, module in fresh:
+        for name, module in list(sys.modules.items()):
+            if name in _SCANNED_MODULES:
+                continue
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                continue  # its try_import may not have run yet
             _SCANNED_MODULES.add(name)
             namespace = getattr(module, "__dict__", None)
             if not isinstance(namespace, dict):
                 continue
             for value in list(namespace.values()):
-                if isinstance(value, BaseException):
-                    clear(value)
-                    continue
-                if isinstance(value, type | ModuleType) or callable(value):
-                    continue  # classes, functions and modules hold no kept error of this kind (modules are scanned)
-                try:
-                    attributes = list(vars(value).values())
-                except Exception:  # no __dict__, or a proxy whose attribute access fails: nothing kept there
-                    continue
-                for attribute in attributes:
-                    for item in attribute if isinstance(attribute, tuple) else (attribute,):
-                        clear(item)
+                for keeper, attribute in keepers:
+                    if isinstance(value, keeper):
+                        kept = getattr(value, attribute, None)
+                        error = kept[0] if isinstance(kept, tuple) and kept else None
+                        if isinstance(error, BaseException) and error.__traceback__ is not None:
+                            error.__traceback__ = None
+                            count += 1
     return count
 
 
@@ -180,9 +209,66 @@ freed (:func:`map_large_allocations`)."""
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
+DYNAMIC_THRESHOLD_CEILING = 4 * 1024 * 1024 * 8 if sys.maxsize > 2**32 else 512 * 1024
+"""The highest value glibc's dynamic mmap threshold rises to (its ``DEFAULT_MMAP_THRESHOLD_MAX``: 32 MiB on 64-bit
+systems, 512 KiB on 32-bit ones): what :func:`large_allocations_mapped` sets when it ends where glibc's threshold
+was dynamic."""
+
+_GLIBC_INITIAL_THRESHOLD = 128 * 1024  # glibc's threshold before anything raises or sets it
+_FIXING_ENVIRONMENT = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+_FIXING_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.top_pad", "glibc.malloc.mmap_max")
+
+
+def _threshold_from_environment() -> int | None:
+    """The fixed mmap threshold glibc took from the environment at start-up, or None where it kept its dynamic one.
+
+    ``MALLOC_MMAP_THRESHOLD_`` or the tunable ``glibc.malloc.mmap_threshold`` fix it at their value; the trim
+    threshold, top pad or mmap count set the same ways fix it at glibc's initial 128 KiB (any of them turns the
+    adjustment off)."""
+    import os
+
+    tunables = dict(
+        item.split("=", 1) for item in os.environ.get("GLIBC_TUNABLES", "").split(":") if item.count("=") == 1
+    )
+    for value in (os.environ.get("MALLOC_MMAP_THRESHOLD_"), tunables.get("glibc.malloc.mmap_threshold")):
+        try:
+            return int(value, 0)
+        except (TypeError, ValueError):  # unset, or not a number (glibc ignores it too)
+            continue
+    if any(os.environ.get(name) for name in _FIXING_ENVIRONMENT) or any(name in tunables for name in _FIXING_TUNABLES):
+        return _GLIBC_INITIAL_THRESHOLD
+    return None
+
+
+_THRESHOLD_LOCK = threading.Lock()
+_threshold: int | None = _threshold_from_environment()  # see mmap_threshold()
+_before_spans: int | None = None  # what the first open span of large_allocations_mapped found
+_open_spans: list[int] = []  # the thresholds of the open spans, oldest first
+
+
+def mmap_threshold() -> int | None:
+    """The mmap threshold glibc uses in this process as far as this module knows: the fixed value last set (through
+    this module — :data:`DYNAMIC_THRESHOLD_CEILING` after a span that began under the dynamic threshold — or by the
+    environment at start-up), or None while glibc's own dynamic threshold is in force."""
+    return _threshold
+
+
+def _mallopt_threshold(value: int) -> bool:
+    """``mallopt(M_MMAP_THRESHOLD, value)``; True where glibc took it (False off glibc: nothing changes)."""
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(value)))
+    except (OSError, AttributeError):
+        return False
+
 
 def map_large_allocations(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Have glibc serve every allocation of at least ``threshold`` bytes by ``mmap`` from now on; True where set.
+    """Have glibc serve every allocation of at least ``threshold`` bytes by ``mmap`` from now on; True where set
+    (recorded for :func:`mmap_threshold`). For a span of work, use :func:`large_allocations_mapped`, which puts the
+    previous behaviour back.
 
     Why: glibc raises its mmap threshold each time a large block is freed (up to 32 MB), after which tensors of a few
     MB come from the heap, where blocks of changing sizes (a training step's activations, a decode step's logits)
@@ -197,11 +283,46 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD) -> bool:
     stage on, the quickstart's later stages peaked higher (fresh clone at 1da7f3a: fit_utility 2.39 GB vs 1.91,
     distill 2.89 vs 2.46, evaluate 3.22 vs 2.93 — over the 3 GB goal), since its decoding stages grow the heap too.
     Not available off glibc (returns False, nothing changes)."""
-    import ctypes
+    global _threshold
+    with _THRESHOLD_LOCK:
+        applied = _mallopt_threshold(threshold)
+        if applied:
+            _threshold = int(threshold)
+        return applied
 
-    if not sys.platform.startswith("linux"):
-        return False
+
+@contextmanager
+def large_allocations_mapped(threshold: int = MMAP_THRESHOLD) -> Iterator[bool]:
+    """Map allocations of at least ``threshold`` bytes for the span of the context (:func:`map_large_allocations`;
+    yields whether it took), then put glibc's previous behaviour back, on error too.
+
+    glibc's ``mallopt`` cannot read the threshold, so the previous one is this module's record
+    (:func:`mmap_threshold`): a fixed value — one the environment gave glibc at start-up, or one set through this
+    module (the test session's) — is set again exactly. Where it was glibc's dynamic threshold (the default), no
+    call turns the adjustment back on (``mallopt`` fixes whatever it sets): the span ends at the value the dynamic
+    threshold rises to, :data:`DYNAMIC_THRESHOLD_CEILING` (32 MiB), where a long-running process's threshold settles
+    once it has freed blocks of that size — blocks below it come from the heap again, larger ones are mapped, as
+    before the span; what is lost is only the rise from a lower value. Spans may overlap (runs in two threads): the
+    threshold of the latest open span holds until it ends, and the previous behaviour comes back when the last
+    ends."""
+    global _before_spans, _threshold
+    with _THRESHOLD_LOCK:
+        previous = _threshold
+        applied = _mallopt_threshold(threshold)
+        if applied:
+            if not _open_spans:
+                _before_spans = previous
+            _open_spans.append(int(threshold))
+            _threshold = int(threshold)
     try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):
-        return False
+        yield applied
+    finally:
+        if applied:
+            with _THRESHOLD_LOCK:
+                _open_spans.remove(int(threshold))
+                if _open_spans:
+                    _threshold = _open_spans[-1]
+                    _mallopt_threshold(_threshold)
+                else:
+                    _threshold = DYNAMIC_THRESHOLD_CEILING if _before_spans is None else _before_spans
+                    _mallopt_threshold(_threshold)

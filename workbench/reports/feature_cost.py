@@ -1,6 +1,7 @@
 """The feature-cost benchmark report (``report_bench_features``): what collecting the D²-RAG features costs the
 workbench against a per-feature library, the bare generation they need and each feature alone, every ratio against
-its target, as ``report.md`` and ``per_feature.png`` (from the ``bench_features`` stage's ``bench.json``).
+its target, as ``report.md`` and ``per_feature.png``, and the attention recorder's peak memory before and after it
+read only the rows the feature reads (from the ``bench_features`` stage's ``bench.json``).
 
 The targets are stated here; :data:`SELF_PROMPTING` is also the set the stage leaves out of its "workbench core" way.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt
+from workbench.core.memory import megabytes
 
 SELF_PROMPTING = ("self_detection", "ptrue", "verbalized_confidence")  # features that prompt the model themselves
 TARGETS = {  # issues 15 and 31: the whole collection against the generation it needs
@@ -101,15 +103,29 @@ def bare_lines(bench: dict[str, Any]) -> list[str]:
         "",
         "Token-forwards count the positions the model computed, prompt tokens too (a forward pass processes those in "
         "parallel, so wall time is the better measure of cost on a CPU), less the prompt prefixes the engine encoded "
-        "once for several rows (the row *saved by prefix reuse*). The features that need more than the greedy answer and the samples pay for "
-        "their own model calls (Self-Detection: paraphrases and their answers; P(True) and Verbalized Confidence: a "
-        "self-check prompt). The tables below show what each feature costs alone.",
+        "once for several rows (the row *saved by prefix reuse*). The features that need more than the greedy answer "
+        "and the samples pay for their own model calls (Self-Detection: paraphrases and their answers; P(True) and "
+        "Verbalized Confidence: a self-check prompt). The tables below show what each feature costs alone.",
     ]
     return lines
 
 
 def report_lines(bench: dict[str, Any], name: str, command: str = "") -> list[str]:
-    """The Markdown report: settings, the library-vs-workbench table, the bare-generation comparison (with
+    """The Markdown report of the parts ``bench`` holds: the collection's cost (:func:`cost_lines`) and the attention
+    recorder's peak memory (:func:`attention_memory_lines`)."""
+    rerun = command or f"workbench run {name}"
+    lines = [f"# {name} report", ""]
+    if "workbench" in bench:
+        lines += cost_lines(bench, rerun)
+    else:
+        lines.append(f"Regenerate with `{rerun}`.")
+    if "attention_memory" in bench:
+        lines += ["", *attention_memory_lines(bench["attention_memory"])]
+    return [*lines, ""]
+
+
+def cost_lines(bench: dict[str, Any], rerun: str) -> list[str]:
+    """The cost part: settings, the library-vs-workbench table, the bare-generation comparison (with
     :func:`bare_lines`), and the per-feature costs; every wall time a median, with its spread where repeated."""
     n = bench["questions"]
     ratios = bench["ratios"]
@@ -122,9 +138,7 @@ def report_lines(bench: dict[str, Any], name: str, command: str = "") -> list[st
     s = bench["settings"]
     repeats, per_repeats = s.get("repeats", 1), s.get("per_feature_repeats", 1)
     lines = [
-        f"# {name} report",
-        "",
-        f"Regenerate with `{command or f'workbench run {name}'}`. Generator `{bench['generator']}`, NLI judge "
+        f"Regenerate with `{rerun}`. Generator `{bench['generator']}`, NLI judge "
         f"`{bench['nli_judge']}`, **{bench['threads']} torch thread(s)**, {n} `{s['split']}` questions, "
         f"N = {s['samples']} samples at T = {s['temperature']}, answers ≤ {s['max_new_tokens']} tokens, "
         f"P = {s['paraphrases']} for Self-Detection, no generation or embedding cache. Every way ran once untimed "
@@ -181,16 +195,90 @@ def report_lines(bench: dict[str, Any], name: str, command: str = "") -> list[st
             f"| {feature} | {lrow['token_forwards']:.0f} | {_seconds(lrow)} | {row['token_forwards']:.0f} "
             f"| {row['lm_calls']:.0f} | {row['nli_pairs']:.0f} | {row['embed_texts']:.0f} | {_seconds(row)} |"
         )
-    return [*lines, ""]
+    return lines
+
+
+def _rise(result: dict[str, Any]) -> int | None:
+    """A way's peak RSS over the forward less its RSS just before (None where it did not run)."""
+    return result["peak_bytes"] - result["base_bytes"] if "peak_bytes" in result else None
+
+
+def _memory_cell(result: dict[str, Any]) -> str:
+    """``peak (rise)`` in MB of one way at one context, or why it has no figure."""
+    if "peak_bytes" in result:
+        return f"{megabytes(result['peak_bytes']):,.0f} (+{megabytes(_rise(result)):,.0f})"
+    return "not run: " + str(result.get("skipped") or result.get("error", "no result"))
+
+
+def _over_none(ways: dict[str, Any], way: str) -> str:
+    """How much more ``way`` rose than the forward without a recorder, in MB (— where either did not run)."""
+    rise, none = _rise(ways[way]), _rise(ways["none"])
+    return "—" if rise is None or none is None else f"{megabytes(rise - none):+,.0f}"
+
+
+def attention_memory_lines(memory: dict[str, Any]) -> list[str]:
+    """The attention-memory part: for each context, the peak RSS of a recording prefill with no recorder, with the
+    recorder as it is (*after*) and as it was (*before*, measured where it fits its budget, and analytic), each way
+    in a fresh process (:mod:`workbench.stages.bench_attention_memory`)."""
+    s = memory["settings"]
+    heads, batch = s["heads"], s["batch"]
+    lines = [
+        "## Attention recorder: peak memory of a recording prefill",
+        "",
+        f"A random-weight Llama of hidden size {s['hidden_size']}, {heads} attention heads, {s['kv_heads']} key/value "
+        f"heads of width {s['head_dim']}, MLP {s['intermediate_size']}, vocabulary {s['vocab_size']:,} (Llama-3.2-1B's "
+        f"shape at the defaults) with {s['layers']} decoder layer(s) — the recorder wraps the last layer only, so the "
+        f"memory it adds to a forward does not depend on the layer count —, float32, SDPA attention, "
+        f"{s['threads']} torch thread(s). One prefill of {batch} prompts × L random tokens (KV cache kept, the last "
+        "position's logits only, as the generator's prefill), each way in a fresh process; peak RSS over the forward "
+        "(Linux's per-process peak reset just before it) and, in brackets, its rise over the RSS before it, in MB. "
+        "*None*: no recorder. *After*: the recorder as decoding opens it — it reads each forward's last query (a "
+        "decoding step feeds one token per row; the prefill's prompt rows are never read), in blocks of at most 4M "
+        "scores. *Before*: the recorder's computation before issue 41, kept in the benchmark as the reference — "
+        f"every query's float32 scores against every key at once; its analytic extra memory is two float32 "
+        f"({batch}, {heads}, L, L) arrays (the scores and one out-of-place copy at a time), run only where that "
+        f"fits {s['before_max_gb']:g} GB.",
+        "",
+        "| L | none: peak (+rise) | after: peak (+rise) | after − none | before: peak (+rise) | before − none "
+        "| before, analytic extra |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in memory["contexts"]:
+        ways = row["ways"]
+        lines.append(
+            f"| {row['context']:,} | {_memory_cell(ways['none'])} | {_memory_cell(ways['after'])} "
+            f"| {_over_none(ways, 'after')} | {_memory_cell(ways['before'])} | {_over_none(ways, 'before')} "
+            f"| {megabytes(row['before_analytic_bytes']):,.0f} |"
+        )
+    longest = max(memory["contexts"], key=lambda row: row["context"])
+    ways, context = longest["ways"], longest["context"]
+    none, after, before = (_rise(ways[way]) for way in ("none", "after", "before"))
+    if none is not None and after is not None:
+        added = (
+            f"measured: {megabytes(before - none):,.0f} MB"
+            if before is not None
+            else f"analytic, not run here: ≈{megabytes(longest['before_analytic_bytes']) / 1000:,.1f} GB"
+        )
+        lines += [
+            "",
+            f"At L = {context:,}, batch {batch}: the recorder now adds {megabytes(after - none):+,.0f} MB to the "
+            f"prefill's peak, against {added} before (the float32 scores alone: "
+            f"{4 * batch * heads * context * context / 1e9:,.1f} GB). RSS differences of a few MB between fresh "
+            "processes are noise.",
+        ]
+    return lines
 
 
 def write_feature_cost_report(bench: dict[str, Any], out_dir: Path, *, name: str, command: str = "") -> Path:
-    """Write ``report.md`` (:func:`report_lines`; ``command`` regenerates it, default ``workbench run <name>``) and
-    ``per_feature.png`` (each feature's token-forwards alone, library and workbench engine, relative to the
-    workbench collecting all of them) for the benchmark record ``bench`` into ``out_dir``. Returns the ``report.md``
-    path."""
+    """Write ``report.md`` (:func:`report_lines`; ``command`` regenerates it, default ``workbench run <name>``) and,
+    when the cost part was measured, ``per_feature.png`` (each feature's token-forwards alone, library and workbench
+    engine, relative to the workbench collecting all of them) for the benchmark record ``bench`` into ``out_dir``.
+    Returns the ``report.md`` path."""
     from workbench.plots import grouped_bars
 
+    (out_dir / "report.md").write_text("\n".join(report_lines(bench, name, command)), encoding="utf-8")
+    if "workbench" not in bench:  # the cost part was not measured
+        return out_dir / "report.md"
     work = bench["workbench"]["token_forwards"]
     grouped_bars(
         out_dir / "per_feature.png",
@@ -204,5 +292,4 @@ def write_feature_cost_report(bench: dict[str, Any], out_dir: Path, *, name: str
         ylim=None,
         rotate=45,
     )
-    (out_dir / "report.md").write_text("\n".join(report_lines(bench, name, command)), encoding="utf-8")
     return out_dir / "report.md"

@@ -1,4 +1,5 @@
-"""Stages ``bench_features`` and ``report_bench_features``: the cost of collecting the 18 D²-RAG features.
+"""Stages ``bench_features`` and ``report_bench_features``: the cost of collecting the 18 D²-RAG features, and the
+attention recorder's peak memory.
 
 The same questions, generator and NLI judge, measured several ways (no generation or embedding cache anywhere, so
 nothing is reused by accident; costs from one :class:`~workbench.backends.cost.CostCounter`):
@@ -25,7 +26,13 @@ Token-forwards = prefill + decoded + teacher-forced (scored) tokens. Targets (is
 :data:`~workbench.reports.feature_cost.TARGETS`): per-feature library / workbench ≥ 5x in token-forwards, NLI pairs
 and wall time; workbench / bare ≤ 2.0x, workbench core / bare ≤ 1.15x, workbench / naive bare ≤ 1.0x (wall time).
 ``lars`` is costed as the greedy answer with its log-probs (its fitted scorer is a dot product; collect fits it on
-labelled data). ``report_bench_features`` writes the report (:mod:`workbench.reports.feature_cost`).
+labelled data).
+
+A second part, ``attention_memory`` (``bench_features.parts``; :mod:`workbench.stages.bench_attention_memory`),
+measures the peak memory of a prefill under the attention recorder, before and after it read only the rows the
+feature reads, each way in a fresh process, on a random model of the shape ``bench_features.attention_memory``
+gives (Llama-3.2-1B's by default). ``report_bench_features`` writes the report
+(:mod:`workbench.reports.feature_cost`): the sections of the parts measured.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.core.config import printable
 from workbench.core.errors import ConfigError
 from workbench.reports.feature_cost import SELF_PROMPTING, write_feature_cost_report
 from workbench.stages.context import StageContext
@@ -148,9 +156,14 @@ def naive_generate(
             counter.decoded_tokens += (greedy.shape[1] - width) + samples * (sampled.shape[1] - width)
 
 
+PARTS = ("cost", "attention_memory")
+"""What ``bench_features.parts`` may name."""
+
+
 def validate_section(section: Any) -> None:
     """Raise a one-line :class:`ConfigError` naming ``bench_features.<key>`` for a setting that cannot be measured
-    (an unknown feature name, fewer than one question / sample / token / paraphrase / repeat)."""
+    (an unknown feature name or part, no part, fewer than one question / sample / token / paraphrase / repeat, an
+    attention-memory shape whose heads do not group over its key/value heads, no context, a negative budget)."""
     from workbench.uncertainty.features import get_features
 
     get_features(list(section.features))  # unknown names → ConfigError
@@ -158,6 +171,20 @@ def validate_section(section: Any) -> None:
         value = getattr(section, key)
         if value < 1:
             raise ConfigError(f"must be >= 1, got {value}", f"bench_features.{key}")
+    unknown = [part for part in section.parts if part not in PARTS]
+    if unknown or not section.parts:
+        shown = f"unknown part {printable(repr(unknown[0]), 40)}" if unknown else "no part"
+        raise ConfigError(f"{shown} (known: {', '.join(PARTS)})", "bench_features.parts")
+    memory = section.attention_memory
+    if not memory.contexts:
+        raise ConfigError("no context to measure", "bench_features.attention_memory.contexts")
+    if memory.heads % memory.kv_heads:
+        raise ConfigError(
+            f"heads ({memory.heads}) must be a multiple of kv_heads ({memory.kv_heads})",
+            "bench_features.attention_memory.heads",
+        )
+    if not memory.before_max_gb >= 0:
+        raise ConfigError(f"must be >= 0, got {memory.before_max_gb}", "bench_features.attention_memory.before_max_gb")
 
 
 def stats_for(features: list[str]) -> set[str]:
@@ -227,7 +254,43 @@ class _ReencodingGenerator:
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    """Measure the four ways on ``bench_features.questions`` questions; write ``bench.json``."""
+    """Measure the parts ``bench_features.parts`` names — ``cost`` (:func:`measure_cost`) and ``attention_memory``
+    (:func:`~workbench.stages.bench_attention_memory.measure_attention_memory`) — and write ``bench.json``."""
+    import torch
+
+    from workbench.stages.bench_attention_memory import measure_attention_memory
+
+    section = ctx.config.bench_features
+    validate_section(section)
+    bench: dict[str, Any] = {"threads": torch.get_num_threads(), "parts": list(section.parts)}
+    summary: dict[str, Any] = {}
+    if "cost" in section.parts:
+        cost, summary = measure_cost(ctx)
+        bench.update(cost)
+    if "attention_memory" in section.parts:
+        memory = bench["attention_memory"] = measure_attention_memory(section.attention_memory, torch.get_num_threads())
+        summary.update(memory_summary(memory))
+    atomic_write_json(ctx.out_dir / "bench.json", bench)
+    return summary
+
+
+def memory_summary(memory: dict[str, Any]) -> dict[str, Any]:
+    """The stage summary's figures of the attention-memory part, at its longest context: each way's rise over the
+    RSS before the forward (MB; None where not run) and the ``before`` way's analytic extra memory."""
+    from workbench.core.memory import megabytes
+
+    longest = max(memory["contexts"], key=lambda row: row["context"])
+    out: dict[str, Any] = {"memory_context": longest["context"]}
+    for way, result in longest["ways"].items():
+        rise = result["peak_bytes"] - result["base_bytes"] if "peak_bytes" in result else None
+        out[f"memory_{way}_rise_mb"] = None if rise is None else megabytes(rise)
+    out["memory_before_analytic_mb"] = megabytes(longest["before_analytic_bytes"])
+    return out
+
+
+def measure_cost(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Measure the cost ways on ``bench_features.questions`` questions; return their record (``bench.json``'s cost
+    part) and the stage summary's ratios."""
     import torch
 
     from workbench.backends.cost import CostCounter
@@ -238,7 +301,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
 
     section, gen_cfg = ctx.config.bench_features, ctx.config.generator
-    validate_section(section)
     features = list(section.features)
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     rows = list(qa[section.split].select(range(min(section.questions, len(qa[section.split])))))
@@ -344,9 +406,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "core_features": core if "workbench_core" in results else None,
         **results,
     }
-    atomic_write_json(ctx.out_dir / "bench.json", bench)
     ratios = results["ratios"]["library_over_workbench"]
-    return {
+    return bench, {
         "forwards_ratio": _rounded(ratios["token_forwards"]),
         "nli_ratio": _rounded(ratios["nli_pairs"]),  # None when no selected feature uses the NLI judge
         "time_ratio": _rounded(ratios["seconds"]),

@@ -34,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from workbench.core.launch import launch_rank
 from workbench.core.logs import setup_logging
 from workbench.core.memory import (
     PeakMemory,
-    map_large_allocations,
+    large_allocations_mapped,
     megabytes,
     process_peak_bytes,
     return_freed_memory,
@@ -216,7 +217,8 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None, adopt_ru
     config = recipe.config
     rank = launch_rank()
     if rank > 0 and any(STAGES[name].multi_process for name in config.stages):
-        return run_other_rank(recipe, rank, force=force, adopt_run_dir=adopt_run_dir)
+        with _large_allocations_mapped_if_training(config.stages):
+            return run_other_rank(recipe, rank, force=force, adopt_run_dir=adopt_run_dir)
     run_dir = config.resolved_run_dir
     check_run_dir(run_dir, adopt=adopt_run_dir, adopt_hint=_adopt_hint(recipe))
     if any(writes_report_dir(STAGES[name]) for name in config.stages):
@@ -228,7 +230,8 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None, adopt_ru
     except Timeout:
         raise WorkbenchError("another workbench process is using this run directory", str(run_dir)) from None
     try:
-        return _run_locked(recipe, run_dir, set(force or ()))
+        with _large_allocations_mapped_if_training(config.stages):
+            return _run_locked(recipe, run_dir, set(force or ()))
     finally:
         lock.release()
 
@@ -265,7 +268,6 @@ def run_other_rank(
     setup_logging(config.log_level)  # console only: rank 0 writes the run's log file
     seed_everything(config.seed)
     _apply_threads(config.threads)
-    _map_large_allocations_if_training(config.stages)
     first = next(i for i, name in enumerate(config.stages) if STAGES[name].multi_process)
     first_run = f"{recipe.command} 'stages=[{','.join(config.stages[:first])}]'"
     log.info("rank %d: running only the multi-process stage(s) of %s; rank 0 writes", rank, config.name)
@@ -321,16 +323,18 @@ def run_other_rank(
     return result
 
 
-def _map_large_allocations_if_training(stages: list[str]) -> bool:
-    """Have glibc map large allocations for the whole run when one of ``stages`` trains (:attr:`StageSpec.trains`):
-    freed tensors then go back to the system, so the heap does not grow from stage to stage — the quickstart's
-    3 GB peak needs it from its first stage on, since its decoding stages grow the heap too (set only from the
-    training stage on, later stages peaked 0.3-0.4 GB higher). A run without a training stage keeps glibc's own
-    threshold: sampling-heavy decoding pays a system call and fresh pages per large block under it (the
-    bench-features collection: bare generation 6.2 s vs 5.3 s, the 15 features 7.4 s vs 6.0 s). True where set."""
+def _large_allocations_mapped_if_training(stages: list[str]) -> AbstractContextManager[bool]:
+    """A context that has glibc map large allocations for the whole run when one of ``stages`` trains
+    (:attr:`StageSpec.trains`) and puts glibc's previous behaviour back when the run ends
+    (:func:`~workbench.core.memory.large_allocations_mapped`): freed tensors then go back to the system, so the heap
+    does not grow from stage to stage — the quickstart's 3 GB peak needs it from its first stage on, since its
+    decoding stages grow the heap too (set only from the training stage on, later stages peaked 0.3-0.4 GB higher).
+    A run without a training stage keeps glibc's own threshold: sampling-heavy decoding pays a system call and fresh
+    pages per large block under it (the bench-features collection: bare generation 6.2 s vs 5.3 s, the 15 features
+    7.4 s vs 6.0 s). Yields whether it was set."""
     if not any(STAGES[name].trains for name in stages):
-        return False
-    return map_large_allocations()
+        return nullcontext(False)
+    return large_allocations_mapped()
 
 
 def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResult:
@@ -342,7 +346,6 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     atomic_write_text(run_dir / "config.yaml", f"# resolved from {recipe.source}\n" + dump_yaml(config))
     seed_everything(config.seed)
     _apply_threads(config.threads)
-    _map_large_allocations_if_training(config.stages)
     log.info("run %s → %s", config.name, run_dir)
 
     counter = CostCounter()

@@ -1,6 +1,6 @@
 """One resident copy of the weights two loaded models hold alike (issue 31, item 2): a second model whose layers
-equal the first's uses the first's tensors, its outputs unchanged; the tensors that differ (an adapter's target
-layers) stay its own."""
+equal the first's uses the first's memory, its outputs unchanged; the tensors that differ (an adapter's target
+layers) stay its own; moving either model (``.to()``) leaves the other as it was (issue 41, item 5)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,13 @@ def _tensors(model):
     return named
 
 
+def _shares(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` are distinct objects over the same memory."""
+    return a is not b and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() == a.data_ptr() == (
+        b.data_ptr()
+    )
+
+
 def test_equal_tensors_become_the_donors_and_the_changed_layer_stays_its_own(base_dir, tuned_dir):
     donor, model = _load(base_dir), _load(tuned_dir)
     ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
@@ -53,12 +60,14 @@ def test_equal_tensors_become_the_donors_and_the_changed_layer_stays_its_own(bas
     freed = share_equal_weights(model, donor)
 
     mine, theirs = _tensors(model), _tensors(donor)
-    assert mine[changed] is not theirs[changed]
+    assert not _shares(mine[changed], theirs[changed])
     assert not torch.equal(mine[changed], theirs[changed])
-    shared = [name for name in mine if mine[name] is theirs[name]]
+    shared = [name for name in mine if _shares(mine[name], theirs[name])]
     assert sorted(shared) == sorted(name for name in mine if name != changed)
-    # the tied output layer stays tied (to the donor's embeddings now), counted once in the bytes freed
-    assert model.lm_head.weight is model.model.embed_tokens.weight is donor.model.embed_tokens.weight
+    assert all(isinstance(mine[name], torch.nn.Parameter) for name, _ in model.named_parameters())
+    # the tied output layer stays tied (over the donor's embeddings now), counted once in the bytes freed
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert _shares(model.lm_head.weight, donor.model.embed_tokens.weight)
     assert freed == sum(own_bytes.values()) - mine[changed].numel() * mine[changed].element_size()
     with torch.inference_mode():
         after = model(input_ids=ids).logits
@@ -70,14 +79,14 @@ def test_nothing_is_shared_across_dtypes_or_with_different_weights(base_dir, tun
     model, half = _load(tuned_dir), _load(base_dir, torch.bfloat16)
     share_equal_weights(model, half)
     # no parameter in another dtype; only the rotary table, a float32 buffer in both, is the same tensor
-    assert all(p is not q for p, q in zip(model.parameters(), half.parameters(), strict=True))
-    assert model.model.rotary_emb.inv_freq is half.model.rotary_emb.inv_freq
+    assert not any(_shares(p, q) for p, q in zip(model.parameters(), half.parameters(), strict=True))
+    assert _shares(model.model.rotary_emb.inv_freq, half.model.rotary_emb.inv_freq)
     other = _load(build_tiny_llama(tmp_path / "other", seed=4))
     model = _load(tuned_dir)
     share_equal_weights(model, other)
     mine, theirs = _tensors(model), _tensors(other)
     # different random weights: only what initialises to constants (the norms' ones) and the rotary table match
-    assert {name for name in mine if mine[name] is theirs[name]} == {
+    assert {name for name in mine if _shares(mine[name], theirs[name])} == {
         name for name in mine if "norm" in name or "rotary" in name
     }
 
@@ -88,8 +97,8 @@ def test_a_second_generator_shares_the_first_ones_weights_and_answers_as_before(
     first = build_generator(str(base_dir), cache=False)
     alone = build_generator(str(tuned_dir), cache=False)
     second = build_generator(str(tuned_dir), cache=False, share_weights_with=first)
-    assert second.model.model.embed_tokens.weight is first.model.model.embed_tokens.weight
-    assert alone.model.model.embed_tokens.weight is not first.model.model.embed_tokens.weight
+    assert _shares(second.model.model.embed_tokens.weight, first.model.model.embed_tokens.weight)
+    assert not _shares(alone.model.model.embed_tokens.weight, first.model.model.embed_tokens.weight)
     prompts = ["who wrote hamlet", "the capital of france is"]
     kwargs = {"max_new_tokens": 6, "temperature": 0.0}
     assert [list(g.token_ids) for g in second.generate(prompts, **kwargs)] == [
@@ -112,9 +121,9 @@ def test_the_runs_controller_generator_shares_the_answering_models_weights(base_
     run = resources.generator()
     controller = resources.controller_generator(str(tuned_dir))
     assert controller is not run
-    assert controller.model.model.layers[1].mlp.up_proj.weight is run.model.model.layers[1].mlp.up_proj.weight
+    assert _shares(controller.model.model.layers[1].mlp.up_proj.weight, run.model.model.layers[1].mlp.up_proj.weight)
     q = "model.layers.0.self_attn.q_proj.weight"
-    assert controller.model.get_parameter(q) is not run.model.get_parameter(q)
+    assert not _shares(controller.model.get_parameter(q), run.model.get_parameter(q))
 
 
 def test_the_tensors_kept_no_longer_view_the_checkpoint_file(base_dir, tuned_dir):
@@ -137,3 +146,26 @@ def test_the_tensors_kept_no_longer_view_the_checkpoint_file(base_dir, tuned_dir
     kept = model.get_parameter(name)
     assert isinstance(kept, torch.nn.Parameter) and torch.equal(kept, values)
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("moved", ["model", "donor"])
+def test_moving_one_of_two_sharing_models_leaves_the_other_where_and_what_it_was(base_dir, tuned_dir, moved):
+    """``.to(dtype)`` and ``.to(device)`` on either model: the moved one gets new tensors, the other keeps the shared
+    memory, its dtype, device, values and outputs (copy-on-move)."""
+    donor, model = _load(base_dir), _load(tuned_dir)
+    share_equal_weights(model, donor)
+    mover, stayer = (model, donor) if moved == "model" else (donor, model)
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    with torch.inference_mode():
+        before = stayer(input_ids=ids).logits
+    kept = {name: (t, t.detach().clone()) for name, t in _tensors(stayer).items()}
+    mover.to(torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in mover.parameters())
+    for name, (tensor, values) in kept.items():
+        now = _tensors(stayer)[name]
+        assert now is tensor and now.dtype == torch.float32 and torch.equal(now, values), name
+    mover.to("meta")  # another device: the stayer's tensors stay on the CPU
+    assert all(p.device.type == "meta" for p in mover.parameters())
+    assert all(t.device.type == "cpu" for t in _tensors(stayer).values())
+    with torch.inference_mode():
+        assert torch.equal(stayer(input_ids=ids).logits, before)

@@ -55,3 +55,18 @@ def use_widget(ctx):
 def idle(ctx):
     """Uses no shared resource; says what the run holds while it runs."""
     return {"held_at_start": ",".join(ctx.resources.held())}
+
+
+EVENTS: list[str] = []
+"""What :func:`note` recorded (a test replaces it with a list of its own)."""
+
+
+def note(ctx):
+    """Records the stage's name in :data:`EVENTS` (a test's timeline)."""
+    EVENTS.append(ctx.spec.name)
+    return {}
+
+
+def fail(ctx):
+    """A stage that fails."""
+    raise RuntimeError("stage failed")

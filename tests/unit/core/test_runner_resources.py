@@ -1,5 +1,5 @@
 """Shared resources are held only through the stages that declare them (StageSpec.resources); glibc maps large
-allocations in runs that train (StageSpec.trains)."""
+allocations in runs that train (StageSpec.trains), and only while they run."""
 
 from __future__ import annotations
 
@@ -89,20 +89,39 @@ def test_resource_kinds_and_every_declaration_names_a_kind_the_resources_build()
 
 
 def test_large_allocations_are_mapped_for_the_whole_run_only_when_a_stage_trains(tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
     from workbench.stages import runner
 
-    calls: list[str] = []
-    monkeypatch.setattr(runner, "map_large_allocations", lambda: calls.append("mapped") or True)
+    events: list[str] = []
+
+    @contextmanager
+    def mapped():
+        events.append("mapped")
+        try:
+            yield True
+        finally:
+            events.append("restored")
+
+    monkeypatch.setattr(runner, "large_allocations_mapped", mapped)
+    monkeypatch.setattr(fake_stages, "EVENTS", events)
     specs = {
-        "decode": StageSpec("decode", "d", f"{MODULE}:idle"),
-        "train": StageSpec("train", "t", f"{MODULE}:idle", trains=True),
+        "decode": StageSpec("decode", "d", f"{MODULE}:note"),
+        "train": StageSpec("train", "t", f"{MODULE}:note", trains=True),
+        "broken": StageSpec("broken", "b", f"{MODULE}:fail", trains=True),
     }
     for name, spec in specs.items():
         monkeypatch.setitem(registry.STAGES, name, spec)
     run(tmp_path / "decoding-only", ["decode"])
-    assert calls == []  # a run that trains nothing keeps glibc's own threshold (sampling pays no mmap per step)
+    assert events == ["decode"]  # a run that trains nothing keeps glibc's own threshold (sampling pays no mmap)
+    events.clear()
     run(tmp_path / "with-training", ["decode", "train"])
-    assert calls == ["mapped"]  # once, before the first stage: the decoding stages' heap would outlast them
+    # once, before the first stage (the decoding stages' heap would outlast them); glibc's behaviour back at the end
+    assert events == ["mapped", "decode", "train", "restored"]
+    events.clear()
+    with pytest.raises(RuntimeError, match="stage failed"):
+        run(tmp_path / "failing", ["decode", "broken"])
+    assert events == ["mapped", "decode", "restored"]  # restored when the run fails too
     trains = {name for name, spec in STAGES.items() if spec.trains and name not in specs}
     assert trains == {"distill", "tune_reader", "train_nli"}
     assert any(STAGES[name].trains for name in load_recipe("quickstart").config.stages)

@@ -10,6 +10,32 @@ from workbench.uncertainty.features import D2RAG_FEATURES
 
 
 @dataclass
+class AttentionMemorySection:
+    """'bench_features.attention_memory': the peak memory of a prefill under the attention recorder, before and
+    after it read only the rows the feature reads, on a random model of a given shape (each way in a fresh
+    process)."""
+
+    contexts: list[int] = doc("prompt lengths measured, in tokens (the issue's: 4096)", [1024, 4096])
+    batch: int = doc("prompts per prefill (the issue's: 8)", 8)
+    hidden_size: int = doc("model width (default: Llama-3.2-1B's shape)", 2048)
+    heads: int = doc("attention heads", 32)
+    kv_heads: int = doc("key/value heads", 8)
+    head_dim: int = doc("width of a head", 64)
+    intermediate_size: int = doc("MLP width", 8192)
+    vocab_size: int = doc("vocabulary size", 128256)
+    layers: int = doc(
+        "decoder layers (Llama-3.2-1B has 16): the recorder wraps the last layer only, so its extra memory per "
+        "forward is the same for any count; fewer layers keep the CPU forward short",
+        2,
+    )
+    before_max_gb: float = doc(
+        "the 'before' way (the full float32 scores) runs only where its analytic extra memory fits this many GB; "
+        "beyond, the report gives the analytic figure, marked as such",
+        8.0,
+    )
+
+
+@dataclass
 class BenchFeaturesSection:
     """The 'bench_features' stage: the cost of the 18 features, shared stats vs one feature at a time vs bare."""
 
@@ -26,6 +52,13 @@ class BenchFeaturesSection:
         3,
     )
     per_feature_repeats: int = doc("timed runs of each feature alone, both per-feature ways (median reported)", 1)
+    parts: list[str] = doc(
+        "what to measure: 'cost' (the ways above) and 'attention_memory' (the attention recorder's peak memory)",
+        ["cost", "attention_memory"],
+    )
+    attention_memory: AttentionMemorySection = doc(
+        "the attention recorder's peak memory (part 'attention_memory')", AttentionMemorySection()
+    )
 
 
 def check(config: RecipeView) -> None:
