@@ -770,7 +770,8 @@ class ServedGenerator(CachedGenerations):
         return out
 
     def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
-        """As :meth:`Generator.next_token_logprobs`, through :meth:`read_next` (exact or NaN: see there)."""
+        """As :meth:`Generator.next_token_logprobs`, through :meth:`read_next` (exact or NaN: see there); a prompt
+        loses its leftmost tokens past ``max_context − 2`` (room for the option and one generated token)."""
         self._need("token_prompts", what="reading next-token log-probabilities")
         assert self.tokenizer is not None
         first = []
@@ -779,7 +780,7 @@ class ServedGenerator(CachedGenerations):
             if not ids:
                 raise ValueError(f"option {option!r} encodes to no token")
             first.append(int(ids[0]))
-        return self.read_next([self.encode_prompt(p, self.max_context - 1) for p in prompts], first)
+        return self.read_next([self.encode_prompt(p, self.max_context - 2) for p in prompts], first)
 
 
 def _visible(text: str) -> int:

@@ -63,9 +63,10 @@ def ptrue_from_logprobs(logprobs: Any, n_true: int = len(PTRUE_OPTIONS_TRUE)) ->
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 2 or not 0 < n_true < lp.shape[1]:
         raise ValueError(f"expected (B, options) log-probs with 0 < n_true < options, got {lp.shape}, {n_true}")
-    yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
-    no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
-    return 1.0 / (1.0 + np.exp(no - yes))
+    with np.errstate(invalid="ignore"):  # a NaN read gives a NaN value, on purpose
+        yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
+        no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
+        return 1.0 / (1.0 + np.exp(no - yes))
 
 
 def verbalized_from_logprobs(logprobs: Any) -> np.ndarray:
@@ -79,9 +80,10 @@ def verbalized_from_logprobs(logprobs: Any) -> np.ndarray:
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 2 or lp.shape[1] != len(CONFIDENCE_OPTIONS):
         raise ValueError(f"expected (B, {len(CONFIDENCE_OPTIONS)}) digit log-probs, got {lp.shape}")
-    shifted = np.exp(lp - lp.max(axis=1, keepdims=True))
-    probs = shifted / shifted.sum(axis=1, keepdims=True)
-    return probs @ (np.arange(len(CONFIDENCE_OPTIONS)) / (len(CONFIDENCE_OPTIONS) - 1))
+    with np.errstate(invalid="ignore"):  # a NaN read gives a NaN value, on purpose
+        shifted = np.exp(lp - lp.max(axis=1, keepdims=True))
+        probs = shifted / shifted.sum(axis=1, keepdims=True)
+        return probs @ (np.arange(len(CONFIDENCE_OPTIONS)) / (len(CONFIDENCE_OPTIONS) - 1))
 
 
 def _first_token_ids(tokenizer: Any, options: Sequence[str]) -> list[int]:
@@ -175,13 +177,14 @@ def _served_two_position_read(
     """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), each position
     read by :meth:`~workbench.backends.served.ServedGenerator.read_next` — exact or NaN: an option in the server's
     top k is read there, the others teacher-forced with echo (chat + option), NaN without echo (then P(True) /
-    verbalized confidence are NaN: absent, never a floor). A chat longer than ``max_context − len(suffix) − 1``
-    tokens loses its leftmost tokens (one less than in-process: a served read generates or echoes one token more)."""
+    verbalized confidence are NaN: absent, never a floor). A chat longer than ``max_context − len(suffix) − 2``
+    tokens loses its leftmost tokens — two less than in-process: a teacher-forced read sends the option token and
+    one generated token more (not every server takes ``max_tokens = 0``)."""
     if generator.tokenizer is None:
         generator.read_next([], [])  # raises the one-line "needs a local tokenizer" error
     tokenizer = generator.tokenizer
     tail = list(tokenizer(suffix, add_special_tokens=False)["input_ids"])
-    budget = max(int(generator.max_context) - len(tail) - 1, 1)
+    budget = max(int(generator.max_context) - len(tail) - 2, 1)
     heads = [generator.encode_prompt(chat, budget) for chat in chats]
     first = generator.read_next(heads, _first_token_ids(tokenizer, first_options))
     second = generator.read_next([ids + tail for ids in heads], _first_token_ids(tokenizer, second_options))
