@@ -235,7 +235,7 @@ class ServedGenerator(CachedGenerations):
         self.dtype = "served"
         self.device = "served"
         self.joinable_cache = None
-        self.option_reads: Counter[str] = Counter()
+        self.option_reads: Counter[str] = Counter(top_k=0, teacher_forced=0, absent=0)
         self.absent_reads: Counter[str] = Counter()
         self._surfaces: dict[int, str | None] | None = None
         self.tokenizer, tokenizer_fp, tokenizer_path = _load_tokenizer(tokenizer)
