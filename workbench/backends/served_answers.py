@@ -77,25 +77,24 @@ def choices(answer: Any, count: int) -> list[dict[str, Any]]:
     return [by_index[i] for i in range(count)]
 
 
+def _text(value: Any, where: str) -> str:
+    """A string field of an answer (null reads as empty)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidAnswer(f"{where} is not a string")
+    return value
+
+
 def completion_text(choice: dict[str, Any], where: str) -> str:
     """A completion choice's ``text`` (a string; null reads as empty)."""
-    text = choice.get("text")
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        raise InvalidAnswer(f"{where}: 'text' is not a string")
-    return text
+    return _text(choice.get("text"), f"{where}: 'text'")
 
 
 def chat_text(choice: dict[str, Any], where: str) -> str:
     """A chat choice's ``message.content`` (a string; null reads as empty)."""
     message = _mapping(choice.get("message"), f"{where}: 'message'")
-    content = message.get("content")
-    if content is None:
-        return ""
-    if not isinstance(content, str):
-        raise InvalidAnswer(f"{where}: 'message.content' is not a string")
-    return content
+    return _text(message.get("content"), f"{where}: 'message.content'")
 
 
 def finish_reason(choice: dict[str, Any], where: str) -> str | None:

@@ -243,6 +243,13 @@ class ServedClient:
         body = {"model": self.settings.model, **fields, **params, **extra}
         return {k: v for k, v in body.items() if v is not None}
 
+    def _post(self, route: str, body: dict[str, Any], what: str, read: Any, cap: int, retry: bool) -> Any:
+        """``POST route`` through :meth:`request`: the answer must be the asked model's, then ``read`` reads it."""
+        check = read or _as_object
+        return self.request(
+            "POST", route, body, what=what, read=lambda answer: check(self._same_model(answer)), cap=cap, retry=retry
+        )
+
     def _same_model(self, answer: Any) -> Any:
         """``answer`` unless it names another model than the one asked for (a missing name is accepted)."""
         if isinstance(answer, dict) and answer.get("model") not in (None, self.settings.model):
@@ -276,15 +283,7 @@ class ServedClient:
         ``extra_body``. Returns ``read(answer)`` (default: the answer, as a dict, checked only to be an object of the
         asked model); see :meth:`request`."""
         body = self._body(dict(params), prompt=prompt)
-        return self.request(
-            "POST",
-            "completions",
-            body,
-            what="a completion request failed",
-            read=lambda answer: (read or _as_object)(self._same_model(answer)),
-            cap=cap,
-            retry=retry,
-        )
+        return self._post("completions", body, "a completion request failed", read, cap, retry)
 
     def chat(
         self,
@@ -297,15 +296,7 @@ class ServedClient:
     ) -> Any:
         """One chat completion (``POST /chat/completions``); as :meth:`completion`."""
         body = self._body(dict(params), messages=messages)
-        return self.request(
-            "POST",
-            "chat/completions",
-            body,
-            what="a chat completion request failed",
-            read=lambda answer: (read or _as_object)(self._same_model(answer)),
-            cap=cap,
-            retry=retry,
-        )
+        return self._post("chat/completions", body, "a chat completion request failed", read, cap, retry)
 
     def map(self, call: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[call(item) for item in items]`` with up to ``max_concurrency`` calls in flight; the first error raises

@@ -12,24 +12,11 @@ import numpy as np
 import pytest
 
 from workbench.backends.factory import build_served_generator
-from workbench.backends.generator import Generator
 from workbench.backends.prompts import ANSWER_SYSTEM
 from workbench.backends.served import ServedGenerator, topk_entropy
 from workbench.backends.served_client import ServedModelError, ServedSettings
-from workbench.serve.openai_server import start_in_thread
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
-
-
-@pytest.fixture(scope="module")
-def local(tiny_lm_dir):
-    return Generator(str(tiny_lm_dir), cache=None, batch_size=4)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_lm_dir):
-    with start_in_thread(str(tiny_lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

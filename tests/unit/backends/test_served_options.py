@@ -15,28 +15,15 @@ import pytest
 from tests.unit.backends.test_served_faults import FaultPeer
 from workbench.backends.capabilities import Capabilities
 from workbench.backends.factory import build_served_generator
-from workbench.backends.generator import Generator
 from workbench.backends.prompts import ANSWER_SYSTEM
 from workbench.backends.served import ABSENT_WITHOUT_ECHO, ServedGenerator, surfaces
 from workbench.backends.served_client import ServedSettings
 from workbench.backends.served_probe import ProbeRecord
 from workbench.core.errors import ConfigError
 from workbench.methods.backend_needs import check_served_departures, served_departures
-from workbench.serve.openai_server import start_in_thread
 from workbench.uncertainty.self_check_stats import self_check_stats
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
-
-
-@pytest.fixture(scope="module")
-def local(tiny_lm_dir):
-    return Generator(str(tiny_lm_dir), cache=None, batch_size=4)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_lm_dir):
-    with start_in_thread(str(tiny_lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")
