@@ -550,7 +550,10 @@ class ServedGenerator(CachedGenerations):
             keep = len(tokens)
         else:  # a stop string (the tokens past the text are cut, as in-process), or EOS the server did not list
             keep = self._covering(tokens, ids, text)
-        if tokens and _visible(self._text_of(tokens, ids)) < _visible(text):
+        # a server that writes token texts may write a token holding part of a character as "" (llama.cpp): each such
+        # token may stand for one character of the text; tokens read by id are decoded here, whole
+        slack = sum(1 for t, i in zip(tokens, ids, strict=True) if i < 0 and not t)
+        if tokens and _visible(self._text_of(tokens, ids)) + slack < _visible(text):
             raise InvalidAnswer(f"{where}: the tokens do not make up the text (a shortened token list)")
         first_eos = next((t for t in range(keep) if self._is_eos(ids[t], tokens[t])), None)
         eos_logprob = eos_entropy = eos_id = None

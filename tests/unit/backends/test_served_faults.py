@@ -282,3 +282,17 @@ def test_sample_seeds_are_distinct_and_above_every_seed_the_workbench_passes():
     assert all(2**31 <= v < 2**32 for v in seeds)
     far = [sample_seed(s, j) for s in (2**21, 2**40, -3) for j in range(4)]
     assert len(set(far)) == len(far) and all(2**31 <= v < 2**32 for v in far)
+
+
+def test_tokens_a_server_writes_empty_for_part_of_a_character_still_make_up_the_text(tiny_lm_dir):
+    """llama.cpp writes a token holding part of a multi-byte character as "" (the bytes dropped): not a shortened
+    list."""
+    tops = [{"Caf": -0.1}, {"": -0.2}, {"": -0.3}]
+    choice = {
+        "text": "Café",
+        "finish_reason": "length",
+        "logprobs": {"tokens": ["Caf", "", ""], "token_logprobs": [-0.1, -0.2, -0.3], "top_logprobs": tops},
+    }
+    with FaultPeer(choice=choice) as peer, generator(peer.base_url, str(tiny_lm_dir), retries=0) as gen:
+        got = gen.generate(["Q?"], max_new_tokens=4)[0]
+    assert got.text == "Café" and len(got.logprobs) == 3
