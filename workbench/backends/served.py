@@ -223,9 +223,6 @@ class ServedGenerator(CachedGenerations):
         capabilities: Capabilities | None = None,
         probe_record: Any = None,
     ) -> None:
-        from workbench.assets import ResolvedModel
-        from workbench.backends.served_probe import fingerprint_probe, probe
-
         self.settings = settings
         self.client = ServedClient(settings)
         self.cache = cache
@@ -238,6 +235,27 @@ class ServedGenerator(CachedGenerations):
         self.option_reads: Counter[str] = Counter(top_k=0, teacher_forced=0, absent=0)
         self.absent_reads: Counter[str] = Counter()
         self._surfaces: dict[int, str | None] | None = None
+        try:
+            self._start(tokenizer, max_context, prompt_format, top_logprobs, capabilities, probe_record)
+        except BaseException:  # a refused server or setting: no thread or connection outlives the error
+            self.client.close()
+            raise
+
+    def _start(
+        self,
+        tokenizer: str | None,
+        max_context: int | None,
+        prompt_format: str,
+        top_logprobs: int,
+        capabilities: Capabilities | None,
+        probe_record: Any,
+    ) -> None:
+        """Load the tokenizer and the model's facts, probe the server (unless ``capabilities`` are given), settle the
+        context window and the EOS ids, and record the probe answers (see the class docstring)."""
+        from workbench.assets import ResolvedModel
+        from workbench.backends.served_probe import fingerprint_probe, probe
+
+        settings = self.settings
         self.tokenizer, tokenizer_fp, tokenizer_path = _load_tokenizer(tokenizer)
         facts = model_facts(tokenizer_path) if tokenizer_path else ModelFacts()
         if capabilities is None:
@@ -249,9 +267,13 @@ class ServedGenerator(CachedGenerations):
         own_eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         self.eos_ids = eos_token_ids(own_eos, sorted(facts.eos_ids), list(capabilities.eos_token_ids))
         self._stop_token_ids = sorted(self.eos_ids - {own_eos})
-        self._eos_texts = frozenset(
-            self.tokenizer.convert_ids_to_tokens(sorted(self.eos_ids)) if self.tokenizer is not None else ()
+        eos = sorted(self.eos_ids)  # how a server writing token texts may write them
+        texts = (
+            [*self.tokenizer.convert_ids_to_tokens(eos), *surfaces(self.tokenizer, eos)]
+            if self.tokenizer is not None
+            else []
         )
+        self._eos_texts = frozenset(t for t in texts if t)
         self.prompts = None
         if self.tokenizer is not None:
             from workbench.assets import declared_prompt_format
