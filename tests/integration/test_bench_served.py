@@ -47,8 +47,9 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
     assert set(served["rates"]) == {"1", "2"} and bench["in_process"]["questions_per_s"] > 0
     agreement = served["agreement"]
     assert agreement["greedy_identical"] == 1.0
-    for feature in ("confidence", "entropy", "semantic_entropy"):
+    for feature in ("confidence", "entropy", "semantic_entropy", "ptrue"):  # P(True): exact reads, not floored
         assert agreement[feature]["max_abs_diff"] < 1e-3, feature
+    assert served["option_reads"]["absent"] == 0 and served["option_reads"]["teacher_forced"] > 0
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Agreement with the in-process values" in report and "Goals for `serve-model`" in report
 

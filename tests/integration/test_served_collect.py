@@ -75,9 +75,15 @@ def test_served_collect_matches_in_process(tmp_path, tiny_lm_long_dir, tiny_enco
     vocab = json.loads((Path(tiny_lm_long_dir) / "config.json").read_text())["vocab_size"]
     assert caps["logprobs"] and caps["echo"] and caps["token_prompts"]
     assert caps["top_logprobs"] >= vocab  # the top k cover the vocabulary: entropies and P(True) are exact
-    assert block["probe"]
+    assert block["probe"] and block["probe"]["context"] == 4096  # the window it ran with: the server's
+    # serve-model echoes: every collected feature is exact, and the collection says so
+    assert block["approximate_features"] == {} and not block["absent_reads"]
+    metadata = json.loads((folder / "run" / "stages" / "collect" / "metadata.json").read_text())
+    assert metadata["served"]["approximate_features"] == {} and metadata["served"]["nan_rows"] == {}
     local_manifest = json.loads((tmp_path / "local" / "run" / "manifest.json").read_text())
     assert "served_generator" not in local_manifest
+    local_metadata = json.loads((tmp_path / "local" / "run" / "stages" / "collect" / "metadata.json").read_text())
+    assert "served" not in local_metadata
 
 
 def test_served_shards_merge(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, server, served_run):

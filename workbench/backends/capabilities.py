@@ -38,7 +38,9 @@ class Capabilities:
     """What one generator backend can give. ``top_logprobs`` is how many alternatives per position (0: none);
     ``completions`` is whether the legacy completions route answers (else chat only); ``chat_template`` says who
     renders prompts (``local``: the client, with the model's tokenizer, as in-process; ``server``: the server's own
-    template through the chat route). The in-process backend is :meth:`in_process`."""
+    template through the chat route); ``eos_token_ids`` are the token ids the server states end a sequence (its
+    ``/v1/models`` entry's ``eos_token_id``; empty when it states none). The in-process backend is
+    :meth:`in_process`."""
 
     logprobs: bool = False
     top_logprobs: int = 0
@@ -54,6 +56,7 @@ class Capabilities:
     weights: bool = False
     completions: bool = True
     chat_template: str = "local"
+    eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def in_process(cls) -> Capabilities:
@@ -68,7 +71,7 @@ class Capabilities:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (recorded in the run's manifest and the bundle's)."""
-        return asdict(self)
+        return {**asdict(self), "eos_token_ids": list(self.eos_token_ids)}
 
 
 def missing_capabilities(needs: Iterable[str], capabilities: Capabilities) -> list[str]:

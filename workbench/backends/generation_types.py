@@ -10,10 +10,24 @@ re-exports them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 FINISH_REASONS = ("stop", "eos", "length")
+
+
+def eos_token_ids(*values: Any) -> frozenset[int]:
+    """Every token id that ends a sequence, from any number of EOS declarations — the tokenizer's
+    ``eos_token_id``, a generation config's ``eos_token_id`` (an id or a list of ids: a Llama-3-style model ends a
+    turn with ``<|eot_id|>`` beside ``<|end_of_text|>``), a server's stated ids; None and non-integers are skipped.
+    The in-process and the served generator both stop at this union."""
+    ids: set[int] = set()
+    for value in values:
+        for item in value if isinstance(value, list | tuple | set | frozenset) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                ids.add(int(item))
+    return frozenset(ids)
 
 
 @dataclass

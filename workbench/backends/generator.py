@@ -1119,10 +1119,6 @@ def _load(path: str, device: str, dtype: str) -> tuple[Any, Any]:
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     """Every token id that ends a sequence: the tokenizer's EOS and the generation config's EOS id(s)."""
-    ids = set()
-    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list | tuple):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
+    from workbench.backends.generation_types import eos_token_ids
+
+    return eos_token_ids(tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None))

@@ -3,13 +3,24 @@
 :class:`ServedGenerator` answers :meth:`generate` / :meth:`sample`, :meth:`score`, :meth:`next_token_logprobs`,
 :meth:`build_prompt` and :meth:`render_chat` as :class:`~workbench.backends.generator.Generator` does, so stages,
 methods, studies and the runtime do not know which one runs. It talks to any OpenAI-compatible server
-(docs/served-models.md) through :class:`~workbench.backends.served_client.ServedClient` and probes it once
-(:func:`~workbench.backends.served_probe.probe`).
+(docs/served-models.md) through :class:`~workbench.backends.served_client.ServedClient`, probes it once
+(:func:`~workbench.backends.served_probe.probe`) and checks every answer
+(:mod:`~workbench.backends.served_answers`): an answer that breaks the protocol is asked again, then fails.
 
 Prompts: with the model's tokenizer (``tokenizer``: an embedded name, a directory or a hub id) they are rendered here
-exactly as in-process — same chat template, same text, same generation-cache keys and prompt fingerprints — and sent
-as token ids where the server takes them (else as text). Without one, the model is reached by chat only and the
-server's own chat template renders the messages (recorded as ``capabilities.chat_template == "server"``).
+exactly as in-process — same chat template, same text, same prompt fingerprints — and sent as token ids where the
+server takes them (else as text). Without one, the model is reached by chat only and the server's own chat template
+renders the messages (recorded as ``capabilities.chat_template == "server"``).
+
+The model's facts, as in-process:
+
+* **EOS**: a sequence ends at any id of the tokenizer's EOS ∪ the model's generation config ``eos_token_id`` (an id
+  or a list, read from the tokenizer reference's ``generation_config.json``, else its model config) ∪ the ids the
+  server states (its ``/v1/models`` entry's ``eos_token_id``). The extra ids go to the server as ``stop_token_ids``
+  (vLLM); an answer that runs past one anyway is cut there, as in-process decoding stops there.
+* **Context window**: ``max_context`` when set (at most what the server states), else the server's
+  (``max_model_len`` in ``/v1/models``: vLLM, ``serve-model``), else the model config's ``max_position_embeddings``;
+  neither known and none set is a one-line error, never a guess.
 
 What a served answer holds, and how it departs from the in-process one:
 
@@ -17,10 +28,11 @@ What a served answer holds, and how it departs from the in-process one:
 * ``entropies``: **approximated** from the top-k log-probs at each position as
   −Σ_top-k p log p − r log r, with r the probability mass outside the top k (a lower bound of the entropy; exact when
   the top k cover the distribution) — see :func:`topk_entropy`;
-* :meth:`next_token_logprobs`: an option outside the top k is given the k-th log-prob (an upper bound) and counted
-  in :attr:`floored_reads`;
+* :meth:`read_next` / :meth:`next_token_logprobs`: **exact or absent** — an option's log-prob is read from the top
+  k where it is there, teacher-forced with ``echo`` (prompt + option) where it is not, and NaN where the server
+  has no echo (counted in :attr:`absent_reads` with the reason); never a floor;
 * ``token_ids``: the server's ids where it returns them (``return_tokens_as_token_ids``), else -1;
-* EOS: a sequence that ended with EOS carries its log-prob when the server lists the EOS token last (vLLM and
+* EOS: a sequence that ended with EOS carries its log-prob when the server lists the EOS token (vLLM and
   ``serve-model`` do); otherwise it ends as a stop and its EOS term is absent;
 * ``logprobs_processed``: 0 for greedy, the raw log-probs at temperature 1 with no top-k / top-p, NaN otherwise
   (servers do not report the processed distribution).
@@ -31,11 +43,13 @@ protocol: asking for them is a one-line error naming the capability.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
-from collections.abc import Sequence
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +57,7 @@ import numpy as np
 from workbench.backends.capabilities import Capabilities
 from workbench.backends.cost import CostCounter
 from workbench.backends.generation_lookup import CachedGenerations, decoding_params
-from workbench.backends.generation_types import DecodingParams, Generation, Scored
+from workbench.backends.generation_types import DecodingParams, Generation, Scored, eos_token_ids
 from workbench.backends.prompts import (
     CLOSED_BOOK_TEMPLATE,
     CONTEXT_TEMPLATE,
@@ -54,7 +68,18 @@ from workbench.backends.prompts import (
     encode,
     fill_template,
 )
-from workbench.backends.served_client import ServedClient, ServedModelError, ServedSettings
+from workbench.backends.served_answers import (
+    InvalidAnswer,
+    LogprobBlock,
+    chat_logprobs,
+    chat_text,
+    choices,
+    completion_logprobs,
+    completion_text,
+    finish_reason,
+    usage_tokens,
+)
+from workbench.backends.served_client import ServedClient, ServedModelError, ServedSettings, answer_size_cap
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
 
@@ -66,6 +91,14 @@ CHARS_PER_TOKEN = 4
 """Token estimate of a text in chat-only mode (no tokenizer here): about four characters per token."""
 DEFAULT_TOP_LOGPROBS = 20
 """Alternatives asked per position (OpenAI's own maximum; vLLM's default ``max_logprobs``)."""
+ANSWER_BYTES_PER_REQUEST = 64 << 20
+"""Requests are grouped so that each one's answer may take at most this many bytes (see
+:func:`~workbench.backends.served_client.answer_size_cap`): long echoed prompts with many alternatives go fewer to
+a request."""
+ABSENT_WITHOUT_ECHO = "an option token outside the server's top-k log-probs, and no echo to teacher-force it"
+"""Why a next-token read is NaN on a server without echo (:attr:`ServedGenerator.absent_reads`)."""
+SAMPLE_SEED_BASE = 1 << 31
+"""Seeds of samples asked for one at a time start here (:func:`sample_seed`): above any seed the workbench passes."""
 
 
 def topk_entropy(top: dict[str, float] | Sequence[float] | None) -> float:
@@ -80,6 +113,21 @@ def topk_entropy(top: dict[str, float] | Sequence[float] | None) -> float:
     return h - (rest * math.log(rest) if rest > 1e-12 else 0.0)
 
 
+def sample_seed(seed: int | None, sample: int) -> int:
+    """The seed of sample ``sample`` of a sampled call with seed ``seed``, when that sample is asked for on its own
+    (a server without ``n``, or one that answered fewer choices than asked).
+
+    ``SAMPLE_SEED_BASE + seed · 1024 + sample`` for seeds below 2**21 and samples below 1024 — one seed per
+    (seed, sample) pair, none shared with another call's samples nor with a seed the workbench passes itself (all
+    below :data:`SAMPLE_SEED_BASE`); other pairs get a 31-bit digest above the base. Every value fits 32 bits
+    (llama.cpp's seeds are unsigned 32-bit)."""
+    seed = int(seed or 0)
+    if 0 <= seed < 1 << 21 and 0 <= sample < 1 << 10:
+        return SAMPLE_SEED_BASE + (seed << 10) + sample
+    digest = hashlib.sha256(f"{seed}:{sample}".encode()).digest()
+    return SAMPLE_SEED_BASE + int.from_bytes(digest[:4], "little") % SAMPLE_SEED_BASE
+
+
 def _token_id(token: str) -> int:
     """The id in a ``"token_id:<id>"`` token (vLLM's ``return_tokens_as_token_ids``), else -1."""
     if isinstance(token, str) and token.startswith("token_id:"):
@@ -90,15 +138,71 @@ def _token_id(token: str) -> int:
     return -1
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the model's own files say, without loading weights: ``eos_ids`` (its generation config's EOS ids) and
+    ``max_positions`` (its config's ``max_position_embeddings``; None when not stated)."""
+
+    eos_ids: frozenset[int] = frozenset()
+    max_positions: int | None = None
+
+
+def model_facts(path: str) -> ModelFacts:
+    """The :class:`ModelFacts` of the model directory ``path`` (the tokenizer reference's): the EOS ids of its
+    ``generation_config.json`` (without one, the generation config transformers builds from ``config.json``, as the
+    in-process generator's model has) and ``config.json``'s ``max_position_embeddings`` (the text config's, for a
+    model that nests one). Files that are missing or unreadable give nothing."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError):
+        config = None
+    try:
+        generation = GenerationConfig.from_pretrained(path)
+    except (OSError, ValueError):
+        generation = GenerationConfig.from_model_config(config) if config is not None else None
+    positions = None
+    if config is not None:
+        value = getattr(config.get_text_config(), "max_position_embeddings", None)
+        positions = value if isinstance(value, int) and value > 0 else None
+    return ModelFacts(eos_token_ids(getattr(generation, "eos_token_id", None)), positions)
+
+
+def context_window(setting: int | None, stated: int | None, config: int | None, model: str) -> int:
+    """The context window a served model runs with: ``setting`` (``generator.max_context``) when given — refused when
+    the server ``stated`` a smaller one —, else the server's, else the model ``config``'s; a one-line error when none
+    is known (never a guess)."""
+    if setting is not None:
+        if stated is not None and setting > stated:
+            raise ServedModelError(
+                f"generator.max_context {setting} is larger than the context window the server states for "
+                f"{model!r} ({stated})",
+                "generator.max_context",
+            )
+        return int(setting)
+    if stated is not None:
+        return int(stated)
+    if config is not None:
+        return int(config)
+    raise ServedModelError(
+        f"the context window of {model!r} is unknown: the server states no max_model_len and there is no model config"
+        " (generator.tokenizer) with max_position_embeddings; set generator.max_context",
+        "generator.max_context",
+    )
+
+
 class ServedGenerator(CachedGenerations):
     """A served causal LM behind the in-process generator's interface (see the module docstring).
 
     ``settings`` say where it is; ``tokenizer`` is the model's tokenizer reference (None: chat-only, the server's
-    template); ``capabilities`` / ``probe_record`` skip the probe when given (a run that probed already).
-    ``max_context`` defaults to the tokenizer's ``model_max_length`` when sensible, else 2048; ``top_logprobs`` is how
+    template); ``capabilities`` / ``probe_record`` skip the probe when given (a run that probed already; the record's
+    ``context`` is then the server's window). ``max_context``: see :func:`context_window`; ``top_logprobs`` is how
     many alternatives to ask per position (at most what the server gives). Costs go to ``counter`` as in-process:
     ``lm_calls`` one per prompt sent, ``lm_batches`` one per call of this object, ``prefill_tokens`` /
-    ``decoded_tokens`` from the server's ``usage``, ``scored_tokens`` for :meth:`score`.
+    ``decoded_tokens`` from the server's ``usage``, ``scored_tokens`` for :meth:`score`. How next-token reads were
+    answered is counted in :attr:`option_reads` (``top_k``, ``teacher_forced``, ``absent``) and the absent ones by
+    reason in :attr:`absent_reads`.
     """
 
     served = True
@@ -119,9 +223,6 @@ class ServedGenerator(CachedGenerations):
         capabilities: Capabilities | None = None,
         probe_record: Any = None,
     ) -> None:
-        from workbench.assets import ResolvedModel
-        from workbench.backends.served_probe import fingerprint_probe, probe
-
         self.settings = settings
         self.client = ServedClient(settings)
         self.cache = cache
@@ -131,15 +232,48 @@ class ServedGenerator(CachedGenerations):
         self.dtype = "served"
         self.device = "served"
         self.joinable_cache = None
-        self.floored_reads = 0
+        self.option_reads: Counter[str] = Counter(top_k=0, teacher_forced=0, absent=0)
+        self.absent_reads: Counter[str] = Counter()
+        self._surfaces: dict[int, str | None] | None = None
+        try:
+            self._start(tokenizer, max_context, prompt_format, top_logprobs, capabilities, probe_record)
+        except BaseException:  # a refused server or setting: no thread or connection outlives the error
+            self.client.close()
+            raise
+
+    def _start(
+        self,
+        tokenizer: str | None,
+        max_context: int | None,
+        prompt_format: str,
+        top_logprobs: int,
+        capabilities: Capabilities | None,
+        probe_record: Any,
+    ) -> None:
+        """Load the tokenizer and the model's facts, probe the server (unless ``capabilities`` are given), settle the
+        context window and the EOS ids, and record the probe answers (see the class docstring)."""
+        from workbench.assets import ResolvedModel
+        from workbench.backends.served_probe import fingerprint_probe, probe
+
+        settings = self.settings
         self.tokenizer, tokenizer_fp, tokenizer_path = _load_tokenizer(tokenizer)
+        facts = model_facts(tokenizer_path) if tokenizer_path else ModelFacts()
         if capabilities is None:
             capabilities, probe_record = probe(self.client, self.tokenizer)
         self.capabilities = capabilities
         self.top_logprobs = min(int(top_logprobs), capabilities.top_logprobs) if capabilities.logprobs else 0
-        limit = getattr(self.tokenizer, "model_max_length", None)
-        self.max_context = int(max_context or (limit if isinstance(limit, int) and limit < 1_000_000 else 2048))
-        self.eos_ids = frozenset({self.tokenizer.eos_token_id} if self.tokenizer is not None else ())
+        stated = getattr(probe_record, "context", None)
+        self.max_context = context_window(max_context, stated, facts.max_positions, settings.model)
+        own_eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
+        self.eos_ids = eos_token_ids(own_eos, sorted(facts.eos_ids), list(capabilities.eos_token_ids))
+        self._stop_token_ids = sorted(self.eos_ids - {own_eos})
+        eos = sorted(self.eos_ids)  # how a server writing token texts may write them
+        texts = (
+            [*self.tokenizer.convert_ids_to_tokens(eos), *surfaces(self.tokenizer, eos)]
+            if self.tokenizer is not None
+            else []
+        )
+        self._eos_texts = frozenset(t for t in texts if t)
         self.prompts = None
         if self.tokenizer is not None:
             from workbench.assets import declared_prompt_format
@@ -152,6 +286,7 @@ class ServedGenerator(CachedGenerations):
         if probe_record is None or not getattr(probe_record, "texts", None):
             probe_record = fingerprint_probe(self, settings.model)
         self.probe_record = probe_record
+        self.probe_record.context = self.max_context
         self.fingerprint = stable_hash(["served", settings.model, tokenizer_fp, list(probe_record.texts)])
         self.resolved = ResolvedModel(f"served:{settings.model}", settings.base_url, self.fingerprint, "served")
 
@@ -280,12 +415,13 @@ class ServedGenerator(CachedGenerations):
             extra.update(top_k=params.top_k, min_p=0.0)
         if params.stop:
             out["stop"] = list(params.stop)
+        if self._stop_token_ids:  # the generation config's other EOS ids (vLLM stops at them)
+            extra["stop_token_ids"] = list(self._stop_token_ids)
         if self.capabilities.logprobs:
             out["logprobs"] = self.top_logprobs
         if self.capabilities.token_ids:
             extra["return_tokens_as_token_ids"] = True
-        if extra:
-            out["extra_body"] = extra
+        out["extra_body"] = extra
         return out
 
     def _prompt_payload(self, prompt: str, params: DecodingParams) -> str | list[int]:
@@ -300,106 +436,159 @@ class ServedGenerator(CachedGenerations):
         if any(p.startswith(CHAT_MARK) for p in prompts) or not (needed == 1 or self.capabilities.n):
             return self.client.map(lambda p: self._request(p, needed, params), prompts)
         payloads = [self._prompt_payload(p, params) for p in prompts]
-        answers = self._batched(payloads, needed, **self._request_params(params))
+
+        def read(group: list[dict[str, Any]], index: int) -> list[Generation]:
+            return [self._parse_choice(c, prompts[index], j, params, f"choice {j}") for j, c in enumerate(group)]
+
+        answers = self._batched(payloads, needed, read, 0, params.max_new_tokens, **self._request_params(params))
         out = []
-        for prompt, (choices, prompt_tokens) in zip(prompts, answers, strict=True):
-            try:
-                out.append([self._parse_choice(c, prompt, j, prompt_tokens, params) for j, c in enumerate(choices)])
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                raise self.client.fail("a completion answer was malformed", exc) from None
+        for gens, prompt_tokens in answers:
+            for gen in gens:
+                gen.prompt_tokens = prompt_tokens
+            out.append(gens)
         return out
 
-    def _batched(self, payloads: list[Any], n: int, **params: Any) -> list[tuple[list[dict[str, Any]], int]]:
-        """``(choices, prompt tokens)`` of each payload (a text or a token-id list), ``batch_size`` payloads per
-        request where the server takes prompt lists (``capabilities.prompt_lists``), ``max_concurrency`` requests in
-        flight. Costs: one LM call per payload, the server's token counts."""
+    def _batched(
+        self,
+        payloads: list[Any],
+        n: int,
+        read: Callable[[list[dict[str, Any]], int], Any],
+        echoed: int,
+        new_tokens: int,
+        **params: Any,
+    ) -> list[tuple[Any, int]]:
+        """``(read(choices, i), prompt tokens)`` of each payload ``i`` (a text or a token-id list): ``batch_size``
+        payloads per request where the server takes prompt lists (``capabilities.prompt_lists``), fewer when their
+        answers could pass :data:`ANSWER_BYTES_PER_REQUEST` (``echoed`` prompt positions per token of the payload,
+        ``new_tokens`` per choice); ``max_concurrency`` requests in flight; each answer checked by ``read`` inside
+        the client's retry loop. Costs: one LM call per payload, the server's token counts."""
+        width = int(params.get("logprobs") or 0)
+
+        def positions(payload: Any) -> int:
+            return echoed * len(payload) + n * (new_tokens + 1)
+
         size = self.batch_size if self.capabilities.prompt_lists else 1
-        chunks = [payloads[i : i + size] for i in range(0, len(payloads), size)]
+        chunks: list[list[int]] = []  # payload indices
+        for i, payload in enumerate(payloads):
+            last = chunks[-1] if chunks else None
+            grown = sum(positions(payloads[j]) for j in last or []) + positions(payload)
+            if last and len(last) < size and answer_size_cap(grown, width) <= ANSWER_BYTES_PER_REQUEST:
+                last.append(i)
+            else:
+                chunks.append([i])
 
-        def call(chunk: list[Any]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
-            answer = self.client.completion(chunk if len(chunk) > 1 else chunk[0], n=n, **params)
-            try:
-                choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
-            except (KeyError, TypeError, AttributeError) as exc:
-                raise self.client.fail("a completion answer was malformed", exc) from None
-            if len(choices) != len(chunk) * n:
-                raise self.client.fail(f"asked for {len(chunk) * n} choices, the server answered {len(choices)}")
-            return [choices[i * n : (i + 1) * n] for i in range(len(chunk))], answer.get("usage") or {}
+        def call(chunk: list[int]) -> tuple[list[Any], tuple[int, int]]:
+            def read_all(answer: dict[str, Any]) -> tuple[list[Any], tuple[int, int]]:
+                found = choices(answer, len(chunk) * n)
+                values = [read(found[k * n : (k + 1) * n], i) for k, i in enumerate(chunk)]
+                return values, usage_tokens(answer)
 
-        out: list[tuple[list[dict[str, Any]], int]] = []
-        for chunk, (groups, usage) in zip(chunks, self.client.map(call, chunks), strict=True):
-            total = int(usage.get("prompt_tokens") or 0)
+            cap = answer_size_cap(sum(positions(payloads[i]) for i in chunk), width)
+            prompt = [payloads[i] for i in chunk] if len(chunk) > 1 else payloads[chunk[0]]
+            return self.client.completion(prompt, n=n, read=read_all, cap=cap, **params)
+
+        out: list[tuple[Any, int]] = []
+        for chunk, (values, (prompt_total, completion_total)) in zip(
+            chunks, self.client.map(call, chunks), strict=True
+        ):
             self.counter.lm_calls += len(chunk)
-            self.counter.prefill_tokens += total
-            self.counter.decoded_tokens += int(usage.get("completion_tokens") or 0)
-            for payload, group in zip(chunk, groups, strict=True):
-                out.append((group, len(payload) if isinstance(payload, list) else total // len(chunk)))
+            self.counter.prefill_tokens += prompt_total
+            self.counter.decoded_tokens += completion_total
+            for i, value in zip(chunk, values, strict=True):
+                payload = payloads[i]
+                out.append((value, len(payload) if isinstance(payload, list) else prompt_total // len(chunk)))
         return out
 
     def _request(self, prompt: str, needed: int, params: DecodingParams) -> list[Generation]:
-        """The ``needed`` samples of one prompt (one request with ``n``, or one per sample)."""
+        """The ``needed`` samples of one prompt (one request with ``n``, or one per sample, each with its own
+        :func:`sample_seed`)."""
         if prompt.startswith(CHAT_MARK):
             return self._chat_request(prompt, needed, params)
         payload = self._prompt_payload(prompt, params)
         base = self._request_params(params)
+        echoed = len(payload) if isinstance(payload, list) else 0
+        cap = answer_size_cap(echoed + needed * (params.max_new_tokens + 1), int(base.get("logprobs") or 0))
+
+        def reader(count: int, first: int) -> Callable[[dict[str, Any]], tuple[list[Generation], tuple[int, int]]]:
+            def read(answer: dict[str, Any]) -> tuple[list[Generation], tuple[int, int]]:
+                found = choices(answer, count)
+                gens = [self._parse_choice(c, prompt, first + j, params, f"choice {j}") for j, c in enumerate(found)]
+                return gens, usage_tokens(answer)
+
+            return read
+
         if needed == 1 or self.capabilities.n:
-            answers = [self.client.completion(payload, n=needed, **base)]
-        else:  # one request per sample, each with its own seed
+            answers = [self.client.completion(payload, n=needed, read=reader(needed, 0), cap=cap, **base)]
+        else:
             answers = [
-                self.client.completion(payload, n=1, **{**base, "seed": int(params.seed or 0) * 1000 + j})
+                self.client.completion(
+                    payload, n=1, read=reader(1, j), cap=cap, **{**base, "seed": sample_seed(params.seed, j)}
+                )
                 for j in range(needed)
             ]
         gens: list[Generation] = []
-        for answer in answers:
-            try:
-                choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))
-                usage = answer.get("usage") or {}
-                self.counter.lm_calls += 1
-                self.counter.prefill_tokens += int(usage.get("prompt_tokens") or 0)
-                self.counter.decoded_tokens += int(usage.get("completion_tokens") or 0)
-                prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                gens.extend(self._parse_choice(c, prompt, len(gens), prompt_tokens, params) for c in choices)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                raise self.client.fail("a completion answer was malformed", exc) from None
-        if len(gens) < needed:
-            raise self.client.fail(f"asked for {needed} samples, the server answered {len(gens)}")
-        return gens[:needed]
+        for found, (prompt_tokens, completion_tokens) in answers:
+            self.counter.lm_calls += 1
+            self.counter.prefill_tokens += prompt_tokens
+            self.counter.decoded_tokens += completion_tokens
+            for gen in found:
+                gen.prompt_tokens = prompt_tokens
+            gens.extend(found)
+        return gens
 
     def _parse_choice(
-        self, choice: dict[str, Any], prompt: str, index: int, prompt_tokens: int, params: DecodingParams
+        self, choice: dict[str, Any], prompt: str, index: int, params: DecodingParams, where: str
     ) -> Generation:
-        text = str(choice.get("text") or "")
-        block = choice.get("logprobs") or {}
-        tokens = [str(t) for t in block.get("tokens") or []]
-        values = [float("nan") if v is None else float(v) for v in block.get("token_logprobs") or []]
-        tops = list(block.get("top_logprobs") or [None] * len(tokens))
-        return self._generation(
-            text, tokens, values, tops, choice.get("finish_reason"), prompt, index, prompt_tokens, params
-        )
+        """One completion choice as a :class:`Generation` (checked: see :mod:`~workbench.backends.served_answers`)."""
+        text = completion_text(choice, where)
+        block = LogprobBlock([], [], [])
+        if self.capabilities.logprobs:
+            block = completion_logprobs(choice, where, width=self.top_logprobs)
+        return self._generation(text, block, finish_reason(choice, where), prompt, index, params, where)
 
     def _generation(
         self,
         text: str,
-        tokens: list[str],
-        values: list[float],
-        tops: list[Any],
+        block: LogprobBlock,
         finish: str | None,
         prompt: str,
         index: int,
-        prompt_tokens: int,
         params: DecodingParams,
+        where: str,
     ) -> Generation:
-        """One :class:`Generation` from a served answer (tokens, their log-probs and top-k), aligned as in-process."""
+        """One :class:`Generation` from a served answer (tokens, their log-probs and top-k), aligned as in-process:
+        the answer ends at the first EOS id (:attr:`eos_ids`) among the tokens that make its text, as in-process
+        decoding stops there — a server that does not stop at an id of the model's generation config runs past it,
+        and the text is then cut there too. :class:`InvalidAnswer` for more tokens than asked, or tokens that do not
+        make up the text."""
+        tokens, values, tops = block.tokens, block.values, block.tops
+        if len(tokens) > params.max_new_tokens + 1:  # the answer's tokens and one EOS at most
+            raise InvalidAnswer(f"{where}: {len(tokens)} tokens for max_tokens {params.max_new_tokens}")
         ids = [_token_id(t) for t in tokens]
-        eos_logprob = eos_entropy = None
-        reason, keep = "length", len(tokens)
-        if tokens and self._is_eos(ids[-1], tokens[-1]):
-            eos_logprob, eos_entropy = values[-1], topk_entropy(tops[-1])
-            tokens, values, tops, ids = tokens[:-1], values[:-1], tops[:-1], ids[:-1]
-            reason, keep = "eos", len(tokens)
-        elif finish != "length":
-            # a stop string (the tokens past the text are cut, as in-process), or EOS the server did not list
+        ends_on_eos = bool(tokens) and self._is_eos(ids[-1], tokens[-1])
+        if ends_on_eos:
+            keep = len(tokens) - 1
+        elif finish == "length" or not self.capabilities.logprobs:
+            keep = len(tokens)
+        else:  # a stop string (the tokens past the text are cut, as in-process), or EOS the server did not list
             keep = self._covering(tokens, ids, text)
+        # a server that writes token texts may write a token holding part of a character as "" (llama.cpp): each such
+        # token may stand for one character of the text; tokens read by id are decoded here, whole
+        slack = sum(1 for t, i in zip(tokens, ids, strict=True) if i < 0 and not t)
+        if tokens and _visible(self._text_of(tokens, ids)) + slack < _visible(text):
+            raise InvalidAnswer(f"{where}: the tokens do not make up the text (a shortened token list)")
+        first_eos = next((t for t in range(keep) if self._is_eos(ids[t], tokens[t])), None)
+        eos_logprob = eos_entropy = eos_id = None
+        if first_eos is not None or ends_on_eos:
+            end = first_eos if first_eos is not None else keep
+            if end < len(tokens) - 1:  # the server ran past an EOS id: the answer ends there
+                text = self._text_of(tokens[:end], ids[:end])
+            eos_logprob, eos_entropy = values[end], topk_entropy(tops[end])
+            eos_id = ids[end] if ids[end] >= 0 else None
+            keep, reason = end, "eos"
+        elif finish == "length":
+            reason = "length"
+        else:
             reason = "stop" if keep < len(tokens) or params.stop else "eos"
         logprobs = np.asarray(values[:keep], dtype=np.float32)
         if params.greedy:
@@ -417,67 +606,80 @@ class ServedGenerator(CachedGenerations):
             entropies=np.asarray([topk_entropy(t) for t in tops[:keep]], dtype=np.float32),
             finish_reason=reason,
             sample_index=index,
-            prompt_tokens=prompt_tokens,
             eos_logprob=eos_logprob,
             eos_entropy=eos_entropy,
+            eos_token_id=eos_id,
         )
 
     def _is_eos(self, token_id: int, token: str) -> bool:
         if token_id >= 0:
             return token_id in self.eos_ids
-        eos = getattr(self.tokenizer, "eos_token", None)
-        return bool(eos) and token == eos
+        return token in self._eos_texts or token == getattr(self.tokenizer, "eos_token", None)
+
+    def _text_of(self, tokens: list[str], ids: list[int]) -> str:
+        """The text of answer tokens: their ids decoded as in-process (special tokens skipped) where known, else the
+        tokens' own texts joined."""
+        if self.tokenizer is not None and ids and all(i >= 0 for i in ids):
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return "".join(t for t in tokens if t not in self._eos_texts)
 
     def _covering(self, tokens: list[str], ids: list[int], text: str) -> int:
         """The shortest token prefix whose text covers ``text`` (ids decoded as in-process where known)."""
-        if self.tokenizer is not None and ids and all(i >= 0 for i in ids):
-            for k in range(len(ids) + 1):
-                if len(self.tokenizer.decode(ids[:k], skip_special_tokens=True)) >= len(text):
-                    return k
-            return len(ids)
-        length = 0
-        for k, token in enumerate(tokens):
-            if length >= len(text):
+        for k in range(len(tokens) + 1):
+            if len(self._text_of(tokens[:k], ids[:k])) >= len(text):
                 return k
-            length += len(token)
         return len(tokens)
 
     def _chat_request(self, prompt: str, needed: int, params: DecodingParams) -> list[Generation]:
-        """Chat-only mode: the messages go to the chat route, the server's template renders them."""
+        """Chat-only mode: the messages go to the chat route, the server's template renders them. One request with
+        ``n`` where the server takes it; a sample the server left out (or every sample, without ``n``) is asked for
+        on its own with its :func:`sample_seed`."""
         messages = json.loads(prompt[len(CHAT_MARK) :])
         base = self._request_params(params)
         base.pop("logprobs", None)
-        base.get("extra_body", {}).pop("return_tokens_as_token_ids", None)
+        base["extra_body"].pop("return_tokens_as_token_ids", None)
         if self.capabilities.logprobs:
             base["logprobs"] = True
             base["top_logprobs"] = self.top_logprobs
-        answer = self.client.chat(messages, n=needed if self.capabilities.n else 1, **base)
-        self.counter.lm_calls += 1
-        usage = answer.get("usage") or {}
-        self.counter.prefill_tokens += int(usage.get("prompt_tokens") or 0)
-        self.counter.decoded_tokens += int(usage.get("completion_tokens") or 0)
-        gens = []
-        for j, choice in enumerate(sorted(answer["choices"], key=lambda c: c.get("index", 0))):
-            content = (choice.get("logprobs") or {}).get("content") or []
-            tokens = [str(item["token"]) for item in content]
-            values = [float(item["logprob"]) for item in content]
-            tops = [{t["token"]: float(t["logprob"]) for t in item.get("top_logprobs") or []} for item in content]
-            text = str((choice.get("message") or {}).get("content") or "")
-            gens.append(
-                self._generation(
-                    text,
-                    tokens,
-                    values,
-                    tops,
-                    choice.get("finish_reason"),
-                    prompt,
-                    j,
-                    int(usage.get("prompt_tokens") or 0),
-                    params,
-                )
-            )
-        if len(gens) < needed:
-            gens.extend(self._chat_request(prompt, needed - len(gens), replace(params, seed=(params.seed or 0) + 1)))
+        cap = answer_size_cap(needed * (params.max_new_tokens + 1), self.top_logprobs)
+
+        def ask(count: int, first: int, fields: dict[str, Any]) -> list[Generation]:
+            def read(answer: dict[str, Any]) -> tuple[list[Generation], tuple[int, int]]:
+                items = answer.get("choices") if isinstance(answer, dict) else None
+                got = min(len(items), count) if isinstance(items, list) and items else count
+                found = choices({**answer, "choices": items[:got]} if got < count else answer, got)
+                gens = []
+                for j, choice in enumerate(found):
+                    where = f"choice {j}"
+                    block = LogprobBlock([], [], [])
+                    if self.capabilities.logprobs:
+                        block = chat_logprobs(choice, where, width=self.top_logprobs)
+                    gens.append(
+                        self._generation(
+                            chat_text(choice, where),
+                            block,
+                            finish_reason(choice, where),
+                            prompt,
+                            first + j,
+                            params,
+                            where,
+                        )
+                    )
+                return gens, usage_tokens(answer)
+
+            gens, (prompt_tokens, completion_tokens) = self.client.chat(messages, n=count, read=read, cap=cap, **fields)
+            self.counter.lm_calls += 1
+            self.counter.prefill_tokens += prompt_tokens
+            self.counter.decoded_tokens += completion_tokens
+            for gen in gens:
+                gen.prompt_tokens = prompt_tokens
+            return gens
+
+        if needed == 1 or params.greedy:
+            return ask(1, 0, base)[:needed]
+        gens = ask(needed, 0, base) if self.capabilities.n else []
+        for j in range(len(gens), needed):  # the samples the server left out, each with its own seed
+            gens.extend(ask(1, j, {**base, "seed": sample_seed(params.seed, j)}))
         return gens[:needed]
 
     # ------------------------------------------------------------------ scoring and next-token reads
@@ -506,63 +708,96 @@ class ServedGenerator(CachedGenerations):
                 ids.append(self.tokenizer.eos_token_id)
             jobs.append((prompt, cont, self.encode_prompt(prompt, max(self.max_context - len(ids), 1)), ids))
         with self.counter.timed("score"):
-            answers = self._echo([job[2] + job[3] for job in jobs])
+            answers = self._echo([job[2] + job[3] for job in jobs], max(self.top_logprobs, 1))
         self.counter.lm_batches += 1
         out = []
-        for (prompt, cont, p_ids, c_ids), (values, tops) in zip(jobs, answers, strict=True):
+        for (prompt, cont, p_ids, c_ids), block in zip(jobs, answers, strict=True):
             span = slice(len(p_ids), len(p_ids) + len(c_ids))
-            lp = np.asarray(values[span], dtype=np.float32)
-            ent = np.asarray([topk_entropy(t) for t in tops[span]], dtype=np.float32)
+            lp = np.asarray(block.values[span], dtype=np.float32)
+            ent = np.asarray([topk_entropy(t) for t in block.tops[span]], dtype=np.float32)
             self.counter.scored_tokens += len(c_ids)
             mean = float(lp.mean()) if len(lp) else float("nan")
             out.append(Scored(prompt, cont, np.asarray(c_ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return out
 
-    def _echo(self, id_lists: list[list[int]]) -> list[tuple[list[float], list[Any]]]:
-        """Per position of each id list: the raw log-prob of the token there and the top-k there (position 0: NaN);
-        one token is generated and ignored (not every server takes ``max_tokens = 0``)."""
+    def _echo(self, id_lists: list[list[int]], width: int) -> list[LogprobBlock]:
+        """Per id list, its tokens' raw log-probs and top-``width`` entries (position 0: NaN / None), read back with
+        ``echo``; one token is generated and dropped (not every server takes ``max_tokens = 0``). The echoed tokens
+        must be the ids sent where the server names tokens by id."""
         extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
-        params = {"max_tokens": 1, "echo": True, "logprobs": max(self.top_logprobs, 1), "temperature": 0.0}
-        out = []
-        for ids, (choices, _) in zip(id_lists, self._batched(id_lists, 1, extra_body=extra, **params), strict=True):
-            block = choices[0].get("logprobs") or {}
-            values = [float("nan") if v is None else float(v) for v in block.get("token_logprobs") or []]
-            tops = list(block.get("top_logprobs") or [])
-            if len(values) < len(ids):
-                raise self.client.fail(f"echo returned {len(values)} log-probs for a {len(ids)}-token prompt")
-            out.append((values[: len(ids)], tops[: len(ids)]))
-        return out
+        params = {"max_tokens": 1, "echo": True, "logprobs": width, "temperature": 0.0, "extra_body": extra}
+
+        def read(group: list[dict[str, Any]], index: int) -> LogprobBlock:
+            ids = id_lists[index]
+            block = completion_logprobs(group[0], "choice 0", width=width, echo=True)
+            if len(block.values) < len(ids):
+                raise InvalidAnswer(f"echo gave {len(block.values)} log-probs for a {len(ids)}-token prompt")
+            if self.capabilities.token_ids and [_token_id(t) for t in block.tokens[: len(ids)]] != ids:
+                raise InvalidAnswer("the echoed prompt tokens are not the ids sent")
+            if any(math.isnan(v) for v in block.values[1 : len(ids)]):
+                raise InvalidAnswer("an echoed prompt token after the first has no log-prob")
+            return LogprobBlock(block.tokens[: len(ids)], block.values[: len(ids)], block.tops[: len(ids)])
+
+        return [block for block, _ in self._batched(id_lists, 1, read, 1, 1, **params)]
+
+    def _option_names(self, option_ids: Sequence[int]) -> list[str | None]:
+        """How the server names each option in a top-k mapping: ``token_id:<id>`` where it names tokens by id, else
+        the token's text with its leading space (:func:`surfaces`) — None for a text another token of the
+        vocabulary shares (a mapping keyed by text cannot tell them apart: that option is teacher-forced or
+        absent)."""
+        if self.capabilities.token_ids:
+            return [f"token_id:{int(i)}" for i in option_ids]
+        assert self.tokenizer is not None
+        if self._surfaces is None:
+            texts = surfaces(self.tokenizer)
+            counts = Counter(texts)
+            self._surfaces = {i: (t if counts[t] == 1 else None) for i, t in enumerate(texts)}
+        return [self._surfaces.get(int(i)) for i in option_ids]
 
     def read_next(self, id_lists: Sequence[list[int]], option_ids: Sequence[int]) -> np.ndarray:
-        """``(len(id_lists), len(option_ids))`` raw log-probs of each option token as the token after each id list,
-        read from the top-k of a one-token greedy completion; an option outside the top k gets the k-th log-prob
-        (an upper bound; counted in :attr:`floored_reads`)."""
-        self._need("top_logprobs", "token_prompts", what="reading next-token log-probabilities")
-        extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
-        params = {"max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs, "extra_body": extra}
+        """``(len(id_lists), len(option_ids))`` raw log-probs of each option token as the token after each id list:
+        exact or NaN, never a floor. An option in the top k of a one-token greedy completion is read there (by its
+        id, or by its text with its leading space); the others are teacher-forced with ``echo`` (id list + option:
+        the option's log-prob at its position); without echo they are NaN, counted in :attr:`absent_reads` with the
+        reason. :attr:`option_reads` counts the reads by source (``top_k``, ``teacher_forced``, ``absent``)."""
+        self._need("token_prompts", what="reading next-token log-probabilities")
+        if not (self.top_logprobs or self.capabilities.echo):
+            self._need("top_logprobs", what="reading next-token log-probabilities")
+        rows = [list(ids) for ids in id_lists]
+        out = np.full((len(rows), len(option_ids)), np.nan, dtype=np.float64)
         with self.counter.timed("score"):
-            answers = self._batched([list(ids) for ids in id_lists], 1, **params)
+            if self.top_logprobs and rows:
+                names = self._option_names(option_ids)
+                extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
+                params = {"max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs, "extra_body": extra}
+
+                def read(group: list[dict[str, Any]], index: int) -> dict[str, float]:
+                    block = completion_logprobs(group[0], "choice 0", width=self.top_logprobs)
+                    if not block.tops or block.tops[0] is None:
+                        raise InvalidAnswer("choice 0 has no top-k entry for its first token")
+                    return block.tops[0]
+
+                for r, (top, _) in enumerate(self._batched(rows, 1, read, 0, 1, **params)):
+                    for c, name in enumerate(names):
+                        if name is not None and name in top:
+                            out[r, c] = top[name]
+            missing = [(int(r), int(c)) for r, c in np.argwhere(np.isnan(out))]
+            self.option_reads["top_k"] += out.size - len(missing)
+            if missing and self.capabilities.echo:
+                forced = self._echo([rows[r] + [int(option_ids[c])] for r, c in missing], 1)
+                for (r, c), block in zip(missing, forced, strict=True):
+                    out[r, c] = block.values[-1]
+                self.option_reads["teacher_forced"] += len(missing)
+            elif missing:
+                self.option_reads["absent"] += len(missing)
+                self.absent_reads[ABSENT_WITHOUT_ECHO] += len(missing)
         self.counter.lm_batches += 1
-        tops = []
-        for choices, _ in answers:
-            first = ((choices[0].get("logprobs") or {}).get("top_logprobs") or [None])[0]
-            tops.append(dict(first or {}))
-        assert self.tokenizer is not None
-        names = [f"token_id:{i}" if self.capabilities.token_ids else self.tokenizer.decode([i]) for i in option_ids]
-        out = np.zeros((len(tops), len(option_ids)), dtype=np.float32)
-        for row, top in enumerate(tops):
-            floor = min(top.values()) if top else float("-inf")
-            for col, name in enumerate(names):
-                if name in top:
-                    out[row, col] = top[name]
-                else:
-                    out[row, col] = floor
-                    self.floored_reads += 1
         return out
 
     def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
-        """As :meth:`Generator.next_token_logprobs`, through :meth:`read_next` (top-k: see there)."""
-        self._need("top_logprobs", "token_prompts", what="reading next-token log-probabilities")
+        """As :meth:`Generator.next_token_logprobs`, through :meth:`read_next` (exact or NaN: see there); a prompt
+        loses its leftmost tokens past ``max_context − 2`` (room for the option and one generated token)."""
+        self._need("token_prompts", what="reading next-token log-probabilities")
         assert self.tokenizer is not None
         first = []
         for option in options:
@@ -570,7 +805,25 @@ class ServedGenerator(CachedGenerations):
             if not ids:
                 raise ValueError(f"option {option!r} encodes to no token")
             first.append(int(ids[0]))
-        return self.read_next([self.encode_prompt(p, self.max_context) for p in prompts], first)
+        return self.read_next([self.encode_prompt(p, self.max_context - 2) for p in prompts], first)
+
+
+def _visible(text: str) -> int:
+    """How many non-space characters a text has (decoders differ in the spaces they clean up, not in the rest)."""
+    return sum(1 for ch in text if not ch.isspace())
+
+
+def surfaces(tokenizer: Any, ids: Sequence[int] | None = None) -> list[str]:
+    """Each token's text as it reads inside a text, its leading space kept (default: every id of the vocabulary, in
+    id order) — how servers that key top-k log-probs by text write it (" true"). A SentencePiece tokenizer's
+    ``decode([id])`` drops the leading space of ``▁true`` (the token starts the decoded text); decoded after an
+    anchor token (the first token of ``"a"``) and stripped of the anchor's text, it keeps it."""
+    anchor = int(tokenizer("a", add_special_tokens=False)["input_ids"][0])
+    wanted = range(len(tokenizer)) if ids is None else [int(i) for i in ids]
+    plain = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+    head = tokenizer.decode([anchor], **plain)
+    pairs = tokenizer.batch_decode([[anchor, i] for i in wanted], **plain)
+    return [text[len(head) :] if text.startswith(head) else text for text in pairs]
 
 
 def _load_tokenizer(ref: str | None) -> tuple[Any, str, str]:

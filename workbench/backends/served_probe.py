@@ -11,10 +11,11 @@ the chat route only (its own chat template renders the prompts).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from workbench.backends.capabilities import Capabilities
+from workbench.backends.served_answers import InvalidAnswer, LogprobBlock, chat_logprobs, choices, completion_logprobs
 from workbench.backends.served_client import ServedClient, ServedModelError
 
 PROBE_PROMPTS = (
@@ -31,8 +32,10 @@ ASKED_TOP_LOGPROBS = (1000, 100, 20, 5, 1)
 
 @dataclass
 class ProbeRecord:
-    """What the probe saw: the served ``model`` name, the ``context`` window the server reported (None: unknown),
-    and per probe prompt the greedy ``texts`` and their token log-probs (``logprobs``)."""
+    """What the probe saw: the served ``model`` name, the ``context`` window in tokens (the probe sets the one the
+    server states, ``max_model_len`` in its ``/v1/models`` entry, None when it states none;
+    :func:`fingerprint_probe` then records the window the generator runs with, whatever its source), and per probe
+    prompt the greedy ``texts`` and their token log-probs (``logprobs``)."""
 
     model: str
     context: int | None = None
@@ -42,10 +45,6 @@ class ProbeRecord:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the run manifest and the bundle manifest keep it)."""
         return asdict(self)
-
-
-def _logprob_block(choice: dict[str, Any]) -> dict[str, Any]:
-    return choice.get("logprobs") or {}
 
 
 def _is_status(exc: ServedModelError, *codes: int) -> bool:
@@ -63,42 +62,75 @@ def _try(client: ServedClient, prompt: Any, **params: Any) -> dict[str, Any] | N
         raise
 
 
-def _top_logprobs(client: ServedClient, prompt: str, token_ids: bool) -> tuple[bool, int, dict[str, Any] | None]:
-    """(chosen-token log-probs given, the most alternatives per position the server returns, that answer)."""
+def _choices(answer: dict[str, Any] | None, count: int) -> list[dict[str, Any]] | None:
+    """The answer's ``count`` choices, or None when it holds another number of them (or none)."""
+    try:
+        return choices(answer, count) if answer is not None else None
+    except InvalidAnswer:
+        return None
+
+
+def _block(answer: dict[str, Any] | None, width: int, *, echo: bool = False) -> LogprobBlock | None:
+    """The first choice's log-prob block when it is there and well formed, else None (not given)."""
+    found = _choices(answer, 1)
+    if not found:
+        return None
+    try:
+        return completion_logprobs(found[0], "probe", width=width, echo=echo)
+    except InvalidAnswer:
+        return None
+
+
+def _top_logprobs(client: ServedClient, prompt: str, token_ids: bool) -> tuple[bool, int]:
+    """(chosen-token log-probs given, the most alternatives per position the server returns)."""
     extra = {"return_tokens_as_token_ids": True} if token_ids else None
     for asked in ASKED_TOP_LOGPROBS:
         answer = _try(client, prompt, max_tokens=2, temperature=0.0, logprobs=asked, extra_body=extra)
         if answer is None:
             continue
-        block = _logprob_block(answer["choices"][0])
-        values = [v for v in block.get("token_logprobs") or [] if v is not None]
-        tops = [t for t in block.get("top_logprobs") or [] if t]
-        width = min((len(t) for t in tops), default=0)
-        return bool(values), min(width, asked), answer
-    plain = _try(client, prompt, max_tokens=2, temperature=0.0)
-    if plain is None:
+        block = _block(answer, 0)
+        if block is None or not block.tokens:
+            return False, 0
+        width = min((len(t) for t in block.tops if t), default=0)
+        return True, min(width, asked)
+    if _try(client, prompt, max_tokens=2, temperature=0.0) is None:
         raise client.fail("the completions route refused a plain 2-token greedy request")
-    return False, 0, plain
+    return False, 0
+
+
+def _stated_context(entry: dict[str, Any]) -> int | None:
+    """The context window a ``/v1/models`` entry states (``max_model_len``: vLLM, ``serve-model``), else None."""
+    value = entry.get("max_model_len")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _stated_eos(entry: dict[str, Any]) -> tuple[int, ...]:
+    """The token ids a ``/v1/models`` entry states end a sequence (``eos_token_id``: an id or a list of ids, as in
+    a model's generation config), else none."""
+    value = entry.get("eos_token_id")
+    values = value if isinstance(value, list) else [value]
+    return tuple(sorted({v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0}))
 
 
 def probe(client: ServedClient, tokenizer: Any = None) -> tuple[Capabilities, ProbeRecord]:
     """Probe the server behind ``client`` (a few tiny requests); ``tokenizer`` (the model's, optional) gives the token
     ids of the token-id prompt test. One-line :class:`ServedModelError` when the server is unreachable, refuses the
-    key, or does not serve ``client.settings.model``. The record holds the model name only: the generator fills in
-    its probe answers with :func:`fingerprint_probe`."""
-    names = client.models()
+    key, or does not serve ``client.settings.model``. The record holds the model name and the context window the
+    server states: the generator fills in its probe answers with :func:`fingerprint_probe`."""
+    entries = client.models()
     model = client.settings.model
-    if model not in names:
-        shown = ", ".join(names[:10]) or "none"
+    entry = next((m for m in entries if m["id"] == model), None)
+    if entry is None:
+        shown = ", ".join(repr(m["id"][:80]) for m in entries[:10]) or "none"
         raise client.fail(f"the server does not serve model {model!r} (it serves: {shown})")
-    record = ProbeRecord(model=model)
+    record = ProbeRecord(model=model, context=_stated_context(entry))
+    eos = _stated_eos(entry)
     try:
-        plain = client.completion(PROBE_PROMPTS[0], max_tokens=1, temperature=0.0)
+        client.completion(PROBE_PROMPTS[0], max_tokens=1, temperature=0.0)
     except ServedModelError as exc:
         if not _is_status(exc, 404, 405):
             raise
-        return _probe_chat(client, record), record
-    del plain
+        return replace(_probe_chat(client), eos_token_ids=eos), record
     ids_answer = _try(
         client,
         PROBE_PROMPTS[0],
@@ -107,22 +139,21 @@ def probe(client: ServedClient, tokenizer: Any = None) -> tuple[Capabilities, Pr
         logprobs=1,
         extra_body={"return_tokens_as_token_ids": True},
     )
-    token_ids = bool(ids_answer) and all(
-        str(t).startswith("token_id:") for t in _logprob_block(ids_answer["choices"][0]).get("tokens") or ["x"]
-    )
+    ids_block = _block(ids_answer, 0)
+    token_ids = ids_block is not None and all(str(t).startswith("token_id:") for t in ids_block.tokens or ["x"])
     # with ids as keys, tokens that decode to the same text do not collapse into one entry
-    logprobs, width, _ = _top_logprobs(client, PROBE_PROMPTS[0], token_ids)
+    logprobs, width = _top_logprobs(client, PROBE_PROMPTS[0], token_ids)
     token_prompts = False
     if tokenizer is not None:
         ids = list(tokenizer(PROBE_PROMPTS[0], add_special_tokens=False)["input_ids"])
-        token_prompts = _try(client, ids, max_tokens=1, temperature=0.0) is not None
+        token_prompts = _choices(_try(client, ids, max_tokens=1, temperature=0.0), 1) is not None
     echo = logprobs and _echo_agrees(client)
-    listed = _try(client, list(PROBE_PROMPTS[:2]), max_tokens=1, temperature=0.0)
-    prompt_lists = bool(listed) and sorted(c.get("index") for c in listed["choices"]) == [0, 1]
-    first = _try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234)
-    n = bool(first) and len(first["choices"]) == 2
-    second = _try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234) if first else None
-    seed = bool(first and second) and [c["text"] for c in first["choices"]] == [c["text"] for c in second["choices"]]
+    prompt_lists = _choices(_try(client, list(PROBE_PROMPTS[:2]), max_tokens=1, temperature=0.0), 2) is not None
+    first = _choices(_try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234), 2)
+    second = (
+        _choices(_try(client, PROBE_PROMPTS[2], max_tokens=4, temperature=1.0, n=2, seed=1234), 2) if first else None
+    )
+    seed = bool(first and second) and [c.get("text") for c in first] == [c.get("text") for c in second]
     capabilities = Capabilities(
         logprobs=logprobs,
         top_logprobs=width,
@@ -130,10 +161,11 @@ def probe(client: ServedClient, tokenizer: Any = None) -> tuple[Capabilities, Pr
         token_prompts=token_prompts,
         prompt_lists=prompt_lists,
         token_ids=token_ids,
-        n=n,
+        n=first is not None,
         seed=seed,
         completions=True,
         chat_template="local" if tokenizer is not None else "server",
+        eos_token_ids=eos,
     )
     return capabilities, record
 
@@ -143,33 +175,28 @@ def _echo_agrees(client: ServedClient) -> bool:
     back as the last prompt token of ``prompt + token`` with ``echo``, must carry the same log-prob (within 0.05
     nats). A server that aligns prompt log-probs one position off (llama.cpp on a model without BOS) fails this."""
     prompt = PROBE_PROMPTS[1]
-    first = _try(client, prompt, max_tokens=1, temperature=0.0, logprobs=1)
-    if first is None:
+    first = _block(_try(client, prompt, max_tokens=1, temperature=0.0, logprobs=1), 1)
+    if first is None or not first.tokens:
         return False
-    block = _logprob_block(first["choices"][0])
-    tokens, values = block.get("tokens") or [], block.get("token_logprobs") or []
-    if not tokens or values[0] is None:
+    echoed_answer = _try(client, prompt + first.tokens[0], max_tokens=1, echo=True, logprobs=1, temperature=0.0)
+    echoed = _block(echoed_answer, 1, echo=True)
+    if echoed is None or not echoed.values or not math.isnan(echoed.values[0]):
         return False
-    echoed = _try(client, prompt + str(tokens[0]), max_tokens=1, echo=True, logprobs=1, temperature=0.0)
-    if echoed is None:
-        return False
-    block = _logprob_block(echoed["choices"][0])
-    offsets, echoed_values = block.get("text_offset") or [], block.get("token_logprobs") or []
-    if not echoed_values or echoed_values[0] is not None:
-        return False
-    for offset, value in zip(offsets, echoed_values, strict=False):
+    offsets = ((echoed_answer or {}).get("choices") or [{}])[0].get("logprobs", {}).get("text_offset") or []
+    for offset, value in zip(offsets, echoed.values, strict=False):
         if offset == len(prompt):
-            return value is not None and abs(float(value) - float(values[0])) <= 0.05
+            return math.isfinite(value) and abs(value - first.values[0]) <= 0.05
     return False
 
 
-def _probe_chat(client: ServedClient, record: ProbeRecord) -> Capabilities:
+def _probe_chat(client: ServedClient) -> Capabilities:
     """Capabilities of a chat-only server (the completions route answered 404)."""
     width, logprobs = 0, False
     for asked in (20, 5, 1):
         try:
             answer = client.chat(
                 [{"role": "user", "content": PROBE_PROMPTS[0]}],
+                retry=False,
                 max_tokens=2,
                 temperature=0.0,
                 logprobs=True,
@@ -179,9 +206,13 @@ def _probe_chat(client: ServedClient, record: ProbeRecord) -> Capabilities:
             if _is_status(exc, 400, 422):
                 continue
             raise
-        content = (answer["choices"][0].get("logprobs") or {}).get("content") or []
-        logprobs = bool(content)
-        width = min((len(item.get("top_logprobs") or []) for item in content), default=0)
+        found = _choices(answer, 1)
+        try:
+            block = chat_logprobs(found[0], "probe", width=0) if found else None
+        except InvalidAnswer:
+            block = None
+        logprobs = block is not None and bool(block.tokens)
+        width = min((len(t or {}) for t in block.tops), default=0) if block is not None else 0
         break
     return Capabilities(logprobs=logprobs, top_logprobs=width, completions=False, chat_template="server")
 
@@ -189,7 +220,8 @@ def _probe_chat(client: ServedClient, record: ProbeRecord) -> Capabilities:
 def fingerprint_probe(generator: Any, model: str) -> ProbeRecord:
     """The greedy answers (:data:`PROBE_TOKENS` tokens, no stop string) of :data:`PROBE_PROMPTS` and their token
     log-probs, by any generator — in-process or served, through the same :class:`~workbench.backends.generation_types
-    .Generation` alignment — bypassing the generation cache. A chat-only served model gets the prompts as chat
+    .Generation` alignment — bypassing the generation cache, with the context window the generator runs with. A
+    chat-only served model gets the prompts as chat
     messages (its server renders them), so its probe is comparable only with another chat-only one."""
     prompts = list(PROBE_PROMPTS)
     capabilities = getattr(generator, "capabilities", None)
@@ -202,6 +234,7 @@ def fingerprint_probe(generator: Any, model: str) -> ProbeRecord:
         generator.cache = cache
     return ProbeRecord(
         model=model,
+        context=int(generator.max_context),
         texts=[a.text for a in answers],
         logprobs=[[round(float(v), 6) for v in a.logprobs] for a in answers],
     )

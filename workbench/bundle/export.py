@@ -146,7 +146,12 @@ def _generator_record(run: _Run) -> dict[str, Any]:
     A served run's generator has no weights here: its served name, tokenizer, capabilities and the probe the run
     recorded stand in for them."""
     section = run.config.generator
-    common = {"dtype": section.dtype, "max_context": section.max_context, "prompt_format": section.prompt_format}
+    common = {
+        "dtype": section.dtype,
+        "max_context": section.max_context,
+        "prompt_format": section.prompt_format,
+        "allow_approximate_features": run.config.export.allow_approximate_features,
+    }
     if section.backend == "openai":
         served = run.manifest.get("served_generator") or {}
         if not served.get("probe"):

@@ -109,13 +109,16 @@ class ServedRecord:
 
 @dataclass
 class GeneratorRecord(ModelRecord):
-    """``models.generator``: the answering model and how it was run."""
+    """``models.generator``: the answering model and how it was run; ``allow_approximate_features``: the recipe let
+    the bundle score features a server does not give exactly with calibrators fitted on exact ones
+    (``export.allow_approximate_features``; :func:`workbench.methods.backend_needs.check_served_departures`)."""
 
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_context: int | None = None
     prompt_format: Literal["auto", "chat", "completion"] = "auto"
     probe: ProbeBlock | None = None
     served: ServedRecord | None = None
+    allow_approximate_features: bool = False
 
     block: ClassVar[str] = "models.generator"
 

@@ -78,8 +78,7 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
         lines += [
             f"### {name}",
             "",
-            f"Identical greedy answers: {agree['greedy_identical']:.0%}. Next-token reads floored at the k-th "
-            f"log-prob: {row['floored_reads']}.",
+            f"Identical greedy answers: {agree['greedy_identical']:.0%}. {_option_reads(row)}",
             "",
             "| feature | Spearman ρ | max abs diff | AUROC in-process | AUROC served | Δ AUROC |",
             "|---|---:|---:|---:|---:|---:|",
@@ -95,6 +94,15 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             )
         lines.append("")
     return lines
+
+
+def _option_reads(row: dict[str, Any]) -> str:
+    """How an engine's next-token option reads (P(True), verbalized confidence) were answered."""
+    reads = row.get("option_reads") or {}
+    return (
+        f"Next-token option reads: {reads.get('top_k', 0)} from the top k, {reads.get('teacher_forced', 0)} "
+        f"teacher-forced with echo, {reads.get('absent', 0)} absent (NaN: no echo)."
+    )
 
 
 def write_served_report(bench: dict[str, Any], out_dir: Path, *, name: str, rerun: str) -> Path:

@@ -184,12 +184,20 @@ class Runtime:
 
                 tools = self.tools()
                 if getattr(tools.generator, "served", False):  # one line for what the server cannot serve
-                    from workbench.methods.backend_needs import check_served_methods
+                    from workbench.methods.backend_needs import check_served_departures, check_served_methods
 
                     uses_policy = name.startswith("d2rag") and self.policy is not None
                     features = list(self.policy.features) if uses_policy else []
                     generator = tools.generator
                     check_served_methods([name], features, generator.capabilities, generator.settings.base_url)
+                    note = check_served_departures(
+                        features,
+                        generator.capabilities,
+                        self.manifest["models"]["generator"],
+                        generator.settings.base_url,
+                    )
+                    if note is not None and note not in self.notes:  # allowed by the recipe: every answer says so
+                        self.notes.append(note)
                 adapter = self.manifest.get("controller_adapter")  # a distilled InSemRAG controller, when exported
                 self._built[name] = build_method(
                     name,

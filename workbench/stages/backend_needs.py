@@ -12,13 +12,7 @@ from typing import Any
 
 from workbench.backends.capabilities import IN_PROCESS_ONLY, Capabilities, describe_missing, missing_capabilities
 from workbench.core.errors import ConfigError
-from workbench.methods.backend_needs import (
-    APPROXIMATE_STATS,
-    LABEL_NEEDS,
-    METHOD_NEEDS,
-    STAGE_NEEDS,
-    feature_needs,
-)
+from workbench.methods.backend_needs import LABEL_NEEDS, METHOD_NEEDS, STAGE_NEEDS, feature_needs, served_departures
 
 
 def run_needs(config: Any) -> dict[str, frozenset[str]]:
@@ -71,14 +65,7 @@ def check_capabilities(config: Any, capabilities: Capabilities, url: str) -> Non
             )
 
 
-def approximations(config: Any) -> dict[str, str]:
-    """``{feature: how it is approximated}`` for the run's collected features a served backend approximates."""
-    from workbench.uncertainty.features import FEATURES
-
-    out = {}
-    for name in config.collect.features if "collect" in config.stages else []:
-        feature = FEATURES.get(name)
-        for stat in feature.stats if feature is not None else ():
-            if stat in APPROXIMATE_STATS:
-                out[name] = APPROXIMATE_STATS[stat]
-    return out
+def approximations(config: Any, capabilities: Capabilities) -> dict[str, str]:
+    """``{feature: why}`` for the run's collected features that a server with ``capabilities`` does not give exactly
+    (:func:`~workbench.methods.backend_needs.served_departures`)."""
+    return served_departures(config.collect.features if "collect" in config.stages else [], capabilities)

@@ -144,7 +144,7 @@ def _bench_engine(
             capabilities=generator.capabilities.to_dict(),
             skipped=skipped,
             agreement=agreement(exact, values, servable, labels),
-            floored_reads=generator.floored_reads,
+            option_reads=dict(generator.option_reads),
         )
         generator.close()
     top = str(max(section.concurrency))

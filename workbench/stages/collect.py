@@ -28,7 +28,10 @@ It writes:
   label's retrieval and answer cost, so a router is priced for the components its features need
   (:func:`~workbench.uncertainty.stat_costs.stat_costs_document`; left out when some row lacks ``stat_cost``);
 * ``summary.json`` — rows per split, label means, each feature's AUROC for ``correct_contains`` and NaN counts;
-* ``labels.json`` / ``features.json`` / ``metadata.json`` — label docs, feature descriptions, settings;
+* ``labels.json`` / ``features.json`` / ``metadata.json`` — label docs, feature descriptions, settings (with a served
+  generator, ``served``: each collected feature it does not give exactly as in-process and why —
+  ``approximate_features``, :func:`~workbench.methods.backend_needs.served_departures` — and the rows of each split
+  holding NaN for it, ``nan_rows``);
 * ``lars_scorer.json`` when ``lars`` is selected: the scorer fitted on ``lars_fit_split`` (the rows of that split
   hold cross-fitted scores, :mod:`workbench.uncertainty.lars_fit`).
 
@@ -380,6 +383,8 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
             fit_lars_column(by_split, meta["lars_fit_split"], meta["lars_folds"], meta["seed"]),
             out_dir / "lars_scorer.json",
         )
+    if "served" in meta:
+        meta["served"]["nan_rows"] = _nan_rows(by_split, meta["served"]["approximate_features"])
     labels = labels_for(meta["labels"])
     summary: dict[str, Any] = {"features": features, "labels": sorted(labels), "splits": {}}
     for split, records in by_split.items():
@@ -394,6 +399,17 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
     if costs is not None:
         atomic_write_json(out_dir / STAT_COSTS_FILE, costs)
     return summary
+
+
+def _nan_rows(by_split: dict[str, list[dict]], features: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Per feature a served generator does not give exactly: the rows of each split that hold NaN for it."""
+    return {
+        name: {
+            split: sum(1 for r in records if isinstance(r.get(name), float) and math.isnan(r[name]))
+            for split, records in by_split.items()
+        }
+        for name in sorted(features)
+    }
 
 
 def _stat_costs(by_split: dict[str, list[dict]], features: list[str]) -> dict[str, Any] | None:
@@ -479,6 +495,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "nli_judge": ctx.config.nli.kind,
         "generator": ctx.config.generator.model,
     }
+    generator = ctx.resources.generator()
+    if getattr(generator, "served", False):
+        from workbench.stages.backend_needs import approximations
+
+        meta["served"] = {"approximate_features": approximations(ctx.config, generator.capabilities)}
     summary = _write_outputs(ctx.out_dir, by_split, list(section.features), meta)
     out: dict[str, Any] = {}
     for split, info in summary["splits"].items():
@@ -511,6 +532,7 @@ def merge_shards(dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
     features: list[str] | None = None
     labels: list[str] | None = None
     meta: dict[str, Any] = {}
+    departures: dict[str, str] | None = None  # the served shards' features not given exactly, over every shard
     by_split: dict[str, list[dict]] = {}
     for folder in dirs:
         try:
@@ -521,6 +543,8 @@ def merge_shards(dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
         if features is not None and (summary["features"] != features or summary.get("labels") != labels):
             raise DataError("shards collected different features or labels", str(folder))
         features, labels = summary["features"], summary.get("labels")
+        if "served" in meta:
+            departures = {**(departures or {}), **meta["served"]["approximate_features"]}
         for split in summary["splits"]:
             rows = by_split.setdefault(split, [])
             if (folder / split).exists():
@@ -531,5 +555,8 @@ def merge_shards(dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
         if len(set(positions)) != len(positions):
             raise DataError(f"split {split!r} has a question in two shards", "merge_shards")
     meta = {**meta, "shard": "merged", "merged_from": [str(d) for d in dirs]}
+    meta.pop("served", None)
+    if departures is not None:
+        meta["served"] = {"approximate_features": departures}
     with atomic_directory(out) as tmp:
         return _write_outputs(Path(tmp), by_split, list(features or []), meta)

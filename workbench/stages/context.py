@@ -132,8 +132,9 @@ class Resources:
         return generator
 
     def served_record(self) -> dict[str, Any] | None:
-        """What the run's served generator is (URL, name, capabilities, probe, approximated features) for the run
-        manifest; None when the generator is in-process or not built yet. Never the API key."""
+        """What the run's served generator is (URL, name, capabilities, probe, the collected features it does not give
+        exactly and why, how its next-token reads were answered) for the run manifest; None when the generator is
+        in-process or not built yet. Never the API key."""
         generator = self._built.get("generator")
         if generator is None or not getattr(generator, "served", False):
             return None
@@ -145,8 +146,9 @@ class Resources:
             "api_key_env": generator.settings.api_key_env,
             "capabilities": generator.capabilities.to_dict(),
             "probe": generator.probe_record.to_dict() if generator.probe_record is not None else None,
-            "approximate_features": approximations(self.config),
-            "floored_reads": generator.floored_reads,
+            "approximate_features": approximations(self.config, generator.capabilities),
+            "option_reads": dict(generator.option_reads),
+            "absent_reads": dict(generator.absent_reads),
         }
 
     def _build_generator(

@@ -52,7 +52,8 @@ def self_check_prompt(question: str, answer: str, samples: Sequence[str], ideas:
 
 
 def ptrue_from_logprobs(logprobs: Any, n_true: int = len(PTRUE_OPTIONS_TRUE)) -> np.ndarray:
-    """P(True) of each row of next-token log-probs ``(B, n_true + n_false)``: the "true" options first.
+    """P(True) of each row of next-token log-probs ``(B, n_true + n_false)``: the "true" options first; NaN for a
+    row with a NaN log-prob (an option a served model could not read: absent, never guessed).
 
     ptrue = P_true / (P_true + P_false) with P_true = Σ exp(log-probs of the first ``n_true`` columns) (the case
     variants "true" / "True" pooled) and P_false the same over the remaining columns; computed as
@@ -62,9 +63,10 @@ def ptrue_from_logprobs(logprobs: Any, n_true: int = len(PTRUE_OPTIONS_TRUE)) ->
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 2 or not 0 < n_true < lp.shape[1]:
         raise ValueError(f"expected (B, options) log-probs with 0 < n_true < options, got {lp.shape}, {n_true}")
-    yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
-    no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
-    return 1.0 / (1.0 + np.exp(no - yes))
+    with np.errstate(invalid="ignore"):  # a NaN read gives a NaN value, on purpose
+        yes = np.logaddexp.reduce(lp[:, :n_true], axis=1)
+        no = np.logaddexp.reduce(lp[:, n_true:], axis=1)
+        return 1.0 / (1.0 + np.exp(no - yes))
 
 
 def verbalized_from_logprobs(logprobs: Any) -> np.ndarray:
@@ -73,14 +75,15 @@ def verbalized_from_logprobs(logprobs: Any) -> np.ndarray:
     The digit distribution renormalised over the ten digits, p_k ∝ exp(logprobs[:, k]), and its expected value
     scaled to [0, 1]: Σ_k p_k · k / 9. The expected value (not the argmax) keeps the whole distribution, as P(True)
     does, and gives a continuous score: the argmax takes only ten values, whose ties blunt rankings and isotonic
-    calibration.
+    calibration. NaN for a row with a NaN log-prob (a digit a served model could not read).
     """
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 2 or lp.shape[1] != len(CONFIDENCE_OPTIONS):
         raise ValueError(f"expected (B, {len(CONFIDENCE_OPTIONS)}) digit log-probs, got {lp.shape}")
-    shifted = np.exp(lp - lp.max(axis=1, keepdims=True))
-    probs = shifted / shifted.sum(axis=1, keepdims=True)
-    return probs @ (np.arange(len(CONFIDENCE_OPTIONS)) / (len(CONFIDENCE_OPTIONS) - 1))
+    with np.errstate(invalid="ignore"):  # a NaN read gives a NaN value, on purpose
+        shifted = np.exp(lp - lp.max(axis=1, keepdims=True))
+        probs = shifted / shifted.sum(axis=1, keepdims=True)
+        return probs @ (np.arange(len(CONFIDENCE_OPTIONS)) / (len(CONFIDENCE_OPTIONS) - 1))
 
 
 def _first_token_ids(tokenizer: Any, options: Sequence[str]) -> list[int]:
@@ -119,7 +122,7 @@ def two_position_read(
     from workbench.backends.decoding_state import left_padded_batch
     from workbench.backends.prompts import encode
 
-    if getattr(generator, "served", False):  # no model here: two next-token reads from the server's top-k
+    if getattr(generator, "served", False):  # no model here: two next-token reads, exact or NaN
         return _served_two_position_read(generator, chats, suffix, first_options, second_options)
     tokenizer, model = generator.tokenizer, generator.model
     first_ids = _first_token_ids(tokenizer, first_options)
@@ -171,18 +174,22 @@ def two_position_read(
 def _served_two_position_read(
     generator: Any, chats: Sequence[str], suffix: str, first_options: Sequence[str], second_options: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), each read by
-    :meth:`~workbench.backends.served.ServedGenerator.read_next` (top-k log-probs: an approximation, see there)."""
+    """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), each position
+    read by :meth:`~workbench.backends.served.ServedGenerator.read_next` — exact or NaN: an option in the server's
+    top k is read there, the others teacher-forced with echo (chat + option), NaN without echo (then P(True) /
+    verbalized confidence are NaN: absent, never a floor). A chat longer than ``max_context − len(suffix) − 2``
+    tokens loses its leftmost tokens — two less than in-process: a teacher-forced read sends the option token and
+    one generated token more (not every server takes ``max_tokens = 0``)."""
     if generator.tokenizer is None:
         generator.read_next([], [])  # raises the one-line "needs a local tokenizer" error
     tokenizer = generator.tokenizer
     tail = list(tokenizer(suffix, add_special_tokens=False)["input_ids"])
-    budget = max(int(generator.max_context) - len(tail), 1)
+    budget = max(int(generator.max_context) - len(tail) - 2, 1)
     heads = [generator.encode_prompt(chat, budget) for chat in chats]
     first = generator.read_next(heads, _first_token_ids(tokenizer, first_options))
     second = generator.read_next([ids + tail for ids in heads], _first_token_ids(tokenizer, second_options))
     generator.counter.scored_tokens += len(tail) * len(heads)
-    return first.astype(np.float64), second.astype(np.float64)
+    return np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
 
 
 def self_check_stats(

@@ -12,24 +12,11 @@ import numpy as np
 import pytest
 
 from workbench.backends.factory import build_served_generator
-from workbench.backends.generator import Generator
 from workbench.backends.prompts import ANSWER_SYSTEM
 from workbench.backends.served import ServedGenerator, topk_entropy
 from workbench.backends.served_client import ServedModelError, ServedSettings
-from workbench.serve.openai_server import start_in_thread
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
-
-
-@pytest.fixture(scope="module")
-def local(tiny_lm_dir):
-    return Generator(str(tiny_lm_dir), cache=None, batch_size=4)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_lm_dir):
-    with start_in_thread(str(tiny_lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +83,10 @@ def test_scores_and_next_token_reads_equal_in_process(served, local):
     np.testing.assert_allclose(
         served.next_token_logprobs(prompts, options), local.next_token_logprobs(prompts, options), atol=1e-4
     )
-    assert served.floored_reads == 0
+    assert served.option_reads["top_k"] == 9 and not served.absent_reads  # the top k cover the vocabulary
 
 
-def test_a_narrow_top_k_gives_lower_bound_entropies_and_floored_reads(server, tiny_lm_dir, local):
+def test_a_narrow_top_k_gives_lower_bound_entropies_and_teacher_forced_reads(server, tiny_lm_dir, local):
     narrow = build_served_generator(
         base_url=server.base_url, model="tiny", tokenizer=str(tiny_lm_dir), top_logprobs=3, cache=False
     )
@@ -110,8 +97,16 @@ def test_a_narrow_top_k_gives_lower_bound_entropies_and_floored_reads(server, ti
         for a, b in zip(exact, approx, strict=True):
             np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)  # chosen tokens stay exact
             assert np.all(b.entropies <= a.entropies + 1e-4)
-        reads = narrow.next_token_logprobs(prompts, [f" {w}" for w in ("the", "Paris", "river", "of", "a", "in")])
-        assert narrow.floored_reads > 0 and np.all(np.isfinite(reads))
+        options = [f" {w}" for w in ("the", "Paris", "river", "of", "a", "in")]
+        tok = local.tokenizer  # and each prompt's greedy first token, in the top 3 (read there)
+        firsts = {tok.decode(g.token_ids[:1]): int(g.token_ids[0]) for g in exact if len(g.token_ids)}
+        options += [t for t, i in firsts.items() if t and tok(t, add_special_tokens=False)["input_ids"][:1] == [i]]
+        assert len(options) > 6
+        reads = narrow.next_token_logprobs(prompts, options)
+        # options outside the top 3 are teacher-forced with echo: exact, never the k-th log-prob
+        np.testing.assert_allclose(reads, local.next_token_logprobs(prompts, options), atol=1e-4)
+        assert narrow.option_reads["teacher_forced"] > 0 and narrow.option_reads["top_k"] > 0
+        assert not narrow.absent_reads
     finally:
         narrow.close()
 
@@ -149,7 +144,7 @@ def faulty_server(mode: str):
 
     @app.get("/v1/models")
     def models():
-        return {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
+        return {"object": "list", "data": [{"id": "tiny", "object": "model", "max_model_len": 256}]}
 
     @app.post("/v1/completions")
     def completions():
@@ -212,7 +207,7 @@ def test_a_server_that_ignores_logprobs_serves_text_and_refuses_what_needs_them(
         try:
             assert not generator.capabilities.logprobs and generator.capabilities.top_logprobs == 0
             assert generator.generate(["Q?"], max_new_tokens=4)[0].text == "Paris"
-            with pytest.raises(ServedModelError, match="needs top_logprobs"):
+            with pytest.raises(ServedModelError, match="needs token_prompts"):
                 generator.next_token_logprobs(["Q?"], ["yes"])
         finally:
             generator.close()

@@ -25,6 +25,13 @@ class ExportSection:
         "methods in the bundle (null: evaluate.methods without the gold-using oracle and d2rag_oracle)", None
     )
     archive: bool = doc("also write the .tar.gz", True)
+    allow_approximate_features: bool = doc(
+        "let the bundle, answering on a served model, score decision features that server does not give exactly"
+        " (P(True) / verbalized confidence absent without echo; see docs/served-models.md) with calibrators fitted on"
+        " exact values: every answer then carries a note naming them (false: such a server is refused at the first"
+        " d2rag answer)",
+        False,
+    )
 
 
 def exported_methods(config: RecipeView) -> list[str]:

@@ -37,7 +37,11 @@ class GeneratorSection:
         64,
         minimum=1,
     )
-    max_context: int | None = doc("context window in tokens (null: the model's own)", None)
+    max_context: int | None = doc(
+        "context window in tokens (null: the model's own; openai backend: the server's max_model_len, else the model"
+        " config's)",
+        None,
+    )
     cache: bool = doc("use the on-disk generation cache (never generate the same prompt twice)", True)
     prompt_format: Literal["auto", "chat", "completion"] = doc(
         "how prompts are rendered: 'chat' (the tokenizer's chat template; a plain 'System/User/Assistant:' format"
@@ -61,8 +65,11 @@ class GeneratorSection:
         " recipe; null: no key)",
         None,
     )
-    timeout_s: float = doc("openai backend: seconds per request before it is retried", 120.0)
-    retries: int = doc("openai backend: retries of a failed request, with exponential backoff", 3, minimum=0)
+    timeout_s: float = doc(
+        "openai backend: seconds a whole request may take (first byte sent to last byte read) before it is retried",
+        120.0,
+    )
+    retries: int = doc("openai backend: retries of a failed or invalid answer, with exponential backoff", 3, minimum=0)
     max_concurrency: int = doc(
         "openai backend: requests in flight, so the engine's continuous batching has work to batch", 16
     )
