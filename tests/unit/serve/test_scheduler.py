@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from workbench.core.interrupt import check_interrupt
-from workbench.serve.scheduler import Abandoned, BatchScheduler, DeadlineExpired, QueueFull, SchedulerClosed
+from workbench.serve.scheduler import Abandoned, BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 
 class Recorder:
@@ -50,12 +50,21 @@ def _later(seconds: float = 60.0) -> float:
     return time.monotonic() + seconds
 
 
+def _held(
+    answer: Recorder, first: str, max_queue: int = 16, max_batch_questions: int = 8
+) -> tuple[BatchScheduler, Job]:
+    """A scheduler over ``answer`` whose worker is answering the job ``[first]``, held at ``answer.gate``; the
+    scheduler and that job."""
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=max_queue, max_batch_questions=max_batch_questions)
+    job = scheduler.submit([first], "m", _later())
+    assert answer.started.wait(5)
+    return scheduler, job
+
+
 def test_answers_are_split_back_per_job_in_order():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    first = scheduler.submit(["hold"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, first = _held(answer, "hold")
     jobs = [scheduler.submit([f"q{i}a", f"q{i}b"], "m", _later()) for i in range(3)]
     answer.gate.set()
     assert first.future.result(5) == ["m:hold"]
@@ -67,10 +76,7 @@ def test_answers_are_split_back_per_job_in_order():
 
 def test_the_queue_is_bounded_in_questions_and_estimates_retry_after():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=4, max_batch_questions=4)
-    scheduler.submit(["running"], "m", _later())  # taken by the worker: not counted
-    assert answer.started.wait(5)
+    scheduler, _ = _held(answer, "running", max_queue=4, max_batch_questions=4)  # taken by the worker: not counted
     scheduler.submit(["a", "b", "c"], "m", _later())
     scheduler._seconds_per_question = 2.5  # as measured by earlier batches
     with pytest.raises(QueueFull) as info:
@@ -85,10 +91,7 @@ def test_the_queue_is_bounded_in_questions_and_estimates_retry_after():
 
 def test_cancelled_and_expired_jobs_are_never_computed():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    running = scheduler.submit(["running"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, running = _held(answer, "running")
     gone = scheduler.submit(["gone"], "m", _later())
     expired = scheduler.submit(["expired"], "m", time.monotonic() + 0.05)
     kept = scheduler.submit(["kept"], "m", _later())
@@ -159,10 +162,7 @@ def test_a_failing_or_broken_answer_fails_its_job_and_the_worker_serves_on():
 
 def test_close_fails_waiting_jobs_and_refuses_new_ones():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    running = scheduler.submit(["running"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, running = _held(answer, "running")
     waiting = scheduler.submit(["waiting"], "m", _later())
     scheduler.close()
     with pytest.raises(SchedulerClosed):
@@ -183,10 +183,7 @@ def _interrupted(scheduler: BatchScheduler, within: float = 5.0) -> None:
 
 def test_a_running_batch_is_interrupted_once_every_job_of_it_is_abandoned():
     answer = Stepper()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    holder = scheduler.submit(["hold"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, holder = _held(answer, "hold")
     first, second = scheduler.submit(["a"], "m", _later()), scheduler.submit(["b"], "m", _later())
     answer.started.clear()
     answer.gate.set()  # the holder's steps run; then a and b go in one batch
