@@ -11,8 +11,8 @@ methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error b
       thousands of digits: :mod:`workbench.serve.strict_body`), an unknown field, a blank question (whitespace
       and zero-width or other invisible characters only) or one that is not Unicode text (a lone surrogate), a
       question over the character or token limit, too many questions, more questions than the method answers within
-      the deadline at the fastest rate measured since start, an unknown method, or a question the runtime refused (a
-      :class:`~workbench.core.errors.WorkbenchError`)
+      the deadline at the fastest rate measured since start (a method's first batch left out), an unknown method, or
+      a question the runtime refused (a :class:`~workbench.core.errors.WorkbenchError`)
 413   the body is over the size limit (a chunked one is never read past the limit; a declared one of at most
       32 MiB is read and discarded first, so a client that sends it whole reads the 413, not a reset)
 503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down

@@ -124,6 +124,7 @@ class BatchScheduler:
         self._thread: threading.Thread | None = None
         self._seconds_per_question: float | None = None
         self._fastest: dict[Any, float] = {}  # per batching key: the fewest seconds per question of any batch
+        self._first_seen: set[Any] = set()  # batching keys whose first batch (maybe loading models) has run
         self._counts = {"batches": 0, "answered": 0, "dropped": 0, "interrupted": 0}
 
     # ------------------------------------------------------------------ the request side (event loop)
@@ -178,9 +179,9 @@ class BatchScheduler:
             }
 
     def fastest_seconds_per_question(self, method: Any) -> float | None:
-        """The fewest seconds per question of any batch answered for ``method`` (a batching key) since start; None
-        before the first. A lower bound on what a request for it will take (a first batch that loaded models is
-        slow, so the fastest is the fair estimate)."""
+        """The fewest seconds per question of any batch answered for ``method`` (a batching key) since start, its
+        first batch left out (it may have loaded the models: ``serve --lazy``); None before a second batch. A lower
+        bound on what a request for it will take."""
         with self._cond:
             return self._fastest.get(method)
 
@@ -321,7 +322,9 @@ class BatchScheduler:
             self._counts["batches"] += 1
             self._counts["answered"] += len(questions)
             self._last_batch = (len(jobs), elapsed)
-            self._fastest[method] = min(per_question, self._fastest.get(method, math.inf))
+            if method in self._first_seen:
+                self._fastest[method] = min(per_question, self._fastest.get(method, math.inf))
+            self._first_seen.add(method)
         logger.debug("answered %d question(s) of %d request(s) in %.2f s", len(questions), len(jobs), elapsed)
         start = 0
         for job in jobs:

@@ -219,9 +219,12 @@ def test_the_fastest_rate_per_method_is_kept():
         return list(questions)
 
     scheduler = BatchScheduler(timed, max_queue=16, max_batch_questions=8)
+    scheduler.submit(["a"] * 6, "slow", _later()).future.result(5)  # a first batch may load models: left out
     assert scheduler.fastest_seconds_per_question("slow") is None
     scheduler.submit(["a"], "slow", _later()).future.result(5)
-    scheduler.submit(["a", "b", "c", "d"], "fast", _later()).future.result(5)
+    scheduler.submit(["a", "b"], "slow", _later()).future.result(5)
+    for _ in range(2):
+        scheduler.submit(["a", "b", "c", "d"], "fast", _later()).future.result(5)
     slow, fast = scheduler.fastest_seconds_per_question("slow"), scheduler.fastest_seconds_per_question("fast")
     assert 0.05 <= slow < 0.5 and 0.0125 <= fast < slow  # one call of 50 ms for 4 questions
     scheduler.close()
