@@ -612,13 +612,22 @@ def serve_model_command(
     max_context: Annotated[
         int | None, typer.Option("--max-context", help="Context window (default: the model's).")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="The sampling seed of requests that give none.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Starts the stream of fresh seeds drawn for requests that give none.")
+    ] = 0,
     cache: Annotated[
         bool, typer.Option("--cache/--no-cache", help="Use the generation cache (off: every request is computed).")
     ] = False,
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds from a request's arrival to its answer (504 beyond).")
     ] = 600.0,
+    max_sequences: Annotated[int, typer.Option("--max-sequences", help="Most prompts × n per request.")] = 256,
+    max_request_tokens: Annotated[
+        int, typer.Option("--max-request-tokens", help="Most prompts × n × max_tokens per request.")
+    ] = 16384,
+    max_echo_tokens: Annotated[
+        int, typer.Option("--max-echo-tokens", help="Most prompt tokens one request echoes with logprobs.")
+    ] = 16384,
 ) -> None:
     """Serve a generator through the OpenAI protocol (FastAPI + uvicorn): GET /v1/models, POST /v1/completions,
     POST /v1/chat/completions, GET /health.
@@ -633,7 +642,14 @@ def serve_model_command(
             f"serve-model needs fastapi and uvicorn: pip install workbench ({exc})", "serve-model"
         ) from None
     try:
-        limits = ModelServeLimits(max_logprobs=max_logprobs, max_batch_prompts=max(64, batch_size), timeout_s=timeout)
+        limits = ModelServeLimits(
+            max_logprobs=max_logprobs,
+            max_batch_prompts=max(64, batch_size),
+            timeout_s=timeout,
+            max_sequences=max_sequences,
+            max_request_tokens=max_request_tokens,
+            max_echo_tokens=max_echo_tokens,
+        )
     except ValueError as exc:
         raise WorkbenchError(str(exc), "serve-model") from None
     generator = load_generator(

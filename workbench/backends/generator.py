@@ -81,6 +81,7 @@ from workbench.backends.sampling import sample_from_logprobs as sample_from_logp
 from workbench.backends.sampling import sample_seed as sample_seed
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
+from workbench.core.interrupt import check_interrupt
 
 if TYPE_CHECKING:
     from workbench.assets import ResolvedModel
@@ -548,6 +549,7 @@ class Generator(CachedGenerations):
         forward of its own and the KV caches are joined (:func:`join_states`). Every row's keys, values and next-token
         logits are those of its own forward, so decoding is unchanged. A model whose cache cannot be joined
         (sliding-window layers), or a request for attentions, takes one forward."""
+        check_interrupt()  # a server stops here for a client that left (core.interrupt)
         if self.reuses_prefixes(params):
             groups = plan_prefix_groups(id_lists, self.prefix_min_tokens)
             if groups:
@@ -730,6 +732,7 @@ class Generator(CachedGenerations):
         KV cache object is reused)."""
         import torch
 
+        check_interrupt()  # between decoding steps (core.interrupt)
         mask = torch.cat([state["mask"], state["mask"].new_ones((len(tokens), 1))], dim=1)
         positions = state["next_pos"].to(self.device)
         out = self.model(
@@ -996,7 +999,7 @@ class Generator(CachedGenerations):
     def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
         """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass (no
         prefix reuse)."""
-
+        check_interrupt()  # between teacher-forced batches (core.interrupt)
         input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
         return self.model(
             input_ids=input_ids.to(self.device),

@@ -7,18 +7,24 @@ methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error b
 (on ``/v1`` paths OpenAI's ``{"error": {...}}``, an invalid request 400), one status code per kind of failure:
 
 ====  =====================================================================================================
-422   the request is invalid: malformed JSON, an unknown field, a blank question (whitespace and zero-width or
-      other invisible characters only), a question over the character or token limit, too many questions, an
-      unknown method, or a question the runtime refused (a :class:`~workbench.core.errors.WorkbenchError`)
-413   the body is over the size limit (also a chunked one, never read past the limit)
+422   the request is invalid: malformed JSON (also a repeated key, NaN, nesting past 64 levels, a number of
+      thousands of digits: :mod:`workbench.serve.strict_body`), an unknown field, a blank question (whitespace
+      and zero-width or other invisible characters only) or one that is not Unicode text (a lone surrogate), a
+      question over the character or token limit, too many questions, more questions than the method answers within
+      the deadline at the fastest rate measured since start (a method's first batch left out), an unknown method, or
+      a question the runtime refused (a :class:`~workbench.core.errors.WorkbenchError`)
+413   the body is over the size limit (a chunked one is never read past the limit; a declared one of at most
+      32 MiB is read and discarded first, so a client that sends it whole reads the 413, not a reset)
 503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down
 504   the request was not answered within its deadline (``ServeLimits.timeout_s``, counted from its arrival)
 404   unknown path; 405 a route asked with the wrong HTTP method
 500   a server bug (logged with its traceback; the body never carries the exception's text)
 ====  =====================================================================================================
 
-A client that disconnects gets nothing (the access log shows 499); its questions are dropped unanswered unless their
-batch had already started.
+A client that disconnects gets nothing (the access log shows 499); its questions are dropped unanswered, and a
+running batch whose every client left or passed its deadline is interrupted before the model's next forward
+(:mod:`workbench.core.interrupt`). ``GET /health`` counts the answers computed and those flagged out of distribution
+(``ood``).
 
 Answering is CPU work for one model: a :class:`~workbench.serve.scheduler.BatchScheduler` queues the requests (bounded)
 and one worker thread answers every request waiting for the same method in one ``answer_many`` call, so concurrent
@@ -32,13 +38,13 @@ asyncio event loop (uvicorn's, with or without uvloop).
 # No ``from __future__ import annotations``: the request model is built per app (its limits vary), and FastAPI and
 # pydantic must see its annotations as objects, not as strings naming function locals.
 
-import asyncio
 import contextlib
 import enum
 import html
 import importlib.util
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -67,13 +73,12 @@ import workbench.serve.openai_bundle as oai
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.runtime.questions import is_blank
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
+from workbench.serve.strict_body import StrictJSONRoute, body_refusal
+from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
 logger = logging.getLogger("workbench.serve")
 
 _MAX_DETAIL_CHARS = 500
-# The status uvicorn's access log shows for a request whose client left before its answer (nginx's convention); the
-# response itself is never sent.
-CLIENT_CLOSED = 499
 DOCS_ASSETS = "/docs/assets"
 
 
@@ -87,7 +92,8 @@ class ServeLimits:
     (422 beyond); ``max_queue``: most questions waiting to be answered, over all requests (503 beyond; at least
     ``max_batch``, so any valid request can be queued); ``max_batch_questions``: most questions answered in one
     ``answer_many`` call across requests (the runtime's batch size is a good value); ``timeout_s``: seconds from a
-    request's arrival to its answer (504 beyond; work not started by then is dropped).
+    request's arrival to its answer (504 beyond; work not started by then is dropped, a running batch of requests all
+    past it interrupted).
     """
 
     max_batch: int = 32
@@ -143,7 +149,8 @@ class ServableRuntime(Protocol):
     def answer_many(
         self, questions: Sequence[str], method: str | None = None, batch_size: int | None = None
     ) -> list[Any]:
-        """Answers (objects with ``to_dict()``), one per question, in order."""
+        """Answers (objects with ``to_dict()`` and an ``ood`` attribute: a dict or None), one per question, in
+        order."""
         ...
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -158,7 +165,8 @@ class ErrorBody(BaseModel):
 
 
 class QueueInfo(BaseModel):
-    """The answer queue: questions waiting and being answered, the limit, and counts since start."""
+    """The answer queue: questions waiting and being answered, the limit, and counts since start (``interrupted``:
+    batches stopped while running because every client left, or at shutdown)."""
 
     queued: int
     queued_requests: int
@@ -167,6 +175,46 @@ class QueueInfo(BaseModel):
     batches: int
     answered: int
     dropped: int
+    interrupted: int
+
+
+class OODCounts(BaseModel):
+    """Answers computed since start that were checked for being out of distribution (docs/ood.md: the bundle has an
+    OOD profile), how many were ``flagged``, and what the flag did: ``reported`` (only in the answer), ``retrieved``
+    (D²-RAG retrieved because of it) or ``refused`` (no answer)."""
+
+    checked: int
+    flagged: int
+    reported: int
+    retrieved: int
+    refused: int
+
+
+class OODTally:
+    """Thread-safe :class:`OODCounts` of the answers' ``ood`` blocks: the answering worker adds, ``/health`` reads."""
+
+    ACTIONS = ("reported", "retrieved", "refused")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(("checked", "flagged", *self.ACTIONS), 0)
+
+    def add(self, answers: Sequence[Any]) -> None:
+        """Count each answer's ``ood`` block (``{"flag", "checks", "action"}``; None: not checked)."""
+        with self._lock:
+            for answer in answers:
+                ood = getattr(answer, "ood", None)
+                if not isinstance(ood, dict):
+                    continue
+                self._counts["checked"] += 1
+                self._counts["flagged"] += bool(ood.get("flag"))
+                if ood.get("action") in self.ACTIONS:
+                    self._counts[ood["action"]] += 1
+
+    def counts(self) -> dict[str, int]:
+        """The :class:`OODCounts` fields, since start."""
+        with self._lock:
+            return dict(self._counts)
 
 
 class HealthBody(BaseModel):
@@ -177,6 +225,7 @@ class HealthBody(BaseModel):
     version: str
     methods: list[str]
     queue: QueueInfo
+    ood: OODCounts
 
 
 class MethodInfo(BaseModel):
@@ -289,6 +338,7 @@ def _typed_answers(method_type: type[enum.Enum]) -> type[BaseModel]:
 
 
 def _not_blank(value: str) -> str:
+    # a lone surrogate never gets here: pydantic refuses it as "not a valid string" (no tokenizer would take it)
     if is_blank(value):
         raise ValueError("must not be blank (it has no visible character)")
     return value
@@ -450,26 +500,29 @@ def _token_detail(labels: Sequence[str], counts: Sequence[int], limit: int) -> s
     return f"{'; '.join(over[:3])}{more}, over the {limit}-token limit per question (the generator's tokenizer)"
 
 
-async def _client_gone(request: Request) -> None:
-    """Return once the client has disconnected. The body was read already, so the next ASGI message can only be
-    ``http.disconnect`` (uvicorn resumes reading the socket for it, so a closed connection is seen at once)."""
-    while True:
-        try:
-            message = await request.receive()
-        except Exception:  # a broken channel is a client we cannot answer either
-            return
-        if message["type"] == "http.disconnect":
-            return
+def _work_detail(questions: int, method: str, fastest_s: float | None, timeout_s: float) -> str | None:
+    """One line refusing ``questions`` for ``method`` when even at the fastest rate the server has answered it
+    (``fastest_s`` seconds per question; None: never yet) they would take longer than ``timeout_s``; None when they
+    may fit. A single question is always tried (the deadline interrupts it)."""
+    if fastest_s is None or questions <= 1 or questions * fastest_s <= timeout_s:
+        return None
+    fits = max(1, math.floor(timeout_s / fastest_s))
+    return (
+        f"{questions} questions for {method} need at least {questions * fastest_s:.0f} s at the fastest rate this "
+        f"server has answered it ({fastest_s:.2g} s per question), over the {timeout_s:g} s deadline: send at most "
+        f"{fits} per request"
+    )
 
 
 def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) -> FastAPI:
     """A FastAPI app serving ``runtime`` under ``limits`` (see the module docstring for routes and status codes).
 
-    ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods", "queue"}``; ``GET /methods`` → the methods
-    with their settings, the default (``d2rag`` when present, else the first) and the decision block; ``POST /answer``
-    with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``, ``on_ood``) →
-    ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless traces]}``. The app's
-    scheduler is ``app.state.scheduler``; it is closed when the app shuts down.
+    ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods", "queue", "ood"}``; ``GET /methods`` → the
+    methods with their settings, the default (``d2rag`` when present, else the first) and the decision block;
+    ``POST /answer`` with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``,
+    ``on_ood``) → ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless
+    traces]}``. The app's scheduler is ``app.state.scheduler`` (closed when the app shuts down; :func:`run_server`
+    closes it as soon as shutdown begins, which interrupts a running batch), its :class:`OODTally` ``app.state.ood``.
     """
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits must be a ServeLimits, got {type(limits).__name__}", "serve.limits")
@@ -482,10 +535,15 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     answer_body = _typed_answers(method_type)
     fields = tuple(request_model.model_fields)
 
+    ood = OODTally()
+
     def answer_batch(questions: list[str], key: Any) -> Sequence[Any]:
         if isinstance(key, tuple):  # (method, on_ood): a request that set on_ood is batched with its like only
-            return runtime.answer_many(questions, key[0], on_ood=key[1])  # type: ignore[call-arg]
-        return runtime.answer_many(questions, key)
+            answers = runtime.answer_many(questions, key[0], on_ood=key[1])  # type: ignore[call-arg]
+        else:
+            answers = runtime.answer_many(questions, key)
+        ood.add(answers)
+        return answers
 
     scheduler = BatchScheduler(
         answer_batch,
@@ -511,7 +569,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             "Answers questions with an exported workbench bundle. Requests arriving together are answered in one "
             f'batch (at most {limits.max_batch_questions} questions). Errors are `{{"detail": "<one line>"}}`: '
             f"422 invalid request (also a blank question, one over {limits.max_question_chars} characters or "
-            f"{limits.max_question_tokens} tokens, an unknown method); 413 body over {limits.max_body_bytes} bytes; "
+            f"{limits.max_question_tokens} tokens, more questions than the method can answer within "
+            f"{limits.timeout_s:g} s at the fastest rate measured, an unknown method); 413 body over "
+            f"{limits.max_body_bytes} bytes; "
             f"503 queue full ({limits.max_queue} questions; see `Retry-After`) or shutting down; 504 not answered "
             f"within {limits.timeout_s:g} s; 404 unknown path; 405 wrong HTTP method; 500 server bug. The `/v1` routes "
             "answer as an OpenAI chat-completions server, one model per method, with OpenAI's error shape "
@@ -522,7 +582,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
+    app.router.route_class = StrictJSONRoute  # every route below parses its JSON body strictly
     app.state.scheduler = scheduler
+    app.state.ood = ood
     app.add_middleware(oai.V1BodySizeLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
@@ -533,6 +595,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        exc = body_refusal(exc)  # the strict JSON parser's 422 (strict_body)
         status, detail = exc.status_code, str(exc.detail)
         path = request.url.path[:200]
         if status == 404 and detail == "Not Found":
@@ -541,8 +604,8 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             allowed = (exc.headers or {}).get("Allow", "")
             detail = f"{request.method} is not allowed on {path}" + (f" (allowed: {allowed})" if allowed else "")
         elif status == 400:
-            # FastAPI's answer to a JSON body it cannot decode (invalid UTF-8): an invalid request like any other
-            status, detail = 422, "malformed JSON body: not UTF-8 text"
+            # FastAPI's answer to a body it could not read: an invalid request like any other
+            status, detail = 422, "malformed JSON body: it could not be read"
         shape = _v1_error if oai.is_v1(request.url.path) else _error
         return shape(status, detail, headers=exc.headers if status == exc.status_code else None)
 
@@ -575,6 +638,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             "version": runtime.version,
             "methods": list(methods),
             "queue": scheduler.stats(),
+            "ood": ood.counts(),
         }
 
     @app.get("/methods", response_model=MethodsBody, summary="The bundle's methods, settings and decision rule")
@@ -595,31 +659,13 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
 
     async def wait_for(job: Job, request: Request, deadline: float, error: ErrorFn) -> Response | list[Any]:
         """The job's answers, or the right refusal (made by ``error``): 504 past the deadline, nothing (499) when the
-        client left."""
-        answered = asyncio.wrap_future(job.future)
-        gone = asyncio.ensure_future(_client_gone(request))
+        client left (either way the job is cancelled, a running batch interrupted when it was the last waiting)."""
         try:
-            timeout = max(0.0, deadline - time.monotonic())
-            done, _ = await asyncio.wait({answered, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not job.future.done():
-                # deadline, disconnect or this task cancelled: drop the job if its batch has not started (a running
-                # batch cannot be interrupted; its answers are not used)
-                scheduler.cancel(job)
-            # Detach the asyncio wrapper: cancel it while pending, else mark its exception as seen (asyncio would
-            # log an exception it thinks nobody read).
-            if not answered.done():
-                answered.cancel()
-            elif not answered.cancelled():
-                answered.exception()
-        # Judge by the job's own future: its asyncio wrapper learns of the result one loop turn later.
-        if not job.future.done() or job.future.cancelled():
-            if gone in done:
-                return Response(status_code=CLIENT_CLOSED)
+            return await job_answers(scheduler, job, request, deadline)
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED)
+        except NotInTime:
             return error(504, f"not answered within the {limits.timeout_s:g} s deadline")
-        try:
-            return job.future.result()
         except DeadlineExpired:
             return error(504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)")
         except SchedulerClosed as exc:
@@ -651,8 +697,11 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         too_long = _token_detail(labels, counts, limits.max_question_tokens)
         if too_long:
             return error(422, too_long)
+        key = method if on_ood is None else (method, on_ood)
+        too_much = _work_detail(len(questions), method, scheduler.fastest_seconds_per_question(key), limits.timeout_s)
+        if too_much:
+            return error(422, too_much)
         try:
-            key = method if on_ood is None else (method, on_ood)
             job = scheduler.submit(questions, key, deadline)  # type: ignore[arg-type]
         except QueueFull as exc:
             return error(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
@@ -754,7 +803,8 @@ def run_server(
     limits: ServeLimits = _DEFAULT_LIMITS,
     log_level: str = "info",
 ) -> None:
-    """Serve ``runtime`` with uvicorn until interrupted (Ctrl-C); binds to localhost unless ``host`` says otherwise.
+    """Serve ``runtime`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, a running batch
+    interrupted); binds to localhost unless ``host`` says otherwise.
 
     Prints one line with the API's URL and its docs URL once the socket is bound (the real port when ``port`` is 0).
     The API has no authentication: bind another interface only behind something that provides it.
@@ -768,4 +818,5 @@ def run_server(
         port=port,
         log_level=log_level,
         announce=lambda url: f"workbench serve: {runtime.name} {runtime.version} at {url} (docs: {url}/docs)",
+        on_shutdown=app.state.scheduler.close,
     )

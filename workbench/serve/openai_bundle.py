@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from workbench.serve.body_limit import BodySizeLimit
+from workbench.serve.field_checks import has_lone_surrogate
 
 V1 = "/v1"
 
@@ -142,7 +143,8 @@ def refused_parameter(body: ChatCompletionRequest) -> ChatError | None:
 
 def find_question(messages: Sequence[ChatMessage], max_chars: int, blank: Callable[[str], bool]) -> tuple[int, str]:
     """``(index, question)`` of the last user message: its content as text (text parts joined with newlines), within
-    ``max_chars`` and not ``blank``; a 400 :class:`ChatError` naming the message (``param``) otherwise."""
+    ``max_chars``, without a lone surrogate and not ``blank``; a 400 :class:`ChatError` naming the message
+    (``param``) otherwise."""
     index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
     if index is None:
         raise ChatError(400, "no user message: the question is the content of the last user message", "messages")
@@ -163,6 +165,8 @@ def find_question(messages: Sequence[ChatMessage], max_chars: int, blank: Callab
         content = "\n".join(texts)
     if not isinstance(content, str):
         raise ChatError(400, f"{where}: the question must be a string or a list of text parts", where)
+    if has_lone_surrogate(content):
+        raise ChatError(400, f"{where}: must be Unicode text (it holds a lone surrogate, U+D800..U+DFFF)", where)
     if blank(content):
         raise ChatError(400, f"{where}: must not be blank (it has no visible character)", where)
     if len(content) > max_chars:

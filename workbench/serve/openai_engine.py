@@ -4,30 +4,42 @@ the in-process :class:`~workbench.backends.generator.Generator`, and write the a
 :meth:`ModelEngine.answer` is the :class:`~workbench.serve.scheduler.BatchScheduler`'s answering function: every work
 of one call has the same :class:`~workbench.serve.openai_schema.Sampling`, so all their prompts go to **one**
 ``Generator.generate`` call (``n`` samples per prompt, the prefill shared, the k most likely tokens recorded for the
-largest ``logprobs`` asked), and the prompts of all works with ``echo`` and log-probs to one
-``Generator.prompt_logprobs`` call. Everything that touches the tokenizer runs here, on the scheduler's one worker
-thread. A work refused on its own (a prompt over the context window, a token id outside the vocabulary) gets its
-:class:`~workbench.serve.openai_schema.ApiError` as its result; the others are answered.
+largest ``logprobs`` asked; unseeded works: one call per round of distinct prompts, see **Seeds**), and the prompts
+of all works with ``echo`` and log-probs to one ``Generator.prompt_logprobs`` call. Everything that touches the
+tokenizer runs here, on the scheduler's one worker thread. A work refused on its own (a prompt over the context
+window, a token id outside the vocabulary) gets its :class:`~workbench.serve.openai_schema.ApiError` as its result;
+the others are answered. A request whose prompts echoed with log-probs hold more than ``max_echo_tokens`` tokens in
+all is refused (400 naming ``echo``) before any model call: each echoed token costs a teacher-forced position, its
+top-k and its text offset.
+
+**Seeds.** A request without ``seed`` (``Sampling.seed`` None) gets fresh randomness: each engine call draws a new
+seed from the engine's stream (a ``numpy`` generator started at the server's ``--seed``: a restarted server draws the
+same sequence), and two such works with the same prompt never share a call (the generator would give both the same
+samples): an unseeded request never shares its seed with another of the same prompt.
 
 The numbers are the in-process generator's: text, token ids, raw (T=1) log-probs and top-k of the same prompt,
 parameters and seed (sample ``j`` of a prompt is in-process sample ``j``). A sequence that ended with EOS lists that
 EOS token last (its text is the tokenizer's token string; it adds nothing to ``text``; its log-prob is
-``Generation.eos_logprob``). A stop-string finish lists ``Generation.token_ids``, the shortest prefix covering the
-text. ``text_offset`` is each token's character offset into the returned text (with ``echo``: into prompt + text):
-the length of the decoding of the tokens before it, capped at the text's length. Log-probs that JSON cannot carry
-are written -9999.0 (-inf) or null (NaN).
+``Generation.eos_logprob``). The legacy route's ``top_logprobs`` at a position holds the k most likely tokens and,
+as OpenAI and vLLM write it, the token chosen there (sampled, or the echoed prompt token) when it is not among them:
+k + 1 entries then (k = 0: the chosen token alone); the chat route's ``top_logprobs`` are the k most likely, as
+OpenAI's chat API writes them (the chosen token's log-prob is its ``logprob``). A stop-string finish lists
+``Generation.token_ids``, the shortest prefix covering the text. ``text_offset`` is each token's character offset
+into the returned text (with ``echo``: into prompt + text): the length of the decoding of the tokens before it,
+capped at the text's length. Log-probs that JSON cannot carry are written -9999.0 (-inf) or null (NaN).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from workbench.backends.prompts import encode
+from workbench.core.interrupt import check_interrupt
 from workbench.serve.openai_schema import ApiError, Work
 
 NEG_INF_LOGPROB = -9999.0
@@ -46,6 +58,7 @@ class Prepared:
     echo_text: str
     gens: list[Any] = field(default_factory=list)
     own: Any = None  # PromptLogprobs with echo and log-probs
+    echo_offsets: list[int] | None = None  # the echoed tokens' text offsets, computed once for the n choices
 
 
 @dataclass
@@ -64,13 +77,21 @@ def _logprob(value: float | None) -> float | None:
     return float(value) if math.isfinite(value) else NEG_INF_LOGPROB
 
 
+_SEED_BOUND = 2**63
+"""Fresh seeds are drawn from [0, 2**63)."""
+
+
 class ModelEngine:
     """Answers works with ``generator`` (a :class:`~workbench.backends.generator.Generator`); see the module
-    docstring. Only one thread may call :meth:`answer` at a time (the scheduler's worker)."""
+    docstring. ``seed`` starts the stream of fresh seeds for requests that give none; ``max_echo_tokens`` bounds the
+    prompt tokens one request echoes with log-probs. Only one thread may call :meth:`answer` at a time (the
+    scheduler's worker)."""
 
-    def __init__(self, generator: Any) -> None:
+    def __init__(self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384) -> None:
         self.generator = generator
         self.tokenizer = generator.tokenizer
+        self.max_echo_tokens = max_echo_tokens
+        self._seeds = np.random.default_rng(seed)
         self._texts: list[str] | None = None
 
     # ------------------------------------------------------------------ answering
@@ -84,24 +105,25 @@ class ModelEngine:
                 prepared.append(self._prepare(work))
             except ApiError as exc:
                 prepared.append(exc)
+        prepared = self._within_echo_budget(prepared)
         ready = [p for p in prepared if isinstance(p, Prepared)]
         if not ready:
             return list(prepared)  # type: ignore[arg-type]
         sampling = ready[0].work.sampling
         generating = [p for p in ready if sampling.max_tokens > 0]
-        if generating:
+        for seed, call in self._calls(generating):
             flat = self.generator.generate(
-                [p.gen_prompt for p in generating],
+                [p.gen_prompt for p in call],
                 max_new_tokens=sampling.max_tokens,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 top_k=sampling.top_k,
                 n=sampling.n,
                 stop=sampling.stop,
-                seed=sampling.seed,
-                top_logprobs=max(p.work.logprobs or 0 for p in generating),
+                seed=seed,
+                top_logprobs=max(p.work.logprobs or 0 for p in call),
             )
-            for i, p in enumerate(generating):
+            for i, p in enumerate(call):
                 p.gens = flat[i * sampling.n : (i + 1) * sampling.n]
         echoing = [p for p in ready if p.work.echo and p.work.logprobs is not None]
         if echoing:
@@ -111,6 +133,48 @@ class ModelEngine:
             ):
                 p.own = own
         return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
+
+    def _calls(self, generating: list[Prepared]) -> list[tuple[int, list[Prepared]]]:
+        """``(seed, works)`` of each generate call: one call with the request seed; without one (``seed`` None), one
+        call per round of distinct prompts (the r-th work of each prompt in round r), each with a fresh seed."""
+        if not generating:
+            return []
+        seed = generating[0].work.sampling.seed
+        if seed is not None:
+            return [(seed, generating)]
+        rounds: list[list[Prepared]] = []
+        seen: dict[tuple[int, ...], int] = {}
+        for p in generating:
+            key = tuple(p.ids)
+            turn = seen.get(key, 0)
+            seen[key] = turn + 1
+            if turn == len(rounds):
+                rounds.append([])
+            rounds[turn].append(p)
+        return [(int(self._seeds.integers(_SEED_BOUND)), call) for call in rounds]
+
+    def _within_echo_budget(self, prepared: list[Prepared | ApiError]) -> list[Prepared | ApiError]:
+        """``prepared`` with every work of a request that echoes more than ``max_echo_tokens`` prompt tokens with
+        log-probs replaced by a 400 :class:`ApiError` naming ``echo``."""
+        echoed: dict[int, int] = {}
+        for p in prepared:
+            if isinstance(p, Prepared) and p.work.echo and p.work.logprobs is not None:
+                echoed[p.work.request] = echoed.get(p.work.request, 0) + len(p.ids)
+        over = {request: total for request, total in echoed.items() if total > self.max_echo_tokens}
+        if not over:
+            return prepared
+        out: list[Prepared | ApiError] = []
+        for p in prepared:
+            request = p.work.request if isinstance(p, Prepared) else None
+            if request in over:
+                message = (
+                    f"echo with logprobs lists {over[request]} prompt tokens, over this server's "
+                    f"{self.max_echo_tokens} per request (--max-echo-tokens): send fewer or shorter prompts"
+                )
+                out.append(ApiError(400, message, "echo"))
+            else:
+                out.append(p)
+        return out
 
     def _prepare(self, work: Work) -> Prepared:
         """Render / encode a work's prompt and check it fits the context window (400 otherwise)."""
@@ -165,7 +229,9 @@ class ModelEngine:
         k = work.logprobs
         block: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         if work.echo:
-            offsets = self._offsets(p.ids, p.echo_text, special=True)
+            if p.echo_offsets is None:
+                p.echo_offsets = self._offsets(p.ids, p.echo_text, special=True)
+            offsets = p.echo_offsets
             for t, token in enumerate(p.ids):
                 block["tokens"].append(self._name(token, work.as_ids))
                 block["text_offset"].append(offsets[t])
@@ -173,15 +239,16 @@ class ModelEngine:
                     block["token_logprobs"].append(None)
                     block["top_logprobs"].append(None)
                 else:
-                    block["token_logprobs"].append(_logprob(float(p.own.logprobs[t - 1])))
+                    lp = float(p.own.logprobs[t - 1])
+                    block["token_logprobs"].append(_logprob(lp))
                     block["top_logprobs"].append(
-                        self._top_dict(p.own.top_ids[t - 1], p.own.top_logprobs[t - 1], k, work)
+                        self._top_dict(p.own.top_ids[t - 1], p.own.top_logprobs[t - 1], k, work, token, lp)
                     )
         if gen is not None:
             for token, lp, top, offset in self._steps(gen, k):
                 block["tokens"].append(self._name(token, work.as_ids))
                 block["token_logprobs"].append(_logprob(lp))
-                block["top_logprobs"].append(self._top_dict(*top, k, work))
+                block["top_logprobs"].append(self._top_dict(*top, k, work, token, lp))
                 block["text_offset"].append(len(prefix) + offset)
         choice["logprobs"] = block
         return choice
@@ -237,12 +304,15 @@ class ModelEngine:
         """A token as the response writes it: its text, or ``token_id:<id>``."""
         return f"token_id:{token}" if as_ids else self._token_texts()[token]
 
-    def _top_dict(self, ids: np.ndarray, lps: np.ndarray, k: int, work: Work) -> dict[str, float | None]:
-        """The ``k`` most likely tokens as ``{token: logprob}`` (a token text shared by several ids keeps the most
-        likely one's log-prob)."""
+    def _top_dict(
+        self, ids: np.ndarray, lps: np.ndarray, k: int, work: Work, chosen: int, chosen_lp: float
+    ) -> dict[str, float | None]:
+        """The ``k`` most likely tokens as ``{token: logprob}``, then the ``chosen`` token (log-prob ``chosen_lp``)
+        when it is not among them (a token text shared by several ids keeps the most likely one's log-prob)."""
         out: dict[str, float | None] = {}
         for i, v in zip(ids[:k], lps[:k], strict=True):
             out.setdefault(self._name(int(i), work.as_ids), _logprob(float(v)))
+        out.setdefault(self._name(int(chosen), work.as_ids), _logprob(chosen_lp))
         return out
 
     def _decode(self, ids: Sequence[int], *, special: bool) -> str:
@@ -250,12 +320,49 @@ class ModelEngine:
 
     def _offsets(self, ids: list[int], text: str, *, special: bool) -> list[int]:
         """Each token's character offset into ``text``: the length of the decoding of the tokens before it, capped at
-        ``len(text)`` and never decreasing."""
+        ``len(text)`` and never decreasing (:func:`prefix_lengths`)."""
         offsets, last = [], 0
-        for t in range(len(ids)):
-            last = max(last, min(len(self._decode(ids[:t], special=special)), len(text)))
+        for length in prefix_lengths(lambda part: self._decode(part, special=special), ids):
+            last = max(last, min(length, len(text)))
             offsets.append(last)
         return offsets
+
+
+OFFSET_WINDOW = 8
+"""Tokens of context :func:`prefix_lengths` decodes before each token (a character spans at most 4 byte tokens)."""
+OFFSET_CHECK_EVERY = 64
+"""How often :func:`prefix_lengths` checks its running length against the decoding of the whole prefix."""
+
+
+def prefix_lengths(decode: Callable[[list[int]], str], ids: list[int]) -> list[int]:
+    """``[len(decode(ids[:t])) for t in range(len(ids))]`` in linear time.
+
+    Decoding every prefix costs a quadratic number of token decodings (a 4,300-token echo: 10 s with SmolLM2's
+    tokenizer, per choice). A token's own increment, ``len(decode(ids[s:t])) - len(decode(ids[s:t - 1]))``, depends
+    only on the few tokens before it for the tokenizers' decoders (byte-level BPE, byte fallback, SentencePiece's
+    metaspace, WordPiece): a window of :data:`OFFSET_WINDOW` tokens (from the start while there are fewer) gives it,
+    and the lengths are their running sum. Every :data:`OFFSET_CHECK_EVERY` tokens and at the end the sum is checked
+    against the decoding of the whole prefix; a decoder that is not local fails a check, and the prefixes are then
+    decoded one by one. Checks for an interruption (:mod:`workbench.core.interrupt`) every few tokens."""
+    lengths = [0] * len(ids)
+    total = 0
+    for t in range(1, len(ids)):
+        if t % 16 == 0:
+            check_interrupt()  # long answers and echoes: stop here too for a client that left
+        start = max(0, t - 1 - OFFSET_WINDOW)
+        total += len(decode(ids[start:t])) - len(decode(ids[start : t - 1]))
+        lengths[t] = total
+        if (t % OFFSET_CHECK_EVERY == 0 or t == len(ids) - 1) and len(decode(ids[:t])) != total:
+            return _exact_prefix_lengths(decode, ids)
+    return lengths
+
+
+def _exact_prefix_lengths(decode: Callable[[list[int]], str], ids: list[int]) -> list[int]:
+    out = []
+    for t in range(len(ids)):
+        check_interrupt()
+        out.append(len(decode(ids[:t])))
+    return out
 
 
 def _bytes(token: str) -> list[int]:

@@ -16,13 +16,24 @@ The reference the served backend (:mod:`workbench.backends.served`) is tested ag
 Requests are checked (:mod:`workbench.serve.openai_schema`), split into one work per prompt and queued on a
 :class:`~workbench.serve.scheduler.BatchScheduler` whose batching key is the decoding parameters: the works waiting
 together with equal parameters are answered by ONE ``Generator.generate`` call (:mod:`workbench.serve.openai_engine`);
-greedy and sampled requests never share one. The generation cache is off unless the generator was given one.
+greedy and sampled requests never share one. A request without ``seed`` gets a fresh seed (its samples differ from
+every other request's); one with a seed is reproducible. The generation cache is off unless the generator was given
+one.
+
+**Work per request** is bounded (:class:`ModelServeLimits`): prompts × ``n``, those sequences × ``max_tokens``, the
+prompt tokens echoed with log-probs. **A request whose client disconnects** is dropped from the queue, and a running
+batch whose every request was abandoned (client gone, deadline passed) is interrupted before the model's next
+forward, so the next request does not wait for work nobody reads (:mod:`workbench.core.interrupt`). **SIGTERM** (or
+Ctrl-C) stops the server within seconds: queued requests get 503 and the running batch is interrupted
+(:mod:`workbench.serve.uvicorn_run`).
 
 Errors are OpenAI-shaped, ``{"error": {"message": "<one line>", "type", "param", "code"}}``: 400 a value out of range
-(too many log-probs, ``max_tokens`` 0 without ``echo``, a prompt over the context window …), 404 an unknown model
+(too many log-probs, ``max_tokens`` 0 without ``echo``, a prompt over the context window, more work than the request
+limits, a lone surrogate in a text, a seed past 64 bits …; a huge number is never quoted back), 404 an unknown model
 (``code: model_not_found``) or route, 405 a wrong HTTP method, 413 a body over the size limit, 422 a body that is not
-JSON or has wrong types, 503 queue full (``Retry-After``) or shutting down, 504 past the request deadline, 500 a bug
-(logged). Unknown request fields are ignored.
+strict JSON (also a repeated key, NaN, nesting past 64 levels: :mod:`workbench.serve.strict_body`) or has wrong
+types, 503 queue full (``Retry-After``) or shutting down, 504 past the request deadline, 500 a bug (logged). Unknown
+request fields are ignored.
 
 :func:`start_in_thread` runs a server on a free localhost port in a background thread (tests, parity checks);
 :func:`run_model_server` serves until interrupted (the CLI). Importing this module loads FastAPI and numpy; torch and
@@ -31,8 +42,8 @@ transformers load with the generator, uvicorn when a server starts.
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations as objects.
 
-import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -60,7 +71,9 @@ from workbench.serve.openai_schema import (
     completion_works,
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
-from workbench.serve.uvicorn_run import http_url
+from workbench.serve.strict_body import StrictJSONRoute, body_refusal
+from workbench.serve.uvicorn_run import http_url, make_server
+from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
 logger = logging.getLogger("workbench.serve")
 
@@ -70,14 +83,20 @@ _MAX_MESSAGE_CHARS = 500
 @dataclass(frozen=True)
 class ModelServeLimits:
     """Limits and scheduling of ``serve-model``: ``max_logprobs`` alternatives per position (400 beyond), ``max_n``
-    samples per prompt, ``max_prompts`` prompts per request, ``default_max_tokens`` when a request names none,
-    ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond), ``max_batch_prompts`` prompts per
-    engine call across requests, ``max_gather_s`` how long the worker may wait for a batch's clients to come back,
-    ``timeout_s`` from a request's arrival to its answer (504 beyond)."""
+    samples per prompt, ``max_prompts`` prompts per request, ``max_sequences`` prompts × n per request,
+    ``max_request_tokens`` sequences × max_tokens per request (the tokens a request may have generated),
+    ``max_echo_tokens`` prompt tokens a request may echo with log-probs (400 beyond each), ``default_max_tokens``
+    when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
+    ``max_batch_prompts`` prompts per engine call across requests, ``max_gather_s`` how long the worker may wait for
+    a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
+    of requests all past it is interrupted)."""
 
     max_logprobs: int = 20
     max_n: int = 64
     max_prompts: int = 256
+    max_sequences: int = 256
+    max_request_tokens: int = 16384
+    max_echo_tokens: int = 16384
     default_max_tokens: int = 16
     max_body_bytes: int = 8 << 20
     max_queue: int = 1024
@@ -86,7 +105,18 @@ class ModelServeLimits:
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("max_n", "max_prompts", "default_max_tokens", "max_body_bytes", "max_queue", "max_batch_prompts"):
+        counts = (
+            "max_n",
+            "max_prompts",
+            "max_sequences",
+            "max_request_tokens",
+            "max_echo_tokens",
+            "default_max_tokens",
+            "max_body_bytes",
+            "max_queue",
+            "max_batch_prompts",
+        )
+        for name in counts:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -139,10 +169,14 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         max_logprobs=limits.max_logprobs,
         max_n=limits.max_n,
         max_prompts=limits.max_prompts,
+        max_sequences=limits.max_sequences,
+        max_request_tokens=limits.max_request_tokens,
         default_max_tokens=limits.default_max_tokens,
-        default_seed=int(getattr(generator, "seed", 0) or 0),
     )
-    engine = ModelEngine(generator)
+    engine = ModelEngine(
+        generator, seed=int(getattr(generator, "seed", 0) or 0), max_echo_tokens=limits.max_echo_tokens
+    )
+    requests = itertools.count(1)  # tells one request's works from another's in an engine call
     scheduler = BatchScheduler(
         engine.answer,  # type: ignore[arg-type]  # works, not questions; the method is the batching key
         max_queue=limits.max_queue,
@@ -163,6 +197,7 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         redoc_url=None,
         lifespan=lifespan,
     )
+    app.router.route_class = StrictJSONRoute  # every route below parses its JSON body strictly
     app.state.scheduler = scheduler
     app.state.engine = engine
     app.add_middleware(V1BodySizeLimit, max_bytes=limits.max_body_bytes)
@@ -173,13 +208,14 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        exc = body_refusal(exc)  # the strict JSON parser's 422 (strict_body)
         status, message = exc.status_code, str(exc.detail)
         if status == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path[:200]} (routes: {routes})"
         elif status == 405:
             message = f"{request.method} is not allowed on {request.url.path[:200]}"
-        elif status == 400:  # a JSON body FastAPI cannot decode (not UTF-8)
-            status, message = 422, "malformed JSON body: not UTF-8 text"
+        elif status == 400:  # a body FastAPI could not read
+            status, message = 422, "malformed JSON body: it could not be read"
         return _error(status, message, headers=exc.headers if status == exc.status_code else None)
 
     @app.exception_handler(Exception)
@@ -218,8 +254,9 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
             return _error(exc.status, exc.message, param=exc.param, code=exc.code)
         return JSONResponse(card())
 
-    async def answered(works: list[Work]) -> list[Answered]:
-        """The works' answers, through the scheduler (an :class:`ApiError` for any refusal)."""
+    async def answered(works: list[Work], request: Request) -> list[Answered]:
+        """The works' answers, through the scheduler: an :class:`ApiError` for any refusal, :class:`ClientGone` when
+        the client disconnected first (the works are then dropped, or their batch interrupted)."""
         deadline = time.monotonic() + limits.timeout_s
         try:
             job = scheduler.submit(works, works[0].sampling.key(), deadline)  # type: ignore[arg-type]
@@ -227,27 +264,19 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
             raise ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except SchedulerClosed as exc:
             raise ApiError(503, str(exc)) from None
-        results = await _wait(job, deadline)
+        results = await _wait(job, request, deadline)
         for result in results:
             if isinstance(result, ApiError):
                 raise result
         return results
 
-    async def _wait(job: Job, deadline: float) -> list[Any]:
-        future = asyncio.wrap_future(job.future)
+    async def _wait(job: Job, request: Request, deadline: float) -> list[Any]:
         try:
-            await asyncio.wait({future}, timeout=max(0.0, deadline - time.monotonic()))
-        finally:
-            if not job.future.done():
-                scheduler.cancel(job)  # dropped unless its batch already started
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()  # seen: asyncio must not log it
-        if not job.future.done() or job.future.cancelled():
-            raise ApiError(504, f"not answered within the {limits.timeout_s:g} s deadline")
-        try:
-            return job.future.result()
+            return await job_answers(scheduler, job, request, deadline)
+        except ClientGone:
+            raise
+        except NotInTime:
+            raise ApiError(504, f"not answered within the {limits.timeout_s:g} s deadline") from None
         except DeadlineExpired:
             raise ApiError(
                 504, f"not answered within the {limits.timeout_s:g} s deadline (dropped while queued)"
@@ -268,11 +297,13 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> Response:
+    async def completions(body: CompletionRequest, request: Request) -> Response:
         try:
-            results = await answered(completion_works(body, served_name, request_limits))
+            results = await answered(completion_works(body, served_name, request_limits, next(requests)), request)
         except ApiError as exc:
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED)  # never sent: the access log shows it
         choices = [choice for result in results for choice in result.choices]
         payload = {
             "id": f"cmpl-{uuid.uuid4().hex}",
@@ -285,11 +316,13 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         return JSONResponse(payload)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatRequest) -> Response:
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
         try:
-            results = await answered([chat_work(body, served_name, request_limits)])
+            results = await answered([chat_work(body, served_name, request_limits, next(requests))], request)
         except ApiError as exc:
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        except ClientGone:
+            return Response(status_code=CLIENT_CLOSED)
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -336,10 +369,10 @@ class ModelServer:
     ``app`` its FastAPI app. :meth:`stop` shuts it down; it is also a context manager."""
 
     def __init__(self, app: FastAPI, generator: Any, served_name: str, host: str, port: int) -> None:
-        import uvicorn
-
         self.app, self.generator, self.served_name, self.host = app, generator, served_name, host
-        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._server = make_server(
+            app, host=host, port=port, log_level="warning", on_shutdown=app.state.scheduler.close
+        )
         self._thread = threading.Thread(target=self._server.run, name="workbench-serve-model", daemon=True)
         self.port = port
         self.url = ""
@@ -353,7 +386,7 @@ class ModelServer:
                 self._server.should_exit = True
                 raise RuntimeError(f"serve-model did not start on {self.host}:{self.port}")
             time.sleep(0.01)
-        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self.port = self._server.bound_port()
         self.url = http_url(self.host, self.port)
         self.base_url = f"{self.url}/v1"
 
@@ -415,8 +448,9 @@ def run_model_server(
     limits: ModelServeLimits | None = None,
     log_level: str = "info",
 ) -> None:
-    """Serve ``generator`` with uvicorn until interrupted; prints one line with the base URL once bound. The API has
-    no authentication: bind another interface than localhost only behind something that provides it."""
+    """Serve ``generator`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, the running batch
+    interrupted); prints one line with the base URL once bound. The API has no authentication: bind another interface
+    than localhost only behind something that provides it."""
     from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_model_app(generator, served_name=served_name, limits=limits)
@@ -426,4 +460,5 @@ def run_model_server(
         port=port,
         log_level=log_level,
         announce=lambda url: f"workbench serve-model: {served_name} at {url}/v1",
+        on_shutdown=app.state.scheduler.close,
     )

@@ -12,7 +12,9 @@ Guarantees:
   raises :class:`QueueFull` beyond, with an estimate of when room frees up.
 * **nothing abandoned is computed** — :meth:`BatchScheduler.cancel` (the client left, or its deadline passed) removes
   a waiting job at once, and the worker skips any job whose deadline passed before its batch started. A job already
-  in a running batch cannot be interrupted (the model call is not cancellable); its answer is discarded.
+  in a running batch is marked abandoned; once every job of the batch is (or the scheduler is closed), the batch is
+  interrupted at the answering function's next :func:`~workbench.core.interrupt.check_interrupt` — the generator
+  checks before every model forward, so within one decoding step — and its jobs fail with :class:`Abandoned`.
 * **one request's failure stays its own** — when a batch with several jobs raises, each job is answered again alone,
   so a question the runtime refuses fails only the request that sent it.
 * **FIFO per method** — the head job is always in the next batch; jobs of another method wait at most one batch.
@@ -24,7 +26,9 @@ Guarantees:
   waits.
 
 The scheduler knows nothing of HTTP: the app maps :class:`QueueFull`, :class:`DeadlineExpired` and
-:class:`SchedulerClosed` to status codes.
+:class:`SchedulerClosed` to status codes. It also keeps, per batching key, the fastest rate it has answered at
+(:meth:`BatchScheduler.fastest_seconds_per_question`), which the app uses to refuse requests that could not be
+answered within their deadline.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.core.interrupt import Interrupted, interruptible
 
 logger = logging.getLogger("workbench.serve")
 
@@ -70,15 +76,21 @@ class SchedulerClosed(Exception):
     """The scheduler was closed (the server is shutting down): the job was not answered."""
 
 
+class Abandoned(Exception):
+    """Every job of the running batch was abandoned (clients gone, deadlines passed): the batch was interrupted."""
+
+
 @dataclass(eq=False)
 class Job:
     """One request's work: ``questions`` for ``method``, to start before ``deadline`` (a ``time.monotonic()``
-    instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them."""
+    instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them;
+    ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`)."""
 
     questions: list[str]
     method: str
     deadline: float
     future: Future[list[Any]] = field(default_factory=Future)
+    abandoned: bool = False
 
 
 class BatchScheduler:
@@ -111,7 +123,9 @@ class BatchScheduler:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._seconds_per_question: float | None = None
-        self._counts = {"batches": 0, "answered": 0, "dropped": 0}
+        self._fastest: dict[Any, float] = {}  # per batching key: the fewest seconds per question of any batch
+        self._first_seen: set[Any] = set()  # batching keys whose first batch (maybe loading models) has run
+        self._counts = {"batches": 0, "answered": 0, "dropped": 0, "interrupted": 0}
 
     # ------------------------------------------------------------------ the request side (event loop)
     def submit(self, questions: Sequence[str], method: str, deadline: float) -> Job:
@@ -135,9 +149,12 @@ class BatchScheduler:
 
     def cancel(self, job: Job) -> bool:
         """Drop ``job`` if its batch has not started (it is then never computed) and return True; False when it is
-        already running or done (a running batch cannot be interrupted; its answer is simply not used)."""
+        already running or done. A running job is marked abandoned: its batch is interrupted once all its jobs are
+        (see the module docstring), else its answer is simply not used."""
         with self._cond:
             if not job.future.cancel():
+                if not job.future.done():
+                    job.abandoned = True
                 return False
             try:
                 self._queue.remove(job)
@@ -150,7 +167,8 @@ class BatchScheduler:
     def stats(self) -> dict[str, int]:
         """``{"queued": questions waiting, "queued_requests", "running": questions in the running batch, "limit":
         max_queue, "batches": answering calls made, "answered": questions answered, "dropped": requests dropped
-        unanswered (client gone or deadline passed before their batch)}``."""
+        unanswered (client gone or deadline passed before their batch), "interrupted": batches stopped while running
+        (every client gone, or the server shutting down)}``."""
         with self._cond:
             return {
                 "queued": self._queued_questions,
@@ -160,9 +178,17 @@ class BatchScheduler:
                 **self._counts,
             }
 
+    def fastest_seconds_per_question(self, method: Any) -> float | None:
+        """The fewest seconds per question of any batch answered for ``method`` (a batching key) since start, its
+        first batch left out (it may have loaded the models: ``serve --lazy``); None before a second batch. A lower
+        bound on what a request for it will take."""
+        with self._cond:
+            return self._fastest.get(method)
+
     def close(self) -> None:
-        """Stop taking jobs: every waiting job fails with :class:`SchedulerClosed`; a running batch finishes (the
-        worker is a daemon thread, so it never holds the process open)."""
+        """Stop taking jobs: every waiting job fails with :class:`SchedulerClosed`, and a running batch is interrupted
+        at its next :func:`~workbench.core.interrupt.check_interrupt` (its jobs fail with :class:`SchedulerClosed`;
+        the worker is a daemon thread, so a batch that never checks does not hold the process open)."""
         with self._cond:
             self._closed = True
             waiting = list(self._queue)
@@ -255,9 +281,25 @@ class BatchScheduler:
         questions = [q for job in jobs for q in job.questions]
         began = time.monotonic()
         try:
-            answers = list(self._answer(questions, method))
+            # stop at the next check once nobody waits for any of these answers (a plain read of flags the event
+            # loop sets: a stale read only delays the stop by one check)
+            with interruptible(lambda: self._closed or all(job.abandoned for job in jobs)):
+                answers = list(self._answer(questions, method))
             if len(answers) != len(questions):
                 raise RuntimeError(f"the runtime returned {len(answers)} answers for {len(questions)} questions")
+        except Interrupted:
+            closed = self._closed
+            with self._cond:
+                self._counts["interrupted"] += 1
+            logger.info(
+                "a batch of %d request(s) was interrupted (%s)", len(jobs), "shutdown" if closed else "abandoned"
+            )
+            for job in jobs:
+                if closed:
+                    job.future.set_exception(SchedulerClosed("the server is shutting down"))
+                else:
+                    job.future.set_exception(Abandoned("every client of the batch left or passed its deadline"))
+            return
         except Exception as exc:
             if len(jobs) == 1:
                 jobs[0].future.set_exception(exc)
@@ -280,6 +322,9 @@ class BatchScheduler:
             self._counts["batches"] += 1
             self._counts["answered"] += len(questions)
             self._last_batch = (len(jobs), elapsed)
+            if method in self._first_seen:
+                self._fastest[method] = min(per_question, self._fastest.get(method, math.inf))
+            self._first_seen.add(method)
         logger.debug("answered %d question(s) of %d request(s) in %.2f s", len(questions), len(jobs), elapsed)
         start = 0
         for job in jobs:

@@ -1,5 +1,13 @@
-"""Run an ASGI app with uvicorn in the foreground, announcing its URL once bound: shared by ``serve`` and
-``serve-model`` (neither has authentication: binding another interface than localhost logs a warning)."""
+"""Run an ASGI app with uvicorn, announcing its URL once bound and stopping promptly: shared by ``serve`` and
+``serve-model`` (neither has authentication: binding another interface than localhost logs a warning).
+
+**Shutdown** (SIGTERM, Ctrl-C, :meth:`uvicorn.Server.should_exit`): uvicorn stops accepting connections, then waits for
+the requests in flight — by default for as long as they take, and a request waiting on a batch of minutes held
+``serve-model`` up for minutes after SIGTERM. Here ``on_shutdown`` (the app's ``scheduler.close``) runs as soon as
+shutdown begins: queued requests are answered 503 at once and the running batch is interrupted before the model's next
+forward (:mod:`workbench.core.interrupt`), so its requests end too; whatever still runs after
+:data:`GRACEFUL_SHUTDOWN_S` seconds is cancelled.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,8 @@ from typing import Any
 logger = logging.getLogger("workbench.serve")
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+GRACEFUL_SHUTDOWN_S = 5.0
+"""Seconds uvicorn waits at shutdown for the requests still in flight before cancelling them."""
 
 
 def http_url(host: str, port: int) -> str:
@@ -17,21 +27,56 @@ def http_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def run_uvicorn(app: Any, *, host: str, port: int, log_level: str, announce: Callable[[str], str]) -> None:
-    """Serve ``app`` until interrupted; once the socket is bound, print ``announce(url)`` (the real port when
-    ``port`` is 0)."""
+def make_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    announce: Callable[[str], str] | None = None,
+    on_shutdown: Callable[[], None] | None = None,
+) -> Any:
+    """A :class:`uvicorn.Server` for ``app`` on ``host:port`` (0: a free port) that prints ``announce(url)`` once
+    bound (the real port) and calls ``on_shutdown()`` when shutdown begins, before waiting for the requests in
+    flight (at most :data:`GRACEFUL_SHUTDOWN_S` seconds). Start it with ``.run()`` (in the main thread, it handles
+    SIGINT / SIGTERM) or in a thread, and stop it with ``.should_exit = True``."""
     import uvicorn
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
-            if self.started:
-                bound = port
-                servers = getattr(self, "servers", None) or []
-                if servers and servers[0].sockets:
-                    bound = servers[0].sockets[0].getsockname()[1]
-                print(announce(http_url(host, bound)), flush=True)
+            if self.started and announce is not None:
+                print(announce(http_url(host, self.bound_port())), flush=True)
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            if on_shutdown is not None:
+                on_shutdown()  # waiting requests end now; a running batch stops at its next forward
+            await super().shutdown(sockets=sockets)
+
+        def bound_port(self) -> int:
+            """The port the server listens on (``port`` unless it was 0)."""
+            servers = getattr(self, "servers", None) or []
+            if servers and servers[0].sockets:
+                return int(servers[0].sockets[0].getsockname()[1])
+            return port
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
+    )
+    return _Server(config)
+
+
+def run_uvicorn(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    announce: Callable[[str], str],
+    on_shutdown: Callable[[], None] | None = None,
+) -> None:
+    """Serve ``app`` until interrupted (see :func:`make_server`): SIGTERM or Ctrl-C stop it within about
+    :data:`GRACEFUL_SHUTDOWN_S` seconds."""
     if host not in LOCAL_HOSTS:
         logger.warning("binding %s: the API is reachable from other machines and has no authentication", host)
-    _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level)).run()
+    make_server(app, host=host, port=port, log_level=log_level, announce=announce, on_shutdown=on_shutdown).run()

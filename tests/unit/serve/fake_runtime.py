@@ -6,7 +6,13 @@ many cases:
 
 * ``raise data error`` / ``raise bug`` raise a DataError / RuntimeError;
 * ``slow`` sleeps ``slow_seconds`` (0.5 s unless set; and sets ``slow_started``);
-* ``block`` waits until ``release`` is set (and sets ``block_started``), at most 10 s.
+* ``block`` waits until ``release`` is set (and sets ``block_started``), at most 10 s;
+* ``steps`` runs 200 steps of ``step_seconds`` (0.02 s unless set; sets ``steps_started``), calling
+  :func:`~workbench.core.interrupt.check_interrupt` before each as the generator does before each model forward, and
+  counts them in ``steps_done`` — so a server can interrupt it.
+
+Every answer carries an ``ood`` block (docs/ood.md): flagged (``question_form``, ``reported``) for a question that
+starts with ``ood``, clear otherwise.
 
 Its tokenizer imitates a byte-level BPE: one token per 4 ASCII characters, one per UTF-8 byte of anything else (an
 emoji is 4 tokens), so an emoji question is short in characters and long in tokens, as with the real generator.
@@ -21,10 +27,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import uvicorn
-
 from workbench.core.errors import DataError
+from workbench.core.interrupt import check_interrupt
 from workbench.runtime.runtime import RuntimeAnswer
+from workbench.serve.uvicorn_run import make_server
+
+STEPS = 200
 
 
 class FakeRuntime:
@@ -35,8 +43,11 @@ class FakeRuntime:
     version = "1.2.3"
     methods = ("dtr", "d2rag")  # d2rag is the default although it is not first
 
-    def __init__(self, slow_seconds: float = 0.5) -> None:
+    def __init__(self, slow_seconds: float = 0.5, step_seconds: float = 0.02) -> None:
         self.slow_seconds = slow_seconds
+        self.step_seconds = step_seconds
+        self.steps_done = 0
+        self.steps_started = threading.Event()
         self.method_options = {"dtr": {"k": 3}, "d2rag": {"k": 5, "tau": 0.4}}
         self.calls: list[tuple[list[str], str | None]] = []
         self.slow_started = threading.Event()
@@ -78,6 +89,12 @@ class FakeRuntime:
                 if q == "block":
                     self.block_started.set()
                     self.release.wait(10)
+                if q == "steps":
+                    self.steps_started.set()
+                    for _ in range(STEPS):
+                        check_interrupt()
+                        time.sleep(self.step_seconds)
+                        self.steps_done += 1
             return [self._answer(q, method or "d2rag") for q in questions]
 
     @staticmethod
@@ -97,13 +114,20 @@ class FakeRuntime:
             tokens=len(question) + 4,
             latency_s=0.001,
             trace={"steps": [{"name": "generate", "detail": {}}], "question": question},
+            ood=_ood(question),
         )
+
+
+def _ood(question: str) -> dict[str, Any]:
+    flagged = question.startswith("ood")
+    return {"flag": flagged, "checks": ["question_form"] if flagged else [], "action": "reported" if flagged else None}
 
 
 @contextmanager
 def serving(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread on a free localhost port; yield its base URL; shut it down after."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    """Serve ``app`` with uvicorn in a thread on a free localhost port, as ``run_server`` does (its scheduler closed
+    as soon as shutdown begins); yield its base URL; shut it down after."""
+    server = make_server(app, host="127.0.0.1", port=0, log_level="warning", on_shutdown=app.state.scheduler.close)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -370,3 +370,30 @@ def test_a_real_bundle_answers_chat_as_answer_and_the_runtime_do(real):
         if method == "standard_rag":
             assert extension["retrieved"] and len(extension["passages"]) == 2
             assert all(set(p) == {"id", "title"} for p in extension["passages"])
+
+
+def test_a_real_bundle_answer_whose_client_left_is_interrupted_between_decoding_steps(real, monkeypatch):
+    """The runtime generates on the scheduler's worker thread, and no method swallows the interruption: a client that
+    leaves stops the model at its next decoding step (each slowed to 100 ms here), and the next caller is answered."""
+    url, runtime, http = real
+    generator = runtime.tools().generator
+    inner, steps = generator.step, []
+
+    def slow_step(*args: Any, **kwargs: Any) -> Any:
+        steps.append(time.monotonic())
+        time.sleep(0.1)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(generator, "step", slow_step)
+    before = http.get("/health").json()["queue"]["interrupted"]
+    questions = [f"Who wrote book number {i}?" for i in range(8)]
+    with pytest.raises(httpx.TimeoutException):  # D²-RAG: greedy answers, samples, then decoding: seconds of steps
+        httpx.post(f"{url}/answer", json={"questions": questions, "method": "d2rag"}, timeout=0.4)
+    deadline = time.monotonic() + 10
+    while http.get("/health").json()["queue"]["interrupted"] == before:
+        assert time.monotonic() < deadline, "the abandoned batch was never interrupted"
+        time.sleep(0.02)
+    stopped = len(steps)
+    monkeypatch.undo()
+    assert http.post("/answer", json={"question": "Who wrote Hamlet?", "method": "no_rag"}).status_code == 200
+    assert len(steps) == stopped  # the abandoned answers never stepped again

@@ -99,11 +99,9 @@ def test_seeded_samples_equal_in_process_samples_for_text_and_token_prompts(clie
         assert [c.text for c in answer.choices] == [g.text for g in ref]
         for choice, g in zip(answer.choices, ref, strict=True):
             np.testing.assert_array_equal(_lp(choice.logprobs.token_logprobs), g.logprobs)  # raw, not processed
-            assert choice.logprobs.top_logprobs == [{}] * len(g.token_ids)
-    # no seed: the server's default seed (the generator's), as in-process
-    unseeded = client.completions.create(model=NAME, prompt=PROMPTS[0], max_tokens=6, temperature=1.0, n=2)
-    default = gen.generate(PROMPTS[:1], max_new_tokens=6, temperature=1.0, n=2, stop=None)
-    assert [c.text for c in unseeded.choices] == [g.text for g in default]
+            # logprobs=0: the chosen token's entry alone (OpenAI always lists the chosen token)
+            assert [len(top) for top in choice.logprobs.top_logprobs] == [1] * len(g.token_ids)
+    # a request without a seed samples afresh: test_openai_server_limits.py
 
 
 def test_full_vocabulary_top_logprobs_give_the_exact_entropy(client, gen):
@@ -134,7 +132,7 @@ def test_echo_logprobs_equal_score_on_the_same_ids(client, gen):
     lp = choice.logprobs
     assert len(lp.tokens) == len(p_ids) + len(c_ids)
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
-    assert all(len(top) == 2 for top in lp.top_logprobs[1:])
+    assert all(len(top) in (2, 3) for top in lp.top_logprobs[1:])  # the top 2, and the echoed token when outside
     np.testing.assert_allclose(_lp(lp.token_logprobs[len(p_ids) :]), scored.logprobs, atol=1e-5)
     assert answer.usage.prompt_tokens == len(p_ids) + len(c_ids) and answer.usage.completion_tokens == 0
     # echo with generation: the prompt's tokens first, then the greedy answer's; offsets into prompt + text
@@ -299,9 +297,26 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(openai_server, "run_model_server", lambda generator, **kw: seen.update(gen=generator, **kw))
+    limits = ["--max-sequences", "12", "--max-request-tokens", "900", "--max-echo-tokens", "300"]
     result = CliRunner().invoke(
-        cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--max-logprobs", "7", "--port", "0", "--batch-size", "3"]
+        cli.app,
+        [
+            "serve-model",
+            "--model",
+            str(tiny_lm_dir),
+            "--max-logprobs",
+            "7",
+            "--port",
+            "0",
+            "--batch-size",
+            "3",
+            *limits,
+        ],
     )
     assert result.exit_code == 0, result.output
     assert seen["gen"].cache is None and seen["gen"].batch_size == 3
     assert seen["served_name"] == str(tiny_lm_dir) and seen["limits"].max_logprobs == 7 and seen["port"] == 0
+    chosen = seen["limits"]
+    assert (chosen.max_sequences, chosen.max_request_tokens, chosen.max_echo_tokens) == (12, 900, 300)
+    refused = CliRunner().invoke(cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--max-request-tokens", "0"])
+    assert "max_request_tokens must be an integer >= 1" in str(refused.exception)  # a WorkbenchError: exit 2

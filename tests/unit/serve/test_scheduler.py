@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, QueueFull, SchedulerClosed
+from workbench.core.interrupt import check_interrupt
+from workbench.serve.scheduler import Abandoned, BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 
 
 class Recorder:
@@ -27,16 +28,43 @@ class Recorder:
         return [f"{method}:{q}" for q in questions]
 
 
+class Stepper(Recorder):
+    """An answer function of 200 steps of 10 ms, each after :func:`check_interrupt` as the generator's forwards; its
+    first call waits for ``gate``. ``steps`` counts the steps run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def __call__(self, questions: Sequence[str], method: str) -> list[str]:
+        answers = super().__call__(questions, method)
+        self.gate.set()  # only the first call is held
+        for _ in range(200):
+            check_interrupt()
+            time.sleep(0.01)
+            self.steps += 1
+        return answers
+
+
 def _later(seconds: float = 60.0) -> float:
     return time.monotonic() + seconds
 
 
+def _held(
+    answer: Recorder, first: str, max_queue: int = 16, max_batch_questions: int = 8
+) -> tuple[BatchScheduler, Job]:
+    """A scheduler over ``answer`` whose worker is answering the job ``[first]``, held at ``answer.gate``; the
+    scheduler and that job."""
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=max_queue, max_batch_questions=max_batch_questions)
+    job = scheduler.submit([first], "m", _later())
+    assert answer.started.wait(5)
+    return scheduler, job
+
+
 def test_answers_are_split_back_per_job_in_order():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    first = scheduler.submit(["hold"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, first = _held(answer, "hold")
     jobs = [scheduler.submit([f"q{i}a", f"q{i}b"], "m", _later()) for i in range(3)]
     answer.gate.set()
     assert first.future.result(5) == ["m:hold"]
@@ -48,10 +76,7 @@ def test_answers_are_split_back_per_job_in_order():
 
 def test_the_queue_is_bounded_in_questions_and_estimates_retry_after():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=4, max_batch_questions=4)
-    scheduler.submit(["running"], "m", _later())  # taken by the worker: not counted
-    assert answer.started.wait(5)
+    scheduler, _ = _held(answer, "running", max_queue=4, max_batch_questions=4)  # taken by the worker: not counted
     scheduler.submit(["a", "b", "c"], "m", _later())
     scheduler._seconds_per_question = 2.5  # as measured by earlier batches
     with pytest.raises(QueueFull) as info:
@@ -66,10 +91,7 @@ def test_the_queue_is_bounded_in_questions_and_estimates_retry_after():
 
 def test_cancelled_and_expired_jobs_are_never_computed():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    running = scheduler.submit(["running"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, running = _held(answer, "running")
     gone = scheduler.submit(["gone"], "m", _later())
     expired = scheduler.submit(["expired"], "m", time.monotonic() + 0.05)
     kept = scheduler.submit(["kept"], "m", _later())
@@ -140,10 +162,7 @@ def test_a_failing_or_broken_answer_fails_its_job_and_the_worker_serves_on():
 
 def test_close_fails_waiting_jobs_and_refuses_new_ones():
     answer = Recorder()
-    answer.gate.clear()
-    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
-    running = scheduler.submit(["running"], "m", _later())
-    assert answer.started.wait(5)
+    scheduler, running = _held(answer, "running")
     waiting = scheduler.submit(["waiting"], "m", _later())
     scheduler.close()
     with pytest.raises(SchedulerClosed):
@@ -153,6 +172,62 @@ def test_close_fails_waiting_jobs_and_refuses_new_ones():
     answer.gate.set()
     assert running.future.result(5) == ["m:running"]  # the running batch finishes
     assert answer.calls == [["running"]]
+
+
+def _interrupted(scheduler: BatchScheduler, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while scheduler.stats()["interrupted"] == 0:
+        assert time.monotonic() < deadline, "the running batch was never interrupted"
+        time.sleep(0.01)
+
+
+def test_a_running_batch_is_interrupted_once_every_job_of_it_is_abandoned():
+    answer = Stepper()
+    scheduler, holder = _held(answer, "hold")
+    first, second = scheduler.submit(["a"], "m", _later()), scheduler.submit(["b"], "m", _later())
+    answer.started.clear()
+    answer.gate.set()  # the holder's steps run; then a and b go in one batch
+    assert holder.future.result(10) == ["m:hold"]
+    assert answer.started.wait(5) and answer.calls[-1] == ["a", "b"]
+    assert scheduler.cancel(first) is False and first.abandoned  # running: marked, not dropped
+    time.sleep(0.1)
+    assert scheduler.stats()["interrupted"] == 0  # b still waits: the batch goes on
+    assert scheduler.cancel(second) is False
+    _interrupted(scheduler)
+    for job in (first, second):
+        with pytest.raises(Abandoned):
+            job.future.result(5)
+    assert answer.steps < 200 + 100  # the holder's 200 steps, and well under half of the batch's
+    assert scheduler.submit(["next"], "m", _later()).future.result(10) == ["m:next"]  # the worker serves on
+    scheduler.close()
+
+
+def test_close_interrupts_the_running_batch():
+    answer = Stepper()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8)
+    running = scheduler.submit(["running"], "m", _later())
+    assert answer.started.wait(5)
+    scheduler.close()
+    with pytest.raises(SchedulerClosed):
+        running.future.result(2)  # its 2 s of steps were cut short
+    assert scheduler.stats()["interrupted"] == 1 and answer.steps < 100
+
+
+def test_the_fastest_rate_per_method_is_kept():
+    def timed(questions: Sequence[str], method: str) -> list[str]:
+        time.sleep(0.05 * (len(questions) if method == "slow" else 1))
+        return list(questions)
+
+    scheduler = BatchScheduler(timed, max_queue=16, max_batch_questions=8)
+    scheduler.submit(["a"] * 6, "slow", _later()).future.result(5)  # a first batch may load models: left out
+    assert scheduler.fastest_seconds_per_question("slow") is None
+    scheduler.submit(["a"], "slow", _later()).future.result(5)
+    scheduler.submit(["a", "b"], "slow", _later()).future.result(5)
+    for _ in range(2):
+        scheduler.submit(["a", "b", "c", "d"], "fast", _later()).future.result(5)
+    slow, fast = scheduler.fastest_seconds_per_question("slow"), scheduler.fastest_seconds_per_question("fast")
+    assert 0.05 <= slow < 0.5 and 0.0125 <= fast < slow  # one call of 50 ms for 4 questions
+    scheduler.close()
 
 
 @pytest.mark.parametrize(

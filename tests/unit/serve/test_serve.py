@@ -53,9 +53,12 @@ def test_health(live):
     assert response.status_code == 200
     body = response.json()
     queue = body.pop("queue")
+    ood = body.pop("ood")
     assert body == {"status": "ok", "bundle": "fake-bundle", "version": "1.2.3", "methods": ["dtr", "d2rag"]}
-    assert set(queue) == {"queued", "queued_requests", "running", "limit", "batches", "answered", "dropped"}
+    fields = {"queued", "queued_requests", "running", "limit", "batches", "answered", "dropped", "interrupted"}
+    assert set(queue) == fields
     assert queue["limit"] == LIMITS.max_queue and queue["queued"] == 0
+    assert set(ood) == {"checked", "flagged", "reported", "retrieved", "refused"}
 
 
 def test_methods_lists_settings_default_and_decision(live):

@@ -1,0 +1,70 @@
+"""Strict JSON request bodies for both servers.
+
+FastAPI parses a body with :func:`json.loads`, which lets a repeated key silently win (``{"question": "a",
+"question": "b"}`` answers "b" while a log or a proxy that keeps the first sees "a"), takes ``NaN`` and ``Infinity``,
+and turns a deeply nested document or a 5,000-digit number into an exception that is no JSON error (worded as "not
+UTF-8 text" before). :class:`StrictJSONRoute` parses with :func:`~workbench.core.strict_json.loads_strict` (the bundle
+loader's parser) instead: each of these is a one-line 422 ``malformed JSON body: …``, which each server words as its
+other malformed bodies (``serve``: 422 ``{"detail"}``; OpenAI paths: ``{"error"}``, 400 on ``serve``'s, 422 on
+``serve-model``'s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from workbench.core.errors import DataError
+from workbench.core.strict_json import loads_strict
+
+
+def parse_body(body: bytes) -> Any:
+    """The JSON value of a request ``body``, parsed strictly; a 422 :class:`HTTPException` ``malformed JSON body:
+    <why>`` (one line) otherwise: not UTF-8, not JSON, a duplicate key, NaN / Infinity, nesting deeper than 64
+    levels, a number with more digits than Python converts."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(422, "malformed JSON body: not UTF-8 text") from None
+    try:
+        return loads_strict(text, "request body")
+    except DataError as exc:
+        raise HTTPException(422, f"malformed JSON body: {exc.what.removeprefix('not accepted as JSON: ')}") from None
+    except ValueError:  # an integer past sys.get_int_max_str_digits(): no JSONDecodeError, a bare ValueError
+        raise HTTPException(422, "malformed JSON body: a number has too many digits") from None
+
+
+class StrictJSONRequest(Request):
+    """A request whose :meth:`json` is :func:`parse_body`'s strict parse."""
+
+    async def json(self) -> Any:
+        """The body's JSON value (parsed once); a 422 :class:`HTTPException` when it is not strict JSON."""
+        if not hasattr(self, "_json"):
+            self._json = parse_body(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """An API route whose JSON body is parsed strictly (set it as ``app.router.route_class`` before adding routes):
+    FastAPI re-raises the parser's :class:`HTTPException` as it is, so the app's handler words it."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, given a :class:`StrictJSONRequest` over the same connection."""
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler
+
+
+def body_refusal(exc: HTTPException) -> HTTPException:
+    """The parser's own 422 when FastAPI wrapped it in its 400 ``There was an error parsing the body`` (FastAPI
+    versions that do not re-raise it), else ``exc``."""
+    cause = exc.__cause__
+    return cause if exc.status_code == 400 and isinstance(cause, HTTPException) else exc
