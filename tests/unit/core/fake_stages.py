@@ -55,3 +55,9 @@ def use_widget(ctx):
 def idle(ctx):
     """Uses no shared resource; says what the run holds while it runs."""
     return {"held_at_start": ",".join(ctx.resources.held())}
+
+
+def idle_counted(ctx):
+    """Does nothing but count its runs (under its own stage name)."""
+    _bump(ctx, ctx.spec.name)
+    return {}
