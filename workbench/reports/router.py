@@ -75,7 +75,7 @@ def shipped_lines(export_dir: Path | None, config: Any, stage_dir: Callable[[str
     by :mod:`workbench.bundle.shipped` as the model card, ``workbench bundles``, ``GET /methods`` and ``workbench
     infer`` render it), or, for a run that exports nothing, as it would ship; and whether that is classify's pick or
     who replaced its τ. [] when the run has no D²-RAG decision."""
-    from workbench.bundle.shipped import decision_line, provenance_lines, run_decision, shipped_decision
+    from workbench.bundle.shipped import decision_line, run_decision, shipped_decision
 
     manifest = None
     if export_dir is not None and (export_dir / "bundle.json").is_file():
@@ -90,8 +90,8 @@ def shipped_lines(export_dir: Path | None, config: Any, stage_dir: Callable[[str
         if decision.tau.set_by == "classify"
         else f"classify's router with the τ the {decision.tau.set_by} set, replacing classify's"
     )
-    lines = ["### What ships", "", f"From {source}: {who}.", "", f"**{decision_line(decision)}.**", ""]
-    return lines + (provenance_lines(manifest) if manifest is not None else [])
+    tables = " What each part was fitted on is under *Bundle*." if manifest is not None else ""
+    return ["### What ships", "", f"From {source}: {who}.{tables}", "", f"**{decision_line(decision)}.**", ""]
 
 
 def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
