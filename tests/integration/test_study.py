@@ -238,7 +238,7 @@ def test_after_a_study_moves_tau_every_reader_renders_the_one_record(study_run):
     from workbench.runtime import load_bundle
     from workbench.serve import create_app
 
-    tmp, _ = study_run
+    tmp, overrides = study_run
     stages = tmp / "run" / "stages"
     selection = json.loads((stages / "classify" / "selection.json").read_text())
     classify_tau = (selection.get("router") or selection["thresholds"]["LR"])["tau"]
@@ -270,3 +270,12 @@ def test_after_a_study_moves_tau_every_reader_renders_the_one_record(study_run):
     answered = CliRunner().invoke(app, ["infer", "--bundle", str(bundle), "--method", "d2rag", "Who wrote Hamlet?"])
     assert answered.exit_code == 0, answered.output
     assert line in answered.output and f"vs τ {studied:.3f}" in answered.output
+    # a report of the same run without an export says the same, less the figures only the export measures at τ
+    from workbench.bundle.shipped import run_decision
+
+    unexported = decision_line(run_decision(load_recipe("study", overrides).config, _stage_dir(stages)))
+    assert unexported == line.split("; held out")[0] + "; no held-out figure at this τ"
+
+
+def _stage_dir(stages):
+    return lambda name: stages / name if (stages / name / "_stage.json").is_file() else None

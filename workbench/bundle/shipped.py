@@ -15,7 +15,9 @@ not the shipped one — no held-out figure is shown for it rather than the wrong
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt
@@ -104,6 +106,13 @@ def _alpha_default(name: str) -> Any:
     return getattr(settings_class("d2rag")(), name)
 
 
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, else None (``metrics`` is free-form: a reader never trusts its types)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None:
     routing = (manifest.get("metrics") or {}).get("routing")
     if not isinstance(routing, dict) or not measured_at_tau:
@@ -113,15 +122,16 @@ def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None
     if row is None:
         return None
     held = ((manifest.get("provenance") or {}).get("held_out") or {}).get("decision") or {}
+    questions = held.get("questions") if isinstance(held, dict) else None
     return HeldOut(
         split=str(routing.get("split")),
-        questions=held.get("questions") if isinstance(held, dict) else None,
-        retrieval_rate=row.get("retrieval_rate"),
-        contains=row.get("contains"),
-        em=row.get("em"),
-        f1=row.get("f1"),
-        lm_calls=row.get("lm_calls"),
-        tokens=row.get("tokens"),
+        questions=questions if isinstance(questions, int) and not isinstance(questions, bool) else None,
+        retrieval_rate=_number(row.get("retrieval_rate")),
+        contains=_number(row.get("contains")),
+        em=_number(row.get("em")),
+        f1=_number(row.get("f1")),
+        lm_calls=_number(row.get("lm_calls")),
+        tokens=_number(row.get("tokens")),
         row=str(row.get("router")),
     )
 
@@ -214,7 +224,7 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     options = evaluated_options(config, "d2rag", stage_dir("study"))
     setters = option_setters(config, "d2rag", stage_dir("study"))
     alphas = {
-        name: Setting(options.get(name, _alpha_default(name)), setters[name].stage if name in setters else "default")
+        name: _run_setting(options.get(name, _alpha_default(name)), setters.get(name), stage_dir("study"))
         for name in ALPHAS
     }
     features = list(learned.features)
@@ -224,11 +234,28 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
         classifier=classifier,
         calibrator=calibrator,
         rule=learned.tau_rule,
-        tau=Setting(learned.tau, setter.stage),
+        tau=_run_setting(learned.tau, setter, stage_dir("study")),
         alphas=alphas,
         always_retrieve=learned.tau > 1.0,
         held_out=None,
     )
+
+
+def _run_setting(value: Any, setter: Any, study_dir: Any) -> Setting:
+    """A value of a run before export, with the split and count of the questions its study recorded (a study's or a
+    parameters file's ``fitted_on``; none for classify, the recipe or a default — the export records those)."""
+    from workbench.bundle.learned import read_params, study_params
+
+    if setter is None:
+        return Setting(value, "default")
+    record: Any = None
+    if setter.stage == "study":
+        record = study_params(study_dir).get("fitted_on")
+    elif setter.stage == "params":
+        record = read_params(Path(setter.source)).get("fitted_on")
+    if not isinstance(record, dict):
+        return Setting(value, setter.stage)
+    return Setting(value, setter.stage, record.get("split"), record.get("questions"))
 
 
 def provenance_lines(manifest: dict[str, Any]) -> list[str]:
