@@ -27,10 +27,13 @@ class PathSetting:
     """A setting whose value may name a local file or directory: ``key`` is its dotted key (a ``*`` stands for any
     key at that level, e.g. every method of ``evaluate.options``), ``readers`` the stages that read the file (None:
     every stage keyed on the setting's section; a stage keyed on the section that never opens the file does not
-    re-run when only the file changes)."""
+    re-run when only the file changes), ``names`` the values that are names and never paths (``wiki``), ``model``
+    whether the value is a model reference (an embedded model's name is never a path either)."""
 
     key: str
     readers: tuple[str, ...] | None = None
+    names: tuple[str, ...] = ()
+    model: bool = False
 
     @property
     def section(self) -> str:
@@ -39,16 +42,16 @@ class PathSetting:
 
 
 PATH_SETTINGS: tuple[PathSetting, ...] = (
-    PathSetting("data.dataset"),
-    PathSetting("data.corpus"),
-    PathSetting("generator.model"),
-    PathSetting("generator.tokenizer"),
-    PathSetting("embedder.model"),
-    PathSetting("nli.model"),
+    PathSetting("data.dataset", names=("wiki-qa",)),
+    PathSetting("data.corpus", names=("wiki",)),
+    PathSetting("generator.model", model=True),
+    PathSetting("generator.tokenizer", model=True),
+    PathSetting("embedder.model", model=True),
+    PathSetting("nli.model", model=True),
     PathSetting("evaluate.params", readers=("evaluate",)),
-    PathSetting("evaluate.options.*.controller_model"),
-    PathSetting("distill.base_model"),
-    PathSetting("distill_data.teacher"),
+    PathSetting("evaluate.options.*.controller_model", model=True),
+    PathSetting("distill.base_model", model=True),
+    PathSetting("distill_data.teacher", model=True),
 )
 """Every setting whose value may be a local path, with the stages that read it (see :class:`PathSetting`)."""
 
@@ -66,15 +69,16 @@ def _values(plain: Any, parts: list[str], prefix: str) -> Iterable[tuple[str, An
             yield from _values(plain[key], rest, f"{prefix}.{key}")
 
 
-def _local_path(value: Any) -> Path | None:
-    """The existing local file or directory ``value`` names, or None (not a string, an embedded asset name, a hub id,
-    a path that does not exist: the loader of that setting says so when it is used)."""
-    if not isinstance(value, str) or not value:
+def _local_path(value: Any, setting: PathSetting) -> Path | None:
+    """The existing local file or directory ``value`` names, or None (not a string, one of the setting's names, an
+    embedded model's name, a hub id, a path that does not exist: the loader of that setting says so when used)."""
+    if not isinstance(value, str) or not value or value in setting.names:
         return None
-    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_EMBEDDERS, EMBEDDED_GENERATORS
+    if setting.model:
+        from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_EMBEDDERS, EMBEDDED_GENERATORS
 
-    if value in EMBEDDED_GENERATORS or value in EMBEDDED_EMBEDDERS or value in EMBEDDED_ADAPTERS:
-        return None  # resolved as the embedded asset even when a same-named path exists (workbench.assets)
+        if value in EMBEDDED_GENERATORS or value in EMBEDDED_EMBEDDERS or value in EMBEDDED_ADAPTERS:
+            return None  # resolved as the embedded asset even when a same-named path exists (workbench.assets)
     path = Path(value).expanduser()
     return path if path.exists() else None
 
@@ -90,7 +94,7 @@ def path_digests(stage: str, sections: Iterable[str], plain: dict[str, Any]) -> 
         for key, value in _values(plain, setting.key.split("."), ""):
             items = value if isinstance(value, list) else [value]
             for index, item in enumerate(items):
-                path = _local_path(item)
+                path = _local_path(item, setting)
                 if path is not None:
                     name = key.lstrip(".") + (f"[{index}]" if isinstance(value, list) else "")
                     out[name] = path_sha256(path)

@@ -131,7 +131,8 @@ def test_a_stage_keyed_on_the_section_that_does_not_read_the_file_stays_cached(t
 
 def test_names_that_are_not_local_paths_add_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "smollm2").mkdir()  # an embedded name resolves to the embedded model even beside such a directory
+    for name in ("smollm2", "wiki", "wiki-qa"):  # names, not paths, even beside a directory so named
+        (tmp_path / name).mkdir()
     plain = {
         "generator": {"model": "smollm2", "tokenizer": None},
         "embedder": {"model": "minilm"},
