@@ -16,12 +16,20 @@ the same hashes, the same manifest and the same archive.
 **Export = evaluate.** Each method's options and D²-RAG's τ come from the functions the evaluate stage runs with
 (:func:`~workbench.bundle.learned.evaluated_options`, :func:`~workbench.bundle.learned.evaluated_learned`): the
 recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files — so a bundle runs what its metrics
-block reports.
+block reports; and their digest must be the one evaluate recorded for what it ran (:func:`_check_evaluated`).
 
-**Refused:** a gold-using method (``oracle``, ``d2rag_oracle``), a feature that requires the gold answer, ``d2rag``
-without the run's calibrate and classify stages, D²-RAG parameters tuned with the gold-using oracle utility (a study
-or parameters file that does not record a gold-free utility). D²-RAG without a fitted utility predictor is exported
-with the gold-free default (no utility: every retrieved context decoded neutrally), and the manifest says so.
+**What ships, and on what it was fitted.** The manifest's ``provenance`` (:func:`_provenance`,
+:mod:`workbench.bundle.provenance`) records who set each shipped part and parameter and the questions it was fitted
+on, and the questions each held-out figure was measured on; when a study or a parameters file moved τ, the routing
+table gets the row of the shipped decision at that τ (:func:`_shipped_row`), which every reader shows
+(:mod:`workbench.bundle.shipped`).
+
+**Refused** (one line, before anything is written): a gold-using method (``oracle``, ``d2rag_oracle``), a feature that
+requires the gold answer, ``d2rag`` without the run's calibrate and classify stages, D²-RAG parameters tuned with the
+gold-using oracle utility (a study or parameters file that does not record a gold-free utility), parameters other than
+those evaluate ran, and held-out figures measured on questions a shipped part was fitted on. D²-RAG without a fitted
+utility predictor is exported with the gold-free default (no utility: every retrieved context decoded neutrally), and
+the manifest says so.
 """
 
 from __future__ import annotations

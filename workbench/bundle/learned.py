@@ -3,7 +3,10 @@ classifier or router and its τ, the utility predictor, the LARS scorer, the sta
 study's chosen parameters and the ``evaluate.params`` files.
 
 The evaluate stage runs its methods with these and the bundle export ships the same (:func:`evaluated_options`,
-:func:`evaluated_learned`), so a bundle runs what evaluate measured. Everything here reads files (JSON and the
+:func:`evaluated_learned`), so a bundle runs what evaluate measured: evaluate records their digest
+(:func:`parameters_digests`) and the export checks it. Who set each value — classify, the study, a parameters file,
+the recipe, a method default — is told by the same layering (:func:`option_setters`, :func:`tau_setter`), for the
+bundle's provenance. Everything here reads files (JSON and the
 learned-artifact protocol of :mod:`workbench.methods.learned`) and imports no stage: it sits below the stages, with
 the bundle.
 """
