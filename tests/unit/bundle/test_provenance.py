@@ -183,3 +183,13 @@ def test_an_older_bundle_whose_tau_a_study_moved_shows_no_held_out_figure_at_it(
     decision = shipped_decision(manifest)
     assert decision.tau.set_by == "study" and decision.held_out is None
     assert decision_line(decision).endswith("no held-out figure at this τ")
+
+
+def test_the_embedded_reader_adapter_is_recorded_by_its_training_articles():
+    from workbench.bundle.provenance import reader_adapter
+
+    reader = reader_adapter("smollm2-reader")
+    record = reader.record("set_by")
+    assert record["set_by"] == "tune_reader" and record["split"] == "train" and record["unit"] == "articles"
+    assert record["questions"] > 1000 and len(record["ids_sha256"]) == 64
+    assert reader_adapter("smollm2") is None  # a model, not an adapter

@@ -190,3 +190,25 @@ def test_the_other_key_at_its_default_is_said_to_be_one():
     )
     assert message.startswith("command line: tune_reader.split: 'test' is also evaluate.split: ")
     assert message.endswith("(evaluate.split: its default, not set in " + str(recipes_dir() / "tune-reader.yaml") + ")")
+
+
+def test_workbench_validate_refuses_it_in_one_line_with_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        (recipes_dir() / "quickstart.yaml").read_text().replace("\n  limit: 8 ", "\n  split: test\n  limit: 8 ", 1)
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench", "validate", str(path)], capture_output=True, text=True, timeout=300
+    )
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr
+    assert lines[0].startswith(f"error: {path}:") and "study.split: 'test' is also evaluate.split: " in lines[0]
+    assert lines[0].endswith(f"(evaluate.split: {path}:{_evaluate_split_line(path)})")
+
+
+def _evaluate_split_line(path) -> int:
+    lines = path.read_text().splitlines()
+    return lines.index("evaluate:") + 2
