@@ -70,7 +70,7 @@ def question_record(split: str, ids: Sequence[str]) -> dict[str, Any]:
     return {"split": split, "questions": len(ordered), "ids_sha256": ids_sha256(ordered), "ids": ordered}
 
 
-def recorded_questions(by: str, record: Any, source: str, where: str) -> Questions:
+def recorded_questions(by: str, record: Any, source: str | None, where: str) -> Questions:
     """A :func:`question_record` read back (from a study's output or a parameters file); DataError naming ``where``
     when it is malformed or its ids do not hash to its digest."""
     ids = record.get("ids") if isinstance(record, dict) else None
@@ -226,7 +226,9 @@ def _setter_questions(setter: Any, study: Questions | None, fit: Questions) -> Q
     if setter.stage == "classify":
         return Questions("classify", fit.split, fit.ids, setter.source)
     if setter.stage == "study":
-        return Questions("study", study.split, study.ids, setter.source) if study is not None else Questions("study")
+        # no source: the run's own study (a path under the run directory would tie the content digest to where
+        # the run lies)
+        return Questions("study", study.split, study.ids) if study is not None else Questions("study")
     if setter.stage == "params":
         params = read_params(Path(setter.source))
         if "fitted_on" in params:
@@ -293,11 +295,10 @@ def _study_questions(run: Any, questions: RunQuestions) -> Questions | None:
     if study_dir is None:
         return None
     best = run.json("study", "best_params.json") or {}
-    source = str(study_dir / "best_params.json")
     if "fitted_on" in best:
-        return recorded_questions("study", best["fitted_on"], source, source)
+        return recorded_questions("study", best["fitted_on"], None, str(study_dir / "best_params.json"))
     section = run.config.study
-    return Questions("study", section.split, questions.first(section.split, section.limit), source)
+    return Questions("study", section.split, questions.first(section.split, section.limit))
 
 
 def run_held_out(run: Any, metrics: dict[str, Any], questions: RunQuestions) -> dict[str, Questions]:
