@@ -68,6 +68,7 @@ CALIBRATE = "calibrate runs"
 TRANSFER = "transfer runs"
 STUDY = "study runs"
 STUDY_EVALUATE = "study and evaluate run"
+STUDY_TRANSFER = "study and transfer run"
 CALIBRATE_EVALUATE = "calibrate and evaluate run"
 CALIBRATE_STUDY = "calibrate and study run"
 UTILITY_EVALUATE = "fit_utility and evaluate run"
@@ -83,6 +84,7 @@ AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
     TRANSFER: _runs("transfer"),
     STUDY: _runs("study"),
     STUDY_EVALUATE: _runs("study", "evaluate"),
+    STUDY_TRANSFER: _runs("study", "transfer"),
     CALIBRATE_EVALUATE: _runs("calibrate", "evaluate"),
     CALIBRATE_STUDY: _runs("calibrate", "study"),
     UTILITY_EVALUATE: _runs("fit_utility", "evaluate"),
@@ -161,6 +163,13 @@ SPLIT_AGREEMENTS: tuple[Agreement, ...] = (
         "differs",
     ),
     Agreement(
+        "study.split",
+        "transfer.split",
+        "the study tunes the τ the transfer stage measures in distribution there (its held-out condition)",
+        STUDY_TRANSFER,
+        "differs",
+    ),
+    Agreement(
         "calibrate.fit_split",
         "evaluate.split",
         "the calibrators are fitted, and classify trains its classifier and chooses the model and τ, on it, and "
@@ -219,7 +228,8 @@ SPLIT_AGREEMENTS: tuple[Agreement, ...] = (
     ),
 )
 """Nothing shipped is fitted or tuned on a split the run reports as held-out (module docstring): each split a shipped
-part or parameter is fitted on, against ``evaluate.split`` and the study's ``test_split``."""
+part or parameter is fitted on, against ``evaluate.split`` and the study's ``test_split`` (and the study's against
+``transfer.split``, where the shipped decision is measured in distribution)."""
 
 
 def setting(config: RecipeView, key: str) -> tuple[Any, bool]:

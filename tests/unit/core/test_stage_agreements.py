@@ -126,6 +126,15 @@ SPLIT_CASES = {
     # (key, other): (recipe, overrides that make the pair's condition hold and break it)
     ("study.split", "evaluate.split"): ("quickstart", ["study.split=test"]),
     ("study.split", "study.test_split"): ("study", ["study.test_split=val"]),
+    ("study.split", "transfer.split"): (
+        "evaluate",
+        [
+            "stages=[build_data,collect,calibrate,classify,fit_utility,study,transfer]",
+            "study.methods=[dtr]",
+            "study.test_split=ood",
+            "study.split=test",
+        ],
+    ),
     ("calibrate.fit_split", "evaluate.split"): ("quickstart", ["calibrate.fit_split=test"]),
     ("calibrate.fit_split", "study.test_split"): ("quickstart", ["study.test_split=calib"]),
     ("fit_utility.split", "evaluate.split"): ("quickstart", ["fit_utility.split=test"]),
@@ -152,7 +161,7 @@ def test_every_split_a_shipped_part_is_fitted_on_is_declared_against_the_held_ou
     fitted = {a.key for a in SPLIT_AGREEMENTS}
     assert {"study.split", "calibrate.fit_split", "fit_utility.split", "collect.lars_fit_split"} <= fitted
     assert {"tune_reader.split", "distill_data.split"} <= fitted
-    assert {a.other for a in SPLIT_AGREEMENTS} == {"evaluate.split", "study.test_split"}
+    assert {a.other for a in SPLIT_AGREEMENTS} == {"evaluate.split", "study.test_split", "transfer.split"}
 
 
 @pytest.mark.parametrize("pair", SPLIT_AGREEMENTS, ids=lambda a: f"{a.key}-{a.other}")
