@@ -389,14 +389,19 @@ def bundles_command(
             e.created[:10],
             ", ".join(e.methods),
             fmt(e.metrics.get("tau")),
+            e.metrics.get("tau_set_by", "-"),
             fmt(e.metrics.get("routed_contains")),
             fmt(e.metrics.get("retrieval_rate")),
+            e.metrics.get("fitted_on", "-"),
+            e.metrics.get("held_out", "-"),
             e.status,
             str(e.path),
         ]
         for e in entries
     ]
-    header = ["bundle", "version", "created", "methods", "τ", "routed contains", "retrieval", "status", "path"]
+    # the shipped decision (workbench.bundle.shipped): τ, who set it, its held-out figures at that τ; the splits
+    header = ["bundle", "version", "created", "methods", "τ", "τ set by", "routed contains", "retrieval"]
+    header += ["fitted on", "held out", "status", "path"]
     if wide:
         _echo_table(rows, header, unbounded=True)
     else:
@@ -509,6 +514,10 @@ def infer_command(
             f"with {runtime.name} {runtime.version} ({done.method})"
         )
         return
+    if not as_json and (method or ("d2rag" if "d2rag" in runtime.methods else None)) == "d2rag":
+        decision = runtime.info().get("decision")  # the manifest's record, as the card and `bundles` show it
+        if decision:
+            typer.echo(f"{runtime.name} {runtime.version}: {decision['summary']}")
     for answer in runtime.answer_many(list(questions or []), method, batch_size=batch_size):
         if as_json:
             typer.echo(json_line(answer.to_dict()))  # one line even when the answer holds U+2028 / U+2029

@@ -31,7 +31,7 @@ from workbench.core.config import (
 )
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.paths import recipes_dir
-from workbench.core.settings import KeyFirstError
+from workbench.core.settings import KeyFirstError, PairedKeyError
 from workbench.stages.registry import STAGES, StageSpec
 from workbench.stages.settings.shared import (
     DataSection,
@@ -257,8 +257,18 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
             location = "command line" if below else located.where(key)
             if isinstance(exc, KeyFirstError):
                 raise ConfigError(f"{exc.where}: {exc.what}", location) from None
-            raise ConfigError(exc.what, f"{location}: {exc.where}") from None
+            what = exc.with_other_at(_key_location(located, exc.other)) if isinstance(exc, PairedKeyError) else exc.what
+            raise ConfigError(what, f"{location}: {exc.where}") from None
     return LoadedRecipe(config, source, located, name_or_path, tuple(overrides or ()))
+
+
+def _key_location(located: LocatedYAML, dotted: str) -> str:
+    """Where a dotted key's value came from: ``file:line``, ``command line``, or that it is the default (the file
+    does not set it)."""
+    key = tuple(dotted.split("."))
+    if any(key[:end] in located.overridden for end in range(len(key), 0, -1)) or key in located.lines:
+        return located.where(key)
+    return f"its default, not set in {located.source}"
 
 
 # --------------------------------------------------------------------------------------------- checks at load

@@ -116,8 +116,16 @@ def test_a_studys_best_parameters_and_a_distilled_adapter_are_exported(tiny_run,
     for file_name, data in peft_files.items():  # the stage's peft directory (tests/unit/backends/test_peft_dir.py)
         (run / "stages/distill" / file_name).write_bytes(data)
     (run / "manifest.json").write_text(json.dumps(manifest))
+    # the run's evaluate ran without these parameters: the export refuses to ship what evaluate did not run (issue 41)
+    with pytest.raises(ConfigError, match=r"^export: dtr: the bundle would ship tau = 0.5 but evaluate ran tau = None"):
+        export_run(run, name="studied", root=tmp_path / "bundles")
+    del manifest["stages"]["evaluate"]  # without an evaluate stage there is no record to disagree with
+    (run / "manifest.json").write_text(json.dumps(manifest))
     result = export_run(run, name="studied", root=tmp_path / "bundles")
     methods = result.manifest["methods"]
+    fitted = result.manifest["provenance"]["fitted"]
+    assert fitted["dtr.tau"]["set_by"] == "study" and fitted["dtr.tau"]["split"] == "val"  # the recipe's study split
+    assert fitted["controller_adapter"]["set_by"] == "distill" and fitted["controller_adapter"]["split"] == "train"
     dtr = {"pseudo_max_tokens": 16, "n_per_path": 2, "k": 2, "tau": 0.5}  # the recipe's options + the study's τ
     assert methods["dtr"]["options"] == dtr and methods["d2rag"]["options"] == {"alpha_pos": 0.7}
     assert result.manifest["controller_adapter"]["kind"] == "lora_adapter"

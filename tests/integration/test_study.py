@@ -224,3 +224,58 @@ def test_a_dense_rag_theta_study_searches_its_breakpoints(study_run, tmp_path):
     assert dense["breakpoints"] and {t["params"]["theta"] for t in dense["trials"]} <= set(dense["breakpoints"])
     assert len(dense["trials"]) == 3 and set(dense["kinds"]) <= {"decode", "memo"}
     assert dense["defaults"] == {"theta": 0.2} and dense["scores"]["defaults"]["test"]["n"] == 2.0
+
+
+def test_after_a_study_moves_tau_every_reader_renders_the_one_record(study_run):
+    """Issue 41, item 8: the report, the model card, `workbench bundles`, serve's GET /methods and `workbench infer`
+    show the same decision — the study's τ (not classify's), who set it, α, and the held-out figures at that τ."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from workbench.bundle.shipped import decision_line, shipped_decision
+    from workbench.cli import app
+    from workbench.core.formatting import fmt
+    from workbench.runtime import load_bundle
+    from workbench.serve import create_app
+
+    tmp, overrides = study_run
+    stages = tmp / "run" / "stages"
+    selection = json.loads((stages / "classify" / "selection.json").read_text())
+    classify_tau = (selection.get("router") or selection["thresholds"]["LR"])["tau"]
+    studied = json.loads((stages / "study" / "best_params.json").read_text())["d2rag_tau"]
+    assert studied != classify_tau  # the study moved τ: what this test is about
+    bundle = sorted((tmp / "bundles" / "tiny").glob("*/manifest.json"))[-1].parent
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    decision = shipped_decision(manifest)
+    line = decision_line(decision)
+    assert decision.tau.value == studied and decision.tau.set_by == "study" and decision.tau.split == "val"
+    assert decision.held_out is not None and decision.held_out.row.endswith("(study)")
+    # 1. the report: its What ships section and its bundle section
+    report = (tmp / "report" / "report.md").read_text()
+    assert report.count(line) == 2 and "### What ships" in report
+    # 2. the model card
+    assert line in (bundle / "README.md").read_text()
+    # 3. workbench bundles
+    listing = CliRunner().invoke(app, ["bundles", "--dir", str(tmp / "bundles"), "--wide"])
+    assert listing.exit_code == 0, listing.output
+    row = next(r for r in listing.output.splitlines() if f" {bundle.name} " in r)
+    assert fmt(studied) in row and "study on val, 3 questions" in row
+    assert fmt(decision.held_out.retrieval_rate) in row and fmt(decision.held_out.contains) in row
+    # 4. serve's GET /methods
+    runtime = load_bundle(bundle)
+    methods = TestClient(create_app(runtime)).get("/methods").json()
+    assert methods["decision"]["summary"] == line and methods["decision"]["tau"] == studied
+    assert methods["decision"]["tau_origin"]["set_by"] == "study"
+    # 5. workbench infer: the record, then an answer decided at that τ
+    answered = CliRunner().invoke(app, ["infer", "--bundle", str(bundle), "--method", "d2rag", "Who wrote Hamlet?"])
+    assert answered.exit_code == 0, answered.output
+    assert line in answered.output and f"vs τ {studied:.3f}" in answered.output
+    # a report of the same run without an export says the same, less the figures only the export measures at τ
+    from workbench.bundle.shipped import run_decision
+
+    unexported = decision_line(run_decision(load_recipe("study", overrides).config, _stage_dir(stages)))
+    assert unexported == line.split("; held out")[0] + "; no held-out figure at this τ"
+
+
+def _stage_dir(stages):
+    return lambda name: stages / name if (stages / name / "_stage.json").is_file() else None

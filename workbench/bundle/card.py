@@ -1,12 +1,15 @@
 """The bundle's model card (``README.md``): what it decides, how well it did on held-out data, how to load it.
 
-Written from the manifest alone, so the card never says anything the manifest does not hold.
+Written from the manifest alone, so the card never says anything the manifest does not hold: the decision through
+:mod:`workbench.bundle.shipped` (the record every reader renders), what each part was fitted on from its
+``provenance``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from workbench.bundle.shipped import decision_line, provenance_lines, shipped_decision
 from workbench.core.formatting import fmt
 
 EMBEDDED_CAVEAT = (
@@ -41,12 +44,12 @@ def model_card(manifest: dict[str, Any]) -> str:
         + (f", {manifest['corpus']['passages']} passages" if manifest["corpus"].get("passages") else "")
         + f"; retrieval `{manifest['answering']['retriever']}` top-{manifest['answering']['k']}.",
     ]
-    if decision:
-        tau = "1 + ε (always retrieve)" if decision["always_retrieve"] else f"{decision['tau']:.4f}"
+    shipped = shipped_decision(manifest)
+    if decision and shipped is not None:
         lines += [
-            f"- **D²-RAG decision:** {len(decision['features'])} features ({', '.join(decision['features'])}), "
-            f"{decision['calibrator']} calibrators, a `{decision['classifier']}` classifier (JSON weights and ONNX), "
-            f"retrieve iff P(correct) < τ = {tau} (rule `{decision['rule']}`).",
+            f"- **Retrieval decision:** {decision_line(shipped)}. {len(shipped.features)} feature(s), "
+            f"{shipped.calibrator} calibrators, a `{shipped.classifier}` classifier (JSON weights and ONNX; rule "
+            f"`{shipped.rule}`).",
         ]
         utility = manifest.get("utility") or {}
         if utility.get("kind") == "learned":
@@ -76,8 +79,11 @@ def model_card(manifest: dict[str, Any]) -> str:
             "| router | retrieval rate | EM | token F1 | containment | LM calls / q | tokens / q |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
+        pick = routing.get("classify_pick")
         for row in routing["rows"]:
             router = f"**{row['router']}** (this bundle)" if row["router"] == routing["chosen"] else row["router"]
+            if row["router"] == pick and pick != routing["chosen"]:
+                router += f" (classify's τ; the {routing.get('shipped_by')} replaced it)"
             lines.append(
                 f"| {router} | {fmt(row['retrieval_rate'], 2)} | {fmt(row['em'])} | {fmt(row['f1'])} | "
                 f"{fmt(row['contains'])} | {fmt(row['lm_calls'], 1)} | {fmt(row['tokens'], 0)} |"
@@ -110,6 +116,9 @@ def model_card(manifest: dict[str, Any]) -> str:
         if "macro_f1" in utility:
             figures.append(f"macro-F1 {fmt(utility.get('macro_f1'))} against {fmt(utility.get('majority_macro_f1'))}")
         lines += ["## Utility predictor (out of fold)", "", "; ".join(figures) + ".", ""]
+    provenance = provenance_lines(manifest)
+    if provenance:
+        lines += ["## What was fitted on what", "", *provenance]
     default = "d2rag" if "d2rag" in manifest["methods"] else next(iter(manifest["methods"]))
     lines += [
         "## How to load it",

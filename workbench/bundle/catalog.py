@@ -1,4 +1,5 @@
-"""List the bundles under a directory (``workbench bundles``): name, version, methods and key held-out figures."""
+"""List the bundles under a directory (``workbench bundles``): name, version, methods, the shipped decision's τ (who
+set it) and held-out figures, and the splits its parts were fitted on."""
 
 from __future__ import annotations
 
@@ -25,18 +26,25 @@ class BundleEntry:
 
 
 def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
-    """τ and the chosen router's routed quality; the metrics block is free-form provenance, so read defensively."""
+    """The shipped decision as every reader renders it (:func:`workbench.bundle.shipped.shipped_decision`): τ, who
+    set it, and its held-out routed quality and retrieval rate at that τ; and the splits the shipped parts were
+    fitted on and the held-out figures measured on (``provenance``)."""
+    from workbench.bundle.provenance import splits_of
+    from workbench.bundle.shipped import shipped_decision
+
     out: dict[str, Any] = {}
-    decision = manifest.get("decision") or {}
-    if decision:
-        out["tau"] = decision.get("tau")
-    routing = (manifest.get("metrics") or {}).get("routing")
-    rows = routing.get("rows") if isinstance(routing, dict) else None
-    if isinstance(rows, list):
-        row = next((r for r in rows if isinstance(r, dict) and r.get("router") == routing.get("chosen")), None)
-        if row:
-            out["routed_contains"] = row.get("contains")
-            out["retrieval_rate"] = row.get("retrieval_rate")
+    decision = shipped_decision(manifest, with_defaults=False)
+    if decision is not None:
+        out["tau"] = decision.tau.value
+        out["tau_set_by"] = decision.tau.origin(quote="")
+        if decision.held_out is not None:
+            out["routed_contains"] = decision.held_out.contains
+            out["retrieval_rate"] = decision.held_out.retrieval_rate
+    provenance = manifest.get("provenance")
+    if isinstance(provenance, dict):
+        out["fitted_on"] = ", ".join(splits_of((provenance.get("fitted") or {}).values())) or "—"
+        held = [r for r in (provenance.get("held_out") or {}).values() if not (r or {}).get("out_of_fold")]
+        out["held_out"] = ", ".join(splits_of(held)) or "—"
     return out
 
 

@@ -16,12 +16,20 @@ the same hashes, the same manifest and the same archive.
 **Export = evaluate.** Each method's options and D²-RAG's τ come from the functions the evaluate stage runs with
 (:func:`~workbench.bundle.learned.evaluated_options`, :func:`~workbench.bundle.learned.evaluated_learned`): the
 recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files — so a bundle runs what its metrics
-block reports.
+block reports; and their digest must be the one evaluate recorded for what it ran (:func:`_check_evaluated`).
 
-**Refused:** a gold-using method (``oracle``, ``d2rag_oracle``), a feature that requires the gold answer, ``d2rag``
-without the run's calibrate and classify stages, D²-RAG parameters tuned with the gold-using oracle utility (a study
-or parameters file that does not record a gold-free utility). D²-RAG without a fitted utility predictor is exported
-with the gold-free default (no utility: every retrieved context decoded neutrally), and the manifest says so.
+**What ships, and on what it was fitted.** The manifest's ``provenance`` (:func:`_provenance`,
+:mod:`workbench.bundle.provenance`) records who set each shipped part and parameter and the questions it was fitted
+on, and the questions each held-out figure was measured on; when a study or a parameters file moved τ, the routing
+table gets the row of the shipped decision at that τ (:func:`_shipped_row`), which every reader shows
+(:mod:`workbench.bundle.shipped`).
+
+**Refused** (one line, before anything is written): a gold-using method (``oracle``, ``d2rag_oracle``), a feature that
+requires the gold answer, ``d2rag`` without the run's calibrate and classify stages, D²-RAG parameters tuned with the
+gold-using oracle utility (a study or parameters file that does not record a gold-free utility), parameters other than
+those evaluate ran, and held-out figures measured on questions a shipped part was fitted on. D²-RAG without a fitted
+utility predictor is exported with the gold-free default (no utility: every retrieved context decoded neutrally), and
+the manifest says so.
 """
 
 from __future__ import annotations
@@ -322,9 +330,9 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
     }
 
 
-def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -> dict[str, Any]:
-    """Write learned/* for D²-RAG (when exported); returns the manifest's ``decision`` and ``utility`` blocks."""
-    from workbench.bundle.learned import evaluated_learned
+def _write_learned(run: _Run, methods: list[str], learned: Any, tmp: Path, notes: list[str]) -> dict[str, Any]:
+    """Write learned/* for D²-RAG (when exported, with ``learned``: :func:`evaluated_learned`'s parts); returns the
+    manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.classify.onnx_decision import export_decision_onnx
     from workbench.core.artifact_io import read_artifact
@@ -340,7 +348,6 @@ def _write_learned(run: _Run, methods: list[str], tmp: Path, notes: list[str]) -
         blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
     if "d2rag" not in methods:
         return blocks
-    learned = evaluated_learned(run.config, run.stage)  # the τ evaluate ran with (study, evaluate.params)
     features = list(learned.features)
     calibrator_set = CalibratorSet(tuple(features), learned.calibrators, learned.medians, learned.ranges)
     save_learned(calibrator_set, tmp / "learned/calibrators.json")
@@ -396,6 +403,125 @@ def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
         decision["files"]["ood"] = "learned/ood.json"
 
 
+def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str, Any]], learned: Any) -> dict[str, str]:
+    """Export = evaluate, checked: each shipped method's decision parameters (its options; D²-RAG's τ) hash to the
+    digest the evaluate stage recorded for what it ran (``summary.json``'s ``parameters_sha256``; recomputed from its
+    ``options`` / ``d2rag_tau`` for a run made before the digest). ConfigError naming the method, what would ship and
+    what evaluate ran (the values that differ, and both digests) otherwise — an ``evaluate.params`` file edited after
+    the run. Returns ``{method: digest}`` of the methods evaluate ran (the manifest's ``provenance.evaluated``)."""
+    from workbench.bundle.learned import parameters_digests
+
+    summary = run.json("evaluate", "summary.json")
+    if not summary:
+        return {}
+    tau = learned.tau if learned is not None else None
+    shipped = parameters_digests({m: options[m] for m in methods}, tau)
+    ran = summary.get("options") or {}
+    recorded = summary.get("parameters_sha256") or parameters_digests(ran, summary.get("d2rag_tau"))
+    for method in methods:
+        if method in recorded and recorded[method] != shipped[method]:
+            differs = _differences(options[method], ran.get(method), tau, summary.get("d2rag_tau"), method)
+            raise ConfigError(
+                f"{method}: the bundle would ship {differs[0]} but evaluate ran {differs[1]} (parameters sha256 "
+                f"{shipped[method][:12]} vs evaluate's {recorded[method][:12]}): they changed after evaluate ran (an "
+                "evaluate.params file edited?); re-run the recipe so evaluate runs what ships",
+                "export",
+            )
+    return {m: shipped[m] for m in methods if m in recorded}
+
+
+def _differences(
+    mine: dict[str, Any], theirs: dict[str, Any] | None, tau: float | None, their_tau: float | None, method: str
+) -> tuple[str, str]:
+    """``(what ships, what evaluate ran)``: the options (and D²-RAG's τ) that differ, in words."""
+    if theirs is None:
+        return "other parameters", "the recorded ones"
+    keys = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
+    shipped = [f"{k} = {mine.get(k)}" for k in keys]
+    ran = [f"{k} = {theirs.get(k)}" for k in keys]
+    if method in ("d2rag", "d2rag_oracle") and tau != their_tau:
+        shipped.append(f"τ = {tau}")
+        ran.append(f"τ = {their_tau}")
+    return ", ".join(shipped) or "other parameters", ", ".join(ran) or "the recorded ones"
+
+
+def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any) -> None:
+    """Make ``metrics.routing.chosen`` the row of the decision the bundle ships. When classify set τ it is classify's
+    pick as routed; when a study or a parameters file moved τ, the pick's P(correct) on the evaluation split is
+    routed again at the shipped τ (classify's own routing table, :func:`workbench.stages.classify.routing_table`,
+    with its cost model) and added as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
+    import numpy as np
+
+    from workbench.stages.classify import routing_table
+    from workbench.stages.classify_router import cost_model
+    from workbench.uncertainty.stat_costs import load_stat_costs
+
+    routing = metrics.get("routing")
+    if not routing or learned is None:
+        return
+    routing["classify_pick"] = routing["chosen"]
+    routing["shipped_by"] = setter.stage
+    if setter.stage == "classify":
+        return
+    pick, tau = routing["chosen"], float(learned.tau)
+    predictions = run.json("classify", "predictions.json")
+    calibrated = run.json("calibrate", "calibrated.json")
+    columns = calibrated[routing["split"]]["columns"]
+    cols = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
+    collect = run.stage("collect")
+    costs = load_stat_costs(collect) if collect is not None else None
+    model = cost_model(costs, routing["split"], columns, run.config.classify) if costs is not None else None
+    label = f"{pick} at τ = {tau:.3f} ({setter.stage})"
+    retrieve = {label: np.asarray(predictions[pick], dtype=float) < tau}
+    row = routing_table(cols, retrieve, model, {label: list(learned.features) if tau <= 1.0 else None})[-1]
+    keep = ("router", "retrieval_rate", "em", "f1", "contains", "lm_calls", "tokens")
+    routing["rows"].append({k: row[k] for k in keep})
+    routing["chosen"] = label
+
+
+def _provenance(
+    run: _Run, methods: list[str], learned: Any, metrics: dict[str, Any], evaluated: dict[str, str]
+) -> dict[str, Any]:
+    """The manifest's ``provenance`` block (:mod:`workbench.bundle.provenance`): what each shipped part and parameter
+    was fitted on and who set it, what each held-out figure was measured on, the evaluated parameters' digests.
+    Refuses (ConfigError) a bundle whose held-out figures share questions with anything it ships. Adds the shipped
+    decision's row to ``metrics.routing`` first (:func:`_shipped_row`)."""
+    from workbench.bundle.learned import tau_setter
+    from workbench.bundle.provenance import (
+        RunQuestions,
+        check_held_out,
+        check_reader_articles,
+        reader_training_record,
+        records,
+        run_fitted,
+        run_held_out,
+    )
+    from workbench.data.article_splits import training_data_leak
+
+    if learned is not None:
+        _shipped_row(run, metrics, learned, tau_setter(run.config, run.stage("study"), learned))
+    questions = RunQuestions(run.stage)
+    fitted = run_fitted(run, methods, learned, questions)
+    held_out = run_held_out(run, metrics, questions)
+    check_held_out(fitted, held_out)
+
+    def leak() -> str | None:  # the reader's training articles this run's data puts outside train
+        data, record = run.config.data, reader_training_record(run.config.generator.model)
+        if record is None:
+            return None
+        fractions, topics = data.fractions, data.ood_topics
+        return training_data_leak(
+            record, dataset=data.dataset, seed=run.config.seed, fractions=fractions, ood_topics=topics
+        )
+
+    check_reader_articles(fitted, held_out, leak)
+    return {
+        "fitted": records(fitted, "set_by"),
+        "held_out": records(held_out, "measured_by"),
+        "evaluated": evaluated,
+    }
+
+
 def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     try:
         manifest = read_manifest(path)
@@ -421,6 +547,7 @@ def export_run(
     gold-using method, or an explicit version that exists with other content (unless ``force``).
     """
     from workbench import __version__
+    from workbench.bundle.learned import evaluated_learned
     from workbench.core.config import to_plain
     from workbench.uncertainty.features import get_features
 
@@ -432,18 +559,23 @@ def export_run(
     methods = _choose_methods(run, methods, notes)
     _check_tuned_gold_free(run, methods)
     config = run.config
+    # the τ evaluate ran with (study, evaluate.params); every check below comes before a byte is written
+    learned = evaluated_learned(config, run.stage) if "d2rag" in methods else None
+    options = _method_options(run, methods)
+    evaluated = _check_evaluated(run, methods, options, learned)
+    metrics = _metrics(run)
+    provenance = _provenance(run, methods, learned, metrics, evaluated)
     bundle_root = Path(root) / name
     bundle_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.export.", dir=bundle_root))
     (staging / "learned").mkdir()
     try:
-        blocks = _write_learned(run, methods, staging, notes)
+        blocks = _write_learned(run, methods, learned, staging, notes)
         features = blocks.get("decision", {}).get("features", [])
         specs = [f.describe() for f in get_features(features)]
         gold = [s["name"] for s in specs if s["requires_gold"]]
         if gold:
             raise ConfigError(f"feature(s) {gold} require the gold answer: a bundle never holds them", "export")
-        options = _method_options(run, methods)
         build = run.json("build_data", "_stage.json") or {}
         manifest: dict[str, Any] = {
             "format": FORMAT,
@@ -480,7 +612,8 @@ def export_run(
             "utility": blocks.get("utility"),
             "controller_adapter": blocks.get("controller_adapter"),
             "methods": {m: {"options": options[m], "requires_gold": False} for m in methods},
-            "metrics": _metrics(run),
+            "metrics": metrics,
+            "provenance": provenance,
             "notes": notes,
         }
         if config.nli.kind in ("cross_encoder", "hf"):

@@ -3,7 +3,10 @@ classifier or router and its τ, the utility predictor, the LARS scorer, the sta
 study's chosen parameters and the ``evaluate.params`` files.
 
 The evaluate stage runs its methods with these and the bundle export ships the same (:func:`evaluated_options`,
-:func:`evaluated_learned`), so a bundle runs what evaluate measured. Everything here reads files (JSON and the
+:func:`evaluated_learned`), so a bundle runs what evaluate measured: evaluate records their digest
+(:func:`parameters_digests`) and the export checks it. Who set each value — classify, the study, a parameters file,
+the recipe, a method default — is told by the same layering (:func:`option_setters`, :func:`tau_setter`), for the
+bundle's provenance. Everything here reads files (JSON and the
 learned-artifact protocol of :mod:`workbench.methods.learned`) and imports no stage: it sits below the stages, with
 the bundle.
 """
@@ -108,25 +111,88 @@ def tuned_gold_free(record: dict[str, Any], key: str = "utility") -> bool:
     return isinstance(utility, dict) and utility.get("requires_gold") is False
 
 
-def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[str, Any]:
-    """Method ``name``'s options as the evaluate stage runs it: the recipe's ``evaluate.options``, overlaid by the
-    run's study (``study_dir``, when it has one) and then by the ``evaluate.params`` files (``workbench evaluate
-    --params FILE``) that name this method. The bundle export calls it too, so a bundle runs what evaluate ran."""
-    options = {"k": config.retrieval.k} if name in ("standard_rag", "oracle") else {}
-    options.update(config.evaluate.options.get(name, {}) or {})
-    options.update(study_params(study_dir).get("methods", {}).get(name, {}) or {})
+@dataclasses.dataclass(frozen=True)
+class Setter:
+    """Who set a shipped value: ``stage`` is ``classify``, ``study``, ``params`` (an ``evaluate.params`` file: a study
+    of this or another run, or the user's own file), ``recipe`` (the user's choice in the recipe) or ``default`` (the
+    method's own default); ``source`` names the file or key it came from (None for a default)."""
+
+    stage: str
+    source: str | None = None
+
+
+def option_layers(config: Any, name: str, study_dir: Path | None) -> list[tuple[Setter, dict[str, Any]]]:
+    """The layers method ``name``'s options are built from, first to last (a later one wins): the retriever's k
+    (baselines), the recipe's ``evaluate.options``, the run's study, each ``evaluate.params`` file naming the method;
+    each with who set it."""
+    layers: list[tuple[Setter, dict[str, Any]]] = []
+    if name in ("standard_rag", "oracle"):
+        layers.append((Setter("recipe", "retrieval.k"), {"k": config.retrieval.k}))
+    layers.append((Setter("recipe", f"evaluate.options.{name}"), dict(config.evaluate.options.get(name, {}) or {})))
+    if study_dir is not None:
+        studied = study_params(study_dir).get("methods", {}).get(name, {}) or {}
+        layers.append((Setter("study", str(study_dir / "best_params.json")), dict(studied)))
     for path in config.evaluate.params:
         params = read_params(Path(path))
         if params["method"] == name:
-            options.update(params["options"])
+            layers.append((Setter("params", str(path)), dict(params["options"])))
+    return layers
+
+
+def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[str, Any]:
+    """Method ``name``'s options as the evaluate stage runs it: the recipe's ``evaluate.options``, overlaid by the
+    run's study (``study_dir``, when it has one) and then by the ``evaluate.params`` files (``workbench evaluate
+    --params FILE``) that name this method (:func:`option_layers`). The bundle export calls it too, so a bundle runs
+    what evaluate ran."""
+    options: dict[str, Any] = {}
+    for _, layer in option_layers(config, name, study_dir):
+        options.update(layer)
     return options
+
+
+def option_setters(config: Any, name: str, study_dir: Path | None) -> dict[str, Setter]:
+    """Who set each option of :func:`evaluated_options` (the last layer holding it)."""
+    return {key: setter for setter, layer in option_layers(config, name, study_dir) for key in layer}
+
+
+def _params_tau(config: Any) -> tuple[float, str] | None:
+    """``(τ, file)`` of the last of ``config.evaluate.params`` that gives D²-RAG's τ (None: none does)."""
+    found = [(read_params(Path(p)).get("tau"), str(p)) for p in config.evaluate.params]
+    found = [(float(tau), path) for tau, path in found if tau is not None]
+    return found[-1] if found else None
 
 
 def config_params_tau(config: Any) -> float | None:
     """D²-RAG's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
-    taus = [read_params(Path(p)).get("tau") for p in config.evaluate.params]
-    taus = [t for t in taus if t is not None]
-    return float(taus[-1]) if taus else None
+    found = _params_tau(config)
+    return None if found is None else found[0]
+
+
+def tau_setter(config: Any, study_dir: Path | None, learned: Any) -> Setter:
+    """Who set D²-RAG's τ as :func:`evaluated_learned` resolves it (``learned``: what it returned): the last
+    ``evaluate.params`` file giving one, else the run's study (``best_params.json``'s ``d2rag_tau``), else classify
+    (``source``: the rule it chose τ by)."""
+    found = _params_tau(config)
+    if found is not None:
+        return Setter("params", found[1])
+    if study_dir is not None and study_params(study_dir).get("d2rag_tau") is not None:
+        return Setter("study", str(study_dir / "best_params.json"))
+    return Setter("classify", getattr(learned, "tau_rule", None) or None)
+
+
+def parameters_digests(options: dict[str, dict[str, Any]], d2rag_tau: float | None) -> dict[str, str]:
+    """``{method: sha256}`` of the decision parameters each method runs with: its options and, for D²-RAG (and its
+    oracle variant), the τ of its retrieval decision. The evaluate stage records them (``summary.json``'s
+    ``parameters_sha256``) and the export recomputes them for what it ships: a difference is refused, so a bundle
+    never ships a parameter evaluate did not run (an ``evaluate.params`` file edited after the run)."""
+    from workbench.core.hashing import stable_hash
+
+    return {
+        method: stable_hash(
+            {"options": values, **({"tau": d2rag_tau} if method in ("d2rag", "d2rag_oracle") else {})}, length=64
+        )
+        for method, values in options.items()
+    }
 
 
 def evaluated_learned(config: Any, stage_dir: Callable[[str], Path | None]) -> Any:

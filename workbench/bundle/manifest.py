@@ -273,6 +273,53 @@ class AdapterBlock:
 
 
 @dataclass
+class QuestionsRecord:
+    """One record of ``provenance.fitted`` (a shipped part or parameter: ``set_by``) or ``provenance.held_out`` (a
+    held-out figure: ``measured_by``): the split, how many questions (or articles, ``unit``) and the sha256 of their
+    sorted ids (:mod:`workbench.bundle.provenance`); ``split`` None: fitted on nothing (a user's choice, a default)."""
+
+    split: str | None = None
+    questions: int | None = None
+    ids_sha256: str | None = None
+    set_by: str | None = None
+    measured_by: str | None = None
+    unit: Literal["questions", "articles"] = "questions"
+    source: str | None = None
+    out_of_fold: bool = False
+
+    def __post_init__(self) -> None:
+        _sha256_or_none(self.ids_sha256, "provenance.*.ids_sha256")
+        if self.questions is not None and self.questions < 0:
+            raise ValueError(f"'provenance.*.questions' must be >= 0, got {self.questions}")
+        if (self.set_by is None) == (self.measured_by is None):
+            raise ValueError("a provenance record names exactly one of 'set_by' and 'measured_by'")
+
+
+@dataclass
+class ProvenanceBlock:
+    """``provenance`` (since 1.3; docs/bundles.md): per shipped part and parameter what it was fitted on and who set
+    it (``fitted``), per held-out figure what it was measured on (``held_out``), and per method the digest of the
+    decision parameters evaluate ran and the bundle ships (``evaluated``)."""
+
+    fitted: dict = field(default_factory=dict)
+    held_out: dict = field(default_factory=dict)
+    evaluated: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from workbench.core.config import LocatedYAML, build_dataclass
+
+        known = {f.name for f in dataclasses.fields(QuestionsRecord)}
+        for group in ("fitted", "held_out"):
+            for name, entry in getattr(self, group).items():
+                if not isinstance(entry, dict):
+                    raise ValueError(f"'provenance.{group}.{name}' must be a mapping")
+                entry = {k: v for k, v in entry.items() if k in known}  # a later minor's keys are ignored
+                build_dataclass(QuestionsRecord, entry, LocatedYAML(entry, {}, ""), ("provenance", group, name))
+        for method, digest in self.evaluated.items():
+            _sha256_or_none(digest if isinstance(digest, str) else repr(digest), f"provenance.evaluated.{method}")
+
+
+@dataclass
 class MethodRecord:
     """One entry of ``methods`` (its options are checked against the method table when the runtime loads)."""
 
@@ -318,6 +365,7 @@ class Manifest:
     utility: UtilityBlock | None = None
     controller_adapter: AdapterBlock | None = None
     metrics: dict | None = None
+    provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

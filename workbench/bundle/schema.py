@@ -34,7 +34,7 @@ from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 2
+SCHEMA_MINOR = 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 MANIFEST = "manifest.json"
 

@@ -20,6 +20,21 @@ class KeyFirstError(ConfigError):
     ConfigError of a check is reported as ``r.yaml:6: <key>: <message>`` with the key in ``where``."""
 
 
+class PairedKeyError(ConfigError):
+    """A load check's error about two keys that must agree (:mod:`workbench.stages.agreements`): ``where`` is the first
+    key, ``other`` the second, which the message names. The recipe loader reports both at their file and line
+    (``r.yaml:12: study.split: 'test' is also evaluate.split: ... (evaluate.split: r.yaml:30)``, by
+    :meth:`with_other_at`)."""
+
+    def __init__(self, what: str, where: str, other: str) -> None:
+        super().__init__(what, where)
+        self.other = other
+
+    def with_other_at(self, location: str) -> str:
+        """The message followed by where the other key's value came from: ``<what> (<other>: <location>)``."""
+        return f"{self.what} ({self.other}: {location})"
+
+
 class RecipeView(Protocol):
     """A loaded recipe as a stage's check or code reads it: the run settings below, and every section by its key
     (``config.collect``, ``config.generator``, ...), each a dataclass of that section's settings."""

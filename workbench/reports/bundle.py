@@ -1,14 +1,18 @@
 """The bundle section of the run report: where the exported bundle went and how to use it (from the ``export``
-stage's ``bundle.json``)."""
+stage's ``bundle.json``), its decision and what each of its parts was fitted on (from its ``manifest.json``, rendered
+as its model card renders them)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from workbench.bundle.shipped import decision_line, provenance_lines, shipped_decision
+
 
 def bundle_section(export_dir: Path) -> list[str]:
-    """Where the run's bundle went and how to use it (the ``export`` stage's ``bundle.json``)."""
+    """Where the run's bundle went and how to use it (the ``export`` stage's ``bundle.json``); its decision and
+    provenance (its manifest)."""
     record = json.loads((export_dir / "bundle.json").read_text())
     state = "unchanged since the last export (identical files)" if record["unchanged"] else "written"
     lines = [
@@ -26,4 +30,12 @@ def bundle_section(export_dir: Path) -> list[str]:
         "",
     ]
     lines += [f"- {note}" for note in record.get("notes", [])]
-    return [*lines, ""] if record.get("notes") else lines
+    lines = [*lines, ""] if record.get("notes") else lines
+    manifest_path = Path(record["path"]) / "manifest.json"
+    if not manifest_path.is_file():
+        return lines
+    manifest = json.loads(manifest_path.read_text())
+    shipped = shipped_decision(manifest)
+    if shipped is not None:
+        lines += [f"Its decision (`manifest.json`, as its card shows it): {decision_line(shipped)}.", ""]
+    return lines + provenance_lines(manifest)

@@ -1,8 +1,10 @@
-"""Report section: the router the run ships, chosen on a cost–quality front (classify's ``router.json``)."""
+"""Report sections: the router classify picks on a cost–quality front (classify's ``router.json``), and what the run
+ships (:func:`shipped_lines`: the bundle's record of the decision, τ and α with who set them)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +45,9 @@ def headline(record: dict[str, Any]) -> list[str]:
         )
         lead = (
             "**No router pays for itself here:** retrieving for every question is within "
-            f"{100 * record['delta']:.0f} point(s) of Always-RAG and the cheapest, so the shipped decision has τ > 1 "
-            f"and D²-RAG retrieves without computing any feature — it costs exactly Always-RAG.{cheapest}"
+            f"{100 * record['delta']:.0f} point(s) of Always-RAG and the cheapest, so classify's pick has τ > 1 "
+            f"and retrieves without computing any feature — it costs exactly Always-RAG.{cheapest} (What the run "
+            "ships — a study or a parameters file may move τ — is under *What ships* below.)"
         )
         return [lead, ""]
     if record["pays_for_itself"]:
@@ -65,6 +68,30 @@ def headline(record: dict[str, Any]) -> list[str]:
             f"{100 * record['delta']:.0f} point(s) of Always-RAG costs more than retrieving every time. {facts}"
         )
     return [lead, ""]
+
+
+def shipped_lines(export_dir: Path | None, config: Any, stage_dir: Callable[[str], Path | None]) -> list[str]:
+    """The *What ships* section: D²-RAG's decision as the run's bundle records it (the export's manifest, rendered
+    by :mod:`workbench.bundle.shipped` as the model card, ``workbench bundles``, ``GET /methods`` and ``workbench
+    infer`` render it), or, for a run that exports nothing, as it would ship; and whether that is classify's pick or
+    who replaced its τ. [] when the run has no D²-RAG decision."""
+    from workbench.bundle.shipped import decision_line, run_decision, shipped_decision
+
+    manifest = None
+    if export_dir is not None and (export_dir / "bundle.json").is_file():
+        bundle = Path(json.loads((export_dir / "bundle.json").read_text())["path"])
+        manifest = json.loads((bundle / "manifest.json").read_text()) if (bundle / "manifest.json").is_file() else None
+    decision = shipped_decision(manifest) if manifest is not None else run_decision(config, stage_dir)
+    if decision is None:
+        return []
+    source = f"the bundle's manifest (`{bundle / 'manifest.json'}`)" if manifest is not None else "the run (no export)"
+    who = (
+        "classify's pick, as above"
+        if decision.tau.set_by == "classify"
+        else f"classify's router with the τ the {decision.tau.set_by} set, replacing classify's"
+    )
+    tables = " What each part was fitted on is under *Bundle*." if manifest is not None else ""
+    return ["### What ships", "", f"From {source}: {who}.{tables}", "", f"**{decision_line(decision)}.**", ""]
 
 
 def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:

@@ -356,7 +356,8 @@ class Runtime:
     # ------------------------------------------------------------------ description
     def info(self) -> dict[str, Any]:
         """Name, version, methods with their settings, models, the decision rule and notes (for /health, listings)."""
-        decision = self.manifest.get("decision") or {}
+        from workbench.bundle.shipped import decision_view
+
         return {
             "name": self.name,
             "version": self.version,
@@ -364,7 +365,7 @@ class Runtime:
             "created": self.manifest.get("created"),
             "methods": {m: self.method_options[m] for m in self.methods},
             "generator": self.manifest["models"]["generator"]["ref"],
-            "decision": {k: decision.get(k) for k in ("features", "classifier", "tau", "rule")} if decision else None,
+            "decision": decision_view(self.manifest),  # the manifest's record, as the card and `bundles` show it
             "classifier_backend": self.options.classifier,
             "ood": None if self.ood is None else {"profile": self.ood.describe(), "on_ood": self.options.on_ood},
             "notes": list(self.notes),

@@ -237,7 +237,9 @@ class MethodInfo(BaseModel):
 
 
 class MethodsBody(BaseModel):
-    """``GET /methods``: the methods, the default one, and the bundle's retrieval-decision block (or null)."""
+    """``GET /methods``: the methods, the default one, and the bundle's retrieval decision (or null) as its manifest
+    records it (the runtime's ``info()``: :func:`workbench.bundle.shipped.decision_view` — rule, features, τ and who
+    set it, α, the held-out figures at that τ, and the one-line ``summary`` every reader prints)."""
 
     bundle: str
     version: str

@@ -6,6 +6,13 @@ calibrator is fitted on. Each :class:`Agreement` names both keys, how they must 
 both ends; :func:`check_agreements` checks them all. A stage that reads another's output adds its pair here, not a
 check of its own (docs/methods/d2rag.md). Checks that concern one stage alone are that stage's own
 (:attr:`workbench.stages.registry.StageSpec.check`).
+
+**Held-out means held out.** :data:`SPLIT_AGREEMENTS` declares that nothing a run ships is fitted or tuned on a split
+it reports as held-out: every split a shipped part or parameter is fitted on (the calibrators and classify's classifier,
+model choice and τ, the study's τ / α / θ, the utility classifier, the LARS scorer, the reader's and the controller's
+training questions) differs from ``evaluate.split`` and from the study's ``test_split`` (which no trial reads). A
+violation is a :class:`~workbench.core.settings.PairedKeyError`: the recipe loader names both keys with their file
+and line. The export checks the same on the question ids themselves (:mod:`workbench.bundle.provenance`).
 """
 
 from __future__ import annotations
@@ -14,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from workbench.core.errors import ConfigError
-from workbench.core.settings import RecipeView, value_at
+from workbench.core.settings import PairedKeyError, RecipeView, value_at
 
 Relation = Literal["equal", "among", "differs"]
 """How ``key``'s value must relate to ``other``'s: equal to it, one of its items (``other`` is a list), or not equal."""
@@ -47,14 +53,46 @@ def _d2rag_reads_utility(config: RecipeView) -> bool:
     )
 
 
+def _runs(*stages: str) -> Callable[[RecipeView], bool]:
+    """The condition "every one of ``stages`` is in the recipe"."""
+    return lambda config: all(stage in config.stages for stage in stages)
+
+
+def _lars_reported(config: RecipeView, reporter: str) -> bool:
+    """The collection fits the LARS scorer (a feature D²-RAG may ship) and ``reporter`` reports a split."""
+    return "collect" in config.stages and "lars" in config.collect.features and reporter in config.stages
+
+
 UTILITY = "d2rag reads the fitted utility"
 CALIBRATE = "calibrate runs"
 TRANSFER = "transfer runs"
+STUDY = "study runs"
+STUDY_EVALUATE = "study and evaluate run"
+STUDY_TRANSFER = "study and transfer run"
+CALIBRATE_EVALUATE = "calibrate and evaluate run"
+CALIBRATE_STUDY = "calibrate and study run"
+UTILITY_EVALUATE = "fit_utility and evaluate run"
+UTILITY_STUDY = "fit_utility runs and study tunes d2rag"
+LARS_EVALUATE = "lars is collected and evaluate runs"
+LARS_STUDY = "lars is collected and study runs"
+READER_EVALUATE = "tune_reader and evaluate run"
+CONTROLLER_EVALUATE = "distill and evaluate run"
 
 AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
     UTILITY: _d2rag_reads_utility,
-    CALIBRATE: lambda config: "calibrate" in config.stages,
-    TRANSFER: lambda config: "transfer" in config.stages,
+    CALIBRATE: _runs("calibrate"),
+    TRANSFER: _runs("transfer"),
+    STUDY: _runs("study"),
+    STUDY_EVALUATE: _runs("study", "evaluate"),
+    STUDY_TRANSFER: _runs("study", "transfer"),
+    CALIBRATE_EVALUATE: _runs("calibrate", "evaluate"),
+    CALIBRATE_STUDY: _runs("calibrate", "study"),
+    UTILITY_EVALUATE: _runs("fit_utility", "evaluate"),
+    UTILITY_STUDY: lambda config: _runs("fit_utility", "study")(config) and "d2rag" in config.study.methods,
+    LARS_EVALUATE: lambda config: _lars_reported(config, "evaluate"),
+    LARS_STUDY: lambda config: _lars_reported(config, "study"),
+    READER_EVALUATE: _runs("tune_reader", "evaluate"),
+    CONTROLLER_EVALUATE: _runs("distill", "evaluate"),
 }
 """The conditions of :data:`AGREEMENTS`, by name: ``condition(config) -> bool``."""
 
@@ -106,6 +144,93 @@ AGREEMENTS: tuple[Agreement, ...] = (
 )
 """Every cross-stage setting a recipe must keep in agreement, with the reason; :func:`check_agreements` checks them."""
 
+_EVALUATE = "evaluate reports that split as held-out"
+_STUDY_TEST = "the study scores its chosen and default parameters there once, as held-out"
+
+SPLIT_AGREEMENTS: tuple[Agreement, ...] = (
+    Agreement(
+        "study.split",
+        "evaluate.split",
+        f"the study tunes the τ / α / θ that evaluate runs and a bundle ships on it, and {_EVALUATE}",
+        STUDY_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "study.split",
+        "study.test_split",
+        f"every trial is scored on it, and {_STUDY_TEST} (no trial may read it)",
+        STUDY,
+        "differs",
+    ),
+    Agreement(
+        "study.split",
+        "transfer.split",
+        "the study tunes the τ the transfer stage measures in distribution there (its held-out condition)",
+        STUDY_TRANSFER,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.fit_split",
+        "evaluate.split",
+        "the calibrators are fitted, and classify trains its classifier and chooses the model and τ, on it, and "
+        + _EVALUATE,
+        CALIBRATE_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.fit_split",
+        "study.test_split",
+        f"the calibrators and classify's classifier and τ are fitted on it, and {_STUDY_TEST}",
+        CALIBRATE_STUDY,
+        "differs",
+    ),
+    Agreement(
+        "fit_utility.split",
+        "evaluate.split",
+        f"D²-RAG's utility classifier is trained on it, and {_EVALUATE}",
+        UTILITY_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "fit_utility.split",
+        "study.test_split",
+        f"D²-RAG's utility classifier is trained on it, and {_STUDY_TEST}",
+        UTILITY_STUDY,
+        "differs",
+    ),
+    Agreement(
+        "collect.lars_fit_split",
+        "evaluate.split",
+        f"the LARS scorer is fitted on it, and {_EVALUATE}",
+        LARS_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "collect.lars_fit_split",
+        "study.test_split",
+        f"the LARS scorer is fitted on it, and {_STUDY_TEST}",
+        LARS_STUDY,
+        "differs",
+    ),
+    Agreement(
+        "tune_reader.split",
+        "evaluate.split",
+        f"the reader adapter is trained on its articles, and {_EVALUATE}",
+        READER_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "distill_data.split",
+        "evaluate.split",
+        f"the distilled controller is trained on its questions, and {_EVALUATE}",
+        CONTROLLER_EVALUATE,
+        "differs",
+    ),
+)
+"""Nothing shipped is fitted or tuned on a split the run reports as held-out (module docstring): each split a shipped
+part or parameter is fitted on, against ``evaluate.split`` and the study's ``test_split`` (and the study's against
+``transfer.split``, where the shipped decision is measured in distribution)."""
+
 
 def setting(config: RecipeView, key: str) -> tuple[Any, bool]:
     """``(value, given)`` of a dotted key; ``evaluate.options.<method>.<field>`` falls back to the method's default
@@ -137,10 +262,11 @@ def violation(pair: Agreement, config: RecipeView) -> str | None:
     return None
 
 
-def check_agreements(config: RecipeView, table: tuple[Agreement, ...] = AGREEMENTS) -> None:
-    """Every pair of ``table`` whose condition holds agrees; else a one-line ConfigError naming the pair's ``key``
-    and the other key."""
+def check_agreements(config: RecipeView, table: tuple[Agreement, ...] = (*AGREEMENTS, *SPLIT_AGREEMENTS)) -> None:
+    """Every pair of ``table`` whose condition holds agrees; else a one-line
+    :class:`~workbench.core.settings.PairedKeyError` naming the pair's ``key`` (its ``where``) and the other key
+    (which the recipe loader locates too: file and line of both)."""
     for pair in table:
         problem = violation(pair, config)
         if problem:
-            raise ConfigError(problem, pair.key)
+            raise PairedKeyError(problem, pair.key, pair.other)

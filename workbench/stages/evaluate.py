@@ -19,7 +19,9 @@ Outputs:
   retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
   tokens and the uncached totals per question, latency p50 / p95, fallbacks; and ``options`` (each method's options
   as it ran: :func:`evaluated_options`) and ``d2rag_tau`` (D²-RAG's τ: :func:`evaluated_learned`) — the export
-  builds the bundle with the same two functions, and ``bench_runtime`` checks the bundle against these records.
+  builds the bundle with the same two functions, and ``bench_runtime`` checks the bundle against these records —
+  and ``parameters_sha256`` (:func:`~workbench.bundle.learned.parameters_digests`: per method, a digest of those
+  options and τ), which the export recomputes for what it ships and refuses to ship anything else.
 
 ``lm_calls`` counts prompts run through the model (:class:`~workbench.backends.cost.CostCounter`), not forward
 batches, so a method's LM calls per question do not depend on ``batch_questions`` or ``generator.batch_size``.
@@ -47,6 +49,7 @@ from workbench.bundle.learned import (  # what the run learned, read below the s
     evaluated_learned,
     evaluated_options,
     load_learned,
+    parameters_digests,
 )
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
@@ -152,6 +155,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "reuse_generations": section.reuse_generations,
             "options": options,  # what each method ran with (study and evaluate.params laid over the recipe's)
             "d2rag_tau": learned.tau if learned is not None else None,
+            # the digest of each method's decision parameters: the export refuses to ship others
+            "parameters_sha256": parameters_digests(options, learned.tau if learned is not None else None),
         },
     )
     return {f"{m}_contains": round(v["contains"], 4) for m, v in summary.items() if not math.isnan(v["contains"])} | {

@@ -17,7 +17,8 @@ class StageSpec:
     ``entry`` is ``"module:function"``, imported only when the stage runs; the function takes a
     :class:`workbench.stages.context.StageContext` and returns a flat dict of summary values. The cache key of the
     stage's output is the hash of ``name``, ``version``, the recipe seed, the config ``sections`` listed, the
-    fingerprints of the assets in ``uses``, and the keys of the ``inputs`` stages. ``optional_inputs`` are read
+    fingerprints of the assets in ``uses``, the contents of the local files those sections name
+    (:mod:`workbench.stages.content_keys`), and the keys of the ``inputs`` stages. ``optional_inputs`` are read
     when the recipe runs them before this stage (a report covers whatever the run produced). ``cacheable=False``
     stages (cheap, with outputs outside the run directory) always run. ``multi_process`` stages take part in a
     multi-process launch (torchrun / srun, one process per device): ranks other than 0 run only them, writing

@@ -49,6 +49,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             from workbench.reports.calibration import calibration_sections
 
             body += calibration_sections(ctx.inputs.get("calibrate"), ctx.inputs.get("classify"), tmp)
+            if "classify" in ctx.inputs:  # the decision the run ships, as its bundle records it
+                from workbench.reports.router import shipped_lines
+
+                body += shipped_lines(ctx.inputs.get("export"), config, ctx.inputs.get)
             from workbench.reports.ood import ood_section
 
             body += ood_section(ctx.inputs.get("calibrate"))

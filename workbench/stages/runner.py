@@ -175,7 +175,11 @@ def _keyed_section(name: str, values: Any) -> Any:
 
 
 def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str]) -> str:
-    """The cache key of a stage's output (see :class:`StageSpec`)."""
+    """The cache key of a stage's output (see :class:`StageSpec`), with the contents of every local file or directory
+    its settings name (:func:`workbench.stages.content_keys.path_digests`: the corpus, a dataset file, model and
+    adapter directories, ``evaluate.params`` files), so editing one re-runs the stages that read it."""
+    from workbench.stages.content_keys import path_digests
+
     plain = to_plain(config)
     material = {
         "stage": spec.name,
@@ -185,6 +189,9 @@ def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str])
         "assets": {kind: asset_fingerprint(kind, config) for kind in spec.uses},
         "inputs": {name: input_keys[name] for name in spec.inputs_in(config.stages)},
     }
+    files = path_digests(spec.name, spec.sections, plain)
+    if files:  # absent when no setting names a local path: the keys of such recipes are unchanged
+        material["files"] = files
     return stable_hash(material)
 
 

@@ -16,10 +16,12 @@ the stage refuses it (so does the recipe, at load) rather than let the trials de
 a utility classifier, ``tau_pos`` / ``tau_neg`` (inert: the classifier decides the class) are refused in its space.
 
 Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ, "d2rag_utility": how the utility
-was made}``, what the evaluate stage and the bundle export lay over the recipe's ``evaluate.options`` (and D²-RAG's τ
-over classify's); ``params/<method>.json`` — one method's chosen parameters (``trial``: its number in the study)
-with their val and test metrics next to the defaults' (``workbench evaluate --params FILE`` reads one; D²-RAG's
-records its ``utility``: export refuses a file or a study that does not say it was gold-free).
+was made, "fitted_on": the questions the trials were scored on}``, what the evaluate stage and the bundle export lay
+over the recipe's ``evaluate.options`` (and D²-RAG's τ over classify's); ``params/<method>.json`` — one method's
+chosen parameters (``trial``: its number in the study) with their val and test metrics next to the defaults'
+(``workbench evaluate --params FILE`` reads one; D²-RAG's records its ``utility``: export refuses a file or a study
+that does not say it was gold-free) and ``fitted_on`` (split, count, sha256 and ids of the questions it was tuned on:
+a bundle's provenance names them, and its export refuses them among its held-out questions).
 ``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
 the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
 """
@@ -81,6 +83,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Run every method's study; write the parameter files and the summary."""
     import datasets
 
+    from workbench.bundle.provenance import question_record
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.stages.evaluate import build_tools, run_learned
     from workbench.tuning.objective import MethodObjective, dense_breakpoints
@@ -114,6 +117,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         seed=config.seed,
         sampler=section.sampler,
     )
+    fitted_on = question_record(section.split, [str(row["id"]) for row in rows["split"]])  # what the picks saw
     base_name = section.study_name.format(name=config.name)
     params_dir = ctx.out_dir / "params"
     params_dir.mkdir(parents=True, exist_ok=True)
@@ -165,6 +169,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "feasible": outcome.feasible,
             "defaults": defaults,
             "scores": scores,
+            "fitted_on": fitted_on,  # the questions every trial was scored on (a bundle's provenance names them)
         }
         if method == "d2rag" and "tau" in outcome.best_params:
             record["tau"] = float(outcome.best_params["tau"])
@@ -187,7 +192,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         flat[f"{method}_val_{objective}"] = round(scores["best"]["val"][objective], 4)
         flat[f"{method}_test_{objective}"] = round(scores["best"]["test"][objective], 4)
         flat[f"{method}_trials"] = len(outcome.trials)
-    best = {"methods": {m: row["options"] for m, row in methods_out.items()}}
+    best = {"methods": {m: row["options"] for m, row in methods_out.items()}, "fitted_on": fitted_on}
     if "tau" in methods_out.get("d2rag", {}):
         best["d2rag_tau"] = methods_out["d2rag"]["tau"]
     if "d2rag" in methods_out:

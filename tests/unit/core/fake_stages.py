@@ -70,3 +70,9 @@ def note(ctx):
 def fail(ctx):
     """A stage that fails."""
     raise RuntimeError("stage failed")
+
+
+def idle_counted(ctx):
+    """Does nothing but count its runs (under its own stage name)."""
+    _bump(ctx, ctx.spec.name)
+    return {}

@@ -1,0 +1,302 @@
+"""What a bundle decides, read from its manifest alone — the one record every reader renders.
+
+The export writes D²-RAG's retrieval decision once: the rule (``decision``: the router or classifier, its features,
+τ), who set τ and α and on which questions (``provenance.fitted``), and *their* held-out figures (the row of
+``metrics.routing`` that ``chosen`` names: classify's routing table, or the same predictions routed again at the
+shipped τ when a study or a parameters file moved it). The model card, the run report's bundle and routing
+sections, ``workbench bundles``, serve's ``GET /methods`` and ``workbench infer`` all render it through
+:func:`shipped_decision` / :func:`decision_line`, so they cannot disagree with each other or with the manifest.
+
+A bundle exported before the record existed (schema < 1.3) has no ``provenance``: τ's setter is read off
+``decision.rule`` (``study`` or classify's rule), and when a study set τ its routing row was measured at classify's τ,
+not the shipped one — no held-out figure is shown for it rather than the wrong one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.core.formatting import fmt
+
+KINDS = {"logistic": "LR", "mlp": "MLP"}
+ALPHAS = ("alpha_pos", "alpha_neg")
+GREEK = {"alpha_pos": "α_pos", "alpha_neg": "α_neg"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One shipped value and where it comes from: ``set_by`` (``classify``, ``study``, ``params``, ``recipe``,
+    ``default``), the ``split`` and number of ``questions`` it was fitted on (None: fitted on nothing), ``source``."""
+
+    value: Any
+    set_by: str
+    split: str | None = None
+    questions: int | None = None
+    source: str | None = None
+
+    def origin(self, quote: str = "`") -> str:
+        """Who set it and on what, in words: ``study on `val`, 24 questions``, ``default`` (the split between
+        ``quote`` marks: Markdown's backticks, or none for a terminal)."""
+        if self.split is None:
+            return self.set_by
+        count = f", {self.questions} questions" if self.questions is not None else ""
+        return f"{self.set_by} on {quote}{self.split}{quote}{count}"
+
+    def value_text(self) -> str:
+        """The value as printed (``0.549``, ``1``, ``None``)."""
+        return f"{self.value:.4g}" if isinstance(self.value, float) else str(self.value)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The shipped decision's held-out figures: its routing row on ``split`` (``questions`` of them)."""
+
+    split: str
+    questions: int | None
+    retrieval_rate: float | None
+    contains: float | None
+    em: float | None
+    f1: float | None
+    lm_calls: float | None
+    tokens: float | None
+    row: str
+
+
+@dataclass(frozen=True)
+class ShippedDecision:
+    """D²-RAG's retrieval decision as a bundle ships it: the router (``name``: kind and features, its
+    ``calibrator``), τ (``always_retrieve`` when it is above 1: no feature is computed), α, and the held-out figures
+    measured at that τ (None when the manifest holds none at it)."""
+
+    name: str
+    features: list[str]
+    classifier: str
+    calibrator: str | None
+    rule: str
+    tau: Setting
+    alphas: dict[str, Setting]
+    always_retrieve: bool
+    held_out: HeldOut | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON of every field (:func:`decision_view` builds serve's from it)."""
+        return asdict(self)
+
+
+def _fitted(manifest: dict[str, Any]) -> dict[str, Any]:
+    provenance = manifest.get("provenance")
+    fitted = provenance.get("fitted") if isinstance(provenance, dict) else None
+    return fitted if isinstance(fitted, dict) else {}
+
+
+def _setting(value: Any, record: Any, fallback: str) -> Setting:
+    if not isinstance(record, dict):
+        return Setting(value, fallback)
+    return Setting(value, str(record.get("set_by") or fallback), record.get("split"), record.get("questions"), None)
+
+
+def _alpha_default(name: str) -> Any:
+    """D²-RAG's own default of ``name`` (imported only when a bundle ships the default)."""
+    from workbench.methods.registry import settings_class
+
+    return getattr(settings_class("d2rag")(), name)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, else None (``metrics`` is free-form: a reader never trusts its types)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None:
+    routing = (manifest.get("metrics") or {}).get("routing")
+    if not isinstance(routing, dict) or not measured_at_tau:
+        return None
+    rows = routing.get("rows") if isinstance(routing.get("rows"), list) else []
+    row = next((r for r in rows if isinstance(r, dict) and r.get("router") == routing.get("chosen")), None)
+    if row is None:
+        return None
+    held = ((manifest.get("provenance") or {}).get("held_out") or {}).get("decision") or {}
+    questions = held.get("questions") if isinstance(held, dict) else None
+    return HeldOut(
+        split=str(routing.get("split")),
+        questions=questions if isinstance(questions, int) and not isinstance(questions, bool) else None,
+        retrieval_rate=_number(row.get("retrieval_rate")),
+        contains=_number(row.get("contains")),
+        em=_number(row.get("em")),
+        f1=_number(row.get("f1")),
+        lm_calls=_number(row.get("lm_calls")),
+        tokens=_number(row.get("tokens")),
+        row=str(row.get("router")),
+    )
+
+
+def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) -> ShippedDecision | None:
+    """The decision a bundle ships (module docstring), or None for a bundle without D²-RAG. ``with_defaults``: read
+    the value of an α the bundle leaves at D²-RAG's default from the method (imports it); else that value is None."""
+    decision = manifest.get("decision")
+    if not isinstance(decision, dict):
+        return None
+    fitted = _fitted(manifest)
+    rule = str(decision.get("rule") or "")
+    tau_record = fitted.get("decision.tau")
+    tau = _setting(decision.get("tau"), tau_record, "study" if rule == "study" else "classify")
+    options = ((manifest.get("methods") or {}).get("d2rag") or {}).get("options") or {}
+    alphas = {}
+    for name in ALPHAS:
+        value = options.get(name, _alpha_default(name) if with_defaults else None)
+        alphas[name] = _setting(value, fitted.get(f"d2rag.{name}"), "recipe" if name in options else "default")
+    routing = (manifest.get("metrics") or {}).get("routing") or {}
+    # a bundle without the record, whose τ a study moved, holds its routing row at classify's τ: not this decision's
+    measured = "shipped_by" in routing or tau.set_by == "classify"
+    features = [str(f) for f in decision.get("features") or []]
+    kind = KINDS.get(str(decision.get("classifier")), str(decision.get("classifier")))
+    calibrator = decision.get("calibrator")
+    name = f"{kind}({' + '.join(features)}" + (f"; {calibrator})" if calibrator else ")")
+    return ShippedDecision(
+        name=name,
+        features=features,
+        classifier=str(decision.get("classifier")),
+        calibrator=calibrator,
+        rule=rule,
+        tau=tau,
+        alphas=alphas,
+        always_retrieve=bool(decision.get("always_retrieve", float(decision.get("tau", 0.0)) > 1.0)),
+        held_out=_held_out(manifest, measured),
+    )
+
+
+def tau_text(decision: ShippedDecision) -> str:
+    """τ as every reader prints it: ``0.549`` or ``1 + ε (always retrieve)``."""
+    return "1 + ε (always retrieve)" if decision.always_retrieve else fmt(decision.tau.value, 3)
+
+
+def decision_line(decision: ShippedDecision) -> str:
+    """The decision in one line (what the card, the report, ``workbench infer`` and ``GET /methods`` print)."""
+    if decision.always_retrieve:
+        what = f"D²-RAG retrieves for every question: τ = {tau_text(decision)}, so `{decision.name}` is never computed"
+    else:
+        what = f"D²-RAG retrieves iff P(correct) < τ = {tau_text(decision)} under `{decision.name}`"
+    alphas = ", ".join(f"{GREEK[name]} = {s.value_text()} ({s.origin()})" for name, s in decision.alphas.items())
+    line = f"{what}; τ set by {decision.tau.origin()}; {alphas}"
+    held = decision.held_out
+    if held is None:
+        return line + "; no held-out figure at this τ"
+    count = f", {held.questions} questions" if held.questions is not None else ""
+    return (
+        f"{line}; held out (`{held.split}`{count}): retrieval rate {fmt(held.retrieval_rate, 2)}, routed "
+        f"containment {fmt(held.contains)}, {fmt(held.tokens, 0)} tokens per question"
+    )
+
+
+def decision_view(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The decision as JSON (serve's ``GET /methods``): the manifest ``decision`` block's keys the endpoint always
+    returned (``features``, ``classifier``, ``tau`` as a number, ``rule``), the rest of :class:`ShippedDecision`
+    (``tau_origin``: who set τ and on what) and the one-line ``summary``."""
+    decision = shipped_decision(manifest)
+    if decision is None:
+        return None
+    view = decision.as_dict()
+    view["tau_origin"] = view.pop("tau")
+    return {**view, "tau": decision.tau.value, "summary": decision_line(decision)}
+
+
+def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
+    """The decision a finished run would ship, before any export (what its report shows when the run exports
+    nothing): D²-RAG's parts as evaluate runs them (:func:`~workbench.bundle.learned.evaluated_learned`), who set τ
+    and α, no held-out figure (only the export routes the evaluation split again at a moved τ). None without
+    classify's outputs."""
+    from workbench.bundle.learned import evaluated_learned, evaluated_options, option_setters, tau_setter
+
+    learned = evaluated_learned(config, stage_dir)
+    if learned is None:
+        return None
+    chosen = json.loads((stage_dir("classify") / "selection.json").read_text())
+    router = chosen.get("router")
+    classifier = router["spec"]["kind"] if router else chosen["chosen"]
+    calibrator = router["spec"]["calibrator"] if router else config.calibrate.kind
+    setter = tau_setter(config, stage_dir("study"), learned)
+    options = evaluated_options(config, "d2rag", stage_dir("study"))
+    setters = option_setters(config, "d2rag", stage_dir("study"))
+    alphas = {
+        name: _run_setting(options.get(name, _alpha_default(name)), setters.get(name), stage_dir("study"))
+        for name in ALPHAS
+    }
+    features = list(learned.features)
+    return ShippedDecision(
+        name=f"{KINDS[classifier]}({' + '.join(features)}; {calibrator})",
+        features=features,
+        classifier=classifier,
+        calibrator=calibrator,
+        rule=learned.tau_rule,
+        tau=_run_setting(learned.tau, setter, stage_dir("study")),
+        alphas=alphas,
+        always_retrieve=learned.tau > 1.0,
+        held_out=None,
+    )
+
+
+def _run_setting(value: Any, setter: Any, study_dir: Any) -> Setting:
+    """A value of a run before export, with the split and count of the questions its study recorded (a study's or a
+    parameters file's ``fitted_on``; none for classify, the recipe or a default — the export records those)."""
+    from workbench.bundle.learned import read_params, study_params
+
+    if setter is None:
+        return Setting(value, "default")
+    record: Any = None
+    if setter.stage == "study":
+        record = study_params(study_dir).get("fitted_on")
+    elif setter.stage == "params":
+        record = read_params(Path(setter.source)).get("fitted_on")
+    if not isinstance(record, dict):
+        return Setting(value, setter.stage)
+    return Setting(value, setter.stage, record.get("split"), record.get("questions"))
+
+
+def provenance_lines(manifest: dict[str, Any]) -> list[str]:
+    """Markdown tables of the manifest's ``provenance``: what each shipped part and parameter was fitted on, and
+    what each held-out figure was measured on ([] for a bundle exported before the record)."""
+    provenance = manifest.get("provenance")
+    if not isinstance(provenance, dict):
+        return []
+
+    def rows(records: Any, by: str) -> list[list[str]]:
+        out = []
+        for name, record in sorted((records or {}).items()):
+            if not isinstance(record, dict):
+                continue
+            unit = record.get("unit", "questions")
+            count = "—" if record.get("questions") is None else f"{record['questions']} {unit}"
+            digest = record.get("ids_sha256")
+            where = f"`{record['split']}`" if record.get("split") else "—"
+            if record.get("out_of_fold"):
+                where += " (out of fold)"
+            out.append([f"`{name}`", str(record.get(by)), where, count, f"`{digest[:12]}`" if digest else "—"])
+        return out
+
+    from workbench.core.formatting import markdown_table
+
+    lines = [
+        "What each shipped part and parameter was fitted or tuned on (— : fitted on nothing, a user's choice or a "
+        "default; the digest is the sha256 of the sorted question ids):",
+        "",
+        *markdown_table(
+            ["part", "set by", "split", "fitted on", "ids sha256"], rows(provenance.get("fitted"), "set_by"), "lllrl"
+        ),
+        "",
+        "What each held-out figure was measured on (the export refuses a bundle whose held-out questions include any "
+        "it was fitted on):",
+        "",
+        *markdown_table(
+            ["figure", "measured by", "split", "measured on", "ids sha256"],
+            rows(provenance.get("held_out"), "measured_by"),
+            "lllrl",
+        ),
+        "",
+    ]
+    return lines
