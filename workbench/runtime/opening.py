@@ -31,15 +31,19 @@ def latest_version(name_dir: Path) -> Path:
 
 def open_bundle(
     path: str | Path, *, limits: ArchiveLimits | None = None, extract_dir: str | Path | None = None
-) -> tuple[Path, dict, list]:
-    """``(bundle directory, manifest, notes)`` of a verified bundle; DataError (one line, naming the file) otherwise.
+) -> tuple[Path, dict, list, Any]:
+    """``(bundle directory, manifest, notes, lease)`` of a verified bundle; DataError (one line, naming the file)
+    otherwise.
 
     ``path`` is a version directory, a bundle's name directory (its highest version is taken) or a ``.tar.gz``
-    (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``)."""
+    (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``). ``lease``
+    (:class:`~workbench.bundle.extract_cache.ExtractLease`; None for a directory) keeps the unpacked copy from being
+    pruned while it is held: whoever uses the directory holds it."""
     from workbench.bundle.integrity import manifest_notes
 
     path = Path(path)
     limits = limits or ArchiveLimits()
+    lease = None
     if path.is_dir() and not (path / "manifest.json").exists():
         path = latest_version(path)
     if path.is_dir():
@@ -50,12 +54,12 @@ def open_bundle(
         from workbench.core.paths import cache_dir
 
         base = Path(extract_dir) if extract_dir is not None else cache_dir("bundles")
-        root, manifest = unpacked(path, base, limits)
+        root, manifest, lease = unpacked(path, base, limits)
     elif not path.exists():
         raise DataError("no such bundle (a bundle directory or a .tar.gz archive)", str(path))
     else:
         raise DataError("not a bundle: expected a directory or a .tar.gz archive", str(path))
-    return root, manifest, manifest_notes(manifest, str(root / "manifest.json"))
+    return root, manifest, manifest_notes(manifest, str(root / "manifest.json")), lease
 
 
 AGREEMENT_TOLERANCE = 1e-5

@@ -428,5 +428,7 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
 
     options = runtime_options(overrides)
     limits = ArchiveLimits(options.max_archive_bytes, options.max_unpacked_bytes, options.max_compression_ratio)
-    root, manifest, notes = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
-    return Runtime(root, manifest, options, notes)
+    root, manifest, notes, lease = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
+    runtime = Runtime(root, manifest, options, notes)
+    runtime.extract_lease = lease  # an archive's unpacked copy is never pruned while this runtime lives
+    return runtime

@@ -242,9 +242,17 @@ def test_a_gzip_bomb_is_refused_after_a_few_megabytes(tmp_path):
     assert not any((tmp_path / "x").rglob("*")) if (tmp_path / "x").exists() else True
 
 
-def test_the_unpacked_cap_counts_headers_and_data(tmp_path):
-    archive = _gzip_tar(tmp_path / "big.tar.gz", [_file("tiny/manifest.json", bytes(300_000))])
-    with pytest.raises(DataError, match="unpacks to more than 100000 bytes"):
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([_file(f"tiny/{i}.json", b"") for i in range(300)], "unpacks to more than 100000 bytes"),  # headers alone
+        ([_file("tiny/manifest.json", bytes(300_000))], "the members' sizes add up to more than 100000 bytes"),
+    ],
+    ids=["headers", "data"],
+)
+def test_the_unpacked_cap_counts_headers_and_data(tmp_path, members, message):
+    archive = _gzip_tar(tmp_path / "big.tar.gz", members)
+    with pytest.raises(DataError, match=message):
         scan_archive(archive, ArchiveLimits(max_unpacked=100_000, max_ratio=1e9))
 
 
