@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
+from workbench.core.bounds import CHARS, NEW_TOKENS, PASSAGES, SEED
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
 
@@ -38,17 +39,19 @@ CARD = "README.md"
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 LIMITS = {
-    "seed": (0, 2**32 - 1),
-    "k": (1, 1000),
-    "passage_chars": (1, 1_000_000),
-    "max_new_tokens": (1, 32_768),
+    "seed": (0, SEED),
+    "k": (1, PASSAGES),
+    "passage_chars": (1, CHARS),
+    "max_new_tokens": (1, NEW_TOKENS),
     "batch_size": (1, 4096),
     "max_context": (1, 10_000_000),
     "chunk_size": (1, 10_000_000),
     "chunk_overlap": (0, 10_000_000),
 }
-"""Inclusive integer bounds of the manifest's numeric settings (a bound far past any real bundle, so a crafted value
-cannot make the runtime generate or batch without end)."""
+"""Inclusive integer bounds of the manifest's own numeric settings (:mod:`workbench.core.bounds` where a method or
+the stats share the quantity; a bound far past any real bundle, so a crafted value cannot make the runtime generate
+or batch without end). Method options and stats settings are bounded by their owners (the method's settings class,
+:class:`~workbench.uncertainty.stat_settings.StatSettings`), which :func:`check_manifest` calls."""
 
 
 def _in_range(name: str, value: int | None, where: str) -> None:
@@ -205,9 +208,16 @@ class StatsBlock:
     generator: str | None = None
 
     def __post_init__(self) -> None:
+        from workbench.uncertainty.stat_settings import StatSettings
+
         for group, digest in (self.prompt_groups or {}).items():
             if not isinstance(digest, str):
                 raise ValueError(f"'stats.prompt_groups.{group}' must be a string, got {digest!r}")
+        if self.settings is not None:  # the settings the runtime computes features with: typed and bounded now
+            try:
+                StatSettings.from_dict(self.settings, "stats.settings")
+            except ConfigError as exc:
+                raise ValueError(f"'stats.settings': {exc.what}") from None
 
 
 @dataclass
@@ -271,7 +281,7 @@ class AdapterBlock:
 
 @dataclass
 class MethodRecord:
-    """One entry of ``methods`` (its options are checked against the method table when the runtime loads)."""
+    """One entry of ``methods`` (its options are checked by the method's own settings, :func:`check_manifest`)."""
 
     options: dict = field(default_factory=dict)
     requires_gold: bool = False
@@ -382,10 +392,28 @@ def check_manifest(manifest: Any, where: str) -> list[str]:
     for key, cls in MAPPING_OF.items():
         for name, entry in getattr(parsed, key).items():
             _build(cls, entry, f"{key}.{name}.", where, unknown)
+    _check_method_options(parsed.methods, where)
     if unknown:
         shown = ", ".join(sorted(unknown)[:8]) + (" …" if len(unknown) > 8 else "")
         return [f"manifest field(s) unknown to this workbench were ignored: {shown}"]
     return []
+
+
+def _check_method_options(methods: dict[str, Any], where: str) -> None:
+    """Each known method's options checked by their owner (:func:`workbench.methods.registry.check_options`: the
+    method's settings class — types, choices and bounds), as a recipe's are; one line naming
+    ``methods.<name>.options.<key>``. A method this workbench does not know is the runtime's to refuse."""
+    from workbench.methods.registry import METHOD_TABLE, check_options
+
+    for name, record in methods.items():
+        if name not in METHOD_TABLE:
+            continue
+        try:
+            check_options([name], {name: record.get("options") or {}})
+        except ConfigError as exc:
+            key = str(exc.where or "").removeprefix(f"evaluate.options.{name}").lstrip(".")
+            field = f"methods.{name}.options" + (f".{key}" if key else "")
+            raise DataError(f"'{field}': {exc.what}", where) from None
 
 
 def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -7,7 +7,9 @@ used to make a bundle load something its writer did not mean:
   reader that keeps the first (or a person reading the file) sees another;
 * **NaN / Infinity** — not JSON at all; a ``"seed": NaN`` only failed at the first answer, deep in a method;
 * **unbounded nesting** — a 100k-deep array raises :class:`RecursionError`, a traceback instead of an error line
-  (and a few hundred levels pass the parser, then break whatever walks the value recursively).
+  (and a few hundred levels pass the parser, then break whatever walks the value recursively);
+* **numbers no file of ours holds** — an integer of thousands of digits (past 4,300 Python refuses to convert it,
+  a traceback) and a float that overflows to infinity (``1e999``: a non-finite number through the back door).
 
 :func:`loads_strict` refuses each one as a one-line :class:`~workbench.core.errors.DataError` naming the file, and
 :func:`read_json_strict` adds a size cap checked before a byte is parsed.
@@ -16,6 +18,7 @@ used to make a bundle load something its writer did not mean:
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,9 @@ from workbench.core.errors import DataError
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays accepted; the workbench's own files stay under 10 levels."""
+
+MAX_INT_DIGITS = 40
+"""Longest integer accepted, in digits (a 64-bit integer has at most 20)."""
 
 
 class _Refused(ValueError):
@@ -43,6 +49,19 @@ def _no_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a JSON number")
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused("a number too large for a float (it would be infinite)")
+    return value
+
+
 def _depth(value: Any) -> int:
     """Deepest nesting of dicts and lists in a parsed value (iterative: costs one step per container)."""
     deepest = 0
@@ -58,7 +77,8 @@ def _depth(value: Any) -> int:
 
 
 def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Parse JSON ``data`` refusing duplicate keys, NaN / Infinity and nesting deeper than ``max_depth``.
+    """Parse JSON ``data`` refusing duplicate keys, NaN / Infinity, overlong integers, floats that overflow and
+    nesting deeper than ``max_depth``.
 
     DataError (one line, ``where`` naming the file) on invalid UTF-8, invalid JSON or any of the above."""
     if isinstance(data, bytes):
@@ -67,7 +87,13 @@ def loads_strict(data: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEP
         except UnicodeDecodeError as exc:
             raise DataError(f"not UTF-8 text (byte {exc.start})", where) from None
     try:
-        value = json.loads(data, object_pairs_hook=_unique_object, parse_constant=_no_constant)
+        value = json.loads(
+            data,
+            object_pairs_hook=_unique_object,
+            parse_constant=_no_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+        )
     except _Refused as exc:
         raise DataError(f"not accepted as JSON: {exc}", where) from None
     except json.JSONDecodeError as exc:
