@@ -31,7 +31,9 @@ from workbench.core.hashing import stable_hash
 DIGEST_EXCLUDES = ("created", "workbench", "recipe", "name", "version", "content_sha256", "files")
 """Manifest fields outside the content digest: the provenance of the export (when, by which workbench, from which
 resolved recipe — a run re-run with another report directory is the same content) and the file table's card entry.
-Everything the runtime reads is inside it."""
+Everything the runtime reads is inside it. ``name`` and ``version`` stay outside for readers of schema 1.2 and
+before (a minor adds fields, it never changes the digest's rule); since 1.3 the ``identity`` block repeats them
+inside the digest, and the loader refuses a manifest whose ``name`` or ``version`` is not its ``identity``'s."""
 
 CARD = "README.md"
 """The model card: the one file outside the content digest (it quotes provenance)."""
@@ -280,6 +282,15 @@ class AdapterBlock:
 
 
 @dataclass
+class IdentityBlock:
+    """``identity`` (schema 1.3): the bundle's ``name`` and ``version`` again, inside the content digest, so neither
+    can be edited without re-hashing (a bundle cannot load as ``official-prod 9.9.9`` by an edit of two fields)."""
+
+    name: str
+    version: str
+
+
+@dataclass
 class MethodRecord:
     """One entry of ``methods`` (its options are checked by the method's own settings, :func:`check_manifest`)."""
 
@@ -324,6 +335,7 @@ class Manifest:
     decision: DecisionBlock | None = None
     utility: UtilityBlock | None = None
     controller_adapter: AdapterBlock | None = None
+    identity: IdentityBlock | None = None
     metrics: dict | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -393,9 +405,31 @@ def check_manifest(manifest: Any, where: str) -> list[str]:
         for name, entry in getattr(parsed, key).items():
             _build(cls, entry, f"{key}.{name}.", where, unknown)
     _check_method_options(parsed.methods, where)
+    notes = _check_identity(parsed, manifest, where)
     if unknown:
         shown = ", ".join(sorted(unknown)[:8]) + (" …" if len(unknown) > 8 else "")
-        return [f"manifest field(s) unknown to this workbench were ignored: {shown}"]
+        notes.append(f"manifest field(s) unknown to this workbench were ignored: {shown}")
+    return notes
+
+
+def _check_identity(parsed: Manifest, manifest: dict[str, Any], where: str) -> list[str]:
+    """Refuse a ``name`` or ``version`` other than the ``identity`` block's (required from schema 1.3 on); a note for
+    an older manifest, whose name and version nothing covers."""
+    from workbench.bundle.schema import IDENTITY_MINOR, schema_minor
+
+    identity = parsed.identity
+    if identity is None:
+        if schema_minor(manifest) >= IDENTITY_MINOR:
+            raise DataError(f"missing 'identity' (required since schema 1.{IDENTITY_MINOR})", where)
+        return [
+            f"name and version are not covered by the content digest (schema {manifest['schema_version']}, before "
+            f"1.{IDENTITY_MINOR}): nothing verifies them; re-export the run to seal them"
+        ]
+    for key in ("name", "version"):
+        if getattr(identity, key) != getattr(parsed, key):
+            raise DataError(
+                f"'{key}' differs from 'identity.{key}', which the content digest covers: edited after export", where
+            )
     return []
 
 
@@ -435,10 +469,23 @@ def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
-    """``content_sha256``: a digest of every manifest field outside :data:`DIGEST_EXCLUDES` and of every file's record
-    but the model card's."""
+    """``content_sha256``: a digest of every manifest field outside :data:`DIGEST_EXCLUDES` (``identity`` included:
+    the name and version) and of every file's record but the model card's."""
     body = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDES}
     return stable_hash([body, {k: v for k, v in files.items() if k != CARD}], length=64)
+
+
+def unversioned_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
+    """The content digest without ``identity``: what two exports of the same content share whatever their version
+    (how the exporter tells an unchanged run, :func:`~workbench.bundle.export.export_run`)."""
+    return content_digest({k: v for k, v in manifest.items() if k != "identity"}, files)
+
+
+def seal(manifest: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with its ``identity`` (its name and version) and ``content_sha256`` set over ``files``."""
+    manifest["identity"] = {"name": manifest["name"], "version": manifest["version"]}
+    manifest["content_sha256"] = content_digest(manifest, files)
+    return manifest
 
 
 def check_content_digest(manifest: dict[str, Any], where: str) -> None:

@@ -48,7 +48,7 @@ def _write_manifest(root: Path, manifest: dict) -> None:
 # ----------------------------------------------------------------------------------------------- what loads
 def test_the_committed_fixture_loads_and_decides_without_a_model(bundle):
     rt = load_bundle(bundle)
-    assert rt.manifest["schema_version"] == "1.0" and SCHEMA_VERSION == "1.2"  # an older minor loads as it is
+    assert rt.manifest["schema_version"] == "1.0" and SCHEMA_VERSION == "1.3"  # an older minor loads as it is
     assert rt.methods == ("d2rag", "no_rag", "standard_rag") and rt._tools is None  # nothing heavy built yet
     features = rt.policy.features
     low = rt.decide(dict.fromkeys(features, -5.0))
@@ -76,6 +76,7 @@ def test_the_archive_loads_and_is_unpacked_once(tmp_path):
 def test_a_newer_minor_loads_with_a_note_and_a_newer_major_is_refused(bundle):
     manifest = _manifest(bundle)
     manifest["schema_version"] = f"{SCHEMA_MAJOR}.{99}"
+    manifest["identity"] = {"name": manifest["name"], "version": manifest["version"]}  # required since 1.3
     manifest["a_field_from_the_future"] = {"x": 1}
     _write_manifest(bundle, manifest)
     assert any("newer than" in note for note in load_bundle(bundle).notes)
