@@ -60,6 +60,13 @@ def check_int(value: Any, name: str, where: str, high: int, low: int = 1, *, opt
         raise ConfigError(f"{name} must be at most {high}, got {shown(value)}", where)
 
 
+def check_counts(settings: Any, bounds: dict[str, int], prefix: str) -> None:
+    """:func:`check_int` (from 1) on each integer field of ``settings`` that ``bounds`` names, against its upper
+    bound; the error at ``<prefix>.<field>``."""
+    for name, high in bounds.items():
+        check_int(getattr(settings, name), name, f"{prefix}.{name}", high)
+
+
 def check_number(value: Any, name: str, where: str, low: float, high: float, *, above: bool = False) -> None:
     """ConfigError at ``where`` unless ``value`` is a finite number in ``[low, high]`` (``(low, high]`` when
     ``above``)."""

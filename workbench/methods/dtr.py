@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import generation_cost
-from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, check_int, check_number
+from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, check_counts, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
@@ -63,6 +63,9 @@ RULES: tuple[str, ...] = ("cos_sum", "score_sum")
 
 TAU_BOUND = 100.0
 """|τ| of DTR at most (nats per token; u ≥ 0, so any τ ≤ 0 always retrieves), or τ = .inf: never retrieve."""
+
+COUNT_BOUNDS = {"pseudo_max_tokens": NEW_TOKENS, "n_per_path": POOL, "k": PASSAGES, "dense_pool": POOL}
+"""The largest value of each integer setting (all from 1)."""
 
 RETRIEVERS: tuple[str, ...] = ("dense", "run")
 """What the two paths search: ``dense`` = a dense index over the corpus (paper); ``run`` = the run's retriever."""
@@ -143,13 +146,7 @@ class DTRSettings:
         for name in ("include_eos", "embed_titles"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, f"{name} must be true or false")
-        for name, high in (
-            ("pseudo_max_tokens", NEW_TOKENS),
-            ("n_per_path", POOL),
-            ("k", PASSAGES),
-            ("dense_pool", POOL),
-        ):
-            check_int(getattr(self, name), name, f"dtr.{name}", high)
+        check_counts(self, COUNT_BOUNDS, "dtr")
         if self.k > 2 * self.n_per_path:
             raise bad("k", f"k must be <= 2 * n_per_path = {2 * self.n_per_path} (the size of the candidate pool)")
         if self.rule not in RULES:

@@ -59,7 +59,7 @@ from typing import Any
 
 from workbench.backends.prompts import number_chunks
 from workbench.backends.retrievers import HybridRetriever
-from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, ROUNDS, check_int, check_number
+from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, ROUNDS, check_counts, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
@@ -95,6 +95,17 @@ __all__ = [
 CHUNKINGS = ("fixed", "corpus")
 THRESHOLD_BOUND = 10.0
 """τ and γ at most (the controller's scores are in [0, 1]: any value above 1 acts as 1 + ε)."""
+COUNT_BOUNDS = {
+    "max_rounds": ROUNDS,
+    "candidates_per_channel": POOL,
+    "k1": POOL,
+    "k": PASSAGES,
+    "max_follow_ups": ROUNDS,
+    "chunk_tokens": NEW_TOKENS,
+    "max_final_chunks": PASSAGES,
+    "dense_pool": POOL,
+}
+"""The largest value of each integer setting (all from 1)."""
 """InSemRAG's corpus: ``fixed`` = its own token windows of the documents (default); ``corpus`` = the rows as built."""
 
 
@@ -190,17 +201,7 @@ class InSemRAGSettings:
         keep = self.keep_threshold
         if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0.0 <= keep <= 1.0:
             raise bad("keep_threshold", "keep_threshold must be a number in [0, 1]")
-        for name, high in (
-            ("max_rounds", ROUNDS),
-            ("candidates_per_channel", POOL),
-            ("k1", POOL),
-            ("k", PASSAGES),
-            ("max_follow_ups", ROUNDS),
-            ("chunk_tokens", NEW_TOKENS),
-            ("max_final_chunks", PASSAGES),
-            ("dense_pool", POOL),
-        ):
-            check_int(getattr(self, name), name, f"insemrag.{name}", high)
+        check_counts(self, COUNT_BOUNDS, "insemrag")
         for name in ("compression_length", "answer_max_tokens"):
             check_int(getattr(self, name), name, f"insemrag.{name}", NEW_TOKENS, optional=True)
         if self.chunking not in CHUNKINGS:

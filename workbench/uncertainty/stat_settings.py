@@ -6,13 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.core.bounds import NEW_TOKENS, SAMPLES, SEED, TEMPERATURE, check_int, check_number
+from workbench.core.bounds import NEW_TOKENS, SAMPLES, SEED, TEMPERATURE, check_counts, check_int, check_number
 from workbench.core.errors import ConfigError
 
 __all__ = ["StatSettings"]
 
 LENGTH_RATIO_BOUND = 100.0
 """A paraphrase may be this many times its question's tokens at most (its token cap binds long before)."""
+
+COUNT_BOUNDS = {
+    "samples": SAMPLES,
+    "paraphrases": SAMPLES,
+    "max_new_tokens": NEW_TOKENS,
+    "paraphrase_max_new_tokens": NEW_TOKENS,
+}
+"""The largest value of each integer setting counted from 1."""
 
 MAX_STOPS = 64
 """Most stop strings."""
@@ -83,13 +91,7 @@ class StatSettings:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the setting (``stats.<name>``) when a value is of the wrong type or out
         of its bounds (:mod:`workbench.core.bounds`): a bundle's settings are checked here when it loads."""
-        for name, high in (
-            ("samples", SAMPLES),
-            ("paraphrases", SAMPLES),
-            ("max_new_tokens", NEW_TOKENS),
-            ("paraphrase_max_new_tokens", NEW_TOKENS),
-        ):
-            check_int(getattr(self, name), name, f"stats.{name}", high)
+        check_counts(self, COUNT_BOUNDS, "stats")
         check_int(
             self.paraphrase_length_margin,
             "paraphrase_length_margin",

@@ -6,7 +6,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from workbench.core.bounds import CHARS, NEW_TOKENS, PASSAGES, POOL, ROUNDS, SEED, TEMPERATURE, check_int, check_number
+from workbench.core.bounds import (
+    CHARS,
+    NEW_TOKENS,
+    PASSAGES,
+    POOL,
+    ROUNDS,
+    SEED,
+    TEMPERATURE,
+    check_counts,
+    check_int,
+    check_number,
+)
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.uncertainty.dense_stats import DenseSettings
@@ -31,6 +42,16 @@ CHUNKINGS = ("recursive", "fixed", "corpus")
 REPHRASE_CAP_STEP = 16  # rephrasing caps are rounded up to a multiple of this (fewer distinct caps per batch)
 THETA_BOUND = 100.0  # θ at most: DSE over k + 1 answers is at most ln(k + 1), under 5 for k ≤ 100
 LENGTH_FACTOR_BOUND = 100.0  # a rephrasing may run to this many times its chunk's tokens at most
+COUNT_BOUNDS = {
+    "k": PASSAGES,
+    "doc_pool_k": POOL,
+    "max_chunk_chars": CHARS,
+    "candidates": POOL,
+    "max_iterations": ROUNDS,
+    "self_eval_max_new_tokens": NEW_TOKENS,
+    "chunk_size": CHARS,
+}
+"""The largest value of each integer setting (all from 1)."""
 
 
 @dataclass(frozen=True)
@@ -113,16 +134,7 @@ class DenseRAGSettings:
     def validate(self) -> None:
         """Raise :class:`ConfigError` (naming the field) on an out-of-range value or an unknown rule."""
         where = "dense_rag"  # errors name dense_rag.<setting>
-        for name, high in (
-            ("k", PASSAGES),
-            ("doc_pool_k", POOL),
-            ("max_chunk_chars", CHARS),
-            ("candidates", POOL),
-            ("max_iterations", ROUNDS),
-            ("self_eval_max_new_tokens", NEW_TOKENS),
-            ("chunk_size", CHARS),
-        ):
-            check_int(getattr(self, name), name, f"{where}.{name}", high)
+        check_counts(self, COUNT_BOUNDS, where)
         check_int(
             self.rephrase_max_new_tokens,
             "rephrase_max_new_tokens",
