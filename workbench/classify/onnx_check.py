@@ -102,14 +102,12 @@ def _repeated(field: Any) -> bool:
 
 def _messages(root: Any) -> Any:
     """Every protobuf message inside ``root`` (``root`` included), depth first, without recursion."""
-    from google.protobuf.descriptor import FieldDescriptor
-
     stack = [root]
     while stack:
         message = stack.pop()
         yield message
         for field, value in message.ListFields():
-            if field.type != FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type is None:  # a scalar, string or enum field
                 continue
             if _repeated(field):
                 stack.extend(value)

@@ -116,6 +116,7 @@ class Runtime:
         self._built: dict[str, Any] = {}
         self._titles: dict[str, str] | None = None
         self._lock = threading.RLock()
+        self.extract_lease: Any = None  # load_bundle's lease on an archive's unpacked copy: never pruned while held
 
     # ------------------------------------------------------------------ checks at load
     def _method_options(self, methods: dict[str, Any]) -> dict[str, dict[str, Any]]:
