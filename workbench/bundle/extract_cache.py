@@ -66,22 +66,24 @@ def archive_digest(path: Path, max_bytes: int) -> str:
 
 class ExtractLease:
     """A shared lock on one extract-cache entry, held while a runtime uses it: :func:`prune_extract_cache` never
-    removes a locked entry. :meth:`release` (or garbage collection) lets it go."""
+    removes a locked entry. :meth:`release` (or garbage collection) lets it go. Where the system has no ``flock``
+    (Windows), a lease holds nothing and pruning cannot tell an entry in use."""
 
-    def __init__(self, fd: int, root: Path) -> None:
-        self.fd: int | None = fd
+    def __init__(self, fd: int | None, root: Path) -> None:
+        self.fd = fd
         self.root = root
 
     @classmethod
     def take(cls, root: Path) -> ExtractLease | None:
         """A lease on ``root``, waiting while a pruner holds it; None when ``root`` is (or meanwhile went) missing."""
-        try:
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        if _fcntl() is None:
+            return cls(None, root) if root.is_dir() else None
+        fd = _open_directory(root)
+        if fd is None:
             return None
         lease = cls(fd, root)
         try:
-            _flock(fd, shared=True, wait=True)
+            _fcntl().flock(fd, _fcntl().LOCK_SH)
             if os.fstat(fd).st_ino != os.stat(root).st_ino:  # removed (and perhaps unpacked again) while we waited
                 raise FileNotFoundError(root)
         except OSError:
@@ -100,15 +102,21 @@ class ExtractLease:
         self.release()
 
 
-def _flock(fd: int, *, shared: bool, wait: bool) -> None:
-    """``flock`` on ``fd`` (a no-op where the system has none); BlockingIOError when ``wait`` is False and the lock
-    is held."""
+def _fcntl() -> Any:
+    """The ``fcntl`` module, or None on a system without it."""
     try:
         import fcntl
-    except ImportError:  # no flock on this system: entries are not leased
-        return
-    flags = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB)
-    fcntl.flock(fd, flags)
+    except ImportError:
+        return None
+    return fcntl
+
+
+def _open_directory(path: Path) -> int | None:
+    """A read-only descriptor of the directory ``path`` (what ``flock`` locks), or None when it cannot be opened."""
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
 
 
 def unpacked(archive: Path, base: Path, limits: ArchiveLimits) -> tuple[Path, dict[str, Any], ExtractLease | None]:
@@ -156,20 +164,23 @@ class Pruned:
 
 
 def _remove_unless_leased(path: Path) -> bool:
-    """Remove the entry ``path`` unless a loaded bundle holds a lease on it; whether it was removed."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        _flock(fd, shared=False, wait=False)
-    except OSError:  # BlockingIOError: leased
-        os.close(fd)
-        return False
+    """Remove the entry ``path`` unless a loaded bundle holds a lease on it (an exclusive lock it cannot take without
+    waiting); whether it was removed."""
+    fcntl = _fcntl()
+    fd = _open_directory(path) if fcntl is not None else None
+    if fcntl is not None:
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: leased
+            os.close(fd)
+            return False
     try:
         shutil.rmtree(path, ignore_errors=True)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     return True
 
 

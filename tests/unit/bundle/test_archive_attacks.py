@@ -272,3 +272,29 @@ def test_workbench_bundles_prune_in_another_process_keeps_an_entry_in_use(tmp_pa
     assert out.returncode == 0 and "removed 0 unpacked archive(s)" in out.stdout, out.stdout + out.stderr
     assert "1 in use by a loaded bundle, kept" in out.stdout
     assert runtime.files.read("learned/classifier.json", "decision.files.classifier")
+
+
+def test_a_load_that_waited_on_a_pruner_unpacks_the_archive_again(tmp_path):
+    import fcntl
+    import os
+    import shutil
+    import threading
+
+    from tests.unit.bundle.conftest import FIXTURE
+
+    cache = tmp_path / "cache"
+    archive = FIXTURE / "tiny-1.0.0.tar.gz"
+    first = load_bundle(archive, {"extract_dir": str(cache)})
+    root = first.root
+    first.extract_lease.release()
+    pruner = os.open(root, os.O_RDONLY)
+    fcntl.flock(pruner, fcntl.LOCK_EX)  # a pruner that holds the entry and is about to remove it
+    loaded: list = []
+    loader = threading.Thread(target=lambda: loaded.append(load_bundle(archive, {"extract_dir": str(cache)})))
+    loader.start()
+    loader.join(0.3)
+    assert loader.is_alive()  # waiting for the pruner, not reading a directory being removed
+    shutil.rmtree(root)
+    os.close(pruner)
+    loader.join(60)
+    assert loaded and loaded[0].root == root and (root / "manifest.json").is_file()
