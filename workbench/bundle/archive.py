@@ -20,9 +20,8 @@ of anything:
 * **first pass** (:func:`scan_archive`): every member is checked — only regular files and directories, a safe
   relative name under one top folder, no duplicate name, no name that is both a file and a folder, at most
   :data:`~workbench.bundle.schema.MAX_ARCHIVE_MEMBERS`, their sizes together within the unpacked cap — and the
-  manifest is read and checked
-  (:func:`~workbench.bundle.integrity.parse_manifest`); the members must be exactly the files it lists, each of its
-  recorded size. Nothing is written during this pass;
+  manifest is read and checked (:func:`~workbench.bundle.integrity.parse_manifest`); the members must be exactly the
+  files it lists, each of its recorded size. Nothing is written during this pass;
 * **second pass** (:func:`extract_archive`): each file is streamed into a fresh directory while its sha256 is
   computed and compared with the manifest's; the directory replaces the target in one rename, and a refused
   extraction leaves nothing behind. A failure to write says so — no space left on the device, a read-only file

@@ -14,11 +14,12 @@ zero bounds empties it (``workbench bundles --prune``). Only folders this module
 hexadecimal digits, or the ``.<digest>.*.tmp`` / ``.old-`` folders of an atomic swap.
 
 **An entry in use is never removed.** Each loaded bundle holds an :class:`ExtractLease` on its entry: a shared
-``flock`` on the entry's directory, taken before the entry is verified and held until the runtime is closed or
-collected. Pruning takes an exclusive lock, without waiting, on each entry it would remove and skips the ones it
-cannot lock, in this process and in any other (a runtime reads some files after loading: a distilled controller's
-adapter on its first answer). A loader that waited on a lock while its entry was being removed sees the directory
-gone and unpacks it again.
+``flock`` on the entry's directory, taken before the entry is verified and held as long as the runtime lives
+(``rt.extract_lease.release()`` lets it go sooner). Pruning takes an exclusive lock, without waiting, on each entry
+it would remove and skips the ones it cannot lock, in this process and in any other (a runtime reads some files
+after loading: a distilled controller's adapter on its first answer). A loader that waited on a lock while its entry
+was being removed sees the directory gone and unpacks it again. On a system without ``flock`` (Windows) entries are
+not leased.
 
 A cache that cannot be written (a read-only mount, a full disk) is reported in one line naming it; an entry it
 already holds still loads.
