@@ -375,7 +375,8 @@ def bundles_command(
 
         base = cache_dir("bundles")
         done = prune_extract_cache(base, max_bytes=0, max_age_s=0)
-        typer.echo(f"removed {done.removed} unpacked archive(s), {done.freed_bytes / 1e6:.1f} MB, from {base}")
+        held = f"; {done.in_use} in use by a loaded bundle, kept" if done.in_use else ""
+        typer.echo(f"removed {done.removed} unpacked archive(s), {done.freed_bytes / 1e6:.1f} MB, from {base}{held}")
         return
     entries = list_bundles(root, verify=verify)
     if not entries:

@@ -2,7 +2,8 @@
 never a traceback, never a byte written outside the extract directory, never a half-written extraction left behind.
 
 Mutations act on the committed archive's tar stream (bytes flipped, cut, inserted, a header field rewritten, a
-member appended or duplicated) and then re-gzipped, or on the gzip bytes themselves.
+member — a sparse one too — appended or duplicated) and then re-gzipped, or on the gzip bytes themselves (trailing
+bytes included).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ NAMES = st.sampled_from(
         "tiny-1.0.0/" + "n" * 300,
     ]
 )
-KINDS = st.sampled_from([tarfile.REGTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.DIRTYPE, tarfile.FIFOTYPE])
+KINDS = st.sampled_from(
+    [tarfile.REGTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.DIRTYPE, tarfile.FIFOTYPE, tarfile.GNUTYPE_SPARSE]
+)
 
 
 @st.composite

@@ -12,21 +12,27 @@ of anything:
   unpacked cap or the ratio of decompressed to compressed bytes passes the ratio cap (a gzip bomb is refused after a
   few MB, not after it has filled the disk);
 * a tar header that announces a long name or pax record over :data:`MAX_HEADER_BYTES` is refused before its data is
-  read (:class:`_BoundedTarInfo`);
+  read, and so is a sparse member — GNU's old sparse headers and the pax sparse formats 0.0, 0.1 and 1.0 — before
+  tarfile reads its map: its holes would unpack to bytes nobody counted (a bundle we write never has one), and a
+  header that does not parse is refused rather than taken as the end of the archive (:class:`_BoundedTarInfo`);
+* after the last member only zero blocks may follow, up to the end of the gzip stream, and nothing but NUL padding
+  after that: trailing data is refused, not ignored;
 * **first pass** (:func:`scan_archive`): every member is checked — only regular files and directories, a safe
   relative name under one top folder, no duplicate name, no name that is both a file and a folder, at most
-  :data:`~workbench.bundle.schema.MAX_ARCHIVE_MEMBERS` — and the manifest is read and checked
-  (:func:`~workbench.bundle.integrity.parse_manifest`); the members must be exactly the files it lists, each of its
-  recorded size. Nothing is written during this pass;
+  :data:`~workbench.bundle.schema.MAX_ARCHIVE_MEMBERS`, their sizes together within the unpacked cap — and the
+  manifest is read and checked (:func:`~workbench.bundle.integrity.parse_manifest`); the members must be exactly the
+  files it lists, each of its recorded size. Nothing is written during this pass;
 * **second pass** (:func:`extract_archive`): each file is streamed into a fresh directory while its sha256 is
   computed and compared with the manifest's; the directory replaces the target in one rename, and a refused
-  extraction leaves nothing behind.
+  extraction leaves nothing behind. A failure to write says so — no space left on the device, a read-only file
+  system, permission denied — naming the directory, never "corrupt archive".
 
 The extracted directory still goes through :func:`~workbench.bundle.integrity.verify_bundle_dir` when it is loaded.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -54,6 +60,7 @@ MAX_HEADER_BYTES = 64 << 10
 """Largest GNU long-name / long-link or pax header record accepted (a bundle's longest path is a few dozen bytes)."""
 
 _CHUNK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -119,23 +126,45 @@ class _BoundedGunzip:
         self.pending = b""
         self.finished = False
 
+    def _read(self) -> bytes:
+        """The next compressed block of the file (b"" at its end)."""
+        try:
+            data = self.handle.read(64 << 10)
+        except OSError as exc:
+            raise _Refused(f"cannot read the archive ({describe_os_error(exc)})") from None
+        self.compressed += len(data)
+        return data
+
+    def _next_member(self) -> bytes | None:
+        """At the end of a gzip member: the compressed bytes of the next one, or None at the end of the stream — the end
+        of the file, possibly after NUL padding; anything else after the stream is refused."""
+        rest = self.inflater.unused_data
+        while len(rest) < 2 and (block := self._read()):
+            rest += block
+        if not rest:
+            return None
+        if rest.startswith(_GZIP_MAGIC):
+            return rest
+        while not rest.strip(b"\0"):  # NUL padding, as some writers add: it must run to the end of the file
+            rest = self._read()
+            if not rest:
+                return None
+        raise _Refused("data after the end of the gzip stream: not allowed")
+
     def _more(self, want: int) -> bytes:
         """Up to ``want`` more decompressed bytes (b"" at the end of the stream)."""
         while True:
-            if self.inflater.unconsumed_tail:
-                data = self.inflater.unconsumed_tail
-            elif self.inflater.eof:
-                data = self.inflater.unused_data
-                if not data:
-                    data = self.handle.read(64 << 10)
-                    self.compressed += len(data)
-                if not data or not data.strip(b"\0"):  # the end, or the zero padding some writers add
+            if self.inflater.eof:  # checked first: after the end, zlib leaves the rest in unconsumed_tail too
+                following = self._next_member()
+                if following is None:
                     self.finished = True
                     return b""
+                data = following
                 self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next gzip member
+            elif self.inflater.unconsumed_tail:
+                data = self.inflater.unconsumed_tail
             else:
-                data = self.handle.read(64 << 10)
-                self.compressed += len(data)
+                data = self._read()
                 if not data:
                     raise _Refused("the gzip stream ends early (truncated archive)")
             out = self.inflater.decompress(data, min(want, _CHUNK))
@@ -168,16 +197,42 @@ class _BoundedGunzip:
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
-    """tarfile's member header, refusing a long-name / long-link or pax record over :data:`MAX_HEADER_BYTES` before
-    tarfile reads the record into memory (its ``_proc_member`` is where it does; the hook has been stable since
-    Python 2.6)."""
+    """tarfile's member header, refusing what a bundle archive never holds before tarfile acts on it (its private
+    ``_proc_*`` hooks are where it does; stable since Python 2.6 — :func:`_check_member` checks ``issparse()`` too):
+
+    * a long-name / long-link or pax record over :data:`MAX_HEADER_BYTES`, before the record is read into memory;
+    * a sparse member (GNU's old ``S`` headers, pax sparse 0.0, 0.1 and 1.0), before its map is read: tarfile would
+      unpack its holes as zeros that no cap counts (and reads a 1.0 map of any length);
+    * a header that does not parse, which tarfile would otherwise take for the end of the archive."""
 
     _EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, b"X")
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        try:
+            return super().fromtarfile(tar)
+        except tarfile.InvalidHeaderError:
+            raise _Refused("a tar header that does not parse (corrupt archive)") from None
 
     def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
         if self.type in self._EXTENDED and self.size > MAX_HEADER_BYTES:
             raise _Refused(f"a tar header record of {self.size} bytes (limit {MAX_HEADER_BYTES})")
         return super()._proc_member(tar)  # type: ignore[misc]
+
+    def _proc_sparse(self, tar: tarfile.TarFile) -> tarfile.TarInfo:  # GNU's old sparse member (type S)
+        raise _Refused(SPARSE_REFUSAL)
+
+    def _proc_gnusparse_00(self, *args: Any) -> None:  # pax sparse 0.0
+        raise _Refused(SPARSE_REFUSAL)
+
+    def _proc_gnusparse_01(self, *args: Any) -> None:  # pax sparse 0.1
+        raise _Refused(SPARSE_REFUSAL)
+
+    def _proc_gnusparse_10(self, *args: Any) -> None:  # pax sparse 1.0
+        raise _Refused(SPARSE_REFUSAL)
+
+
+SPARSE_REFUSAL = "a sparse member (its holes would unpack to bytes no limit counts): not allowed in a bundle"
 
 
 @dataclass
@@ -192,7 +247,37 @@ class ArchiveScan:
     folders: set[str] = field(default_factory=set)
 
 
-_READ_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error, gzip.BadGzipFile, UnicodeError)
+_READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, ValueError)
+"""What a malformed archive makes tarfile or zlib raise (reading the file itself fails as :class:`_Refused`)."""
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    getattr(errno, "EDQUOT", -1): "disk quota exceeded",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """What an OSError means, in words (its errno's name when it has none here)."""
+    if exc.errno in _REASONS:
+        return _REASONS[exc.errno]
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+def _corrupt(exc: BaseException, what: str = "corrupt archive") -> str:
+    """The one-line refusal of an archive tarfile or zlib cannot read: their own message, except for a ValueError's,
+    which may quote the archive's bytes."""
+    detail = "" if isinstance(exc, ValueError) else f": {exc}"
+    return f"{what} ({type(exc).__name__}{detail})"
+
+
+def _open_archive(archive: Path) -> Any:
+    try:
+        return open(archive, "rb")
+    except OSError as exc:
+        raise DataError(f"cannot read the archive ({describe_os_error(exc)})", str(archive)) from None
 
 
 def _open_stream(archive: Path, handle: Any, limits: ArchiveLimits) -> tarfile.TarFile:
@@ -201,7 +286,15 @@ def _open_stream(archive: Path, handle: Any, limits: ArchiveLimits) -> tarfile.T
     except _Refused:
         raise
     except _READ_ERRORS as exc:
-        raise DataError(f"not a readable .tar.gz ({type(exc).__name__}: {exc})", str(archive)) from None
+        raise DataError(_corrupt(exc, "not a readable .tar.gz"), str(archive)) from None
+
+
+def _check_end(tar: tarfile.TarFile) -> None:
+    """After the last member: the rest of the tar stream must be zero blocks (the end-of-archive marker and its
+    padding) up to the end of the gzip stream, which the gunzip checks is the end of the file."""
+    while block := tar.fileobj.read(_CHUNK):  # type: ignore[union-attr]
+        if block.strip(b"\0"):
+            raise _Refused("data after the end of the tar archive: not allowed")
 
 
 def _relative(member: tarfile.TarInfo, where: str) -> tuple[str, str]:
@@ -223,13 +316,16 @@ def scan_archive(archive: str | Path, limits: ArchiveLimits = ArchiveLimits()) -
     tops: set[str] = set()
     seen: set[str] = set()
     manifest_bytes: bytes | None = None
-    count = 0
+    count = total = 0
+    handle = _open_archive(archive)
     try:
-        with open(archive, "rb") as handle, _open_stream(archive, handle, limits) as tar:
+        with handle, _open_stream(archive, handle, limits) as tar:
             for member in tar:
                 count += 1
                 if count > MAX_ARCHIVE_MEMBERS:
                     raise DataError(f"more than {MAX_ARCHIVE_MEMBERS} members", where)
+                if member.issparse():
+                    raise DataError(f"member {member.name[:200]!r} is {SPARSE_REFUSAL[2:]}", where)
                 if member.issym() or member.islnk():
                     raise DataError(f"member {member.name[:200]!r} is a link: not allowed", where)
                 if not (member.isfile() or member.isdir()):
@@ -257,15 +353,19 @@ def scan_archive(archive: str | Path, limits: ArchiveLimits = ArchiveLimits()) -
                     raise DataError(f"member {member.name[:200]!r} lies below a file of the same name", where)
                 folders.update(above)
                 files[rest] = member.size
+                total += member.size
+                if total > limits.max_unpacked:
+                    raise DataError(f"the members' sizes add up to more than {limits.max_unpacked} bytes", where)
                 if rest == MANIFEST:
                     if member.size > MAX_MANIFEST_BYTES:
                         raise DataError(f"manifest.json is {member.size} bytes (limit {MAX_MANIFEST_BYTES})", where)
                     reader = tar.extractfile(member)
                     manifest_bytes = reader.read() if reader is not None else b""
+            _check_end(tar)
     except _Refused as exc:
         raise DataError(str(exc), where) from None
     except _READ_ERRORS as exc:
-        raise DataError(f"corrupt archive ({type(exc).__name__}: {exc})", where) from None
+        raise DataError(_corrupt(exc), where) from None
     if manifest_bytes is None:
         raise DataError("the archive holds no manifest.json in its top folder", where)
     manifest = parse_manifest(manifest_bytes, f"{where}: {MANIFEST}")
@@ -293,31 +393,32 @@ def extract_archive(
 ) -> Path:
     """Safely unpack a bundle archive into ``target`` (see the module docstring; ``scan`` is the first pass when the
     caller already made it); returns ``target``. DataError naming the archive (and the member) on anything refused,
-    with nothing left at ``target`` (an existing ``target`` is replaced only by a complete, verified extraction)."""
+    or naming ``target``'s folder when it cannot be written (no space, read-only, permission denied), with nothing
+    left at ``target`` (an existing ``target`` is replaced only by a complete, verified extraction)."""
     archive = Path(archive)
     where = str(archive)
     scan = scan or scan_archive(archive, limits)
     listed = scan.manifest["files"]
     target = Path(target)
+    handle = _open_archive(archive)
     try:
-        with (
-            open(archive, "rb") as handle,
-            _open_stream(archive, handle, limits) as tar,
-            atomic_directory(target) as tmp,
-        ):
+        with handle, _open_stream(archive, handle, limits) as tar, atomic_directory(target) as tmp:
             for folder in sorted(scan.folders):
                 (tmp / folder).mkdir(parents=True, exist_ok=True)
             for member in tar:
                 _, rest = _relative(member, where)
                 if not member.isfile():
                     continue
-                if scan.files.get(rest) != member.size:  # the archive changed between the passes
+                if scan.files.get(rest) != member.size or member.issparse():  # the archive changed since the scan
                     raise DataError(f"member {member.name[:200]!r} differs from the first pass", where)
                 _write_member(tar, member, tmp / rest, listed.get(rest), where)
+            _check_end(tar)
     except _Refused as exc:
         raise DataError(str(exc), where) from None
     except _READ_ERRORS as exc:
-        raise DataError(f"corrupt archive ({type(exc).__name__}: {exc})", where) from None
+        raise DataError(_corrupt(exc), where) from None
+    except OSError as exc:  # reading the archive fails as _Refused: this is writing the extraction
+        raise DataError(f"cannot unpack the bundle here: {describe_os_error(exc)}", str(target.parent)) from None
     return target
 
 

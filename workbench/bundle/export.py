@@ -7,9 +7,9 @@ plots, and ``manifest.json`` (field by field in docs/bundles.md). The bundle is 
 verified exactly as a loader would verify it, and swapped in with one rename.
 
 **Versions.** ``version="auto"`` reuses the latest version of the name when the content is unchanged (the content
-digest covers every file but the card, and every manifest field the runtime reads: not the provenance — creation
-time, exporting workbench, resolved recipe — nor the name and version), and otherwise takes the next patch version
-(``1.0.0`` for a new name). An explicit version
+digest covers every file but the card, and every manifest field the runtime reads, not the provenance — creation
+time, exporting workbench, resolved recipe; content is compared without the version, which the digest seals in
+``identity``), and otherwise takes the next patch version (``1.0.0`` for a new name). An explicit version
 that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
 the same hashes, the same manifest and the same archive.
 
@@ -45,7 +45,7 @@ from typing import Any
 
 from workbench.bundle.archive import write_archive
 from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
-from workbench.bundle.manifest import content_digest
+from workbench.bundle.manifest import seal, unversioned_digest
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.core.atomic import atomic_directory, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
@@ -527,7 +527,7 @@ def _existing_digest(path: Path) -> tuple[str | None, dict[str, Any] | None]:
         manifest = read_manifest(path)
     except DataError:
         return None, None
-    return manifest.get("content_sha256"), manifest
+    return unversioned_digest(manifest, manifest["files"]), manifest
 
 
 def export_run(
@@ -623,9 +623,10 @@ def export_run(
             manifest["models"]["nli"]["weights_sha256"] = weights_digest(config.nli.model)
         _write_plots(manifest, staging)
         files = file_table(staging, [p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()])
-        digest = content_digest(manifest, files)
+        digest = unversioned_digest(manifest, files)
         version, created, unchanged = _pick_version(bundle_root, version, digest, force)
-        manifest.update({"version": version, "created": created, "content_sha256": digest})
+        manifest.update({"version": version, "created": created})
+        seal(manifest, files)  # identity (name and version) and content_sha256, which covers it
         if unchanged:  # keep the first export's provenance, so the manifest (and the archive) stay byte-identical
             previous = read_manifest(bundle_root / version)
             manifest.update({key: previous[key] for key in PROVENANCE if key in previous})

@@ -24,13 +24,16 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
+from workbench.core.bounds import CHARS, NEW_TOKENS, PASSAGES, SEED
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
 
 DIGEST_EXCLUDES = ("created", "workbench", "recipe", "name", "version", "content_sha256", "files")
 """Manifest fields outside the content digest: the provenance of the export (when, by which workbench, from which
 resolved recipe — a run re-run with another report directory is the same content) and the file table's card entry.
-Everything the runtime reads is inside it."""
+Everything the runtime reads is inside it. ``name`` and ``version`` stay outside for readers of schema 1.2 and
+before (a minor adds fields, it never changes the digest's rule); since 1.3 the ``identity`` block repeats them
+inside the digest, and the loader refuses a manifest whose ``name`` or ``version`` is not its ``identity``'s."""
 
 CARD = "README.md"
 """The model card: the one file outside the content digest (it quotes provenance)."""
@@ -38,17 +41,19 @@ CARD = "README.md"
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 LIMITS = {
-    "seed": (0, 2**32 - 1),
-    "k": (1, 1000),
-    "passage_chars": (1, 1_000_000),
-    "max_new_tokens": (1, 32_768),
+    "seed": (0, SEED),
+    "k": (1, PASSAGES),
+    "passage_chars": (1, CHARS),
+    "max_new_tokens": (1, NEW_TOKENS),
     "batch_size": (1, 4096),
     "max_context": (1, 10_000_000),
     "chunk_size": (1, 10_000_000),
     "chunk_overlap": (0, 10_000_000),
 }
-"""Inclusive integer bounds of the manifest's numeric settings (a bound far past any real bundle, so a crafted value
-cannot make the runtime generate or batch without end)."""
+"""Inclusive integer bounds of the manifest's own numeric settings (:mod:`workbench.core.bounds` where a method or
+the stats share the quantity; a bound far past any real bundle, so a crafted value cannot make the runtime generate
+or batch without end). Method options and stats settings are bounded by their owners (the method's settings class,
+:class:`~workbench.uncertainty.stat_settings.StatSettings`), which :func:`check_manifest` calls."""
 
 
 def _in_range(name: str, value: int | None, where: str) -> None:
@@ -208,9 +213,16 @@ class StatsBlock:
     generator: str | None = None
 
     def __post_init__(self) -> None:
+        from workbench.uncertainty.stat_settings import StatSettings
+
         for group, digest in (self.prompt_groups or {}).items():
             if not isinstance(digest, str):
                 raise ValueError(f"'stats.prompt_groups.{group}' must be a string, got {digest!r}")
+        if self.settings is not None:  # the settings the runtime computes features with: typed and bounded now
+            try:
+                StatSettings.from_dict(self.settings, "stats.settings")
+            except ConfigError as exc:
+                raise ValueError(f"'stats.settings': {exc.what}") from None
 
 
 @dataclass
@@ -320,8 +332,17 @@ class ProvenanceBlock:
 
 
 @dataclass
+class IdentityBlock:
+    """``identity`` (schema 1.3): the bundle's ``name`` and ``version`` again, inside the content digest, so neither
+    can be edited without re-hashing (a bundle cannot load as ``official-prod 9.9.9`` by an edit of two fields)."""
+
+    name: str
+    version: str
+
+
+@dataclass
 class MethodRecord:
-    """One entry of ``methods`` (its options are checked against the method table when the runtime loads)."""
+    """One entry of ``methods`` (its options are checked by the method's own settings, :func:`check_manifest`)."""
 
     options: dict = field(default_factory=dict)
     requires_gold: bool = False
@@ -364,6 +385,7 @@ class Manifest:
     decision: DecisionBlock | None = None
     utility: UtilityBlock | None = None
     controller_adapter: AdapterBlock | None = None
+    identity: IdentityBlock | None = None
     metrics: dict | None = None
     provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)
@@ -433,10 +455,50 @@ def check_manifest(manifest: Any, where: str) -> list[str]:
     for key, cls in MAPPING_OF.items():
         for name, entry in getattr(parsed, key).items():
             _build(cls, entry, f"{key}.{name}.", where, unknown)
+    _check_method_options(parsed.methods, where)
+    notes = _check_identity(parsed, manifest, where)
     if unknown:
         shown = ", ".join(sorted(unknown)[:8]) + (" …" if len(unknown) > 8 else "")
-        return [f"manifest field(s) unknown to this workbench were ignored: {shown}"]
+        notes.append(f"manifest field(s) unknown to this workbench were ignored: {shown}")
+    return notes
+
+
+def _check_identity(parsed: Manifest, manifest: dict[str, Any], where: str) -> list[str]:
+    """Refuse a ``name`` or ``version`` other than the ``identity`` block's (required from schema 1.3 on); a note for
+    an older manifest, whose name and version nothing covers."""
+    from workbench.bundle.schema import IDENTITY_MINOR, schema_minor
+
+    identity = parsed.identity
+    if identity is None:
+        if schema_minor(manifest) >= IDENTITY_MINOR:
+            raise DataError(f"missing 'identity' (required since schema 1.{IDENTITY_MINOR})", where)
+        return [
+            f"name and version are not covered by the content digest (schema {manifest['schema_version']}, before "
+            f"1.{IDENTITY_MINOR}): nothing verifies them; re-export the run to seal them"
+        ]
+    for key in ("name", "version"):
+        if getattr(identity, key) != getattr(parsed, key):
+            raise DataError(
+                f"'{key}' differs from 'identity.{key}', which the content digest covers: edited after export", where
+            )
     return []
+
+
+def _check_method_options(methods: dict[str, Any], where: str) -> None:
+    """Each known method's options checked by their owner (:func:`workbench.methods.registry.check_options`: the
+    method's settings class — types, choices and bounds), as a recipe's are; one line naming
+    ``methods.<name>.options.<key>``. A method this workbench does not know is the runtime's to refuse."""
+    from workbench.methods.registry import METHOD_TABLE, check_options
+
+    for name, record in methods.items():
+        if name not in METHOD_TABLE:
+            continue
+        try:
+            check_options([name], {name: record.get("options") or {}})
+        except ConfigError as exc:
+            key = str(exc.where or "").removeprefix(f"evaluate.options.{name}").lstrip(".")
+            field = f"methods.{name}.options" + (f".{key}" if key else "")
+            raise DataError(f"'{field}': {exc.what}", where) from None
 
 
 def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -458,10 +520,23 @@ def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def content_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
-    """``content_sha256``: a digest of every manifest field outside :data:`DIGEST_EXCLUDES` and of every file's record
-    but the model card's."""
+    """``content_sha256``: a digest of every manifest field outside :data:`DIGEST_EXCLUDES` (``identity`` included:
+    the name and version) and of every file's record but the model card's."""
     body = {k: v for k, v in manifest.items() if k not in DIGEST_EXCLUDES}
     return stable_hash([body, {k: v for k, v in files.items() if k != CARD}], length=64)
+
+
+def unversioned_digest(manifest: dict[str, Any], files: dict[str, Any]) -> str:
+    """The content digest without ``identity``: what two exports of the same content share whatever their version
+    (how the exporter tells an unchanged run, :func:`~workbench.bundle.export.export_run`)."""
+    return content_digest({k: v for k, v in manifest.items() if k != "identity"}, files)
+
+
+def seal(manifest: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with its ``identity`` (its name and version) and ``content_sha256`` set over ``files``."""
+    manifest["identity"] = {"name": manifest["name"], "version": manifest["version"]}
+    manifest["content_sha256"] = content_digest(manifest, files)
+    return manifest
 
 
 def check_content_digest(manifest: dict[str, Any], where: str) -> None:

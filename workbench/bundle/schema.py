@@ -36,6 +36,8 @@ FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
 SCHEMA_MINOR = 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+IDENTITY_MINOR = 3
+"""The first minor whose manifests seal their ``name`` and ``version`` (``identity``, inside the content digest)."""
 MANIFEST = "manifest.json"
 
 ALLOWED_SUFFIXES = (".json", ".onnx", ".safetensors", ".md", ".png")
@@ -78,6 +80,14 @@ def bundle_versions(name_dir: Path) -> list[tuple[tuple[int, int, int], Path]]:
             if child.is_dir() and SEMVER.match(child.name):
                 out.append((parse_semver(child.name), child))
     return sorted(out)
+
+
+def schema_minor(manifest: dict[str, Any]) -> int:
+    """The minor of a manifest's ``schema_version`` (-1 when it is not ``MAJOR.MINOR``: :func:`check_schema`
+    refuses it)."""
+    version = manifest.get("schema_version")
+    match = re.match(r"^(\d+)\.(\d+)$", version) if isinstance(version, str) else None
+    return int(match.group(2)) if match else -1
 
 
 def check_schema(manifest: dict[str, Any], where: str) -> list[str]:

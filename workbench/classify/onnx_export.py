@@ -25,6 +25,7 @@ import numpy as np
 from workbench.classify.inputs import as_features
 from workbench.classify.logistic import LogisticModel
 from workbench.classify.mlp import MLPModel
+from workbench.classify.onnx_check import check_bounded_graph, check_self_contained, graph_kind, parse_model
 from workbench.core.atomic import atomic_write_bytes
 from workbench.core.errors import ConfigError, DataError
 
@@ -155,6 +156,10 @@ class OnnxClassifier:
     graph written before the name said so), ``"raw"`` for a decision graph (input ``raw_features``: the calibrators
     are inside; NaN and ±inf are imputed inside too). One session is kept (single-threaded: the graphs are a few
     hundred numbers, so threads only add latency).
+
+    The graph is checked before ONNX Runtime sees it (:mod:`workbench.classify.onnx_check`): self-contained, only the
+    operators the workbench exports, static shapes linear in the batch. ``classifier_kind`` is ``logistic`` or
+    ``mlp`` as its structure shows (``unknown`` otherwise), ``declared_kind`` what its ``kind`` metadata says.
     """
 
     kind = "onnx"
@@ -170,30 +175,29 @@ class OnnxClassifier:
                 data = Path(source).read_bytes()
             except OSError as exc:
                 raise DataError(f"cannot read the ONNX graph ({type(exc).__name__})", where) from None
-        check_self_contained(data, where)
+        proto = parse_model(data, where)
+        check_self_contained(proto, where)
+        check_bounded_graph(proto, where)  # before ONNX Runtime sees it: no loop, no runaway shape
+        self.classifier_kind = graph_kind(proto)  # logistic / mlp as the graph's structure shows, not its metadata
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         try:
             self.session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types for unreadable graphs
-            raise DataError(f"not a loadable ONNX graph ({str(exc).splitlines()[0]})", where) from None
+            raise DataError(f"not a loadable ONNX graph ({type(exc).__name__})", where) from None
         self.where = where
 
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         accepted = (*CLASSIFIER_INPUTS, RAW_INPUT)
         if len(inputs) != 1 or inputs[0].name not in accepted or OUTPUT_NAME not in [o.name for o in outputs]:
-            raise DataError(
-                f"the graph must take one input (one of {list(accepted)}) and give {OUTPUT_NAME!r}, got inputs "
-                f"{[i.name for i in inputs]} and outputs {[o.name for o in outputs]}",
-                where,
-            )
+            raise DataError(f"the graph must take one input (one of {list(accepted)}) and give {OUTPUT_NAME!r}", where)
         self.input_name = inputs[0].name
         self.input = "raw" if self.input_name == RAW_INPUT else "calibrated"
         self.dtype = np.float64 if inputs[0].type == "tensor(double)" else np.float32
         shape = inputs[0].shape
         if len(shape) != 2:
-            raise DataError(f"the graph's input {self.input_name!r} must be [batch, features], got {shape}", where)
+            raise DataError(f"the graph's input {self.input_name!r} must be [batch, features]", where)
         meta = self.session.get_modelmeta().custom_metadata_map
         from workbench.core.strict_json import loads_strict
 
@@ -203,6 +207,8 @@ class OnnxClassifier:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise DataError("the graph's feature_names metadata must be a list of names", where)
         self.feature_names = tuple(names)
+        declared = meta.get("kind", "")
+        self.declared_kind = declared.removeprefix("decision:")  # what the metadata says the classifier is
         width = shape[1]
         self.n_features = width if isinstance(width, int) else len(self.feature_names) or None
 
@@ -216,10 +222,10 @@ class OnnxClassifier:
         try:
             (out,) = self.session.run([OUTPUT_NAME], {self.input_name: arr.astype(self.dtype)})
         except Exception as exc:  # a graph that loads but cannot run on its declared input
-            raise DataError(f"the ONNX graph failed to run ({str(exc).splitlines()[0]})", self.where) from None
+            raise DataError(f"the ONNX graph failed to run ({type(exc).__name__})", self.where) from None
         out = np.asarray(out, dtype=np.float64).reshape(-1)
         if out.shape != (arr.shape[0],):
-            raise DataError(f"the ONNX graph gave {out.size} values for {arr.shape[0]} rows", self.where)
+            raise DataError(f"the ONNX graph gave the wrong number of values for {arr.shape[0]} rows", self.where)
         return out
 
 
@@ -235,34 +241,3 @@ def as_raw_features(X: object, n_features: int | None) -> np.ndarray:
     if n_features is not None and arr.shape[1] != n_features:
         raise DataError(f"expected {n_features} features per row, got {arr.shape[1]}", "X")
     return arr
-
-
-def check_self_contained(data: bytes, where: str) -> None:
-    """Refuse an ONNX graph that stores any tensor outside itself (external data: a file path the runtime would open,
-    or an in-memory marker). A decision classifier is a few hundred numbers; it never needs external data."""
-    import onnx
-
-    try:
-        proto = onnx.load_from_string(data)
-    except Exception as exc:  # protobuf's DecodeError and friends
-        raise DataError(f"not an ONNX graph ({type(exc).__name__})", where) from None
-    graphs = [proto.graph]
-    tensors = []
-    while graphs:
-        graph = graphs.pop()
-        tensors.extend(graph.initializer)
-        tensors.extend(s.values for s in graph.sparse_initializer)
-        tensors.extend(s.indices for s in graph.sparse_initializer)
-        for node in graph.node:
-            for attribute in node.attribute:
-                tensors.extend([attribute.t, *attribute.tensors] if attribute.HasField("t") else attribute.tensors)
-                graphs.extend([attribute.g, *attribute.graphs] if attribute.HasField("g") else attribute.graphs)
-    for function in proto.functions:
-        for node in function.node:
-            for attribute in node.attribute:
-                tensors.extend([attribute.t, *attribute.tensors] if attribute.HasField("t") else attribute.tensors)
-    external = [
-        t.name or "(unnamed)" for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL or t.external_data
-    ]
-    if external:
-        raise DataError(f"the ONNX graph keeps tensor(s) {external[:5]} in external data: not allowed", where)

@@ -28,9 +28,9 @@ from workbench.core.errors import DataError
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays accepted; the workbench's own files stay under 10 levels."""
-MAX_INT_DIGITS = 100
+MAX_INT_DIGITS = 40
 """Most digits of an integer accepted (its sign aside); the workbench's own integers (sizes, seeds, counts) have at
-most 20."""
+most 20, as a 64-bit integer does."""
 
 
 class _Refused(ValueError):

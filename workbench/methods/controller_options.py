@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from workbench.core.bounds import NEW_TOKENS, check_int
 from workbench.core.config import doc
 from workbench.core.errors import AssetError, ConfigError
 from workbench.methods.base import Tools
@@ -34,10 +35,6 @@ a distilled student (log-prob scoring)."""
 
 CONTROLLER_TOKENS = ("enrich_tokens", "elements_tokens", "follow_up_tokens")
 """Generation caps of the prompted controller's free-text decisions (S1 enrich, S6 elements, S8 follow-up)."""
-
-
-def _positive_int(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
 
 
 @dataclass(frozen=True)
@@ -76,9 +73,7 @@ class ControllerOptions:
             model = str(model)
         caps = [key for key in CONTROLLER_TOKENS if key in given]
         for key in caps:
-            value = getattr(self, key)
-            if not _positive_int(value):
-                raise ConfigError(f"{key} must be an integer >= 1, got {value!r}", key)
+            check_int(getattr(self, key), key, key, NEW_TOKENS)
         if caps and self.controller == "heuristic":
             raise ConfigError(
                 f"{', '.join(caps)} set the prompted controller's caps only (prompted or distilled)", caps[0]

@@ -61,12 +61,16 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import generation_cost
+from workbench.core.bounds import NEW_TOKENS, PASSAGES, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers, prompt_for
 from workbench.methods.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
 from workbench.uncertainty.calculators import StatSettings
+
+ALPHA_BOUND = 100.0
+"""Largest contrast strength α (the paper's are 0.1 and 1; the study searches [0, 2])."""
 
 MODES = {"relevant": "ctx-pos-acd", "noisy": "ctx-neg-acd", "neutral": "ctx-normal", "closed": "noctx-normal"}
 """Utility class → the released code's strategy name (spec §7.2)."""
@@ -114,6 +118,10 @@ class D2RAGSettings:
         False,
     )
 
+    def __post_init__(self) -> None:
+        if isinstance(self.stats, dict):  # as a recipe or a bundle writes it
+            object.__setattr__(self, "stats", StatSettings.from_dict(self.stats, "d2rag.stats"))
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` on out-of-range or inconsistent settings."""
         where = "d2rag"
@@ -121,6 +129,8 @@ class D2RAGSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"{name} must be a finite number, got {value!r}", f"{where}.{name}")
+        for name in ("tau_pos", "tau_neg"):
+            check_number(getattr(self, name), name, f"{where}.{name}", -1.0, 1.0)
         if not -1.0 <= self.tau_neg < self.tau_pos <= 1.0:
             raise ConfigError(
                 f"need -1 <= tau_neg < tau_pos <= 1 (ΔSePer range), got {self.tau_neg} / {self.tau_pos}", where
@@ -128,10 +138,9 @@ class D2RAGSettings:
         for name in ("alpha_pos", "alpha_neg"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"alphas must be >= 0, got {self.alpha_pos} / {self.alpha_neg}", f"{where}.{name}")
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ConfigError(f"k must be an integer >= 1, got {self.k!r}", f"{where}.k")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}", f"{where}.max_new_tokens")
+            check_number(getattr(self, name), name, f"{where}.{name}", 0.0, ALPHA_BOUND)
+        check_int(self.k, "k", f"{where}.k", PASSAGES)
+        check_int(self.max_new_tokens, "max_new_tokens", f"{where}.max_new_tokens", NEW_TOKENS, optional=True)
         if self.features is not None:
             from workbench.uncertainty.features import get_features
 
@@ -139,9 +148,12 @@ class D2RAGSettings:
                 raise ConfigError("features must not be empty", f"{where}.features")
             get_features(self.features)
         if self.stats is not None:
+            if not isinstance(self.stats, StatSettings):
+                raise ConfigError("stats must be a mapping of stats settings", f"{where}.stats")
             self.stats.validate()
-        if not isinstance(self.score_always, bool):
-            raise ConfigError(f"score_always must be true or false, got {self.score_always!r}", f"{where}.score_always")
+        for name in ("dynamic", "noisy_labels", "score_always"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}", f"{where}.{name}")
 
 
 def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:

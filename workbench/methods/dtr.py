@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import generation_cost
+from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, check_counts, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
@@ -60,6 +61,12 @@ __all__ = [
 RULES: tuple[str, ...] = ("cos_sum", "score_sum")
 """Selection rules: ``cos_sum`` = cos(θ1 + θ2) (paper, eq. 7); ``score_sum`` = s1 + s2 (authors' released code)."""
 
+TAU_BOUND = 100.0
+"""|τ| of DTR at most (nats per token; u ≥ 0, so any τ ≤ 0 always retrieves), or τ = .inf: never retrieve."""
+
+COUNT_BOUNDS = {"pseudo_max_tokens": NEW_TOKENS, "n_per_path": POOL, "k": PASSAGES, "dense_pool": POOL}
+"""The largest value of each integer setting (all from 1)."""
+
 RETRIEVERS: tuple[str, ...] = ("dense", "run")
 """What the two paths search: ``dense`` = a dense index over the corpus (paper); ``run`` = the run's retriever."""
 
@@ -78,7 +85,7 @@ class DTRSettings:
     * ``tau`` = 0.001 — threshold on the normalised NLL u (nats per token): retrieve iff ``u ≥ tau``. Paper Table 2
       default and the code's ``--uncertainty_threshold`` (spec §4); the ``≥`` boundary is the code's (§10.4).
       Any ``tau ≤ 0`` always retrieves (u ≥ 0); ``tau = inf`` never retrieves, not even for an empty answer (so
-      DTR(τ = ∞) equals No Retrieval, spec §12).
+      DTR(τ = ∞) equals No Retrieval, spec §12). Otherwise |τ| ≤ :data:`TAU_BOUND`.
     * ``include_eos`` = False — u averages the answer tokens WITHOUT the EOS token (code; spec §10.3). The other
       variant is logged in the trace either way.
     * ``pseudo_max_tokens`` = 256 — cap on the pseudo-context. The code uses 1024; spec §10.8 recommends 256 for
@@ -134,15 +141,12 @@ class DTRSettings:
         def bad(name: str, what: str) -> ConfigError:
             return ConfigError(f"{what}, got {getattr(self, name)!r}", f"dtr.{name}")
 
-        if isinstance(self.tau, bool) or not isinstance(self.tau, int | float) or math.isnan(self.tau):
-            raise bad("tau", "tau must be a number (not NaN)")
+        if self.tau != math.inf:  # .inf: never retrieve (a recipe's YAML; JSON has no infinity)
+            check_number(self.tau, "tau", "dtr.tau", -TAU_BOUND, TAU_BOUND)
         for name in ("include_eos", "embed_titles"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, f"{name} must be true or false")
-        for name in ("pseudo_max_tokens", "n_per_path", "k", "dense_pool"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, f"{name} must be an integer >= 1")
+        check_counts(self, COUNT_BOUNDS, "dtr")
         if self.k > 2 * self.n_per_path:
             raise bad("k", f"k must be <= 2 * n_per_path = {2 * self.n_per_path} (the size of the candidate pool)")
         if self.rule not in RULES:
@@ -151,9 +155,7 @@ class DTRSettings:
             raise bad("retriever", f"retriever must be one of {', '.join(RETRIEVERS)}")
         if self.dense_index not in ("full", "pooled"):
             raise bad("dense_index", "dense_index must be full or pooled")
-        budget = self.answer_max_tokens
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise bad("answer_max_tokens", "answer_max_tokens must be None or an integer >= 1")
+        check_int(self.answer_max_tokens, "answer_max_tokens", "dtr.answer_max_tokens", NEW_TOKENS, optional=True)
         return self
 
     def to_dict(self) -> dict[str, Any]:

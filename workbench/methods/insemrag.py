@@ -59,6 +59,7 @@ from typing import Any
 
 from workbench.backends.prompts import number_chunks
 from workbench.backends.retrievers import HybridRetriever
+from workbench.core.bounds import NEW_TOKENS, PASSAGES, POOL, ROUNDS, check_counts, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace
@@ -92,6 +93,19 @@ __all__ = [
 ]
 
 CHUNKINGS = ("fixed", "corpus")
+THRESHOLD_BOUND = 10.0
+"""τ and γ at most (the controller's scores are in [0, 1]: any value above 1 acts as 1 + ε)."""
+COUNT_BOUNDS = {
+    "max_rounds": ROUNDS,
+    "candidates_per_channel": POOL,
+    "k1": POOL,
+    "k": PASSAGES,
+    "max_follow_ups": ROUNDS,
+    "chunk_tokens": NEW_TOKENS,
+    "max_final_chunks": PASSAGES,
+    "dense_pool": POOL,
+}
+"""The largest value of each integer setting (all from 1)."""
 """InSemRAG's corpus: ``fixed`` = its own token windows of the documents (default); ``corpus`` = the rows as built."""
 
 
@@ -183,31 +197,17 @@ class InSemRAGSettings:
             return ConfigError(f"{what}, got {getattr(self, name)!r}", f"insemrag.{name}")
 
         for name in ("tau", "gamma"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise bad(name, f"{name} must be a finite number >= 0")
+            check_number(getattr(self, name), name, f"insemrag.{name}", 0.0, THRESHOLD_BOUND)
         keep = self.keep_threshold
         if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0.0 <= keep <= 1.0:
             raise bad("keep_threshold", "keep_threshold must be a number in [0, 1]")
-        for name in ("max_rounds", "candidates_per_channel", "k1", "k", "max_follow_ups", "chunk_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, f"{name} must be an integer >= 1")
-        length = self.compression_length
-        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
-            raise bad("compression_length", "compression_length must be None or an integer >= 1")
+        check_counts(self, COUNT_BOUNDS, "insemrag")
+        for name in ("compression_length", "answer_max_tokens"):
+            check_int(getattr(self, name), name, f"insemrag.{name}", NEW_TOKENS, optional=True)
         if self.chunking not in CHUNKINGS:
             raise bad("chunking", f"chunking must be one of {', '.join(CHUNKINGS)}")
-        if self.max_final_chunks is not None and (
-            isinstance(self.max_final_chunks, bool)
-            or not isinstance(self.max_final_chunks, int)
-            or self.max_final_chunks < 1
-        ):
-            raise bad("max_final_chunks", "max_final_chunks must be an integer >= 1")
         if self.dense_index not in ("full", "pooled"):
             raise bad("dense_index", "dense_index must be full or pooled")
-        if isinstance(self.dense_pool, bool) or not isinstance(self.dense_pool, int) or self.dense_pool < 1:
-            raise bad("dense_pool", "dense_pool must be an integer >= 1")
         if self.k > self.k1:
             raise bad("k", f"k must be <= k1 = {self.k1} (it is picked from the k1 candidates)")
         channels = self.channels
@@ -221,9 +221,6 @@ class InSemRAGSettings:
         for name in ("enrich", "dynamic_weights", "refine", "repair"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, f"{name} must be true or false")
-        budget = self.answer_max_tokens
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise bad("answer_max_tokens", "answer_max_tokens must be None or an integer >= 1")
         return self
 
     def to_dict(self) -> dict[str, Any]:

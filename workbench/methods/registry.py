@@ -28,6 +28,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.core.bounds import PASSAGES, SAMPLES, check_int
 from workbench.core.config import doc, to_plain, type_name
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
@@ -66,10 +67,6 @@ __all__ = [
 ]
 
 
-def _positive_int(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
-
-
 # ------------------------------------------------------------------------------------------------------ options
 @dataclass(frozen=True)
 class RetrievalOptions:
@@ -79,8 +76,7 @@ class RetrievalOptions:
 
     def validate(self, given: Mapping[str, Any]) -> RetrievalOptions:
         """Raise a :class:`ConfigError` naming the bad key; return ``self``."""
-        if not _positive_int(self.k):
-            raise ConfigError(f"k must be an integer >= 1, got {self.k!r}", "k")
+        check_int(self.k, "k", "k", PASSAGES)
         return self
 
 
@@ -93,8 +89,7 @@ class UtilityOptions:
 
     def validate(self, given: Mapping[str, Any]) -> UtilityOptions:
         """Raise a :class:`ConfigError` naming the bad key; return ``self`` with ``utility_label`` as a string."""
-        if not _positive_int(self.seper_samples):
-            raise ConfigError(f"seper_samples must be an integer >= 1, got {self.seper_samples!r}", "seper_samples")
+        check_int(self.seper_samples, "seper_samples", "seper_samples", SAMPLES)
         label = str(self.utility_label)
         if label not in ("delta_seper_s", "delta_seper_h"):
             raise ConfigError(f"utility_label must be delta_seper_s or delta_seper_h, got {label!r}", "utility_label")

@@ -31,15 +31,19 @@ def latest_version(name_dir: Path) -> Path:
 
 def open_bundle(
     path: str | Path, *, limits: ArchiveLimits | None = None, extract_dir: str | Path | None = None
-) -> tuple[Path, dict, list]:
-    """``(bundle directory, manifest, notes)`` of a verified bundle; DataError (one line, naming the file) otherwise.
+) -> tuple[Path, dict, list, Any]:
+    """``(bundle directory, manifest, notes, lease)`` of a verified bundle; DataError (one line, naming the file)
+    otherwise.
 
     ``path`` is a version directory, a bundle's name directory (its highest version is taken) or a ``.tar.gz``
-    (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``)."""
+    (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``). ``lease``
+    (:class:`~workbench.bundle.extract_cache.ExtractLease`; None for a directory) keeps the unpacked copy from being
+    pruned while it is held: whoever uses the directory holds it."""
     from workbench.bundle.integrity import manifest_notes
 
     path = Path(path)
     limits = limits or ArchiveLimits()
+    lease = None
     if path.is_dir() and not (path / "manifest.json").exists():
         path = latest_version(path)
     if path.is_dir():
@@ -50,12 +54,12 @@ def open_bundle(
         from workbench.core.paths import cache_dir
 
         base = Path(extract_dir) if extract_dir is not None else cache_dir("bundles")
-        root, manifest = unpacked(path, base, limits)
+        root, manifest, lease = unpacked(path, base, limits)
     elif not path.exists():
         raise DataError("no such bundle (a bundle directory or a .tar.gz archive)", str(path))
     else:
         raise DataError("not a bundle: expected a directory or a .tar.gz archive", str(path))
-    return root, manifest, manifest_notes(manifest, str(root / "manifest.json"))
+    return root, manifest, manifest_notes(manifest, str(root / "manifest.json")), lease
 
 
 AGREEMENT_TOLERANCE = 1e-5
@@ -88,15 +92,27 @@ def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, wh
             points = np.vstack([points, grid, np.zeros((1, len(features))), np.ones((1, len(features)))])
             gap = float(np.max(np.abs(numpy_model.predict_proba(points) - onnx_model.predict_proba(points))))
     except (ValueError, TypeError, IndexError, FloatingPointError) as exc:  # weights of the wrong shape or type
+        raise DataError(f"the decision's learned files cannot be evaluated ({type(exc).__name__})", where) from None
+    if not gap <= AGREEMENT_TOLERANCE:  # the gap is not shown: it is computed from the files' bytes
         raise DataError(
-            f"the decision's learned files cannot be evaluated ({type(exc).__name__}: {exc})", where
-        ) from None
-    if not gap <= AGREEMENT_TOLERANCE:
-        raise DataError(
-            f"the ONNX classifier and the numpy classifier disagree (max |ΔP(correct)| {gap:.3g} on check points): "
-            "one of them is not the classifier the run fitted",
+            f"the ONNX classifier and the numpy classifier disagree (|ΔP(correct)| over {AGREEMENT_TOLERANCE:g} on "
+            "check points): one of them is not the classifier the run fitted",
             where,
         )
+
+
+def check_classifier_kind(declared: str, numpy_model: Any, onnx_model: Any, where: str) -> None:
+    """Refuse a bundle whose ``decision.classifier`` is not what its files are: the numpy weights' kind, the ONNX
+    graph's structure (a hidden layer or one product) and its ``kind`` metadata must all be ``declared``."""
+    found = {
+        "decision.files.classifier": getattr(numpy_model, "kind", None),
+        "decision.files.classifier_onnx": getattr(onnx_model, "classifier_kind", None),
+        "the ONNX graph's kind metadata": getattr(onnx_model, "declared_kind", None) or declared,
+    }
+    for field, kind in found.items():
+        if kind != declared:
+            shown = kind if kind in ("logistic", "mlp") else "neither logistic nor mlp"
+            raise DataError(f"'decision.classifier' is {declared}, but {field} is {shown}", where)
 
 
 def _raw_check_points(calibrators: Any, anchors: Any, grid: Any) -> Any:
@@ -146,6 +162,7 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
         names = tuple(getattr(model, "feature_names", ()) or ())
         if names and names != tuple(decision["features"]):
             raise DataError(f"decision.files.{name} was fitted on features {list(names)}, not the decision's", where)
+    check_classifier_kind(decision["classifier"], numpy_model, onnx_model, where)
     check_backends_agree(calibrators, numpy_model, onnx_model, where)
     model = onnx_model if classifier == "onnx" else numpy_model
     lars = files.learned(paths["lars"], "decision.files.lars", {"lars"}) if paths.get("lars") else None

@@ -117,6 +117,7 @@ class Runtime:
         self._built: dict[str, Any] = {}
         self._titles: dict[str, str] | None = None
         self._lock = threading.RLock()
+        self.extract_lease: Any = None  # load_bundle's lease on an archive's unpacked copy: never pruned while held
 
     # ------------------------------------------------------------------ checks at load
     def _method_options(self, methods: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -439,5 +440,7 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
 
     options = runtime_options(overrides)
     limits = ArchiveLimits(options.max_archive_bytes, options.max_unpacked_bytes, options.max_compression_ratio)
-    root, manifest, notes = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
-    return Runtime(root, manifest, options, notes)
+    root, manifest, notes, lease = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
+    runtime = Runtime(root, manifest, options, notes)
+    runtime.extract_lease = lease  # an archive's unpacked copy is never pruned while this runtime lives
+    return runtime

@@ -6,9 +6,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.core.bounds import NEW_TOKENS, SAMPLES, SEED, TEMPERATURE, check_counts, check_int, check_number
 from workbench.core.errors import ConfigError
 
 __all__ = ["StatSettings"]
+
+LENGTH_RATIO_BOUND = 100.0
+"""A paraphrase may be this many times its question's tokens at most (its token cap binds long before)."""
+
+COUNT_BOUNDS = {
+    "samples": SAMPLES,
+    "paraphrases": SAMPLES,
+    "max_new_tokens": NEW_TOKENS,
+    "paraphrase_max_new_tokens": NEW_TOKENS,
+}
+"""The largest value of each integer setting counted from 1."""
+
+MAX_STOPS = 64
+"""Most stop strings."""
 
 _RETIRED_SETTINGS = frozenset({"verbalized_max_new_tokens"})
 """Settings older collections and bundles record that no longer exist (ignored on load): the verbalized
@@ -74,13 +89,31 @@ class StatSettings:
         return out
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` on out-of-range settings."""
-        if self.samples < 1 or self.paraphrases < 1 or self.max_new_tokens < 1:
-            raise ConfigError("samples, paraphrases and max_new_tokens must be >= 1", "StatSettings")
-        if self.temperature <= 0 or self.paraphrase_temperature <= 0:
-            raise ConfigError("sampling temperatures must be > 0", "StatSettings")
-        if self.paraphrase_max_new_tokens < 1 or self.paraphrase_length_ratio <= 0 or self.paraphrase_length_margin < 0:
-            raise ConfigError(
-                "paraphrase_max_new_tokens must be >= 1, paraphrase_length_ratio > 0, paraphrase_length_margin >= 0",
-                "StatSettings",
-            )
+        """Raise :class:`ConfigError` naming the setting (``stats.<name>``) when a value is of the wrong type or out
+        of its bounds (:mod:`workbench.core.bounds`): a bundle's settings are checked here when it loads."""
+        check_counts(self, COUNT_BOUNDS, "stats")
+        check_int(
+            self.paraphrase_length_margin,
+            "paraphrase_length_margin",
+            "stats.paraphrase_length_margin",
+            NEW_TOKENS,
+            low=0,
+        )
+        check_int(self.ptrue_ideas, "ptrue_ideas", "stats.ptrue_ideas", SAMPLES, low=0)
+        check_int(self.seed, "seed", "stats.seed", SEED, low=0, optional=True)
+        for name in ("temperature", "paraphrase_temperature"):
+            check_number(getattr(self, name), name, f"stats.{name}", 0.0, TEMPERATURE, above=True)
+        check_number(
+            self.paraphrase_length_ratio,
+            "paraphrase_length_ratio",
+            "stats.paraphrase_length_ratio",
+            0.0,
+            LENGTH_RATIO_BOUND,
+            above=True,
+        )
+        if (
+            not isinstance(self.stop, tuple)
+            or len(self.stop) > MAX_STOPS
+            or not all(isinstance(s, str) for s in self.stop)
+        ):
+            raise ConfigError(f"stop must be at most {MAX_STOPS} strings", "stats.stop")

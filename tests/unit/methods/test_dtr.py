@@ -18,6 +18,7 @@ from workbench.core.errors import ConfigError
 from workbench.methods.base import Passage
 from workbench.methods.dtr import (
     DTR,
+    TAU_BOUND,
     DTRSettings,
     combine,
     cosine_similarities,
@@ -148,13 +149,13 @@ def replace_ns(ns: SimpleNamespace, **changes) -> SimpleNamespace:
 # ---------------------------------------------------------------------------------------------- the trigger
 def test_high_tau_never_retrieves(dtr_tools, monkeypatch):
     script(monkeypatch, dtr_tools)
-    answer = DTR(dtr_tools, DTRSettings(tau=1e9, **FAST)).answer(EXAMPLE)
+    answer = DTR(dtr_tools, DTRSettings(tau=TAU_BOUND, **FAST)).answer(EXAMPLE)  # the highest finite τ
     totals = answer.trace.totals()
     assert answer.text == "Paris" and not answer.trace.retrieved
     assert totals["lm_calls"] == 1 and totals["retrieval_calls"] == 0
     closed = answer.trace.find("closed_book").detail
     assert [s.name for s in answer.trace.steps] == ["closed_book"]
-    assert 0 < closed["nll"] < 1e9 and closed["retrieve"] is False and closed["tau"] == 1e9
+    assert 0 < closed["nll"] < TAU_BOUND and closed["retrieve"] is False and closed["tau"] == TAU_BOUND
 
 
 def test_low_tau_always_retrieves_with_both_paths_and_keeps_k(dtr_tools, monkeypatch):
@@ -192,7 +193,7 @@ def test_score_sum_rule_is_a_switch(dtr_tools, monkeypatch):
 
 def test_an_empty_closed_book_answer_is_uncertain_but_tau_inf_never_retrieves(dtr_tools):
     # the raw tiny model emits only special tokens: an empty answer, so u = +inf
-    answer = DTR(dtr_tools, DTRSettings(tau=1e9, **FAST)).answer(EXAMPLE)
+    answer = DTR(dtr_tools, DTRSettings(tau=TAU_BOUND, **FAST)).answer(EXAMPLE)
     closed = answer.trace.find("closed_book").detail
     assert closed["answer"] == "" and closed["nll"] == math.inf and closed["retrieve"] is True
     never = DTR(dtr_tools, DTRSettings(tau=math.inf, **FAST)).answer(EXAMPLE)

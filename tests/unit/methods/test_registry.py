@@ -39,7 +39,10 @@ from workbench.recipe import load_recipe
         (["dtr"], {"dtr": {"n_per_path": 1}}, "evaluate.options.dtr", "dtr.k: k must be <= 2"),  # k not given
         (["d2rag"], {"d2rag": {"alpha_neg": -1.0}}, "evaluate.options.d2rag.alpha_neg", "alphas must be >= 0"),
         (["insemrag"], {"insemrag": {"k": 60}}, "evaluate.options.insemrag.k", "k must be <= k1"),
-        (["d2rag"], {"d2rag": {"tau_pos": 2.0}}, "evaluate.options.d2rag", "tau_neg < tau_pos"),
+        (["d2rag"], {"d2rag": {"tau_pos": 2.0}}, "evaluate.options.d2rag.tau_pos", "tau_pos must be in [-1, 1]"),
+        (["d2rag"], {"d2rag": {"tau_pos": -0.5}}, "evaluate.options.d2rag", "tau_neg < tau_pos"),
+        (["standard_rag"], {"standard_rag": {"k": 10**6}}, "evaluate.options.standard_rag.k", "k must be at most"),
+        (["dtr"], {"dtr": {"tau": -1e308}}, "evaluate.options.dtr.tau", "tau must be in [-100, 100]"),
         (["d2rag"], {"d2rag": {"utility_label": "x"}}, "evaluate.options.d2rag.utility_label", "utility_label"),
         (
             ["d2rag_oracle"],

@@ -6,6 +6,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workbench.core.bounds import (
+    CHARS,
+    NEW_TOKENS,
+    PASSAGES,
+    POOL,
+    ROUNDS,
+    SEED,
+    TEMPERATURE,
+    check_counts,
+    check_int,
+    check_number,
+)
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.uncertainty.dense_stats import DenseSettings
@@ -28,6 +40,18 @@ REFILL_FROM = ("necessary", "certain", "none")
 ADJACENCY_RULES = ("argmax", "soft")
 CHUNKINGS = ("recursive", "fixed", "corpus")
 REPHRASE_CAP_STEP = 16  # rephrasing caps are rounded up to a multiple of this (fewer distinct caps per batch)
+THETA_BOUND = 100.0  # θ at most: DSE over k + 1 answers is at most ln(k + 1), under 5 for k ≤ 100
+LENGTH_FACTOR_BOUND = 100.0  # a rephrasing may run to this many times its chunk's tokens at most
+COUNT_BOUNDS = {
+    "k": PASSAGES,
+    "doc_pool_k": POOL,
+    "max_chunk_chars": CHARS,
+    "candidates": POOL,
+    "max_iterations": ROUNDS,
+    "self_eval_max_new_tokens": NEW_TOKENS,
+    "chunk_size": CHARS,
+}
+"""The largest value of each integer setting (all from 1)."""
 
 
 @dataclass(frozen=True)
@@ -110,18 +134,29 @@ class DenseRAGSettings:
     def validate(self) -> None:
         """Raise :class:`ConfigError` (naming the field) on an out-of-range value or an unknown rule."""
         where = "dense_rag"  # errors name dense_rag.<setting>
-        for name in (
-            "k",
-            "doc_pool_k",
-            "max_chunk_chars",
-            "candidates",
-            "max_iterations",
-            "self_eval_max_new_tokens",
-            "chunk_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}", f"{where}.{name}")
+        check_counts(self, COUNT_BOUNDS, where)
+        check_int(
+            self.rephrase_max_new_tokens,
+            "rephrase_max_new_tokens",
+            f"{where}.rephrase_max_new_tokens",
+            NEW_TOKENS,
+            optional=True,
+        )
+        check_int(
+            self.answer_max_new_tokens,
+            "answer_max_new_tokens",
+            f"{where}.answer_max_new_tokens",
+            NEW_TOKENS,
+            optional=True,
+        )
+        check_int(self.seed, "seed", f"{where}.seed", SEED, low=0, optional=True)
+        for name in ("refine", "self_evaluation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}", f"{where}.{name}")
+        check_number(
+            self.rephrase_temperature, "rephrase_temperature", f"{where}.rephrase_temperature", 0.0, TEMPERATURE
+        )
+        check_number(self.theta, "theta", f"{where}.theta", 0.0, THETA_BOUND)
         overlap = self.chunk_overlap
         if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < self.chunk_size:
             raise ConfigError(
@@ -131,21 +166,16 @@ class DenseRAGSettings:
             raise ConfigError(
                 f"chunking must be one of {', '.join(CHUNKINGS)}, got {self.chunking!r}", f"{where}.chunking"
             )
-        factor = self.rephrase_length_factor
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 0:
-            raise ConfigError(
-                f"rephrase_length_factor must be a number > 0, got {factor!r}", f"{where}.rephrase_length_factor"
-            )
-        cap = self.rephrase_max_new_tokens
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ConfigError(
-                f"rephrase_max_new_tokens must be None or an integer >= 1, got {cap!r}",
-                f"{where}.rephrase_max_new_tokens",
-            )
+        check_number(
+            self.rephrase_length_factor,
+            "rephrase_length_factor",
+            f"{where}.rephrase_length_factor",
+            0.0,
+            LENGTH_FACTOR_BOUND,
+            above=True,
+        )
         if self.candidates < self.k:
             raise ConfigError(f"candidates ({self.candidates}) must be >= k ({self.k})", f"{where}.candidates")
-        if not (isinstance(self.theta, int | float) and math.isfinite(self.theta) and self.theta >= 0):
-            raise ConfigError(f"theta must be a finite number >= 0, got {self.theta!r}", f"{where}.theta")
         if not (isinstance(self.tau, int | float) and -1.0 <= self.tau <= 1.0):
             raise ConfigError(f"tau must be a cosine in [-1, 1], got {self.tau!r}", f"{where}.tau")
         for name, allowed in (
@@ -159,11 +189,6 @@ class DenseRAGSettings:
                 raise ConfigError(
                     f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}", f"{where}.{name}"
                 )
-        if self.answer_max_new_tokens is not None and self.answer_max_new_tokens < 1:
-            raise ConfigError(
-                f"answer_max_new_tokens must be >= 1 or None, got {self.answer_max_new_tokens}",
-                f"{where}.answer_max_new_tokens",
-            )
         self.dense_settings(1).validate()
 
     def dense_settings(self, answer_tokens: int, rephrase_tokens: int = 1) -> DenseSettings:
