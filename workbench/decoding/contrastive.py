@@ -55,6 +55,17 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "ContrastiveGeneration",
+    "StepChoice",
+    "choose_tokens",
+    "contrastive_generate",
+    "contrastive_scores",
+    "entropy",
+    "entropy_weight",
+    "sequential_contrastive_generate",
+]
+
 STREAMS = ("expert", "amateur")
 ENTROPY_EPS = 1e-8
 
