@@ -45,6 +45,7 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
     served = bench["engines"]["serve_model"]
     assert served["capabilities"]["echo"] and served["capabilities"]["prompt_lists"]
     assert set(served["rates"]) == {"1", "2"} and bench["in_process"]["questions_per_s"] > 0
+    assert set(served["one_prompt_per_request"]) == {"1", "2"}  # prompt lists: also timed one prompt per request
     agreement = served["agreement"]
     assert agreement["greedy_identical"] == 1.0
     for feature in ("confidence", "entropy", "semantic_entropy", "ptrue"):  # P(True): exact reads, not floored

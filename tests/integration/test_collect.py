@@ -107,6 +107,25 @@ def _counts(costs):
     }
 
 
+def merge_two_shards(tmp_path, run_shard):
+    """Run the collect stage as shard 0 and 1 of 2 (``run_shard(i)`` runs one and returns the stage directory), keep a
+    copy of each (``tmp_path/shard<i>``), check the test split was dealt by position (shard 1 holds 1 and 3), and
+    merge the copies with ``workbench merge`` into ``tmp_path/merged``; returns the copies."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    shard_dirs = []
+    for i in range(2):
+        shutil.copytree(run_shard(i), tmp_path / f"shard{i}")
+        shard_dirs.append(tmp_path / f"shard{i}")
+    assert [r["position"] for r in _rows(shard_dirs[1], "test")] == [1, 3]
+    result = CliRunner().invoke(app, ["merge", str(tmp_path / "merged"), *map(str, shard_dirs)])
+    assert result.exit_code == 0, result.output
+    assert "test: 4" in result.output
+    return shard_dirs
+
+
 def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, monkeypatch):
     recipe = _recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir)
     stage_dir = tmp_path / "run" / "stages" / "collect"
@@ -154,19 +173,11 @@ def test_collect_resumes_and_merges_shards(tmp_path, tiny_lm_long_dir, tiny_enco
         _same(after_resume[split], _rows(stage_dir, split))
     assert _counts(_stat_costs(stage_dir)) == _counts(resumed_costs)  # the resumed chunks kept their costs
 
-    shard_dirs = []
-    for i in range(2):
+    def run_shard(i):
         run_recipe(load_recipe(recipe, [f"collect.shard={i}/2"]))
-        shutil.copytree(stage_dir, tmp_path / f"shard{i}")
-        shard_dirs.append(tmp_path / f"shard{i}")
-    assert [r["position"] for r in _rows(shard_dirs[1], "test")] == [1, 3]
-    from typer.testing import CliRunner
+        return stage_dir
 
-    from workbench.cli import app
-
-    result = CliRunner().invoke(app, ["merge", str(tmp_path / "merged"), *map(str, shard_dirs)])
-    assert result.exit_code == 0, result.output
-    assert "test: 4" in result.output
+    shard_dirs = merge_two_shards(tmp_path, run_shard)
     for split in ("calib", "test"):
         _same(after_resume[split], _rows(tmp_path / "merged", split), rel=1e-5)
     merged = _counts(_stat_costs(tmp_path / "merged"))  # rebuilt from both shards' rows

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.integration.test_distill_data import OPTIONS, write_data
+from tests.integration.test_distill_data import OPTIONS, data_overrides
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 
@@ -20,17 +20,10 @@ SMALL = "k1: 4, candidates_per_channel: 4, k: 2, max_rounds: 1, chunk_tokens: 32
 def test_the_distilled_controller_is_trained_and_answers_through_the_controller_option(
     tmp_path, tiny_lm_long_dir, tiny_encoder_dir
 ):
-    qa, corpus = write_data(tmp_path)
-    overrides = [
-        f"generator.model={tiny_lm_long_dir}",
-        f"embedder.model={tiny_encoder_dir}",
-        f"data.dataset={qa}",
-        f"data.corpus={corpus}",
-        "data.fractions=[0.5, 0.0, 0.4, 0.1]",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=1",
+    overrides = data_overrides(
+        tmp_path,
+        tiny_lm_long_dir,
+        tiny_encoder_dir,
         "stages=[build_data,distill_data,distill,evaluate,export,report]",
         f"export.dir={tmp_path}/bundles",
         "distill_data.limit=2",
@@ -46,7 +39,8 @@ def test_the_distilled_controller_is_trained_and_answers_through_the_controller_
         "evaluate.max_new_tokens=4",
         "evaluate.methods=[insemrag,insemrag_distilled]",
         f"evaluate.options={{insemrag: {{{SMALL}}}, insemrag_distilled: {{{SMALL}}}}}",
-    ]
+        threads=1,
+    )
     run_recipe(load_recipe("evaluate", overrides))
     run = tmp_path / "run" / "stages"
     adapter = json.loads((run / "distill" / "adapter.json").read_text())

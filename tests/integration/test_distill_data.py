@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.recipe_overrides import run_overrides
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
@@ -47,24 +48,34 @@ def write_data(tmp_path, *, gold: bool = True):
     return qa, corpus
 
 
-def _overrides(tmp_path, lm, encoder, *extra, gold: bool = True):
+def data_overrides(tmp_path, lm, encoder, *extra, gold: bool = True, threads: int = 0):
+    """:func:`~tests.recipe_overrides.run_overrides` on the QA file and corpus of :func:`write_data` (written under
+    ``tmp_path``), the encoder as the embedder, then ``extra``."""
     qa, corpus = write_data(tmp_path, gold=gold)
-    return [
-        f"generator.model={lm}",
+    return run_overrides(
+        tmp_path,
+        lm,
         f"embedder.model={encoder}",
         f"data.dataset={qa}",
         f"data.corpus={corpus}",
         "data.fractions=[0.5, 0.0, 0.4, 0.1]",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=0",
+        *extra,
+        threads=threads,
+    )
+
+
+def _overrides(tmp_path, lm, encoder, *extra, gold: bool = True):
+    return data_overrides(
+        tmp_path,
+        lm,
+        encoder,
         "stages=[build_data,distill_data]",
         "distill_data.limit=3",
         "distill_data.heldout_limit=2",
         OPTIONS,
         *extra,
-    ]
+        gold=gold,
+    )
 
 
 def test_distill_data_writes_the_trace_dataset_and_counts_unusable_replies(

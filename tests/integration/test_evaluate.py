@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.recipe_overrides import run_overrides
 from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
@@ -15,20 +16,17 @@ pytestmark = pytest.mark.integration
 
 
 def _overrides(tmp_path, model, *extra):
-    return [
-        f"generator.model={model}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=0",
-        "data.max_per_template=20",
+    return run_overrides(
+        tmp_path,
+        model,
         "stages=[build_data,evaluate,report]",
         "evaluate.limit=3",
         "evaluate.max_new_tokens=4",
         "evaluate.methods=[no_rag,standard_rag,oracle]",
         "retrieval.k=2",
         *extra,
-    ]
+        per_template=20,
+    )
 
 
 def test_evaluate_runs_methods_saves_traces_and_reports(tmp_path, tiny_lm_long_dir, monkeypatch):
@@ -92,15 +90,11 @@ def test_evaluate_runs_every_method_with_tiny_models(tmp_path, tiny_lm_long_dir,
     from tests.bundle_run import FEATURES, run_with_synthetic_collect, write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl")
-    overrides = [
-        f"generator.model={tiny_lm_long_dir}",
+    overrides = run_overrides(
+        tmp_path,
+        tiny_lm_long_dir,
         f"embedder.model={tiny_encoder_dir}",
         f"data.corpus={corpus}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=0",
-        "data.max_per_template=20",
         "stages=[build_data,collect,calibrate,classify,evaluate,report]",
         "collect.limit=60",
         f"collect.features=[{','.join(FEATURES)}]",
@@ -113,7 +107,8 @@ def test_evaluate_runs_every_method_with_tiny_models(tmp_path, tiny_lm_long_dir,
         "evaluate.max_new_tokens=4",
         f"evaluate.methods=[{','.join(EVERY_METHOD)}]",
         SMALL_OPTIONS,
-    ]
+        per_template=20,
+    )
     run_with_synthetic_collect("evaluate", overrides)
     stage = tmp_path / "run" / "stages" / "evaluate"
     traces = datasets.load_from_disk(str(stage / "traces")).to_list()

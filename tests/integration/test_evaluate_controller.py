@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.recipe_overrides import run_overrides
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 
@@ -26,21 +27,18 @@ def test_evaluate_runs_the_prompted_and_the_distilled_controller_side_by_side(
     corpus = write_corpus(tmp_path / "corpus.jsonl", n=40)
     small = "k1: 4, candidates_per_channel: 4, k: 2, max_rounds: 1, chunk_tokens: 32, enrich_tokens: 4, "
     small += "elements_tokens: 4, follow_up_tokens: 4"
-    overrides = [
-        f"generator.model={tiny_lm_long_dir}",
+    overrides = run_overrides(
+        tmp_path,
+        tiny_lm_long_dir,
         f"embedder.model={tiny_encoder_dir}",
         f"data.corpus={corpus}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=0",
-        "data.max_per_template=5",
         "stages=[build_data,evaluate]",
         "evaluate.limit=2",
         "evaluate.max_new_tokens=4",
         "evaluate.methods=[insemrag,insemrag_distilled]",
         f"evaluate.options={{insemrag: {{{small}}}, insemrag_distilled: {{{small}, controller_model: {student}}}}}",
-    ]
+        per_template=5,
+    )
     run_recipe(load_recipe("evaluate", overrides))
     stage = tmp_path / "run" / "stages" / "evaluate"
     summary = json.loads((stage / "summary.json").read_text())

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.recipe_overrides import run_overrides
 from workbench.core.errors import ConfigError
 from workbench.methods.utility import UTILITY_CLASSES as CLASSES
 from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
@@ -17,13 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 def _overrides(tmp_path, model, *extra):
-    return [
-        f"generator.model={model}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "tracker=none",
-        "threads=0",
-        "data.max_per_template=20",
+    return run_overrides(
+        tmp_path,
+        model,
         "stages=[build_data,fit_utility,report]",
         "fit_utility.limit=6",
         "fit_utility.folds=2",
@@ -32,7 +29,8 @@ def _overrides(tmp_path, model, *extra):
         "fit_utility.k=2",
         "fit_utility.batch_questions=4",
         *extra,
-    ]
+        per_template=20,
+    )
 
 
 @pytest.mark.parametrize("model", ["classifier", "ridge"])

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 import workbench.stages.collect as collect
-from tests.integration.test_collect import _recipe, _rows, _same
+from tests.integration.test_collect import _recipe, _rows, _same, merge_two_shards
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.recipe import load_recipe
 from workbench.serve.openai_server import start_in_thread
@@ -87,20 +86,11 @@ def test_served_collect_matches_in_process(tmp_path, tiny_lm_long_dir, tiny_enco
 
 
 def test_served_shards_merge(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, server, served_run):
-    from typer.testing import CliRunner
-
-    from workbench.cli import app
-
-    shard_dirs = []
-    for i in range(2):
+    def run_shard(i):
         overrides = [*_served(server.base_url, tiny_lm_long_dir), f"collect.shard={i}/2"]
-        stage_dir, _ = _collect(tmp_path, "tiny", tiny_encoder_dir, overrides)  # build_data runs once
-        shutil.copytree(stage_dir, tmp_path / f"shard{i}")
-        shard_dirs.append(tmp_path / f"shard{i}")
-    assert [r["position"] for r in _rows(shard_dirs[1], "test")] == [1, 3]
-    result = CliRunner().invoke(app, ["merge", str(tmp_path / "merged"), *map(str, shard_dirs)])
-    assert result.exit_code == 0, result.output
-    assert "test: 4" in result.output
+        return _collect(tmp_path, "tiny", tiny_encoder_dir, overrides)[0]  # build_data runs once
+
+    merge_two_shards(tmp_path, run_shard)
     for split in SPLITS:
         _same(served_run[1][split], _rows(tmp_path / "merged", split), rel=TOLERANCE)
 

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.recipe_overrides import run_overrides
 from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
@@ -16,18 +17,16 @@ pytestmark = pytest.mark.integration
 
 
 def _overrides(tmp_path, model, *extra):
-    return [
-        f"generator.model={model}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "threads=0",
-        "data.max_per_template=30",
+    return run_overrides(
+        tmp_path,
+        model,
         "tune_reader.per_template=4",
         "tune_reader.eval_per_template=2",
         "tune_reader.learning_rate=0.01",
         "tune_reader.checkpoint_every=0",
         *extra,
-    ]
+        per_template=30,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -145,17 +144,14 @@ def test_the_adapter_records_its_training_data_and_a_reshuffled_recipe_is_refuse
 def test_the_answer_stage_runs_on_the_adapter(reader_run, tmp_path):
     run_dir, _, _ = reader_run
     stage = run_dir / "run" / "stages" / "tune_reader"
-    overrides = [
-        f"generator.model={stage}",
-        f"run_dir={tmp_path}/run",
-        f"report.dir={tmp_path}/report",
-        "threads=0",
-        "tracker=none",
-        "data.max_per_template=30",
+    overrides = run_overrides(
+        tmp_path,
+        stage,
         "answer.limit=2",
         "answer.max_new_tokens=4",
         "stages=[build_data,answer]",
-    ]
+        per_template=30,
+    )
     run_recipe(load_recipe("quickstart", overrides))
     summary = json.loads((tmp_path / "run" / "stages" / "answer" / "summary.json").read_text())
     assert summary["generator_source"] == "adapter" and summary["n_questions"] == 2

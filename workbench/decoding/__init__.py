@@ -1,23 +1,8 @@
-"""Decoding strategies beyond the generator's greedy / sampled loop: contrastive decoding over two logit streams."""
+"""Decoding strategies beyond the generator's greedy / sampled loop: contrastive decoding over two logit streams
+(:mod:`~workbench.decoding.contrastive`, whose ``__all__`` is re-exported here)."""
 
-from workbench.decoding.contrastive import (
-    ContrastiveGeneration,
-    StepChoice,
-    choose_tokens,
-    contrastive_generate,
-    contrastive_scores,
-    entropy,
-    entropy_weight,
-    sequential_contrastive_generate,
-)
+# the facade: the star import brings the module's __all__, which is this package's __all__ too
+from workbench.decoding import contrastive
+from workbench.decoding.contrastive import *  # noqa: F403
 
-__all__ = [
-    "ContrastiveGeneration",
-    "StepChoice",
-    "choose_tokens",
-    "contrastive_generate",
-    "contrastive_scores",
-    "entropy",
-    "entropy_weight",
-    "sequential_contrastive_generate",
-]
+__all__ = list(contrastive.__all__)

@@ -55,6 +55,17 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "ContrastiveGeneration",
+    "StepChoice",
+    "choose_tokens",
+    "contrastive_generate",
+    "contrastive_scores",
+    "entropy",
+    "entropy_weight",
+    "sequential_contrastive_generate",
+]
+
 STREAMS = ("expert", "amateur")
 ENTROPY_EPS = 1e-8
 
@@ -225,6 +236,7 @@ def contrastive_generate(
     stop: Sequence[str] | None = ("\n",),
     dynamic: bool = True,
     parametric: str | Sequence[str] = "amateur",
+    batched: bool = True,
 ) -> list[ContrastiveGeneration]:
     """Contrastive greedy decoding of each (expert, amateur) pair, both streams in ONE forward per step.
 
@@ -232,36 +244,9 @@ def contrastive_generate(
     (``"amateur"``: relevant mode, ``"expert"``: noisy mode), one for all pairs or one per pair; ``stop`` strings
     end a sequence and cut its text (``None`` / ``()`` disables them); EOS ends it. Returns one
     :class:`ContrastiveGeneration` per pair, in input order. Prompts are rendered text, encoded and left-truncated
-    exactly as :meth:`Generator.generate` does.
+    exactly as :meth:`Generator.generate` does. ``batched=False`` runs the reference engine instead
+    (:func:`sequential_contrastive_generate`: the same decoding with two forwards per step).
     """
-    return _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, True)
-
-
-def sequential_contrastive_generate(
-    generator: Any,
-    expert_prompts: Sequence[str],
-    amateur_prompts: Sequence[str],
-    alphas: float | Sequence[float],
-    *,
-    max_new_tokens: int,
-    stop: Sequence[str] | None = ("\n",),
-    dynamic: bool = True,
-    parametric: str | Sequence[str] = "amateur",
-) -> list[ContrastiveGeneration]:
-    """The reference engine: the same decoding as :func:`contrastive_generate` with two forwards per step."""
-    return _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, False)
-
-
-def _broadcast(value: Any, n: int, name: str) -> list[Any]:
-    if isinstance(value, str | int | float):
-        return [value] * n
-    values = list(value)
-    if len(values) != n:
-        raise ValueError(f"{name}: expected one value or {n}, got {len(values)}")
-    return values
-
-
-def _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, stop, dynamic, parametric, batched):
     import torch
 
     from workbench.backends.generator import DecodingParams
@@ -298,6 +283,27 @@ def _run(generator, expert_prompts, amateur_prompts, alphas, max_new_tokens, sto
                 else:
                     _decode_sequential(generator, chunk, params, dynamic)
     return [_finalise(generator, p, params, dynamic) for p in pairs]
+
+
+def sequential_contrastive_generate(
+    generator: Any,
+    expert_prompts: Sequence[str],
+    amateur_prompts: Sequence[str],
+    alphas: float | Sequence[float],
+    **options: Any,
+) -> list[ContrastiveGeneration]:
+    """The reference engine: :func:`contrastive_generate` (the same arguments; ``max_new_tokens`` is required)
+    decoding with two forwards per step, the expert batch then the amateur batch."""
+    return contrastive_generate(generator, expert_prompts, amateur_prompts, alphas, **options, batched=False)
+
+
+def _broadcast(value: Any, n: int, name: str) -> list[Any]:
+    if isinstance(value, str | int | float):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(f"{name}: expected one value or {n}, got {len(values)}")
+    return values
 
 
 def _pair_tensors(chunk: list[_Pair], device: Any) -> tuple[Any, Any]:

@@ -15,8 +15,8 @@ the trace rows and fits it with a Lightning ``Trainer`` built from :class:`Train
   the loss curve) into ``checkpoint_dir`` after every epoch and every ``checkpoint_every`` optimizer steps. Each is
   written under a temporary name and renamed into place, so a run killed at any moment (kill -9 included) leaves
   only complete checkpoints; the newest two are kept. A later call with the same ``checkpoint_dir`` resumes from the
-  newest one instead of starting over (the ``distill`` stage passes its scratch directory, which the runner keeps
-  across an interrupted run and deletes when the stage completes).
+  newest one instead of starting over (the ``distill`` and ``tune_reader`` stages pass their scratch directory,
+  which the runner keeps across an interrupted run and deletes when the stage completes: :func:`train_in_stage`).
 * **seeding** — ``lightning.seed_everything(seed)`` before the adapter is initialised, and a row order that depends
   only on (seed, epoch) (:class:`~workbench.distill.student.EpochShuffle`), so a resumed run sees the same batches.
 * **progress and tracking** — a rich progress bar (hidden under ``--quiet``); the loss of every optimizer step goes
@@ -489,6 +489,22 @@ def train_student(
         world_size=int(trainer.world_size),
         is_global_zero=bool(trainer.is_global_zero),
         settings=asdict(settings),
+    )
+
+
+def train_in_stage(
+    ctx: Any, model_dir: str | Path, rows: Sequence[Mapping[str, Any]], lora: LoraSettings, settings: TrainSettings
+) -> TrainResult:
+    """:func:`train_student` as a recipe stage (``distill``, ``tune_reader``) runs it: checkpoints in the stage's
+    scratch directory (``ctx.scratch_dir / "checkpoints"``: the runner keeps it across an interrupted run, so the
+    next run resumes, and deletes it when the stage completes) and the loss to the stage's tracker."""
+    return train_student(
+        model_dir,
+        rows,
+        lora=lora,
+        settings=settings,
+        checkpoint_dir=ctx.scratch_dir / "checkpoints",
+        tracker=ctx.tracker,
     )
 
 

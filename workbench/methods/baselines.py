@@ -6,6 +6,7 @@ when that answer is wrong — an upper bound for any retrieval decision, for eva
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,11 +19,9 @@ def _note_truncation(trace: Trace, output: Any) -> None:
         trace.fallback("context cut to fit the model window")
 
 
-class NoRAG(Method):
-    """Answer closed-book with one greedy generation; several questions share one batched generate call."""
-
-    name = "no_rag"
-    requires_gold = False
+class _BatchedBaseline(Method):
+    """A baseline that answers a batch of questions at once: :meth:`answer` is :meth:`answer_many` of one, and
+    subclasses implement :meth:`_answer_batch` over the questions and a fresh trace per question."""
 
     def answer(self, example: dict[str, Any]) -> Answer:
         return self.answer_many([example])[0]
@@ -31,15 +30,34 @@ class NoRAG(Method):
         traces = [Trace(self.name) for _ in examples]
         if not traces:
             return []
-        questions = [str(ex["question"]) for ex in examples]
+        return self._answer_batch([str(ex["question"]) for ex in examples], traces)
+
+    @abstractmethod
+    def _answer_batch(self, questions: list[str], traces: list[Trace]) -> list[Answer]:
+        """One answer per question, filling its trace."""
+
+    def _generate(self, questions: list[str], contexts: Sequence[str | None], traces: list[Trace]) -> list[Any]:
+        """One batched generate call over the questions (each with its context, or None: closed-book), recorded as
+        the shared ``generate`` step with each question's prompt tokens."""
         with shared_step(traces, "generate", self.tools.counter) as details:
-            outputs = generate_answers(self.tools, questions, [None] * len(questions))
+            outputs = generate_answers(self.tools, questions, contexts)
             for out, detail in zip(outputs, details, strict=True):
                 detail["prompt_tokens"] = out.built.n_tokens
+        return outputs
+
+
+class NoRAG(_BatchedBaseline):
+    """Answer closed-book with one greedy generation; several questions share one batched generate call."""
+
+    name = "no_rag"
+    requires_gold = False
+
+    def _answer_batch(self, questions: list[str], traces: list[Trace]) -> list[Answer]:
+        outputs = self._generate(questions, [None] * len(questions), traces)
         return [Answer(out.text.strip(), trace) for out, trace in zip(outputs, traces, strict=True)]
 
 
-class StandardRAG(Method):
+class StandardRAG(_BatchedBaseline):
     """Always retrieve the top ``k`` passages for the question and answer with them in the prompt; several questions
     share one search call and one batched generate call."""
 
@@ -50,14 +68,7 @@ class StandardRAG(Method):
         super().__init__(tools)
         self.k = k
 
-    def answer(self, example: dict[str, Any]) -> Answer:
-        return self.answer_many([example])[0]
-
-    def answer_many(self, examples: Sequence[dict[str, Any]]) -> list[Answer]:
-        traces = [Trace(self.name) for _ in examples]
-        if not traces:
-            return []
-        questions = [str(ex["question"]) for ex in examples]
+    def _answer_batch(self, questions: list[str], traces: list[Trace]) -> list[Answer]:
         with shared_step(traces, "retrieve", self.tools.counter) as details:
             found = self.tools.search(questions, self.k)
             for passages, detail in zip(found, details, strict=True):
@@ -66,11 +77,9 @@ class StandardRAG(Method):
         for passages, trace in zip(found, traces, strict=True):
             if not passages:
                 trace.fallback("retrieval returned nothing: answered closed-book")
-        contexts = [context_block(passages, self.tools.passage_chars) for passages in found]
-        with shared_step(traces, "generate", self.tools.counter) as details:
-            outputs = generate_answers(self.tools, questions, contexts)
-            for out, detail in zip(outputs, details, strict=True):
-                detail["prompt_tokens"] = out.built.n_tokens
+        outputs = self._generate(
+            questions, [context_block(passages, self.tools.passage_chars) for passages in found], traces
+        )
         answers = []
         for out, passages, trace in zip(outputs, found, traces, strict=True):
             _note_truncation(trace, out)

@@ -41,6 +41,7 @@ pair. Without a judge the entailment columns are NaN, which the learned utilitie
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -213,8 +214,55 @@ def utility_features(
     return utility_inputs(tools, questions, contexts, scores).X
 
 
+# ---------------------------------------------------------------------------------------------- learned utilities
+class LearnedUtility(ABC):
+    """What the two learned, gold-free utilities share (:class:`UtilityPredictor`,
+    :class:`~workbench.methods.utility_classifier.UtilityClassifier`): rows of :data:`UTILITY_FEATURES` (or their
+    ``feature_names``) in, fitted on ΔSePer labels; :meth:`estimate` computes the features of each pair
+    (:func:`utility_inputs`, no gold field is read) and hands them to the subclass's :meth:`_from_features`."""
+
+    kind: str
+    requires_gold = False
+    feature_names: tuple[str, ...]
+
+    @property
+    @abstractmethod
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`from_dict`) has set the parameters."""
+
+    def _matrix(self, X: Any, where: str) -> np.ndarray:
+        return feature_matrix(X, len(self.feature_names), where)
+
+    def _fit_rows(self, X: Any, y: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(features, ΔSePer labels)`` for :meth:`fit`: a feature matrix and one finite label per row, at least 2
+        rows (DataError naming ``where`` otherwise)."""
+        arr = self._matrix(X, where)
+        target = np.asarray(y, dtype=float).reshape(-1)
+        if target.size != arr.shape[0]:
+            raise DataError(f"{arr.shape[0]} rows but {target.size} labels", where)
+        if target.size < 2 or not np.isfinite(target).all():
+            raise DataError("need at least 2 rows with finite labels", where)
+        return arr, target
+
+    def estimate(
+        self,
+        tools: Tools,
+        examples: Sequence[dict[str, Any]],
+        contexts: Sequence[str],
+        scores: Sequence[Sequence[float]],
+        closed: Sequence[ClosedAnswer] | None = None,
+    ) -> UtilityEstimate:
+        """Features of each pair (no gold field is read), then :meth:`_from_features`."""
+        inputs = utility_inputs(tools, [str(ex["question"]) for ex in examples], contexts, scores, closed=closed)
+        return self._from_features(inputs)
+
+    @abstractmethod
+    def _from_features(self, inputs: UtilityInputs) -> UtilityEstimate:
+        """The estimate of the pairs whose features and with-context answers are ``inputs``."""
+
+
 # ---------------------------------------------------------------------------------------------- the predictor
-class UtilityPredictor:
+class UtilityPredictor(LearnedUtility):
     """Ridge regression of ΔSePer on the gold-free utility features (numpy closed form, standardised inputs).
 
     ``fit(X, y)`` imputes NaN inputs with the column means, standardises each column (a constant column gets scale
@@ -227,7 +275,6 @@ class UtilityPredictor:
     """
 
     kind = "ridge_utility"
-    requires_gold = False
 
     def __init__(self, l2: float = 1.0, feature_names: Sequence[str] = UTILITY_FEATURES) -> None:
         if not math.isfinite(l2) or l2 < 0:
@@ -245,17 +292,9 @@ class UtilityPredictor:
         """Whether :meth:`fit` (or :meth:`from_dict`) has set the parameters."""
         return self.coef_ is not None
 
-    def _matrix(self, X: Any, where: str) -> np.ndarray:
-        return feature_matrix(X, len(self.feature_names), where)
-
     def fit(self, X: Any, y: Any) -> UtilityPredictor:
         """Fit on feature rows ``X`` and ΔSePer labels ``y`` (finite, one per row, at least 2 rows); returns self."""
-        arr = self._matrix(X, "UtilityPredictor.fit")
-        target = np.asarray(y, dtype=float).reshape(-1)
-        if target.size != arr.shape[0]:
-            raise DataError(f"{arr.shape[0]} rows but {target.size} labels", "UtilityPredictor.fit")
-        if target.size < 2 or not np.isfinite(target).all():
-            raise DataError("need at least 2 rows with finite labels", "UtilityPredictor.fit")
+        arr, target = self._fit_rows(X, y, "UtilityPredictor.fit")
         mean, scale, z = impute_and_standardise(arr)
         intercept = float(target.mean())
         gram = z.T @ z + self.l2 * np.eye(z.shape[1])
@@ -272,16 +311,8 @@ class UtilityPredictor:
         filled = np.where(np.isnan(arr), self.mean_, arr)
         return np.clip(((filled - self.mean_) / self.scale_) @ self.coef_ + self.intercept_, -1.0, 1.0)
 
-    def estimate(
-        self,
-        tools: Tools,
-        examples: Sequence[dict[str, Any]],
-        contexts: Sequence[str],
-        scores: Sequence[Sequence[float]],
-        closed: Sequence[ClosedAnswer] | None = None,
-    ) -> UtilityEstimate:
-        """Features of each pair (no gold field is read), then :meth:`predict`."""
-        inputs = utility_inputs(tools, [str(ex["question"]) for ex in examples], contexts, scores, closed=closed)
+    def _from_features(self, inputs: UtilityInputs) -> UtilityEstimate:
+        """:meth:`predict` of the features: δ on the ΔSePer scale, cut by D²-RAG at τ_pos / τ_neg."""
         return UtilityEstimate(self.predict(inputs.X), "learned", inputs.X, inputs.context_generations)
 
     def to_dict(self) -> dict[str, Any]:

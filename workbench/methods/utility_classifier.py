@@ -37,15 +37,13 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import DataError
-from workbench.methods.base import Tools
 from workbench.methods.utility import (
     UTILITY_CLASSES,
     UTILITY_FEATURES,
-    ClosedAnswer,
+    LearnedUtility,
     UtilityEstimate,
-    feature_matrix,
+    UtilityInputs,
     impute_and_standardise,
-    utility_inputs,
 )
 
 FORMAT_VERSION = 1
@@ -162,7 +160,7 @@ def choose_bias(model: SoftmaxModel, arr: np.ndarray, labels: np.ndarray) -> np.
     return best
 
 
-class UtilityClassifier:
+class UtilityClassifier(LearnedUtility):
     """Three-class gold-free utility classifier for D²-RAG (see the module docstring; spec §13.1 [REC]).
 
     ``fit(X, y)`` takes the utility feature rows and their **ΔSePer** labels (cut into classes at ``tau_pos`` /
@@ -173,7 +171,6 @@ class UtilityClassifier:
     """
 
     kind = "logistic_utility"
-    requires_gold = False
 
     def __init__(
         self,
@@ -206,9 +203,6 @@ class UtilityClassifier:
         """Whether :meth:`fit` (or :meth:`from_dict`) has set the parameters."""
         return self.model_ is not None
 
-    def _matrix(self, X: Any, where: str) -> np.ndarray:
-        return feature_matrix(X, len(self.feature_names), where)
-
     def _dev_mask(self, labels: np.ndarray) -> np.ndarray | None:
         """Stratified held-out rows for the biases (None: no shift — ``dev_fraction`` 0, or too few rows)."""
         if self.dev_fraction == 0:
@@ -227,12 +221,7 @@ class UtilityClassifier:
     def fit(self, X: Any, y: Any) -> UtilityClassifier:
         """Fit on feature rows ``X`` and their ΔSePer labels ``y`` (finite, one per row, at least 2 rows): biases on
         a held-out part, weights on every row (module docstring). Returns self."""
-        arr = self._matrix(X, "UtilityClassifier.fit")
-        delta = np.asarray(y, dtype=float).reshape(-1)
-        if delta.size != arr.shape[0]:
-            raise DataError(f"{arr.shape[0]} rows but {delta.size} labels", "UtilityClassifier.fit")
-        if delta.size < 2 or not np.isfinite(delta).all():
-            raise DataError("need at least 2 rows with finite labels", "UtilityClassifier.fit")
+        arr, delta = self._fit_rows(X, y, "UtilityClassifier.fit")
         labels = class_labels(delta, self.tau_pos, self.tau_neg)
         dev = self._dev_mask(labels)
         bias = np.zeros(len(UTILITY_CLASSES))
@@ -272,17 +261,9 @@ class UtilityClassifier:
             out[c]["(intercept)"] = float(model.intercept[row])
         return out
 
-    def estimate(
-        self,
-        tools: Tools,
-        examples: Sequence[dict[str, Any]],
-        contexts: Sequence[str],
-        scores: Sequence[Sequence[float]],
-        closed: Sequence[ClosedAnswer] | None = None,
-    ) -> UtilityEstimate:
-        """Features of each pair (no gold field is read), then the decided classes (``classes``), their
-        probabilities, and NaN ``values`` (no δ is estimated)."""
-        inputs = utility_inputs(tools, [str(ex["question"]) for ex in examples], contexts, scores, closed=closed)
+    def _from_features(self, inputs: UtilityInputs) -> UtilityEstimate:
+        """The decided classes of the features (``classes``), their probabilities, and NaN ``values`` (no δ is
+        estimated)."""
         return UtilityEstimate(
             np.full(inputs.X.shape[0], np.nan),
             "learned",

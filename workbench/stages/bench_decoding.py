@@ -129,14 +129,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     results = []
     for size in sizes:
         ctx.log.info("bench_decoding: %d pair(s), %d repeat(s)", size, section.repeats)
-        result = benchmark_contrastive(
+        result = benchmark_section(
             generator,
             experts[:size],
             amateurs[:size],
-            max_new_tokens=section.max_new_tokens,
-            repeats=section.repeats,
-            alpha=section.alpha,
-            stop=(),
+            section,
             target_ratio=section.target_ratio,
             ignore_eos=section.ignore_eos,
             min_seconds=section.min_seconds,
@@ -190,6 +187,23 @@ def report(ctx: StageContext) -> dict[str, Any]:
     with atomic_directory(report_dir) as tmp:
         write_decoding_report(bench, tmp, name=ctx.config.name)
     return {"report": str(report_dir / "report.md")}
+
+
+def benchmark_section(
+    generator: Any, prompts_expert: Sequence[str], prompts_amateur: Sequence[str], section: Any, **options: Any
+) -> dict[str, Any]:
+    """:func:`benchmark_contrastive` with a benchmark section's (``bench_decoding``, ``bench_gpu``)
+    ``max_new_tokens``, ``repeats`` and ``alpha``, and no stop strings; ``options`` are its other keywords."""
+    return benchmark_contrastive(
+        generator,
+        prompts_expert,
+        prompts_amateur,
+        max_new_tokens=section.max_new_tokens,
+        repeats=section.repeats,
+        alpha=section.alpha,
+        stop=(),
+        **options,
+    )
 
 
 def benchmark_contrastive(

@@ -312,7 +312,7 @@ def measure_model(
     a partial ``bench.json`` with it). Raises ``ValueError`` when ``rows`` or the pairs are too few.
     """
     from workbench.backends.factory import build_generator
-    from workbench.stages.bench_decoding import benchmark_contrastive
+    from workbench.stages.bench_decoding import benchmark_section
     from workbench.stages.bench_features import collect_stats, measure_ways
 
     features = list(section.features)
@@ -370,16 +370,7 @@ def measure_model(
             if log is not None:
                 log.info("bench_gpu: contrastive decoding vs greedy, %d pair(s)", size)
             _reset_peak(device)
-            result = benchmark_contrastive(
-                generator,
-                experts[:size],
-                amateurs[:size],
-                max_new_tokens=section.max_new_tokens,
-                repeats=section.repeats,
-                alpha=section.alpha,
-                stop=(),
-                ignore_eos=True,
-            )
+            result = benchmark_section(generator, experts[:size], amateurs[:size], section, ignore_eos=True)
             out["decoding"].append({**result, "peak_memory_mb": _peak_mb(device)})
             if progress is not None:
                 progress(out)

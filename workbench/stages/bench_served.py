@@ -19,6 +19,7 @@ in-process vs served. Features an engine cannot serve are listed with the capabi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import sys
@@ -117,19 +118,23 @@ def _bench_engine(
     from workbench.backends.factory import build_served_generator
 
     section, features = ctx.config.bench_served, list(ctx.config.bench_served.features)
+    # every client of this server: uncached, the recipe's tokenizer, seed and prompt format
+    connect = functools.partial(
+        build_served_generator,
+        base_url=base_url,
+        model=served_name,
+        tokenizer=ctx.config.generator.model,
+        top_logprobs=section.top_logprobs,
+        cache=False,
+        seed=ctx.config.seed,
+        prompt_format=ctx.config.generator.prompt_format,
+    )
     result: dict[str, Any] = {"engine": name, "rates": {}}
     probe_generator = None
     for concurrency in section.concurrency:
-        generator = build_served_generator(
-            base_url=base_url,
-            model=served_name,
-            tokenizer=ctx.config.generator.model,
+        generator = connect(
             max_concurrency=concurrency,
-            top_logprobs=section.top_logprobs,
             batch_size=ctx.config.generator.batch_size,
-            cache=False,
-            seed=ctx.config.seed,
-            prompt_format=ctx.config.generator.prompt_format,
             capabilities=getattr(probe_generator, "capabilities", None),
             probe_record=getattr(probe_generator, "probe_record", None),
         )
@@ -156,17 +161,8 @@ def _bench_engine(
         result["one_prompt_per_request"] = {}
         single = dataclasses.replace(probe_generator.capabilities, prompt_lists=False)
         for concurrency in sorted({min(section.concurrency), max(section.concurrency)}):
-            generator = build_served_generator(
-                base_url=base_url,
-                model=served_name,
-                tokenizer=ctx.config.generator.model,
-                max_concurrency=concurrency,
-                top_logprobs=section.top_logprobs,
-                cache=False,
-                seed=ctx.config.seed,
-                prompt_format=ctx.config.generator.prompt_format,
-                capabilities=single,
-                probe_record=probe_generator.probe_record,
+            generator = connect(
+                max_concurrency=concurrency, capabilities=single, probe_record=probe_generator.probe_record
             )
             servable, _ = servable_features(features, generator.capabilities)
             _, seconds = _timed_collect(generator, rows, servable, ctx)

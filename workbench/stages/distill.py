@@ -104,7 +104,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Train, write the adapter, score base and student on the held-out rows (module doc)."""
     from workbench.backends.lora import resolve_adapter_model, resolve_model, save_lora_adapter
     from workbench.distill.traces import load_traces
-    from workbench.distill.train import section_settings, train_student
+    from workbench.distill.train import section_settings, train_in_stage
 
     section = ctx.config.distill
     validate_section(section)
@@ -122,14 +122,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         )
     base = resolve_model(section.base_model)
     ctx.log.info("distill: %d training rows (%s) on %s", len(rows), ", ".join(sources), section.base_model)
-    result = train_student(
-        base.path,
-        rows,
-        lora=lora,
-        settings=settings,
-        checkpoint_dir=ctx.scratch_dir / "checkpoints",
-        tracker=ctx.tracker,
-    )
+    result = train_in_stage(ctx, base.path, rows, lora, settings)
     if not result.is_global_zero:
         raise SystemExit(0)  # the other ranks of a multi-process run: rank 0 writes and scores
     decisions = sorted(result.rows.rows)

@@ -182,7 +182,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.backends.lora import READER_FORMAT, save_lora_adapter
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.reader import reader_rows
-    from workbench.distill.train import section_settings, train_student
+    from workbench.distill.train import section_settings, train_in_stage
     from workbench.stages.answer import answer_prompts, mode_contexts
 
     section = ctx.config.tune_reader
@@ -208,14 +208,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     ctx.log.info(
         "tune_reader: %d questions x %d modes = %d rows on %s", len(questions), len(prompts), len(rows), base.ref
     )
-    result = train_student(
-        base.path,
-        rows,
-        lora=lora,
-        settings=settings,
-        checkpoint_dir=ctx.scratch_dir / "checkpoints",
-        tracker=ctx.tracker,
-    )
+    result = train_in_stage(ctx, base.path, rows, lora, settings)
     save_lora_adapter(
         result.model,
         ctx.out_dir,

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-PASSAGES = [
-    ("d0", "Paris", "Paris is the capital and largest city of France, on the river Seine."),
-    ("d1", "Lyon", "Lyon is a city in France at the confluence of the Rhône and the Saône."),
-    ("d2", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
-    ("d3", "Shakespeare", "William Shakespeare was an English playwright, poet and actor born in Stratford."),
-    ("d4", "Seine", "The Seine is a river in northern France that flows through Paris to the English Channel."),
-    ("d5", "Stratford", "Stratford-upon-Avon is a market town in Warwickshire, England."),
-]
+from tests.toy_corpus import corpus_dataset
 
 
 def make_corpus():
-    """A Dataset with the corpus columns the methods read (one chunk per document)."""
-    import datasets
-
-    return datasets.Dataset.from_dict(
-        {
-            "chunk_id": [f"{d}#0" for d, _, _ in PASSAGES],
-            "doc_id": [d for d, _, _ in PASSAGES],
-            "title": [t for _, t, _ in PASSAGES],
-            "text": [x for _, _, x in PASSAGES],
-            "index": [0] * len(PASSAGES),
-        }
-    )
+    """A Dataset with the corpus columns the methods read: the six toy passages, one chunk per document."""
+    return corpus_dataset()
 
 
 @pytest.fixture(scope="session")

@@ -11,18 +11,11 @@ def write_build_data(out: Path, questions: Sequence[str], passages: Sequence[tup
     ``(doc_id, title, text)`` passage), as the build_data stage lays them out; return ``out``."""
     import datasets
 
+    from tests.toy_corpus import corpus_dataset
     from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import rows_to_dataset, validate_qa_row
 
     rows = [validate_qa_row({"id": f"q{i}", "question": q, "answers": ["x"]}, "test") for i, q in enumerate(questions)]
     save_dataset_dict(datasets.DatasetDict({"test": rows_to_dataset(rows, "test")}), out / "qa")
-    datasets.Dataset.from_dict(
-        {
-            "chunk_id": [f"{d}#0" for d, _, _ in passages],
-            "doc_id": [d for d, _, _ in passages],
-            "title": [t for _, t, _ in passages],
-            "text": [x for _, _, x in passages],
-            "index": [0] * len(passages),
-        }
-    ).save_to_disk(str(out / "corpus"))
+    corpus_dataset(passages).save_to_disk(str(out / "corpus"))
     return out

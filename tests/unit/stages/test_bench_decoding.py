@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from tests.toy_corpus import PASSAGES
+from tests.unit.stages.bench_context import bench_context
 from tests.unit.stages.fake_build_data import write_build_data
-from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
 from workbench.reports.decoding import decoding_section
 from workbench.stages import bench_decoding
-from workbench.stages.context import Resources
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -25,19 +24,13 @@ QUESTIONS = [
     "Where was William Shakespeare born?",
     "Which river flows through Lyon?",
 ]
-PASSAGES = [
-    ("d0", "Paris", "Paris is the capital and largest city of France, on the river Seine."),
-    ("d1", "Lyon", "Lyon is a city in France at the confluence of the Rhône and the Saône."),
-    ("d2", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
-    ("d3", "Shakespeare", "William Shakespeare was an English playwright, poet and actor born in Stratford."),
-    ("d4", "Seine", "The Seine is a river in northern France that flows through Paris to the English Channel."),
-]
 
 
 @pytest.fixture(scope="module")
 def build_data_dir(tmp_path_factory) -> Path:
-    """A build_data output: ``qa/`` (a five-question ``test`` split) and ``corpus/`` (one chunk per passage)."""
-    return write_build_data(tmp_path_factory.mktemp("build_data"), QUESTIONS, PASSAGES)
+    """A build_data output: ``qa/`` (a five-question ``test`` split) and ``corpus/`` (one chunk per passage: the first
+    five toy passages)."""
+    return write_build_data(tmp_path_factory.mktemp("build_data"), QUESTIONS, PASSAGES[:5])
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +53,7 @@ def make_ctx(tmp_path: Path, build_data: Path, model: Path, **settings) -> Simpl
     section.min_seconds = 0.0
     for key, value in settings.items():
         setattr(section, key, value)
-    counter = CostCounter()
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
-    return SimpleNamespace(
-        config=config,
-        inputs={"build_data": build_data},
-        out_dir=out,
-        resources=Resources(config, counter),
-        counter=counter,
-        log=logging.getLogger("test.bench_decoding"),
-    )
+    return bench_context(config, tmp_path, {"build_data": build_data}, "test.bench_decoding")
 
 
 @pytest.fixture(scope="module")

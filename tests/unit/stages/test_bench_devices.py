@@ -3,17 +3,15 @@ every other device the factory accepts) works there as in every other stage."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from types import SimpleNamespace
 
 import datasets
 import pytest
 
-from workbench.backends.cost import CostCounter
+from tests.unit.stages.bench_context import bench_context
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
-from workbench.stages.context import Resources
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?"]
 CORPUS = {
@@ -34,17 +32,7 @@ def make_ctx(tmp_path: Path, model: Path, device: str, **inputs: Path) -> Simple
     """A stage context on the tiny model with ``generator.device = device``."""
     config = RecipeConfig(name="bench-devices", stages=["build_data"])
     config.generator.model, config.generator.device, config.generator.cache = str(model), device, False
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
-    counter = CostCounter()
-    return SimpleNamespace(
-        config=config,
-        inputs=inputs,
-        out_dir=out,
-        resources=Resources(config, counter),
-        counter=counter,
-        log=logging.getLogger("test.bench_devices"),
-    )
+    return bench_context(config, tmp_path, inputs, "test.bench_devices")
 
 
 def test_bench_backends_generator_accepts_auto(tmp_path, tiny_lm_dir):

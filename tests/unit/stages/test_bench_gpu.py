@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.unit.stages.bench_context import bench_context
 from tests.unit.stages.fake_build_data import write_build_data
 from workbench.backends.cost import CostCounter
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
 from workbench.stages import bench_gpu
-from workbench.stages.context import Resources
 from workbench.stages.settings.bench_gpu import BenchGpuSection
 from workbench.uncertainty.features import D2RAG_FEATURES
 
@@ -113,18 +113,7 @@ def make_ctx(tmp_path: Path, inputs: dict[str, Path], **settings) -> SimpleNames
     config.report.dir = str(tmp_path / "report")
     for key, value in settings.items():
         setattr(config.bench_gpu, key, value)
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
-    counter = CostCounter()
-    return SimpleNamespace(
-        config=config,
-        inputs=inputs,
-        out_dir=out,
-        resources=Resources(config, counter),
-        counter=counter,
-        log=logging.getLogger("workbench.stage.bench_gpu"),
-        rerun="workbench run bench-gpu",
-    )
+    return bench_context(config, tmp_path, inputs, "workbench.stage.bench_gpu", rerun="workbench run bench-gpu")
 
 
 def test_without_cuda_the_stage_skips_with_one_line_and_the_report_says_where(tmp_path, monkeypatch, caplog):

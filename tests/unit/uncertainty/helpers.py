@@ -1,6 +1,9 @@
-"""Builders of small hand-made NLI matrices and stats dictionaries for the uncertainty tests."""
+"""Builders of small hand-made NLI matrices and stats dictionaries for the uncertainty tests, and a hash-based
+stand-in for the sentence embedder."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -51,3 +54,24 @@ def consistency_stats(agree: bool, n_samples: int = 5) -> dict:
         "dense_nli_probs": onehot_nli(block_labels([0] * 6 if agree else list(range(6)))),
         "sts_samples": np.ones((n_samples, n_samples)) if agree else np.zeros((n_samples, n_samples)),
     }
+
+
+class HashEmbedder:
+    """A stand-in for MiniLM: deterministic unit vectors (``dim`` 8) from a hash of each text. Counts its ``encode``
+    calls (``calls``) and, like the real embedder, the texts it encodes (``counter.embed_texts``)."""
+
+    dim = 8
+    fingerprint = "fake"
+
+    def __init__(self) -> None:
+        from workbench.backends.cost import CostCounter
+
+        self.calls = 0
+        self.counter = CostCounter()
+
+    def encode(self, texts):
+        self.calls += 1
+        self.counter.embed_texts += len(texts)
+        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:8], dtype=np.uint8).astype(float) for t in texts]
+        out = np.asarray(rows).reshape(len(texts), self.dim) + 1.0
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)

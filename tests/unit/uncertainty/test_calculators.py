@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 
+from tests.unit.uncertainty.helpers import HashEmbedder
 from workbench.backends.nli import AnswerEquivalenceJudge
 from workbench.core.errors import ConfigError, DataError
 from workbench.uncertainty.calculators import (
@@ -21,29 +20,6 @@ from workbench.uncertainty.features import FEATURES, compute_features, required_
 QUESTIONS = [{"question": "What is the capital of France?"}, {"question": "Who wrote Hamlet?"}]
 
 
-class FakeEmbedder:
-    """Deterministic unit vectors from a text hash (stands in for MiniLM)."""
-
-    dim = 8
-    fingerprint = "fake"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += 1
-        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:8], dtype=np.uint8).astype(float) for t in texts]
-        out = np.asarray(rows).reshape(len(texts), self.dim) + 1.0
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_lm_long_dir):
-    from workbench.backends.generator import Generator
-
-    return Generator(tiny_lm_long_dir, batch_size=16)
-
-
 # every feature the graph computes without retrieved contexts (dense: tests/unit/uncertainty/test_dense_stats.py)
 ALL_OFFERED = [n for n in FEATURES if n not in unavailable_features(FEATURES) and n != "dense"]
 
@@ -52,7 +28,7 @@ def test_every_offered_feature_gets_its_stats_with_the_right_shapes(generator):
     settings = StatSettings(samples=3, max_new_tokens=5, paraphrases=3, paraphrase_max_new_tokens=6)
     needed = required_stats(ALL_OFFERED) | {"greedy_entropies", "greedy_text", "sample_texts"}
     assert not needed & (UNAVAILABLE_STATS | DENSE_STATS)
-    judge, embedder = AnswerEquivalenceJudge(), FakeEmbedder()
+    judge, embedder = AnswerEquivalenceJudge(), HashEmbedder()
     entail_calls = []
     real_entail = judge.entail
 

@@ -3,11 +3,10 @@ rounding), and every self-prompting caller actually reusing its prompts' shared 
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 
+from tests.unit.uncertainty.helpers import HashEmbedder
 from workbench.backends.cost import CostCounter
 from workbench.backends.nli import AnswerEquivalenceJudge
 from workbench.uncertainty.calculators import StatSettings, compute_stats, unavailable_features
@@ -22,18 +21,6 @@ QUESTIONS = [
     {"question": "Where does the Nile flow?"},
     {"question": "Which theory did Albert Einstein develop?"},
 ]
-
-
-class FakeEmbedder:
-    """Deterministic unit vectors from a text hash (stands in for MiniLM)."""
-
-    dim = 8
-    fingerprint = "fake"
-
-    def encode(self, texts):
-        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:8], dtype=np.uint8).astype(float) for t in texts]
-        out = np.asarray(rows).reshape(len(texts), self.dim) + 1.0
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +85,7 @@ def test_every_stat_is_the_same_with_and_without_reuse(generator):
                 needed,
                 generator=generator,
                 judge=AnswerEquivalenceJudge(),
-                embedder=FakeEmbedder(),
+                embedder=HashEmbedder(),
                 settings=settings,
             )
         finally:

@@ -290,13 +290,6 @@ CONTEXTS = ["Paris is the capital of France.", None]
 TINY = SeperSettings(samples=4, max_new_tokens=4)
 
 
-@pytest.fixture(scope="module")
-def generator(tiny_lm_long_dir):
-    from workbench.backends.generator import Generator
-
-    return Generator(tiny_lm_long_dir, batch_size=16)
-
-
 @pytest.fixture
 def sampling_calls(generator):
     """Record the prompt count of every sampling (temperature > 0) generate call."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
 import numpy as np
 import pytest
 
-from workbench.backends.cost import CostCounter
+from tests.unit.uncertainty.helpers import HashEmbedder
 from workbench.backends.nli import AnswerEquivalenceJudge
 from workbench.core.errors import DataError
 from workbench.uncertainty.calculators import UNAVAILABLE_STATS, StatSettings, compute_stats, unavailable_features
@@ -34,29 +33,6 @@ SETTINGS = StatSettings(samples=3, max_new_tokens=5, paraphrases=3, paraphrase_m
 DENSE = DenseSettings(rephrase_max_new_tokens=6, answer_max_new_tokens=4)
 ALL_STATS = required_stats([n for n in FEATURES if n not in unavailable_features(FEATURES)])
 ALL_STATS |= {"greedy_entropies", "greedy_text", "sample_texts"}
-
-
-class CountingEmbedder:
-    """Deterministic unit vectors from a text hash, counting the texts it encodes."""
-
-    dim = 8
-    fingerprint = "fake"
-
-    def __init__(self) -> None:
-        self.counter = CostCounter()
-
-    def encode(self, texts):
-        self.counter.embed_texts += len(texts)
-        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:8], dtype=np.uint8).astype(float) for t in texts]
-        out = np.asarray(rows).reshape(len(texts), self.dim) + 1.0
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_lm_long_dir):
-    from workbench.backends.generator import Generator
-
-    return Generator(tiny_lm_long_dir, batch_size=16)
 
 
 def _run(generator, judge, embedder, meter=None):
@@ -120,7 +96,7 @@ def test_components_cost_counts_shared_components_once_and_refuses_unmeasured_on
 
 
 def test_the_meter_splits_every_counted_cost_over_the_components(generator):
-    judge, embedder = AnswerEquivalenceJudge(), CountingEmbedder()
+    judge, embedder = AnswerEquivalenceJudge(), HashEmbedder()
     meter = StatCostMeter(generator, judge, embedder)
     g0, j0, e0 = generator.counter.snapshot(), judge.counter.snapshot(), embedder.counter.snapshot()
     with_meter = _run(generator, judge, embedder, meter)
@@ -153,7 +129,7 @@ def test_the_meter_splits_every_counted_cost_over_the_components(generator):
     assert all(row["seconds"] >= 0 for row in totals.values())
     assert all(row["cached_lm_calls"] == 0 for row in totals.values())  # no generation cache here
 
-    without_meter = _run(generator, AnswerEquivalenceJudge(), CountingEmbedder())
+    without_meter = _run(generator, AnswerEquivalenceJudge(), HashEmbedder())
     assert _same(with_meter, without_meter)  # the meter changes nothing
 
 

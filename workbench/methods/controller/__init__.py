@@ -44,7 +44,8 @@ keeps the top k2 by score); S4 → intact (score 1); S5 → the extractive stitc
 of previous + chunk + next cut to the budget; S6 → the question itself as the only element; S7 → covered (score 1,
 which stops the loop); S8 → the element text as the query.
 
-The package, one module per job (every name below is re-exported here):
+The package, one module per job (each module's ``__all__`` is re-exported here, so every public name of the
+package imports from ``workbench.methods.controller``):
 
 * :mod:`~workbench.methods.controller.decisions` — the decision dataclasses;
 * :mod:`~workbench.methods.controller.base` — :class:`Controller`, :data:`CHANNELS`, channel-weight helpers;
@@ -57,79 +58,22 @@ The package, one module per job (every name below is re-exported here):
 
 from __future__ import annotations
 
-from workbench.methods.controller.base import CHANNELS, Controller, normalise_weights, uniform_weights
-from workbench.methods.controller.decisions import (
-    ChannelWeights,
-    Completeness,
-    Compression,
-    Coverage,
-    Decision,
-    Elements,
-    Enrichment,
-    FollowUp,
-    Relevance,
-)
-from workbench.methods.controller.heuristic import HeuristicController
-from workbench.methods.controller.prompted import PromptedLMController
-from workbench.methods.controller.prompts import (
-    COMPLETENESS_PROMPT,
-    COMPRESS_PROMPT,
-    CONTROLLER_SYSTEM,
-    ELEMENTS_PROMPT,
-    ENRICH_PROMPT,
-    ENTAIL_PROMPT,
-    FOLLOW_UP_PROMPT,
-    INTENT_LETTERS,
-    INTENT_TEMPLATES,
-    INTENTS,
-    NO_TOKENS,
-    RELEVANCE_PROMPT,
-    WEIGHTS_PROMPT,
-    YES_TOKENS,
-)
-from workbench.methods.controller.replies import parse_verdict
-from workbench.methods.controller.text import (
-    STOP_WORDS,
-    completeness_checks,
-    content_words,
-    extractive_stitch,
-    words,
-)
+# the facade: the star imports bring each module's __all__, and this package's __all__ is their union
+from workbench.methods.controller import base, decisions, heuristic, prompted, prompts, replies, text
+from workbench.methods.controller.base import *  # noqa: F403
+from workbench.methods.controller.decisions import *  # noqa: F403
+from workbench.methods.controller.heuristic import *  # noqa: F403
+from workbench.methods.controller.prompted import *  # noqa: F403
+from workbench.methods.controller.prompts import *  # noqa: F403
+from workbench.methods.controller.replies import *  # noqa: F403
+from workbench.methods.controller.text import *  # noqa: F403
 
 __all__ = [
-    "CHANNELS",
-    "COMPLETENESS_PROMPT",
-    "COMPRESS_PROMPT",
-    "CONTROLLER_SYSTEM",
-    "ELEMENTS_PROMPT",
-    "ENRICH_PROMPT",
-    "ENTAIL_PROMPT",
-    "FOLLOW_UP_PROMPT",
-    "INTENTS",
-    "INTENT_LETTERS",
-    "INTENT_TEMPLATES",
-    "NO_TOKENS",
-    "RELEVANCE_PROMPT",
-    "STOP_WORDS",
-    "WEIGHTS_PROMPT",
-    "YES_TOKENS",
-    "ChannelWeights",
-    "Completeness",
-    "Compression",
-    "Controller",
-    "Coverage",
-    "Decision",
-    "Elements",
-    "Enrichment",
-    "FollowUp",
-    "HeuristicController",
-    "PromptedLMController",
-    "Relevance",
-    "completeness_checks",
-    "content_words",
-    "extractive_stitch",
-    "normalise_weights",
-    "parse_verdict",
-    "uniform_weights",
-    "words",
+    *decisions.__all__,
+    *base.__all__,
+    *text.__all__,
+    *prompts.__all__,
+    *replies.__all__,
+    *heuristic.__all__,
+    *prompted.__all__,
 ]

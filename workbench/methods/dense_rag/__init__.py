@@ -10,61 +10,15 @@ and iterative context refinement for the uncertain questions. One job per module
   best context and stop rule (Alg. 3), SELECT_ANSWER (§4.8);
 * :mod:`~workbench.methods.dense_rag.memo` — the per-question generation memo (a chunk rephrased once per question).
 
-Every public name is importable from here, as it was from the former single module.
+Every public name (each module's ``__all__``) is importable from here, as it was from the former single module.
 """
 
 from __future__ import annotations
 
-from workbench.methods.dense_rag.decisions import (
-    CERTAIN,
-    NECESSARY,
-    UNNECESSARY,
-    classify_chunks,
-    entailment_verdicts,
-    is_better,
-    is_unchanged,
-    parse_self_evaluation,
-    refill,
-    select_answer,
-    should_stop,
-    top_up,
-    uncertain_positions,
-)
-from workbench.methods.dense_rag.method import SELF_EVAL_SYSTEM, SELF_EVAL_TEMPLATE, DenseRAG
-from workbench.methods.dense_rag.settings import (
-    ADJACENCY_RULES,
-    CHUNKINGS,
-    NECESSITY_RULES,
-    REFILL_FROM,
-    REPHRASE_CAP_STEP,
-    STOP_FLAGS,
-    STOP_RULES,
-    DenseRAGSettings,
-)
+# the facade: the star imports bring each module's __all__, and this package's __all__ is their union
+from workbench.methods.dense_rag import decisions, method, settings
+from workbench.methods.dense_rag.decisions import *  # noqa: F403
+from workbench.methods.dense_rag.method import *  # noqa: F403
+from workbench.methods.dense_rag.settings import *  # noqa: F403
 
-__all__ = [
-    "ADJACENCY_RULES",
-    "CERTAIN",
-    "CHUNKINGS",
-    "NECESSARY",
-    "NECESSITY_RULES",
-    "REFILL_FROM",
-    "REPHRASE_CAP_STEP",
-    "SELF_EVAL_SYSTEM",
-    "SELF_EVAL_TEMPLATE",
-    "STOP_FLAGS",
-    "STOP_RULES",
-    "UNNECESSARY",
-    "DenseRAG",
-    "DenseRAGSettings",
-    "classify_chunks",
-    "entailment_verdicts",
-    "is_better",
-    "is_unchanged",
-    "parse_self_evaluation",
-    "refill",
-    "select_answer",
-    "should_stop",
-    "top_up",
-    "uncertain_positions",
-]
+__all__ = [*settings.__all__, *decisions.__all__, *method.__all__]
