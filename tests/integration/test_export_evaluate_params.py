@@ -23,7 +23,7 @@ def params_run(tmp_path_factory, tiny_lm_long_dir, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("params-run")
     d2rag, dtr = tmp / "d2rag.json", tmp / "dtr.json"
     d2rag.write_text(json.dumps({"method": "d2rag", "options": {"alpha_pos": 0.5}, "tau": 0.37, "utility": UTILITY}))
-    dtr.write_text(json.dumps({"method": "dtr", "options": {"tau": 123.0}}))
+    dtr.write_text(json.dumps({"method": "dtr", "options": {"tau": 99.0}}))
     build_tiny_run(
         tmp,
         tiny_lm_long_dir,
@@ -39,7 +39,7 @@ def test_the_bundle_runs_the_parameters_evaluate_ran(params_run):
     manifest = json.loads((params_run / "bundles" / "tiny" / "1.0.0" / "manifest.json").read_text())
     assert manifest["decision"]["tau"] == 0.37 and manifest["decision"]["rule"] == "study"
     assert manifest["methods"]["d2rag"]["options"]["alpha_pos"] == 0.5
-    assert manifest["methods"]["dtr"]["options"]["tau"] == 123.0
+    assert manifest["methods"]["dtr"]["options"]["tau"] == 99.0
     summary = json.loads((run / "stages" / "evaluate" / "summary.json").read_text())
     assert summary["d2rag_tau"] == 0.37
     assert summary["options"] == {m: manifest["methods"][m]["options"] for m in ("no_rag", "dtr", "d2rag")}

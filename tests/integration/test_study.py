@@ -97,7 +97,7 @@ def test_evaluate_params_file_overrides_the_recipe(study_run, tmp_path):
 
     _, overrides = study_run
     params = tmp_path / "dtr.json"
-    params.write_text(json.dumps({"method": "dtr", "options": {"tau": 123.0}}))
+    params.write_text(json.dumps({"method": "dtr", "options": {"tau": 99.0}}))
     extra = [
         "stages=[build_data,evaluate]",
         "evaluate.methods=[dtr]",
@@ -108,7 +108,7 @@ def test_evaluate_params_file_overrides_the_recipe(study_run, tmp_path):
     import datasets
 
     rows = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "evaluate" / "traces"))
-    assert {json.loads(r["trace"])["steps"][0]["detail"]["tau"] for r in rows} == {123.0}
+    assert {json.loads(r["trace"])["steps"][0]["detail"]["tau"] for r in rows} == {99.0}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"method": "insemrag", "options": {}}))
     with pytest.raises(ConfigError, match=r"not in evaluate\.methods"):

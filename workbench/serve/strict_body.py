@@ -26,7 +26,7 @@ from workbench.core.strict_json import loads_strict
 def parse_body(body: bytes) -> Any:
     """The JSON value of a request ``body``, parsed strictly; a 422 :class:`HTTPException` ``malformed JSON body:
     <why>`` (one line) otherwise: not UTF-8, not JSON, a duplicate key, NaN / Infinity, nesting deeper than 64
-    levels, a number with more digits than Python converts."""
+    levels, an integer of more than :data:`~workbench.core.strict_json.MAX_INT_DIGITS` digits."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -35,8 +35,6 @@ def parse_body(body: bytes) -> Any:
         return loads_strict(text, "request body")
     except DataError as exc:
         raise HTTPException(422, f"malformed JSON body: {exc.what.removeprefix('not accepted as JSON: ')}") from None
-    except ValueError:  # an integer past sys.get_int_max_str_digits(): no JSONDecodeError, a bare ValueError
-        raise HTTPException(422, "malformed JSON body: a number has too many digits") from None
 
 
 class StrictJSONRequest(Request):

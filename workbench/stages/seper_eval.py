@@ -62,8 +62,8 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
         from workbench.methods.dtr import DTR, DTRSettings
 
         # both paths search the ``dense`` row's own index (the paper's dense retrieval): the two rows differ only
-        # by DTR's pseudo-context path and its adaptive selection
-        settings = DTRSettings(tau=float("-inf"), k=k, n_per_path=max(k, 5))
+        # by DTR's pseudo-context path and its adaptive selection; τ = 0 retrieves for every question (u >= 0)
+        settings = DTRSettings(tau=0.0, k=k, n_per_path=max(k, 5))
         method = DTR(tools, settings=settings, retriever=dense())
         answers = method.answer_many(rows)
         out = []

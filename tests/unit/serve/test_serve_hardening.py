@@ -51,7 +51,7 @@ def _health(url: str) -> dict:
         ('{"questions": ["a"], "traces": false, "traces": true}', "duplicate key 'traces'"),
         ('{"question": "a", "traces": NaN}', "NaN"),
         ('{"questions": ' + "[" * 3000 + "]" * 3000 + "}", "nested deeper than 64"),
-        ('{"question": "a", "id": ' + "9" * 5000 + "}", "too many digits"),
+        ('{"question": "a", "id": ' + "9" * 5000 + "}", "an integer of more than 40 digits"),
     ],
     ids=["duplicate-question", "duplicate-traces", "nan", "deep", "5000-digit-id"],
 )
@@ -72,7 +72,7 @@ def test_a_duplicate_key_on_the_openai_route_is_400(live):
 
 def test_a_huge_integer_field_is_refused_without_quoting_it(live):
     _, _, client = live
-    body = '{"question": "a", "id": ' + "9" * 4000 + "}"  # parses (under 4,300 digits): an unknown field
+    body = '{"question": "a", "id": ' + "9" * 40 + "}"  # parses (the strict parser takes 40 digits): an unknown field
     assert "unknown field 'id'" in _detail(_post(client, "/answer", body), 422)
 
 
