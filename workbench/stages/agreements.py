@@ -50,11 +50,15 @@ def _d2rag_reads_utility(config: RecipeView) -> bool:
 UTILITY = "d2rag reads the fitted utility"
 CALIBRATE = "calibrate runs"
 TRANSFER = "transfer runs"
+CALIBRATE_EVALUATE = "calibrate and evaluate run"
+CALIBRATE_TRANSFER = "calibrate and transfer run"
 
 AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
     UTILITY: _d2rag_reads_utility,
     CALIBRATE: lambda config: "calibrate" in config.stages,
     TRANSFER: lambda config: "transfer" in config.stages,
+    CALIBRATE_EVALUATE: lambda config: {"calibrate", "evaluate"} <= set(config.stages),
+    CALIBRATE_TRANSFER: lambda config: {"calibrate", "transfer"} <= set(config.stages),
 }
 """The conditions of :data:`AGREEMENTS`, by name: ``condition(config) -> bool``."""
 
@@ -101,6 +105,27 @@ AGREEMENTS: tuple[Agreement, ...] = (
         "calibrate.fit_split",
         "in-distribution figures on the calibrators' fit split would be in-sample",
         TRANSFER,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "calibrate.fit_split",
+        "the OOD threshold is set on questions the profile was not fitted on (null: the fit split cross-fitted)",
+        CALIBRATE,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "evaluate.split",
+        "the OOD flag's false-positive rate is measured on evaluate's split, so its threshold is set elsewhere",
+        CALIBRATE_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "transfer.split",
+        "the OOD flag's false-positive rate is measured on transfer's in-distribution split",
+        CALIBRATE_TRANSFER,
         "differs",
     ),
 )
