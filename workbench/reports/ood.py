@@ -64,6 +64,12 @@ def verdict(summary: dict[str, Any], target: float) -> str:
     return "not resolved from chance on these questions"
 
 
+def _in_order(rates: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The measured splits in report order: the threshold split, the in-distribution ones, the shifts."""
+    order = list(ROLES)
+    return sorted(rates.items(), key=lambda kv: (order.index(kv[1]["role"]), kv[0]))
+
+
 def rates_table(rates: dict[str, Any], target: float) -> list[str]:
     """Markdown rows: each measured split's role, flagged count, rate with its interval and each check's count."""
     from workbench.calibration.ood import CHECKS
@@ -75,8 +81,7 @@ def rates_table(rates: dict[str, Any], target: float) -> list[str]:
         + " |",
         "|---|---|---:|---:|" + "---:|" * len(CHECKS),
     ]
-    order = list(ROLES)
-    for split, summary in sorted(rates.items(), key=lambda kv: (order.index(kv[1]["role"]), kv[0])):
+    for split, summary in _in_order(rates):
         if not summary["questions"]:
             continue
         low, high = (100 * v for v in summary["interval"])
@@ -94,7 +99,7 @@ def rates_table(rates: dict[str, Any], target: float) -> list[str]:
 def features_lines(rates: dict[str, Any], target: float) -> list[str]:
     """The detector on the uncertainty features (measured only, not in the flag): its rate on each collected split,
     with the verdict on a shift ([] when no split has it)."""
-    measured = {split: summary["features"] for split, summary in rates.items() if summary.get("features")}
+    measured = {split: summary["features"] for split, summary in _in_order(rates) if summary.get("features")}
     if not measured:
         return []
     parts = []
