@@ -32,9 +32,9 @@ recorded in-sample rate says by how much the target is missed.
 A flag says the question is unlike the fit split *in the named respect*, so the bundle's calibrated probabilities
 were never measured on such questions. It does not say the answer is wrong, and no flag does not make it right.
 
-Profiles of version 1 (per-feature ranges and an answer-length check, never calibrated to a false-positive rate:
-they flagged 6.7–12.5 % of in-distribution questions and no more of held-out topics) are refused by
-:meth:`OODProfile.from_dict` with :data:`UNCALIBRATED_VERSION` named, so a reader can tell them apart.
+Profiles of version 1 (per-feature ranges and an answer-length check, never calibrated to a false-positive rate)
+are refused by :meth:`OODProfile.from_dict` with :data:`UNCALIBRATED_VERSION` named, so a reader can tell them apart
+(the runtime answers without a flag and says so in a note).
 
 Numpy and the standard library only: the runtime reads it.
 """
