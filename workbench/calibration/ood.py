@@ -215,6 +215,12 @@ def _centred(matrix: np.ndarray, center: np.ndarray) -> np.ndarray:
     return (shifted / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+def min_questions(target_fpr: float) -> int:
+    """The fewest questions that can set a threshold for ``target_fpr`` by the split-conformal rank
+    (``⌈(n + 1)(1 − target_fpr)⌉ ≤ n``): 19 for 5 %."""
+    return math.ceil((1.0 - target_fpr) / target_fpr - 1e-9)
+
+
 def calibrated_threshold(novelty: np.ndarray, rule_flags: np.ndarray, target_fpr: float) -> float | None:
     """The novelty threshold that makes the whole flag fire on at most ``target_fpr`` of in-distribution questions
     like these (the split-conformal rule of the module docstring): the ``⌈(n + 1)(1 − target_fpr)⌉``-th smallest of
@@ -224,10 +230,9 @@ def calibrated_threshold(novelty: np.ndarray, rule_flags: np.ndarray, target_fpr
     n = scores.size
     rank = math.ceil((n + 1) * (1.0 - target_fpr) - 1e-9)
     if rank > n:
-        need = math.ceil((1.0 - target_fpr) / target_fpr - 1e-9)
         raise DataError(
             f"{n} in-distribution questions cannot set a threshold for a {100 * target_fpr:g} % false-positive rate "
-            f"(at least {need} are needed)",
+            f"(at least {min_questions(target_fpr)} are needed)",
             "ood profile",
         )
     value = float(np.sort(scores)[rank - 1])
@@ -314,6 +319,8 @@ class OODProfile:
             scored, vectors, leave_one_out = questions, embeddings, True
         else:
             scored, vectors, leave_one_out = [str(q) for q in held_out], held_out_embeddings, False
+            if not scored:
+                raise DataError("no held-out questions to set the threshold on", "ood profile")
             if profile.embedding is not None and (vectors is None or len(vectors) != len(scored)):
                 raise DataError("the held-out questions need one embedding each", "ood profile")
         rules = np.asarray([bool(profile.check_rules(q)) for q in scored], dtype=bool)

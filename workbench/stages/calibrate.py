@@ -210,20 +210,33 @@ def write_ood(
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     embedder = ctx.resources.embedder()
     fit_questions = split_questions(qa, fit_split, section.ood_limit)
+    if section.ood_neighbours >= len(fit_questions):
+        raise DataError(
+            f"must be below the {len(fit_questions)} questions of the fit split {fit_split!r}",
+            "calibrate.ood_neighbours",
+        )
     held_out = None if section.ood_split is None else split_questions(qa, section.ood_split, section.ood_limit)
-    profile = OODProfile.fit(
-        fit_questions,
-        embedder.encode(fit_questions),
-        embedder=embedder.fingerprint,
-        neighbours=section.ood_neighbours,
-        target_fpr=section.ood_fpr,
-        held_out=held_out,
-        held_out_embeddings=None if held_out is None else embedder.encode(held_out),
-        split=section.ood_split,
-    )
+    try:
+        profile = OODProfile.fit(
+            fit_questions,
+            embedder.encode(fit_questions),
+            embedder=embedder.fingerprint,
+            neighbours=section.ood_neighbours,
+            target_fpr=section.ood_fpr,
+            held_out=held_out,
+            held_out_embeddings=None if held_out is None else embedder.encode(held_out),
+            split=section.ood_split,
+        )
+    except DataError as exc:  # too few threshold questions for the target: the split (or the rate) must change
+        hint = "raise calibrate.ood_fpr" if section.ood_split is None else "null cross-fits the fit split"
+        raise DataError(f"{exc.what}; {hint}", "calibrate.ood_split") from None
     save_learned(profile, ctx.out_dir / "ood.json")
-    detector = FeatureNovelty.fit(clean[fit_split], section.ood_neighbours, section.ood_fpr)
-    atomic_write_json(ctx.out_dir / "ood_features.json", detector.to_dict())
+    detector = None  # measured only: too few collected fit rows for the target leave it out, said in the log
+    try:
+        detector = FeatureNovelty.fit(clean[fit_split], section.ood_neighbours, section.ood_fpr)
+        atomic_write_json(ctx.out_dir / "ood_features.json", detector.to_dict())
+    except DataError as exc:
+        ctx.log.info("calibrate: no features-only OOD detector to measure (%s)", exc.what)
     rates = {}
     for split in dict.fromkeys([section.ood_split, *rows]):
         if split is None or split == fit_split or split not in qa:
@@ -231,7 +244,7 @@ def write_ood(
         questions = split_questions(qa, split, section.ood_limit)
         results = profile.check_questions(questions, embedder.encode)
         rates[split] = {"role": measured_role(split, section.ood_split), **flag_summary([r.checks for r in results])}
-        if split in clean:
+        if split in clean and detector is not None:
             rates[split]["features"] = flag_summary(detector.checks(clean[split]), names=("features",))
     checks: dict[str, Any] = {}
     for split, split_rows in rows.items():

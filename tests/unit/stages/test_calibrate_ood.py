@@ -70,20 +70,15 @@ def _rows(questions: list[str], seed: int) -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory) -> tuple[Path, dict]:
+def _calibrate(tmp: Path, sizes: dict[str, int], collected: dict[str, int], **settings) -> tuple[Path, dict]:
+    """Run the calibrate stage on build_data splits of ``sizes`` questions (``ood`` about the unseen topic), the first
+    ``collected`` of each collected with synthetic features, under calibrate ``settings``."""
     import datasets
 
     from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import rows_to_dataset, validate_qa_row
 
-    tmp = tmp_path_factory.mktemp("calib-ood")
-    questions = {
-        "calib": _questions(200, 0, SEEN),
-        "val": _questions(200, 1, SEEN),
-        "test": _questions(200, 2, SEEN),
-        "ood": _questions(100, 3, UNSEEN),
-    }
+    questions = {s: _questions(n, seed, UNSEEN if s == "ood" else SEEN) for seed, (s, n) in enumerate(sizes.items())}
     qa = {
         split: rows_to_dataset(
             [validate_qa_row({"id": f"{split}{i}", "question": q, "answers": ["x"]}, split) for i, q in enumerate(qs)],
@@ -93,14 +88,14 @@ def calibrated(tmp_path_factory) -> tuple[Path, dict]:
     }
     save_dataset_dict(datasets.DatasetDict(qa), tmp / "build_data" / "qa")
     collect = tmp / "collect"
-    collected = {"calib": 120, "test": 60, "ood": 60}  # the first questions of each split, as collect takes them
-    for seed, (split, n) in enumerate(collected.items()):
+    for seed, (split, n) in enumerate(collected.items()):  # the first questions of each split, as collect takes them
         datasets.Dataset.from_list(_rows(questions[split][:n], seed)).save_to_disk(str(collect / split))
     summary = {"features": ["good", "noise"], "splits": dict.fromkeys(collected)}
     (collect / "summary.json").write_text(json.dumps(summary))
     config = RecipeConfig(name="t", stages=["build_data"])
     config.calibrate.label = "correct_contains"
-    config.calibrate.ood_neighbours = 5
+    for key, value in settings.items():
+        setattr(config.calibrate, key, value)
     out = tmp / "calibrate"
     out.mkdir()
     ctx = SimpleNamespace(
@@ -111,6 +106,13 @@ def calibrated(tmp_path_factory) -> tuple[Path, dict]:
         resources=SimpleNamespace(embedder=WordEmbedder),
     )
     return out, calibrate.run(ctx)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory) -> tuple[Path, dict]:
+    sizes = {"calib": 200, "val": 200, "test": 200, "ood": 100}
+    collected = {"calib": 120, "test": 60, "ood": 60}
+    return _calibrate(tmp_path_factory.mktemp("calib-ood"), sizes, collected, ood_neighbours=5)
 
 
 def test_calibrate_fits_the_flag_on_the_fit_split_and_sets_its_threshold_on_val(calibrated):
@@ -174,6 +176,24 @@ def test_export_names_the_profile_in_the_decision_block(calibrated, tmp_path):
         assert (tmp_path / "learned" / name).read_bytes() == (out / name).read_bytes()
 
 
+def test_too_few_threshold_questions_name_the_split_and_too_few_fit_rows_skip_the_feature_detector(tmp_path):
+    from workbench.core.errors import DataError
+
+    sizes = {"calib": 60, "val": 12, "test": 30}
+    with pytest.raises(DataError) as info:
+        _calibrate(tmp_path / "a", sizes, {"calib": 40, "test": 20}, ood_neighbours=5)
+    message = str(info.value)
+    assert message.startswith("calibrate.ood_split: 12 in-distribution questions cannot set a threshold")
+    assert "at least 19 are needed" in message and "null cross-fits the fit split" in message
+    with pytest.raises(DataError, match=r"calibrate\.ood_neighbours: must be below the 60 questions"):
+        _calibrate(tmp_path / "b", sizes, {"calib": 40, "test": 20}, ood_neighbours=60)
+    # cross-fitted on the 60 calib questions; only 16 collected fit rows: no features-only detector (measured only)
+    out, _ = _calibrate(tmp_path / "c", sizes, {"calib": 16, "test": 20}, ood_neighbours=5, ood_split=None)
+    rates = json.loads((out / "ood_rates.json").read_text())
+    assert set(rates) == {"test"} and "features" not in rates["test"] and not (out / "ood_features.json").exists()
+    assert json.loads((out / "ood.json").read_text())["calibration"]["split"] is None
+
+
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
@@ -181,6 +201,8 @@ def test_export_names_the_profile_in_the_decision_block(calibrated, tmp_path):
         (["calibrate.ood_split=test"], "calibrate.ood_split", "also evaluate.split"),
         (["calibrate.ood_split=ood"], "calibrate.ood_split", "held-out topics"),
         (["calibrate.ood_fpr=1.5"], "calibrate.ood_fpr", "(0, 1)"),
+        (["calibrate.ood_neighbours=50", "calibrate.ood_limit=50"], "calibrate.ood_neighbours", "below"),
+        (["calibrate.ood_fpr=0.01", "calibrate.ood_limit=50"], "calibrate.ood_limit", "(needs 99)"),
         (
             ["stages=[build_data,collect,calibrate,classify]", "data.fractions=[0.6,0.2,0.0,0.2]"],
             "calibrate.ood_split",

@@ -67,12 +67,22 @@ def check_ood(config: RecipeView) -> None:
     """The OOD flag's settings: a target rate in (0, 1), and a threshold split that the dataset has, that gets
     questions and that is in distribution (not wiki-qa's held-out topics). That it is neither the fit split nor a
     split evaluate or transfer reports is declared in :data:`workbench.stages.agreements.AGREEMENTS`."""
+    from workbench.calibration.ood import min_questions
     from workbench.data.article_splits import OOD_SPLIT
     from workbench.stages.settings.shared import check_split
 
     section = config.calibrate
     if not 0.0 < section.ood_fpr < 1.0:
         raise ConfigError(f"must be in (0, 1), got {section.ood_fpr}", "calibrate.ood_fpr")
+    limit = section.ood_limit
+    if limit is not None and section.ood_neighbours >= limit:
+        raise ConfigError(f"must be below calibrate.ood_limit ({limit})", "calibrate.ood_neighbours")
+    need = min_questions(section.ood_fpr)
+    if limit is not None and limit < need:
+        raise ConfigError(
+            f"{limit} questions cannot set a threshold for calibrate.ood_fpr {section.ood_fpr} (needs {need})",
+            "calibrate.ood_limit",
+        )
     if section.ood_split is None:
         return
     if config.data.dataset == "wiki-qa" and section.ood_split == OOD_SPLIT:
