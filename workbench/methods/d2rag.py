@@ -41,10 +41,9 @@ paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the
 **Out of distribution.** With an ``ood_profile`` (:class:`~workbench.calibration.ood.OODProfile`, fitted by the
 ``calibrate`` stage on the calibrators' fit split and calibrated to a false-positive rate), Stage 1 checks each
 question — its embedding's novelty (by ``tools.embedder`` when it is the profile's embedder), its form and length —
-and the ``features`` step records ``ood: {flag, checks}``. ``on_ood`` (an
-attribute, ``"flag"`` by default; the runtime sets it per call) says what a flag does here: ``flag`` only reports
-it, ``retrieve`` retrieves for a flagged question whatever p is (the ``decide`` step then says
-``forced_by_ood``). Refusing is the runtime's (docs/ood.md).
+and the ``features`` step records ``ood: {flag, checks}``. ``on_ood`` (an attribute, ``"flag"`` by default; the
+runtime sets it per call) says what a flag does here: ``flag`` only reports it, ``retrieve`` retrieves for a flagged
+question whatever p is (the ``decide`` step then says ``forced_by_ood``). Refusing is the runtime's (docs/ood.md).
 
 Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
 ``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise. The ``features`` step's
