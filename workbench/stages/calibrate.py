@@ -24,7 +24,8 @@ columns the routing table needs), ``metrics.json``, ``summary.json`` (the settin
 NaN counts; and rows per split), and the OOD flag (:func:`write_ood`, docs/ood.md): ``ood.json`` +
 ``ood.safetensors`` (the fit split's :class:`~workbench.calibration.ood.OODProfile`: question embeddings, forms and
 lengths, the threshold calibrated to ``calibrate.ood_fpr`` on ``calibrate.ood_split``), ``ood_rates.json`` (its flag
-rate on each measured split, with a Wilson interval) and ``ood_checks.json`` (each collected row's failed checks).
+rate on each measured split, with a Wilson interval), ``ood_checks.json`` (each collected row's failed checks) and
+``ood_features.json`` (the features-only detector measured beside the flag, not part of it).
 """
 
 from __future__ import annotations
@@ -180,35 +181,13 @@ def measured_role(split: str, threshold_split: str | None) -> str:
     return "shift" if split == OOD_SPLIT else "in_distribution"
 
 
-def write_ood(
-    ctx: StageContext,
-    rows: dict[str, list[dict]],
-    keep: dict[str, np.ndarray],
-    clean: dict[str, np.ndarray],
-    fit_split: str,
-) -> str:
-    """Fit the OOD flag (:class:`~workbench.calibration.ood.OODProfile`) on the fit split's questions (build_data's,
-    the first ``calibrate.ood_limit``) and their embeddings by the run's embedder, with its threshold set for
-    ``calibrate.ood_fpr`` on ``calibrate.ood_split`` (null: the fit split cross-fitted), into ``ood.json`` (+
-    ``ood.safetensors``). Then measure it: ``ood_rates.json`` — per split (the threshold split, in-sample, and each
-    other collected split: ``test`` a false-positive rate, ``ood`` a detection rate) the flag rate over its first
-    ``ood_limit`` build_data questions, with a Wilson interval, and under ``features`` the rate of the detector on
-    the uncertainty features (:class:`~workbench.calibration.ood_features.FeatureNovelty`, measured only: fitted on
-    the ``clean`` fit-split features into ``ood_features.json``, measured on each other collected split's rows) — and
-    ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order), for
-    the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
-    collection without a ``question`` column)."""
+def fit_ood(section: Any, qa: Any, embedder: Any, fit_split: str) -> Any:
+    """The OOD flag (:class:`~workbench.calibration.ood.OODProfile`) fitted on the first ``calibrate.ood_limit``
+    questions of build_data's fit split and their embeddings by the run's ``embedder``, its threshold set for
+    ``calibrate.ood_fpr`` on ``calibrate.ood_split`` (null: the fit split cross-fitted). DataError naming the setting
+    when the fit split has too few questions for ``ood_neighbours`` or the threshold split too few for the target."""
     from workbench.calibration.ood import OODProfile
-    from workbench.calibration.ood_features import FeatureNovelty
-    from workbench.calibration.ood_rates import flag_summary
-    from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.learned import save_learned
 
-    section = ctx.config.calibrate
-    if "question" not in rows[fit_split][0]:
-        return "no OOD profile: the collection has no question column"
-    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
-    embedder = ctx.resources.embedder()
     fit_questions = split_questions(qa, fit_split, section.ood_limit)
     if section.ood_neighbours >= len(fit_questions):
         raise DataError(
@@ -217,7 +196,7 @@ def write_ood(
         )
     held_out = None if section.ood_split is None else split_questions(qa, section.ood_split, section.ood_limit)
     try:
-        profile = OODProfile.fit(
+        return OODProfile.fit(
             fit_questions,
             embedder.encode(fit_questions),
             embedder=embedder.fingerprint,
@@ -230,22 +209,62 @@ def write_ood(
     except DataError as exc:  # too few threshold questions for the target: the split (or the rate) must change
         hint = "raise calibrate.ood_fpr" if section.ood_split is None else "null cross-fits the fit split"
         raise DataError(f"{exc.what}; {hint}", "calibrate.ood_split") from None
+
+
+def measure_ood(
+    section: Any, qa: Any, embed: Any, profile: Any, detector: Any, splits: Any, clean: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """``ood_rates.json``: per measured split — the threshold split (in-sample) and each of ``splits`` (the collected
+    ones but the fit split: ``test`` a false-positive rate, ``ood`` a detection rate) — its ``role`` and the flag's
+    rate over its first ``calibrate.ood_limit`` build_data questions with a Wilson interval
+    (:func:`~workbench.calibration.ood_rates.flag_summary`); under ``features``, where the split was collected, the
+    rate of the features-only ``detector`` on its ``clean`` rows (None: not measured)."""
+    from workbench.calibration.ood_rates import flag_summary
+
+    rates = {}
+    for split in dict.fromkeys([section.ood_split, *splits]):
+        if split is None or split not in qa:
+            continue
+        results = profile.check_questions(split_questions(qa, split, section.ood_limit), embed)
+        rates[split] = {"role": measured_role(split, section.ood_split), **flag_summary([r.checks for r in results])}
+        if split in clean and detector is not None:
+            rates[split]["features"] = flag_summary(detector.checks(clean[split]), names=("features",))
+    return rates
+
+
+def write_ood(
+    ctx: StageContext,
+    rows: dict[str, list[dict]],
+    keep: dict[str, np.ndarray],
+    clean: dict[str, np.ndarray],
+    fit_split: str,
+) -> str:
+    """Fit the OOD flag (:func:`fit_ood`) into ``ood.json`` (+ ``ood.safetensors``) and measure it
+    (:func:`measure_ood`) into ``ood_rates.json``; beside it, the detector on the uncertainty features
+    (:class:`~workbench.calibration.ood_features.FeatureNovelty`, measured only, fitted on the ``clean`` fit-split
+    rows: ``ood_features.json``; left out, with a log line, when they are too few for the target), and
+    ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order), for
+    the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
+    collection without a ``question`` column)."""
+    from workbench.calibration.ood_features import FeatureNovelty
+    from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.methods.learned import save_learned
+
+    section = ctx.config.calibrate
+    if "question" not in rows[fit_split][0]:
+        return "no OOD profile: the collection has no question column"
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    embedder = ctx.resources.embedder()
+    profile = fit_ood(section, qa, embedder, fit_split)
     save_learned(profile, ctx.out_dir / "ood.json")
-    detector = None  # measured only: too few collected fit rows for the target leave it out, said in the log
+    detector = None
     try:
         detector = FeatureNovelty.fit(clean[fit_split], section.ood_neighbours, section.ood_fpr)
         atomic_write_json(ctx.out_dir / "ood_features.json", detector.to_dict())
     except DataError as exc:
         ctx.log.info("calibrate: no features-only OOD detector to measure (%s)", exc.what)
-    rates = {}
-    for split in dict.fromkeys([section.ood_split, *rows]):
-        if split is None or split == fit_split or split not in qa:
-            continue
-        questions = split_questions(qa, split, section.ood_limit)
-        results = profile.check_questions(questions, embedder.encode)
-        rates[split] = {"role": measured_role(split, section.ood_split), **flag_summary([r.checks for r in results])}
-        if split in clean and detector is not None:
-            rates[split]["features"] = flag_summary(detector.checks(clean[split]), names=("features",))
+    others = [split for split in rows if split != fit_split]
+    rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
     for split, split_rows in rows.items():
         kept = [r for r, k in zip(split_rows, keep.get(split, []), strict=True) if k]
