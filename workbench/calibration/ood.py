@@ -67,6 +67,9 @@ WORD_SLACK = 0.25
 NEIGHBOURS = 10
 """Fit-split questions whose mean cosine distance is a question's novelty."""
 
+BLOCK = 1024
+"""Questions scored at once (a ``BLOCK`` × fit-questions distance block: 8 MB for 1,000 fit questions)."""
+
 TARGET_FPR = 0.05
 """The default share of in-distribution questions the calibrated flag may fire on."""
 
@@ -175,25 +178,32 @@ class EmbeddingCheck:
         return cls(center, _centred(matrix, center), int(neighbours), str(embedder))
 
     def novelty(self, embeddings: np.ndarray, *, leave_one_out: bool = False) -> np.ndarray:
-        """Each row's mean cosine distance to its ``neighbours`` nearest reference rows (both centred). With
-        ``leave_one_out`` the rows *are* the reference, in order, and each is scored against the others."""
+        """Each row's mean cosine distance to its ``neighbours`` nearest reference rows (both centred), computed
+        :data:`BLOCK` rows at a time. With ``leave_one_out`` the rows *are* the reference, in order, and each is
+        scored against the others."""
         rows = _centred(_matrix(embeddings, "question embeddings", self.reference.shape[1]), self.center)
-        distance = 1.0 - rows.astype(np.float64) @ self.reference.astype(np.float64).T
-        return nearest_mean(distance, self.neighbours, leave_one_out=leave_one_out)
+        if leave_one_out and rows.shape[0] != self.reference.shape[0]:
+            raise DataError("leave-one-out scores the reference itself", "ood profile")
+        reference = self.reference.astype(np.float64)
+        out = np.zeros(rows.shape[0])
+        for start in range(0, rows.shape[0], BLOCK):
+            block = 1.0 - rows[start : start + BLOCK].astype(np.float64) @ reference.T
+            own = start + np.arange(block.shape[0]) if leave_one_out else None
+            out[start : start + BLOCK] = nearest_mean(block, self.neighbours, skip=own)
+        return out
 
     def fails(self, novelty: float) -> bool:
         """Whether a question of this ``novelty`` fails the check."""
         return self.threshold is not None and novelty > self.threshold
 
 
-def nearest_mean(distance: np.ndarray, neighbours: int, *, leave_one_out: bool = False) -> np.ndarray:
+def nearest_mean(distance: np.ndarray, neighbours: int, *, skip: np.ndarray | None = None) -> np.ndarray:
     """Each row's mean over its ``neighbours`` smallest entries of the ``(rows, reference)`` ``distance`` matrix (the
-    k-NN novelty); with ``leave_one_out`` the rows are the reference, in order, and each skips its own entry."""
+    k-NN novelty); ``skip`` (one reference column per row) leaves out a row's own entry when the rows are reference
+    rows (leave one out)."""
     distance = np.array(distance, dtype=np.float64)
-    if leave_one_out:
-        if distance.shape[0] != distance.shape[1]:
-            raise DataError("leave-one-out scores the reference itself", "ood profile")
-        np.fill_diagonal(distance, np.inf)
+    if skip is not None:
+        distance[np.arange(distance.shape[0]), skip] = np.inf
     if distance.shape[0] == 0:
         return np.zeros(0)
     return np.partition(distance, neighbours - 1, axis=1)[:, :neighbours].mean(axis=1)

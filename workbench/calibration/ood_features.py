@@ -53,8 +53,10 @@ class FeatureNovelty:
         """Each row's mean distance to its nearest standardised fit rows (``leave_one_out``: the rows are the fit
         rows, each against the others)."""
         rows = (np.asarray(matrix, dtype=float).reshape(-1, self.reference.shape[1]) - self.median) / self.scale
-        distance = np.sqrt(((rows[:, None, :] - self.reference[None, :, :]) ** 2).sum(axis=-1))
-        return nearest_mean(distance, self.neighbours, leave_one_out=leave_one_out)
+        squared = (rows**2).sum(axis=1)[:, None] + (self.reference**2).sum(axis=1)[None, :]
+        distance = np.sqrt(np.maximum(squared - 2.0 * rows @ self.reference.T, 0.0))
+        own = np.arange(rows.shape[0]) if leave_one_out else None
+        return nearest_mean(distance, self.neighbours, skip=own)
 
     def checks(self, matrix: np.ndarray) -> list[list[str]]:
         """Each row's failed check: ``["features"]`` when its novelty is above the threshold, else []."""

@@ -105,6 +105,23 @@ def test_a_shift_to_unseen_topics_is_detected(world):
     assert result == OODResult(True, ["question_embedding"])
 
 
+def test_novelty_is_the_same_whatever_the_block_and_leave_one_out_skips_only_the_row_itself(world, monkeypatch):
+    from workbench.calibration import ood
+
+    embedder, parts = world
+    check = _fit(world).embedding
+    fit = embedder.encode(_questions(*parts["fit"]))  # the reference's own questions, as the fit scores them
+    whole, crossed = check.novelty(fit), check.novelty(fit, leave_one_out=True)
+    monkeypatch.setattr(ood, "BLOCK", 7)  # blocks that split the rows unevenly
+    assert np.allclose(check.novelty(fit), whole) and np.allclose(check.novelty(fit, leave_one_out=True), crossed)
+    distance = 1.0 - check.reference.astype(float) @ check.reference.astype(float).T
+    np.fill_diagonal(distance, np.inf)
+    assert np.allclose(crossed, np.sort(distance, axis=1)[:, :10].mean(axis=1), atol=1e-6)
+    assert (whole < crossed).all()  # scored against all the reference, a fit question meets itself at distance 0
+    with pytest.raises(DataError, match="leave-one-out"):
+        check.novelty(fit[:30], leave_one_out=True)
+
+
 def test_the_conformal_rank_and_its_limits():
     novelty = np.arange(1.0, 20.0)  # 19 questions: ⌈20 × 0.95⌉ = 19th smallest
     assert calibrated_threshold(novelty, np.zeros(19, bool), 0.05) == 19.0
