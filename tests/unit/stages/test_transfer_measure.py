@@ -95,7 +95,7 @@ def test_measure_reports_features_decision_and_routing():
 
 
 def test_the_ood_flag_is_counted_with_a_wilson_interval_per_condition():
-    """In distribution the flag's rate is its false-positive rate, shifted its detection rate; the shift's Δ is theirs."""
+    """In distribution the flag's rate is its false-positive rate, shifted its detection rate; Δ is theirs."""
     in_rows, shifted_rows = _rows(100, 7, 3.0, "choice"), _rows(50, 8, 0.5, "cloze")
     in_checks = [["question_embedding"] if i < 5 else [] for i in range(100)]
     shifted_checks = [["question_embedding", "question_form"] if i % 5 else ["question_form"] for i in range(50)]
