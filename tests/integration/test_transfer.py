@@ -44,7 +44,7 @@ def test_transfer_json_has_both_conditions(transfer_run):
         assert 0.0 <= routing["retrieval_rate"] <= 1.0
         assert routing["routed_minus_always"] == pytest.approx(routing["routed"] - routing["always_rag"])
         assert len(condition["p_correct"]) == condition["rows"] == len(condition["labels"])
-        assert condition["ood_flag_rate"] is not None
+        assert condition["ood"]["questions"] == condition["rows"] and condition["ood"]["interval"] is not None
     assert in_dist["decision"]["auroc"] is not None and in_dist["intervals"]["decision_auroc"][0] is not None
     assert record["shift"]["routed"] == pytest.approx(shifted["routing"]["routed"] - in_dist["routing"]["routed"])
 

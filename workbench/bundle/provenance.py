@@ -245,9 +245,9 @@ def _setter_questions(setter: Any, study: Questions | None, fit: Questions) -> Q
 
 def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQuestions) -> dict[str, Questions]:
     """What each part and parameter a bundle of ``methods`` ships was fitted or tuned on, by name
-    (``decision.calibrators``, ``decision.classifier``, ``decision.tau``, ``decision.lars``, ``decision.ood``,
-    ``utility``, ``<method>.<parameter>`` for the study's parameters and every parameter a study or a parameters
-    file set, ``controller_adapter``, ``models.generator`` for a reader adapter). ``run``: the finished run
+    (``decision.calibrators``, ``decision.classifier``, ``decision.tau``, ``decision.lars``, ``decision.ood`` (the
+    OOD profile) and ``decision.ood_threshold`` (its flag's threshold), ``utility``, ``<method>.<parameter>`` for the
+    study's parameters and every parameter a study or a parameters file set, ``controller_adapter``, ``models.generator`` for a reader adapter). ``run``: the finished run
     (``config``, ``stage(name)``, ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
     from workbench.bundle.learned import Setter, option_setters, tau_setter
     from workbench.tuning.space import DEFAULT_SPACES
@@ -267,8 +267,12 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
                 "lars_fit_split", config.collect.lars_fit_split
             )
             out["decision.lars"] = Questions("collect", lars_split, questions.collected(lars_split))
-        if learned.ood is not None:
-            out["decision.ood"] = Questions("calibrate", fit.split, questions.collected(fit.split))
+        if learned.ood is not None:  # the profile on the fit split's questions, its threshold on calibrate.ood_split
+            section = config.calibrate
+            out["decision.ood"] = Questions("calibrate", fit.split, questions.first(fit.split, section.ood_limit))
+            if section.ood_split is not None:
+                threshold = questions.first(section.ood_split, section.ood_limit)
+                out["decision.ood_threshold"] = Questions("calibrate", section.ood_split, threshold)
         if learned.utility is not None:
             section = config.fit_utility
             out["utility"] = Questions("fit_utility", section.split, questions.first(section.split, section.limit))

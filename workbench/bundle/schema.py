@@ -12,7 +12,8 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
                                and the calibrators inside, P(correct) and retrieve = P < τ out (bundles before it:
                                the classifier alone, reading the calibrated features)
     learned/lars.json          the LARS scorer (when ``lars`` is a feature)
-    learned/ood.json           the fit split's OOD profile (docs/ood.md; when the calibrate stage fitted one)
+    learned/ood.json (+ .safetensors)   the OOD flag: the fit split's profile and its calibrated threshold, the fit
+                               questions' embeddings beside it (docs/ood.md; when the calibrate stage fitted one)
     learned/utility.json       D²-RAG's utility predictor (when the run fitted one)
     learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one), and beside it
                                the same adapter for peft: adapter_config.json, adapter_model.safetensors, README.md

@@ -1,33 +1,40 @@
-"""An out-of-distribution profile: is a question (and D²-RAG's view of it) like the questions the calibrators saw?
+"""An out-of-distribution detector: is a question like the questions a bundle's calibrators were fitted on?
 
 The calibrators and the classifier of a bundle were fitted on one split of one kind of question (the quickstart: the
-either-or wiki-qa templates, "Was X born in France or Italy?"). Their P(correct) means something only for questions
-like those; asked open trivia, a bundle answers with the same confidence and nothing says it is out of its depth.
-An :class:`OODProfile`, fitted by the ``calibrate`` stage on the same fit split (``ood.json`` next to
-``calibrators.json``, ``learned/ood.json`` in a bundle), stores three descriptions of that split and checks a new
-question against each:
+either-or wiki-qa templates, "Was X born in France or Italy?", on eleven of the twelve topics). Their P(correct)
+means something only for questions like those; asked about another topic or in another form, a bundle answers with
+the same confidence and nothing says it is out of its depth. An :class:`OODProfile`, fitted by the ``calibrate``
+stage on the questions of the same fit split (``ood.json`` + ``ood.safetensors`` next to ``calibrators.json``,
+``learned/ood.*`` in a bundle), checks a new question three ways, from its text alone (no generator, no gold):
 
-* **features** (``feature:<name>``, one check per feature) — for every raw oriented feature, its fit-split quantiles
-  ``q_lo`` / ``q_hi`` (:data:`QUANTILES`: 0.5 % and 99.5 %), median and finite min / max. A value is imputed exactly as
-  :class:`~workbench.calibration.calibrator_set.CalibratorSet` imputes it (NaN → median, ±inf → the end of the
-  finite range on its side, so a missing value is never out of range) and fails the check when it lies outside
-  ``[q_lo − m, q_hi + m]``, ``m = margin × (q_hi − q_lo)`` (:data:`MARGIN`: 0.1). For a normal feature that flags
-  about 0.2 % of in-distribution questions.
-* **question form** (``question_form``, ``question_length``) — computed from the question text alone
-  (:func:`question_form`, deterministic): its *shape* — the lead word's class (``wh`` interrogative, ``aux``
-  yes/no-verb, ``imperative``, ``other``) and whether it names options (``A or B`` before the first ``?``, outside
-  quotes) — and its length in words. A shape that made up less than :data:`MIN_SHARE` (1 %) of the fit split's
-  questions fails ``question_form``; a length outside the words' ``[q_lo − w, q_hi + w]`` fails
-  ``question_length``, ``w = max(m, WORD_SLACK × q_hi)`` (:data:`WORD_SLACK`: 0.25). Either-or questions are
-  ``wh|options`` / ``aux|options``; "who has the most catches in NFL history" is ``wh|open``.
-* **answer length** (``answer_length``) — the greedy (closed-book) answer's length in words; it fails when longer
-  than ``q_hi + w`` of the fit split's greedy answers (only the long side: a short answer is no sign of trouble).
+* **embedding** (``question_embedding``) — the question's *novelty*: the mean cosine distance from its embedding to
+  the embeddings of its ``neighbours`` nearest fit-split questions (:data:`NEIGHBOURS`: 10), after centring every
+  embedding on the fit split's mean embedding (which removes the direction all the fit questions share — their
+  template — so the distance reads what differs: the topic) and re-normalising. It fails when the novelty exceeds the
+  calibrated ``threshold``. The embedder must be the one the profile was fitted with (its fingerprint is stored).
+* **form** (``question_form``) — the question's *shape* (:func:`question_form`: the lead word's class — ``wh``,
+  ``aux``, ``imperative``, ``other`` — and whether it names options, ``A or B`` before its first ``?``, outside
+  quotes) made up less than :data:`MIN_SHARE` (1 %) of the fit split's questions.
+* **length** (``question_length``) — its length in words lies outside the fit split's ``[q_lo − w, q_hi + w]``
+  (quantiles :data:`QUANTILES`, ``w = max(margin × (q_hi − q_lo), WORD_SLACK × q_hi)``).
 
-:meth:`OODProfile.check` returns an :class:`OODResult` (``ood`` and the names of the failed checks). The question
-checks need no model, so a runtime applies them to every method; the feature and answer checks need D²-RAG's Stage 1.
+**Calibration.** The threshold is set on questions the profile was *not* fitted on, so that the whole flag (any check
+failing) fires on at most ``target_fpr`` of in-distribution questions (:func:`calibrated_threshold`): the questions of
+another in-distribution split (the ``calibrate`` stage's ``calibrate.ood_split``, default ``val``), or, without one,
+the fit split's own questions cross-fitted (each scored against the others: leave one out). With ``n`` such questions,
+each given the score ``c = +inf`` when the form or length check fails and its novelty otherwise, the threshold is the
+``⌈(n + 1)(1 − target_fpr)⌉``-th smallest ``c``: a new in-distribution question, exchangeable with them, is then
+flagged with probability at most ``target_fpr`` (the split-conformal bound). When the form and length checks alone
+flag more than that, the threshold is infinite (``null`` in the JSON): the embedding check never fires and the
+recorded in-sample rate says by how much the target is missed.
 
-A flag says the question is unlike the fit split *in one of these respects*: the bundle's calibrated probabilities
-were not measured on such questions. It does not say the answer is wrong, and no flag does not make it right.
+:meth:`OODProfile.check_questions` returns one :class:`OODResult` per question (``ood`` and the failed checks).
+A flag says the question is unlike the fit split *in the named respect*, so the bundle's calibrated probabilities
+were never measured on such questions. It does not say the answer is wrong, and no flag does not make it right.
+
+Profiles of version 1 (per-feature ranges and an answer-length check, never calibrated to a false-positive rate)
+are refused by :meth:`OODProfile.from_dict` with :data:`UNCALIBRATED_VERSION` named, so a reader can tell them apart
+(the runtime answers without a flag and says so in a note).
 
 Numpy and the standard library only: the runtime reads it.
 """
@@ -36,7 +43,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,10 +52,10 @@ import numpy as np
 from workbench.core.errors import DataError
 
 QUANTILES = (0.005, 0.995)
-"""The fit-split quantiles stored per feature (and for question and answer lengths)."""
+"""The fit-split quantiles of the question length stored in ``question_words``."""
 
 MARGIN = 0.1
-"""The tolerance beyond the stored quantiles, as a fraction of the inter-quantile range ``q_hi − q_lo``."""
+"""The tolerance beyond the stored length quantiles, as a fraction of the inter-quantile range ``q_hi − q_lo``."""
 
 MIN_SHARE = 0.01
 """A question shape rarer than this on the fit split fails the ``question_form`` check."""
@@ -56,6 +63,21 @@ MIN_SHARE = 0.01
 WORD_SLACK = 0.25
 """Word counts get a wider tolerance: the larger of the margin rule and this fraction of ``q_hi`` (a fit split of
 10–12-word questions accepts 7–15 words, not 9.8–12.2)."""
+
+NEIGHBOURS = 10
+"""Fit-split questions whose mean cosine distance is a question's novelty."""
+
+BLOCK = 1024
+"""Questions scored at once (a ``BLOCK`` × fit-questions distance block: 8 MB for 1,000 fit questions)."""
+
+TARGET_FPR = 0.05
+"""The default share of in-distribution questions the calibrated flag may fire on."""
+
+UNCALIBRATED_VERSION = 1
+"""The version of the profiles written before the calibrated detector (feature ranges; no false-positive target)."""
+
+CHECKS = ("question_embedding", "question_form", "question_length")
+"""The checks a profile runs, in the order an :class:`OODResult` names them."""
 
 WH_WORDS = frozenset({"who", "whom", "whose", "what", "which", "where", "when", "why", "how"})
 AUX_WORDS = frozenset(
@@ -68,6 +90,10 @@ LEADS = ("wh", "aux", "imperative", "other")
 _WORD = re.compile(r"\w+(?:['’.-]\w+)*")
 _QUOTED = re.compile(r"\"[^\"]*\"|“[^”]*”|«[^»]*»")
 _OPTIONS = re.compile(r"\S\s+or\s+\S", re.IGNORECASE)
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+"""A batch embedder: questions → an ``(n, dim)`` array (an :class:`~workbench.backends.embedder.Embedder`'s
+``encode``)."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +137,7 @@ def question_form(question: str) -> QuestionForm:
 
 @dataclass(frozen=True)
 class OODResult:
-    """``ood``: any check failed; ``checks``: the failed checks' names (``feature:<name>``, ``question_form``,
-    ``question_length``, ``answer_length``), in that order."""
+    """``ood``: any check failed; ``checks``: the failed checks' names (of :data:`CHECKS`, in that order)."""
 
     ood: bool
     checks: list[str] = field(default_factory=list)
@@ -126,106 +151,206 @@ class OODResult:
         return cls(bool(checks), list(checks))
 
 
+@dataclass
+class EmbeddingCheck:
+    """The ``question_embedding`` check: ``center`` (the fit split's mean embedding, ``(dim,)``), ``reference`` (the
+    fit questions' embeddings centred on it and re-normalised, ``(rows, dim)``, float32), ``neighbours`` (k),
+    ``embedder`` (the fingerprint of the embedder that made them) and ``threshold`` (a novelty above it fails; None:
+    infinite, the check never fails)."""
+
+    center: np.ndarray
+    reference: np.ndarray
+    neighbours: int
+    embedder: str
+    threshold: float | None = None
+
+    @classmethod
+    def fit(cls, embeddings: np.ndarray, neighbours: int, embedder: str) -> EmbeddingCheck:
+        """The check's reference from the fit questions' ``embeddings`` (threshold unset); DataError on a bad shape,
+        a non-finite value, or fewer questions than ``neighbours`` + 1."""
+        matrix = _matrix(embeddings, "fit-split embeddings")
+        if not 1 <= neighbours < matrix.shape[0]:
+            raise DataError(
+                f"neighbours must be between 1 and the fit questions − 1 ({matrix.shape[0] - 1}), got {neighbours}",
+                "ood profile",
+            )
+        center = matrix.mean(axis=0).astype(np.float32)  # stored as float32: centre with exactly what is stored
+        return cls(center, _centred(matrix, center), int(neighbours), str(embedder))
+
+    def novelty(self, embeddings: np.ndarray, *, leave_one_out: bool = False) -> np.ndarray:
+        """Each row's mean cosine distance to its ``neighbours`` nearest reference rows (both centred), computed
+        :data:`BLOCK` rows at a time. With ``leave_one_out`` the rows *are* the reference, in order, and each is
+        scored against the others."""
+        rows = _centred(_matrix(embeddings, "question embeddings", self.reference.shape[1]), self.center)
+        if leave_one_out and rows.shape[0] != self.reference.shape[0]:
+            raise DataError("leave-one-out scores the reference itself", "ood profile")
+        reference = self.reference.astype(np.float64)
+        out = np.zeros(rows.shape[0])
+        for start in range(0, rows.shape[0], BLOCK):
+            block = 1.0 - rows[start : start + BLOCK].astype(np.float64) @ reference.T
+            own = start + np.arange(block.shape[0]) if leave_one_out else None
+            out[start : start + BLOCK] = nearest_mean(block, self.neighbours, skip=own)
+        return out
+
+    def fails(self, novelty: float) -> bool:
+        """Whether a question of this ``novelty`` fails the check."""
+        return self.threshold is not None and novelty > self.threshold
+
+
+def nearest_mean(distance: np.ndarray, neighbours: int, *, skip: np.ndarray | None = None) -> np.ndarray:
+    """Each row's mean over its ``neighbours`` smallest entries of the ``(rows, reference)`` ``distance`` matrix (the
+    k-NN novelty); ``skip`` (one reference column per row) leaves out a row's own entry when the rows are reference
+    rows (leave one out)."""
+    distance = np.array(distance, dtype=np.float64)
+    if skip is not None:
+        distance[np.arange(distance.shape[0]), skip] = np.inf
+    if distance.shape[0] == 0:
+        return np.zeros(0)
+    return np.partition(distance, neighbours - 1, axis=1)[:, :neighbours].mean(axis=1)
+
+
+def _matrix(values: Any, what: str, dim: int | None = None) -> np.ndarray:
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim) or matrix.shape[1] == 0:
+        wanted = f"(n, {dim})" if dim is not None else "(n, dim)"
+        raise DataError(f"{what} must be a {wanted} matrix, got shape {matrix.shape}", "ood profile")
+    if not np.isfinite(matrix).all():
+        raise DataError(f"{what} hold a non-finite value", "ood profile")
+    return matrix
+
+
+def _centred(matrix: np.ndarray, center: np.ndarray) -> np.ndarray:
+    shifted = matrix - np.asarray(center, dtype=np.float64)
+    norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+    return (shifted / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def min_questions(target_fpr: float) -> int:
+    """The fewest questions that can set a threshold for ``target_fpr`` by the split-conformal rank
+    (``⌈(n + 1)(1 − target_fpr)⌉ ≤ n``): 19 for 5 %."""
+    return math.ceil((1.0 - target_fpr) / target_fpr - 1e-9)
+
+
+def calibrated_threshold(novelty: np.ndarray, rule_flags: np.ndarray, target_fpr: float) -> float | None:
+    """The novelty threshold that makes the whole flag fire on at most ``target_fpr`` of in-distribution questions
+    like these (the split-conformal rule of the module docstring): the ``⌈(n + 1)(1 − target_fpr)⌉``-th smallest of
+    ``novelty`` with the questions a rule check flags (``rule_flags``) set to +inf. None (infinite) when the rule
+    checks alone flag too many; DataError when there are too few questions to reach the target."""
+    scores = np.where(np.asarray(rule_flags, dtype=bool), np.inf, np.asarray(novelty, dtype=float))
+    n = scores.size
+    rank = math.ceil((n + 1) * (1.0 - target_fpr) - 1e-9)
+    if rank > n:
+        raise DataError(
+            f"{n} in-distribution questions cannot set a threshold for a {100 * target_fpr:g} % false-positive rate "
+            f"(at least {min_questions(target_fpr)} are needed)",
+            "ood profile",
+        )
+    value = float(np.sort(scores)[rank - 1])
+    return value if math.isfinite(value) else None
+
+
 def _bounds(values: np.ndarray, quantiles: tuple[float, float]) -> dict[str, float]:
     low, high = float(values.min()), float(values.max())
     lo, hi = (min(max(float(v), low), high) for v in np.quantile(values, quantiles))  # no float drift past the ends
     return {"q_lo": lo, "q_hi": hi, "min": low, "max": high}
 
 
-def _inside(value: float, record: Mapping[str, float], margin: float) -> bool:
-    slack = margin * (record["q_hi"] - record["q_lo"])
-    return record["q_lo"] - slack <= value <= record["q_hi"] + slack
-
-
 def _word_slack(record: Mapping[str, float], margin: float) -> float:
     return max(margin * (record["q_hi"] - record["q_lo"]), WORD_SLACK * record["q_hi"])
 
 
-def _impute(value: Any, record: Mapping[str, float]) -> float:
-    """As :func:`~workbench.calibration.calibrator_set.impute_value` with this feature's median and finite range."""
-    value = math.nan if value is None else float(value)
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return record["median"]
-    return record["max"] if value > 0 else record["min"]
-
-
 @dataclass
 class OODProfile:
-    """The fit split's description (see the module docstring).
+    """The fit split's description and the calibrated flag (see the module docstring).
 
-    ``features``: name → ``{median, min, max, q_lo, q_hi}`` of the imputed raw values; ``shapes``: question shape →
-    its count on the fit split; ``question_words`` / ``answer_words``: ``{min, max, q_lo, q_hi}`` of the question and
-    greedy-answer lengths in words (``answer_words`` None: no answers were given); ``rows``: fit-split questions.
+    ``shapes``: question shape → its count on the fit split; ``question_words``: ``{min, max, q_lo, q_hi}`` of the
+    fit questions' lengths in words; ``rows``: fit-split questions; ``embedding``: the embedding check (None: not
+    run); ``calibration``: how the threshold was set — ``target_fpr``, ``split`` (the in-distribution split whose
+    questions set it; None: the fit split cross-fitted), ``questions`` (how many) and the in-sample ``flag_rate`` /
+    ``rule_rate`` (the whole flag's, and the form and length checks' alone, on those questions).
     """
 
-    features: dict[str, dict[str, float]]
     shapes: dict[str, int]
     question_words: dict[str, float]
-    answer_words: dict[str, float] | None = None
-    rows: int = 0
+    rows: int
+    embedding: EmbeddingCheck | None = None
+    calibration: dict[str, Any] = field(default_factory=dict)
     quantiles: tuple[float, float] = QUANTILES
     margin: float = MARGIN
     min_share: float = MIN_SHARE
 
     kind: ClassVar[str] = "ood_profile"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
 
     # ------------------------------------------------------------------ fitting
     @classmethod
     def fit(
         cls,
         questions: Sequence[str],
-        features: Mapping[str, Sequence[float]] | None = None,
-        answers: Sequence[str] | None = None,
+        embeddings: np.ndarray | None = None,
         *,
+        embedder: str = "",
+        neighbours: int = NEIGHBOURS,
+        target_fpr: float = TARGET_FPR,
+        held_out: Sequence[str] | None = None,
+        held_out_embeddings: np.ndarray | None = None,
+        split: str | None = None,
         quantiles: tuple[float, float] = QUANTILES,
         margin: float = MARGIN,
         min_share: float = MIN_SHARE,
     ) -> OODProfile:
-        """The profile of a fit split: its ``questions``, raw oriented ``features`` (name → one value per question;
-        NaN / ±inf allowed, imputed as the calibrator set imputes) and greedy ``answers`` (None: no answer check).
-        DataError on no questions, a feature of another length or with no finite value, or bad settings."""
+        """The calibrated profile of a fit split: its ``questions`` and their ``embeddings`` (None: no embedding
+        check) by the embedder of fingerprint ``embedder``; the threshold set for ``target_fpr`` on the ``held_out``
+        in-distribution questions (with their ``held_out_embeddings``; the split's name in ``split``), or, when
+        ``held_out`` is None, on the fit questions cross-fitted. DataError on no questions, mismatched lengths, bad
+        settings or too few questions for the target."""
         questions = [str(q) for q in questions]
         n = len(questions)
         if n == 0:
             raise DataError("an OOD profile needs at least one question", "ood profile")
-        _check_settings(quantiles, margin, min_share, "ood profile")
-        records: dict[str, dict[str, float]] = {}
-        for name, column in (features or {}).items():
-            values = np.asarray([math.nan if v is None else float(v) for v in column], dtype=float)
-            if values.size != n:
-                raise DataError(f"feature {name!r} has {values.size} values for {n} questions", "ood profile")
-            finite = values[np.isfinite(values)]
-            if finite.size == 0:
-                raise DataError(f"feature {name!r} has no finite value on the fit split", "ood profile")
-            record = {"median": float(np.median(finite)), "min": float(finite.min()), "max": float(finite.max())}
-            imputed = np.asarray([_impute(v, record) for v in values])
-            records[str(name)] = {"median": record["median"], **_bounds(imputed, quantiles)}
+        _check_settings(quantiles, margin, min_share, target_fpr, "ood profile")
         forms = [question_form(q) for q in questions]
         shapes: dict[str, int] = {}
         for form in forms:
             shapes[form.shape] = shapes.get(form.shape, 0) + 1
-        answer_words = None
-        if answers is not None:
-            if len(answers) != n:
-                raise DataError(f"{len(answers)} answers for {n} questions", "ood profile")
-            answer_words = _bounds(np.asarray([word_count(str(a)) for a in answers], dtype=float), quantiles)
-        return cls(
-            features=records,
+        profile = cls(
             shapes=dict(sorted(shapes.items())),
             question_words=_bounds(np.asarray([f.words for f in forms], dtype=float), quantiles),
-            answer_words=answer_words,
             rows=n,
             quantiles=(float(quantiles[0]), float(quantiles[1])),
             margin=float(margin),
             min_share=float(min_share),
         )
+        if embeddings is not None:
+            if len(embeddings) != n:
+                raise DataError(f"{len(embeddings)} embeddings for {n} questions", "ood profile")
+            profile.embedding = EmbeddingCheck.fit(embeddings, neighbours, embedder)
+        if held_out is None:  # cross-fit: each fit question against the others
+            scored, vectors, leave_one_out = questions, embeddings, True
+        else:
+            scored, vectors, leave_one_out = [str(q) for q in held_out], held_out_embeddings, False
+            if not scored:
+                raise DataError("no held-out questions to set the threshold on", "ood profile")
+            if profile.embedding is not None and (vectors is None or len(vectors) != len(scored)):
+                raise DataError("the held-out questions need one embedding each", "ood profile")
+        rules = np.asarray([bool(profile.check_rules(q)) for q in scored], dtype=bool)
+        novelty = np.zeros(len(scored))
+        if profile.embedding is not None:
+            novelty = profile.embedding.novelty(vectors, leave_one_out=leave_one_out)
+            profile.embedding.threshold = calibrated_threshold(novelty, rules, target_fpr)
+        flagged = rules | np.asarray([profile.embedding is not None and profile.embedding.fails(v) for v in novelty])
+        profile.calibration = {
+            "target_fpr": float(target_fpr),
+            "split": None if held_out is None else split,
+            "questions": len(scored),
+            "flag_rate": float(flagged.mean()) if len(scored) else 0.0,
+            "rule_rate": float(rules.mean()) if len(scored) else 0.0,
+        }
+        return profile
 
     # ------------------------------------------------------------------ checking
-    def check_question(self, question: str) -> list[str]:
-        """The failed question checks (``question_form``, ``question_length``) of ``question``."""
+    def check_rules(self, question: str) -> list[str]:
+        """The failed form and length checks (``question_form``, ``question_length``) of ``question``."""
         form = question_form(str(question))
         out = []
         if self.shapes.get(form.shape, 0) < self.min_share * max(self.rows, 1):
@@ -235,46 +360,64 @@ class OODProfile:
             out.append("question_length")
         return out
 
-    def check_features(self, raw: Mapping[str, Any] | None) -> list[str]:
-        """``feature:<name>`` for each profiled feature of ``raw`` whose (imputed) value is out of range; a feature
-        ``raw`` lacks, or one the profile does not know, is not checked."""
-        if not raw:
-            return []
-        out = []
-        for name, record in self.features.items():
-            if name in raw and not _inside(_impute(raw[name], record), record, self.margin):
-                out.append(f"feature:{name}")
-        return out
+    def check_questions(self, questions: Sequence[str], embed: Embed | None = None) -> list[OODResult]:
+        """One result per question: the embedding check (when the profile has one and ``embed`` is given — see
+        :meth:`embedder_for`), then the form and length checks."""
+        questions = [str(q) for q in questions]
+        failed = [[] for _ in questions]  # type: list[list[str]]
+        if self.embedding is not None and embed is not None and questions:
+            for names, value in zip(failed, self.embedding.novelty(embed(questions)), strict=True):
+                if self.embedding.fails(float(value)):
+                    names.append("question_embedding")
+        return [OODResult.of([*names, *self.check_rules(q)]) for names, q in zip(failed, questions, strict=True)]
 
-    def check_answer(self, answer: str | None) -> list[str]:
-        """``answer_length`` when ``answer`` is longer than the fit split's greedy answers allow (None: unchecked)."""
-        if answer is None or self.answer_words is None:
-            return []
-        if word_count(str(answer)) > self.answer_words["q_hi"] + _word_slack(self.answer_words, self.margin):
-            return ["answer_length"]
-        return []
+    def embedder_for(self, embedder: Any) -> Embed | None:
+        """``embedder.encode`` when ``embedder`` is the one the profile's embedding check was fitted with (same
+        ``fingerprint``), else None: novelty from another embedder's vectors would be meaningless."""
+        if self.embedding is None or embedder is None:
+            return None
+        return embedder.encode if getattr(embedder, "fingerprint", None) == self.embedding.embedder else None
 
-    def check(
-        self, question: str, raw_features: Mapping[str, Any] | None = None, answer: str | None = None
-    ) -> OODResult:
-        """Every check that applies: the features when ``raw_features`` are given, the answer when ``answer`` is."""
-        return OODResult.of(
-            [*self.check_features(raw_features), *self.check_question(question), *self.check_answer(answer)]
+    def note(self, checks: Sequence[str]) -> str:
+        """The note a flagged answer carries: which checks failed, what that means and how often the flag fires on
+        in-distribution questions."""
+        calibrated = self.embedding is not None and self.embedding.threshold is not None
+        rate = self.calibration.get("target_fpr" if calibrated else "flag_rate")  # the rule checks alone: in-sample
+        rate = "" if rate is None else f"; the flag fires on about {100 * rate:.3g} % of in-distribution questions"
+        return (
+            f"out of distribution for this bundle ({', '.join(checks)}): its calibrated probabilities were never "
+            f"measured on questions like this one — treat P(correct) as unmeasured, not as low{rate}"
         )
 
     def describe(self) -> str:
         """One line: what the profile holds (the ``calibrate`` stage's summary)."""
         shapes = ", ".join(f"{s} {c}" for s, c in sorted(self.shapes.items(), key=lambda kv: -kv[1]))
-        answers = "" if self.answer_words is None else f", greedy answers ≤ {self.answer_words['q_hi']:g} words"
+        calibration = self.calibration
+        where = calibration.get("split") or "the fit split cross-fitted"
+        if self.embedding is None:
+            novelty = "no embedding check"
+        else:
+            threshold = "never" if self.embedding.threshold is None else f"> {self.embedding.threshold:.4f}"
+            novelty = f"embedding novelty (k = {self.embedding.neighbours}) {threshold}"
         return (
-            f"{len(self.features)} feature ranges (q {self.quantiles[0]:g}–{self.quantiles[1]:g}, margin "
-            f"{self.margin:g}), question shapes [{shapes}], {self.question_words['min']:g}–"
-            f"{self.question_words['max']:g} words{answers}, from {self.rows} questions"
+            f"{novelty}, set for {100 * calibration.get('target_fpr', math.nan):g} % false positives on "
+            f"{calibration.get('questions', 0)} questions of {where} (in-sample "
+            f"{100 * calibration.get('flag_rate', math.nan):.1f} %); question shapes [{shapes}], "
+            f"{self.question_words['min']:g}–{self.question_words['max']:g} words; from {self.rows} questions"
         )
 
     # ------------------------------------------------------------------ the learned-artifact protocol
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: kind, version, the settings and the stored description."""
+        """JSON-ready: kind, version, the settings, the description and the calibration (the embedding check's
+        vectors are in :meth:`tensors`)."""
+        embedding = None
+        if self.embedding is not None:
+            embedding = {
+                "neighbours": self.embedding.neighbours,
+                "embedder": self.embedding.embedder,
+                "threshold": self.embedding.threshold,
+                "dim": int(self.embedding.reference.shape[1]),
+            }
         return {
             "kind": self.kind,
             "version": self.version,
@@ -282,22 +425,34 @@ class OODProfile:
             "quantiles": list(self.quantiles),
             "margin": self.margin,
             "min_share": self.min_share,
-            "features": {name: dict(record) for name, record in self.features.items()},
             "shapes": dict(self.shapes),
             "question_words": dict(self.question_words),
-            "answer_words": None if self.answer_words is None else dict(self.answer_words),
+            "embedding": embedding,
+            "calibration": dict(self.calibration),
+        }
+
+    def tensors(self) -> dict[str, np.ndarray] | None:
+        """The embedding check's ``center`` and ``reference`` (float32), or None without one."""
+        if self.embedding is None:
+            return None
+        return {
+            "center": np.asarray(self.embedding.center, dtype=np.float32),
+            "reference": np.asarray(self.embedding.reference, dtype=np.float32),
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> OODProfile:
-        """Rebuild from :meth:`to_dict` output; DataError on anything malformed."""
+    def from_dict(cls, d: Any, tensors: Mapping[str, Any] | None = None) -> OODProfile:
+        """Rebuild from :meth:`to_dict` output and :meth:`tensors`; DataError on anything malformed (a version-1
+        profile included: it was never calibrated, see the module docstring)."""
         where = "ood profile"
         if not isinstance(d, dict) or d.get("kind") != cls.kind:
             raise DataError(f"not an OOD profile (kind != {cls.kind!r})", where)
+        if d.get("version") == UNCALIBRATED_VERSION:
+            raise DataError("an uncalibrated OOD profile of version 1: re-run calibrate and re-export", where)
         if d.get("version") != cls.version:
             raise DataError(f"unsupported version {d.get('version')!r} (this workbench reads {cls.version})", where)
-        keys = {"kind", "version", "rows", "quantiles", "margin", "min_share", "features", "shapes"}
-        keys |= {"question_words", "answer_words"}
+        keys = {"kind", "version", "rows", "quantiles", "margin", "min_share", "shapes", "question_words"}
+        keys |= {"embedding", "calibration"}
         extra, missing = sorted(set(d) - keys), sorted(keys - set(d))
         if extra or missing:
             raise DataError(f"unknown key(s) {extra}" if extra else f"missing key(s) {missing}", where)
@@ -307,12 +462,8 @@ class OODProfile:
         quantiles = d["quantiles"]
         if not (isinstance(quantiles, list) and len(quantiles) == 2 and all(_number(q) for q in quantiles)):
             raise DataError("quantiles must be [low, high], two numbers", where)
-        _check_settings((quantiles[0], quantiles[1]), d["margin"], d["min_share"], where)
-        features = d["features"]
-        if not isinstance(features, dict):
-            raise DataError("features must be a mapping", where)
-        for name, record in features.items():
-            _check_record(record, ("median", "min", "max", "q_lo", "q_hi"), f"features.{name}", where)
+        calibration = _calibration(d["calibration"], where)
+        _check_settings((quantiles[0], quantiles[1]), d["margin"], d["min_share"], calibration["target_fpr"], where)
         shapes = d["shapes"]
         if not isinstance(shapes, dict):
             raise DataError("shapes must be a mapping", where)
@@ -323,25 +474,66 @@ class OODProfile:
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise DataError(f"the count of shape {shape!r} must be an integer >= 0", where)
         _check_record(d["question_words"], ("min", "max", "q_lo", "q_hi"), "question_words", where)
-        if d["answer_words"] is not None:
-            _check_record(d["answer_words"], ("min", "max", "q_lo", "q_hi"), "answer_words", where)
         return cls(
-            features={str(k): {f: float(v) for f, v in r.items()} for k, r in features.items()},
             shapes={str(k): int(v) for k, v in shapes.items()},
             question_words={k: float(v) for k, v in d["question_words"].items()},
-            answer_words=None if d["answer_words"] is None else {k: float(v) for k, v in d["answer_words"].items()},
             rows=rows,
+            embedding=_embedding(d["embedding"], tensors or {}, rows, where),
+            calibration=calibration,
             quantiles=(float(quantiles[0]), float(quantiles[1])),
             margin=float(d["margin"]),
             min_share=float(d["min_share"]),
         )
 
 
+def _calibration(record: Any, where: str) -> dict[str, Any]:
+    keys = {"target_fpr", "split", "questions", "flag_rate", "rule_rate"}
+    if not isinstance(record, dict) or set(record) != keys:
+        raise DataError(f"calibration must be a mapping with exactly {sorted(keys)}", where)
+    if record["split"] is not None and not isinstance(record["split"], str):
+        raise DataError("calibration.split must be a split name or null", where)
+    count = record["questions"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise DataError("calibration.questions must be an integer >= 1", where)
+    for name in ("target_fpr", "flag_rate", "rule_rate"):
+        if not (_number(record[name]) and 0.0 <= record[name] <= 1.0):
+            raise DataError(f"calibration.{name} must be a number in [0, 1]", where)
+    return dict(record)
+
+
+def _embedding(record: Any, tensors: Mapping[str, Any], rows: int, where: str) -> EmbeddingCheck | None:
+    if record is None:
+        if tensors:
+            raise DataError("tensors without an embedding check", where)
+        return None
+    if not isinstance(record, dict) or set(record) != {"neighbours", "embedder", "threshold", "dim"}:
+        raise DataError("embedding must be a mapping with exactly [dim, embedder, neighbours, threshold]", where)
+    neighbours, dim, threshold = record["neighbours"], record["dim"], record["threshold"]
+    if isinstance(neighbours, bool) or not isinstance(neighbours, int) or not 1 <= neighbours < rows:
+        raise DataError(f"embedding.neighbours must be an integer in [1, rows), got {neighbours!r}", where)
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise DataError(f"embedding.dim must be an integer >= 1, got {dim!r}", where)
+    if threshold is not None and not _number(threshold):
+        raise DataError("embedding.threshold must be a finite number or null", where)
+    if not isinstance(record["embedder"], str):
+        raise DataError("embedding.embedder must be a fingerprint string", where)
+    if set(tensors) != {"center", "reference"}:
+        raise DataError("the embedding check needs exactly the tensors center and reference", where)
+    center, reference = np.asarray(tensors["center"]), np.asarray(tensors["reference"])
+    if center.shape != (dim,) or reference.shape != (rows, dim):
+        raise DataError(f"embedding tensors must be center ({dim},) and reference ({rows}, {dim})", where)
+    if center.dtype != np.float32 or reference.dtype != np.float32:
+        raise DataError("embedding tensors must be float32", where)
+    if not (np.isfinite(center).all() and np.isfinite(reference).all()):
+        raise DataError("embedding tensors hold a non-finite value", where)
+    return EmbeddingCheck(center, reference, neighbours, record["embedder"], None if threshold is None else threshold)
+
+
 def _number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def _check_settings(quantiles: Sequence[Any], margin: Any, min_share: Any, where: str) -> None:
+def _check_settings(quantiles: Sequence[Any], margin: Any, min_share: Any, target_fpr: Any, where: str) -> None:
     lo, hi = quantiles
     if not (_number(lo) and _number(hi) and 0.0 <= lo < hi <= 1.0):
         raise DataError(f"quantiles must satisfy 0 <= low < high <= 1, got {list(quantiles)}", where)
@@ -349,6 +541,8 @@ def _check_settings(quantiles: Sequence[Any], margin: Any, min_share: Any, where
         raise DataError(f"margin must be a number >= 0, got {margin!r}", where)
     if not (_number(min_share) and 0.0 <= min_share <= 1.0):
         raise DataError(f"min_share must be in [0, 1], got {min_share!r}", where)
+    if not (_number(target_fpr) and 0.0 < target_fpr < 1.0):
+        raise DataError(f"target_fpr must be in (0, 1), got {target_fpr!r}", where)
 
 
 def _check_record(record: Any, keys: tuple[str, ...], name: str, where: str) -> None:

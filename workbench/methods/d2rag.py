@@ -39,11 +39,11 @@ The utility is pluggable (:mod:`workbench.methods.utility`):
 paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
 **Out of distribution.** With an ``ood_profile`` (:class:`~workbench.calibration.ood.OODProfile`, fitted by the
-``calibrate`` stage on the calibrators' fit split), Stage 1 checks each question — its raw features, its form and
-its closed-book answer's length — and the ``features`` step records ``ood: {flag, checks}``. ``on_ood`` (an
-attribute, ``"flag"`` by default; the runtime sets it per call) says what a flag does here: ``flag`` only reports
-it, ``retrieve`` retrieves for a flagged question whatever p is (the ``decide`` step then says
-``forced_by_ood``). Refusing is the runtime's (docs/ood.md).
+``calibrate`` stage on the calibrators' fit split and calibrated to a false-positive rate), Stage 1 checks each
+question — its embedding's novelty (by ``tools.embedder`` when it is the profile's embedder), its form and length —
+and the ``features`` step records ``ood: {flag, checks}``. ``on_ood`` (an attribute, ``"flag"`` by default; the
+runtime sets it per call) says what a flag does here: ``flag`` only reports it, ``retrieve`` retrieves for a flagged
+question whatever p is (the ``decide`` step then says ``forced_by_ood``). Refusing is the runtime's (docs/ood.md).
 
 Trace steps: ``features`` → ``decide`` → (``retrieve`` → ``utility``) → ``generate``; ``trace.decoding`` is
 ``"contrastive"`` for the relevant / noisy modes and ``"greedy"`` otherwise. The ``features`` step's
@@ -384,7 +384,7 @@ class D2RAG(Method):
                         "closed_book_is_answer": self.closed_book_is_answer,
                     }
                 )
-                self._check_ood(w, raw, detail)
+            self._check_ood(work, details)
         for w in work:
             if w.decision.imputed:
                 w.trace.fallback(f"non-finite feature(s) imputed: {', '.join(w.decision.imputed)}")
@@ -395,15 +395,16 @@ class D2RAG(Method):
                 if forced:
                     step["forced_by_ood"] = True
 
-    def _check_ood(self, w: _Question, raw: Mapping[str, float] | None, detail: dict[str, Any]) -> None:
-        """With an OOD profile: check the question (its raw features when given, its form, its closed-book answer's
-        length) and record ``ood`` in the ``features`` step."""
+    def _check_ood(self, work: list[_Question], details: list[dict[str, Any]]) -> None:
+        """With an OOD profile: check the questions (one embedding batch) and record ``ood`` in each ``features``
+        step."""
         if self.ood_profile is None:
             return
-        answer = w.stats.get("greedy_text")
-        result = self.ood_profile.check(w.question, raw, None if answer is None else str(answer))
-        w.ood_flag = result.ood
-        detail["ood"] = result.to_dict()
+        embed = self.ood_profile.embedder_for(self.tools.embedder)
+        results = self.ood_profile.check_questions([w.question for w in work], embed)
+        for w, result, detail in zip(work, results, details, strict=True):
+            w.ood_flag = result.ood
+            detail["ood"] = result.to_dict()
 
     def _skip_stage1(self, work: list[_Question]) -> None:
         """τ > 1: every question retrieves, so no feature, calibration or classifier runs; only the stats the utility
@@ -436,7 +437,7 @@ class D2RAG(Method):
                         "closed_book_is_answer": self.closed_book_is_answer,
                     }
                 )
-                self._check_ood(w, None, detail)
+            self._check_ood(work, details)
         for w in work:
             with w.trace.step("decide", tools.counter) as step:
                 step.update({"p_correct": None, "tau": self.tau, "retrieve": True})

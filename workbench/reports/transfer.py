@@ -111,8 +111,48 @@ def summary_table(record: dict[str, Any]) -> list[str]:
             points(delta["retrieval_rate"]),
         )
     )
-    flags = (pct(a["ood_flag_rate"]), pct(b["ood_flag_rate"]), points(delta["ood_flag_rate"]))
-    lines.append(row("OOD flag rate", *flags))
+    flags = (_flag_rate(a.get("ood")), _flag_rate(b.get("ood")), points(delta["ood_flag_rate"]))
+    lines.append(row("OOD flag rate (in: false positives; shifted: detected)", *flags))
+    return lines
+
+
+def _flag_rate(summary: dict[str, Any] | None) -> str:
+    """A condition's OOD flag rate in percent with its Wilson interval (— without a profile)."""
+    if summary is None or not summary["questions"]:
+        return fmt(None)
+    low, high = (100 * v for v in summary["interval"])
+    return f"{100 * summary['rate']:.1f} % [{low:.1f}, {high:.1f}]"
+
+
+def ood_lines(record: dict[str, Any]) -> list[str]:
+    """The OOD flag under the shift, in words: its target, its false-positive rate on the in-distribution questions,
+    its detection rate on the shifted ones and the checks that fired ([] without a profile)."""
+    from workbench.calibration.ood_rates import describe_rate
+
+    calibration = record.get("ood")
+    a, b = (record["conditions"][c].get("ood") for c in ("in_distribution", "shifted"))
+    if calibration is None or a is None or b is None:
+        return []
+    where = calibration["split"] or "the fit split cross-fitted"
+    level = round(100 * a["level"])
+
+    def fired(summary: dict[str, Any]) -> str:
+        return ", ".join(f"`{name}` {count}" for name, count in summary["checks"].items() if count) or "none"
+
+    lines = [
+        f"**OOD flag** (docs/ood.md; set for {100 * calibration['target_fpr']:g} % false positives on "
+        f"{calibration['questions']} `{where}` questions): it flags {describe_rate(a)} in-distribution questions — "
+        f"its false-positive rate — and {describe_rate(b)} shifted ones — its detection rate of this shift "
+        f"({level} % Wilson intervals). Checks that fired: in distribution {fired(a)}; shifted {fired(b)}.",
+        "",
+    ]
+    fa, fb = (record["conditions"][c].get("ood_features") for c in ("in_distribution", "shifted"))
+    if fa is not None and fb is not None:
+        lines += [
+            "The same detector on the uncertainty features instead (measured only; the flag does not use them) flags "
+            f"{describe_rate(fa)} in distribution and {describe_rate(fb)} shifted.",
+            "",
+        ]
     return lines
 
 
@@ -186,6 +226,7 @@ def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
         "",
         *summary_table(record),
         "",
+        *ood_lines(record),
         "![calibration transfer](transfer.png)",
         "",
         "Per calibrated feature (raw feature's AUROC; ECE of the calibrated probability):",
@@ -196,6 +237,7 @@ def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
         "",
         "A bundle travels as far as its decision's AUROC stays above 0.5 and its routed score near Always-RAG's: an "
         "ECE that grows under the shift means P(correct) can no longer be read as a probability there, even when the "
-        "ranking survives; the OOD flag rate says how many shifted questions a runtime would flag (docs/transfer.md).",
+        "ranking survives; the OOD flag's detection rate says how many shifted questions a runtime would flag, and "
+        "its false-positive rate how many of its own (docs/transfer.md).",
         "",
     ]

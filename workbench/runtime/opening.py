@@ -11,6 +11,7 @@ from a run, so both answer with one implementation; the ONNX graph and the numpy
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +175,22 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     settings = StatSettings.from_dict(stats["settings"], f"{where}: stats.settings") if stats.get("settings") else None
     tau = check_tau(decision["tau"], f"{where}: decision.tau")
     rule = str(decision.get("rule", ""))
-    # the OOD profile (docs/ood.md); a bundle exported before it has none and answers without the flag
-    ood = files.learned(paths["ood"], "decision.files.ood", {"ood_profile"}) if paths.get("ood") else None
+    # the OOD profile (docs/ood.md); a bundle exported before it has none, or an uncalibrated one (version 1, which
+    # the runtime notes and does not use), and answers without the flag
+    ood = None
+    if paths.get("ood") and not _uncalibrated_profile(files.read(paths["ood"], "decision.files.ood")):
+        ood = files.learned(paths["ood"], "decision.files.ood", {"ood_profile"})
     return LearnedParts.assemble(
         calibrators, model, tau, utility=utility, lars_scorer=lars, stats=settings, tau_rule=rule, ood=ood
     )
+
+
+def _uncalibrated_profile(data: bytes) -> bool:
+    """Whether an OOD profile's verified bytes are a version-1 profile (never calibrated to a false-positive rate)."""
+    from workbench.calibration.ood import UNCALIBRATED_VERSION
+
+    try:
+        payload = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False  # the learned-artifact reader refuses it in one line
+    return isinstance(payload, dict) and payload.get("version") == UNCALIBRATED_VERSION

@@ -43,9 +43,10 @@ class RuntimeAnswer:
     from the bundle; ``trace``: every step with its decisions and cost.
 
     ``ood``: the out-of-distribution check (docs/ood.md) — None when the bundle has no OOD profile, else ``{"flag",
-    "checks", "action"}``: the failed checks (the question's form and length for every method; D²-RAG's features and
-    closed-book answer length too) and what the flag did (None: no flag; ``reported``, ``retrieved`` — D²-RAG
-    retrieved because of it — or ``refused``: ``text`` is ``""`` and a note says why).
+    "checks", "action"}``: the failed checks (the question's embedding novelty, form and length, for every method)
+    and what the flag did (None: no flag; ``reported`` or ``retrieved`` — D²-RAG retrieved because of it —, each with
+    a note saying what the flag means first in ``notes``; or ``refused``: ``text`` is ``""`` and the first note says
+    why).
     """
 
     question: str
@@ -111,6 +112,9 @@ class Runtime:
         except (KeyError, TypeError, ValueError) as exc:
             where = str(root / "manifest.json")
             raise DataError(f"malformed decision block ({type(exc).__name__}: {exc})", where) from None
+        if self.ood is None and ((manifest.get("decision") or {}).get("files") or {}).get("ood"):
+            self.notes.append("the bundle's OOD profile is uncalibrated (version 1) and unused: re-export the run")
+        self._ood_embed_checked = False
         self._check_prompts()
         self.counter = CostCounter()
         self._tools: Any = None
@@ -245,7 +249,7 @@ class Runtime:
         """Answer several questions, ``batch_size`` at a time (default: the generator's batch size); methods that
         batch (DTR, InSemRAG's rounds) share forward passes within a batch. ``on_ood`` (``flag``, ``retrieve`` or
         ``refuse``; None: the runtime's option) is what an out-of-distribution flag does (docs/ood.md): under
-        ``refuse`` a question whose form is flagged is not run at all."""
+        ``refuse`` a flagged question is not run at all."""
         questions = _check_questions(questions)
         action = self.options.on_ood if on_ood is None else on_ood
         if action not in OOD_ACTIONS:
@@ -260,8 +264,8 @@ class Runtime:
                 runner.on_ood = "retrieve" if action == "retrieve" else "flag"
             for start in range(0, len(questions), size):
                 batch = questions[start : start + size]
-                forms = [self.ood.check_question(q) if self.ood is not None else [] for q in batch]
-                run = [i for i, form in enumerate(forms) if not (action == "refuse" and form)]
+                checks = self._ood_checks(batch)
+                run = [i for i, failed in enumerate(checks) if not (action == "refuse" and failed)]
                 examples = [{"id": f"q{start + i}", "question": batch[i]} for i in run]
                 answers: dict[int, RuntimeAnswer] = {}
                 if examples:
@@ -270,37 +274,45 @@ class Runtime:
                     share = (time.perf_counter() - began) / len(examples)  # when a method records no step times
                     answers = {i: self._wrap(batch[i], runner.name, a, share) for i, a in zip(run, done, strict=True)}
                 for i, question in enumerate(batch):
-                    answer = answers.get(i) or self._refused(question, runner.name)
-                    out.append(self._flag(answer, forms[i], action))
+                    answer = answers.get(i) or self._refused(question, runner.name, checks[i])
+                    out.append(self._flag(answer, checks[i]))
         return out
 
-    def _flag(self, answer: RuntimeAnswer, form: list[str], action: str) -> RuntimeAnswer:
-        """``answer`` with its ``ood`` (None without a profile): the question's form checks, or D²-RAG's own checks
-        (which include them); under ``refuse`` a flagged answer loses its text."""
+    def _ood_checks(self, questions: list[str]) -> list[list[str]]:
+        """Each question's failed OOD checks ([] each without a profile). The embedding check runs with the tools'
+        embedder when it is the profile's; another one (an ``embedder`` override) turns it off, with a note."""
+        if self.ood is None:
+            return [[] for _ in questions]
+        embed = None
+        if self.ood.embedding is not None:
+            embed = self.ood.embedder_for(self.tools().embedder)
+            if embed is None and not self._ood_embed_checked:
+                self.notes.append("the OOD flag's embedding check is off: the embedder is not the one it was fitted on")
+            self._ood_embed_checked = True
+        return [result.checks for result in self.ood.check_questions(questions, embed)]
+
+    def _flag(self, answer: RuntimeAnswer, checks: list[str]) -> RuntimeAnswer:
+        """``answer`` with its ``ood`` (None without a profile); a flagged answer that was given gets the profile's
+        note first in its notes (a refused one has its refusal note)."""
         if self.ood is None:
             return answer
-        features = next((s for s in answer.trace.get("steps", []) if s["name"] == "features"), None)
-        checks = list((features or {}).get("detail", {}).get("ood", {}).get("checks", form))
         decided = next((s for s in answer.trace.get("steps", []) if s["name"] == "decide"), None)
         taken = None
         if checks:
             taken = "reported"
             if decided is not None and decided["detail"].get("forced_by_ood"):
                 taken = "retrieved"
-            if action == "refuse":
+            if "refused" in answer.trace:
                 taken = "refused"
-                if "refused" not in answer.trace:  # answered, then flagged by D²-RAG's own checks
-                    why = f"refused: out of distribution for this bundle ({', '.join(checks)}); on_ood=refuse"
-                    answer.text, answer.notes = "", [why, *answer.notes]
-                    answer.trace["refused"] = why
-        answer.ood = {"flag": bool(checks), "checks": checks, "action": taken}
+            else:
+                answer.notes = [self.ood.note(checks), *answer.notes]
+        answer.ood = {"flag": bool(checks), "checks": list(checks), "action": taken}
         return answer
 
-    def _refused(self, question: str, method: str) -> RuntimeAnswer:
-        """The answer to a question refused before any model ran (its form is out of distribution, on_ood=refuse)."""
+    def _refused(self, question: str, method: str, checks: list[str]) -> RuntimeAnswer:
+        """The answer to a question refused before any model ran (it is out of distribution, on_ood=refuse)."""
         from workbench.methods.base import Trace
 
-        checks = self.ood.check_question(question) if self.ood is not None else []
         why = f"refused: out of distribution for this bundle ({', '.join(checks)}); on_ood=refuse"
         trace = Trace(method).to_dict()
         trace.update({"runtime_notes": list(self.notes), "refused": why})

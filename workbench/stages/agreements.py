@@ -71,6 +71,7 @@ STUDY_EVALUATE = "study and evaluate run"
 STUDY_TRANSFER = "study and transfer run"
 CALIBRATE_EVALUATE = "calibrate and evaluate run"
 CALIBRATE_STUDY = "calibrate and study run"
+CALIBRATE_TRANSFER = "calibrate and transfer run"
 UTILITY_EVALUATE = "fit_utility and evaluate run"
 UTILITY_STUDY = "fit_utility runs and study tunes d2rag"
 LARS_EVALUATE = "lars is collected and evaluate runs"
@@ -87,6 +88,7 @@ AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
     STUDY_TRANSFER: _runs("study", "transfer"),
     CALIBRATE_EVALUATE: _runs("calibrate", "evaluate"),
     CALIBRATE_STUDY: _runs("calibrate", "study"),
+    CALIBRATE_TRANSFER: _runs("calibrate", "transfer"),
     UTILITY_EVALUATE: _runs("fit_utility", "evaluate"),
     UTILITY_STUDY: lambda config: _runs("fit_utility", "study")(config) and "d2rag" in config.study.methods,
     LARS_EVALUATE: lambda config: _lars_reported(config, "evaluate"),
@@ -141,6 +143,27 @@ AGREEMENTS: tuple[Agreement, ...] = (
         TRANSFER,
         "differs",
     ),
+    Agreement(
+        "calibrate.ood_split",
+        "calibrate.fit_split",
+        "the OOD threshold is set on questions the profile was not fitted on (null: the fit split cross-fitted)",
+        CALIBRATE,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "evaluate.split",
+        "the OOD flag's false-positive rate is measured on evaluate's split, so its threshold is set elsewhere",
+        CALIBRATE_EVALUATE,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "transfer.split",
+        "the OOD flag's false-positive rate is measured on transfer's in-distribution split",
+        CALIBRATE_TRANSFER,
+        "differs",
+    ),
 )
 """Every cross-stage setting a recipe must keep in agreement, with the reason; :func:`check_agreements` checks them."""
 
@@ -181,6 +204,13 @@ SPLIT_AGREEMENTS: tuple[Agreement, ...] = (
         "calibrate.fit_split",
         "study.test_split",
         f"the calibrators and classify's classifier and τ are fitted on it, and {_STUDY_TEST}",
+        CALIBRATE_STUDY,
+        "differs",
+    ),
+    Agreement(
+        "calibrate.ood_split",
+        "study.test_split",
+        f"the OOD flag's threshold is set on it, and {_STUDY_TEST}",
         CALIBRATE_STUDY,
         "differs",
     ),

@@ -21,9 +21,11 @@ calibrator that damages ranking shows up; ECE and Brier after calibration.
 
 Outputs: ``calibrators.json``, ``calibrated.json`` (per split: ids, label, calibrated features, and the QA / cost
 columns the routing table needs), ``metrics.json``, ``summary.json`` (the settings: kind, label, fit split, features,
-NaN counts; and rows per split), ``ood.json`` (the fit split's
-:class:`~workbench.calibration.ood.OODProfile`: feature ranges, question forms, answer lengths; docs/ood.md) and
-``ood_checks.json`` (each row's failed OOD checks, per split, for the report).
+NaN counts; and rows per split), and the OOD flag (:func:`write_ood`, docs/ood.md): ``ood.json`` +
+``ood.safetensors`` (the fit split's :class:`~workbench.calibration.ood.OODProfile`: question embeddings, forms and
+lengths, the threshold calibrated to ``calibrate.ood_fpr`` on ``calibrate.ood_split``), ``ood_rates.json`` (its flag
+rate on each measured split, with a Wilson interval), ``ood_checks.json`` (each collected row's failed checks) and
+``ood_features.json`` (the features-only detector measured beside the flag, not part of it).
 """
 
 from __future__ import annotations
@@ -163,44 +165,113 @@ def probability_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, floa
     return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
 
 
-def write_ood(
-    out_dir: Path,
-    rows: dict[str, list[dict]],
-    raw: dict[str, np.ndarray],
-    keep: dict[str, np.ndarray],
-    fit_split: str,
-    features: list[str],
-) -> str:
-    """Fit the :class:`~workbench.calibration.ood.OODProfile` on the fit split (its questions, raw features before
-    imputation — the profile imputes as the calibrator set does — and greedy answers when collected) into
-    ``ood.json``, and write ``ood_checks.json``: per split, the failed checks of each kept row (calibrated.json's row
-    order) for the report. Returns the profile's one-line description (or why none was fitted: a collection without
-    a ``question`` column)."""
+def split_questions(qa: Any, split: str, limit: int | None) -> list[str]:
+    """The first ``limit`` questions (None: all) of build_data's ``split``, in its order (collect's order too)."""
+    questions = qa[split]["question"]
+    return [str(q) for q in (questions if limit is None else questions[:limit])]
+
+
+def measured_role(split: str, threshold_split: str | None) -> str:
+    """What a split's OOD flag rate measures: ``threshold`` (the split that set it: in-sample), ``shift`` (wiki-qa's
+    held-out topics: a detection rate) or ``in_distribution`` (held out: a false-positive rate)."""
+    from workbench.data.article_splits import OOD_SPLIT
+
+    if split == threshold_split:
+        return "threshold"
+    return "shift" if split == OOD_SPLIT else "in_distribution"
+
+
+def fit_ood(section: Any, qa: Any, embedder: Any, fit_split: str) -> Any:
+    """The OOD flag (:class:`~workbench.calibration.ood.OODProfile`) fitted on the first ``calibrate.ood_limit``
+    questions of build_data's fit split and their embeddings by the run's ``embedder``, its threshold set for
+    ``calibrate.ood_fpr`` on ``calibrate.ood_split`` (null: the fit split cross-fitted). DataError naming the setting
+    when the fit split has too few questions for ``ood_neighbours`` or the threshold split too few for the target."""
     from workbench.calibration.ood import OODProfile
+
+    fit_questions = split_questions(qa, fit_split, section.ood_limit)
+    if section.ood_neighbours >= len(fit_questions):
+        raise DataError(
+            f"must be below the {len(fit_questions)} questions of the fit split {fit_split!r}",
+            "calibrate.ood_neighbours",
+        )
+    held_out = None if section.ood_split is None else split_questions(qa, section.ood_split, section.ood_limit)
+    try:
+        return OODProfile.fit(
+            fit_questions,
+            embedder.encode(fit_questions),
+            embedder=embedder.fingerprint,
+            neighbours=section.ood_neighbours,
+            target_fpr=section.ood_fpr,
+            held_out=held_out,
+            held_out_embeddings=None if held_out is None else embedder.encode(held_out),
+            split=section.ood_split,
+        )
+    except DataError as exc:  # too few threshold questions for the target: the split (or the rate) must change
+        hint = "raise calibrate.ood_fpr" if section.ood_split is None else "null cross-fits the fit split"
+        raise DataError(f"{exc.what}; {hint}", "calibrate.ood_split") from None
+
+
+def measure_ood(
+    section: Any, qa: Any, embed: Any, profile: Any, detector: Any, splits: Any, clean: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """``ood_rates.json``: per measured split — the threshold split (in-sample) and each of ``splits`` (the collected
+    ones but the fit split: ``test`` a false-positive rate, ``ood`` a detection rate) — its ``role`` and the flag's
+    rate over its first ``calibrate.ood_limit`` build_data questions with a Wilson interval
+    (:func:`~workbench.calibration.ood_rates.flag_summary`); under ``features``, where the split was collected, the
+    rate of the features-only ``detector`` on its ``clean`` rows (None: not measured)."""
+    from workbench.calibration.ood_rates import flag_summary
+
+    rates = {}
+    for split in dict.fromkeys([section.ood_split, *splits]):
+        if split is None or split not in qa:
+            continue
+        results = profile.check_questions(split_questions(qa, split, section.ood_limit), embed)
+        rates[split] = {"role": measured_role(split, section.ood_split), **flag_summary([r.checks for r in results])}
+        if split in clean and detector is not None:
+            rates[split]["features"] = flag_summary(detector.checks(clean[split]), names=("features",))
+    return rates
+
+
+def write_ood(
+    ctx: StageContext,
+    rows: dict[str, list[dict]],
+    keep: dict[str, np.ndarray],
+    clean: dict[str, np.ndarray],
+    fit_split: str,
+) -> str:
+    """Fit the OOD flag (:func:`fit_ood`) into ``ood.json`` (+ ``ood.safetensors``) and measure it
+    (:func:`measure_ood`) into ``ood_rates.json``; beside it, the detector on the uncertainty features
+    (:class:`~workbench.calibration.ood_features.FeatureNovelty`, measured only, fitted on the ``clean`` fit-split
+    rows: ``ood_features.json``; left out, with a log line, when they are too few for the target), and
+    ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order), for
+    the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
+    collection without a ``question`` column)."""
+    from workbench.calibration.ood_features import FeatureNovelty
+    from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.learned import save_learned
 
-    fit_rows = rows[fit_split]
-    if "question" not in fit_rows[0]:
+    section = ctx.config.calibrate
+    if "question" not in rows[fit_split][0]:
         return "no OOD profile: the collection has no question column"
-    answers = [str(r["greedy_answer"]) for r in fit_rows] if "greedy_answer" in fit_rows[0] else None
-    columns = {f: raw[fit_split][:, j] for j, f in enumerate(features)}
-    profile = OODProfile.fit([str(r["question"]) for r in fit_rows], columns, answers)
-    save_learned(profile, out_dir / "ood.json")
+    qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
+    embedder = ctx.resources.embedder()
+    profile = fit_ood(section, qa, embedder, fit_split)
+    save_learned(profile, ctx.out_dir / "ood.json")
+    detector = None
+    try:
+        detector = FeatureNovelty.fit(clean[fit_split], section.ood_neighbours, section.ood_fpr)
+        atomic_write_json(ctx.out_dir / "ood_features.json", detector.to_dict())
+    except DataError as exc:
+        ctx.log.info("calibrate: no features-only OOD detector to measure (%s)", exc.what)
+    others = [split for split in rows if split != fit_split]
+    rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
-    for split, matrix in raw.items():
-        kept = [(r, m) for r, m, k in zip(rows[split], matrix, keep[split], strict=True) if k]
-        checks[split] = {
-            "id": [str(r["id"]) for r, _ in kept],
-            "checks": [
-                profile.check(
-                    str(r["question"]),
-                    dict(zip(features, (float(v) for v in m), strict=True)),
-                    str(r["greedy_answer"]) if answers is not None and "greedy_answer" in r else None,
-                ).checks
-                for r, m in kept
-            ],
-        }
-    atomic_write_json(out_dir / "ood_checks.json", checks)
+    for split, split_rows in rows.items():
+        kept = [r for r, k in zip(split_rows, keep.get(split, []), strict=True) if k]
+        results = profile.check_questions([str(r["question"]) for r in kept], embedder.encode)
+        checks[split] = {"id": [str(r["id"]) for r in kept], "checks": [r.checks for r in results]}
+    atomic_write_json(ctx.out_dir / "ood_rates.json", rates)
+    atomic_write_json(ctx.out_dir / "ood_checks.json", checks)
     return profile.describe()
 
 
@@ -283,7 +354,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     calibrator_set = CalibratorSet(tuple(features), calibrators, nan_counts["medians"], nan_counts["ranges"])
     save_learned(calibrator_set, ctx.out_dir / "calibrators.json")
-    ood_line = write_ood(ctx.out_dir, rows, raw, keep, section.fit_split, features)
+    ood_line = write_ood(ctx, {split: r for split, r in rows.items() if r}, keep, clean, section.fit_split)
     atomic_write_json(ctx.out_dir / "calibrated.json", out_rows)
     atomic_write_json(ctx.out_dir / "metrics.json", metrics)
     summary_rows = {s: len(v["id"]) for s, v in out_rows.items()}

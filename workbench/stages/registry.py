@@ -219,9 +219,13 @@ STAGES: dict[str, StageSpec] = {
             "calibrate",
             "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
             "workbench.stages.calibrate:run",
-            version=5,  # 5: isotonic by scikit-learn, BCa intervals; 4: the OOD profile; 3: ±inf imputed with the range
-            sections=("calibrate",),
-            inputs=("collect",),
+            # 6: the OOD flag calibrated to a false-positive rate (question embeddings); 5: isotonic by scikit-learn,
+            # BCa intervals; 4: the OOD profile; 3: ±inf imputed with the range
+            version=6,
+            resources=("embedder",),  # the OOD flag's question embeddings
+            sections=("calibrate", "embedder"),
+            inputs=("collect", "build_data"),  # build_data: the questions of the fit, threshold and measured splits
+            uses=("embedder",),
             settings="workbench.stages.settings.calibrate:CalibrateSection",
             check="workbench.stages.settings.calibrate:check",
         ),

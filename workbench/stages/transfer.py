@@ -16,7 +16,9 @@ On each it computes (:func:`measure`): per calibrated feature the raw feature's 
 calibrate's label; the shipped decision's AUROC, ECE and Brier of P(correct) and its mean P against the accuracy;
 routing quality — the routed score (``classify.routed_score``: retrieve iff P < τ) against Always-RAG, No-RAG and
 the oracle, the retrieval rate and the share of Always-RAG's lift kept — with paired bootstrap intervals
-(``transfer.bootstrap`` resamples of the questions); the OOD profile's flag rate; and the same per template.
+(``transfer.bootstrap`` resamples of the questions); the OOD flag's rate (:func:`ood_checks`: in distribution its
+false-positive rate, shifted its detection rate), with a Wilson interval and the count of each failed check; and the
+same per template.
 
 Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, settings) and ``shifted/`` (an
 HF dataset: the shifted rows as collect writes them, plus ``template`` and ``doc_ids``). Checkpointed per chunk like
@@ -127,6 +129,14 @@ def collect_shifted(ctx: StageContext, rows: list[dict[str, Any]]) -> list[dict[
     return records
 
 
+def _features_detector(calibrate_dir: Path) -> Any:
+    """The calibrate stage's detector on the uncertainty features (``ood_features.json``; None without one)."""
+    from workbench.calibration.ood_features import FeatureNovelty
+
+    path = calibrate_dir / "ood_features.json"
+    return FeatureNovelty.from_dict(json.loads(path.read_text())) if path.is_file() else None
+
+
 def _lars_scorer(collect_dir: Path) -> Any:
     from workbench.methods.learned import load_learned
 
@@ -150,6 +160,17 @@ def in_distribution_rows(collect_dir: Path, qa_split: Any, split: str) -> list[d
 
 
 # --------------------------------------------------------------------------------------------- measuring
+
+
+def ood_checks(profile: Any, rows: Sequence[dict[str, Any]], embedder: Callable[[], Any]) -> list[list[str]] | None:
+    """Each row's failed OOD checks under the run's profile (None without one), its embedding check run with the
+    run's embedder (``embedder()``, built only when the profile has an embedding check)."""
+    if profile is None:
+        return None
+    embed = profile.embedder_for(embedder()) if profile.embedding is not None else None
+    if profile.embedding is not None and embed is None:
+        raise DataError("the run's embedder is not the one the OOD profile was fitted with", "transfer")
+    return [result.checks for result in profile.check_questions([str(r["question"]) for r in rows], embed)]
 
 
 def _finite(value: float) -> float | None:
@@ -186,6 +207,11 @@ def paired_intervals(
     }
 
 
+def cleaned_features(calibrators: Any, records: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The ``(rows, features)`` matrix of the calibrators' features, imputed as the calibrator set imputes."""
+    return np.asarray([calibrators.clean({f: r.get(f, math.nan) for f in calibrators.features})[0] for r in records])
+
+
 def _routing(closed: np.ndarray, rag: np.ndarray, retrieve: np.ndarray) -> dict[str, float | None]:
     routed = np.where(retrieve, rag, closed)
     no_rag, always = float(closed.mean()), float(rag.mean())
@@ -208,14 +234,17 @@ def measure(
     calibrators: Any,
     policy: Any,
     routed_score: str,
-    ood: Any = None,
+    ood_checks: Sequence[Sequence[str]] | None = None,
     draws: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
     """One condition's figures: per calibrated feature (``calibrators``, a CalibratorSet) the raw AUROC, the calibrated
     AUROC and ECE and the non-finite count; the shipped ``policy``'s (a DecisionPolicy) AUROC / ECE / Brier of
     P(correct) against the 0/1 ``labels``; routing by ``correct_<routed_score>`` / ``rag_<routed_score>`` at τ; the
-    ``ood`` profile's flag rate; bootstrap intervals (``draws`` paired resamples); and the same per template."""
+    OOD flag (``ood``: :func:`~workbench.calibration.ood_rates.flag_summary` of each row's failed checks
+    ``ood_checks``; None without a profile); bootstrap intervals (``draws`` paired resamples); and the same per
+    template."""
+    from workbench.calibration.ood_rates import flag_summary
     from workbench.metrics.calibration import brier
     from workbench.metrics.ranking import auroc
 
@@ -226,7 +255,7 @@ def measure(
     if n == 0:
         raise DataError("no rows to measure", "transfer")
     features: dict[str, Any] = {}
-    cleaned = np.asarray([calibrators.clean({f: r.get(f, math.nan) for f in calibrators.features})[0] for r in records])
+    cleaned = cleaned_features(calibrators, records)
     calibrated = calibrators.transform(cleaned)
     for j, name in enumerate(calibrators.features):
         raw = np.asarray([r.get(name, math.nan) for r in records], dtype=float)
@@ -259,13 +288,8 @@ def measure(
         draws=draws,
         seed=seed,
     )
-    flags = None
-    if ood is not None:
-        raws = [{f: r.get(f) for f in calibrators.features} for r in records]
-        flags = [
-            ood.check(str(r.get("question", "")), raw, r.get("greedy_answer")).ood
-            for r, raw in zip(records, raws, strict=True)
-        ]
+    if ood_checks is not None and len(ood_checks) != n:
+        raise DataError(f"{n} rows but {len(ood_checks)} OOD checks", "transfer")
     templates = [str(r.get("template", "?")) for r in records]
     by_template = {}
     for template in sorted(set(templates)):
@@ -283,7 +307,7 @@ def measure(
         "decision": decision,
         "routing": routing,
         "intervals": intervals,
-        "ood_flag_rate": None if flags is None else float(np.mean(flags)),
+        "ood": None if ood_checks is None else flag_summary(ood_checks),
         "by_template": by_template,
         "p_correct": [float(v) for v in p],
         "labels": [float(v) for v in y],
@@ -303,7 +327,7 @@ def shift(in_dist: dict[str, Any], shifted: dict[str, Any]) -> dict[str, Any]:
             key: delta(in_dist["routing"][key], shifted["routing"][key])
             for key in ("routed", "routed_minus_always", "retrieval_rate", "lift_kept")
         },
-        "ood_flag_rate": delta(in_dist["ood_flag_rate"], shifted["ood_flag_rate"]),
+        "ood_flag_rate": delta(*(None if c["ood"] is None else c["ood"]["rate"] for c in (in_dist, shifted))),
         "features": {
             name: {
                 "auroc": delta(m["auroc"], shifted["features"][name]["auroc"]),
@@ -337,6 +361,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from workbench.bundle.learned import load_learned as load_shipped
     from workbench.calibration.calibrator_set import CalibratorSet
+    from workbench.calibration.ood_rates import flag_summary
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.learned import load_learned
     from workbench.stages.calibrate import binary_labels
@@ -363,6 +388,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     shifted_rows = collect_shifted(ctx, list(questions))
 
     score = config.classify.routed_score
+    features_detector = _features_detector(inputs["calibrate"])
     conditions = {}
     for name, rows in zip(CONDITIONS, (in_rows, shifted_rows), strict=True):
         conditions[name] = measure(
@@ -371,10 +397,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
             calibrators=calibrators,
             policy=policy,
             routed_score=score,
-            ood=parts.ood,
+            ood_checks=ood_checks(parts.ood, rows, ctx.resources.embedder),
             draws=section.bootstrap,
             seed=config.seed,
         )
+        if features_detector is not None:  # measured only: the OOD flag does not use the features
+            checks = features_detector.checks(cleaned_features(calibrators, rows))
+            conditions[name]["ood_features"] = flag_summary(checks, names=("features",))
     record = {
         "split": section.split,
         "in_templates": list(config.data.templates),
@@ -384,6 +413,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "routed_score": score,
         "bootstrap": {"draws": section.bootstrap, "level": LEVEL},
         "decision": _decision_record(inputs["classify"], parts),
+        "ood": None if parts.ood is None else {**parts.ood.calibration, "profile": parts.ood.describe()},
         "conditions": conditions,
         "shift": shift(conditions["in_distribution"], conditions["shifted"]),
     }

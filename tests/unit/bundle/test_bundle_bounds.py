@@ -116,7 +116,8 @@ def test_the_findings_are_refused_at_load_in_one_line(bundle, edit, message):
 
 
 @pytest.mark.parametrize(
-    ("text", "message"), [("1" + "0" * 5000, "an integer of more than 40 digits"), ("1e999", "a number too large for a float")]
+    ("text", "message"),
+    [("1" + "0" * 5000, "an integer of more than 40 digits"), ("1e999", "a number too large for a float")],
 )
 def test_a_number_json_cannot_hold_in_range_is_one_line(bundle, text, message):
     path = bundle / "manifest.json"

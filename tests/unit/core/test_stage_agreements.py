@@ -39,6 +39,9 @@ def test_the_table_holds_every_cross_stage_pair_with_its_reason():
         ("calibrate.fit_split", "among", "collect.splits"),
         ("transfer.split", "among", "collect.splits"),
         ("transfer.split", "differs", "calibrate.fit_split"),
+        ("calibrate.ood_split", "differs", "calibrate.fit_split"),
+        ("calibrate.ood_split", "differs", "evaluate.split"),
+        ("calibrate.ood_split", "differs", "transfer.split"),
     ]
     assert all(a.reason and a.when in AGREEMENT_WHEN for a in AGREEMENTS)
 
@@ -66,7 +69,10 @@ def test_the_transfer_split_is_collected_and_not_the_fit_split():
     fit = config.calibrate.fit_split
     message = refused("evaluate", f"transfer.split={fit}")
     assert f"transfer.split: {fit!r} is also calibrate.fit_split: in-distribution figures" in message
-    other = load_recipe("evaluate", ["transfer.split=val", f"collect.splits={[*config.collect.splits, 'val']}"])
+    splits = f"collect.splits={[*config.collect.splits, 'val']}"
+    message = refused("evaluate", "transfer.split=val", splits)  # val sets the OOD threshold by default
+    assert "calibrate.ood_split: 'val' is also transfer.split" in message
+    other = load_recipe("evaluate", ["transfer.split=val", splits, "calibrate.ood_split=null"])
     assert other.config.transfer.split == "val"
 
 

@@ -1,9 +1,12 @@
-"""The OOD flag end to end on a bundle: the committed fixture (schema 1.0, no profile) plus ``learned/ood.json`` named
-by ``decision.files.ood`` and listed in the manifest, answered with the tiny test models.
+"""The OOD flag end to end on a bundle: the committed fixture (schema 1.0, no profile) plus ``learned/ood.json`` (and
+``learned/ood.safetensors`` with the embedding check) named by ``decision.files.ood`` and listed in the manifest,
+answered with the tiny test models.
 
-Covers: every answer carries ``ood`` (None for an old bundle without a profile), the question-form check for every
-method and D²-RAG's own checks in its ``features`` step, ``on_ood: retrieve`` forcing D²-RAG's retrieval, ``refuse``
-refusing, ``workbench infer`` rows and a ``serve`` response carrying it, and a tampered ood.json refused.
+Covers: every answer carries ``ood`` (None for an old bundle without a profile, or with an uncalibrated version-1 one,
+which a runtime note names), the question-form check for every method and D²-RAG's own checks in its ``features``
+step, the embedding check run with the runtime's embedder (off, with a note, for another embedder), a flagged
+answer's note, ``on_ood: retrieve`` forcing D²-RAG's retrieval, ``refuse`` refusing, ``workbench infer`` rows and a
+``serve`` response carrying it, and a tampered ood.json refused.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ FIT = [
     "Is Kharkiv in Azerbaijan or in Ukraine? Reply with the country only.",
     "Which name fills the blank, Chariot or Sailing? Reply with the name only.",
 ] * 10
+PROFILE = OODProfile.fit(FIT)  # the form and length checks only: the open question fails its form
 
 
 def _write_manifest(root: Path, manifest: dict) -> None:
@@ -37,15 +41,22 @@ def _write_manifest(root: Path, manifest: dict) -> None:
     (root / "manifest.json").write_text(json.dumps(manifest))
 
 
-def _bundle(tmp: Path, *, profile: bool = True, tau: float | None = None, name: str = "tiny") -> Path:
-    """A copy of the fixture, with an OOD profile (wide feature ranges: only the form can flag) and / or another τ."""
+def _bundle(
+    tmp: Path, *, profile: OODProfile | dict | None = PROFILE, tau: float | None = None, name: str = "tiny"
+) -> Path:
+    """A copy of the fixture with an OOD ``profile`` (an :class:`OODProfile`, or a raw JSON dict written as
+    ``learned/ood.json``; default: the form and length checks of :data:`FIT`) and / or another τ."""
     root = Path(shutil.copytree(FIXTURE, tmp / name / "1.0.0"))
     manifest = json.loads((root / "manifest.json").read_text())
-    if profile:
-        wide = {f: [-1e6, 1e6] * 15 for f in manifest["decision"]["features"]}
-        (written,) = save_learned(OODProfile.fit(FIT, wide, ["German"] * 30), root / "learned" / "ood.json")
-        data = written.read_bytes()
-        manifest["files"]["learned/ood.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    if profile is not None:
+        path = root / "learned" / "ood.json"
+        written = [path] if isinstance(profile, dict) else save_learned(profile, path)
+        if isinstance(profile, dict):
+            path.write_text(json.dumps(profile))
+        for file in written:
+            data = file.read_bytes()
+            record = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            manifest["files"][f"learned/{file.name}"] = record
         manifest["decision"]["files"]["ood"] = "learned/ood.json"
     if tau is not None:
         manifest["decision"]["tau"] = tau
@@ -78,10 +89,59 @@ def _step(answer, name: str) -> dict:
 
 
 def test_an_old_bundle_without_a_profile_answers_with_ood_null(tmp_path, models):
-    rt = load_bundle(_bundle(tmp_path, profile=False), models)
+    rt = load_bundle(_bundle(tmp_path, profile=None), models)
     assert rt.ood is None and rt.info()["ood"] is None
     (answer,) = rt.answer_many([OPEN], "no_rag")
     assert answer.ood is None and answer.to_dict()["ood"] is None and answer.lm_calls > 0
+
+
+def test_an_uncalibrated_version_1_profile_is_not_used_and_a_note_says_so(tmp_path, models):
+    old = {"kind": "ood_profile", "version": 1, "rows": 30, "features": {}}  # what calibrate wrote before
+    rt = load_bundle(_bundle(tmp_path, profile=old), models)
+    assert rt.ood is None and any("uncalibrated (version 1)" in note for note in rt.notes)
+    (answer,) = rt.answer_many([OPEN], "no_rag")
+    assert answer.ood is None and any("uncalibrated" in note for note in answer.notes)
+
+
+def test_a_flagged_answer_carries_a_note_and_an_unflagged_one_does_not(runtime):
+    flagged, fine = runtime.answer_many([OPEN, EITHER_OR], "no_rag")
+    assert flagged.notes[0] == PROFILE.note(["question_form"])
+    assert flagged.notes[0].startswith("out of distribution for this bundle (question_form)")
+    assert not any(note.startswith("out of distribution") for note in fine.notes)
+
+
+def _embedding_profile(encoder_dir: Path, fingerprint: str | None = None) -> OODProfile:
+    """The FIT profile with an embedding check by the tiny encoder; its threshold moved to just above 0, so a question
+    of FIT (ten copies in the reference: novelty 0) passes and any other fails."""
+    from workbench.backends.embedder import Embedder
+
+    embedder = Embedder(str(encoder_dir), cache=False)
+    profile = OODProfile.fit(FIT, embedder.encode(FIT), embedder=fingerprint or embedder.fingerprint, neighbours=5)
+    profile.embedding.threshold = 1e-4
+    return profile
+
+
+def test_the_embedding_check_runs_with_the_runtimes_embedder(tmp_path, models, tiny_encoder_dir):
+    rt = load_bundle(_bundle(tmp_path, profile=_embedding_profile(tiny_encoder_dir)), models)
+    assert (rt.root / "learned" / "ood.safetensors").is_file() and rt.ood.embedding is not None
+    seen, novel, open_ = rt.answer_many([FIT[0], EITHER_OR, OPEN], "no_rag")
+    assert seen.ood == {"flag": False, "checks": [], "action": None}
+    assert novel.ood == {"flag": True, "checks": ["question_embedding"], "action": "reported"}
+    assert open_.ood["checks"] == ["question_embedding", "question_form"]
+    assert novel.notes[0].startswith("out of distribution for this bundle (question_embedding)")
+    refused, fine = rt.answer_many([EITHER_OR, FIT[1]], "d2rag", on_ood="refuse")
+    assert refused.text == "" and refused.lm_calls == 0 and fine.lm_calls > 0
+    assert _step(fine, "features")["ood"] == {"flag": False, "checks": []}
+
+
+def test_another_embedder_turns_the_embedding_check_off_with_a_note(tmp_path, models, tiny_encoder_dir):
+    profile = _embedding_profile(tiny_encoder_dir, fingerprint="another-embedder")
+    rt = load_bundle(_bundle(tmp_path, profile=profile), models)
+    novel, open_ = rt.answer_many([EITHER_OR, OPEN], "no_rag")
+    assert novel.ood["flag"] is False and open_.ood["checks"] == ["question_form"]
+    assert any("embedding check is off" in note for note in novel.notes)
+    (d2rag,) = rt.answer_many([EITHER_OR], "d2rag")
+    assert _step(d2rag, "features")["ood"] == {"flag": False, "checks": []}
 
 
 def test_every_method_flags_an_open_question_and_not_an_either_or_one(runtime):
@@ -107,6 +167,7 @@ def test_on_ood_retrieve_forces_d2rags_retrieval(tmp_path, models):
     forced, fine = rt.answer_many([OPEN, EITHER_OR], "d2rag", on_ood="retrieve")
     assert _step(forced, "decide")["retrieve"] and _step(forced, "decide")["forced_by_ood"]
     assert forced.ood["action"] == "retrieved" and forced.passages
+    assert forced.notes[0].startswith("out of distribution for this bundle")
     assert not fine.retrieved and "forced_by_ood" not in _step(fine, "decide")
 
 

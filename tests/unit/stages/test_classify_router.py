@@ -28,8 +28,7 @@ def _rows(n: int, seed: int) -> list[dict]:
             {
                 "position": i,
                 "id": f"q{i}",
-                "question": f"Was person {i} born in France or in Italy?",
-                "greedy_answer": "France",
+                "greedy_answer": "France",  # no question column: no OOD flag (it reads build_data's questions)
                 "confidence": float(signal),
                 "semantic_entropy": float(rng.normal()),
                 **{f"correct_{s}": correct for s in ("em", "contains", "f1")},

@@ -1,5 +1,6 @@
 """The transfer stage's measurements on synthetic rows (no model): per-feature AUROC / ECE, the decision's figures,
-routing against the fixed policies, the shift, and the report section built from them."""
+routing against the fixed policies, the OOD flag's false-positive and detection rates, the shift, and the report
+section built from them."""
 
 from __future__ import annotations
 
@@ -55,10 +56,16 @@ def _calibrators() -> CalibratorSet:
     return CalibratorSet(("good", "noise"), calibrators, {"good": 0.0, "noise": 0.0}, {})
 
 
-def _measure(rows: list[dict], draws: int = 200) -> dict:
+def _measure(rows: list[dict], draws: int = 200, ood_checks: list | None = None) -> dict:
     labels = np.asarray([r["correct_contains"] for r in rows])
     return measure(
-        rows, labels=labels, calibrators=_calibrators(), policy=_Policy(), routed_score="contains", draws=draws
+        rows,
+        labels=labels,
+        calibrators=_calibrators(),
+        policy=_Policy(),
+        routed_score="contains",
+        ood_checks=ood_checks,
+        draws=draws,
     )
 
 
@@ -84,7 +91,23 @@ def test_measure_reports_features_decision_and_routing():
     assert low <= routing["routed"] <= high
     assert set(out["by_template"]) == {"choice", "choice_b"}
     assert sum(t["rows"] for t in out["by_template"].values()) == 200
-    assert out["ood_flag_rate"] is None  # no profile given
+    assert out["ood"] is None  # no profile given
+
+
+def test_the_ood_flag_is_counted_with_a_wilson_interval_per_condition():
+    """In distribution the flag's rate is its false-positive rate, shifted its detection rate; Δ is theirs."""
+    in_rows, shifted_rows = _rows(100, 7, 3.0, "choice"), _rows(50, 8, 0.5, "cloze")
+    in_checks = [["question_embedding"] if i < 5 else [] for i in range(100)]
+    shifted_checks = [["question_embedding", "question_form"] if i % 5 else ["question_form"] for i in range(50)]
+    in_dist, shifted = _measure(in_rows, ood_checks=in_checks), _measure(shifted_rows, ood_checks=shifted_checks)
+    assert in_dist["ood"]["flagged"] == 5 and in_dist["ood"]["rate"] == 0.05
+    low, high = in_dist["ood"]["interval"]
+    assert 0.01 < low < 0.05 < high < 0.11  # the 90 % Wilson interval of 5 / 100
+    assert shifted["ood"]["rate"] == 1.0 and shifted["ood"]["interval"][1] == 1.0
+    assert shifted["ood"]["checks"] == {"question_embedding": 40, "question_form": 50, "question_length": 0}
+    assert shift(in_dist, shifted)["ood_flag_rate"] == pytest.approx(0.95)
+    with pytest.raises(Exception, match="OOD checks"):
+        _measure(in_rows, ood_checks=in_checks[:10])
 
 
 def test_a_weaker_signal_shows_as_a_negative_shift():
@@ -109,7 +132,9 @@ def test_template_of_reads_the_metadata():
 
 
 def test_the_report_section_renders(tmp_path):
-    in_dist, shifted = _measure(_rows(120, 5, 3.0, "choice")), _measure(_rows(60, 6, 0.5, "cloze"))
+    in_checks = [[] if i % 20 else ["question_embedding"] for i in range(120)]
+    in_dist = _measure(_rows(120, 5, 3.0, "choice"), ood_checks=in_checks)
+    shifted = _measure(_rows(60, 6, 0.5, "cloze"), ood_checks=[["question_form"]] * 60)
     record = {
         "split": "test",
         "in_templates": ["choice"],
@@ -119,6 +144,7 @@ def test_the_report_section_renders(tmp_path):
         "routed_score": "contains",
         "bootstrap": {"draws": 200, "level": 0.9},
         "decision": {"kind": "router", "name": "LR(good; platt)", "features": ["good"], "tau": 0.5, "rule": "x"},
+        "ood": {"target_fpr": 0.05, "split": "val", "questions": 900, "flag_rate": 0.049, "rule_rate": 0.0},
         "conditions": {"in_distribution": in_dist, "shifted": shifted},
         "shift": shift(in_dist, shifted),
     }
@@ -128,3 +154,7 @@ def test_the_report_section_renders(tmp_path):
     assert lines[0] == "## Calibration transfer" and "router `LR(good; platt)`" in text
     assert "| decision AUROC |" in text and "| routed − Always-RAG |" in text and "| good |" in text
     assert "| shifted | cloze |" in text and (tmp_path / "report" / "transfer.png").is_file()
+    assert "| OOD flag rate (in: false positives; shifted: detected) | 5.0 % [" in text and "| 100.0 % [" in text
+    assert "set for 5 % false positives on 900 `val` questions" in text
+    assert "it flags 6 of 120 (5.0 % [" in text and "and 60 of 60 (100.0 % [" in text
+    assert "shifted `question_form` 60" in text

@@ -28,6 +28,22 @@ class CalibrateSection:
         "never saw an imputed row)",
         "impute",
     )
+    ood_fpr: float = doc(
+        "the OOD flag's target false-positive rate: the share of held-out in-distribution questions it may flag "
+        "(docs/ood.md)",
+        0.05,
+    )
+    ood_split: str | None = doc(
+        "in-distribution split whose questions set the OOD threshold: never the fit split, evaluate's or transfer's "
+        "(null: the fit split's questions cross-fitted, each against the others)",
+        "val",
+    )
+    ood_neighbours: int = doc("fit-split questions whose mean embedding distance is a question's novelty", 10)
+    ood_limit: int | None = doc(
+        "questions read per split for the OOD flag: the fit split's reference, the threshold split and each measured "
+        "split (null: all; MiniLM embeds ~50 wiki-qa questions a second on 2 cores, each once: they are cached)",
+        500,
+    )
 
 
 def check(config: RecipeView) -> None:
@@ -44,3 +60,37 @@ def check(config: RecipeView) -> None:
     missing = [f for f in section.features or [] if f not in collect.features]
     if missing or section.features == []:
         raise ConfigError(f"{missing or 'no features'}: give features of collect.features", "calibrate.features")
+    check_ood(config)
+
+
+def check_ood(config: RecipeView) -> None:
+    """The OOD flag's settings: a target rate in (0, 1), and a threshold split that the dataset has, that gets
+    questions and that is in distribution (not wiki-qa's held-out topics). That it is neither the fit split nor a
+    split evaluate or transfer reports is declared in :data:`workbench.stages.agreements.AGREEMENTS`."""
+    from workbench.calibration.ood import min_questions
+    from workbench.data.article_splits import OOD_SPLIT
+    from workbench.stages.settings.shared import check_split
+
+    section = config.calibrate
+    if not 0.0 < section.ood_fpr < 1.0:
+        raise ConfigError(f"must be in (0, 1), got {section.ood_fpr}", "calibrate.ood_fpr")
+    limit = section.ood_limit
+    if limit is not None and section.ood_neighbours >= limit:
+        raise ConfigError(f"must be below calibrate.ood_limit ({limit})", "calibrate.ood_neighbours")
+    need = min_questions(section.ood_fpr)
+    if limit is not None and limit < need:
+        raise ConfigError(
+            f"{limit} questions cannot set a threshold for calibrate.ood_fpr {section.ood_fpr} (needs {need})",
+            "calibrate.ood_limit",
+        )
+    if section.ood_split is None:
+        return
+    if config.data.dataset == "wiki-qa" and section.ood_split == OOD_SPLIT:
+        raise ConfigError(
+            "the held-out topics are the shift the flag is measured on, not in-distribution questions",
+            "calibrate.ood_split",
+        )
+    try:
+        check_split(config, "calibrate", "calibrate.ood_split", section.ood_split)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.what}; null cross-fits the fit split instead", "calibrate.ood_split") from None
