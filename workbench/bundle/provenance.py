@@ -247,8 +247,9 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
     """What each part and parameter a bundle of ``methods`` ships was fitted or tuned on, by name
     (``decision.calibrators``, ``decision.classifier``, ``decision.tau``, ``decision.lars``, ``decision.ood`` (the
     OOD profile) and ``decision.ood_threshold`` (its flag's threshold), ``utility``, ``<method>.<parameter>`` for the
-    study's parameters and every parameter a study or a parameters file set, ``controller_adapter``, ``models.generator`` for a reader adapter). ``run``: the finished run
-    (``config``, ``stage(name)``, ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
+    study's parameters and every parameter a study or a parameters file set, ``controller_adapter``,
+    ``models.generator`` for a reader adapter). ``run``: the finished run (``config``, ``stage(name)``,
+    ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
     from workbench.bundle.learned import Setter, option_setters, tau_setter
     from workbench.tuning.space import DEFAULT_SPACES
 
