@@ -54,10 +54,10 @@ def test_the_old_names_still_import_from_the_recipe():
 
 
 def test_the_calibrators_fit_split_is_collected():
-    message = refused("quickstart", "calibrate.fit_split=val")
-    assert "calibrate.fit_split: 'val' is not among collect.splits ['calib', 'test']" in message
+    message = refused("quickstart", "calibrate.fit_split=train")
+    assert "calibrate.fit_split: 'train' is not among collect.splits ['calib', 'test']" in message
     assert "the calibrators are fitted on collected rows" in message
-    both = load_recipe("quickstart", ["calibrate.fit_split=val", "collect.splits=[calib,test,val]"]).config
+    both = load_recipe("quickstart", ["calibrate.fit_split=train", "collect.splits=[calib,test,train]"]).config
     assert both.calibrate.fit_split in both.collect.splits
 
 
@@ -143,6 +143,7 @@ SPLIT_CASES = {
     ),
     ("calibrate.fit_split", "evaluate.split"): ("quickstart", ["calibrate.fit_split=test"]),
     ("calibrate.fit_split", "study.test_split"): ("quickstart", ["study.test_split=calib"]),
+    ("calibrate.ood_split", "study.test_split"): ("study", ["calibrate.ood_split=test"]),
     ("fit_utility.split", "evaluate.split"): ("quickstart", ["fit_utility.split=test"]),
     ("fit_utility.split", "study.test_split"): ("study", ["fit_utility.split=test"]),
     ("collect.lars_fit_split", "evaluate.split"): (
