@@ -214,8 +214,9 @@ def fit_ood(section: Any, qa: Any, embedder: Any, fit_split: str) -> Any:
 def measure_ood(
     section: Any, qa: Any, embed: Any, profile: Any, detector: Any, splits: Any, clean: dict[str, np.ndarray]
 ) -> dict[str, Any]:
-    """``ood_rates.json``: per measured split — the threshold split (in-sample) and each of ``splits`` (the collected
-    ones but the fit split: ``test`` a false-positive rate, ``ood`` a detection rate) — its ``role`` and the flag's
+    """``ood_rates.json``: per measured split — the threshold split (in-sample) and each of ``splits`` that build_data
+    made (the collected ones but the fit split, and ``ood``: ``test`` a false-positive rate, ``ood`` a detection
+    rate) — its ``role`` and the flag's
     rate over its first ``calibrate.ood_limit`` build_data questions with a Wilson interval
     (:func:`~workbench.calibration.ood_rates.flag_summary`); under ``features``, where the split was collected, the
     rate of the features-only ``detector`` on its ``clean`` rows (None: not measured)."""
@@ -247,6 +248,7 @@ def write_ood(
     the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
     collection without a ``question`` column)."""
     from workbench.calibration.ood_features import FeatureNovelty
+    from workbench.data.article_splits import OOD_SPLIT
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.learned import save_learned
 
@@ -263,7 +265,9 @@ def write_ood(
         atomic_write_json(ctx.out_dir / "ood_features.json", detector.to_dict())
     except DataError as exc:
         ctx.log.info("calibrate: no features-only OOD detector to measure (%s)", exc.what)
-    others = [split for split in rows if split != fit_split]
+    # the collected splits but the fit split, and build_data's held-out topics even when not collected: the flag
+    # reads only the question, so its detection rate there costs embeddings alone
+    others = [split for split in dict.fromkeys([*rows, OOD_SPLIT]) if split != fit_split]
     rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
     for split, split_rows in rows.items():

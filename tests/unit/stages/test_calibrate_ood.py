@@ -147,6 +147,17 @@ def test_calibrate_measures_the_false_positive_and_detection_rates(calibrated):
     assert np.mean([bool(c) for c in checks["ood"]["checks"]]) >= 0.8
 
 
+def test_the_held_out_topics_are_measured_even_when_not_collected(tmp_path):
+    # the quickstart collects calib and test only: the flag reads questions alone, so build_data's ood split still
+    # gets its detection rate (and no features-only rate: nothing was collected there)
+    sizes = {"calib": 200, "val": 200, "test": 200, "ood": 100}
+    out, _ = _calibrate(tmp_path, sizes, {"calib": 120, "test": 60}, ood_neighbours=5)
+    rates = json.loads((out / "ood_rates.json").read_text())
+    assert {s: rates[s]["role"] for s in rates} == {"val": "threshold", "test": "in_distribution", "ood": "shift"}
+    assert rates["ood"]["questions"] == 100 and rates["ood"]["rate"] >= 0.8 and "features" not in rates["ood"]
+    assert "features" in rates["test"]
+
+
 def test_the_report_section_gives_both_rates_with_intervals(calibrated):
     out, _ = calibrated
     text = "\n".join(ood_section(out))
