@@ -270,8 +270,8 @@ def provenance_lines(manifest: dict[str, Any]) -> list[str]:
         for name, record in sorted((records or {}).items()):
             if not isinstance(record, dict):
                 continue
-            unit = record.get("unit", "questions")
-            count = "—" if record.get("questions") is None else f"{record['questions']} {unit}"
+            unit, n = record.get("unit", "questions"), record.get("questions")
+            count = "—" if n is None else f"{n} {unit.removesuffix('s') if n == 1 else unit}"
             digest = record.get("ids_sha256")
             where = f"`{record['split']}`" if record.get("split") else "—"
             if record.get("out_of_fold"):

@@ -194,3 +194,15 @@ def test_the_embedded_reader_adapter_is_recorded_by_its_training_articles():
     assert record["set_by"] == "tune_reader" and record["split"] == "train" and record["unit"] == "articles"
     assert record["questions"] > 1000 and len(record["ids_sha256"]) == 64
     assert reader_adapter("smollm2") is None  # a model, not an adapter
+
+
+def test_the_provenance_tables_count_one_question_in_the_singular():
+    from workbench.bundle.shipped import provenance_lines
+
+    record = {"split": "test", "questions": 1, "ids_sha256": "a" * 64, "measured_by": "evaluate"}
+    articles = {"split": "train", "questions": 1, "ids_sha256": "b" * 64, "set_by": "tune_reader", "unit": "articles"}
+    text = "\n".join(
+        provenance_lines({"provenance": {"fitted": {"models.generator": articles}, "held_out": {"evaluate": record}}})
+    )
+    assert "| `evaluate` | evaluate | `test` | 1 question |" in text
+    assert "| `models.generator` | tune_reader | `train` | 1 article |" in text
