@@ -565,14 +565,23 @@ def serve_command(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
     ] = None,
-    warm: Annotated[bool, typer.Option("--warm/--lazy", help="Load the models before accepting requests.")] = True,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--lazy",
+            help="Warm up once bound: load every method's models and answer one question with each; GET /ready says "
+            "200 when done (GET /health answers from the start). --lazy: ready at once, each method loads on its "
+            "first question.",
+        ),
+    ] = True,
     base_url: BaseUrlOption = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     on_ood: OnOodOption = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
+    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /ready, GET /methods, POST /answer,
+    /docs, /redoc.
 
     Requests are queued (bounded by --max-queue) and those waiting for the same method are answered together, up to
     --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
@@ -598,9 +607,7 @@ def serve_command(
         max_batch_questions=max_batch_questions if max_batch_questions is not None else batch_size,
         timeout_s=timeout,
     )
-    if warm:
-        runtime.warm()
-    run_server(runtime, host=host, port=port, limits=limits)
+    run_server(runtime, host=host, port=port, limits=limits, warm=warm)
 
 
 @app.command("serve-model")

@@ -80,6 +80,8 @@ class RuntimeAnswer:
 UTILITY_CLASSES = ("closed", "relevant", "neutral", "noisy")
 OOD_ACTIONS = ("flag", "retrieve", "refuse")
 """What an out-of-distribution flag can do (:class:`~workbench.runtime.options.RuntimeOptions` ``on_ood``)."""
+WARM_UP_QUESTION = "Which river flows through Paris?"
+"""The question :meth:`Runtime.warm` answers with each method when asked to warm up by answering."""
 
 
 def _finite(value: Any) -> float | None:
@@ -215,9 +217,14 @@ class Runtime:
                 )
             return self._built[name]
 
-    def warm(self, methods: Sequence[str] | None = None) -> Runtime:
+    def warm(self, methods: Sequence[str] | None = None, *, answer: bool = False) -> Runtime:
         """Build the tools and the given methods (default: all) now instead of on the first question. With the
-        default, a method the served generator cannot serve is skipped (asking for it later is the one-line refusal)."""
+        default, a method the served generator cannot serve is skipped (asking for it later is the one-line refusal).
+
+        ``answer``: also answer :data:`WARM_UP_QUESTION` once with each method built (its out-of-distribution flag
+        only reported, so it always runs), so that what a method pays on its first answer alone — a judge or index
+        built on first use, the first forward of each model — is paid here and not by the first caller."""
+        built = []
         for name in methods or self.methods:
             try:
                 self.method(name)
@@ -225,6 +232,11 @@ class Runtime:
                 if methods or not getattr(self.tools().generator, "served", False):
                     raise
                 log.warning("method %s is not served by %s", name, self.tools().generator.settings.base_url)
+                continue
+            built.append(name)
+        if answer:
+            for name in built:
+                self.answer_many([WARM_UP_QUESTION], name, on_ood="flag")
         return self
 
     # ------------------------------------------------------------------ answering
