@@ -457,6 +457,53 @@ def _runtime_overrides(
     return overrides
 
 
+RUNTIME_FLAGS = {
+    "classifier": "--classifier",
+    "device": "--device",
+    "base_url": "--base-url",
+    "served_model": "--served-model",
+    "api_key_env": "--api-key-env",
+    "on_ood": "--on-ood",
+}
+"""The runtime overrides ``infer`` and ``serve`` take as flags of their own (the others come from ``--set``)."""
+
+
+def _load_runtime(
+    bundle: Path, values: list[str] | None, classifier: str | None, device: str | None, **served: str | None
+) -> Any:
+    """``load_bundle`` with the command line's runtime overrides (:func:`_runtime_overrides`); a refused override is
+    named as the user typed it — ``--set methods.d2rag.tau``, ``--device`` — not as the runtime's ``overrides.*`` key
+    (nor the recipe key ``evaluate.options.*`` a method option has in a recipe)."""
+    from workbench.core.errors import ConfigError
+    from workbench.runtime import load_bundle
+
+    try:
+        return load_bundle(bundle, _runtime_overrides(values, classifier, device, **served))
+    except ConfigError as exc:
+        flags = {key for key, value in {"classifier": classifier, "device": device, **served}.items() if value}
+        typed = _typed_option(exc, flags)
+        if typed is None:
+            raise
+        raise ConfigError(exc.what, typed) from None
+
+
+def _typed_option(exc: WorkbenchError, flags: set[str]) -> str | None:
+    """The command-line option behind an error at ``overrides[.<key>]`` (``flags``: the runtime keys given by their
+    own flag, :data:`RUNTIME_FLAGS`; every other key came from ``--set``); None for an error elsewhere."""
+    import re
+
+    where = str(exc.where or "")
+    if where != "overrides" and not where.startswith("overrides."):
+        return None
+    key = where.removeprefix("overrides").lstrip(".")
+    if not key:  # the options' type check names the key in its message: "'batch_size' expects int, got 'x'"
+        named = re.search(r"'([A-Za-z_][\w.]*)'", exc.what)
+        key = named.group(1) if named else ""
+    if key.split(".")[0] in flags:
+        return RUNTIME_FLAGS[key.split(".")[0]]
+    return f"--set {key}" if key else "--set"
+
+
 @app.command("infer")
 def infer_command(
     bundle: Annotated[Path, typer.Option("--bundle", help="A bundle directory or its .tar.gz.")],
@@ -495,7 +542,6 @@ def infer_command(
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
     _silence_third_party(verbose)
-    from workbench.runtime import load_bundle
     from workbench.runtime.batch_file import answer_file, json_line
 
     if bool(questions) == bool(input_file):
@@ -505,7 +551,7 @@ def infer_command(
     if batch_size is not None and batch_size < 1:
         raise WorkbenchError("--batch-size must be >= 1", "infer")
     served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))  # loads no model
+    runtime = _load_runtime(bundle, overrides, classifier, device, **served)  # loads no model
     if input_file is not None:
         # every refusal (method, input, rows already written) comes before a model is loaded, and none is loaded
         # when nothing is left to answer
@@ -587,14 +633,12 @@ def serve_command(
     --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
     """
     _silence_third_party(verbose)
-    from workbench.runtime import load_bundle
-
     try:
         from workbench.serve import ServeLimits, run_server
     except ImportError as exc:
         raise WorkbenchError(f"serve needs fastapi and uvicorn: pip install workbench ({exc})", "serve") from None
     served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))
+    runtime = _load_runtime(bundle, overrides, classifier, device, **served)
     # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
     # answers of it, a smaller one leaves batch rows empty.
     batch_size = runtime.options.batch_size or int(runtime.manifest["answering"].get("batch_size", 8))
