@@ -185,9 +185,11 @@ def run_command(
 ) -> None:
     """Run a recipe; finished stages are reused from the run directory's cache (a new, empty or earlier run's)."""
     from workbench.recipe import load_recipe
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = load_recipe(recipe, overrides or [])
+    check_stage_needs(loaded.config.stages)  # the light install: refused before the first stage, not minutes in
     result = run_recipe(loaded, force=force or [], adopt_run_dir=adopt_run_dir)
     cached = sum(s.cached for s in result.stages)
     rows = [
@@ -225,6 +227,7 @@ def evaluate_command(
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
 
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = _recipe_with_stage(
@@ -236,6 +239,7 @@ def evaluate_command(
         limit=limit,
         params=[str(Path(p).resolve()) for p in params] if params else None,
     )
+    check_stage_needs(loaded.config.stages)
     result = run_recipe(loaded, adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
     rows = [
@@ -273,6 +277,7 @@ def study_command(
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
     import json
 
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = _recipe_with_stage(
@@ -284,6 +289,7 @@ def study_command(
         n_trials=n_trials,
         methods=methods.split(",") if methods else None,
     )
+    check_stage_needs(loaded.config.stages)
     # a worker always works on the study, even after a finished run
     result = run_recipe(loaded, force=["study"], adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
@@ -740,24 +746,12 @@ def _quiet_third_party_progress() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-TRAINING_MODULES = {
-    "lightning": "lightning",
-    "pytorch_lightning": "lightning",
-    "lightning_fabric": "lightning",
-    "sklearn": "scikit-learn",
-    "optuna": "optuna",
-    "deepspeed": "deepspeed",
-    "wandb": "wandb",
-    "onnxscript": "onnxscript",
-    "sentence_transformers": "sentence-transformers",
-    "matplotlib": "matplotlib",
-}
-"""Top-level modules of the ``train`` extra (pyproject.toml) → their distribution: a command that imports one
-without it installed fails with one line naming the extra."""
-
-
 def missing_training_dependency(exc: BaseException) -> str | None:
-    """The one-line message for ``exc`` when it is a missing module of the ``train`` extra, else None."""
+    """The one-line message for ``exc`` when it is a missing module of the ``train`` extra
+    (:data:`workbench.stages.needs.TRAINING_MODULES`), else None. Recipes are refused before their first stage
+    (:func:`workbench.stages.needs.check_stage_needs`); this catches what any other command imports."""
+    from workbench.stages.needs import TRAINING_MODULES
+
     if not isinstance(exc, ModuleNotFoundError) or not exc.name:
         return None
     dist = TRAINING_MODULES.get(exc.name.split(".")[0])
