@@ -5,11 +5,9 @@ the server with its one-line error; ``--lazy`` is ready at once."""
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +18,6 @@ from workbench.core.errors import AssetError
 from workbench.core.interrupt import check_interrupt
 from workbench.serve import ServeLimits, create_app, run_server
 from workbench.serve.readiness import WarmUp
-
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
 
 
 def _wait_ready(client: httpx.Client, within_s: float = 60.0) -> None:
@@ -106,18 +102,10 @@ def test_shutdown_stops_a_running_warm_up_at_its_next_check():
 @pytest.fixture(scope="module")
 def cold(tmp_path_factory, tiny_lm_long_dir, tiny_encoder_dir) -> Any:
     """The committed fixture bundle loaded on the tiny models, nothing built yet (a cold start)."""
-    from tests.bundle_run import write_corpus
-    from workbench.runtime import load_bundle
+    from tests.bundle_run import load_fixture_on_tiny_models
 
     work = tmp_path_factory.mktemp("readiness")
-    bundle = Path(shutil.copytree(FIXTURE, work / "tiny" / "1.0.0"))
-    overrides = {
-        "generator": str(tiny_lm_long_dir),
-        "embedder": str(tiny_encoder_dir),
-        "allow_model_mismatch": True,
-        "corpus": str(write_corpus(work / "corpus.jsonl", n=300)),
-    }
-    return load_bundle(bundle, overrides)
+    return load_fixture_on_tiny_models(work, tiny_lm_long_dir, tiny_encoder_dir, passages=300)
 
 
 def test_a_real_bundle_is_ready_only_once_warm_and_its_first_answer_is_no_slower_than_the_next(cold):
