@@ -181,6 +181,28 @@ def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
         return run_recipe(load_recipe(recipe, overrides))
 
 
+FIXTURE = Path(__file__).parent / "fixtures" / "bundles" / "tiny" / "1.0.0"
+"""The committed tiny bundle (:func:`regenerate_fixture` writes it)."""
+
+
+def load_fixture_on_tiny_models(work: Path, lm_dir: Path, encoder_dir: Path, passages: int = 50) -> Any:
+    """A copy of the committed fixture bundle under ``work``, loaded on the tiny models it was exported with (same
+    weights, other paths: ``allow_model_mismatch``) and a corpus of the first ``passages`` summaries; nothing is built
+    yet (a cold start)."""
+    import shutil
+
+    from workbench.runtime import load_bundle
+
+    bundle = Path(shutil.copytree(FIXTURE, work / "tiny" / "1.0.0"))
+    overrides = {
+        "generator": str(lm_dir),
+        "embedder": str(encoder_dir),
+        "allow_model_mismatch": True,
+        "corpus": str(write_corpus(work / "corpus.jsonl", n=passages)),
+    }
+    return load_bundle(bundle, overrides)
+
+
 def regenerate_fixture(dest: Path, work: Path) -> Path:
     """Re-export the committed compatibility fixture (``tests/fixtures/bundles/tiny``) from a fresh tiny run under
     ``work``: needed when a change the runtime checks (the features' prompts fingerprint) makes the old one refuse to

@@ -459,17 +459,14 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".onnx")
 
 def weights_digest(path: str | Path) -> str | None:
     """One sha256 over a model's weight files (``*.safetensors``, ``*.bin``, ``*.gguf``, ... below ``path``, by
-    relative name and content); None when ``path`` is not a local file or directory (e.g. a hub id).
+    relative name and content: :func:`combine_weight_files` of :func:`weight_files`); None when ``path`` is not a
+    local file or directory (e.g. a hub id) or holds no weight file.
 
     A merged adapter directory (it holds :data:`ADAPTER_SOURCE_FILE`) is identified by what it was merged from —
-    the adapter file's and the base weights' digests — since the merged floats may differ in their last bits
-    between machines.
-
-    Hashing a 500 MB checkpoint takes about a second, so results are memoised in ``cache_dir("hashes")`` by path, size
-    and modification time; a changed file (new size or mtime) is hashed again.
+    the sha256 of ``merged-adapter``, a NUL byte and that file's bytes — since the merged floats may differ in their
+    last bits between machines.
     """
     import hashlib
-    import json
 
     root = Path(path)
     if not root.exists():
@@ -477,15 +474,45 @@ def weights_digest(path: str | Path) -> str | None:
     merged_from = root / ADAPTER_SOURCE_FILE
     if root.is_dir() and merged_from.is_file():  # a base + LoRA merge: the digest of what it was merged from
         return hashlib.sha256(b"merged-adapter\0" + merged_from.read_bytes()).hexdigest()
+    files = weight_files(root)
+    return combine_weight_files(files) if files else None
+
+
+def combine_weight_files(files: list[tuple[str, str]]) -> str:
+    """The weights digest of ``(name, sha256)`` pairs (:func:`weight_files`): the sha256 of one line per file, in
+    order — its name, a NUL byte, its sha256 in hex, a newline. What ``sha256sum`` cannot give in one call: an
+    adapter's model card shows the files and the shell line that reproduces it."""
+    import hashlib
+
+    outer = hashlib.sha256()
+    for name, digest in files:
+        outer.update(f"{name}\0{digest}\n".encode())
+    return outer.hexdigest()
+
+
+def weight_files(path: str | Path) -> list[tuple[str, str]]:
+    """``(name, sha256)`` of each weight file of the model at ``path`` (a file, or the files with a
+    :data:`WEIGHT_SUFFIXES` suffix below a directory, sorted by path; names relative to it, ``/``-separated), in the
+    order :func:`weights_digest` combines them; [] when there is none.
+
+    Hashing a 500 MB checkpoint takes about a second, so digests are memoised in ``cache_dir("hashes")`` by path, size
+    and modification time; a changed file (new size or mtime) is hashed again.
+    """
+    import hashlib
+    import json
+
+    root = Path(path)
+    if not root.exists():
+        return []
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix in WEIGHT_SUFFIXES)
     if not files:
-        return None
+        return []
     memo_path = cache_dir("hashes") / "weights.json"
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
-    outer = hashlib.sha256()
+    out = []
     changed = False
     for file in files:
         stat = file.stat()
@@ -498,13 +525,12 @@ def weights_digest(path: str | Path) -> str | None:
                     inner.update(block)
             digest = memo[key] = inner.hexdigest()
             changed = True
-        name = file.name if root.is_file() else file.relative_to(root).as_posix()
-        outer.update(f"{name}\0{digest}\n".encode())
+        out.append((file.name if root.is_file() else file.relative_to(root).as_posix(), digest))
     if changed:
         from workbench.core.atomic import atomic_write_json
 
         atomic_write_json(memo_path, memo)
-    return outer.hexdigest()
+    return out
 
 
 def hub_snapshot(repo_id: str) -> tuple[str, Path] | None:

@@ -185,9 +185,11 @@ def run_command(
 ) -> None:
     """Run a recipe; finished stages are reused from the run directory's cache (a new, empty or earlier run's)."""
     from workbench.recipe import load_recipe
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = load_recipe(recipe, overrides or [])
+    check_stage_needs(loaded.config.stages)  # the light install: refused before the first stage, not minutes in
     result = run_recipe(loaded, force=force or [], adopt_run_dir=adopt_run_dir)
     cached = sum(s.cached for s in result.stages)
     rows = [
@@ -225,6 +227,7 @@ def evaluate_command(
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
     import json
 
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = _recipe_with_stage(
@@ -236,6 +239,7 @@ def evaluate_command(
         limit=limit,
         params=[str(Path(p).resolve()) for p in params] if params else None,
     )
+    check_stage_needs(loaded.config.stages)
     result = run_recipe(loaded, adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
     rows = [
@@ -273,6 +277,7 @@ def study_command(
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
     import json
 
+    from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
 
     loaded = _recipe_with_stage(
@@ -284,6 +289,7 @@ def study_command(
         n_trials=n_trials,
         methods=methods.split(",") if methods else None,
     )
+    check_stage_needs(loaded.config.stages)
     # a worker always works on the study, even after a finished run
     result = run_recipe(loaded, force=["study"], adopt_run_dir=adopt_run_dir)
     summary = json.loads((result.run_dir / "stages" / "study" / "summary.json").read_text())
@@ -457,6 +463,53 @@ def _runtime_overrides(
     return overrides
 
 
+RUNTIME_FLAGS = {
+    "classifier": "--classifier",
+    "device": "--device",
+    "base_url": "--base-url",
+    "served_model": "--served-model",
+    "api_key_env": "--api-key-env",
+    "on_ood": "--on-ood",
+}
+"""The runtime overrides ``infer`` and ``serve`` take as flags of their own (the others come from ``--set``)."""
+
+
+def _load_runtime(
+    bundle: Path, values: list[str] | None, classifier: str | None, device: str | None, **served: str | None
+) -> Any:
+    """``load_bundle`` with the command line's runtime overrides (:func:`_runtime_overrides`); a refused override is
+    named as the user typed it — ``--set methods.d2rag.tau``, ``--device`` — not as the runtime's ``overrides.*`` key
+    (nor the recipe key ``evaluate.options.*`` a method option has in a recipe)."""
+    from workbench.core.errors import ConfigError
+    from workbench.runtime import load_bundle
+
+    try:
+        return load_bundle(bundle, _runtime_overrides(values, classifier, device, **served))
+    except ConfigError as exc:
+        flags = {key for key, value in {"classifier": classifier, "device": device, **served}.items() if value}
+        typed = _typed_option(exc, flags)
+        if typed is None:
+            raise
+        raise ConfigError(exc.what, typed) from None
+
+
+def _typed_option(exc: WorkbenchError, flags: set[str]) -> str | None:
+    """The command-line option behind an error at ``overrides[.<key>]`` (``flags``: the runtime keys given by their
+    own flag, :data:`RUNTIME_FLAGS`; every other key came from ``--set``); None for an error elsewhere."""
+    import re
+
+    where = str(exc.where or "")
+    if where != "overrides" and not where.startswith("overrides."):
+        return None
+    key = where.removeprefix("overrides").lstrip(".")
+    if not key:  # the options' type check names the key in its message: "'batch_size' expects int, got 'x'"
+        named = re.search(r"'([A-Za-z_][\w.]*)'", exc.what)
+        key = named.group(1) if named else ""
+    if key.split(".")[0] in flags:
+        return RUNTIME_FLAGS[key.split(".")[0]]
+    return f"--set {key}" if key else "--set"
+
+
 @app.command("infer")
 def infer_command(
     bundle: Annotated[Path, typer.Option("--bundle", help="A bundle directory or its .tar.gz.")],
@@ -495,7 +548,6 @@ def infer_command(
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
     _silence_third_party(verbose)
-    from workbench.runtime import load_bundle
     from workbench.runtime.batch_file import answer_file, json_line
 
     if bool(questions) == bool(input_file):
@@ -505,7 +557,7 @@ def infer_command(
     if batch_size is not None and batch_size < 1:
         raise WorkbenchError("--batch-size must be >= 1", "infer")
     served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))  # loads no model
+    runtime = _load_runtime(bundle, overrides, classifier, device, **served)  # loads no model
     if input_file is not None:
         # every refusal (method, input, rows already written) comes before a model is loaded, and none is loaded
         # when nothing is left to answer
@@ -565,27 +617,34 @@ def serve_command(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Runtime override key=value (see docs/bundles.md).")
     ] = None,
-    warm: Annotated[bool, typer.Option("--warm/--lazy", help="Load the models before accepting requests.")] = True,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--lazy",
+            help="Warm up once bound: load every method's models and answer one question with each; GET /ready says "
+            "200 when done (GET /health answers from the start). --lazy: ready at once, each method loads on its "
+            "first question.",
+        ),
+    ] = True,
     base_url: BaseUrlOption = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     on_ood: OnOodOption = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /methods, POST /answer, /docs, /redoc.
+    """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /ready, GET /methods, POST /answer,
+    /docs, /redoc.
 
     Requests are queued (bounded by --max-queue) and those waiting for the same method are answered together, up to
     --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
     """
     _silence_third_party(verbose)
-    from workbench.runtime import load_bundle
-
     try:
         from workbench.serve import ServeLimits, run_server
     except ImportError as exc:
         raise WorkbenchError(f"serve needs fastapi and uvicorn: pip install workbench ({exc})", "serve") from None
     served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env, "on_ood": on_ood}
-    runtime = load_bundle(bundle, _runtime_overrides(overrides, classifier, device, **served))
+    runtime = _load_runtime(bundle, overrides, classifier, device, **served)
     # The runtime answers in forward batches of its batch size: a larger cross-request batch only delays the first
     # answers of it, a smaller one leaves batch rows empty.
     batch_size = runtime.options.batch_size or int(runtime.manifest["answering"].get("batch_size", 8))
@@ -598,9 +657,7 @@ def serve_command(
         max_batch_questions=max_batch_questions if max_batch_questions is not None else batch_size,
         timeout_s=timeout,
     )
-    if warm:
-        runtime.warm()
-    run_server(runtime, host=host, port=port, limits=limits)
+    run_server(runtime, host=host, port=port, limits=limits, warm=warm)
 
 
 @app.command("serve-model")
@@ -689,24 +746,12 @@ def _quiet_third_party_progress() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-TRAINING_MODULES = {
-    "lightning": "lightning",
-    "pytorch_lightning": "lightning",
-    "lightning_fabric": "lightning",
-    "sklearn": "scikit-learn",
-    "optuna": "optuna",
-    "deepspeed": "deepspeed",
-    "wandb": "wandb",
-    "onnxscript": "onnxscript",
-    "sentence_transformers": "sentence-transformers",
-    "matplotlib": "matplotlib",
-}
-"""Top-level modules of the ``train`` extra (pyproject.toml) → their distribution: a command that imports one
-without it installed fails with one line naming the extra."""
-
-
 def missing_training_dependency(exc: BaseException) -> str | None:
-    """The one-line message for ``exc`` when it is a missing module of the ``train`` extra, else None."""
+    """The one-line message for ``exc`` when it is a missing module of the ``train`` extra
+    (:data:`workbench.stages.needs.TRAINING_MODULES`), else None. Recipes are refused before their first stage
+    (:func:`workbench.stages.needs.check_stage_needs`); this catches what any other command imports."""
+    from workbench.stages.needs import TRAINING_MODULES
+
     if not isinstance(exc, ModuleNotFoundError) or not exc.name:
         return None
     dist = TRAINING_MODULES.get(exc.name.split(".")[0])

@@ -11,9 +11,11 @@
 * ``adapter_model.safetensors`` — the same tensors as ``adapter.safetensors`` (they are already named as peft's
   ``get_peft_model_state_dict`` names them), float32, metadata ``{"format": "pt"}``.
 * ``README.md`` — the model card: what the adapter is (its format and decisions / answer modes), its base (reference,
-  portable name, weights sha256, fingerprint), the LoRA settings, the training settings and data (a reader's
-  ``training_data`` record: dataset, split, seed, fractions, articles' sha256), and how to open it with peft and with
-  the workbench. It names no path of the machine that wrote it.
+  portable name, weights sha256, fingerprint) and how to check that sha256 (a digest over the weight files' digests,
+  :func:`workbench.assets.weights_digest`, which ``sha256sum`` alone cannot give: the card lists each weight file's
+  sha256 and the shell line that recomputes the whole), the LoRA settings, the training settings and data (a
+  reader's ``training_data`` record: dataset, split, seed, fractions, articles' sha256), and how to open it with peft
+  and with the workbench. It names no path of the machine that wrote it.
 
 **The portable base name** (``base_model_name_or_path``): a hub id stays the hub id (``revision``: the cached
 snapshot's commit when known); anything else is ``<kind>:<name>@sha256:<weights sha256>`` — ``workbench:<name>`` for
@@ -59,12 +61,14 @@ _WHAT = {
 
 def base_reference(base_ref: str, base: ResolvedModel) -> dict[str, Any]:
     """How an adapter's base is named outside this machine (module doc): ``{"name", "revision", "kind", "ref",
-    "weights_sha256"}``. ``base_ref``: the reference the recipe gave; ``base``: it resolved
-    (:func:`workbench.backends.lora.resolve_model`). ``name`` never holds a local path."""
+    "weights_sha256", "check"}`` (``check``: what the sha256 was computed from, :func:`digest_inputs`). ``base_ref``:
+    the reference the recipe gave; ``base``: it resolved (:func:`workbench.backends.lora.resolve_model`). ``name``
+    never holds a local path."""
     from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, model_weights
 
     weights = model_weights(base)
     digest = weights["weights_sha256"]
+    check = digest_inputs(base) if digest else {}
     if base.source == "hub":
         return {
             "name": base_ref,
@@ -72,6 +76,7 @@ def base_reference(base_ref: str, base: ResolvedModel) -> dict[str, Any]:
             "kind": "hub",
             "ref": base_ref,
             "weights_sha256": digest,
+            "check": check,
         }
     if base_ref in EMBEDDED_GENERATORS or base_ref in EMBEDDED_ADAPTERS:
         kind, label = "workbench", base_ref
@@ -82,7 +87,27 @@ def base_reference(base_ref: str, base: ResolvedModel) -> dict[str, Any]:
         kind, label = "local", Path(base_ref).expanduser().resolve().name or "model"
     name = f"{kind}:{label}" + (f"@sha256:{digest}" if digest else "")
     ref = base_ref if kind == "workbench" else label  # a local reference is a path of this machine: keep its name
-    return {"name": name, "revision": None, "kind": kind, "ref": ref, "weights_sha256": digest}
+    return {"name": name, "revision": None, "kind": kind, "ref": ref, "weights_sha256": digest, "check": check}
+
+
+def digest_inputs(base: ResolvedModel) -> dict[str, Any]:
+    """What the base's weights sha256 (:func:`workbench.assets.weights_digest`) is computed from, for the card:
+    ``{"files": [[name, sha256], ...]}`` (its weight files, in order: :func:`workbench.assets.weight_files`), or for
+    a merged adapter ``{"merged_from": <the text of its ADAPTER_SOURCE_FILE>}``; {} when its files are not here."""
+    from workbench.assets import ADAPTER_SOURCE_FILE, hub_snapshot, weight_files
+
+    if base.source == "hub":
+        snapshot = hub_snapshot(base.path)
+        if snapshot is None:
+            return {}
+        root = Path(snapshot[1])
+    else:
+        root = Path(base.path)
+    merged = root / ADAPTER_SOURCE_FILE
+    if root.is_dir() and merged.is_file():
+        return {"merged_from": merged.read_bytes().decode("utf-8")}
+    files = weight_files(root)
+    return {"files": [[name, digest] for name, digest in files]} if files else {}
 
 
 def lora_config(payload: Mapping[str, Any]) -> Any:
@@ -176,7 +201,7 @@ def model_card(payload: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     ]
     if base.get("revision"):
         lines.append(f"| hub revision | `{base['revision']}` |")
-    lines += ["", _base_note(base), ""]
+    lines += ["", _base_note(base), "", *_digest_check(base)]
     lines += [
         "## LoRA",
         "",
@@ -216,7 +241,8 @@ def _base_note(base: Mapping[str, Any]) -> str:
         return (
             f"The base is the workbench's embedded `{base.get('ref')}`, not a hub id: the workbench converts the "
             "quantised GGUF its package ships once into a plain model directory, whose weights differ from any hub "
-            "checkpoint. Get that directory from the workbench (below); its weight files hash to the sha256 above."
+            "checkpoint. Get that directory from the workbench (below); its weight files give the sha256 above "
+            "(how: next section)."
         )
     if kind == "adapter":
         return (
@@ -225,8 +251,65 @@ def _base_note(base: Mapping[str, Any]) -> str:
         )
     return (
         f"The base was a local model directory named `{base.get('ref')}`; the sha256 is over its weight files "
-        "(`workbench.assets.weights_digest`)."
+        "(`workbench.assets.weights_digest`; how: next section)."
     )
+
+
+def _digest_check(base: Mapping[str, Any]) -> list[str]:
+    """The card's section saying how to check the base's sha256 by hand ([] when nothing was recorded)."""
+    digest, check = base.get("weights_sha256"), base.get("check") or {}
+    if not digest or not check:
+        return []
+    lines = ["## Checking the base's sha256", ""]
+    if "merged_from" in check:
+        text = str(check["merged_from"])
+        lines += [
+            "The base is a merged adapter: its sha256 is not over weight files (merged floats may differ in their "
+            "last bits between machines) but over what it was merged from — the sha256 of the bytes "
+            "`merged-adapter`, a NUL byte, then the merged model's `workbench_adapter_source.json`, which holds the "
+            "base adapter's and its own base's digests:",
+            "",
+            "```json",
+            text,
+            "```",
+        ]
+        if "'" not in text and "\n" not in text:
+            lines += [
+                "",
+                "This prints the sha256 above:",
+                "",
+                "```bash",
+                f"printf 'merged-adapter\\0%s' '{text}' | sha256sum",
+                "```",
+            ]
+        return [*lines, ""]
+    files = [(str(name), str(sha)) for name, sha in check["files"]]
+    ref, revision = base.get("ref"), base.get("revision")
+    where = {
+        "hub": f'the snapshot `huggingface_hub.snapshot_download("{ref}", revision="{revision}")` returns',
+        "workbench": f'the directory `resolve_model("{ref}").path` returns: below',
+    }.get(str(base.get("kind")), f"the `{ref}` directory")
+    lines += [
+        "The sha256 above is not the sha256 of one file, so `sha256sum` alone does not give it: it is the sha256 of "
+        "one line per weight file, in this order — the file's path relative to the model directory, a NUL byte, the "
+        "file's own sha256 in hex, a newline (`workbench.assets.weights_digest`). Each file's sha256, which "
+        "`sha256sum <file>` prints:",
+        "",
+        "| file | sha256 |",
+        "|---|---|",
+        *(f"| `{name}` | `{sha}` |" for name, sha in files),
+    ]
+    if not any("'" in name for name, _ in files):
+        names = " ".join(f"'{name}'" for name, _ in files)
+        lines += [
+            "",
+            f"Run in the base's model directory ({where}), this prints the sha256 above:",
+            "",
+            "```bash",
+            f'for f in {names}; do printf \'%s\\0%s\\n\' "$f" "$(sha256sum "$f" | cut -d\' \' -f1)"; done | sha256sum',
+            "```",
+        ]
+    return [*lines, ""]
 
 
 def _data_lines(payload: Mapping[str, Any], reader: bool) -> list[str]:

@@ -80,6 +80,8 @@ class RuntimeAnswer:
 UTILITY_CLASSES = ("closed", "relevant", "neutral", "noisy")
 OOD_ACTIONS = ("flag", "retrieve", "refuse")
 """What an out-of-distribution flag can do (:class:`~workbench.runtime.options.RuntimeOptions` ``on_ood``)."""
+WARM_UP_QUESTION = "Which river flows through Paris?"
+"""The question :meth:`Runtime.warm` answers with each method when asked to warm up by answering."""
 
 
 def _finite(value: Any) -> float | None:
@@ -127,19 +129,41 @@ class Runtime:
     def _method_options(self, methods: dict[str, Any]) -> dict[str, dict[str, Any]]:
         from workbench.methods.registry import check_options
 
+        for name, given in self.options.methods.items():
+            if not isinstance(given, dict):
+                raise ConfigError(
+                    f"expects a mapping of option: value, got {type(given).__name__}", f"overrides.methods.{name}"
+                )
         out = {}
         for name, spec in methods.items():
             options = dict((spec or {}).get("options", {}) or {})
-            options.update(self.options.methods.get(name, {}) or {})
+            options.update(self.options.methods.get(name, {}))
             out[name] = options
         strays = sorted(set(self.options.methods) - set(out))
         if strays:
-            raise ConfigError(f"options for method(s) {strays} that are not in the bundle", "overrides.methods")
-        check_options(list(out), out)
+            where = f"overrides.methods.{strays[0]}" if len(strays) == 1 else "overrides.methods"
+            raise ConfigError(f"options for method(s) {strays} that are not in the bundle", where)
+        try:
+            check_options(list(out), out)
+        except ConfigError as exc:  # the bundle's own options were checked when it was opened: this is an override
+            raise self._at_override(exc) from None
         changed = sorted(self.options.methods)
         if changed:
             self.notes.append(f"method options overridden for {', '.join(changed)} (not the bundle's settings)")
         return out
+
+    def _at_override(self, exc: ConfigError) -> ConfigError:
+        """``exc``, which the method registry places in a recipe (``evaluate.options.<method>[.<key>]``), placed at
+        the caller's override instead (``overrides.methods.<method>[.<key>]``) when the caller overrode that method
+        (and that key, when it names one); unchanged otherwise."""
+        where = str(exc.where or "")
+        if not where.startswith("evaluate.options."):
+            return exc
+        name, _, key = where.removeprefix("evaluate.options.").partition(".")
+        given = self.options.methods.get(name)
+        if given is None or (key and key.split(".")[0] not in given):
+            return exc
+        return ConfigError(exc.what, f"overrides.methods.{name}" + (f".{key}" if key else ""))
 
     def _check_prompts(self) -> None:
         """Refuse a bundle whose features were collected with other prompts than this workbench's: the prompt groups
@@ -204,20 +228,30 @@ class Runtime:
                     if note is not None and note not in self.notes:  # allowed by the recipe: every answer says so
                         self.notes.append(note)
                 adapter = self.manifest.get("controller_adapter")  # a distilled InSemRAG controller, when exported
-                self._built[name] = build_method(
-                    name,
-                    tools,
-                    dict(self.method_options[name]),
-                    self.learned,
-                    utility_fallback="none",
-                    # its bytes (and its tensor file's) re-checked against the manifest right before it is read
-                    distilled_adapter=self.files.path(adapter["file"], "controller_adapter.file") if adapter else None,
-                )
+                try:
+                    self._built[name] = build_method(
+                        name,
+                        tools,
+                        dict(self.method_options[name]),
+                        self.learned,
+                        utility_fallback="none",
+                        # its bytes (and its tensor file's) re-checked against the manifest right before it is read
+                        distilled_adapter=(
+                            self.files.path(adapter["file"], "controller_adapter.file") if adapter else None
+                        ),
+                    )
+                except ConfigError as exc:  # a setting checked only now (D²-RAG's features): where it was given
+                    raise self._at_override(exc) from None
             return self._built[name]
 
-    def warm(self, methods: Sequence[str] | None = None) -> Runtime:
+    def warm(self, methods: Sequence[str] | None = None, *, answer: bool = False) -> Runtime:
         """Build the tools and the given methods (default: all) now instead of on the first question. With the
-        default, a method the served generator cannot serve is skipped (asking for it later is the one-line refusal)."""
+        default, a method the served generator cannot serve is skipped (asking for it later is the one-line refusal).
+
+        ``answer``: also answer :data:`WARM_UP_QUESTION` once with each method built (its out-of-distribution flag
+        only reported, so it always runs), so that what a method pays on its first answer alone — a judge or index
+        built on first use, the first forward of each model — is paid here and not by the first caller."""
+        built = []
         for name in methods or self.methods:
             try:
                 self.method(name)
@@ -225,6 +259,11 @@ class Runtime:
                 if methods or not getattr(self.tools().generator, "served", False):
                     raise
                 log.warning("method %s is not served by %s", name, self.tools().generator.settings.base_url)
+                continue
+            built.append(name)
+        if answer:
+            for name in built:
+                self.answer_many([WARM_UP_QUESTION], name, on_ood="flag")
         return self
 
     # ------------------------------------------------------------------ answering

@@ -1,11 +1,12 @@
 """``workbench serve``: a JSON HTTP API over a bundle's runtime (FastAPI + uvicorn), and a load generator for it.
 
-``create_app(runtime, limits)`` builds the app (``GET /health``, ``GET /methods``, ``POST /answer``, ``/docs``,
-``/redoc``); ``run_server(runtime, host="127.0.0.1", port=8000)`` serves it with uvicorn; requests are queued and
-batched by :class:`~workbench.serve.scheduler.BatchScheduler`; ``run_load(base_url, bodies)`` and
-``run_abandoned(base_url, bodies)`` measure a live server; ``serve_process(bundle)`` runs ``workbench serve`` in a
-separate process to measure. Importing this package loads FastAPI, Starlette and pydantic only: uvicorn and httpx are
-imported by the functions that use them, and no model library is ever imported here.
+``create_app(runtime, limits)`` builds the app (``GET /health``, ``GET /ready``, ``GET /methods``, ``POST /answer``,
+``/docs``, ``/redoc``); ``run_server(runtime, host="127.0.0.1", port=8000)`` serves it with uvicorn, warming the
+runtime once bound (:mod:`workbench.serve.readiness`); requests are queued and batched by
+:class:`~workbench.serve.scheduler.BatchScheduler`; ``run_load(base_url, bodies)`` and ``run_abandoned(base_url,
+bodies)`` measure a live server; ``serve_process(bundle)`` runs ``workbench serve`` in a separate process to
+measure. Importing this package loads FastAPI, Starlette and pydantic only: uvicorn and httpx are imported by the
+functions that use them, and no model library is ever imported here.
 """
 
 from workbench.serve.app import ServeLimits, create_app, is_blank, run_server

@@ -1,6 +1,7 @@
 """The JSON HTTP API over a bundle's :class:`~workbench.runtime.Runtime`: FastAPI app and uvicorn runner.
 
-Routes: ``GET /health``, ``GET /methods``, ``POST /answer`` (one question or a batch), ``GET /docs`` (Swagger UI) and
+Routes: ``GET /health`` (liveness), ``GET /ready`` (readiness: :mod:`workbench.serve.readiness`), ``GET /methods``,
+``POST /answer`` (one question or a batch), ``GET /docs`` (Swagger UI) and
 ``GET /redoc`` (ReDoc), both from assets shipped in a Python package (``fastapi-offline``), so they work offline, and
 ``GET /openapi.json``, and the OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` (the bundle's
 methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error body is ``{"detail": "<one line>"}``
@@ -15,7 +16,8 @@ methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error b
       a question the runtime refused (a :class:`~workbench.core.errors.WorkbenchError`)
 413   the body is over the size limit (a chunked one is never read past the limit; a declared one of at most
       32 MiB is read and discarded first, so a client that sends it whole reads the 413, not a reset)
-503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down
+503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down; ``GET /ready`` until
+      the warm-up is done
 504   the request was not answered within its deadline (``ServeLimits.timeout_s``, counted from its arrival)
 404   unknown path; 405 a route asked with the wrong HTTP method
 500   a server bug (logged with its traceback; the body never carries the exception's text)
@@ -28,8 +30,8 @@ running batch whose every client left or passed its deadline is interrupted befo
 
 Answering is CPU work for one model: a :class:`~workbench.serve.scheduler.BatchScheduler` queues the requests (bounded)
 and one worker thread answers every request waiting for the same method in one ``answer_many`` call, so concurrent
-clients share forward batches (chat completions and ``/answer`` requests alike). ``/health`` is async and never waits
-on the model.
+clients share forward batches (chat completions and ``/answer`` requests alike). ``/health`` and ``/ready`` are async
+and never wait on the model.
 
 This module imports FastAPI, Starlette and pydantic only; uvicorn is imported by :func:`run_server` alone. It needs the
 asyncio event loop (uvicorn's, with or without uvloop).
@@ -72,6 +74,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import workbench.serve.openai_bundle as oai
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.runtime.questions import is_blank
+from workbench.serve.readiness import WarmUp
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 from workbench.serve.strict_body import StrictJSONRoute, body_refusal
 from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
@@ -157,6 +160,10 @@ class ServableRuntime(Protocol):
         """Each text's length in the generator's tokens; safe to call while an answer runs."""
         ...
 
+    def warm(self, methods: Sequence[str] | None = None, *, answer: bool = False) -> Any:
+        """Load every method's models now and, with ``answer``, answer one warm-up question with each."""
+        ...
+
 
 class ErrorBody(BaseModel):
     """Every error response: one line saying what is wrong."""
@@ -218,14 +225,24 @@ class OODTally:
 
 
 class HealthBody(BaseModel):
-    """``GET /health``."""
+    """``GET /health``: liveness (the process answers), whether it is ``ready`` (``GET /ready``), the bundle, the
+    queue and the OOD counts."""
 
     status: str = "ok"
+    ready: bool
     bundle: str
     version: str
     methods: list[str]
     queue: QueueInfo
     ood: OODCounts
+
+
+class ReadyBody(BaseModel):
+    """``GET /ready`` once the server is warm: every method's models loaded and one warm-up answer run with each
+    (``warm_up_s``: how long that took; 0 with ``serve --lazy``, which warms nothing)."""
+
+    status: Literal["ready"] = "ready"
+    warm_up_s: float
 
 
 class MethodInfo(BaseModel):
@@ -516,15 +533,21 @@ def _work_detail(questions: int, method: str, fastest_s: float | None, timeout_s
     )
 
 
-def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) -> FastAPI:
+def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS, *, warm: bool = True) -> FastAPI:
     """A FastAPI app serving ``runtime`` under ``limits`` (see the module docstring for routes and status codes).
 
-    ``GET /health`` → ``{"status": "ok", "bundle", "version", "methods", "queue", "ood"}``; ``GET /methods`` → the
+    ``GET /health`` (liveness: 200 as soon as the server runs) → ``{"status": "ok", "ready", "bundle", "version",
+    "methods", "queue", "ood"}``; ``GET /ready`` (readiness) → 200 ``{"status": "ready", "warm_up_s"}`` once the
+    app's :class:`~workbench.serve.readiness.WarmUp` is done, 503 before: with ``warm`` the app warms ``runtime``
+    when it starts (``runtime.warm(answer=True)`` on a thread of its own: every method's models, then one answer
+    each), without it (``serve --lazy``) it is ready at once and each method loads on its first question. Requests
+    that come before ready are queued and wait for the warm-up. ``GET /methods`` → the
     methods with their settings, the default (``d2rag`` when present, else the first) and the decision block;
     ``POST /answer`` with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``,
     ``on_ood``) → ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless
     traces]}``. The app's scheduler is ``app.state.scheduler`` (closed when the app shuts down; :func:`run_server`
-    closes it as soon as shutdown begins, which interrupts a running batch), its :class:`OODTally` ``app.state.ood``.
+    closes it as soon as shutdown begins, which interrupts a running batch), its :class:`OODTally` ``app.state.ood``,
+    its warm-up ``app.state.warm_up`` (stopped when the app shuts down).
     """
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits must be a ServeLimits, got {type(limits).__name__}", "serve.limits")
@@ -552,8 +575,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         max_queue=limits.max_queue,
         max_batch_questions=limits.max_batch_questions,
     )
+    warm_up = WarmUp((lambda: runtime.warm(answer=True)) if warm else None)
     assets = _docs_assets()
-    routes = "GET /health, GET /methods, POST /answer, GET /v1/models, POST /v1/chat/completions" + (
+    routes = "GET /health, GET /ready, GET /methods, POST /answer, GET /v1/models, POST /v1/chat/completions" + (
         ", GET /docs, GET /redoc" if assets else ""
     )
     chat_fields = tuple(oai.ChatCompletionRequest.model_fields)
@@ -561,7 +585,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warm_up.start()  # the socket is bound right after: /health answers while the models load
         yield
+        warm_up.close()
         scheduler.close()  # waiting requests get 503 instead of hanging until the process exits
 
     app = FastAPI(
@@ -574,7 +600,8 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
             f"{limits.max_question_tokens} tokens, more questions than the method can answer within "
             f"{limits.timeout_s:g} s at the fastest rate measured, an unknown method); 413 body over "
             f"{limits.max_body_bytes} bytes; "
-            f"503 queue full ({limits.max_queue} questions; see `Retry-After`) or shutting down; 504 not answered "
+            f"503 queue full ({limits.max_queue} questions; see `Retry-After`), shutting down, or `GET /ready` before "
+            "the warm-up is done (`GET /health` is liveness); 504 not answered "
             f"within {limits.timeout_s:g} s; 404 unknown path; 405 wrong HTTP method; 500 server bug. The `/v1` routes "
             "answer as an OpenAI chat-completions server, one model per method, with OpenAI's error shape "
             '(`{"error": {"message", "type", "param", "code"}}`; an invalid request is 400).'
@@ -587,6 +614,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
     app.router.route_class = StrictJSONRoute  # every route below parses its JSON body strictly
     app.state.scheduler = scheduler
     app.state.ood = ood
+    app.state.warm_up = warm_up
     app.add_middleware(oai.V1BodySizeLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
@@ -636,12 +664,32 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS) 
         # async and never waits on the model: the scheduler's lock is only held for queue bookkeeping
         return {
             "status": "ok",
+            "ready": warm_up.ready,
             "bundle": runtime.name,
             "version": runtime.version,
             "methods": list(methods),
             "queue": scheduler.stats(),
             "ood": ood.counts(),
         }
+
+    @app.get(
+        "/ready",
+        response_model=ReadyBody,
+        responses={503: {"model": ErrorBody, "description": "Not warm yet (see the Retry-After header)"}},
+        summary="Readiness: 200 once every method's models are loaded and each has answered once",
+    )
+    async def ready() -> Response:
+        status = warm_up.status()
+        if status["ready"]:
+            return JSONResponse({"status": "ready", "warm_up_s": round(status["seconds"], 3)})
+        if status["state"] == "failed":
+            return _error(503, "not ready: the warm-up failed (see the server log); the server is stopping")
+        return _error(
+            503,
+            f"not ready: warming up for {status['seconds']:.0f} s (loading every method's models and answering one "
+            "warm-up question with each)",
+            {"Retry-After": "1"},
+        )
 
     @app.get("/methods", response_model=MethodsBody, summary="The bundle's methods, settings and decision rule")
     async def list_methods() -> JSONResponse:
@@ -804,21 +852,39 @@ def run_server(
     port: int = 8000,
     limits: ServeLimits = _DEFAULT_LIMITS,
     log_level: str = "info",
+    warm: bool = True,
 ) -> None:
-    """Serve ``runtime`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, a running batch
-    interrupted); binds to localhost unless ``host`` says otherwise.
+    """Serve ``runtime`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, a running batch or the
+    warm-up interrupted); binds to localhost unless ``host`` says otherwise.
 
-    Prints one line with the API's URL and its docs URL once the socket is bound (the real port when ``port`` is 0).
-    The API has no authentication: bind another interface only behind something that provides it.
+    Prints one line with the API's URL, its docs URL and its readiness URL once the socket is bound (the real port
+    when ``port`` is 0). With ``warm`` the runtime is warmed from then on (:func:`create_app`): ``GET /health``
+    answers at once, ``GET /ready`` once warm. A warm-up that fails stops the server, and its exception is raised
+    here (a :class:`~workbench.core.errors.WorkbenchError` for a model that cannot load: the CLI's one line). The API
+    has no authentication: bind another interface only behind something that provides it.
     """
     from workbench.serve.uvicorn_run import run_uvicorn
 
-    app = create_app(runtime, limits)
+    app = create_app(runtime, limits, warm=warm)
+    warm_up: WarmUp = app.state.warm_up
+
+    def shutdown() -> None:
+        warm_up.close()  # a warm-up still running stops at the model's next forward
+        app.state.scheduler.close()
+
+    def stop_on_failure(server: Any) -> None:
+        warm_up.on_failure = lambda exc: setattr(server, "should_exit", True)
+
     run_uvicorn(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        announce=lambda url: f"workbench serve: {runtime.name} {runtime.version} at {url} (docs: {url}/docs)",
-        on_shutdown=app.state.scheduler.close,
+        announce=lambda url: (
+            f"workbench serve: {runtime.name} {runtime.version} at {url} (docs: {url}/docs, readiness: {url}/ready)"
+        ),
+        on_shutdown=shutdown,
+        on_server=stop_on_failure,
     )
+    if warm_up.failure is not None:
+        raise warm_up.failure

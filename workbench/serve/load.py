@@ -255,11 +255,12 @@ def serve_process(
     bundle: str | Path, *, args: Sequence[str] = (), port: int | None = None, ready_timeout: float = 300.0
 ) -> Iterator[str]:
     """Run ``workbench serve --bundle BUNDLE`` in a separate process on a free localhost port; yield its base URL
-    once ``GET /health`` answers; stop it on exit (see :func:`server_process`)."""
+    once ``GET /ready`` answers 200 (warm, unless ``args`` hold ``--lazy``); stop it on exit (see
+    :func:`server_process`)."""
     import sys
 
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "workbench", "--quiet", "serve", "--bundle", str(bundle), "--port", str(port)]
-    with server_process([*command, *args], f"{url}/health", ready_timeout=ready_timeout):
+    with server_process([*command, *args], f"{url}/ready", ready_timeout=ready_timeout):
         yield url

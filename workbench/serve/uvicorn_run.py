@@ -74,9 +74,14 @@ def run_uvicorn(
     log_level: str,
     announce: Callable[[str], str],
     on_shutdown: Callable[[], None] | None = None,
+    on_server: Callable[[Any], None] | None = None,
 ) -> None:
     """Serve ``app`` until interrupted (see :func:`make_server`): SIGTERM or Ctrl-C stop it within about
-    :data:`GRACEFUL_SHUTDOWN_S` seconds."""
+    :data:`GRACEFUL_SHUTDOWN_S` seconds. ``on_server(server)`` is called before it starts, e.g. to keep a way of
+    stopping it (``server.should_exit = True``)."""
     if host not in LOCAL_HOSTS:
         logger.warning("binding %s: the API is reachable from other machines and has no authentication", host)
-    make_server(app, host=host, port=port, log_level=log_level, announce=announce, on_shutdown=on_shutdown).run()
+    server = make_server(app, host=host, port=port, log_level=log_level, announce=announce, on_shutdown=on_shutdown)
+    if on_server is not None:
+        on_server(server)
+    server.run()

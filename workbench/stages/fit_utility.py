@@ -68,6 +68,26 @@ def validate_section(section: Any) -> None:
         raise ConfigError(f"need -1 <= tau_neg < tau_pos <= 1, got {low} / {high}", "fit_utility.tau_neg")
 
 
+def dropped_line(questions: int, no_passages: int, not_finite: int, label: str) -> str | None:
+    """The one log line saying how many of the ``questions`` asked gave no training pair, and why: ``no_passages``
+    questions retrieved nothing (no context to judge) and ``not_finite`` pairs got a ``label`` that is not a finite
+    number (a SePer term could not be computed). None when nothing was dropped."""
+    reasons = []
+    if no_passages:
+        reasons.append(f"{no_passages} question(s) retrieved no passage (no context to judge)")
+    if not_finite:
+        reasons.append(
+            f"{not_finite} pair(s) have a {label} that is not a finite number (a SePer term could not be computed)"
+        )
+    if not reasons:
+        return None
+    kept = questions - no_passages - not_finite
+    return (
+        f"fit_utility: {no_passages + not_finite} of {questions} question(s) dropped, {kept} pair(s) kept: "
+        + "; ".join(reasons)
+    )
+
+
 def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
     """Fold index (0..folds-1) per row: a seeded permutation dealt to the folds in turn (sizes differ by ≤ 1)."""
     out = np.empty(n, dtype=int)
@@ -291,6 +311,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             )
     y = np.asarray([r[section.label] for r in records], dtype=float)
     usable = np.isfinite(y)
+    line = dropped_line(len(rows), skipped, int((~usable).sum()), section.label)
+    if line is not None:
+        ctx.log.warning(line)
     if usable.sum() < section.folds:
         raise ConfigError(
             f"only {int(usable.sum())} pairs with a finite {section.label} (need >= folds={section.folds})",
@@ -317,6 +340,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "pairs": len(records),
         "usable": int(usable.sum()),
         "skipped_no_passages": skipped,
+        "dropped_not_finite": int((~usable).sum()),
         "label_mean": float(y[usable].mean()),
         "label_std": float(y[usable].std()),
         "folds": section.folds,

@@ -11,6 +11,9 @@ many cases:
   :func:`~workbench.core.interrupt.check_interrupt` before each as the generator does before each model forward, and
   counts them in ``steps_done`` — so a server can interrupt it.
 
+``warm`` (the serve app's warm-up) takes ``warm_seconds`` (0 unless set), checking for interruption every 10 ms, then
+raises ``warm_error`` when set; ``warm_calls`` records each call's ``answer`` flag.
+
 Every answer carries an ``ood`` block (docs/ood.md): flagged (``question_form``, ``reported``) for a question that
 starts with ``ood``, clear otherwise.
 
@@ -43,8 +46,17 @@ class FakeRuntime:
     version = "1.2.3"
     methods = ("dtr", "d2rag")  # d2rag is the default although it is not first
 
-    def __init__(self, slow_seconds: float = 0.5, step_seconds: float = 0.02) -> None:
+    def __init__(
+        self,
+        slow_seconds: float = 0.5,
+        step_seconds: float = 0.02,
+        warm_seconds: float = 0.0,
+        warm_error: Exception | None = None,
+    ) -> None:
         self.slow_seconds = slow_seconds
+        self.warm_seconds = warm_seconds
+        self.warm_error = warm_error
+        self.warm_calls: list[bool] = []
         self.step_seconds = step_seconds
         self.steps_done = 0
         self.steps_started = threading.Event()
@@ -62,6 +74,16 @@ class FakeRuntime:
             "methods": dict(self.method_options),
             "decision": {"features": ["entropy", "length"], "classifier": "logreg", "tau": 0.4, "rule": "p < tau"},
         }
+
+    def warm(self, methods: Sequence[str] | None = None, *, answer: bool = False) -> FakeRuntime:
+        self.warm_calls.append(answer)
+        until = time.monotonic() + self.warm_seconds
+        while time.monotonic() < until:
+            check_interrupt()
+            time.sleep(0.01)
+        if self.warm_error is not None:
+            raise self.warm_error
+        return self
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         out = []

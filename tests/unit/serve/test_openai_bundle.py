@@ -9,11 +9,9 @@ Runtime's own.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +24,6 @@ from tests.unit.serve.test_serve_load import _wait_queue, blocked_server
 from workbench.serve import ServeLimits, create_app
 
 LIMITS = ServeLimits(max_batch=4, max_body_bytes=4096, max_question_chars=100, max_question_tokens=40)
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
@@ -322,18 +319,10 @@ def test_a_chat_whose_client_left_is_dropped_unanswered():
 def real(tmp_path_factory, tiny_lm_long_dir, tiny_encoder_dir) -> Iterator[tuple[str, Any, httpx.Client]]:
     """The committed fixture bundle loaded on the tiny models (the ones it was exported with: same weights) and a
     small corpus, served live; yields its URL, the Runtime and a raw HTTP client."""
-    from tests.bundle_run import write_corpus
-    from workbench.runtime import load_bundle
+    from tests.bundle_run import load_fixture_on_tiny_models
 
     work = tmp_path_factory.mktemp("openai-bundle")
-    bundle = Path(shutil.copytree(FIXTURE, work / "tiny" / "1.0.0"))
-    overrides = {
-        "generator": str(tiny_lm_long_dir),
-        "embedder": str(tiny_encoder_dir),
-        "allow_model_mismatch": True,
-        "corpus": str(write_corpus(work / "corpus.jsonl", n=50)),
-    }
-    runtime = load_bundle(bundle, overrides).warm()
+    runtime = load_fixture_on_tiny_models(work, tiny_lm_long_dir, tiny_encoder_dir).warm()
     with serving(create_app(runtime, ServeLimits())) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield url, runtime, client
 

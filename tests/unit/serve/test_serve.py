@@ -49,12 +49,22 @@ def _detail(response: httpx.Response) -> str:
 
 def test_health(live):
     _, _, client = live
+    deadline = time.monotonic() + 10
+    while client.get("/ready").status_code != 200:  # the fake's warm-up takes no time, on a thread of its own
+        assert time.monotonic() < deadline, "never ready"
+        time.sleep(0.01)
     response = client.get("/health")
     assert response.status_code == 200
     body = response.json()
     queue = body.pop("queue")
     ood = body.pop("ood")
-    assert body == {"status": "ok", "bundle": "fake-bundle", "version": "1.2.3", "methods": ["dtr", "d2rag"]}
+    assert body == {
+        "status": "ok",
+        "ready": True,  # test_readiness.py: before the warm-up is done
+        "bundle": "fake-bundle",
+        "version": "1.2.3",
+        "methods": ["dtr", "d2rag"],
+    }
     fields = {"queued", "queued_requests", "running", "limit", "batches", "answered", "dropped", "interrupted"}
     assert set(queue) == fields
     assert queue["limit"] == LIMITS.max_queue and queue["queued"] == 0
@@ -394,7 +404,8 @@ def test_run_server_binds_localhost_by_default_and_prints_its_urls(monkeypatch, 
     line = capsys.readouterr().out.strip()
     assert line.startswith("workbench serve: fake-bundle 1.2.3 at http://127.0.0.1:")
     port = line.split("http://127.0.0.1:")[1].split(" ")[0]
-    assert int(port) > 0 and line.endswith(f"(docs: http://127.0.0.1:{port}/docs)")
+    url = f"http://127.0.0.1:{port}"
+    assert int(port) > 0 and line.endswith(f"(docs: {url}/docs, readiness: {url}/ready)")
 
 
 def test_serve_limits_defaults_and_validation():
