@@ -84,6 +84,7 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
         f"| feature | {head} | 90% interval on `{split}` (BCa bootstrap, {N_RESAMPLES:,} resamples) | NaN rows |",
         "|---|" + "---:|" * len(splits) + "---|---:|",
     ]
+    bounds: list[tuple[float, float] | None] = []  # the error bars of the plot's `split` series
     for name in features:
         cells = []
         for s in splits:
@@ -96,21 +97,21 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
             else (float("nan"), float("nan"))
         )
         interval = "–" if math.isnan(low) else f"{low:.2f} – {high:.2f}"
+        bounds.append(None if math.isnan(low) else (low, high))
         nans = sum(summary["splits"][s]["nan_count"].get(name, 0) for s in splits)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {interval} | {nans} |")
-    series = {
-        s: [
-            (lambda v: 0.5 if v is None else v)(summary["splits"][s]["auroc_correct_contains"].get(n)) for n in features
-        ]
-        for s in splits
-    }
+    series = {s: [summary["splits"][s]["auroc_correct_contains"].get(n) for n in features] for s in splits}
+    shown = split in splits and any(b is not None for b in bounds)
     grouped_bars(
         out_dir / "feature_auroc.png",
         features,
         series,
-        title="AUROC of each feature for closed-book correctness (0.5 = chance)",
+        title="AUROC of each feature for closed-book correctness"
+        + (f" (error bars: 90% BCa interval on {split})" if shown else ""),
         ylabel="AUROC",
         rotate=45,
+        intervals={split: bounds} if shown else None,
+        reference=(0.5, "chance"),
     )
     lines += ["", "![feature AUROC](feature_auroc.png)", ""]
     if data.get(split):
