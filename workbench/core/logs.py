@@ -28,11 +28,21 @@ def is_quiet() -> bool:
     return _STATE["quiet"]
 
 
+FILE_ONLY = {"file_only": True}
+"""``extra=`` for a record the log file keeps and the console leaves out (the console shows it otherwise: the run's
+findings, which the CLI prints itself after its stage table)."""
+
+
+def _not_file_only(record: logging.LogRecord) -> bool:
+    return not getattr(record, "file_only", False)
+
+
 def setup_logging(level: str = "info", log_file: str | Path | None = None) -> None:
     """Configure the ``workbench`` logger: a rich console handler and, when given, a plain-text file handler.
 
-    Console level is ``level`` (raised to warning under quiet); the file always records ``level`` and above.
-    Calling it again replaces the previous handlers (a new run gets a new log file).
+    Console level is ``level`` (raised to warning under quiet); the file always records ``level`` and above. A record
+    logged with ``extra=FILE_ONLY`` goes to the file alone. Calling it again replaces the previous handlers (a new
+    run gets a new log file).
     """
     from rich.logging import RichHandler
 
@@ -45,6 +55,7 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> No
     logger.propagate = False
     console = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
     console.setLevel(max(numeric, logging.WARNING) if is_quiet() else numeric)
+    console.addFilter(_not_file_only)
     logger.addHandler(console)
     if log_file is not None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
