@@ -37,6 +37,13 @@ def _not_file_only(record: logging.LogRecord) -> bool:
     return not getattr(record, "file_only", False)
 
 
+def _wide_console() -> Any:
+    """A console on stdout as wide as a log line gets (not a terminal: nothing to fit)."""
+    from rich.console import Console
+
+    return Console(width=200)
+
+
 def setup_logging(level: str = "info", log_file: str | Path | None = None) -> None:
     """Configure the ``workbench`` logger: a rich console handler and, when given, a plain-text file handler.
 
@@ -53,7 +60,9 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> No
         handler.close()
     logger.setLevel(numeric)
     logger.propagate = False
-    console = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
+    # a log file or a pipe gets long lines unwrapped (a terminal's width is the terminal's; elsewhere rich assumes 80)
+    wide = None if is_terminal() else _wide_console()
+    console = RichHandler(console=wide, show_path=False, rich_tracebacks=False, markup=False)
     console.setLevel(max(numeric, logging.WARNING) if is_quiet() else numeric)
     console.addFilter(_not_file_only)
     logger.addHandler(console)

@@ -128,3 +128,14 @@ def test_output_to_a_pipe_prints_progress_lines():
     )
     assert "infer (d2rag): 3 of 3 (100%) in 0:00" in done.stderr
     assert "━" not in done.stdout + done.stderr  # no bar was drawn
+
+
+def test_a_log_line_is_not_wrapped_when_output_is_not_a_terminal(monkeypatch, capsys):
+    import logging as std_logging
+
+    monkeypatch.setattr(logs, "is_terminal", lambda: False)
+    setup_logging("info")
+    line = "collect (test): 120 of 500 (24%), 3.1/s, elapsed 0:38, ETA 2:02, " + "x" * 80
+    std_logging.getLogger("workbench.progress").info(line)
+    printed = [text for text in capsys.readouterr().out.splitlines() if "collect (test)" in text]
+    assert len(printed) == 1 and line in printed[0]  # rich's default 80 columns would fold it over three lines
