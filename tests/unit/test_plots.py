@@ -267,3 +267,12 @@ def test_transfer_panels_draw_the_decision_interval(tmp_path, drawn):
     )
     left = drawn[0]
     assert [(round(x, 1), lo, hi) for x, lo, hi in error_bars(left)] == [(0.8, 0.6, 0.85)]
+
+
+def test_curve_legends_sit_below_the_axes_off_the_curves(tmp_path, drawn):
+    labels = [0, 1, 1, 0, 1, 0, 1, 1]
+    scores = {"semantic_entropy (best feature)": [0.1, 0.9, 0.8, 0.2, 0.7, 0.3, 0.4, 0.6], "LR": [0.5] * 8}
+    roc_curves(tmp_path / "roc.png", scores, labels, title="ROC")
+    rejection_curves(tmp_path / "rej.png", scores, labels, title="rejection")
+    for ax in drawn:
+        assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0

@@ -72,13 +72,6 @@ def draw_bars(
                     )
 
 
-def legend_outside(ax: Any) -> None:
-    """The legend right of the axes (never over a bar or a printed value); none when it would have one entry (a
-    single series: the title and axis say what it is)."""
-    if len(ax.get_legend_handles_labels()[0]) > 1:
-        ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-
-
 def grouped_bars(
     path: Path,
     groups: Sequence[str],
@@ -113,7 +106,8 @@ def grouped_bars(
         ax.set_yticks([t for t in ax.get_yticks() if ylim[0] <= t <= ylim[1]])
     else:
         ax.margins(y=0.12)
-    legend_outside(ax)
+    if len(ax.get_legend_handles_labels()[0]) > 1:  # one entry: the title and axis say what it is
+        figure.legend_outside(ax)
     return figure.finish(plt, fig, [ax], path)
 
 

@@ -24,6 +24,17 @@ def require(mapping: dict, what: str, func: str) -> None:
         raise ValueError(f"{func}: no {what} given, need at least one")
 
 
+def legend_outside(ax: Any, *, below: bool = False) -> None:
+    """Put ``ax``'s legend outside the axes — to the right, or ``below`` it — where it covers no bar, curve or printed
+    value (the layout makes room for it)."""
+    if below:  # two columns when the entries are short enough to sit side by side within the figure
+        longest = max((len(label) for label in ax.get_legend_handles_labels()[1]), default=0)
+        ncol = 2 if longest <= 28 else 1
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol)
+    else:
+        ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
 def finish(plt: Any, fig: Any, ax_list: list, path: Path) -> Path:
     """Hide top/right spines of ``ax_list``, lay out, wrap any title that would be cut at the figure's edge
     (:func:`fit_titles`), create the parent folder, save ``fig`` as a PNG at ``path`` and close it; return ``path``."""
