@@ -37,15 +37,22 @@ def _not_file_only(record: logging.LogRecord) -> bool:
     return not getattr(record, "file_only", False)
 
 
-def _wide_console() -> Any:
-    """A console on stdout as wide as a log line gets (not a terminal: nothing to fit)."""
-    from rich.console import Console
+class _StdoutHandler(logging.StreamHandler):
+    """Plain log lines on whatever ``sys.stdout`` is when a record is written (a handler that kept the stream it was
+    made with would write to a replaced or closed one: a test's capture, a CLI runner's)."""
 
-    return Console(width=200)
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler sets it; stdout is read at each write instead
+        pass
 
 
 def setup_logging(level: str = "info", log_file: str | Path | None = None) -> None:
-    """Configure the ``workbench`` logger: a rich console handler and, when given, a plain-text file handler.
+    """Configure the ``workbench`` logger: a console handler (rich on a terminal, plain lines on stdout elsewhere)
+    and, when given, a plain-text file handler.
 
     Console level is ``level`` (raised to warning under quiet); the file always records ``level`` and above. A record
     logged with ``extra=FILE_ONLY`` goes to the file alone. Calling it again replaces the previous handlers (a new
@@ -60,9 +67,12 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> No
         handler.close()
     logger.setLevel(numeric)
     logger.propagate = False
-    # a log file or a pipe gets long lines unwrapped (a terminal's width is the terminal's; elsewhere rich assumes 80)
-    wide = None if is_terminal() else _wide_console()
-    console = RichHandler(console=wide, show_path=False, rich_tracebacks=False, markup=False)
+    console: logging.Handler
+    if is_terminal():
+        console = RichHandler(show_path=False, rich_tracebacks=False, markup=False)
+    else:  # a log file or a pipe: one plain line per record (rich would fold it at 80 columns and pad it)
+        console = _StdoutHandler()
+        console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     console.setLevel(max(numeric, logging.WARNING) if is_quiet() else numeric)
     console.addFilter(_not_file_only)
     logger.addHandler(console)
