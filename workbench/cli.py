@@ -201,6 +201,14 @@ def run_command(
         f"run '{loaded.config.name}' done in {result.seconds:.1f} s "
         f"({len(result.stages) - cached} stage(s) run, {cached} cached) → {result.run_dir}"
     )
+    _echo_findings(result.findings)
+
+
+def _echo_findings(lines: list[str]) -> None:
+    """The run's findings (what it found and ships, its report's path) after the verb's own table: the last thing
+    a run prints, on a terminal or in a log file."""
+    if lines:
+        typer.echo("findings:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 def _peak_mb(summary: dict) -> str:
@@ -257,6 +265,7 @@ def evaluate_command(
     ]
     _echo_table(rows, ["method", "EM", "F1", "contains", "retrieval", "LM calls/q", "tokens/q", "p50 s"])
     typer.echo(f"traces: {result.run_dir / 'stages' / 'evaluate' / 'traces'}")
+    _echo_findings(result.findings)
 
 
 @app.command("study")
@@ -309,6 +318,7 @@ def study_command(
         )
     _echo_table(rows, ["method", "chosen", f"{objective} val / test", "defaults val / test", "trials"])
     typer.echo(f"storage: {summary['storage']} → parameters in {result.run_dir / 'stages' / 'study' / 'params'}")
+    _echo_findings(result.findings)
 
 
 @app.command("merge")

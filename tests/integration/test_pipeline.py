@@ -53,6 +53,11 @@ def test_quickstart_with_tiny_model_caches_and_reports(tmp_path, tiny_lm_long_di
         f"Regenerate with `workbench run quickstart generator.model={tiny_lm_long_dir} run_dir={tmp_path}/run" in report
     )
     assert "'stages=[build_data,answer,collect,report]'" in report
+    # the findings open the report and end the run (with the report's path), the same lines
+    top = report.split("## Findings\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert top[0].startswith("- Answers (") and [f"- {line}" for line in first.findings[:-1]] == top
+    assert first.findings[-1] == f"Report: {tmp_path}/report/report.md"
+    assert (tmp_path / "report" / "by_template.png").stat().st_size > 1000
 
     import datasets
 

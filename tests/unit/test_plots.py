@@ -7,26 +7,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.plot_capture import error_bars
 from workbench.metrics.ranking import auroc
-from workbench.plots import heatmap, horizontal_bars, rejection_curves, reliability_grid, roc_curves, roc_points
+from workbench.plots import (
+    grouped_bars,
+    heatmap,
+    horizontal_bars,
+    rejection_curves,
+    reliability_grid,
+    roc_curves,
+    roc_points,
+    unit_panels,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """The axes of every figure the plots module saves (captured just before saving), in order."""
-    import workbench.plots.figure as figure
-
-    axes = []
-    original = figure.finish
-
-    def capture(plt, fig, ax_list, path):
-        axes.extend(ax_list)
-        return original(plt, fig, ax_list, path)
-
-    monkeypatch.setattr(figure, "finish", capture)
-    return axes
 
 
 def _legend(ax) -> list[str]:
@@ -171,3 +165,114 @@ def test_empty_input_raises(tmp_path, call, match):
     with pytest.raises(ValueError, match=match):
         call(path)
     assert not path.exists()
+
+
+# ---- intervals, printed values, titles ----------------------------------------------------------------------------
+
+
+def _printed(ax) -> dict[str, float]:
+    """Each printed value and the height it is printed at."""
+    return {text.get_text(): text.xy[1] for text in ax.texts}
+
+
+def test_grouped_bars_draw_each_interval_and_print_the_value_above_it(tmp_path, drawn):
+    _assert_png(
+        grouped_bars(
+            tmp_path / "g.png",
+            ["a", "b", "c"],
+            {"closed-book": [0.5, 0.7, np.nan], "RAG": [0.25, 0.9, 1.0]},
+            title="t",
+            ylabel="accuracy",
+            intervals={"closed-book": [(0.4, 0.6), None, (0.1, 0.9)], "RAG": [None, None, (0.7, 1.0)]},
+            reference=(0.5, "chance"),
+        )
+    )
+    (ax,) = drawn
+    bars = sorted(error_bars(ax))
+    assert [(round(x, 2), lo, hi) for x, lo, hi in bars] == [(-0.2, 0.4, 0.6), (2.2, 0.7, 1.0)]  # c's NaN: no bar
+    printed = _printed(ax)
+    assert printed == {"0.50": 0.6, "0.70": 0.7, "0.25": 0.25, "0.90": 0.9, "1.00": 1.0}  # above the interval's top
+    assert ax.get_ylim()[1] > 1.0 and max(ax.get_yticks()) <= 1.0  # room for a value printed over a full bar
+    assert _legend(ax) == ["chance", "closed-book", "RAG"]
+    box, legend = ax.get_window_extent(), ax.get_legend().get_window_extent()
+    assert legend.x0 >= box.x1  # the legend sits right of the axes, over no bar
+
+
+def test_counts_print_as_whole_numbers_and_rates_with_decimals():
+    from workbench.plots.bars import value_format
+
+    assert value_format([4.0, 0.0, 6.0]) == "{:.0f}"
+    assert value_format([1.0, 0.0, 1.0]) == "{:.2f}"  # rates of exactly 1 and 0 are still rates
+    assert value_format([0.5, 6.0, np.nan]) == "{:.2f}"
+
+
+def _title_fits(fig, text) -> bool:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    box = text.get_window_extent(FigureCanvasAgg(fig).get_renderer())  # the saved figure, drawn again
+    return fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plots module saves, after they are finished."""
+    import workbench.plots.figure as figure
+
+    saved = []
+    original = figure.finish
+
+    def capture(plt, fig, ax_list, path):
+        out = original(plt, fig, ax_list, path)
+        saved.append(fig)
+        return out
+
+    monkeypatch.setattr(figure, "finish", capture)
+    return saved
+
+
+def test_a_long_title_is_wrapped_inside_the_figure_not_cut(tmp_path, figures):
+    title = "Logistic regression weights (standardised calibrated features) of the shipped router"
+    weights = {"matrix_degree_uncertainty": -0.247, "eccentricity_uncertainty": 0.25, "(intercept)": 1.17}
+    horizontal_bars(tmp_path / "w.png", weights, title=title, xlabel="weight")
+    horizontal_bars(tmp_path / "short.png", weights, title="LR weights", xlabel="weight")
+    (long_fig, short_fig) = figures
+    wrapped = long_fig.axes[0].title
+    assert "\n" in wrapped.get_text() and " ".join(wrapped.get_text().split()) == title  # every word kept
+    assert _title_fits(long_fig, wrapped)
+    assert short_fig.axes[0].title.get_text() == "LR weights"
+
+
+def test_a_long_figure_title_is_wrapped_too(tmp_path, figures):
+    panels = {"LM calls": ([1.0, 23.0], "calls"), "seconds": ([0.2, 9.7], "s")}
+    unit_panels(tmp_path / "u.png", ["no_rag", "insemrag"], panels, title="Cost per question " * 12)
+    (fig,) = figures
+    (suptitle,) = fig.texts
+    assert "\n" in suptitle.get_text() and _title_fits(fig, suptitle)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1", "23"]  # LM calls are whole numbers
+
+
+def test_transfer_panels_draw_the_decision_interval(tmp_path, drawn):
+    from workbench.plots import transfer_panels
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=40).astype(float)
+    probs = np.clip(labels * 0.4 + rng.uniform(0.1, 0.5, size=40), 0, 1)
+    transfer_panels(
+        tmp_path / "t.png",
+        ["entropy", "decision"],
+        {"in distribution": [0.7, 0.75], "shifted": [0.6, None]},
+        {"in distribution": (probs, labels)},
+        title="transfer",
+        intervals={"in distribution": [None, (0.6, 0.85)], "shifted": [None, None]},
+    )
+    left = drawn[0]
+    assert [(round(x, 1), lo, hi) for x, lo, hi in error_bars(left)] == [(0.8, 0.6, 0.85)]
+
+
+def test_curve_legends_sit_below_the_axes_off_the_curves(tmp_path, drawn):
+    labels = [0, 1, 1, 0, 1, 0, 1, 1]
+    scores = {"semantic_entropy (best feature)": [0.1, 0.9, 0.8, 0.2, 0.7, 0.3, 0.4, 0.6], "LR": [0.5] * 8}
+    roc_curves(tmp_path / "roc.png", scores, labels, title="ROC")
+    rejection_curves(tmp_path / "rej.png", scores, labels, title="rejection")
+    for ax in drawn:
+        assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0

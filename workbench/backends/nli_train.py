@@ -108,10 +108,9 @@ def _train_loop(
 ) -> dict[str, float]:
     """Fine-tune ``model`` in place; returns the mean loss of the last epoch and the pairs per second."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
-    from workbench.core.logs import is_quiet
+    from workbench.core.logs import progress as show_progress
 
     batch_size, epochs = settings["batch_size"], settings["epochs"]
     steps = epochs * ((len(pairs) + batch_size - 1) // batch_size)
@@ -119,32 +118,30 @@ def _train_loop(
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings["warmup_ratio"] * steps), steps)
     rng = random.Random(settings["seed"])
     model.train()
-    bar = tqdm(total=steps, desc="train NLI cross-encoder", disable=not progress or is_quiet(), unit="step")
     start, last_losses = time.perf_counter(), []
-    for _ in range(epochs):
-        order = list(range(len(pairs)))
-        rng.shuffle(order)
-        last_losses = []
-        for idx in _batches(order, batch_size):
-            batch = tokenizer(
-                [_with_q(pairs[i], pairs[i].premise) for i in idx],
-                [_with_q(pairs[i], pairs[i].hypothesis) for i in idx],
-                padding=True,
-                truncation="longest_first",
-                max_length=settings["max_length"],
-                return_tensors="pt",
-            )
-            labels = torch.tensor([int(pairs[i].label) for i in idx])
-            loss = model(**batch, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            last_losses.append(float(loss.detach()))
-            bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(last_losses[-20:]):.3f}")
-    bar.close()
+    with show_progress("train NLI cross-encoder (steps)", steps, shown=progress) as bar:
+        for _ in range(epochs):
+            order = list(range(len(pairs)))
+            rng.shuffle(order)
+            last_losses = []
+            for idx in _batches(order, batch_size):
+                batch = tokenizer(
+                    [_with_q(pairs[i], pairs[i].premise) for i in idx],
+                    [_with_q(pairs[i], pairs[i].hypothesis) for i in idx],
+                    padding=True,
+                    truncation="longest_first",
+                    max_length=settings["max_length"],
+                    return_tensors="pt",
+                )
+                labels = torch.tensor([int(pairs[i].label) for i in idx])
+                loss = model(**batch, labels=labels).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                last_losses.append(float(loss.detach()))
+                bar.advance(1, note=f"loss {np.mean(last_losses[-20:]):.3f}")
     model.eval()
     seconds = time.perf_counter() - start
     return {"final_loss": float(np.mean(last_losses)), "seconds": seconds, "pairs_per_s": epochs * len(pairs) / seconds}

@@ -46,3 +46,8 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: 
             raise ValueError(f"a row has {len(row)} cells for {width} columns: {list(row)!r}")
         lines.append("| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in row) + " |")
     return lines
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, in the plural unless ``n`` is 1: ``1 question``, ``32 questions`` (a regular noun)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

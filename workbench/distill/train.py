@@ -19,7 +19,8 @@ the trace rows and fits it with a Lightning ``Trainer`` built from :class:`Train
   which the runner keeps across an interrupted run and deletes when the stage completes: :func:`train_in_stage`).
 * **seeding** — ``lightning.seed_everything(seed)`` before the adapter is initialised, and a row order that depends
   only on (seed, epoch) (:class:`~workbench.distill.student.EpochShuffle`), so a resumed run sees the same batches.
-* **progress and tracking** — a rich progress bar (hidden under ``--quiet``); the loss of every optimizer step goes
+* **progress and tracking** — a rich progress bar on a terminal (hidden under ``--quiet``), rate-limited
+  log lines of the optimizer steps elsewhere (:func:`step_lines_class`); the loss of every optimizer step goes
   to the run's tracker (wandb, offline unless ``WANDB_MODE`` says otherwise) as ``distill/loss``.
 """
 
@@ -298,6 +299,36 @@ def resumable_checkpoint_class() -> type:
     return ResumableCheckpoint
 
 
+def step_lines_class() -> type:
+    """A Lightning callback that reports optimizer steps as :class:`~workbench.core.logs.ProgressLines` (n of N, the
+    rate, the ETA and the step's loss; rank 0 only): the trainer's progress where output is not a terminal."""
+    import lightning
+
+    from workbench.core.logs import ProgressLines
+
+    class StepLines(lightning.pytorch.Callback):
+        def __init__(self) -> None:
+            self.lines: ProgressLines | None = None
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            if trainer.is_global_zero:
+                total = int(trainer.estimated_stepping_batches)
+                self.lines = ProgressLines("train (optimizer steps)", total, completed=int(trainer.global_step))
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if self.lines is not None:
+                loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+                note = f"loss {float(loss):.3f}" if loss is not None else None
+                self.lines.update(int(trainer.global_step), note)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            if self.lines is not None:
+                self.lines.close()
+                self.lines = None
+
+    return StepLines
+
+
 def _remove(path: Path) -> None:
     """Delete a file or a directory tree if it exists."""
     if path.is_dir():
@@ -394,7 +425,7 @@ def train_student(
     import lightning
     import torch
 
-    from workbench.core.logs import is_quiet
+    from workbench.core.logs import is_quiet, is_terminal
     from workbench.distill.student import (
         EpochShuffle,
         LoaderProgress,
@@ -432,10 +463,13 @@ def train_student(
     checkpointer = resumable_checkpoint_class()(Path(checkpoint_dir), settings.checkpoint_every)
     show = (not is_quiet()) if progress is None else progress
     bar = []
-    if show:
+    if show and is_terminal():
         from lightning.pytorch.callbacks import RichProgressBar
 
         bar = [RichProgressBar(leave=True)]
+    elif progress is not False:  # a log file or a pipe: rate-limited lines (to the run log only, under --quiet)
+        bar = [step_lines_class()()]
+        show = False  # Lightning's own bar would fall back to tqdm
     with quiet_lightning():
         try:
             trainer = lightning.Trainer(

@@ -62,7 +62,7 @@ def roc_curves(path: Path, curves: dict[str, Sequence[float]], labels: Sequence[
 
     figure.require(curves, "curves", "roc_curves")
     plt = figure.pyplot()
-    fig, ax = plt.subplots(figsize=(4.2, 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(4.4, 4.6), dpi=110)  # room for the legend below the axes
     ax.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="grey", linewidth=0.8, label="chance")
     for name, scores in curves.items():
         area = auroc(scores, labels)
@@ -76,7 +76,7 @@ def roc_curves(path: Path, curves: dict[str, Sequence[float]], labels: Sequence[
     ax.set_xlabel("false-positive rate")
     ax.set_ylabel("true-positive rate")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, frameon=False, loc="lower right")
+    figure.legend_outside(ax, below=True)
     return figure.finish(plt, fig, [ax], path)
 
 
@@ -90,7 +90,7 @@ def rejection_curves(path: Path, curves: dict[str, Sequence[float]], quality: Se
     figure.require(curves, "curves", "rejection_curves")
     plt = figure.pyplot()
     q = np.asarray(quality, dtype=float).reshape(-1)
-    fig, ax = plt.subplots(figsize=(4.8, 3.4), dpi=110)
+    fig, ax = plt.subplots(figsize=(4.8, 4.4), dpi=110)  # room for the legend below the axes
     for name, confidence in curves.items():
         rates, kept = rejection_curve(confidence, q)
         if rates.size == 0:
@@ -105,5 +105,5 @@ def rejection_curves(path: Path, curves: dict[str, Sequence[float]], quality: Se
     ax.set_xlabel("rejection rate")
     ax.set_ylabel("mean quality of kept")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, frameon=False)
+    figure.legend_outside(ax, below=True)
     return figure.finish(plt, fig, [ax], path)

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 import workbench.plots.figure as figure
+from workbench.plots.bars import draw_bars
 
 
 def reliability_grid(
@@ -64,9 +63,11 @@ def transfer_panels(
     *,
     title: str,
     n_bins: int = 10,
+    intervals: dict[str, Sequence[tuple[float, float] | None]] | None = None,
 ) -> Path:
     """Save two panels comparing conditions (e.g. in distribution vs shifted): left, AUROC bars per group (one bar per
-    condition in ``aurocs``; a missing value draws no bar, 0.5 dashed); right, the reliability diagram of each
+    condition in ``aurocs``; a missing value draws no bar, 0.5 dashed; error bars where ``intervals`` gives a
+    condition's ``(low, high)`` for a group); right, the reliability diagram of each
     condition's ``(probabilities, labels)`` in ``reliability`` (equal-width bins, marker area by count, ECE in the
     legend, the diagonal dashed)."""
     from workbench.metrics.calibration import ece, reliability_table
@@ -76,11 +77,7 @@ def transfer_panels(
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(max(7.5, 3.2 + 0.55 * len(groups) * len(aurocs)), 3.6), dpi=110, width_ratios=(1.6, 1.0)
     )
-    width = 0.8 / len(aurocs)
-    for i, (label, values) in enumerate(aurocs.items()):
-        xs = [g + (i - (len(aurocs) - 1) / 2) * width for g in range(len(groups))]
-        heights = [np.nan if v is None else float(v) for v in values]
-        left.bar(xs, heights, width=width, label=label)
+    draw_bars(left, groups, aurocs, intervals, labels=False)
     left.axhline(0.5, color="grey", linestyle="--", linewidth=0.8)
     left.set_xticks(range(len(groups)), groups, rotation=35, ha="right", fontsize=7)
     left.set_ylim(0.0, 1.0)

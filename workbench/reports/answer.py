@@ -1,5 +1,6 @@
 """The answer-quality section of the run report: quality and cost per answering mode, accuracy per question
-template, a few example answers, and ``quality.png`` (from the ``answer`` stage's ``summary.json`` and
+template (a table and ``by_template.png``: closed-book vs RAG per template with intervals), a few example answers,
+and ``quality.png`` (from the ``answer`` stage's ``summary.json`` and
 ``examples.json``)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.core.formatting import fmt
+from workbench.core.formatting import counted, fmt
 
 MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG", "gold": "gold passage"}
 """Answering mode → the title the reports print."""
@@ -63,6 +64,40 @@ def template_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def template_intervals(by_mode: dict[str, dict[str, Any]], templates: list[str]) -> list[tuple[float, float] | None]:
+    """The 90% Wilson interval of each template's accuracy in one mode (``by_mode``: the summary's per-template rows
+    of that mode; containment is right or wrong per question, so accuracy × n counts the right ones); None where
+    the mode has no question of the template."""
+    from workbench.metrics.proportion import wilson_interval
+
+    out = []
+    for template in templates:
+        row = by_mode.get(template)
+        out.append(None if not row else wilson_interval(round(row["contains"] * row["n"]), row["n"]))
+    return out
+
+
+def template_plot(summary: dict[str, Any], path: Path) -> Path:
+    """``path``: accuracy per question template, one bar per answering mode (closed-book, RAG, gold passage), each
+    with its 90% Wilson interval — where retrieval helps and where it hurts, at a glance."""
+    from workbench.plots import grouped_bars
+
+    by = summary["by_template"]
+    templates = sorted({t for per_mode in by.values() for t in per_mode})
+    long_names = len(templates) > 3 or max(len(t) for t in templates) > 12
+    counts = {t: max((per_mode.get(t) or {}).get("n", 0) for per_mode in by.values()) for t in templates}
+    return grouped_bars(
+        path,
+        [f"{t} (n = {counts[t]})" for t in templates],
+        {MODE_TITLES.get(m, m): [(by[m].get(t) or {}).get("contains") for t in templates] for m in by},
+        title=f"Accuracy by question template on {counted(summary['n_questions'], summary['split'] + ' question')}: "
+        "closed-book vs RAG (error bars: 90% Wilson intervals)",
+        ylabel="accuracy (containment)",
+        rotate=30 if long_names else 0,
+        intervals={MODE_TITLES.get(m, m): template_intervals(by[m], templates) for m in by},
+    )
+
+
 def example_table(examples: list[dict[str, Any]], limit: int = 6) -> list[str]:
     """Markdown rows: a few questions with the gold answer and each mode's prediction."""
     if not examples:
@@ -81,7 +116,8 @@ def example_table(examples: list[dict[str, Any]], limit: int = 6) -> list[str]:
 
 
 def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[str], list[str]]:
-    """``(setting lines, section lines)`` for the ``answer`` stage, with ``quality.png`` written to ``out_dir``."""
+    """``(setting lines, section lines)`` for the ``answer`` stage, with ``quality.png`` and ``by_template.png``
+    written to ``out_dir``."""
     from workbench.plots import grouped_bars
 
     summary = json.loads((answer_dir / "summary.json").read_text())
@@ -94,6 +130,7 @@ def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[s
         title=f"{config.name}: answer quality on {summary['n_questions']} {summary['split']} questions",
         ylabel="score",
     )
+    template_plot(summary, out_dir / "by_template.png")
     settings = [
         f"- generator: `{summary['generator']}` ({summary['generator_source']}), greedy, "
         f"at most {summary['max_new_tokens']} new tokens, stop at newline",
@@ -116,6 +153,8 @@ def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[s
         "## By question template",
         "",
         *template_table(summary),
+        "",
+        "![accuracy by template: closed-book vs RAG](by_template.png)",
         "",
         "*Format ok*: the answer names exactly one option (either-or), or is not empty (open questions). *Gold "
         "option first*: the share of questions whose gold is the first option named (0.5 by construction). "

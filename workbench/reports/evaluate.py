@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.core.formatting import fmt, markdown_table
+from workbench.core.formatting import counted, fmt, markdown_table
 
 
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
@@ -25,7 +25,7 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
             label: [methods[m][key] for m in names]
             for key, label in (("em", "EM"), ("f1", "token F1"), ("contains", "containment"))
         },
-        title=f"Methods on {summary['questions']} {summary['split']} questions",
+        title=f"Methods on {counted(summary['questions'], summary['split'] + ' question')}",
         ylabel="score",
         rotate=30,
     )

@@ -39,11 +39,22 @@ def _minority(rows: list[dict[str, Any]]) -> int:
     return min(positives, len(rows) - positives)
 
 
-def _rows(collect_dir: Path, split: str) -> list[dict[str, Any]]:
+def split_rows(collect_dir: Path, split: str) -> list[dict[str, Any]]:
+    """The collected rows of ``split`` (features and labels per question); [] when the split was not collected."""
     import datasets
 
     path = collect_dir / split
     return datasets.load_from_disk(str(path)).to_list() if path.exists() else []
+
+
+def auroc_interval(rows: list[dict[str, Any]], feature: str) -> tuple[float, float] | None:
+    """The 90% BCa interval of ``feature``'s AUROC for ``correct_contains`` over ``rows`` (:func:`bootstrap_auroc`);
+    None when the rows hold fewer than :data:`MIN_PER_CLASS` correct or wrong answers (anecdotal) or the interval is
+    undefined."""
+    if not rows or _minority(rows) < MIN_PER_CLASS:
+        return None
+    low, high = bootstrap_auroc([r[feature] for r in rows], [r["correct_contains"] for r in rows])
+    return None if math.isnan(low) else (low, high)
 
 
 def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> list[str]:
@@ -58,7 +69,7 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
     meta = json.loads((collect_dir / "metadata.json").read_text())
     features: list[str] = summary["features"]
     splits = list(summary["splits"])
-    data = {s: _rows(collect_dir, s) for s in splits}
+    data = {s: split_rows(collect_dir, s) for s in splits}
     lines = [
         "## Uncertainty features: do they predict closed-book correctness?",
         "",
@@ -84,33 +95,29 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
         f"| feature | {head} | 90% interval on `{split}` (BCa bootstrap, {N_RESAMPLES:,} resamples) | NaN rows |",
         "|---|" + "---:|" * len(splits) + "---|---:|",
     ]
+    bounds: list[tuple[float, float] | None] = []  # the error bars of the plot's `split` series
     for name in features:
         cells = []
         for s in splits:
             value = summary["splits"][s]["auroc_correct_contains"].get(name)
             cells.append("–" if value is None else f"{value:.3f}")
-        rows = data.get(split, [])
-        low, high = (
-            bootstrap_auroc([r[name] for r in rows], [r["correct_contains"] for r in rows])
-            if rows and not scarce
-            else (float("nan"), float("nan"))
-        )
-        interval = "–" if math.isnan(low) else f"{low:.2f} – {high:.2f}"
+        bound = auroc_interval(data.get(split, []), name)
+        interval = "–" if bound is None else f"{bound[0]:.2f} – {bound[1]:.2f}"
+        bounds.append(bound)
         nans = sum(summary["splits"][s]["nan_count"].get(name, 0) for s in splits)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {interval} | {nans} |")
-    series = {
-        s: [
-            (lambda v: 0.5 if v is None else v)(summary["splits"][s]["auroc_correct_contains"].get(n)) for n in features
-        ]
-        for s in splits
-    }
+    series = {s: [summary["splits"][s]["auroc_correct_contains"].get(n) for n in features] for s in splits}
+    shown = split in splits and any(b is not None for b in bounds)
     grouped_bars(
         out_dir / "feature_auroc.png",
         features,
         series,
-        title="AUROC of each feature for closed-book correctness (0.5 = chance)",
+        title="AUROC of each feature for closed-book correctness"
+        + (f" (error bars: 90% BCa interval on {split})" if shown else ""),
         ylabel="AUROC",
         rotate=45,
+        intervals={split: bounds} if shown else None,
+        reference=(0.5, "chance"),
     )
     lines += ["", "![feature AUROC](feature_auroc.png)", ""]
     if data.get(split):

@@ -25,9 +25,14 @@ def seper_section(seper_dir: Path, out_dir: Path) -> list[str]:
             "ΔSePer-S": [entries[k]["delta_seper_s"]["mean"] for k in ranking],
             "ΔSePer-H": [entries[k]["delta_seper_h"]["mean"] for k in ranking],
         },
-        title=f"Retrieval utility on {summary['questions']} {summary['split']} questions (top-{summary['k']})",
+        title=f"Retrieval utility on {summary['questions']} {summary['split']} questions (top-{summary['k']}; "
+        "error bars: 90% intervals of the mean)",
         ylabel="mean ΔSePer",
         ylim=None,
+        intervals={
+            "ΔSePer-S": [(entries[k]["delta_seper_s"]["low"], entries[k]["delta_seper_s"]["high"]) for k in ranking],
+            "ΔSePer-H": [(entries[k]["delta_seper_h"]["low"], entries[k]["delta_seper_h"]["high"]) for k in ranking],
+        },
     )
     lines = [
         "## Retrievers ranked by retrieval utility (ΔSePer)",

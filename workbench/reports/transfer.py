@@ -21,11 +21,17 @@ def _signed(value: float | None, digits: int = 3) -> str:
     return fmt(value) if value is None else f"{value:+.{digits}f}"
 
 
+def _bounds(interval: list[float | None] | None) -> tuple[float, float] | None:
+    """A stored ``[low, high]`` as an error bar's bounds; None when either end is missing."""
+    if not interval or interval[0] is None or interval[1] is None:
+        return None
+    return float(interval[0]), float(interval[1])
+
+
 def _with_interval(value: float | None, interval: list[float | None] | None, signed: bool = False) -> str:
     text = _signed(value) if signed else fmt(value)
-    if not interval or interval[0] is None or interval[1] is None:
-        return text
-    return f"{text} [{fmt(interval[0])}, {fmt(interval[1])}]"
+    bounds = _bounds(interval)
+    return text if bounds is None else f"{text} [{fmt(bounds[0])}, {fmt(bounds[1])}]"
 
 
 def headline(record: dict[str, Any]) -> str:
@@ -209,6 +215,10 @@ def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
         },
         {TITLES[c]: (conditions[c]["p_correct"], conditions[c]["labels"]) for c in conditions},
         title=f"calibration transfer: {', '.join(record['in_templates'])} → {', '.join(record['shifted_templates'])}",
+        intervals={  # the decision's AUROC has a paired bootstrap interval per condition; the features' have none
+            TITLES[c]: [None] * len(features) + [_bounds(conditions[c]["intervals"]["decision_auroc"])]
+            for c in conditions
+        },
     )
     boot = record["bootstrap"]
     return [

@@ -13,6 +13,7 @@ from typing import Any
 from workbench.core.atomic import atomic_directory
 from workbench.reports.answer import answer_section
 from workbench.reports.bundle import bundle_section
+from workbench.reports.findings import findings_section, run_findings
 from workbench.reports.timing import stage_times, time_lines
 from workbench.stages.context import StageContext
 
@@ -20,10 +21,12 @@ from workbench.stages.context import StageContext
 def run(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory; return the report path and total seconds.
 
-    Sections follow the stages the run has: answer quality (``answer``), feature AUROCs (``collect``),
-    calibration (``calibrate``), routing (``classify``), calibration transfer (``transfer``), retrievers by ΔSePer
-    (``seper_eval``), the utility predictor (``fit_utility``), the methods side by side (``evaluate``) and the
-    contrastive-decoding benchmark (``bench_decoding``), the exported bundle (``export``), then the time table.
+    The report opens with the run's findings (:mod:`workbench.reports.findings`: the lines the run ends with, less
+    the report's path) and its setup. Sections follow the stages the run has: answer quality (``answer``), feature
+    AUROCs (``collect``), calibration (``calibrate``), routing (``classify``), calibration transfer (``transfer``),
+    retrievers by ΔSePer (``seper_eval``), the utility predictor (``fit_utility``), the methods side by side
+    (``evaluate``) and the contrastive-decoding benchmark (``bench_decoding``), the exported bundle (``export``),
+    then the time table.
     """
     from workbench.core.errors import ConfigError
 
@@ -99,6 +102,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "",
             f"Regenerate with `{ctx.rerun}`; written {_dt.datetime.now():%Y-%m-%d %H:%M}.",
             "",
+            *findings_section(run_findings(config, ctx.inputs.get)),
+            *(["## Setup", ""] if settings else []),
             *settings,
             "",
             *body,

@@ -45,7 +45,7 @@ from workbench.core.config import dump_yaml, to_plain
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.hashing import file_sha256, stable_hash, tree_sha256
 from workbench.core.launch import launch_rank
-from workbench.core.logs import setup_logging
+from workbench.core.logs import FILE_ONLY, setup_logging
 from workbench.core.memory import (
     PeakMemory,
     large_allocations_mapped,
@@ -95,6 +95,8 @@ class RunResult:
     run_dir: Path
     stages: list[StageResult] = field(default_factory=list)
     seconds: float = 0.0
+    findings: list[str] = field(default_factory=list)
+    """What the run found and ships, and its report's path (:func:`workbench.reports.findings.end_of_run_lines`)."""
 
     def stage(self, name: str) -> StageResult:
         """The result of stage ``name``."""
@@ -398,7 +400,23 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
     manifest["cost"] = counter.as_dict()
     atomic_write_json(run_dir / "manifest.json", manifest)
     log.info("run %s finished in %.1f s", config.name, result.seconds)
+    result.findings = _findings(recipe.config, result)
+    for line in result.findings:  # the console gets them from the CLI, after its stage table
+        log.info("finding: %s", line, extra=FILE_ONLY)
     return result
+
+
+def _findings(config: RecipeConfig, result: RunResult) -> list[str]:
+    """The run's findings and its report's path (the ``report`` a stage's summary names), or [] when they cannot be
+    read: a finished run never fails for its summary."""
+    from workbench.reports.findings import UNREADABLE, end_of_run_lines
+
+    report = next((str(s.summary["report"]) for s in result.stages if "report" in s.summary), None)
+    try:
+        return end_of_run_lines(config, result.run_dir, report)
+    except UNREADABLE as exc:
+        log.debug("no findings: %s", exc)
+        return [f"Report: {report}"] if report else []
 
 
 def _run_stage(

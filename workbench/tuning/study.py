@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.core.errors import ConfigError
+from workbench.core.logs import progress as show_progress
 from workbench.tuning.objective import Pruned
 from workbench.tuning.space import ParamSpec
 from workbench.tuning.storage import WORKER_ATTR, fail_dead_workers, worker_id
@@ -271,23 +272,24 @@ def run_study(
             study.stop()
 
     idle_rounds = 0
-    while (missing := settings.n_trials - _finished(study)) > 0 and idle_rounds < 5:
-        before = _finished(study)
-        study.optimize(  # pruned and failed trials do not count: go on until n_trials are complete
-            objective,
-            n_trials=missing,
-            callbacks=[enough],
-            show_progress_bar=progress and _has_tty(),
-            catch=(),
-        )
-        idle_rounds = idle_rounds + 1 if _finished(study) == before else 0
+    with show_progress(
+        f"study {name} (complete trials)", settings.n_trials, completed=_finished(study), shown=progress
+    ) as shown:
+
+        def count(study: Any, trial: Any) -> None:  # complete trials of every worker sharing the study
+            shown.update(_finished(study))
+
+        while (missing := settings.n_trials - _finished(study)) > 0 and idle_rounds < 5:
+            before = _finished(study)
+            study.optimize(  # pruned and failed trials do not count: go on until n_trials are complete
+                objective,
+                n_trials=missing,
+                callbacks=[enough, count],
+                show_progress_bar=False,  # the workbench's progress: a bar on a terminal, log lines elsewhere
+                catch=(),
+            )
+            idle_rounds = idle_rounds + 1 if _finished(study) == before else 0
     return _outcome(study, settings, recovered)
-
-
-def _has_tty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
 
 
 def _feasible(metrics: dict[str, float], constraints: dict[str, float]) -> bool:

@@ -206,11 +206,19 @@ def _toy_pairs(n: int) -> list[NLIPair]:
     return [NLIPair(p, h, label, f"a{i}", "toy") for i in range(n) for p, h, label in texts][:n]
 
 
-def test_train_save_load_cross_encoder(tiny_encoder_dir, tmp_path):
+def test_train_save_load_cross_encoder(tiny_encoder_dir, tmp_path, monkeypatch, caplog):
+    import logging
+
+    import workbench.core.logs as logs
+
+    monkeypatch.setattr(logs, "is_terminal", lambda: False)  # output to a log: the steps as lines, with the loss
+    caplog.set_level(logging.INFO, logger="workbench.progress")
     out = tmp_path / "nli-ce"
     metrics = train_cross_encoder(
-        _toy_pairs(12), _toy_pairs(6), out_dir=out, base_model=str(tiny_encoder_dir), batch_size=4, progress=False
+        _toy_pairs(12), _toy_pairs(6), out_dir=out, base_model=str(tiny_encoder_dir), batch_size=4, progress=True
     )
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "workbench.progress"]
+    assert line.startswith("train NLI cross-encoder (steps): 3 of 3 (100%) in ") and ", loss " in line
     assert {"val_accuracy", "val_recall", "train_seconds", "val_pairs_per_s"} <= set(metrics)
     assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["train_pairs"] == 12
     assert (out / "model.safetensors").is_file() and (out / "workbench_nli.json").is_file()

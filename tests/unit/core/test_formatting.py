@@ -28,3 +28,13 @@ def test_markdown_table_aligns_and_checks_widths():
         markdown_table(["a", "b"], [[1]])
     with pytest.raises(ValueError, match="align"):
         markdown_table(["a", "b"], [], align="lx")
+
+
+def test_counted_uses_the_singular_for_one():
+    from workbench.core.formatting import counted
+
+    assert [counted(n, "test question") for n in (0, 1, 32)] == [
+        "0 test questions",
+        "1 test question",
+        "32 test questions",
+    ]

@@ -37,7 +37,7 @@ def _rows():
     return rows
 
 
-def _train(model_dir, checkpoint_dir, *, callbacks=(), tracker=None, **overrides):
+def _train(model_dir, checkpoint_dir, *, callbacks=(), tracker=None, progress=False, **overrides):
     from workbench.distill.student import LoraSettings
     from workbench.distill.train import TrainSettings, train_student
 
@@ -49,13 +49,14 @@ def _train(model_dir, checkpoint_dir, *, callbacks=(), tracker=None, **overrides
         checkpoint_dir=checkpoint_dir,
         tracker=tracker,
         callbacks=callbacks,
-        progress=False,
+        progress=progress,
     )
 
 
 class _Tracker:
     def __init__(self):
         self.logged = []
+        self.progress_lines = []  # what the run's progress wrote
 
     def log(self, metrics, step=None):
         self.logged.append(metrics)
@@ -64,8 +65,13 @@ class _Tracker:
 @pytest.fixture(scope="module")
 def baseline(tiny_lm_dir, tmp_path_factory):
     """An uninterrupted two-epoch run with the default strategy (and a tracker)."""
+    import workbench.core.logs as logs
+
     tracker = _Tracker()
-    result = _train(tiny_lm_dir, tmp_path_factory.mktemp("ckpt-baseline"), tracker=tracker)
+    with pytest.MonkeyPatch.context() as patch:  # output to a log file, not a terminal: progress as lines
+        patch.setattr(logs, "is_terminal", lambda: False)
+        patch.setattr(logs, "_emit_line", tracker.progress_lines.append)
+        result = _train(tiny_lm_dir, tmp_path_factory.mktemp("ckpt-baseline"), tracker=tracker, progress=None)
     return result, tracker
 
 
@@ -84,6 +90,13 @@ def test_training_lowers_the_loss_and_logs_every_step(baseline):
     assert [m["distill/loss"] for m in tracker.logged] == losses
     assert result.rows.rows == {"refine": 24, "follow_up": 24} and result.rows.truncated == 0
     assert all("lora_" in name for name in result.state) and len(result.state) == 8  # 2 layers x (q, v) x (A, B)
+
+
+def test_progress_off_a_terminal_is_a_line_of_optimizer_steps_with_the_loss(baseline):
+    _, tracker = baseline
+    (line,) = tracker.progress_lines  # a fast run: only the last line (the rate limit holds the others)
+    assert line.startswith(f"train (optimizer steps): {2 * STEPS_PER_EPOCH} of {2 * STEPS_PER_EPOCH} (100%) in ")
+    assert ", loss " in line
 
 
 def test_the_trained_adapter_round_trips_to_peft_s_merged_model(baseline, tiny_lm_dir, tmp_path):

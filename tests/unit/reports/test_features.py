@@ -51,3 +51,17 @@ def test_interval_only_with_enough_answers_of_each_class(tmp_path, positives):
         low, high = (float(v) for v in interval.split(" – "))
         assert 0.0 <= low <= high <= 1.0 and not warned
     assert (tmp_path / "feature_auroc.png").stat().st_size > 1000
+
+
+def test_the_auroc_plot_has_error_bars_from_the_table_s_intervals(tmp_path, drawn):
+    from tests.plot_capture import error_bars
+
+    write_collect(tmp_path, 20)
+    lines = feature_section(tmp_path, tmp_path)
+    row = next(line for line in lines if line.startswith("| good |"))
+    low, high = (float(v) for v in row.split("|")[4].strip().split(" – "))
+    (ax,) = drawn
+    ((x, bar_low, bar_high),) = error_bars(ax)  # the `test` bar of the one feature (calib has no interval)
+    assert x > 0 and (round(bar_low, 2), round(bar_high, 2)) == (low, high)
+    assert "90% BCa interval on test" in ax.get_title().replace("\n", " ")
+    assert [line.get_ydata()[0] for line in ax.get_lines() if line.get_label() == "chance"] == [0.5]

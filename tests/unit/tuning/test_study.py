@@ -41,6 +41,25 @@ def test_study_finds_the_peak_and_starts_from_the_defaults(tmp_path):
     assert len(again.trials) == 25 and again.kinds["replay"]["trials"] == 25  # read back from the storage
 
 
+def test_study_progress_reads_in_a_log(tmp_path, monkeypatch, caplog):
+    """Output that is not a terminal gets the study's progress in complete trials as log lines (Optuna's own bar is
+    drawn only on a terminal); a resumed study counts from the trials it already has."""
+    import logging
+
+    import workbench.core.logs as logs
+
+    monkeypatch.setattr(logs, "is_terminal", lambda: False)
+    caplog.set_level(logging.INFO, logger="workbench.progress")
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    run_study(storage, "p", _specs(), _score, StudySettings(n_trials=3))
+    run_study(storage, "p", _specs(), _score, StudySettings(n_trials=5))
+    lines = [r.getMessage() for r in caplog.records if r.name == "workbench.progress"]
+    assert [line.split(" in ")[0] for line in lines] == [
+        "study p (complete trials): 3 of 3 (100%)",
+        "study p (complete trials): 5 of 5 (100%)",
+    ]
+
+
 def test_constraints_steer_the_pick(tmp_path):
     settings = StudySettings(n_trials=25, constraints={"retrieval_rate": 0.25})
     out = run_study(open_storage(f"sqlite:///{tmp_path}/s.db"), "c", _specs(), _score, settings)
