@@ -2,7 +2,8 @@
 
 ``load_qa_dataset(source)`` accepts:
 
-* a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are already in the schema (validated row by row);
+* a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are in the schema (validated row by row; other columns
+  are kept in ``metadata``; build_data reads user files through the field mapping, :mod:`workbench.data.user_dataset`);
 * a directory written by :func:`workbench.data.dataset_store.save_dataset_dict` (pick the split);
 * ``wiki-qa``: the built-in dataset built from the embedded Wikipedia summaries (default seed and settings);
 * ``hub:<name>`` or a bare known name (``nq_open``, ``trivia_qa``, ``hotpot_qa``, ``medmcqa``, ``pubmed_qa``,
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.core.errors import DataError
 from workbench.core.regular_files import check_regular
 from workbench.data.hub_formats import HubFormat, get_format, known_names
-from workbench.data.schema import rows_to_dataset, validate_qa_row
+from workbench.data.schema import rows_to_dataset
 
 if TYPE_CHECKING:
     import datasets
@@ -113,16 +114,15 @@ def read_rows(path: str | Path) -> list[Any]:
 
 
 def load_local_qa(path: str | Path, *, limit: int | None = None) -> datasets.Dataset:
-    """A local file whose rows are already in the QA schema, validated row by row (first ``limit`` rows).
+    """A local file whose rows are in the QA schema, validated row by row (first ``limit`` rows); columns that are no
+    schema field are kept in ``metadata`` (:func:`workbench.data.user_dataset.read_user_dataset`, no field mapping).
 
     A bad row raises :class:`DataError` naming the file and the row number (1-based, counting records).
     """
+    from workbench.data.user_dataset import read_user_dataset
+
     _check_limit(limit)
-    rows = read_rows(path)[:limit] if limit else read_rows(path)
-    clean = [validate_qa_row(row, f"{path}, row {number}") for number, row in enumerate(rows, start=1)]
-    if not clean:
-        raise DataError("file holds no rows", str(path))
-    return rows_to_dataset(clean, str(path))
+    return rows_to_dataset(read_user_dataset(path, limit=limit).rows, str(path))
 
 
 def load_raw_local(
