@@ -27,6 +27,9 @@ from typing import Any
 from workbench.core.errors import ConfigError, DataError
 from workbench.data.article_splits import SPLITS
 
+USER_FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
+"""The file types a user's dataset or corpus may be."""
+
 QA_REQUIRED: tuple[str, ...] = ("id", "question", "answers")
 TEMPLATE = "template"
 """The one ``data.fields`` name that is no schema field: its column's value becomes ``metadata.template``."""
@@ -46,6 +49,13 @@ def qa_targets() -> tuple[str, ...]:
 
 MAX_SHOWN_CHARS = 80
 """Most characters of a value read from a file quoted in an error (the rest is cut, marked with …)."""
+
+
+def is_user_file(source: str) -> bool:
+    """Whether a data source names a local file of a type the workbench reads (:data:`USER_FILE_SUFFIXES`)."""
+    from pathlib import Path
+
+    return Path(str(source).strip()).suffix.lower() in USER_FILE_SUFFIXES
 
 
 def shown(value: Any) -> str:

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import DataError
 from workbench.core.regular_files import check_regular
+from workbench.data.field_mapping import USER_FILE_SUFFIXES
 from workbench.data.hub_formats import HubFormat, get_format, known_names
 from workbench.data.schema import rows_to_dataset
 
 if TYPE_CHECKING:
     import datasets
 
-LOCAL_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
+LOCAL_SUFFIXES: tuple[str, ...] = USER_FILE_SUFFIXES
 WIKIQA_SOURCE = "wiki-qa"
 _JSON_LIST_KEYS = ("data", "rows", "examples")
 
@@ -198,8 +199,34 @@ def _load_wikiqa(split: str | None) -> datasets.Dataset:
     return dd[split]
 
 
+def source_kind(source: str) -> str:
+    """How :func:`load_qa_dataset` reads ``source``: ``"hub"`` (``hub:<name>`` or a known name), ``"file"`` (a local
+    .jsonl / .json / .parquet path, not opened here), ``"saved"`` (a directory) or ``"wiki-qa"``. A one-line
+    :class:`DataError` for anything else."""
+    source = str(source).strip()
+    path = Path(source).expanduser()
+    if source.startswith("hub:"):
+        return "hub"
+    if path.suffix.lower() in LOCAL_SUFFIXES:
+        return "file"
+    if path.is_dir():
+        return "saved"
+    if source == WIKIQA_SOURCE:
+        return "wiki-qa"
+    try:
+        get_format(source)
+    except DataError:
+        raise DataError(
+            f"unknown dataset source {source!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file, not a saved "
+            f"dataset directory, not '{WIKIQA_SOURCE}', not a known hub dataset ({', '.join(known_names())})",
+            "dataset source",
+        ) from None
+    return "hub"
+
+
 def load_qa_dataset(source: str, split: str | None = None, *, limit: int | None = None) -> datasets.Dataset:
-    """Load ``source`` as a dataset with :data:`~workbench.data.schema.QA_FEATURES` (see the module docstring).
+    """Load ``source`` as a dataset with :data:`~workbench.data.schema.QA_FEATURES` (see the module docstring and
+    :func:`source_kind`).
 
     ``split``: for the hub, the hub split (default: the dataset's evaluation split); for a saved directory or
     ``wiki-qa``, the split name (``wiki-qa`` default: ``test``); ignored for a single local file. ``limit`` keeps
@@ -207,23 +234,10 @@ def load_qa_dataset(source: str, split: str | None = None, *, limit: int | None 
     """
     _check_limit(limit)
     source = str(source).strip()
-    path = Path(source).expanduser()
-    if source.startswith("hub:"):
-        return load_hub(source[len("hub:") :], split, limit=limit)
-    if path.suffix.lower() in LOCAL_SUFFIXES:
-        return load_local_qa(path, limit=limit)
-    if path.is_dir():
-        ds = _load_saved(path, split)
-    elif source == WIKIQA_SOURCE:
-        ds = _load_wikiqa(split)
-    else:
-        try:
-            get_format(source)
-        except DataError:
-            raise DataError(
-                f"unknown dataset source {source!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file, not a saved "
-                f"dataset directory, not '{WIKIQA_SOURCE}', not a known hub dataset ({', '.join(known_names())})",
-                "dataset source",
-            ) from None
-        return load_hub(source, split, limit=limit)
+    kind = source_kind(source)
+    if kind == "hub":
+        return load_hub(source.removeprefix("hub:"), split, limit=limit)
+    if kind == "file":
+        return load_local_qa(Path(source).expanduser(), limit=limit)
+    ds = _load_saved(Path(source).expanduser(), split) if kind == "saved" else _load_wikiqa(split)
     return ds.select(range(min(limit, ds.num_rows))) if limit else ds

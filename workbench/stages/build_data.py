@@ -14,13 +14,14 @@ read get questions); a split a stage reads that gets none is refused before any 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError, DataError
+from workbench.data.article_splits import SPLITS
+from workbench.data.field_mapping import is_user_file
 from workbench.stages.context import StageContext
-from workbench.stages.settings.shared import DataSection, data_fractions, split_readers, user_file
-
-SPLITS = ("train", "calib", "val", "test")
+from workbench.stages.settings.shared import DataSection, data_fractions, split_readers
 
 VALIDATE_ROWS = 100
 """Rows of a dataset file ``workbench validate`` maps and checks (every row's split is read)."""
@@ -152,7 +153,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except ValueError as exc:  # the builder's own checks (templates, sizes, fractions) name the setting
             raise ConfigError(str(exc).splitlines()[0], "data") from None
     else:
-        if user_file(section.dataset):
+        if is_user_file(section.dataset):
             qa = _user_splits(config, documents, ctx.log)
         else:
             from workbench.data.loaders import load_qa_dataset
@@ -175,10 +176,14 @@ def check_data_files(config: Any) -> list[str]:
     :data:`VALIDATE_ROWS` rows are mapped through ``data.fields`` and checked against the QA schema, every row's split
     is read from ``data.split_column``, and the splits the stages read must get questions. Returns one line per file
     saying what was checked; raises the one-line DataError build_data would (the file, and the row)."""
+    from workbench.core.regular_files import check_regular
+    from workbench.data.loaders import source_kind
     from workbench.data.wikiqa import load_articles
 
     section = config.data
-    if section.corpus == "wiki" and not user_file(section.dataset):
+    if section.dataset != "wiki-qa" and source_kind(section.dataset) == "file":  # named before the corpus is read
+        check_regular(Path(section.dataset), "data")
+    if section.corpus == "wiki" and not is_user_file(section.dataset):
         return []  # the embedded summaries, and a dataset that is not a user's file: nothing of the user's to open
     lines = []
     articles = load_articles() if section.corpus == "wiki" else None
@@ -188,7 +193,7 @@ def check_data_files(config: Any) -> list[str]:
             f"corpus {section.corpus}: {len(documents)} documents"
             + (f"; dropped: {', '.join(dropped)}" if dropped else "")
         )
-    if not user_file(section.dataset):
+    if not is_user_file(section.dataset):
         return lines
     user = _read_user_dataset(section, documents, limit=VALIDATE_ROWS)
     if user.splits is not None:

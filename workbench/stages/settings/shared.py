@@ -247,20 +247,13 @@ def data_fractions(config: Any) -> list[float] | None:
     return list(config.data.fractions) if config.data.fractions is not None else default_fractions(config)
 
 
-def user_file(source: str) -> bool:
-    """Whether a data source names a local .jsonl / .json / .parquet file (what the field mapping reads)."""
-    from pathlib import Path
-
-    return Path(str(source).strip()).suffix.lower() in (".jsonl", ".json", ".parquet")
-
-
 def check_data_section(config: Any) -> None:
     """The data section's own check: fractions (four non-negative numbers summing to 1, and not with a split column);
     a fixed chunk overlap below the chunk size; ``fields`` / ``split_column`` / ``split_names`` only for a dataset
     file, ``corpus_fields`` only for a corpus file, each mapping naming known fields; split names naming the four
     splits. A one-line ConfigError naming the key."""
     from workbench.data.article_splits import SPLITS
-    from workbench.data.field_mapping import CORPUS_TARGETS, check_field_map, qa_targets
+    from workbench.data.field_mapping import CORPUS_TARGETS, check_field_map, is_user_file, qa_targets
 
     data = config.data
     if data.fractions is not None:
@@ -276,11 +269,11 @@ def check_data_section(config: Any) -> None:
             f"must be < data.chunk_size ({data.chunk_size}), got {data.chunk_overlap}", "data.chunk_overlap"
         )
     for key, value in (("fields", data.fields), ("split_column", data.split_column), ("split_names", data.split_names)):
-        if value and not user_file(data.dataset):
+        if value and not is_user_file(data.dataset):
             raise ConfigError(
                 f"applies to your own .jsonl/.json/.parquet dataset file, not {data.dataset!r}", f"data.{key}"
             )
-    if data.corpus_fields and not user_file(data.corpus):
+    if data.corpus_fields and not is_user_file(data.corpus):
         raise ConfigError(f"applies to your own corpus file, not {data.corpus!r}", "data.corpus_fields")
     if data.fields:
         check_field_map(data.fields, qa_targets(), "data.fields")
