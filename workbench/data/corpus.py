@@ -71,7 +71,7 @@ def read_corpus_file(path: str | Path, fields: Mapping[str, str] | None = None) 
     document id names one document (retrieval recall, chunk ids and gold passages all count on it)."""
     from workbench.core.errors import DataError
     from workbench.data.field_mapping import map_corpus_row
-    from workbench.data.loaders import read_rows
+    from workbench.data.record_files import read_rows
     from workbench.data.wikiqa import WikiArticle
 
     documents = []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import DataError
 from workbench.data.field_mapping import map_qa_row, row_split
-from workbench.data.loaders import read_rows
+from workbench.data.record_files import read_rows
 
 if TYPE_CHECKING:
     import datasets
