@@ -124,11 +124,19 @@ def validate_command(
     recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path.")],
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides to check too.")] = None,
 ) -> None:
-    """Check a recipe: YAML syntax, unknown keys, types, required values, stage names and order."""
+    """Check a recipe: YAML syntax, unknown keys, types, required values, stage names and order; then open the data
+    files it names (the corpus, and the first rows of the dataset through its field mapping: docs/data.md)."""
     from workbench.recipe import load_recipe
 
     loaded = load_recipe(recipe, overrides or [])
+    checked: list[str] = []
+    if "build_data" in loaded.config.stages:
+        from workbench.stages.build_data import check_data_files
+
+        checked = check_data_files(loaded.config)
     typer.echo(f"ok: {loaded.source} (recipe '{loaded.config.name}', stages: {', '.join(loaded.config.stages)})")
+    for line in checked:
+        typer.echo(f"  {line}")
 
 
 @app.command("config")

@@ -40,7 +40,9 @@ from workbench.stages.settings.shared import (
     NLISection,
     ReportSection,
     RetrievalSection,
+    check_data_section,
     check_split,
+    resolve_data_defaults,
 )
 
 __all__ = [
@@ -247,6 +249,7 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
     from workbench.stages.registry import validate_stage_list
 
     validate_stage_list(config.stages, located.where(("stages",)))
+    resolve_data_defaults(config)  # data.fractions: null → the fractions build_data splits by (they follow the stages)
     for check in load_checks(config):  # fail at load, not after the stages before the one that needs the setting ran
         try:
             check(config)
@@ -310,17 +313,9 @@ def _check_numbers(config: Any) -> None:
 
 
 def _check_data(config: Any) -> None:
-    """data.fractions: four non-negative numbers summing to 1; a fixed chunk overlap below the chunk size."""
-    data = config.data
-    if len(data.fractions) != 4 or min(data.fractions) < 0 or abs(sum(data.fractions) - 1.0) > 1e-6:
-        raise ConfigError(
-            f"needs four non-negative numbers (train, calib, val, test) summing to 1, got {data.fractions}",
-            "data.fractions",
-        )
-    if data.chunking == "fixed" and data.chunk_overlap >= data.chunk_size:
-        raise ConfigError(
-            f"must be < data.chunk_size ({data.chunk_size}), got {data.chunk_overlap}", "data.chunk_overlap"
-        )
+    """The data section (:func:`workbench.stages.settings.shared.check_data_section`): fractions, chunk overlap, the
+    field mappings and the split column."""
+    check_data_section(config)
 
 
 def _integer_kind(tp: Any) -> str | None:

@@ -306,6 +306,8 @@ def _corpus_record(run: _Run) -> dict[str, Any]:
         path = Path(data.corpus)
         record["source"] = str(path.resolve())
         record["source_sha256"] = file_digest(path) if path.is_file() else None
+        if data.corpus_fields:  # the file's columns for doc_id / title / text / topic, so the runtime reads it alike
+            record["fields"] = dict(data.corpus_fields)
     built = run.stage("build_data")
     if built is not None and (built / "corpus").is_dir():
         import datasets

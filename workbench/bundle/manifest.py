@@ -181,11 +181,14 @@ class CorpusRecord:
     passages: int | None = None
     fingerprint: str | None = None
     source_sha256: str | None = None
+    fields: dict[str, str] | None = None  # data.corpus_fields: the file's column for each passage field (docs/data.md)
 
     def __post_init__(self) -> None:
         _in_range("chunk_size", self.chunk_size, "corpus.chunk_size")
         _in_range("chunk_overlap", self.chunk_overlap, "corpus.chunk_overlap")
         _sha256_or_none(self.source_sha256, "corpus.source_sha256")
+        if self.fields is not None and not all(isinstance(v, str) for v in [*self.fields, *self.fields.values()]):
+            raise ValueError("'corpus.fields' must map field names to column names (strings)")
 
 
 @dataclass

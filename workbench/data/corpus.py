@@ -10,7 +10,8 @@ corpus).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,21 +53,33 @@ MAX_SHOWN_ID_CHARS = 80
 """Most characters of a document id quoted in an error (the rest is cut, marked with …)."""
 
 
-def read_corpus_documents(path: str | Path) -> list[WikiArticle]:
-    """Documents of a user corpus file (.jsonl / .json / .parquet with ``doc_id``, ``title``, ``text`` columns).
+@dataclass
+class CorpusFile:
+    """A user's corpus file as read: its documents in file order, and the columns that are no corpus field (dropped:
+    a passage holds doc_id, title, text and topic only), in first-seen order."""
 
-    DataError naming the file (and the rows) for a row without those string fields or a ``doc_id`` seen before: a
+    documents: list[WikiArticle]
+    dropped: list[str]
+
+
+def read_corpus_file(path: str | Path, fields: Mapping[str, str] | None = None) -> CorpusFile:
+    """The documents of a user corpus file (.jsonl / .json / .parquet), each record's ``doc_id``, ``title``, ``text``
+    (and optional ``topic``) read from the columns ``fields`` maps them to (``data.corpus_fields``; a field not
+    mapped is read from the column of its own name: :func:`~workbench.data.field_mapping.map_corpus_row`).
+
+    DataError naming the file (and the row) for a record without those fields, or a ``doc_id`` seen before: a
     document id names one document (retrieval recall, chunk ids and gold passages all count on it)."""
     from workbench.core.errors import DataError
-    from workbench.data.loaders import read_rows
+    from workbench.data.field_mapping import map_corpus_row
+    from workbench.data.record_files import read_rows
     from workbench.data.wikiqa import WikiArticle
 
     documents = []
     first_row: dict[str, int] = {}
+    dropped: dict[str, None] = {}
     for number, row in enumerate(read_rows(Path(path)), start=1):
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("doc_id", "title", "text")):
-            raise DataError(f"row {number} needs string fields doc_id, title and text", str(path))
-        doc_id = row["doc_id"]
+        (doc_id, title, text, topic), extra = map_corpus_row(row, fields or {}, f"{path}, row {number}")
+        dropped.update(dict.fromkeys(str(column) for column in extra))
         if doc_id in first_row:
             shown = doc_id if len(doc_id) <= MAX_SHOWN_ID_CHARS else doc_id[:MAX_SHOWN_ID_CHARS] + "…"
             what = (
@@ -74,20 +87,27 @@ def read_corpus_documents(path: str | Path) -> list[WikiArticle]:
             )
             raise DataError(what, str(path))
         first_row[doc_id] = number
-        documents.append(WikiArticle(doc_id, row["title"], row["text"], "", str(row.get("topic", ""))))
+        documents.append(WikiArticle(doc_id, title, text, "", topic))
     if not documents:
         raise DataError("the corpus file holds no documents", str(path))
-    return documents
+    return CorpusFile(documents, list(dropped))
 
 
-def corpus_documents(source: str, articles: Sequence[WikiArticle] | None = None) -> list[WikiArticle]:
+def read_corpus_documents(path: str | Path, fields: Mapping[str, str] | None = None) -> list[WikiArticle]:
+    """The documents of a user corpus file (:func:`read_corpus_file`)."""
+    return read_corpus_file(path, fields).documents
+
+
+def corpus_documents(
+    source: str, articles: Sequence[WikiArticle] | None = None, fields: Mapping[str, str] | None = None
+) -> list[WikiArticle]:
     """The documents of a corpus ``source``: ``"wiki"`` (the embedded summaries; ``articles`` when already loaded)
-    or the path of a user corpus file."""
+    or the path of a user corpus file, read with the field mapping ``fields`` (``data.corpus_fields``)."""
     if source == "wiki":
         from workbench.data.wikiqa import load_articles
 
         return list(articles) if articles is not None else load_articles()
-    return read_corpus_documents(source)
+    return read_corpus_documents(source, fields)
 
 
 def _whole_summaries(articles: Sequence[WikiArticle]) -> list[Chunk]:

@@ -2,7 +2,8 @@
 
 ``load_qa_dataset(source)`` accepts:
 
-* a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are already in the schema (validated row by row);
+* a local ``.jsonl`` / ``.json`` / ``.parquet`` file whose rows are in the schema (validated row by row; other columns
+  are kept in ``metadata``; build_data reads user files through the field mapping, :mod:`workbench.data.user_dataset`);
 * a directory written by :func:`workbench.data.dataset_store.save_dataset_dict` (pick the split);
 * ``wiki-qa``: the built-in dataset built from the embedded Wikipedia summaries (default seed and settings);
 * ``hub:<name>`` or a bare known name (``nq_open``, ``trivia_qa``, ``hotpot_qa``, ``medmcqa``, ``pubmed_qa``,
@@ -15,24 +16,24 @@
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import DataError
-from workbench.core.regular_files import check_regular
+from workbench.data.field_mapping import USER_FILE_SUFFIXES
 from workbench.data.hub_formats import HubFormat, get_format, known_names
-from workbench.data.schema import rows_to_dataset, validate_qa_row
+from workbench.data.record_files import read_rows
+from workbench.data.schema import rows_to_dataset
+
+__all__ = ["load_hub", "load_local_qa", "load_qa_dataset", "load_raw_local", "read_rows", "source_kind"]
 
 if TYPE_CHECKING:
     import datasets
 
-LOCAL_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
+LOCAL_SUFFIXES: tuple[str, ...] = USER_FILE_SUFFIXES
 WIKIQA_SOURCE = "wiki-qa"
-_JSON_LIST_KEYS = ("data", "rows", "examples")
 
 
 def _check_limit(limit: int | None) -> None:
@@ -40,89 +41,19 @@ def _check_limit(limit: int | None) -> None:
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
 
 
-# --------------------------------------------------------------------------------------------- reading files
-
-
-def _read_jsonl(path: Path) -> Iterator[Any]:
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"line {line_number}: invalid JSON ({exc.msg})", str(path)) from exc
-            except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; nesting too deep
-                raise DataError(f"line {line_number}: {_unreadable(exc)}", str(path)) from None
-
-
-def _read_json(path: Path) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"invalid JSON at line {exc.lineno} ({exc.msg})", str(path)) from exc
-    except (ValueError, RecursionError) as exc:
-        raise DataError(_unreadable(exc), str(path)) from None
-    if isinstance(data, dict):
-        for key in _JSON_LIST_KEYS:
-            if isinstance(data.get(key), list):
-                return data[key]
-    if not isinstance(data, list):
-        raise DataError(f"expected a JSON list of rows (or an object with one of {_JSON_LIST_KEYS})", str(path))
-    return data
-
-
-def _unreadable(exc: ValueError | RecursionError) -> str:
-    """Why Python's JSON parser gave up on valid-looking JSON, without the value it read."""
-    if isinstance(exc, RecursionError):
-        return "JSON nested too deeply to read"
-    return "a JSON number Python cannot read (an integer of thousands of digits)"
-
-
-def _read_parquet(path: Path) -> list[Any]:
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-        raise DataError(f"cannot read Parquet: {exc}".splitlines()[0], str(path)) from exc
-
-
-def read_rows(path: str | Path) -> list[Any]:
-    """All records of a ``.jsonl`` (one JSON value per non-blank line), ``.json`` (a list, or an object with a
-    ``data`` / ``rows`` / ``examples`` list) or ``.parquet`` file, in order.
-
-    Raises :class:`DataError` naming the file when it is missing, not a regular file (a FIFO would block the read),
-    unreadable or not in that format.
-    """
-    path = Path(path)
-    if path.suffix.lower() not in LOCAL_SUFFIXES:
-        raise DataError(f"unsupported file type {path.suffix!r}; use one of {', '.join(LOCAL_SUFFIXES)}", str(path))
-    check_regular(path, "data")
-    try:
-        if path.suffix.lower() == ".jsonl":
-            return list(_read_jsonl(path))
-        if path.suffix.lower() == ".json":
-            return _read_json(path)
-        return _read_parquet(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read file: {exc.__class__.__name__}: {exc}".splitlines()[0], str(path)) from exc
-
-
 # --------------------------------------------------------------------------------------------- sources
 
 
 def load_local_qa(path: str | Path, *, limit: int | None = None) -> datasets.Dataset:
-    """A local file whose rows are already in the QA schema, validated row by row (first ``limit`` rows).
+    """A local file whose rows are in the QA schema, validated row by row (first ``limit`` rows); columns that are no
+    schema field are kept in ``metadata`` (:func:`workbench.data.user_dataset.read_user_dataset`, no field mapping).
 
     A bad row raises :class:`DataError` naming the file and the row number (1-based, counting records).
     """
+    from workbench.data.user_dataset import read_user_dataset
+
     _check_limit(limit)
-    rows = read_rows(path)[:limit] if limit else read_rows(path)
-    clean = [validate_qa_row(row, f"{path}, row {number}") for number, row in enumerate(rows, start=1)]
-    if not clean:
-        raise DataError("file holds no rows", str(path))
-    return rows_to_dataset(clean, str(path))
+    return rows_to_dataset(read_user_dataset(path, limit=limit).rows, str(path))
 
 
 def load_raw_local(
@@ -198,8 +129,34 @@ def _load_wikiqa(split: str | None) -> datasets.Dataset:
     return dd[split]
 
 
+def source_kind(source: str) -> str:
+    """How :func:`load_qa_dataset` reads ``source``: ``"hub"`` (``hub:<name>`` or a known name), ``"file"`` (a local
+    .jsonl / .json / .parquet path, not opened here), ``"saved"`` (a directory) or ``"wiki-qa"``. A one-line
+    :class:`DataError` for anything else."""
+    source = str(source).strip()
+    path = Path(source).expanduser()
+    if source.startswith("hub:"):
+        return "hub"
+    if path.suffix.lower() in LOCAL_SUFFIXES:
+        return "file"
+    if path.is_dir():
+        return "saved"
+    if source == WIKIQA_SOURCE:
+        return "wiki-qa"
+    try:
+        get_format(source)
+    except DataError:
+        raise DataError(
+            f"unknown dataset source {source!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file, not a saved "
+            f"dataset directory, not '{WIKIQA_SOURCE}', not a known hub dataset ({', '.join(known_names())})",
+            "dataset source",
+        ) from None
+    return "hub"
+
+
 def load_qa_dataset(source: str, split: str | None = None, *, limit: int | None = None) -> datasets.Dataset:
-    """Load ``source`` as a dataset with :data:`~workbench.data.schema.QA_FEATURES` (see the module docstring).
+    """Load ``source`` as a dataset with :data:`~workbench.data.schema.QA_FEATURES` (see the module docstring and
+    :func:`source_kind`).
 
     ``split``: for the hub, the hub split (default: the dataset's evaluation split); for a saved directory or
     ``wiki-qa``, the split name (``wiki-qa`` default: ``test``); ignored for a single local file. ``limit`` keeps
@@ -207,23 +164,10 @@ def load_qa_dataset(source: str, split: str | None = None, *, limit: int | None 
     """
     _check_limit(limit)
     source = str(source).strip()
-    path = Path(source).expanduser()
-    if source.startswith("hub:"):
-        return load_hub(source[len("hub:") :], split, limit=limit)
-    if path.suffix.lower() in LOCAL_SUFFIXES:
-        return load_local_qa(path, limit=limit)
-    if path.is_dir():
-        ds = _load_saved(path, split)
-    elif source == WIKIQA_SOURCE:
-        ds = _load_wikiqa(split)
-    else:
-        try:
-            get_format(source)
-        except DataError:
-            raise DataError(
-                f"unknown dataset source {source!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file, not a saved "
-                f"dataset directory, not '{WIKIQA_SOURCE}', not a known hub dataset ({', '.join(known_names())})",
-                "dataset source",
-            ) from None
-        return load_hub(source, split, limit=limit)
+    kind = source_kind(source)
+    if kind == "hub":
+        return load_hub(source.removeprefix("hub:"), split, limit=limit)
+    if kind == "file":
+        return load_local_qa(Path(source).expanduser(), limit=limit)
+    ds = _load_saved(Path(source).expanduser(), split) if kind == "saved" else _load_wikiqa(split)
     return ds.select(range(min(limit, ds.num_rows))) if limit else ds

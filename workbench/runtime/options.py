@@ -54,7 +54,11 @@ class RuntimeOptions:
     allow_model_mismatch: bool = doc(
         "accept models whose weights differ from the manifest's sha256 (every trace then says so)", False
     )
-    corpus: str | None = doc("a .jsonl/.json/.parquet passage file (doc_id, title, text) instead of the bundle's", None)
+    corpus: str | None = doc(
+        "a .jsonl/.json/.parquet passage file (doc_id, title, text, or the columns the bundle's corpus.fields names)"
+        " instead of the bundle's",
+        None,
+    )
     allow_corpus_mismatch: bool = doc("accept a corpus whose fingerprint differs from the manifest's", False)
     methods: dict[str, dict] = doc("per-method option overrides, e.g. {dtr: {tau: 1.2}}", {})
     max_archive_bytes: int = doc("largest archive accepted, in bytes on disk", MAX_ARCHIVE_BYTES)

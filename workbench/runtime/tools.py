@@ -87,13 +87,14 @@ def served_runtime_generator(manifest: dict[str, Any], options: Any, counter: An
 
 
 def runtime_corpus(manifest: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> dict[str, list]:
-    """The corpus columns the manifest names (or the ``override`` file), built the way ``build_data`` built them."""
+    """The corpus columns the manifest names (or the ``override`` file), built the way ``build_data`` built them (a
+    corpus file read through the bundle's field mapping, ``corpus.fields``, an override file too)."""
     from workbench.data.corpus import corpus_columns, corpus_documents, corpus_fingerprint, make_chunker
 
     record = manifest["corpus"]
     source = override or record["source"]
     chunker = make_chunker(record["chunking"], record["chunk_size"], record["chunk_overlap"])
-    columns = corpus_columns(corpus_documents(source), chunker)
+    columns = corpus_columns(corpus_documents(source, fields=record.get("fields")), chunker)
     expected, actual = record.get("fingerprint"), corpus_fingerprint(columns)
     if override:
         notes.append(f"corpus {override!r} replaces the bundle's ({record['source']})")

@@ -145,6 +145,10 @@ KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {
     ("generator", "tokenizer"): None,
     ("generator", "top_logprobs"): 20,
     ("export", "allow_approximate_features"): False,
+    ("data", "fields"): {},
+    ("data", "split_column"): None,
+    ("data", "split_names"): {},
+    ("data", "corpus_fields"): {},
 }
 """Settings added after stages were first cached, with the value that reproduces the earlier behaviour: at that value
 the setting is left out of the stage key (so adding it does not invalidate every cached stage); any other value

@@ -68,7 +68,7 @@ def test_row_missing_column_names_it(tmp_path: Path) -> None:
     rows = _rows()
     del rows[2]["question"]
     path = _write_jsonl(tmp_path / "gap.jsonl", rows)
-    with pytest.raises(DataError, match=r"gap\.jsonl, row 3: missing field\(s\) 'question'"):
+    with pytest.raises(DataError, match=r"gap\.jsonl, row 3: no column 'question': name the column .* data\.fields"):
         load_qa_dataset(str(path))
 
 

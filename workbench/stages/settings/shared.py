@@ -91,12 +91,26 @@ class EmbedderSection:
 
 @dataclass
 class DataSection:
-    """The QA dataset and the passage corpus."""
+    """The QA dataset and the passage corpus (docs/data.md: the schemas, a user's own files)."""
 
     dataset: str = doc(
         "'wiki-qa' (built from the embedded Wikipedia summaries), a hub name (nq_open, trivia_qa, hotpot_qa,"
-        " medmcqa, pubmed_qa, fever; needs a hub), or a .jsonl/.parquet path in the workbench QA schema",
+        " medmcqa, pubmed_qa, fever; needs a hub), or your own .jsonl/.json/.parquet file of questions (docs/data.md)",
         "wiki-qa",
+    )
+    fields: dict[str, str] = doc(
+        "your dataset file: the column holding each QA field when it is not named as the field, e.g. {id: ticket_id,"
+        " question: subject, answers: resolution, gold_passages: gold_doc, template: kind}; other columns are kept in"
+        " each question's metadata (docs/data.md)",
+        {},
+    )
+    split_column: str | None = doc(
+        "your dataset file: the column naming each question's split (train, calib, val, test, or a value split_names"
+        " maps to one); null: the file is split by data.fractions",
+        None,
+    )
+    split_names: dict[str, str] = doc(
+        "values of split_column and the split each stands for, e.g. {dev: val, holdout: test}", {}
     )
     templates: list[str] = doc(
         "wiki-qa question templates: the either-or choice_cloze, choice_nationality, choice_country (default: a"
@@ -106,10 +120,22 @@ class DataSection:
     max_per_template: int | None = doc(
         "wiki-qa: at most this many questions per template in each split (null: all)", 800
     )
-    fractions: list[float] = doc("wiki-qa train / calib / val / test fractions (by article)", [0.5, 0.2, 0.1, 0.2])
+    fractions: list[float] | None = doc(
+        "train / calib / val / test fractions: wiki-qa's split by article, any other dataset's by question (shuffled"
+        " by seed; not with split_column). null: wiki-qa [0.5, 0.2, 0.1, 0.2]; any other dataset those shares of the"
+        " splits the recipe's stages read, the others 0 (docs/data.md)",
+        None,
+    )
     ood_topics: list[str] = doc("wiki-qa topics held out entirely for the 'ood' split", ["Arts"])
     corpus: str = doc(
-        "passage corpus: 'wiki' (the embedded summaries) or a .jsonl/.parquet path with doc_id, title, text", "wiki"
+        "passage corpus: 'wiki' (the embedded summaries) or your own .jsonl/.json/.parquet file with doc_id, title,"
+        " text (docs/data.md)",
+        "wiki",
+    )
+    corpus_fields: dict[str, str] = doc(
+        "your corpus file: the column holding each passage field when it is not named as the field, e.g. {doc_id: id,"
+        " title: name, text: body, topic: category}; other columns are dropped (docs/data.md)",
+        {},
     )
     chunking: Literal["none", "fixed", "recursive"] = doc(
         "how corpus documents are chunked ('none': one passage each)", "none"
@@ -156,12 +182,122 @@ class ReportSection:
     )
 
 
+WIKI_FRACTIONS: tuple[float, ...] = (0.5, 0.2, 0.1, 0.2)
+"""wiki-qa's train / calib / val / test fractions when data.fractions is null; the shares other datasets' defaults are
+cut from (:func:`default_fractions`)."""
+
+SPLIT_KEYS_OUTSIDE_TABLE: dict[str, tuple[str, ...]] = {
+    "calibrate": ("calibrate.fit_split", "calibrate.ood_split"),
+    "tune_reader": ("tune_reader.split", "tune_reader.eval_split"),
+    "bench_served": ("bench_served.split",),
+}
+"""Keys naming a split a stage reads from build_data that its stage-table entry does not list under ``splits`` (its
+own load check or an agreement checks them); with the table's, what :func:`split_readers` reads."""
+
+FIXED_SPLITS: dict[str, tuple[str, ...]] = {"bench_backends": ("test",)}
+"""Splits a stage always reads, named by no setting."""
+
+
+def split_readers(config: Any) -> dict[str, tuple[str, str]]:
+    """Each split the recipe's stages read from build_data → ``(stage, key)``: the first stage (in the recipe's order)
+    that reads it and the dotted key naming it (``data.fractions`` for a split a stage always reads)."""
+    from workbench.core.settings import value_at
+    from workbench.stages.registry import STAGES
+
+    readers: dict[str, tuple[str, str]] = {}
+    for stage in config.stages:
+        spec = STAGES.get(stage)
+        keys = (*(spec.splits if spec else ()), *SPLIT_KEYS_OUTSIDE_TABLE.get(stage, ()))
+        for key in keys:
+            value = value_at(config, key)
+            for split in value if isinstance(value, list) else [value]:
+                if isinstance(split, str):
+                    readers.setdefault(split, (stage, key))
+        for split in FIXED_SPLITS.get(stage, ()):
+            readers.setdefault(split, (stage, "data.fractions"))
+    return readers
+
+
+def default_fractions(config: Any) -> list[float]:
+    """The fractions build_data splits by when ``data.fractions`` is null: wiki-qa's :data:`WIKI_FRACTIONS`; for any
+    other dataset those shares of the splits the recipe's stages read (:func:`split_readers`), scaled to sum to 1, and
+    0 for the splits none reads — so no question goes where no stage looks (with calibrate and a test split only:
+    [0, 0.5, 0, 0.5]). A recipe that reads no split gets :data:`WIKI_FRACTIONS`."""
+    from workbench.data.article_splits import SPLITS, WIKI_DATASET
+
+    read = split_readers(config)
+    if config.data.dataset == WIKI_DATASET or not any(split in read for split in SPLITS):
+        return list(WIKI_FRACTIONS)
+    shares = [share if split in read else 0.0 for split, share in zip(SPLITS, WIKI_FRACTIONS, strict=True)]
+    return [share / sum(shares) for share in shares]
+
+
+def resolve_data_defaults(config: Any) -> None:
+    """Fill ``data.fractions`` when null and no split column gives the splits (:func:`default_fractions`), so the
+    resolved recipe, the stage keys and every reader see the fractions build_data splits by."""
+    if config.data.fractions is None and not config.data.split_column:
+        config.data.fractions = default_fractions(config)
+
+
+def data_fractions(config: Any) -> list[float] | None:
+    """The fractions build_data splits by: ``data.fractions``, else :func:`default_fractions`; None when
+    ``data.split_column`` gives each question its split."""
+    if config.data.split_column:
+        return None
+    return list(config.data.fractions) if config.data.fractions is not None else default_fractions(config)
+
+
+def check_data_section(config: Any) -> None:
+    """The data section's own check: fractions (four non-negative numbers summing to 1, and not with a split column);
+    a fixed chunk overlap below the chunk size; ``fields`` / ``split_column`` / ``split_names`` only for a dataset
+    file, ``corpus_fields`` only for a corpus file, each mapping naming known fields; split names naming the four
+    splits. A one-line ConfigError naming the key."""
+    from workbench.data.article_splits import SPLITS
+    from workbench.data.field_mapping import CORPUS_TARGETS, check_field_map, is_user_file, qa_targets
+
+    data = config.data
+    if data.fractions is not None:
+        if data.split_column:
+            raise ConfigError("data.split_column gives each question its split: remove one of them", "data.fractions")
+        if len(data.fractions) != 4 or min(data.fractions) < 0 or abs(sum(data.fractions) - 1.0) > 1e-6:
+            raise ConfigError(
+                f"needs four non-negative numbers (train, calib, val, test) summing to 1, got {data.fractions}",
+                "data.fractions",
+            )
+    if data.chunking == "fixed" and data.chunk_overlap >= data.chunk_size:
+        raise ConfigError(
+            f"must be < data.chunk_size ({data.chunk_size}), got {data.chunk_overlap}", "data.chunk_overlap"
+        )
+    for key, value in (("fields", data.fields), ("split_column", data.split_column), ("split_names", data.split_names)):
+        if value and not is_user_file(data.dataset):
+            raise ConfigError(
+                f"applies to your own .jsonl/.json/.parquet dataset file, not {data.dataset!r}", f"data.{key}"
+            )
+    if data.corpus_fields and not is_user_file(data.corpus):
+        raise ConfigError(f"applies to your own corpus file, not {data.corpus!r}", "data.corpus_fields")
+    if data.fields:
+        check_field_map(data.fields, qa_targets(), "data.fields")
+    check_field_map(data.corpus_fields, CORPUS_TARGETS, "data.corpus_fields")
+    if data.split_column is not None and not data.split_column.strip():
+        raise ConfigError("must name a column (or be null)", "data.split_column")
+    if data.split_names and not data.split_column:
+        raise ConfigError("maps values of data.split_column: set that too", "data.split_names")
+    for value, split in data.split_names.items():
+        if not isinstance(value, str) or split not in SPLITS:
+            raise ConfigError(f"must map column values (strings) to {', '.join(SPLITS)}", f"data.split_names.{value}")
+
+
 def dataset_splits(config: Any) -> dict[str, bool]:
-    """The splits build_data makes for ``config.data`` → whether questions can land there (False: data.fractions
-    gives the split 0, or wiki-qa's ``ood`` split with no ood_topics)."""
+    """The splits build_data makes for ``config.data`` → whether questions can land there (False: the fractions give
+    the split 0, or wiki-qa's ``ood`` split with no ood_topics). With ``data.split_column`` every split can: whether
+    the file's rows fill the ones the stages read is checked when it is read (build_data, ``workbench validate``)."""
     from workbench.data.article_splits import SPLITS
 
-    splits = {split: fraction > 0 for split, fraction in zip(SPLITS, config.data.fractions, strict=True)}
+    fractions = data_fractions(config)
+    if fractions is None:
+        splits = dict.fromkeys(SPLITS, True)
+    else:
+        splits = {split: fraction > 0 for split, fraction in zip(SPLITS, fractions, strict=True)}
     if config.data.dataset == "wiki-qa":
         splits["ood"] = bool(config.data.ood_topics)
     return splits
