@@ -54,7 +54,8 @@ def beta_log_odds(scores: np.ndarray, squash: tuple[float, float] | None) -> np.
 def beta_inputs(z: np.ndarray) -> np.ndarray:
     """The two inputs of beta calibration, ``[ln s', −ln(1 − s')]`` with ``s' = σ(z)``, as columns: written
     ``[−softplus(−z), softplus(z)]`` so no value overflows for any finite ``z``."""
-    return np.stack([-np.logaddexp(0.0, -z), np.logaddexp(0.0, z)], axis=-1)
+    with np.errstate(invalid="ignore"):  # NaN in, NaN out
+        return np.stack([-np.logaddexp(0.0, -z), np.logaddexp(0.0, z)], axis=-1)
 
 
 def fit_beta(inputs: np.ndarray, targets: np.ndarray, max_iter: int = 100) -> tuple[float, float, float]:

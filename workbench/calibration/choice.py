@@ -9,9 +9,12 @@ each question predicted by a calibrator that never saw it, the same folds for ev
    plateau that the held-out questions contradict), unless
 2. that kind loses ranking the raw score had: a candidate *keeps* the ranking when its map fitted on the whole split
    is strictly increasing (Platt with a positive slope, beta calibration with a or b positive: every pair of scores
-   keeps its order) or when its out-of-fold AUROC is no more than ``rank_tolerance`` below the raw score's AUROC on
-   the same questions. When the lowest-loss kind does not keep it, the lowest-loss kind that does is chosen instead;
-   when none does, the lowest-loss kind is kept and the record says the ranking is lost.
+   keeps its order, so the calibrated score's AUROC equals the raw one's on any data — a fact, not an estimate) or
+   when its out-of-fold AUROC is no more than ``rank_tolerance`` below the raw score's AUROC on the same questions
+   (an estimate for maps with plateaus; pooled over folds whose calibrators differ in level, it errs low, so it
+   errs toward a strictly increasing calibrator). When the lowest-loss kind does not keep the ranking, the
+   lowest-loss kind that does is chosen instead; when none does, the lowest-loss kind is kept and the record says
+   the ranking is lost.
 
 The record (:class:`CalibratorChoice`) travels with the fitted calibrator (``calibrator.choice``), into the calibrate
 stage's ``calibrators.json`` and summary, the report and a bundle's ``learned/calibrators.json``, so what was chosen
@@ -55,12 +58,14 @@ to compare out of fold (the first strictly monotone candidate, else the first, w
 
 @dataclass(frozen=True)
 class CandidateFit:
-    """One candidate kind measured out of fold: mean log loss, AUROC (None where undefined), and whether it keeps
-    the raw score's ranking (module docstring). ``log_loss`` / ``auroc`` are None when nothing could be measured."""
+    """One candidate kind measured out of fold: mean log loss, AUROC (None where undefined), whether its map fitted
+    on the whole split is strictly increasing, and whether it keeps the raw score's ranking (module docstring).
+    ``log_loss`` / ``auroc`` are None when nothing could be measured."""
 
     kind: str
     log_loss: float | None
     auroc: float | None
+    strictly_increasing: bool
     keeps_ranking: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +74,7 @@ class CandidateFit:
             "kind": self.kind,
             "log_loss": _rounded(self.log_loss),
             "auroc": _rounded(self.auroc),
+            "strictly_increasing": self.strictly_increasing,
             "keeps_ranking": self.keeps_ranking,
         }
 
@@ -156,14 +162,15 @@ class CalibratorChoice:
 
 
 def _candidate_from(d: Any, where: str) -> CandidateFit:
-    keys = {"kind", "log_loss", "auroc", "keeps_ranking"}
+    keys = {"kind", "log_loss", "auroc", "strictly_increasing", "keeps_ranking"}
     if not isinstance(d, dict) or set(d) != keys:
         raise DataError(f"each candidate must be a mapping with exactly the keys {sorted(keys)}", where)
     if d["kind"] not in KINDS:
         raise DataError(f"a candidate kind is not one of {', '.join(KINDS)}", where)
-    if not isinstance(d["keeps_ranking"], bool):
-        raise DataError("keeps_ranking must be true or false", where)
-    return CandidateFit(d["kind"], _optional(d["log_loss"], where), _optional(d["auroc"], where), d["keeps_ranking"])
+    if not isinstance(d["keeps_ranking"], bool) or not isinstance(d["strictly_increasing"], bool):
+        raise DataError("keeps_ranking and strictly_increasing must be true or false", where)
+    loss, auroc = _optional(d["log_loss"], where), _optional(d["auroc"], where)
+    return CandidateFit(d["kind"], loss, auroc, d["strictly_increasing"], d["keeps_ranking"])
 
 
 def _is_number(value: Any) -> bool:
@@ -249,7 +256,9 @@ def choose_calibrator(
     raw_auroc = _auroc(s, y)
     if n_folds < 2:
         chosen = next((k for k in kinds if fitted[k].strictly_increasing), kinds[0])
-        candidates = tuple(CandidateFit(k, None, None, fitted[k].strictly_increasing) for k in kinds)
+        candidates = tuple(
+            CandidateFit(k, None, None, fitted[k].strictly_increasing, fitted[k].strictly_increasing) for k in kinds
+        )
         choice = CalibratorChoice(chosen, "too_few", raw_auroc, 0, rank_tolerance, candidates)
         return _with_choice(fitted[chosen], choice), None
     oof = {kind: out_of_fold_predict(kind, s, y, n_folds, seed) for kind in kinds}
@@ -259,7 +268,7 @@ def choose_calibrator(
         keeps = fitted[kind].strictly_increasing or (
             raw_auroc is None or (auroc is not None and auroc >= raw_auroc - rank_tolerance)
         )
-        measured.append(CandidateFit(kind, mean_log_loss(oof[kind], y), auroc, keeps))
+        measured.append(CandidateFit(kind, mean_log_loss(oof[kind], y), auroc, fitted[kind].strictly_increasing, keeps))
     by_loss = sorted(measured, key=lambda c: c.log_loss if c.log_loss is not None else math.inf)  # stable: kinds order
     keeping = [c for c in by_loss if c.keeps_ranking]
     if len(kinds) == 1:

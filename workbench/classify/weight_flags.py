@@ -31,20 +31,9 @@ class WeightFlag:
     auroc: float
     largest: bool
 
-    def describe(self, split: str) -> str:
-        """One Markdown line for the report."""
-        sign = "positive" if self.weight > 0 else "negative"
-        rank = f"the largest weight, {sign}" if self.largest else f"a {sign} weight"
-        side = "below" if self.auroc < 0.5 else "above"
-        return (
-            f"**`{self.feature}` has {rank} ({self.weight:+.3g}), but ranks correctness {side} chance on `{split}` "
-            f"(AUROC {self.auroc:.3f})**: the model leans on it through the other features or the fit split's noise; "
-            "do not read the weight as that feature's signal."
-        )
-
-    def label(self) -> str:
-        """The feature's name as plots of the weights show it: marked, with its held-out AUROC."""
-        return f"{self.feature} (!) AUROC {self.auroc:.2f}"
+    def label(self, split: str) -> str:
+        """The feature's name as plots of the weights show it: marked, with its AUROC on ``split``."""
+        return f"{self.feature} (!) {split} AUROC {self.auroc:.2f}"
 
 
 def flag_weights(
@@ -68,3 +57,20 @@ def flag_weights(
         if not math.isnan(value) and (value - 0.5) * weight < 0.0:
             flags.append(WeightFlag(name, weight, float(value), abs(weight) == top))
     return flags
+
+
+def describe_flags(flags: Sequence[WeightFlag], split: str) -> str:
+    """One bold Markdown paragraph naming every flagged weight with its feature's AUROC on ``split`` (the largest
+    weight said so), and why it must not be read as that feature's signal; empty without flags."""
+    if not flags:
+        return ""
+    items = [
+        f"`{f.feature}` {f.weight:+.3g}{' (the largest weight)' if f.largest else ''} with AUROC {f.auroc:.3f}"
+        for f in flags
+    ]
+    return (
+        f"**LR weights that `{split}` contradicts** — the weight's sign says the opposite of the feature's own "
+        f"ranking of correctness there (AUROC below 0.5 with a positive weight, above 0.5 with a negative one): "
+        f"{'; '.join(items)}. The model leans on such a feature through the other, correlated features or the fit "
+        "split's noise: do not read its weight as its own signal. Marked (!) in the plot."
+    )

@@ -114,9 +114,10 @@ def choice_lines(meta: dict[str, Any]) -> list[str]:
     lines = [
         f"Each feature's calibrator: among {', '.join(f'`{k}`' for k in kinds)}, the one with the lowest out-of-fold "
         f"log loss on `{meta['fit_split']}` (the same folds for every kind), unless it loses ranking the raw score "
-        f"had — its out-of-fold AUROC more than {meta.get('rank_tolerance', 0.01)} below the raw score's and its map "
-        "not strictly increasing —, then the lowest-loss one that keeps it (Platt and beta calibration are strictly "
-        "increasing unless fitted flat).",
+        f"had — its map not strictly increasing and its out-of-fold AUROC more than {meta.get('rank_tolerance', 0.01)} "
+        "below the raw score's —, then the lowest-loss one that keeps it. A strictly increasing map (Platt, beta "
+        "calibration, unless fitted flat) keeps every order of the raw scores, so its AUROC is the raw score's on any "
+        "data (*same order* below).",
         "",
         "| feature | calibrator | chosen by | " + " | ".join(f"log loss {k}" for k in kinds) + " | AUROC raw → "
         "calibrated (out of fold) | ranking |",
@@ -126,9 +127,10 @@ def choice_lines(meta: dict[str, Any]) -> list[str]:
         losses = {c.kind: fmt(c.log_loss) for c in choice.candidates}
         cells = [f"**{losses[k]}**" if k == choice.chosen else losses.get(k, "–") for k in kinds]
         ranking = "**lost**" if choice.ranking_lost else "kept"
+        after = "same order" if choice.chosen_fit.strictly_increasing else fmt(choice.chosen_fit.auroc)
         lines.append(
             f"| {name} | `{choice.chosen}` | {RULE_WORDS[choice.rule]} | {' | '.join(cells)} "
-            f"| {fmt(choice.raw_auroc)} → {fmt(choice.chosen_fit.auroc)} | {ranking} |"
+            f"| {fmt(choice.raw_auroc)} → {after} | {ranking} |"
         )
     notes = [
         f"- **{name}**: {choice.describe()}."
@@ -205,26 +207,21 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
 
 
 def lr_weight_lines(pred: dict[str, Any], labels: np.ndarray, split: str, out_dir: Path) -> list[str]:
-    """Markdown for the LR weights plot (``lr_weights.png``), after a bold line for each weight whose sign the
+    """Markdown for the LR weights plot (``lr_weights.png``), after a bold paragraph naming each weight whose sign the
     feature's own AUROC on ``split`` contradicts (:func:`workbench.classify.weight_flags.flag_weights`); the plot
-    labels those features the same way."""
-    from workbench.classify.weight_flags import flag_weights
+    marks those features too."""
+    from workbench.classify.weight_flags import describe_flags, flag_weights
     from workbench.plots import horizontal_bars
 
     flags = flag_weights(pred["lr_weights"], pred["features"], labels)
-    relabel = {flag.feature: flag.label() for flag in flags}
+    relabel = {flag.feature: flag.label(split) for flag in flags}
     horizontal_bars(
         out_dir / "lr_weights.png",
         {relabel.get(name, name): weight for name, weight in pred["lr_weights"].items()},
         title="Logistic regression weights (standardised calibrated features)",
         xlabel="weight",
     )
-    return [
-        *(f"- {flag.describe(split)}" for flag in flags),
-        *([""] if flags else []),
-        "![LR weights](lr_weights.png)",
-        "",
-    ]
+    return [*([describe_flags(flags, split), ""] if flags else []), "![LR weights](lr_weights.png)", ""]
 
 
 def routing_table_lines(routing: dict, split: str) -> list[str]:
