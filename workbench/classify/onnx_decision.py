@@ -12,8 +12,9 @@ what the collect stage records into the decision:
   as ``y₀ + Σ_k slope_k · (clip(x, x_k, x_{k+1}) − x_k)`` (Max, Min, Mul, ReduceSum); Platt — ``σ(a·x + b)`` as
   ``(1 + tanh((a·x + b) / 2)) / 2``; beta — ``σ(a·ln s' − b·ln(1 − s') + c)`` from the log-odds ``z`` of ``s'``
   (``(x − m) / d`` for a squashed feature, ``ln s − ln(1 − s)`` of the clipped score otherwise), with
-  ``ln s' = −softplus(−z)`` and ``−ln(1 − s') = softplus(z)``, ``softplus(z) = max(z, 0) + ln(1 + e^{−|z|})``, as
-  :mod:`workbench.calibration.beta` computes them; ``raw`` — the value itself;
+  ``ln s' = −softplus(−z)`` and ``−ln(1 − s') = softplus(z)``, ``softplus(z) = max(z, 0) + ln(1 + e^{−|z|})`` (Max,
+  Neg, Exp, Log; no Relu, which marks an MLP's hidden layer), as :mod:`workbench.calibration.beta` computes them;
+  ``raw`` — the value itself;
 * the classifier graph (standardisation inside) on the calibrated values cast to float32 → ``p_correct`` float32
   ``[batch]``; with a τ, also ``retrieve`` bool ``[batch]`` = ``p_correct < τ`` (compared in float64).
 
@@ -142,6 +143,7 @@ def calibration_graph(calibrators: CalibratorSet, output: str, ir_version: int, 
         numpy_helper.from_array(np.array([2], dtype=np.int64), name("axis2")),
         numpy_helper.from_array(np.array(0.5), name("half")),
         numpy_helper.from_array(np.array(1.0), name("one")),
+        numpy_helper.from_array(np.array(0.0), name("zero")),
         numpy_helper.from_array(np.array(BETA_EPS), name("eps")),
         numpy_helper.from_array(np.array(1.0 - BETA_EPS), name("one_minus_eps")),
     ]
@@ -174,9 +176,10 @@ def calibration_graph(calibrators: CalibratorSet, output: str, ir_version: int, 
         helper.make_node("Sub", [name("log_s"), name("log_1_s")], [name("z_unit")]),
         helper.make_node("Where", [name("is_squashed"), name("z_squashed"), name("z_unit")], [name("z")]),
         # softplus(±z) = max(±z, 0) + ln(1 + e^{−|z|}): ln s' = −softplus(−z), −ln(1 − s') = softplus(z)
-        helper.make_node("Relu", [name("z")], [name("z_pos")]),
+        # (Max with 0, not Relu: a Relu is how a graph shows an MLP's hidden layer, onnx_check.graph_kind)
+        helper.make_node("Max", [name("z"), name("zero")], [name("z_pos")]),
         helper.make_node("Neg", [name("z")], [name("neg_z")]),
-        helper.make_node("Relu", [name("neg_z")], [name("z_neg")]),
+        helper.make_node("Max", [name("neg_z"), name("zero")], [name("z_neg")]),
         helper.make_node("Add", [name("z_pos"), name("z_neg")], [name("abs_z")]),
         helper.make_node("Neg", [name("abs_z")], [name("neg_abs_z")]),
         helper.make_node("Exp", [name("neg_abs_z")], [name("exp_neg")]),

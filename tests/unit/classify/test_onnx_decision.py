@@ -15,6 +15,7 @@ from tests.unit.classify.helpers import FEATURE_NAMES
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.registry import calibrator_from_dict, make_calibrator
 from workbench.classify.logistic import fit_logistic
+from workbench.classify.onnx_check import graph_kind
 from workbench.classify.onnx_decision import export_decision_onnx
 from workbench.classify.onnx_export import OnnxClassifier, export_onnx
 from workbench.classify.policy import DecisionPolicy
@@ -151,3 +152,4 @@ def test_beta_calibration_in_the_graph_on_unit_and_squashed_features_and_at_the_
     )
     p_onnx = OnnxClassifier(path).predict_proba(raw)
     assert np.max(np.abs(p_onnx - model.predict_proba(u_numpy))) <= 1e-5
+    assert graph_kind(onnx.load(str(path))) == "logistic"  # the calibrators add no hidden layer's Relu
