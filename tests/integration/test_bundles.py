@@ -74,6 +74,18 @@ def test_export_stage_writes_a_bundle_with_the_runs_learned_bytes(tiny_run):
     assert {"plots/routing.png", "plots/methods.png"} <= set(manifest["files"])
 
 
+def test_the_bundle_says_how_each_calibrator_was_chosen(tiny_run):
+    from workbench.calibration import CalibratorChoice
+
+    manifest = json.loads((_bundle(tiny_run) / "manifest.json").read_text())
+    calibrators = json.loads((_bundle(tiny_run) / "learned" / "calibrators.json").read_text())
+    assert manifest["decision"]["calibrator"] == "auto" and set(calibrators["choices"]) == set(calibrators["features"])
+    chosen = {f: CalibratorChoice.from_dict(r).chosen for f, r in calibrators["choices"].items()}
+    assert chosen == {f: calibrators["calibrators"][f]["kind"] for f in calibrators["features"]}
+    (note,) = [n for n in manifest["notes"] if "chosen per feature by out-of-fold log loss" in n]
+    assert all(f"{f} {k}" in note for f, k in chosen.items())
+
+
 def test_re_export_is_byte_identical_and_versions_move_only_with_content(tiny_run):
     tmp, _ = tiny_run
     root = _bundle(tiny_run)

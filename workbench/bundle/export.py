@@ -336,6 +336,7 @@ def _write_learned(run: _Run, methods: list[str], learned: Any, tmp: Path, notes
     """Write learned/* for D²-RAG (when exported, with ``learned``: :func:`evaluated_learned`'s parts); returns the
     manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
+    from workbench.calibration.choice import choice_notes
     from workbench.classify.onnx_decision import export_decision_onnx
     from workbench.core.artifact_io import read_artifact
     from workbench.methods.learned import save_learned
@@ -353,6 +354,7 @@ def _write_learned(run: _Run, methods: list[str], learned: Any, tmp: Path, notes
     features = list(learned.features)
     calibrator_set = CalibratorSet(tuple(features), learned.calibrators, learned.medians, learned.ranges)
     save_learned(calibrator_set, tmp / "learned/calibrators.json")
+    notes += choice_notes(calibrator_set.choices(), "d2rag calibrators")  # what was chosen; any ranking lost
     save_learned(learned.classifier, tmp / "learned" / "classifier.json")
     selection = run.json("classify", "selection.json")
     router = selection.get("router")  # the router the search picked (its features only), else the full classifier

@@ -46,6 +46,21 @@ class Calibrator(ABC):
     def is_fitted(self) -> bool:
         """Whether ``fit`` (or a rebuild from a dict) has set the parameters."""
 
+    @property
+    def strictly_increasing(self) -> bool:
+        """Whether the fitted map is strictly increasing, so it keeps the order of any two scores (up to float
+        rounding at the saturated ends): the calibrated score then ranks exactly as the raw one. False unless a
+        kind says otherwise (isotonic maps have flat steps)."""
+        return False
+
+    choice: dict[str, Any] | None = None
+    """How this calibrator was chosen (:mod:`workbench.calibration.choice`), when it was: saved and loaded with the
+    :class:`~workbench.calibration.calibrator_set.CalibratorSet` that holds it, not in :meth:`to_dict`."""
+
+    def resolved(self) -> Calibrator:
+        """The calibrator that does the work and is saved: ``self``, or for a choosing calibrator the one it chose."""
+        return self
+
     def _require_fitted(self) -> None:
         if not self.is_fitted:
             raise RuntimeError(f"{type(self).__name__} is not fitted: call fit() first")

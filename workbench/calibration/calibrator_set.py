@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workbench.calibration.base import Calibrator
-from workbench.calibration.registry import calibrator_from_dict
+from workbench.calibration.catalog import calibrator_from_dict
 from workbench.core.errors import DataError
 
 INF_CLIP = 1e10
@@ -45,7 +45,7 @@ class CalibratorSet:
         if missing:
             raise DataError(f"no calibrator for feature(s) {missing}", "calibrators")
         self.calibrators = {
-            f: calibrator_from_dict(c) if isinstance(c, dict) else c
+            f: calibrator_from_dict(c) if isinstance(c, dict) else c.resolved()
             for f, c in self.calibrators.items()
             if f in self.features
         }
@@ -87,7 +87,13 @@ class CalibratorSet:
             "medians": {f: self.medians[f] for f in self.features if f in self.medians},
             **({"ranges": {f: list(self.ranges[f]) for f in self.features if f in self.ranges}} if self.ranges else {}),
             "calibrators": {f: self.calibrators[f].to_dict() for f in self.features},
+            **({"choices": self.choices()} if self.choices() else {}),
         }
+
+    def choices(self) -> dict[str, dict[str, Any]]:
+        """Feature → how its calibrator was chosen (:class:`~workbench.calibration.choice.CalibratorChoice` as a
+        dict), for the features whose calibrator carries a record."""
+        return {f: self.calibrators[f].choice for f in self.features if self.calibrators[f].choice is not None}
 
     @classmethod
     def from_dict(cls, d: Any) -> CalibratorSet:
@@ -97,7 +103,7 @@ class CalibratorSet:
             raise DataError(f"not a calibrator set (kind != {cls.kind!r})", where)
         if d.get("version") != cls.version:
             raise DataError(f"unsupported version {d.get('version')!r} (this workbench reads {cls.version})", where)
-        extra = sorted(set(d) - {"kind", "version", "features", "medians", "ranges", "calibrators"})
+        extra = sorted(set(d) - {"kind", "version", "features", "medians", "ranges", "calibrators", "choices"})
         if extra:
             raise DataError(f"unknown key(s) {extra}", where)
         features, medians, calibrators = d.get("features"), d.get("medians", {}), d.get("calibrators")
@@ -119,7 +125,25 @@ class CalibratorSet:
         missing = [f for f in features if f not in calibrators]
         if missing:
             raise DataError(f"no calibrator for feature(s) {missing}", where)
-        return cls(tuple(features), {f: calibrator_from_dict(calibrators[f]) for f in features}, medians, ranges)
+        built = {f: calibrator_from_dict(calibrators[f]) for f in features}
+        _attach_choices(d.get("choices", {}), built, where)
+        return cls(tuple(features), built, medians, ranges)
+
+
+def _attach_choices(choices: Any, calibrators: dict[str, Calibrator], where: str) -> None:
+    """Check each saved choice record (:meth:`CalibratorChoice.from_dict`) and give it to its feature's calibrator;
+    DataError for a record of an unknown feature or one whose chosen kind is not the calibrator's."""
+    from workbench.calibration.choice import CalibratorChoice
+
+    if not isinstance(choices, dict):
+        raise DataError("choices must be a mapping of feature to record", where)
+    for name, record in choices.items():
+        if name not in calibrators:
+            raise DataError("a choice record names a feature the set does not have", where)
+        choice = CalibratorChoice.from_dict(record, f"{where}: choices")
+        if choice.chosen != calibrators[name].kind:
+            raise DataError("a choice record does not name the kind of its feature's calibrator", where)
+        calibrators[name].choice = choice.to_dict()
 
 
 def _finite_number(value: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.base import Calibrator, check_fit_inputs
-from workbench.calibration.registry import make_calibrator
+from workbench.calibration.catalog import new_calibrator
 from workbench.core.errors import ConfigError, DataError
 
 
@@ -33,19 +33,21 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
 
 
 def fit_calibrator(kind: str, scores: Sequence[float], labels: Sequence[float], **kw: Any) -> Calibrator:
-    """A calibrator of ``kind`` (options ``kw``) fitted on all of ``scores`` / ``labels``.
+    """A calibrator of ``kind`` (a fixed kind of :mod:`~workbench.calibration.catalog`; options ``kw``) fitted on all
+    of ``scores`` / ``labels``.
 
     Raises :class:`ConfigError` on an unknown kind and :class:`DataError` on NaN scores (naming the count),
     one-class labels or malformed data.
     """
-    calibrator = make_calibrator(kind, **kw)
+    calibrator = new_calibrator(kind, **kw)
     return calibrator.fit(scores, labels)
 
 
 def out_of_fold_predict(
     kind: str, scores: Sequence[float], labels: Sequence[float], n_folds: int = 5, seed: int = 0, **kw: Any
 ) -> np.ndarray:
-    """Out-of-fold calibrated probabilities: example i gets the prediction of a calibrator fitted without its fold.
+    """Out-of-fold calibrated probabilities: example i gets the prediction of a calibrator of the fixed ``kind`` fitted
+    without its fold.
 
     Folds come from :func:`stratified_folds` (stratified, deterministic by ``seed``). Each class needs at least
     two examples so that every training part has both classes. Raises :class:`ConfigError` when ``n_folds < 2``
@@ -54,7 +56,7 @@ def out_of_fold_predict(
     if isinstance(n_folds, bool) or not isinstance(n_folds, int) or n_folds < 2:
         raise ConfigError(f"n_folds must be an integer of at least 2, got {n_folds!r}", "n_folds")
     s, y = check_fit_inputs(scores, labels)
-    make_calibrator(kind, **kw)  # fail on a bad kind or option before any fitting
+    new_calibrator(kind, **kw)  # fail on a bad kind or option before any fitting
     if s.size < n_folds:
         raise DataError(f"{s.size} examples cannot be split into {n_folds} folds", "calibration data")
     pos = y > 0.5
@@ -71,6 +73,6 @@ def out_of_fold_predict(
         test = folds == k
         if not test.any():
             continue
-        calibrator = make_calibrator(kind, **kw).fit(s[~test], y[~test])
+        calibrator = new_calibrator(kind, **kw).fit(s[~test], y[~test])
         out[test] = calibrator.predict(s[test])
     return out

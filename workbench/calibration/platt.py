@@ -71,6 +71,10 @@ class PlattCalibrator(Calibrator):
     def is_fitted(self) -> bool:
         return self.a_ is not None
 
+    @property
+    def strictly_increasing(self) -> bool:
+        return self.a_ is not None and self.a_ > 0.0
+
     def fit(self, scores: Sequence[float], labels: Sequence[float]) -> Self:
         s, y = check_fit_inputs(scores, labels)
         self.a_, self.b_ = fit_logistic_1d(s, platt_targets(y, self.prior_smoothing))

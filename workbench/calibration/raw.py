@@ -31,6 +31,10 @@ class RawCalibrator(Calibrator):
     def is_fitted(self) -> bool:
         return self._fitted
 
+    @property
+    def strictly_increasing(self) -> bool:
+        return True
+
     def fit(self, scores: Sequence[float], labels: Sequence[float]) -> Self:
         check_fit_inputs(scores, labels)
         self._fitted = True

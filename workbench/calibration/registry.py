@@ -1,57 +1,35 @@
-"""Calibrators by name: build one from a recipe's kind, or rebuild a fitted one from its saved dict."""
+"""Calibrators by name: build one from a recipe's kind (a fixed kind, or ``auto``), or rebuild a fitted one from its
+saved dict (:func:`~workbench.calibration.catalog.calibrator_from_dict`; a saved calibrator is always of a fixed
+kind)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from workbench.calibration.base import Calibrator
-from workbench.calibration.isotonic import IsotonicCalibrator
-from workbench.calibration.platt import PlattCalibrator
-from workbench.calibration.raw import RawCalibrator
-from workbench.core.errors import ConfigError, DataError
+from workbench.calibration.catalog import KINDS, RAW, calibrator_from_dict, new_calibrator
+from workbench.core.errors import ConfigError
 
-KINDS = ("isotonic", "centered_isotonic", "platt")
-"""The calibrator kinds: each maps a score to a probability of being correct."""
+__all__ = ["AUTO", "KINDS", "RAW", "calibrator_from_dict", "make_calibrator"]
 
-RAW = "raw"
-""":func:`make_calibrator` and :func:`calibrator_from_dict` also know ``raw``, which passes the raw value through (not
-a probability): for a router whose classifier reads raw features (:mod:`workbench.calibration.raw`)."""
+AUTO = "auto"
+""":func:`make_calibrator` also builds ``auto``: a calibrator whose ``fit`` chooses one of :data:`KINDS` by out-of-fold
+log loss (:class:`~workbench.calibration.choice.ChoosingCalibrator`); what it saves is the chosen kind's dict."""
 
 
 def make_calibrator(kind: str, **kw: Any) -> Calibrator:
-    """A new, unfitted calibrator of ``kind`` ("isotonic", "centered_isotonic" or "platt") with options ``kw``.
+    """A new, unfitted calibrator of ``kind`` (one of :data:`KINDS`, :data:`AUTO` or :data:`RAW`) with options ``kw``.
 
     Raises :class:`ConfigError` on an unknown kind or an option the kind does not take.
     """
-    if kind not in (*KINDS, RAW):
-        raise ConfigError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)}, {RAW})", "calibrator")
-    if "centered" in kw:
-        raise ConfigError("choose 'isotonic' or 'centered_isotonic' as the kind instead of passing centered", kind)
+    if kind != AUTO:
+        if kind not in (*KINDS, RAW):
+            known = ", ".join((*KINDS, AUTO, RAW))
+            raise ConfigError(f"unknown calibrator kind {kind!r} (known: {known})", "calibrator")
+        return new_calibrator(kind, **kw)
+    from workbench.calibration.choice import ChoosingCalibrator
+
     try:
-        if kind == "platt":
-            return PlattCalibrator(**kw)
-        if kind == "raw":
-            return RawCalibrator(**kw)
-        return IsotonicCalibrator(centered=kind == "centered_isotonic", **kw)
+        return ChoosingCalibrator(**kw)
     except TypeError as exc:
         raise ConfigError(f"bad option(s) {sorted(kw)} for calibrator {kind!r}: {exc}", kind) from None
-
-
-def calibrator_from_dict(d: Any) -> Calibrator:
-    """Rebuild a fitted calibrator from its ``to_dict()`` output (e.g. after ``json.loads``); loads no code.
-
-    Raises :class:`DataError` with a one-line message on anything but a well-formed dict: unknown kind, missing
-    or unknown key, unsupported version, NaN or non-numeric values, non-monotone breakpoints.
-    """
-    if not isinstance(d, dict):
-        raise DataError(f"expected a dict, got {type(d).__name__}", "calibrator")
-    if "kind" not in d:
-        raise DataError("missing key 'kind'", "calibrator")
-    kind = d["kind"]
-    if kind == "platt":
-        return PlattCalibrator.from_dict(d)
-    if kind == "raw":
-        return RawCalibrator.from_dict(d)
-    if kind in ("isotonic", "centered_isotonic"):
-        return IsotonicCalibrator.from_dict(d)
-    raise DataError(f"unknown calibrator kind {kind!r} (known: {', '.join(KINDS)})", "calibrator")

@@ -52,6 +52,10 @@ ALLOWED_OPS = frozenset(
         "Cast",
         "Less",
         "Identity",
+        # beta calibrators: the logarithms of the clipped score and the softplus of its log-odds
+        "Log",
+        "Exp",
+        "Neg",
     }
 )
 """The operators the workbench's ONNX exporters write (:mod:`workbench.classify.onnx_export`,

@@ -10,7 +10,11 @@ what the collect stage records into the decision:
   (IsNaN, IsInf, Where);
 * each feature's calibrator, in float64: isotonic and centered isotonic — ``np.interp`` over the breakpoints, written
   as ``y₀ + Σ_k slope_k · (clip(x, x_k, x_{k+1}) − x_k)`` (Max, Min, Mul, ReduceSum); Platt — ``σ(a·x + b)`` as
-  ``(1 + tanh((a·x + b) / 2)) / 2``; ``raw`` — the value itself;
+  ``(1 + tanh((a·x + b) / 2)) / 2``; beta — ``σ(a·ln s' − b·ln(1 − s') + c)`` from the log-odds ``z`` of ``s'``
+  (``(x − m) / d`` for a squashed feature, ``ln s − ln(1 − s)`` of the clipped score otherwise), with
+  ``ln s' = −softplus(−z)`` and ``−ln(1 − s') = softplus(z)``, ``softplus(z) = max(z, 0) + ln(1 + e^{−|z|})`` (Max,
+  Neg, Exp, Log; no Relu, which marks an MLP's hidden layer), as :mod:`workbench.calibration.beta` computes them;
+  ``raw`` — the value itself;
 * the classifier graph (standardisation inside) on the calibrated values cast to float32 → ``p_correct`` float32
   ``[batch]``; with a τ, also ``retrieve`` bool ``[batch]`` = ``p_correct < τ`` (compared in float64).
 
@@ -28,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.beta import EPS as BETA_EPS
+from workbench.calibration.beta import BetaCalibrator
 from workbench.calibration.calibrator_set import CalibratorSet, impute_value
 from workbench.calibration.isotonic import IsotonicCalibrator
 from workbench.calibration.platt import PlattCalibrator
@@ -61,7 +67,8 @@ def decision_contract(n_features: int, tau: float | None) -> str:
 
 def _calibrator_tables(calibrators: CalibratorSet) -> dict[str, np.ndarray]:
     """Per-feature constants of the calibration part: fill values for NaN / +inf / −inf, the kind masks, the padded
-    isotonic segments (low, high, slope; padding: zero-width, zero slope) with their start values, Platt's a and b."""
+    isotonic segments (low, high, slope; padding: zero-width, zero slope) with their start values, Platt's a and b,
+    and beta calibration's a, b, c with its squash (``is_squashed``, centre, scale; 0 and 1 where unused)."""
     features = calibrators.features
     n = len(features)
     segments: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -70,10 +77,17 @@ def _calibrator_tables(calibrators: CalibratorSet) -> dict[str, np.ndarray]:
         "pos_fill": np.zeros(n),
         "neg_fill": np.zeros(n),
         "is_isotonic": np.zeros(n, dtype=bool),
-        "is_platt": np.zeros(n, dtype=bool),
+        "is_beta": np.zeros(n, dtype=bool),
+        "is_sigmoid": np.zeros(n, dtype=bool),
+        "is_squashed": np.zeros(n, dtype=bool),
         "y0": np.zeros(n),
         "a": np.zeros(n),
         "b": np.zeros(n),
+        "beta_a": np.zeros(n),
+        "beta_b": np.zeros(n),
+        "beta_c": np.zeros(n),
+        "centre": np.zeros(n),
+        "scale": np.ones(n),
     }
     for j, name in enumerate(features):
         median, value_range = calibrators.medians.get(name, math.nan), calibrators.ranges.get(name)
@@ -89,8 +103,15 @@ def _calibrator_tables(calibrators: CalibratorSet) -> dict[str, np.ndarray]:
             slope = (y[1:] - y[:-1]) / (x[1:] - x[:-1])  # np.interp's slope; x strictly increases (from_dict checks)
             segments.append((x[:-1], x[1:], slope))
         elif isinstance(calibrator, PlattCalibrator):
-            out["is_platt"][j] = True
+            out["is_sigmoid"][j] = True
             out["a"][j], out["b"][j] = float(calibrator.a_), float(calibrator.b_)
+            segments.append((empty, empty, empty))
+        elif isinstance(calibrator, BetaCalibrator):
+            out["is_beta"][j] = out["is_sigmoid"][j] = True
+            out["beta_a"][j], out["beta_b"][j], out["beta_c"][j] = calibrator.a_, calibrator.b_, calibrator.c_
+            if calibrator.squash_ is not None:
+                out["is_squashed"][j] = True
+                out["centre"][j], out["scale"][j] = calibrator.squash_
             segments.append((empty, empty, empty))
         elif isinstance(calibrator, RawCalibrator):
             segments.append((empty, empty, empty))
@@ -122,6 +143,9 @@ def calibration_graph(calibrators: CalibratorSet, output: str, ir_version: int, 
         numpy_helper.from_array(np.array([2], dtype=np.int64), name("axis2")),
         numpy_helper.from_array(np.array(0.5), name("half")),
         numpy_helper.from_array(np.array(1.0), name("one")),
+        numpy_helper.from_array(np.array(0.0), name("zero")),
+        numpy_helper.from_array(np.array(BETA_EPS), name("eps")),
+        numpy_helper.from_array(np.array(1.0 - BETA_EPS), name("one_minus_eps")),
     ]
     nodes = [
         helper.make_node("IsNaN", [RAW_INPUT], [name("isnan")]),
@@ -138,16 +162,44 @@ def calibration_graph(calibrators: CalibratorSet, output: str, ir_version: int, 
         helper.make_node("Mul", [name("run"), name("slope")], [name("rise")]),
         helper.make_node("ReduceSum", [name("rise"), name("axis2")], [name("risen")], keepdims=0),
         helper.make_node("Add", [name("risen"), name("y0")], [name("isotonic")]),
-        # Platt: σ(a·x + b) = (1 + tanh((a·x + b) / 2)) / 2, as the numpy sigmoid computes it
+        # Platt's logit a·x + b
         helper.make_node("Mul", [name("x"), name("a")], [name("ax")]),
-        helper.make_node("Add", [name("ax"), name("b")], [name("logit")]),
+        helper.make_node("Add", [name("ax"), name("b")], [name("platt_logit")]),
+        # beta: z = (x − centre) / scale when squashed, else ln s − ln(1 − s) of s = clip(x, eps, 1 − eps)
+        helper.make_node("Sub", [name("x"), name("centre")], [name("shifted")]),
+        helper.make_node("Div", [name("shifted"), name("scale")], [name("z_squashed")]),
+        helper.make_node("Max", [name("x"), name("eps")], [name("s_low")]),
+        helper.make_node("Min", [name("s_low"), name("one_minus_eps")], [name("s")]),
+        helper.make_node("Log", [name("s")], [name("log_s")]),
+        helper.make_node("Sub", [name("one"), name("s")], [name("one_minus_s")]),
+        helper.make_node("Log", [name("one_minus_s")], [name("log_1_s")]),
+        helper.make_node("Sub", [name("log_s"), name("log_1_s")], [name("z_unit")]),
+        helper.make_node("Where", [name("is_squashed"), name("z_squashed"), name("z_unit")], [name("z")]),
+        # softplus(±z) = max(±z, 0) + ln(1 + e^{−|z|}): ln s' = −softplus(−z), −ln(1 − s') = softplus(z)
+        # (Max with 0, not Relu: a Relu is how a graph shows an MLP's hidden layer, onnx_check.graph_kind)
+        helper.make_node("Max", [name("z"), name("zero")], [name("z_pos")]),
+        helper.make_node("Neg", [name("z")], [name("neg_z")]),
+        helper.make_node("Max", [name("neg_z"), name("zero")], [name("z_neg")]),
+        helper.make_node("Add", [name("z_pos"), name("z_neg")], [name("abs_z")]),
+        helper.make_node("Neg", [name("abs_z")], [name("neg_abs_z")]),
+        helper.make_node("Exp", [name("neg_abs_z")], [name("exp_neg")]),
+        helper.make_node("Add", [name("exp_neg"), name("one")], [name("exp_neg_1")]),
+        helper.make_node("Log", [name("exp_neg_1")], [name("log_tail")]),
+        helper.make_node("Add", [name("z_pos"), name("log_tail")], [name("softplus_z")]),
+        helper.make_node("Add", [name("z_neg"), name("log_tail")], [name("softplus_neg_z")]),
+        helper.make_node("Mul", [name("softplus_z"), name("beta_b")], [name("b_term")]),
+        helper.make_node("Mul", [name("softplus_neg_z"), name("beta_a")], [name("a_term")]),
+        helper.make_node("Sub", [name("b_term"), name("a_term")], [name("ab_terms")]),
+        helper.make_node("Add", [name("ab_terms"), name("beta_c")], [name("beta_logit")]),
+        # σ(logit) = (1 + tanh(logit / 2)) / 2, as the numpy sigmoid computes it
+        helper.make_node("Where", [name("is_beta"), name("beta_logit"), name("platt_logit")], [name("logit")]),
         helper.make_node("Mul", [name("logit"), name("half")], [name("half_logit")]),
         helper.make_node("Tanh", [name("half_logit")], [name("tanh")]),
         helper.make_node("Add", [name("tanh"), name("one")], [name("tanh_1")]),
-        helper.make_node("Mul", [name("tanh_1"), name("half")], [name("platt")]),
-        # per column: isotonic, else Platt, else the raw value
-        helper.make_node("Where", [name("is_platt"), name("platt"), name("x")], [name("platt_or_raw")]),
-        helper.make_node("Where", [name("is_isotonic"), name("isotonic"), name("platt_or_raw")], [name("u")]),
+        helper.make_node("Mul", [name("tanh_1"), name("half")], [name("sigmoid")]),
+        # per column: isotonic, else Platt or beta, else the raw value
+        helper.make_node("Where", [name("is_sigmoid"), name("sigmoid"), name("x")], [name("sigmoid_or_raw")]),
+        helper.make_node("Where", [name("is_isotonic"), name("isotonic"), name("sigmoid_or_raw")], [name("u")]),
         helper.make_node("Cast", [name("u")], [output], to=TensorProto.FLOAT),
     ]
     graph = helper.make_graph(

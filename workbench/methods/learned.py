@@ -40,6 +40,7 @@ LEARNED_KINDS: dict[str, str] = {
     "isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
     "centered_isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
     "platt": "workbench.calibration.platt:PlattCalibrator",
+    "beta": "workbench.calibration.beta:BetaCalibrator",
     "raw": "workbench.calibration.raw:RawCalibrator",
     "logistic": "workbench.classify.logistic:LogisticModel",
     "mlp": "workbench.classify.mlp:MLPModel",

@@ -31,14 +31,18 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
     labels = np.asarray(data[split]["label"])
     bad = meta["nan"]["bad_values"]
     n_bad = sum(sum(v.values()) for v in bad.values())
+    chosen = "Calibrators chosen per feature" if meta["kind"] == "auto" else f"`{meta['kind']}` calibrators"
     lines = [
         "## Calibration",
         "",
-        f"`{meta['kind']}` calibrators for `{meta['label']}` fitted on `{fit}` (out of fold there: each question "
+        f"{chosen} for `{meta['label']}` fitted on `{fit}` (out of fold there: each question "
         f"calibrated by a calibrator that never saw it) and applied to `{split}` ({len(labels)} questions, "
         f"{int(labels.sum())} positive). NaN / inf values: {n_bad}, policy `{meta['nan']['policy']}`"
         + (f" ({json.dumps(bad)})" if n_bad else "")
-        + ". Ranking metrics before and after calibration — a calibrator may merge close scores into one step, "
+        + ".",
+        "",
+        *choice_lines(meta),
+        "Ranking metrics before and after calibration — a calibrator may merge close scores into one step, "
         "which can only lower AUROC / PRR; ECE and Brier are for the calibrated probabilities.",
         "",
         "| feature | AUROC before → after | PRR before → after | AURAC after | ECE after | Brier after |",
@@ -87,6 +91,55 @@ def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], st
     return lines, split
 
 
+RULE_WORDS = {
+    "log_loss": "lowest log loss",
+    "ranking": "lowest log loss that keeps the ranking",
+    "fixed": "set by the recipe",
+    "too_few": "too few of a class to compare",
+}
+"""How each choice rule (:data:`workbench.calibration.choice.RULES`) reads in the report."""
+
+
+def choice_lines(meta: dict[str, Any]) -> list[str]:
+    """Markdown: which calibrator each feature got and why (``summary.json``'s ``choices``; nothing for a run made
+    before them) — every candidate's out-of-fold log loss on the fit split, the raw score's AUROC there against the
+    chosen calibrator's out-of-fold one, and a bold line for each feature whose calibrator loses ranking."""
+    from workbench.calibration.choice import CalibratorChoice
+
+    records = meta.get("choices")
+    if not records:
+        return []
+    choices = {name: CalibratorChoice.from_dict(record) for name, record in records.items()}
+    kinds = list(meta.get("candidates") or next(iter(choices.values())).candidates)
+    lines = [
+        f"Each feature's calibrator: among {', '.join(f'`{k}`' for k in kinds)}, the one with the lowest out-of-fold "
+        f"log loss on `{meta['fit_split']}` (the same folds for every kind), unless it loses ranking the raw score "
+        f"had — its map not strictly increasing and its out-of-fold AUROC more than {meta.get('rank_tolerance', 0.01)} "
+        "below the raw score's —, then the lowest-loss one that keeps it. A strictly increasing map (Platt, beta "
+        "calibration, unless fitted flat) keeps every order of the raw scores, so its AUROC is the raw score's on any "
+        "data (*same order* below).",
+        "",
+        "| feature | calibrator | chosen by | " + " | ".join(f"log loss {k}" for k in kinds) + " | AUROC raw → "
+        "calibrated (out of fold) | ranking |",
+        "|---|---|---|" + "---:|" * len(kinds) + "---|---|",
+    ]
+    for name, choice in choices.items():
+        losses = {c.kind: fmt(c.log_loss) for c in choice.candidates}
+        cells = [f"**{losses[k]}**" if k == choice.chosen else losses.get(k, "–") for k in kinds]
+        ranking = "**lost**" if choice.ranking_lost else "kept"
+        after = "same order" if choice.chosen_fit.strictly_increasing else fmt(choice.chosen_fit.auroc)
+        lines.append(
+            f"| {name} | `{choice.chosen}` | {RULE_WORDS[choice.rule]} | {' | '.join(cells)} "
+            f"| {fmt(choice.raw_auroc)} → {after} | {ranking} |"
+        )
+    notes = [
+        f"- **{name}**: {choice.describe()}."
+        for name, choice in choices.items()
+        if choice.ranking_lost or choice.rule == "ranking"
+    ]
+    return [*lines, "", *notes, *([""] if notes else [])]
+
+
 def _role_lines(selection: dict) -> list[str]:
     """Which split chose what (``selection.json``'s ``roles``; absent from runs made before it existed)."""
     roles = selection.get("roles")
@@ -105,7 +158,7 @@ def _role_lines(selection: dict) -> list[str]:
 
 def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     """Markdown for the decision-classifier section and the routing table (+ its PNGs in ``out_dir``)."""
-    from workbench.plots import horizontal_bars, rejection_curves, roc_curves
+    from workbench.plots import rejection_curves, roc_curves
 
     selection = json.loads((classify_dir / "selection.json").read_text())
     routing = json.loads((classify_dir / "routing.json").read_text())
@@ -147,16 +200,28 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     rejection_curves(out_dir / "rejection.png", curves, labels, title=f"Prediction-rejection curves on {split}")
     lines += ["", "![ROC](roc.png) ![rejection](rejection.png)", ""]
     if "lr_weights" in pred:
-        horizontal_bars(
-            out_dir / "lr_weights.png",
-            pred["lr_weights"],
-            title="Logistic regression weights (standardised calibrated features)",
-            xlabel="weight",
-        )
-        lines += ["![LR weights](lr_weights.png)", ""]
+        lines += lr_weight_lines(pred, labels, split, out_dir)
     from workbench.reports.router import router_lines
 
     return lines + router_lines(classify_dir, out_dir)
+
+
+def lr_weight_lines(pred: dict[str, Any], labels: np.ndarray, split: str, out_dir: Path) -> list[str]:
+    """Markdown for the LR weights plot (``lr_weights.png``), after a bold paragraph naming each weight whose sign the
+    feature's own AUROC on ``split`` contradicts (:func:`workbench.classify.weight_flags.flag_weights`); the plot
+    marks those features too."""
+    from workbench.classify.weight_flags import describe_flags, flag_weights
+    from workbench.plots import horizontal_bars
+
+    flags = flag_weights(pred["lr_weights"], pred["features"], labels)
+    relabel = {flag.feature: flag.label(split) for flag in flags}
+    horizontal_bars(
+        out_dir / "lr_weights.png",
+        {relabel.get(name, name): weight for name, weight in pred["lr_weights"].items()},
+        title="Logistic regression weights (standardised calibrated features)",
+        xlabel="weight",
+    )
+    return [*([describe_flags(flags, split), ""] if flags else []), "![LR weights](lr_weights.png)", ""]
 
 
 def routing_table_lines(routing: dict, split: str) -> list[str]:

@@ -2,6 +2,11 @@
 
 Reads the ``collect`` stage's per-split datasets. For each selected feature (oriented: higher = more certain):
 
+* its calibrator is **chosen** on the fit split (``calibrate.kind: auto``, the default: among
+  ``calibrate.candidates`` — isotonic, centered isotonic, Platt, beta — the kind with the lowest out-of-fold log loss
+  that keeps the raw score's ranking, :func:`workbench.calibration.choice.choose_calibrator`), or named by the recipe
+  and measured the same way; the record (losses, out-of-fold AUROC against the raw score's, the rule that chose, and
+  whether ranking is lost) goes into ``calibrators.json`` and ``summary.json``;
 * the **fit split** (``calibrate.fit_split``, default ``calib``) gets out-of-fold calibrated values
   (:func:`workbench.calibration.oof.out_of_fold_predict`: each question is calibrated by a calibrator that never saw
   it), so classifiers trained on them are not fed leaked labels;
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -281,7 +287,7 @@ def write_ood(
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Fit, apply and measure the calibrators; write the JSON outputs (and the OOD profile: :func:`write_ood`)."""
-    from workbench.calibration.oof import fit_calibrator, out_of_fold_predict
+    from workbench.calibration.choice import CalibratorChoice, choose_calibrator
 
     section = ctx.config.calibrate
     rows, summary = load_collection(ctx.inputs["collect"])
@@ -309,20 +315,20 @@ def run(ctx: StageContext) -> dict[str, Any]:
     calibrated: dict[str, np.ndarray] = {split: np.empty_like(m) for split, m in clean.items()}
     metrics: dict[str, Any] = {}
     y_fit = labels[section.fit_split]
+    if min(section.folds, int(y_fit.sum()), int(y_fit.size - y_fit.sum())) < 2:
+        raise DataError(
+            f"out-of-fold calibration needs at least 2 examples of each class on {section.fit_split}", "calibrate"
+        )
+    kinds = list(section.candidates) if section.kind == "auto" else [section.kind]
     for j, name in enumerate(features):
         scores = clean[section.fit_split][:, j]
-        calibrator = fit_calibrator(section.kind, scores, y_fit)
-        calibrators[name] = calibrator.to_dict()
+        # the kind with the lowest out-of-fold log loss that keeps the raw ranking (one kind: measured, not chosen)
+        calibrator, oof = choose_calibrator(
+            scores, y_fit, kinds, folds=section.folds, seed=ctx.config.seed, rank_tolerance=section.rank_tolerance
+        )
+        calibrators[name] = calibrator
         for split, matrix in clean.items():
-            if split == section.fit_split:
-                folds = min(section.folds, int(y_fit.sum()), int(y_fit.size - y_fit.sum()))
-                if folds < 2:
-                    raise DataError(
-                        f"out-of-fold calibration needs at least 2 examples of each class on {split}", "calibrate"
-                    )
-                calibrated[split][:, j] = out_of_fold_predict(section.kind, scores, y_fit, folds, ctx.config.seed)
-            else:
-                calibrated[split][:, j] = calibrator.predict(matrix[:, j])
+            calibrated[split][:, j] = oof if split == section.fit_split else calibrator.predict(matrix[:, j])
         metrics[name] = {
             split: {
                 "before": ranking_metrics(clean[split][:, j], labels[split]),
@@ -346,6 +352,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         }
     meta = {
         "kind": section.kind,
+        "candidates": kinds,
+        "rank_tolerance": section.rank_tolerance,
+        "choices": {f: calibrators[f].choice for f in features},
         "label": section.label,
         "label_threshold": section.label_threshold,
         "fit_split": section.fit_split,
@@ -368,6 +377,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     best = max((a, f) for a, f in zip(aurocs, features, strict=True) if a is not None) if any(aurocs) else None
     return {
         "features": len(features),
+        "calibrators": dict(Counter(calibrators[f].kind for f in features)),
+        "ranking_lost": [f for f in features if CalibratorChoice.from_dict(calibrators[f].choice).ranking_lost],
         "bad_values": sum(sum(v.values()) for v in nan_counts["bad_values"].values()),
         "best_feature": None if best is None else best[1],
         "best_auroc": None if best is None else best[0],

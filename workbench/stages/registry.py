@@ -219,9 +219,10 @@ STAGES: dict[str, StageSpec] = {
             "calibrate",
             "fit one calibrator per feature on the calibration split (out of fold there); ranking before / after",
             "workbench.stages.calibrate:run",
-            # 6: the OOD flag calibrated to a false-positive rate (question embeddings); 5: isotonic by scikit-learn,
-            # BCa intervals; 4: the OOD profile; 3: ±inf imputed with the range
-            version=6,
+            # 7: each feature's calibrator chosen (auto, beta calibration) and the choice recorded; 6: the OOD flag
+            # calibrated to a false-positive rate (question embeddings); 5: isotonic by scikit-learn, BCa intervals;
+            # 4: the OOD profile; 3: ±inf imputed with the range
+            version=7,
             resources=("embedder",),  # the OOD flag's question embeddings
             sections=("calibrate", "embedder"),
             inputs=("collect", "build_data"),  # build_data: the questions of the fit, threshold and measured splits

@@ -10,6 +10,7 @@ from sklearn.linear_model import LogisticRegression
 
 from workbench.calibration import (
     KINDS,
+    BetaCalibrator,
     IsotonicCalibrator,
     PlattCalibrator,
     calibrator_from_dict,
@@ -74,8 +75,10 @@ def test_make_calibrator_kinds_and_errors():
     assert isinstance(make_calibrator("isotonic"), IsotonicCalibrator)
     assert make_calibrator("centered_isotonic").centered is True
     assert make_calibrator("platt", prior_smoothing=False).prior_smoothing is False
-    with pytest.raises(ConfigError, match="unknown calibrator kind 'beta'"):
-        make_calibrator("beta")
+    assert isinstance(make_calibrator("beta"), BetaCalibrator)
+    assert make_calibrator("auto", kinds=("platt", "beta")).kinds == ("platt", "beta")
+    with pytest.raises(ConfigError, match="unknown calibrator kind 'sigmoid'"):
+        make_calibrator("sigmoid")
     with pytest.raises(ConfigError, match="bad option"):
         make_calibrator("platt", slope=2)
     with pytest.raises(ConfigError, match="centered"):
@@ -89,7 +92,7 @@ def _isotonic_dict() -> dict:
 @pytest.mark.parametrize(
     ("tamper", "message"),
     [
-        (lambda d: d.update(kind="beta"), "unknown calibrator kind 'beta'"),
+        (lambda d: d.update(kind="sigmoid"), "unknown calibrator kind 'sigmoid'"),
         (lambda d: d.pop("kind"), "missing key 'kind'"),
         (lambda d: d.pop("y"), "missing key"),
         (lambda d: d.update(extra=1), "unknown key"),

@@ -15,12 +15,13 @@ from tests.unit.classify.helpers import FEATURE_NAMES
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.registry import calibrator_from_dict, make_calibrator
 from workbench.classify.logistic import fit_logistic
+from workbench.classify.onnx_check import graph_kind
 from workbench.classify.onnx_decision import export_decision_onnx
 from workbench.classify.onnx_export import OnnxClassifier, export_onnx
 from workbench.classify.policy import DecisionPolicy
 from workbench.core.errors import ConfigError
 
-KINDS = ("isotonic", "centered_isotonic", "platt", "raw")
+KINDS = ("isotonic", "centered_isotonic", "platt", "raw", "beta")
 
 
 def _calibrators(data, kinds) -> CalibratorSet:
@@ -57,7 +58,8 @@ def _graph(tmp_path, data, kinds, model, tau=0.5):
 
 @pytest.mark.parametrize(
     "kinds",
-    [tuple([k] * 4) for k in KINDS] + [KINDS, ("platt", "raw", "centered_isotonic", "isotonic")],
+    [tuple([k] * 4) for k in KINDS]
+    + [KINDS[:4], ("platt", "raw", "centered_isotonic", "isotonic"), ("isotonic", "platt", "raw", "beta")],
     ids=lambda k: "-".join(k),
 )
 @pytest.mark.parametrize("kind", ["logistic", "mlp"])
@@ -94,7 +96,7 @@ def test_the_graph_fed_raw_features_gives_the_numpy_decision(tmp_path, data, kin
 
 
 def test_the_classifier_graph_says_it_reads_calibrated_features(tmp_path, data):
-    calibrators = _calibrators(data, KINDS)
+    calibrators = _calibrators(data, KINDS[:4])
     u = calibrators.transform(data.X_val)
     model = fit_logistic(calibrators.transform(data.X_train), data.y_train, feature_names=FEATURE_NAMES)
     path = export_onnx(model, tmp_path / "c.onnx", FEATURE_NAMES)
@@ -128,9 +130,26 @@ def test_a_calibrator_without_an_onnx_form_is_refused(tmp_path, data):
         def predict(self, s):
             return np.asarray(s)
 
-    calibrators = _calibrators(data, KINDS)
+    calibrators = _calibrators(data, KINDS[:4])
     calibrators.calibrators["conf"] = Odd()
     model = fit_logistic(data.X_train, data.y_train, feature_names=FEATURE_NAMES)
     classifier = export_onnx(model, tmp_path / "c.onnx", FEATURE_NAMES)
     with pytest.raises(ConfigError, match="no ONNX form"):
         export_decision_onnx(calibrators, classifier, tmp_path / "d.onnx")
+
+
+def test_beta_calibration_in_the_graph_on_unit_and_squashed_features_and_at_the_clipped_ends(tmp_path, data):
+    """``ptrue`` lies in [0, 1] (beta calibration on the score itself, clipped at the ends), the others do not
+    (squashed first): probes at 0, 1, beyond them and at ±1e3 standard deviations give the numpy probabilities."""
+    calibrators = _calibrators(data, ("beta",) * 4)
+    squash = {name: calibrators.calibrators[name].squash_ for name in FEATURE_NAMES}
+    assert squash["ptrue"] is None and squash["entropy"] is not None and squash["noise"] is not None
+    raw = np.vstack([_probes(data), np.tile(np.array([[0.0], [1.0], [-1e3], [1e3], [1e-13], [1 - 1e-13]]), (1, 4))])
+    u_numpy = calibrators.transform(np.vstack([calibrators.clean(list(row))[0] for row in raw]))
+    model = fit_logistic(calibrators.transform(data.X_train), data.y_train, feature_names=FEATURE_NAMES)
+    path = export_decision_onnx(
+        calibrators, export_onnx(model, tmp_path / "c.onnx", FEATURE_NAMES), tmp_path / "d.onnx"
+    )
+    p_onnx = OnnxClassifier(path).predict_proba(raw)
+    assert np.max(np.abs(p_onnx - model.predict_proba(u_numpy))) <= 1e-5
+    assert graph_kind(onnx.load(str(path))) == "logistic"  # the calibrators add no hidden layer's Relu

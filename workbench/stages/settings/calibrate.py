@@ -14,8 +14,20 @@ from workbench.core.settings import RecipeView
 class CalibrateSection:
     """The 'calibrate' stage: one calibrator per feature, fitted on the collected calibration split."""
 
-    kind: Literal["isotonic", "centered_isotonic", "platt"] = doc(
-        "calibrator: isotonic regression, centered isotonic regression, or Platt's sigmoid", "isotonic"
+    kind: Literal["auto", "isotonic", "centered_isotonic", "platt", "beta"] = doc(
+        "calibrator: auto (per feature, the candidate with the lowest out-of-fold log loss on fit_split that keeps the "
+        "raw score's ranking), or one kind for every feature: isotonic regression, centered isotonic regression, "
+        "Platt's sigmoid, or beta calibration (Kull et al. 2017; a feature outside [0, 1] squashed by a logistic "
+        "first)",
+        "auto",
+    )
+    candidates: list[Literal["isotonic", "centered_isotonic", "platt", "beta"]] = doc(
+        "the kinds auto chooses among", ["isotonic", "centered_isotonic", "platt", "beta"]
+    )
+    rank_tolerance: float = doc(
+        "a calibrator keeps the raw ranking when it is strictly increasing or its out-of-fold AUROC is at most this "
+        "far below the raw score's; auto prefers one that keeps it, and the report flags one that does not",
+        0.01,
     )
     features: list[str] | None = doc("features to calibrate (null: every collected feature)", None)
     label: str = doc("the collected label to calibrate for (closed-book correctness)", "correct_contains")
@@ -47,8 +59,9 @@ class CalibrateSection:
 
 
 def check(config: RecipeView) -> None:
-    """calibrate's load check: the label and the features it reads are collected (its fit split among the collected
-    splits is an agreement, :data:`workbench.stages.agreements.AGREEMENTS`)."""
+    """calibrate's load check: the label and the features it reads are collected, the calibrator candidates are
+    distinct and the ranking tolerance is in [0, 1] (its fit split among the collected splits is an agreement,
+    :data:`workbench.stages.agreements.AGREEMENTS`)."""
     from workbench.stages.collect import LABELS, labels_for
 
     section, collect = config.calibrate, config.collect
@@ -60,6 +73,10 @@ def check(config: RecipeView) -> None:
     missing = [f for f in section.features or [] if f not in collect.features]
     if missing or section.features == []:
         raise ConfigError(f"{missing or 'no features'}: give features of collect.features", "calibrate.features")
+    if not section.candidates or len(set(section.candidates)) != len(section.candidates):
+        raise ConfigError("name at least one calibrator kind, each once", "calibrate.candidates")
+    if not 0.0 <= section.rank_tolerance <= 1.0:
+        raise ConfigError(f"must be in [0, 1], got {section.rank_tolerance}", "calibrate.rank_tolerance")
     check_ood(config)
 
 

@@ -77,8 +77,10 @@ class ClassifySection:
         "router study: classifier inputs searched (raw: the imputed raw features, which the classifier standardises)",
         ["calibrated", "raw"],
     )
-    router_calibrators: list[Literal["isotonic", "centered_isotonic", "platt"]] = doc(
-        "router study: calibrator kinds searched for calibrated inputs", ["isotonic", "centered_isotonic", "platt"]
+    router_calibrators: list[Literal["auto", "isotonic", "centered_isotonic", "platt", "beta"]] = doc(
+        "router study: calibrator kinds searched for calibrated inputs (auto: chosen per feature as calibrate.kind "
+        "auto chooses); must hold calibrate.kind, the kind of the forward selection's routers the study starts from",
+        ["auto", "isotonic", "centered_isotonic", "platt", "beta"],
     )
     router_trials: int = doc("router study: Optuna trials", 100)
     router_cascades: bool = doc("router study: also search two-step (cascade) routers, measured on the front", True)
@@ -107,6 +109,11 @@ def check(config: RecipeView) -> None:
         values = getattr(section, key)
         if not values or len(set(values)) != len(values):
             raise ConfigError(f"name at least one, each once, got {values!r}", f"classify.{key}")
+    if section.router_search == "study" and config.calibrate.kind not in section.router_calibrators:
+        raise ConfigError(
+            f"must hold calibrate.kind {config.calibrate.kind!r}: the study starts from forward selection's routers",
+            "classify.router_calibrators",
+        )
     if section.router_trials < 1:
         raise ConfigError("must be >= 1", "classify.router_trials")
     if section.router_bootstrap < 100:
