@@ -110,6 +110,36 @@ def routing_table(
     return rows
 
 
+def tau_sweep_record(
+    p_correct: Any, cols: dict[str, np.ndarray], section: Any, model: Any, *, features: list[str], seed: int
+) -> dict[str, Any]:
+    """The τ sweep of a router's P(correct) on the evaluation split (:func:`~workbench.routing.sweep.sweep_rows`:
+    routed ``classify.routed_score`` and retrieval rate at every τ with intervals, ``classify.router_bootstrap``
+    resamples), priced by the cost ``model`` in ``classify.cost_unit`` when there is one (its ``features`` decide,
+    nothing at τ > 1); with Always-RAG's and No-RAG's score beside it. ``tau_sweep.json``, which the report draws."""
+    from workbench.routing.search import decision_cost
+    from workbench.routing.sweep import sweep_rows
+
+    score = section.routed_score
+    closed, rag = cols[f"correct_{score}"], cols[f"rag_{score}"]
+    cost = None
+    if model is not None:
+        features_cost = model.features_cost(features)
+
+        def cost(tau: float, rate: float) -> float:
+            return model.scalar(model.routed(decision_cost(features_cost, tau), rate))
+
+    rows = sweep_rows(p_correct, closed, rag, cost=cost, draws=section.router_bootstrap, seed=seed)
+    return {
+        "score": score,
+        "unit": section.cost_unit if model is not None else None,
+        "questions": int(closed.size),
+        "always_rag": float(rag.mean()) if rag.size else None,
+        "no_rag": float(closed.mean()) if closed.size else None,
+        "rows": rows,
+    }
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, select, threshold, export and route; write the models, ONNX graphs and JSON results."""
     from workbench.calibration.oof import stratified_folds
@@ -239,6 +269,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
     table = routing_table(cols, routers, model, features_of)
     unit = section.cost_unit if model is not None else None
     atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "unit": unit, "rows": table})
+    shipped_key = "Router" if router is not None else names[chosen]
+    shipped_tau = router["tau"] if router is not None else results[chosen]["threshold"].tau
+    sweep = tau_sweep_record(
+        predictions[shipped_key],
+        cols,
+        section,
+        model,
+        features=router["spec"]["features"] if router is not None else features,
+        seed=ctx.config.seed,
+    )
+    sweep.update(split=eval_split, router=shipped_key, tau=shipped_tau)
+    sweep["label"] = router["label"] if router is not None else f"{shipped_key}({' + '.join(features)})"
+    atomic_write_json(ctx.out_dir / "tau_sweep.json", sweep)
     atomic_write_json(ctx.out_dir / "predictions.json", predictions)
     atomic_write_json(
         ctx.out_dir / "selection.json",
