@@ -174,7 +174,9 @@ def test_the_study_is_an_optuna_multi_objective_study_others_can_open(tmp_path):
 
 def test_choose_router_measures_the_pick_against_always_rag_on_the_evaluation_split():
     fit, evaluation, model = _data(200, 3), _data(150, 4, folds=False), _model()
-    record, router = choose_router(fit, evaluation, model, model, RouterSearch(pick=PickRule(epsilon=0.05), bootstrap=300), seed=0)
+    record, router = choose_router(
+        fit, evaluation, model, model, RouterSearch(pick=PickRule(epsilon=0.05), bootstrap=300), seed=0
+    )
     assert router.spec.features == ("confidence",)  # the noise feature would only add cost
     assert record["picked"]["within_delta"] is True
     ev = record["evaluation"]
