@@ -20,9 +20,9 @@ block reports; and their digest must be the one evaluate recorded for what it ra
 
 **What ships, and on what it was fitted.** The manifest's ``provenance`` (:func:`_provenance`,
 :mod:`workbench.bundle.provenance`) records who set each shipped part and parameter and the questions it was fitted
-on, and the questions each held-out figure was measured on; when a study or a parameters file moved τ, the routing
-table gets the row of the shipped decision at that τ (:func:`_shipped_row`), which every reader shows
-(:mod:`workbench.bundle.shipped`).
+on, and the questions each held-out figure was measured on; when a study, a parameters file or ``workbench decide``
+(a :class:`~workbench.bundle.decided.DecidedPoint`) moved τ, the routing table gets the row of the shipped decision at
+that τ (:func:`_shipped_row`), which every reader shows (:mod:`workbench.bundle.shipped`).
 
 **Refused** (one line, before anything is written): a gold-using method (``oracle``, ``d2rag_oracle``), a feature that
 requires the gold answer, ``d2rag`` without the run's calibrate and classify stages, D²-RAG parameters tuned with the

@@ -117,10 +117,10 @@ def cost_quality_front(
             [ref["quality"]],
             color="black",
             marker=REFERENCE_MARKERS.get(ref["name"], "X"),
-            s=34,
-            zorder=3,
+            s=30,
+            zorder=5,  # above the picked star, which often sits on Always-RAG
             facecolors="none" if ref["name"] == "Oracle" else "black",
-            label=f"{ref['name']}: {ref['quality']:.3f} at {ref['scalar']:.4g}",
+            label=f"{ref['name']}: {ref['quality']:.3f} at {ref['scalar']:.3g}",
         )
     if picked is not None:
         tau = picked.get("tau")
@@ -129,10 +129,9 @@ def cost_quality_front(
             [picked["scalar"]],
             [picked["quality"]],
             marker="*",
-            s=150,
+            s=260,
             color="tab:red",
-            edgecolors="black",
-            linewidths=0.5,
+            alpha=0.8,
             zorder=4,
             label=f"picked: {picked['name']} ({where})" if where else f"picked: {picked['name']}",
         )

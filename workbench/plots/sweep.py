@@ -18,7 +18,8 @@ def tau_sweep_plot(
     title: str,
     score: str,
 ) -> Path:
-    """Save two panels sharing τ: the routed ``score`` (``quality`` of each row, its ``quality_interval`` shaded)
+    """Save two panels sharing τ, each row a step over its ``tau_range``: the routed ``score`` (``quality`` of each
+    row, its ``quality_interval`` shaded)
     with the ``references`` as dashed lines (name → score, e.g. Always-RAG, No-RAG), and the retrieval rate (its
     ``rate_interval`` shaded). ``marks`` (label → τ) draws a vertical line at each operating point, e.g. the shipped
     τ; a τ above 1 (always retrieve) is drawn at the right edge. ValueError without rows."""
@@ -26,15 +27,18 @@ def tau_sweep_plot(
         raise ValueError("tau_sweep_plot: no rows to draw")
     plt = figure.pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.2, 5.2), dpi=110, sharex=True)
-    taus = [min(float(r["tau"]), 1.0) for r in rows]
+    # each row holds for τ in its (low, high] range: a step at every P(correct) value (its low end), the last row
+    # drawn on to the right edge
+    taus = [min(float((r.get("tau_range") or [r["tau"]])[0]), 1.0) for r in rows] + [1.0]
+    ends = [*rows, rows[-1]]
     for ax, key, interval, colour, name in (
         (top, "quality", "quality_interval", "tab:blue", score),
         (bottom, "retrieval_rate", "rate_interval", "tab:green", "retrieval rate"),
     ):
-        values = [r[key] for r in rows]
+        values = [r[key] for r in ends]
         ax.step(taus, values, where="post", color=colour, linewidth=1.3, label=name)
-        lows = [(r[interval] or [r[key], r[key]])[0] for r in rows]
-        highs = [(r[interval] or [r[key], r[key]])[1] for r in rows]
+        lows = [(r[interval] or [r[key], r[key]])[0] for r in ends]
+        highs = [(r[interval] or [r[key], r[key]])[1] for r in ends]
         ax.fill_between(taus, lows, highs, step="post", color=colour, alpha=0.18, label=f"{name}: 90% interval")
     styles = ("dashed", "dotted", "dashdot")
     for j, (name, value) in enumerate(references.items()):
@@ -44,7 +48,13 @@ def tau_sweep_plot(
         x = min(float(tau), 1.0)
         text = f"{label}: τ > 1 (always)" if tau > 1.0 else f"{label}: τ = {tau:.3f}"
         for ax in (top, bottom):
-            ax.axvline(x, color=colours[j % len(colours)], linewidth=1.1, label=text if ax is top else None)
+            ax.axvline(
+                x,
+                color=colours[j % len(colours)],
+                linewidth=1.1,
+                linestyle=(0, (4, 2)) if j else "-",
+                label=text if ax is top else None,
+            )
     top.set_ylabel(score)
     bottom.set_ylabel("retrieval rate")
     bottom.set_xlabel("τ (retrieve iff P(correct) < τ)")

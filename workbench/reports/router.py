@@ -157,10 +157,14 @@ def tau_sweep_lines(classify_dir: Path, out_dir: Path, shipped_tau: float, set_b
         if id(row) not in shown:
             continue
         labels = [label for label, r in marked.items() if r is row]
-        tau = "τ > 1 (always)" if row["tau"] > 1.0 else fmt(row["tau"], 3)
+        # a marked row shows the marked τ (the sweep's own τ of that retrieval set may differ)
+        value = marks[labels[0]] if labels else row["tau"]
+        tau = "τ > 1 (always)" if value > 1.0 else fmt(value, 3)
+        low, high = row.get("tau_range") or [None, None]
         table.append(
             [
                 f"**{tau}** ← {', '.join(labels)}" if labels else tau,
+                "—" if low is None else f"({fmt(low, 3)}, " + ("∞)" if high is None else f"{fmt(high, 3)}]"),
                 _with_interval(row["retrieval_rate"], row["rate_interval"], 2),
                 _with_interval(row["quality"], row["quality_interval"], 3),
                 _with_interval(row["difference"], row["difference_interval"], 1, scale=100, sign=True),
@@ -181,7 +185,7 @@ def tau_sweep_lines(classify_dir: Path, out_dir: Path, shipped_tau: float, set_b
         "a τ read off this held-out table is no longer chosen blind to it, and the new bundle says so.",
         "",
         *markdown_table(
-            ["τ", "retrieval rate", f"routed {score}", "Δ vs Always-RAG (points)", words],
+            ["τ", "same decisions for τ in", "retrieval rate", f"routed {score}", "Δ vs Always-RAG (points)", words],
             table,
         ),
         "",

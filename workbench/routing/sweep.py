@@ -28,10 +28,12 @@ def sweep_rows(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per τ (``taus``; default: every distinct retrieval set of ``p_correct``), ascending: ``tau``,
-    ``retrieved`` (questions), ``retrieval_rate`` and ``rate_interval`` (Wilson), ``quality`` and
-    ``quality_interval`` (BCa), ``difference`` from Always-RAG (``qa_rag``) and ``difference_interval`` (paired
-    BCa), and ``cost`` — ``cost(tau, rate)`` per question, when given. Intervals at 90 %, over ``draws`` resamples
-    of the questions (seeded); None with fewer than two questions. ValueError on unequal lengths."""
+    ``tau_range`` (``[low, high]``: every τ in (low, high] retrieves for the same questions — the set changes at the
+    P(correct) values; high None: any τ above low), ``retrieved`` (questions), ``retrieval_rate`` and
+    ``rate_interval`` (Wilson), ``quality`` and ``quality_interval`` (BCa), ``difference`` from Always-RAG
+    (``qa_rag``) and ``difference_interval`` (paired BCa), and ``cost`` — ``cost(tau, rate)`` per question, when
+    given. Intervals at 90 %, over ``draws`` resamples of the questions (seeded); None with fewer than two
+    questions. ValueError on unequal lengths."""
     from workbench.metrics.bootstrap import bootstrap_intervals
     from workbench.metrics.proportion import wilson_interval
     from workbench.routing.front import tau_sweep
@@ -55,13 +57,17 @@ def sweep_rows(
         return np.moveaxis(means.reshape(*idx.shape[:-1], 2 * k), -1, 0)
 
     intervals = bootstrap_intervals(statistic, n, n_resamples=draws, seed=seed, vectorized=True)
+    values = np.unique(p)
     out = []
     for j, tau in enumerate(grid):
         count = int(retrieve[j].sum())
         rate = count / n if n else float("nan")
+        below, above = values[values < tau], values[values >= tau]
         out.append(
             {
                 "tau": float(tau),
+                # every τ in (low, high] retrieves for the same questions: the set changes at the P(correct) values
+                "tau_range": [float(below[-1]) if below.size else 0.0, float(above[0]) if above.size else None],
                 "retrieved": count,
                 "retrieval_rate": rate,
                 "rate_interval": _pair(wilson_interval(count, n)),

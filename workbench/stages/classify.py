@@ -21,7 +21,10 @@ answer) + RAG where retrieved.
 
 Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
 ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
-fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it).
+fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it). The router
+search (:mod:`~workbench.stages.classify_router`) picks the router the run ships by the user's rule
+(``classify.pick``), and ``tau_sweep.json`` sweeps the shipped decision's τ on the evaluation split
+(:func:`tau_sweep_record`), for the report and ``workbench decide``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Reads the calibrate stage's ``calibrated.json`` (raw imputed features, labels an
 collect stage's ``stat_costs.json`` (per-question cost of each stats-graph component and of a retrieval), runs
 :func:`~workbench.routing.choose.choose_router` and writes, beside the classifiers:
 
-* ``router.json`` — the search (forward path, study record), every point, the front, the pick and its measurement
-  on the evaluation split against Always-RAG (paired bootstrap intervals), the cost model;
+* ``router.json`` — the search (forward path, study record), every point, the front, the pick (``pick``: the user's
+  rule, ``classify.pick``, its parameters and why the pick won it) and its measurement on the evaluation split
+  against Always-RAG (paired bootstrap intervals), the cost model;
 * ``router_calibrators.json`` / ``router_classifier.json`` / ``router.onnx`` — the picked router (learned
   artifacts; the ONNX graph checked against numpy), which D²-RAG's Stage 1 and the bundle use;
 * ``router_study.db`` — with ``router_search: study``, the Optuna storage (``optuna trials --storage
