@@ -47,8 +47,10 @@ def headline(record: dict[str, Any]) -> list[str]:
             if deciding and deciding["quality"] >= record["fit_references"][1]["quality"] - record["delta"] - 1e-12
             else ""
         )
+        cheapest_rule = record.get("pick", {}).get("rule", "cheapest_within") == "cheapest_within"
+        verdict = " — no router pays for itself here" if cheapest_rule else ""
         lead = (
-            f"**The pick is Always-RAG — no router pays for itself here.** {why} So the shipped router has τ > 1: it "
+            f"**The pick is Always-RAG{verdict}.** {why} So the shipped router has τ > 1: it "
             f"retrieves for every question without computing any feature and costs exactly Always-RAG.{cheapest} "
             "(To ship a router that decides, pick with `classify.pick: max_quality_under` and a "
             "`classify.pick_max_retrieval_rate`, or re-decide this run with `workbench decide`; what the run ships — "

@@ -112,8 +112,12 @@ def test_the_tau_sweep_section_marks_the_shipped_and_classifys_tau(calibrated, t
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        (["classify.pick=max_quality_under"], "classify.pick"),
-        (["classify.pick=best_quality", "classify.pick_max_tokens=300"], "classify.pick_max_tokens"),
+        (["classify.pick=max_quality_under", "classify.pick_max_retrieval_rate=null"], "classify.pick"),
+        (["classify.pick=best_quality"], "classify.pick_max_retrieval_rate"),  # the quickstart's budget, now unread
+        (
+            ["classify.pick=best_quality", "classify.pick_max_retrieval_rate=null", "classify.pick_max_tokens=3"],
+            "tokens",
+        ),
         (["classify.pick=max_quality_under", "classify.pick_max_retrieval_rate=1.2"], "pick_max_retrieval_rate"),
         (["classify.router_delta=1.5"], "classify.router_delta"),
     ],
