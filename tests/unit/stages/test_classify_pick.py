@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.unit.core.test_calibrate_classify import _ctx
-from tests.unit.stages.test_classify_router import COMPONENTS, _rows
-from workbench.stages import calibrate, classify
+from tests.unit.stages.test_classify_router import _rows, calibrated_collection
+from workbench.stages import classify
 
 
 def _hurt(rows: list[dict], seed: int) -> list[dict]:
@@ -26,25 +26,9 @@ def _hurt(rows: list[dict], seed: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
-    import datasets
-
-    from workbench.uncertainty.stat_costs import COST_FIELDS
-
     tmp = tmp_path_factory.mktemp("pick")
-    collect_dir = tmp / "collect"
-    collect_dir.mkdir()
-    for split, rows in (("calib", _hurt(_rows(200, 10), 0)), ("test", _hurt(_rows(160, 11), 1))):
-        datasets.Dataset.from_list(rows).save_to_disk(str(collect_dir / split))
-    summary = {"features": ["confidence", "semantic_entropy"], "splits": {"calib": {}, "test": {}}}
-    (collect_dir / "summary.json").write_text(json.dumps(summary))
-    full = {name: {**dict.fromkeys(COST_FIELDS, 0.0), **values} for name, values in COMPONENTS.items()}
-    per_split = {"questions": 100, "per_question": full, "cached_share": 0.0}
-    retrieval = {"retriever_seconds": 0.05, "rag_answer_seconds": 0.6, "rag_prompt_tokens": 500, "rag_new_tokens": 10}
-    costs = {"splits": {"calib": per_split, "test": per_split}, "retrieval": {"calib": retrieval, "test": retrieval}}
-    (collect_dir / "stat_costs.json").write_text(json.dumps(costs))
-    cal = _ctx(tmp, "calibrate", {"collect": collect_dir})
-    calibrate.run(cal)
-    return tmp, collect_dir, cal.out_dir
+    collect_dir, cal_dir = calibrated_collection(tmp, _hurt(_rows(200, 10), 0), _hurt(_rows(160, 11), 1))
+    return tmp, collect_dir, cal_dir
 
 
 def _classify(calibrated, name: str, **pick) -> tuple:
