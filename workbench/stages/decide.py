@@ -145,37 +145,8 @@ def decide_run(
     fit, evaluation, eval_model = _routing_inputs(run, calibrated, summary["features"], fit_split, eval_split)
     shipped = RouterSpec.from_dict(router["spec"])
     fit_ids = frozenset(str(i) for i in calibrated[fit_split]["id"])
-    rule = request.rule(section.router_delta) if request.pick is not None else None
-    chosen_on = Questions("decide", fit_split, fit_ids, request.source(rule))
-    record: dict[str, Any] = {"request": request.source(rule)}
-    spec, refit_router = shipped, None
-    if request.tau is not None:
-        tau = float(request.tau)
-        chosen_on = Questions("decide", source=request.source())
-        how = f"decide: τ = {tau:g} by hand"
-        record["chosen_on"] = None
-        record["caution"] = (
-            "τ was given by hand: if it was read off the report's τ sweep on the held-out split, the held-out figures "
-            "at it were in view when it was chosen"
-        )
-    elif request.retrieval_rate is not None:
-        tau, rate = tau_for_rate(fit.oof_proba(shipped), request.retrieval_rate)
-        how = f"decide: retrieval rate ≤ {request.retrieval_rate:g} on {fit_split} (out of fold: {rate:.2f})"
-        record["chosen_on"] = {"split": fit_split, "questions": len(fit_ids), "out_of_fold_rate": rate}
-    else:
-        picked = _repick(run, fit, rule, draws=section.router_bootstrap, seed=config.seed)
-        spec, tau = RouterSpec.from_dict(picked.point.spec or {}), float(picked.point.tau)
-        how = f"decide: router pick ({rule.describe()})"
-        record["pick"] = picked.to_dict()
-        record["chosen_on"] = {
-            "split": fit_split,
-            "questions": len(fit_ids),
-            "out_of_fold_quality": picked.point.quality,
-        }
-        if spec != shipped:
-            from workbench.routing.candidates import fit_router
-
-            refit_router = fit_router(spec, fit, tau)
+    choice = _choose(run, request, fit, shipped, fit_split, fit_ids)
+    spec, tau, how, record, refit_router = choice.spec, choice.tau, choice.how, choice.record, choice.refit
     record["classify"] = {"router": router["label"], "tau": float(router["tau"])}
     record["router"] = spec.label
     record["tau"] = tau
@@ -204,7 +175,7 @@ def decide_run(
             router={**block, "tau": tau},
             router_dir=router_dir,
             p_eval=tuple(float(v) for v in p_eval),
-            tau_questions=chosen_on,
+            tau_questions=choice.chosen_on,
             refit=Questions("decide", fit_split, fit_ids) if refit_router is not None else None,
             record=record,
             note=_note(record, eval_split),
@@ -220,6 +191,57 @@ def decide_run(
             decided=decided,
         )
     return DecideResult(result, record)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """An operating point chosen by a request: the router ``spec``, ``tau``, ``how`` (the manifest's rule),
+    ``chosen_on`` (the questions τ was chosen on), the ``record`` so far, and the ``refit`` router (None:
+    classify's)."""
+
+    spec: Any
+    tau: float
+    how: str
+    chosen_on: Any
+    record: dict[str, Any]
+    refit: Any = None
+
+
+def _choose(run: Any, request: DecideRequest, fit: Any, shipped: Any, fit_split: str, fit_ids: frozenset) -> _Choice:
+    """The operating point ``request`` asks for (module docstring): τ by hand, the shipped router's τ at a retrieval
+    rate on the fit split (out of fold), or the pick rule over classify's stored routers (a different one refitted on
+    the fit split)."""
+    from workbench.bundle.provenance import Questions
+    from workbench.routing.candidates import RouterSpec, fit_router
+
+    section, seed = run.config.classify, run.config.seed
+    if request.tau is not None:
+        caution = (
+            "τ was given by hand: if it was read off the report's τ sweep on the held-out split, the held-out figures "
+            "at it were in view when it was chosen"
+        )
+        record = {"request": request.source(), "chosen_on": None, "caution": caution}
+        tau = float(request.tau)
+        return _Choice(
+            shipped, tau, f"decide: τ = {tau:g} by hand", Questions("decide", source=record["request"]), record
+        )
+    chosen = {"split": fit_split, "questions": len(fit_ids)}
+    if request.retrieval_rate is not None:
+        tau, rate = tau_for_rate(fit.oof_proba(shipped), request.retrieval_rate)
+        record = {"request": request.source(), "chosen_on": {**chosen, "out_of_fold_rate": rate}}
+        how = f"decide: retrieval rate ≤ {request.retrieval_rate:g} on {fit_split} (out of fold: {rate:.2f})"
+        return _Choice(shipped, tau, how, Questions("decide", fit_split, fit_ids, record["request"]), record)
+    rule = request.rule(section.router_delta)
+    picked = _repick(run, fit, rule, draws=section.router_bootstrap, seed=seed)
+    spec, tau = RouterSpec.from_dict(picked.point.spec or {}), float(picked.point.tau)
+    record = {
+        "request": request.source(rule),
+        "pick": picked.to_dict(),
+        "chosen_on": {**chosen, "out_of_fold_quality": picked.point.quality},
+    }
+    refit = fit_router(spec, fit, tau) if spec != shipped else None
+    how = f"decide: router pick ({rule.describe()})"
+    return _Choice(spec, tau, how, Questions("decide", fit_split, fit_ids, record["request"]), record, refit)
 
 
 def tau_for_rate(p_correct: np.ndarray, rate: float) -> tuple[float, float]:
