@@ -138,7 +138,10 @@ def run_overrides(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> li
         "classify.threshold_rule=target_rate",
         "classify.target_rate=0.5",
         # a router that decides: within 20 points of Always-RAG the cheapest router skips some retrievals (within one
-        # point, "retrieve always" is the pick and D²-RAG would compute no feature)
+        # point, "retrieve always" is the pick and D²-RAG would compute no feature); the quickstart's own rule (a
+        # retrieval budget) is replaced, so the tiny runs keep the router they were written against
+        "classify.pick=cheapest_within",
+        "classify.pick_max_retrieval_rate=null",
         "classify.router_delta=0.2",
         "fit_utility.limit=6",
         "fit_utility.folds=2",

@@ -1,5 +1,5 @@
-"""The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, export, bundles, infer, serve,
-serve-model, doctor.
+"""The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, export, decide, bundles, infer,
+serve, serve-model, doctor.
 
 Heavy libraries are imported inside the commands, so ``workbench --help`` stays fast. User errors
 (:class:`WorkbenchError`, including what torch or transformers raised while a model was built) print one line and
@@ -374,6 +374,47 @@ def export_command(
         typer.echo(f"archive: {result.archive}")
     for note in result.manifest.get("notes", []):
         typer.echo(f"note: {note}")
+
+
+@app.command("decide")
+def decide_command(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory, e.g. artifacts/runs/quickstart.")],
+    tau: Annotated[float | None, typer.Option("--tau", help="τ by hand: retrieve iff P(correct) < τ.")] = None,
+    retrieval_rate: Annotated[
+        float | None,
+        typer.Option("--retrieval-rate", help="The largest τ retrieving for at most this share of the fit split."),
+    ] = None,
+    pick: Annotated[
+        str | None, typer.Option("--pick", help="cheapest_within | best_quality | max_quality_under.")
+    ] = None,
+    epsilon: Annotated[
+        float | None, typer.Option("--epsilon", help="cheapest_within's ε (default: the run's).")
+    ] = None,
+    max_retrieval_rate: Annotated[
+        float | None, typer.Option("--max-retrieval-rate", help="max_quality_under: retrieval-rate budget.")
+    ] = None,
+    max_tokens: Annotated[
+        float | None, typer.Option("--max-tokens", help="max_quality_under: LM tokens per question.")
+    ] = None,
+    max_seconds: Annotated[
+        float | None, typer.Option("--max-seconds", help="max_quality_under: seconds per question.")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Bundle name (default: the run's export name).")] = None,
+    version: Annotated[str, typer.Option("--version", help="X.Y.Z, or 'auto': the next patch.")] = "auto",
+    out: Annotated[Path | None, typer.Option("--dir", help="Where bundles go (default: the run's).")] = None,
+    no_archive: Annotated[bool, typer.Option("--no-archive", help="Skip the .tar.gz.")] = False,
+) -> None:
+    """Re-decide D²-RAG's retrieval decision of a finished run from its stored scores (nothing is generated),
+    measure it on the held-out split and export it as a new bundle version (docs/routing.md)."""
+    from workbench.stages.decide import DecideRequest, decide_run, summary_lines
+
+    request = DecideRequest(tau, retrieval_rate, pick, epsilon, max_retrieval_rate, max_tokens, max_seconds)
+    result = decide_run(run_dir, request, name=name, version=version, root=out, archive=not no_archive)
+    for line in summary_lines(result.record):
+        typer.echo(line)
+    bundle = result.export
+    state = "unchanged (identical files rewritten)" if bundle.unchanged else "written"
+    typer.echo(f"bundle {bundle.name} {bundle.version} {state} → {bundle.path}")
 
 
 @app.command("bundles")

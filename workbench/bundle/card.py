@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.bundle.shipped import decision_line, provenance_lines, shipped_decision
+from workbench.bundle.shipped import SETTER_WORDS, decision_line, provenance_lines, shipped_decision
 from workbench.core.formatting import fmt
 
 EMBEDDED_CAVEAT = (
@@ -83,7 +83,8 @@ def model_card(manifest: dict[str, Any]) -> str:
         for row in routing["rows"]:
             router = f"**{row['router']}** (this bundle)" if row["router"] == routing["chosen"] else row["router"]
             if row["router"] == pick and pick != routing["chosen"]:
-                router += f" (classify's τ; the {routing.get('shipped_by')} replaced it)"
+                setter = routing.get("shipped_by")
+                router += f" (classify's τ; {SETTER_WORDS.get(setter, f'the {setter}')} replaced it)"
             lines.append(
                 f"| {router} | {fmt(row['retrieval_rate'], 2)} | {fmt(row['em'])} | {fmt(row['f1'])} | "
                 f"{fmt(row['contains'])} | {fmt(row['lm_calls'], 1)} | {fmt(row['tokens'], 0)} |"

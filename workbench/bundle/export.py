@@ -20,9 +20,9 @@ block reports; and their digest must be the one evaluate recorded for what it ra
 
 **What ships, and on what it was fitted.** The manifest's ``provenance`` (:func:`_provenance`,
 :mod:`workbench.bundle.provenance`) records who set each shipped part and parameter and the questions it was fitted
-on, and the questions each held-out figure was measured on; when a study or a parameters file moved τ, the routing
-table gets the row of the shipped decision at that τ (:func:`_shipped_row`), which every reader shows
-(:mod:`workbench.bundle.shipped`).
+on, and the questions each held-out figure was measured on; when a study, a parameters file or ``workbench decide``
+(a :class:`~workbench.bundle.decided.DecidedPoint`) moved τ, the routing table gets the row of the shipped decision at
+that τ (:func:`_shipped_row`), which every reader shows (:mod:`workbench.bundle.shipped`).
 
 **Refused** (one line, before anything is written): a gold-using method (``oracle``, ``d2rag_oracle``), a feature that
 requires the gold answer, ``d2rag`` without the run's calibrate and classify stages, D²-RAG parameters tuned with the
@@ -66,6 +66,12 @@ class ExportResult:
     archive: Path | None
     manifest: dict[str, Any]
     unchanged: bool
+
+
+def finished_run(run_dir: str | Path) -> _Run:
+    """A finished run directory (its ``config``, ``stage(name)``, ``json(stage, file)``); DataError when it is not
+    one."""
+    return _Run(Path(run_dir))
 
 
 class _Run:
@@ -290,6 +296,14 @@ def _metrics(run: _Run) -> dict[str, Any]:
     return out
 
 
+def _drop_evaluated(metrics: dict[str, Any], method: str) -> None:
+    """Leave ``method`` out of ``metrics.evaluate`` (its end-to-end figures were measured with other parameters)."""
+    evaluate = metrics.get("evaluate")
+    if evaluate:
+        evaluate["methods"].pop(method, None)
+        evaluate["order"] = [m for m in evaluate["order"] if m != method]
+
+
 def _corpus_record(run: _Run) -> dict[str, Any]:
     from workbench.data.corpus import corpus_fingerprint
 
@@ -332,9 +346,11 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
     }
 
 
-def _write_learned(run: _Run, methods: list[str], learned: Any, tmp: Path, notes: list[str]) -> dict[str, Any]:
-    """Write learned/* for D²-RAG (when exported, with ``learned``: :func:`evaluated_learned`'s parts); returns the
-    manifest's ``decision`` and ``utility`` blocks."""
+def _write_learned(
+    run: _Run, methods: list[str], learned: Any, tmp: Path, notes: list[str], decided: Any = None
+) -> dict[str, Any]:
+    """Write learned/* for D²-RAG (when exported, with ``learned``: :func:`evaluated_learned`'s parts, or a
+    ``decided`` point's); returns the manifest's ``decision`` and ``utility`` blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.calibration.choice import choice_notes
     from workbench.classify.onnx_decision import export_decision_onnx
@@ -358,9 +374,12 @@ def _write_learned(run: _Run, methods: list[str], learned: Any, tmp: Path, notes
     save_learned(learned.classifier, tmp / "learned" / "classifier.json")
     selection = run.json("classify", "selection.json")
     router = selection.get("router")  # the router the search picked (its features only), else the full classifier
+    source = run.stage("classify")
+    if decided is not None:  # workbench decide's router (classify's, or the search's pick refitted)
+        router, source = decided.router, decided.router_dir
     onnx = router["files"]["onnx"] if router else f"{selection['chosen']}.onnx"
     # the decision graph: raw features in, the calibrators inside, then classify's graph (docs/bundles.md)
-    export_decision_onnx(calibrator_set, run.stage("classify") / onnx, tmp / "learned" / "classifier.onnx", learned.tau)
+    export_decision_onnx(calibrator_set, source / onnx, tmp / "learned" / "classifier.onnx", learned.tau)
     blocks["decision"] = {
         "features": features,
         "classifier": router["spec"]["kind"] if router else selection["chosen"],
@@ -449,11 +468,12 @@ def _differences(
     return ", ".join(shipped) or "other parameters", ", ".join(ran) or "the recorded ones"
 
 
-def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any) -> None:
+def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any, decided: Any = None) -> None:
     """Make ``metrics.routing.chosen`` the row of the decision the bundle ships. When classify set τ it is classify's
-    pick as routed; when a study or a parameters file moved τ, the pick's P(correct) on the evaluation split is
-    routed again at the shipped τ (classify's own routing table, :func:`workbench.stages.classify.routing_table`,
-    with its cost model) and added as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
+    pick as routed; when a study, a parameters file or ``workbench decide`` moved τ, the pick's P(correct) on the
+    evaluation split (a ``decided`` point's own, for a router it refitted) is routed again at the shipped τ
+    (classify's own routing table, :func:`workbench.stages.classify.routing_table`, with its cost model) and added
+    as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
     import numpy as np
 
     from workbench.stages.classify import routing_table
@@ -475,8 +495,9 @@ def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any) 
     collect = run.stage("collect")
     costs = load_stat_costs(collect) if collect is not None else None
     model = cost_model(costs, routing["split"], columns, run.config.classify) if costs is not None else None
-    label = f"{pick} at τ = {tau:.3f} ({setter.stage})"
-    retrieve = {label: np.asarray(predictions[pick], dtype=float) < tau}
+    label = f"{pick} at τ = {tau:.3f} ({setter.stage})" if decided is None else decided.label
+    p_eval = predictions[pick] if decided is None else decided.p_eval
+    retrieve = {label: np.asarray(p_eval, dtype=float) < tau}
     row = routing_table(cols, retrieve, model, {label: list(learned.features) if tau <= 1.0 else None})[-1]
     keep = ("router", "retrieval_rate", "em", "f1", "contains", "lm_calls", "tokens")
     routing["rows"].append({k: row[k] for k in keep})
@@ -484,13 +505,19 @@ def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any) 
 
 
 def _provenance(
-    run: _Run, methods: list[str], learned: Any, metrics: dict[str, Any], evaluated: dict[str, str]
+    run: _Run,
+    methods: list[str],
+    learned: Any,
+    metrics: dict[str, Any],
+    evaluated: dict[str, str],
+    decided: Any = None,
 ) -> dict[str, Any]:
     """The manifest's ``provenance`` block (:mod:`workbench.bundle.provenance`): what each shipped part and parameter
-    was fitted on and who set it, what each held-out figure was measured on, the evaluated parameters' digests.
-    Refuses (ConfigError) a bundle whose held-out figures share questions with anything it ships. Adds the shipped
-    decision's row to ``metrics.routing`` first (:func:`_shipped_row`)."""
-    from workbench.bundle.learned import tau_setter
+    was fitted on and who set it (a ``decided`` point's τ and refitted router: ``decide``), what each held-out
+    figure was measured on, the evaluated parameters' digests. Refuses (ConfigError) a bundle whose held-out figures
+    share questions with anything it ships. Adds the shipped decision's row to ``metrics.routing`` first
+    (:func:`_shipped_row`)."""
+    from workbench.bundle.learned import Setter, tau_setter
     from workbench.bundle.provenance import (
         RunQuestions,
         check_held_out,
@@ -503,9 +530,12 @@ def _provenance(
     from workbench.data.article_splits import training_data_leak
 
     if learned is not None:
-        _shipped_row(run, metrics, learned, tau_setter(run.config, run.stage("study"), learned))
+        setter = tau_setter(run.config, run.stage("study"), learned) if decided is None else Setter("decide")
+        _shipped_row(run, metrics, learned, setter, decided)
     questions = RunQuestions(run.stage)
     fitted = run_fitted(run, methods, learned, questions)
+    if decided is not None and "decision.tau" in fitted:
+        fitted.update(decided.fitted())
     held_out = run_held_out(run, metrics, questions)
     check_held_out(fitted, held_out)
 
@@ -543,10 +573,13 @@ def export_run(
     methods: list[str] | None = None,
     archive: bool = True,
     force: bool = False,
+    decided: Any = None,
 ) -> ExportResult:
     """Export the run at ``run_dir`` (see the module docstring); returns where the bundle went.
 
     ``name`` defaults to the recipe's name; ``methods`` to ``evaluate.methods`` without the gold-using ones.
+    ``decided``: a :class:`~workbench.bundle.decided.DecidedPoint` (``workbench decide``) shipped in place of
+    D²-RAG's decision as evaluate ran it (whose other parameters are still checked against evaluate's).
     ConfigError / DataError (one line, nothing written) on a bad name or version, a missing or unfinished run, a
     gold-using method, or an explicit version that exists with other content (unless ``force``).
     """
@@ -568,13 +601,20 @@ def export_run(
     options = _method_options(run, methods)
     evaluated = _check_evaluated(run, methods, options, learned)
     metrics = _metrics(run)
-    provenance = _provenance(run, methods, learned, metrics, evaluated)
+    if decided is not None and learned is not None:  # τ moved after evaluate ran: its D²-RAG figures are not at it
+        learned = decided.apply(learned)
+        for method in ("d2rag", "d2rag_oracle"):  # both ran at the τ evaluate ran
+            evaluated.pop(method, None)
+            _drop_evaluated(metrics, method)
+        metrics["decide"] = decided.record
+        notes.append(decided.note)
+    provenance = _provenance(run, methods, learned, metrics, evaluated, decided)
     bundle_root = Path(root) / name
     bundle_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.export.", dir=bundle_root))
     (staging / "learned").mkdir()
     try:
-        blocks = _write_learned(run, methods, learned, staging, notes)
+        blocks = _write_learned(run, methods, learned, staging, notes, decided)
         features = blocks.get("decision", {}).get("features", [])
         specs = [f.describe() for f in get_features(features)]
         gold = [s["name"] for s in specs if s["requires_gold"]]

@@ -1,9 +1,10 @@
 """What a bundle decides, read from its manifest alone — the one record every reader renders.
 
 The export writes D²-RAG's retrieval decision once: the rule (``decision``: the router or classifier, its features,
-τ), who set τ and α and on which questions (``provenance.fitted``), and *their* held-out figures (the row of
-``metrics.routing`` that ``chosen`` names: classify's routing table, or the same predictions routed again at the
-shipped τ when a study or a parameters file moved it). The model card, the run report's bundle and routing
+τ), who set τ and α and on which questions (``provenance.fitted``: classify, a study, a parameters file, or
+``workbench decide`` after the run), and *their* held-out figures (the row of ``metrics.routing`` that ``chosen``
+names: classify's routing table, or the predictions routed again at the shipped τ when a study, a parameters file or
+``decide`` moved it). The model card, the run report's bundle and routing
 sections, ``workbench bundles``, serve's ``GET /methods`` and ``workbench infer`` all render it through
 :func:`shipped_decision` / :func:`decision_line`, so they cannot disagree with each other or with the manifest.
 
@@ -25,6 +26,8 @@ from workbench.core.formatting import fmt
 KINDS = {"logistic": "LR", "mlp": "MLP"}
 ALPHAS = ("alpha_pos", "alpha_neg")
 GREEK = {"alpha_pos": "α_pos", "alpha_neg": "α_neg"}
+SETTER_WORDS = {"study": "the study", "params": "a parameters file", "decide": "`workbench decide`"}
+"""Who moved τ from classify's, in words (the card, the report)."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +42,10 @@ class Setting:
     source: str | None = None
 
     def origin(self, quote: str = "`") -> str:
-        """Who set it and on what, in words: ``study on `val`, 24 questions``, ``default`` (the split between
-        ``quote`` marks: Markdown's backticks, or none for a terminal)."""
+        """Who set it and on what, in words: ``study on `val`, 24 questions``, ``default``, ``decide (--tau 0.4, by
+        hand)`` (the split between ``quote`` marks: Markdown's backticks, or none for a terminal)."""
         if self.split is None:
-            return self.set_by
+            return f"{self.set_by} ({self.source})" if self.set_by == "decide" and self.source else self.set_by
         count = f", {self.questions} questions" if self.questions is not None else ""
         return f"{self.set_by} on {quote}{self.split}{quote}{count}"
 
@@ -96,7 +99,10 @@ def _fitted(manifest: dict[str, Any]) -> dict[str, Any]:
 def _setting(value: Any, record: Any, fallback: str) -> Setting:
     if not isinstance(record, dict):
         return Setting(value, fallback)
-    return Setting(value, str(record.get("set_by") or fallback), record.get("split"), record.get("questions"), None)
+    set_by = str(record.get("set_by") or fallback)
+    # decide's source says how τ was chosen (`--tau 0.4, by hand`); others' name files and stay out of the view
+    source = record.get("source") if set_by == "decide" and isinstance(record.get("source"), str) else None
+    return Setting(value, set_by, record.get("split"), record.get("questions"), source)
 
 
 def _alpha_default(name: str) -> Any:

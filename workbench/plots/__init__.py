@@ -2,8 +2,8 @@
 only when a figure is drawn).
 
 ``figure`` holds what all plots share (:func:`~workbench.plots.figure.pyplot`,
-:func:`~workbench.plots.figure.finish`); ``bars``, ``curves``, ``reliability``, ``heatmap``, ``scatter`` and
-``trials`` draw. Report writers import the drawing functions from here; no other module draws a figure.
+:func:`~workbench.plots.figure.finish`); ``bars``, ``curves``, ``reliability``, ``heatmap``, ``scatter``, ``sweep``
+and ``trials`` draw. Report writers import the drawing functions from here; no other module draws a figure.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from workbench.plots.curves import loss_curve, rejection_curves, roc_curves, roc
 from workbench.plots.heatmap import heatmap
 from workbench.plots.reliability import reliability_grid, transfer_panels
 from workbench.plots.scatter import cost_quality_front, scatter_with_thresholds
+from workbench.plots.sweep import tau_sweep_plot
 from workbench.plots.trials import history_plot, pareto_plot
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "roc_curves",
     "roc_points",
     "scatter_with_thresholds",
+    "tau_sweep_plot",
     "transfer_panels",
     "unit_panels",
 ]

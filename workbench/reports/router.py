@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt, markdown_table
+from workbench.routing.pick import points_text
 
 UNIT_WORDS = {"tokens": "LM tokens", "seconds": "seconds", "lm_calls": "LM calls"}
 
@@ -18,8 +19,9 @@ def _cost(value: float, unit: str) -> str:
 
 
 def headline(record: dict[str, Any]) -> list[str]:
-    """The answer to "which router is cheapest within Δ of Always-RAG, and what does it save?" on the evaluation
-    split, with the paired BCa bootstrap intervals — or, honestly, that no router pays for itself here."""
+    """The pick on the evaluation split: the rule, why the router won, and what it does against Always-RAG (the
+    quality difference and the cost saving with their paired BCa bootstrap intervals) — whether it beats Always-RAG,
+    pays for itself, or, honestly, neither."""
     ev, unit = record["evaluation"], record["unit"]
     words = UNIT_WORDS[unit]
     spec = record["spec"]
@@ -27,6 +29,8 @@ def headline(record: dict[str, Any]) -> list[str]:
     name = f"{kind}({' + '.join(spec['features'])}; {spec['calibrator']})"
     d_lo, d_hi = ev["difference_interval"]
     s_lo, s_hi = ev["saving_interval"]
+    delta = points_text(record["delta"])
+    why = _why(record)
     facts = (
         f"`{name}` at τ = {record['tau']:.3f} retrieves for {ev['rate']:.0%} of {ev['questions']} evaluation "
         f"questions: routed score {ev['quality']:.3f} vs Always-RAG {ev['always_quality']:.3f} (difference "
@@ -37,45 +41,62 @@ def headline(record: dict[str, Any]) -> list[str]:
     if record["tau"] > 1.0:
         deciding = record.get("best_deciding")
         cheapest = (
-            f" The cheapest router that decides (τ ≤ 1) within {100 * record['delta']:.0f} point(s): "
-            f"`{deciding['name']}`, {_cost(deciding['scalar'], unit)} {words} per question on the fit split against "
-            f"Always-RAG's {_cost(record['fit_references'][1]['scalar'], unit)}."
+            f" The cheapest router that decides (τ ≤ 1) within {delta}: `{deciding['name']}`, "
+            f"{_cost(deciding['scalar'], unit)} {words} per question on the fit split against Always-RAG's "
+            f"{_cost(record['fit_references'][1]['scalar'], unit)}."
             if deciding and deciding["quality"] >= record["fit_references"][1]["quality"] - record["delta"] - 1e-12
             else ""
         )
+        cheapest_rule = record.get("pick", {}).get("rule", "cheapest_within") == "cheapest_within"
+        verdict = " — no router pays for itself here" if cheapest_rule else ""
         lead = (
-            "**No router pays for itself here:** retrieving for every question is within "
-            f"{100 * record['delta']:.0f} point(s) of Always-RAG and the cheapest, so classify's pick has τ > 1 "
-            f"and retrieves without computing any feature — it costs exactly Always-RAG.{cheapest} (What the run "
-            "ships — a study or a parameters file may move τ — is under *What ships* below.)"
+            f"**The pick is Always-RAG{verdict}.** {why} So the shipped router has τ > 1: it "
+            f"retrieves for every question without computing any feature and costs exactly Always-RAG.{cheapest} "
+            "(To ship a router that decides, pick with `classify.pick: max_quality_under` and a "
+            "`classify.pick_max_retrieval_rate`, or re-decide this run with `workbench decide`; what the run ships — "
+            "a study or a parameters file may move τ — is under *What ships* below.)"
         )
         return [lead, ""]
-    if record["pays_for_itself"]:
+    if ev.get("beats_always"):
+        lead = f"**The picked router beats Always-RAG here** (its paired interval lies above 0). {facts}"
+    elif record["pays_for_itself"]:
         lead = f"**The picked router pays for itself here.** {facts}"
     elif record["picked"]["within_delta"] and ev["cost"] < ev["always_cost"] and not ev.get("within_delta", True):
         lead = (
-            f"**No router pays for itself here:** the pick was within {100 * record['delta']:.0f} point(s) of "
-            f"Always-RAG on the fit split and is cheaper, but on the evaluation split it loses more than that. {facts}"
+            f"**No router pays for itself here:** the pick was within {delta} of Always-RAG on the fit split and is "
+            f"cheaper, but on the evaluation split it loses more than that. {facts}"
         )
     elif not record["picked"]["within_delta"]:
         lead = (
-            f"**No router pays for itself here:** none came within {100 * record['delta']:.0f} point(s) of "
-            f"Always-RAG on the fit split; the best-quality router is shipped. {facts}"
+            f"**No router pays for itself here:** the pick is more than {delta} below Always-RAG on the fit split "
+            f"({record['pick']['describe'] if 'pick' in record else 'the best-quality router'}). {facts}"
         )
     else:
         lead = (
-            "**No router pays for itself here:** the cheapest router within "
-            f"{100 * record['delta']:.0f} point(s) of Always-RAG costs more than retrieving every time. {facts}"
+            f"**No router pays for itself here:** the pick within {delta} of Always-RAG costs more than retrieving "
+            f"every time. {facts}"
         )
-    return [lead, ""]
+    return [lead, "", f"Why this router: {why}", ""]
 
 
-def shipped_lines(export_dir: Path | None, config: Any, stage_dir: Callable[[str], Path | None]) -> list[str]:
+def _why(record: dict[str, Any]) -> str:
+    """The pick rule and why the router won it, in one sentence (older records: the cheapest-within rule)."""
+    pick = record.get("pick")
+    if not pick:
+        return f"Pick rule: the cheapest single-step router within {points_text(record['delta'])} of Always-RAG."
+    reason = str(pick["reason"])
+    return f"Pick rule `{pick['rule']}` ({pick['describe']}): {reason}."
+
+
+def shipped_lines(
+    export_dir: Path | None, config: Any, stage_dir: Callable[[str], Path | None], out_dir: Path | None = None
+) -> list[str]:
     """The *What ships* section: D²-RAG's decision as the run's bundle records it (the export's manifest, rendered
     by :mod:`workbench.bundle.shipped` as the model card, ``workbench bundles``, ``GET /methods`` and ``workbench
     infer`` render it), or, for a run that exports nothing, as it would ship; and whether that is classify's pick or
-    who replaced its τ. [] when the run has no D²-RAG decision."""
-    from workbench.bundle.shipped import decision_line, run_decision, shipped_decision
+    who replaced its τ; then, with ``out_dir``, the τ sweep of the shipped router with the shipped τ marked
+    (:func:`tau_sweep_lines`). [] when the run has no D²-RAG decision."""
+    from workbench.bundle.shipped import SETTER_WORDS, decision_line, run_decision, shipped_decision
 
     manifest = None
     if export_dir is not None and (export_dir / "bundle.json").is_file():
@@ -88,10 +109,114 @@ def shipped_lines(export_dir: Path | None, config: Any, stage_dir: Callable[[str
     who = (
         "classify's pick, as above"
         if decision.tau.set_by == "classify"
-        else f"classify's router with the τ the {decision.tau.set_by} set, replacing classify's"
+        else f"classify's router with the τ {SETTER_WORDS.get(decision.tau.set_by, decision.tau.set_by)} set, "
+        "replacing classify's"
     )
     tables = " What each part was fitted on is under *Bundle*." if manifest is not None else ""
-    return ["### What ships", "", f"From {source}: {who}.{tables}", "", f"**{decision_line(decision)}.**", ""]
+    lines = ["### What ships", "", f"From {source}: {who}.{tables}", "", f"**{decision_line(decision)}.**", ""]
+    classify_dir = stage_dir("classify")
+    if out_dir is not None and classify_dir is not None:
+        lines += tau_sweep_lines(classify_dir, out_dir, float(decision.tau.value), decision.tau.set_by)
+    return lines
+
+
+SWEEP_RATES = tuple(i / 10 for i in range(11))
+"""The retrieval rates the sweep's table shows a row near (every row is in the plot and in ``tau_sweep.json``)."""
+
+
+def tau_sweep_lines(classify_dir: Path, out_dir: Path, shipped_tau: float, set_by: str) -> list[str]:
+    """The τ sweep of the shipped router on the evaluation split (classify's ``tau_sweep.json``): a table of the
+    rows nearest each retrieval-rate decile plus the shipped τ's (and classify's, when τ was moved) and
+    ``tau_sweep.png``, both with the shipped τ marked. [] for a classify output made before the sweep."""
+    from workbench.plots import tau_sweep_plot
+    from workbench.routing.sweep import row_at
+
+    path = classify_dir / "tau_sweep.json"
+    predictions = classify_dir / "predictions.json"
+    if not path.is_file() or not predictions.is_file():
+        return []
+    sweep = json.loads(path.read_text())
+    rows, unit = sweep["rows"], sweep.get("unit")
+    p = json.loads(predictions.read_text())[sweep["router"]]
+    marks = {"shipped": shipped_tau}
+    if set_by != "classify" and abs(float(sweep["tau"]) - shipped_tau) > 1e-12:
+        marks["classify's pick"] = float(sweep["tau"])
+    marked = {label: row_at(rows, p, tau) for label, tau in marks.items()}
+    shown = {id(min(rows, key=lambda r, rate=rate: abs(r["retrieval_rate"] - rate))) for rate in SWEEP_RATES}
+    shown |= {id(r) for r in marked.values() if r is not None}
+    refs = {"Always-RAG": sweep["always_rag"], "No-RAG": sweep["no_rag"]}
+    score = {"em": "EM", "f1": "F1", "contains": "containment"}.get(sweep["score"], sweep["score"])
+    tau_sweep_plot(
+        out_dir / "tau_sweep.png",
+        rows,
+        marks=marks,
+        references={k: v for k, v in refs.items() if v is not None},
+        title=f"τ sweep of {sweep['label']} on {sweep['split']} ({sweep['questions']} questions)",
+        score=f"routed {score}",
+    )
+    table = []
+    for row in rows:
+        if id(row) not in shown:
+            continue
+        labels = [label for label, r in marked.items() if r is row]
+        # a marked row shows the marked τ (the sweep's own τ of that retrieval set may differ)
+        value = marks[labels[0]] if labels else row["tau"]
+        tau = "τ > 1 (always)" if value > 1.0 else fmt(value, 3)
+        low, high = row.get("tau_range") or [None, None]
+        table.append(
+            [
+                f"**{tau}** ← {', '.join(labels)}" if labels else tau,
+                "—" if low is None else f"({fmt(low, 3)}, " + ("∞)" if high is None else f"{fmt(high, 3)}]"),
+                _with_interval(row["retrieval_rate"], row["rate_interval"], 2),
+                _with_interval(row["quality"], row["quality_interval"], 3),
+                _with_interval(row["difference"], row["difference_interval"], 1, scale=100, sign=True),
+                _cost(row["cost"], unit) if row.get("cost") is not None and unit else "—",
+            ]
+        )
+    words = f"{UNIT_WORDS[unit]} / q" if unit else "cost / q"
+    return [
+        "### Choosing τ after the run",
+        "",
+        f"The shipped router `{sweep['label']}` at every τ on the held-out `{sweep['split']}` split "
+        f"({sweep['questions']} questions; it retrieves iff P(correct) < τ): the retrieval rate (Wilson interval), the "
+        f"routed {score} and its difference from Always-RAG ({fmt(sweep['always_rag'])}; No-RAG "
+        f"{fmt(sweep['no_rag'])}) in points, with 90% BCa bootstrap intervals over the questions (the same resamples "
+        "for every row). The table shows the rows nearest each tenth of retrieval and the marked τ; the plot and "
+        "`tau_sweep.json` have every τ. To ship another operating point without re-running anything: `workbench "
+        "decide RUN --retrieval-rate R` (τ chosen on the fit split, out of fold), `--pick RULE`, or `--tau T` — "
+        "a τ read off this held-out table is no longer chosen blind to it, and the new bundle says so.",
+        "",
+        *markdown_table(
+            ["τ", "same decisions for τ in", "retrieval rate", f"routed {score}", "Δ vs Always-RAG (points)", words],
+            table,
+        ),
+        "",
+        "![τ sweep](tau_sweep.png)",
+        "",
+    ]
+
+
+def _with_interval(
+    value: float, interval: list[float] | None, digits: int, *, scale: float = 1.0, sign: bool = False
+) -> str:
+    """``0.812 [0.74, 0.88]``; the value alone without an interval."""
+    spec = f"{'+' if sign else ''}.{digits}f"
+    text = format(scale * value, spec)
+    if interval is None:
+        return text
+    return f"{text} [{format(scale * interval[0], spec)}, {format(scale * interval[1], spec)}]"
+
+
+def _rule_text(record: dict[str, Any]) -> str:
+    pick = record.get("pick")
+    if not pick:
+        return f"the cheapest within {points_text(record['delta'])} of Always-RAG"
+    guard = (
+        "; a router preferred to Always-RAG for a higher score must have its 90% paired interval above 0"
+        if pick["rule"] != "cheapest_within"
+        else ""
+    )
+    return f"`classify.pick: {pick['rule']}`, {pick['describe']}{guard}"
 
 
 def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
@@ -115,9 +240,8 @@ def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         f"Search: {search}, replayed from the collected features (nothing regenerated). Each router's quality is "
         "its routed score out of fold on the fit split (each question routed by calibrators and a classifier fitted "
         f"on the other folds); its cost is {words} per question — its features' stats plus the retrieval where it "
-        f"retrieves. Pick rule: the cheapest single-step router within {100 * record['delta']:.0f} point(s) of "
-        "Always-RAG's score on the fit split; it is then refitted on the whole fit split and measured once on the "
-        "evaluation split (above).",
+        f"retrieves. The pick rule chooses among the single-step routers on the fit split ({_rule_text(record)}); "
+        "the pick is then refitted on the whole fit split and measured once on the evaluation split (above).",
         "",
     ]
     refs = record["fit_references"]

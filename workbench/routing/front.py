@@ -1,11 +1,9 @@
-"""Routers on the (quality, cost) plane: the Pareto front, the pick rule, and the comparison with Always-RAG.
+"""Routers on the (quality, cost) plane: the Pareto front and the comparison with Always-RAG.
 
 A :class:`RoutePoint` is one router at one τ: its routed quality (mean routed QA score) and retrieval rate on the
 fit split out of fold, its per-question cost (:class:`~workbench.routing.cost.CostModel`) and the scalar that orders
-it. The **front** holds the points no other point beats on both quality (higher) and cost (lower). The **pick rule**
-(:func:`pick`) takes the cheapest shippable point whose quality is within ``delta`` of Always-RAG's on the same
-questions — "the cheapest router that loses at most one point" with ``delta = 0.01`` — ties to the higher quality;
-when no point is within ``delta``, the best-quality point, flagged ``within_delta: false``.
+it. The **front** holds the points no other point beats on both quality (higher) and cost (lower). Which point is
+shipped is the user's pick rule (:mod:`workbench.routing.pick`).
 
 On the evaluation split, :func:`compare_to_always` measures the picked router against Always-RAG with paired BCa
 bootstrap intervals over the questions (the same resamples for both): the quality difference and the cost saving.
@@ -39,14 +37,15 @@ class RoutePoint:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (NaN → None)."""
+        """JSON-ready (NaN → None; figures to 6 decimals, τ exact)."""
         out = {
             "name": self.name,
             "quality": _num(self.quality),
             "rate": _num(self.rate),
             "scalar": _num(self.scalar),
             "cost": {k: _num(v) for k, v in self.cost.items()},
-            "tau": _num(self.tau) if self.tau is not None else None,
+            # τ unrounded: 1 + ε (always retrieve) must stay above 1, and a midpoint must keep its retrieval set
+            "tau": float(self.tau) if self.tau is not None and math.isfinite(self.tau) else None,
             "spec": self.spec,
             "kind": self.kind,
             "origin": self.origin,
@@ -71,18 +70,6 @@ def pareto(points: Sequence[RoutePoint]) -> list[RoutePoint]:
             front.append(point)
             best = point.quality
     return front
-
-
-def pick(points: Sequence[RoutePoint], always_quality: float, delta: float) -> tuple[RoutePoint, bool]:
-    """The cheapest single-step point with quality ≥ ``always_quality − delta`` (ties: higher quality, then the
-    first); without one, the best-quality single-step point. Returns ``(point, within_delta)``."""
-    single = [p for p in points if p.kind == "single"]
-    if not single:
-        raise ValueError("no single-step router to pick from")
-    ok = [p for p in single if p.quality >= always_quality - delta - 1e-12]
-    if ok:
-        return min(ok, key=lambda p: (p.scalar, -p.quality)), True
-    return max(single, key=lambda p: (p.quality, -p.scalar)), False
 
 
 def tau_sweep(p_correct: np.ndarray) -> np.ndarray:

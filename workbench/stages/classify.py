@@ -21,7 +21,10 @@ answer) + RAG where retrieved.
 
 Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
 ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
-fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it).
+fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it). The router
+search (:mod:`~workbench.stages.classify_router`) picks the router the run ships by the user's rule
+(``classify.pick``), and ``tau_sweep.json`` sweeps the shipped decision's τ on the evaluation split
+(:func:`tau_sweep_record`), for the report and ``workbench decide``.
 """
 
 from __future__ import annotations
@@ -108,6 +111,36 @@ def routing_table(
     ]
     rows += [routing_row(name, mask, cols, feature_calls, feature_tokens) for name, mask in routers.items()]
     return rows
+
+
+def tau_sweep_record(
+    p_correct: Any, cols: dict[str, np.ndarray], section: Any, model: Any, *, features: list[str], seed: int
+) -> dict[str, Any]:
+    """The τ sweep of a router's P(correct) on the evaluation split (:func:`~workbench.routing.sweep.sweep_rows`:
+    routed ``classify.routed_score`` and retrieval rate at every τ with intervals, ``classify.router_bootstrap``
+    resamples), priced by the cost ``model`` in ``classify.cost_unit`` when there is one (its ``features`` decide,
+    nothing at τ > 1); with Always-RAG's and No-RAG's score beside it. ``tau_sweep.json``, which the report draws."""
+    from workbench.routing.search import decision_cost
+    from workbench.routing.sweep import sweep_rows
+
+    score = section.routed_score
+    closed, rag = cols[f"correct_{score}"], cols[f"rag_{score}"]
+    cost = None
+    if model is not None:
+        features_cost = model.features_cost(features)
+
+        def cost(tau: float, rate: float) -> float:
+            return model.scalar(model.routed(decision_cost(features_cost, tau), rate))
+
+    rows = sweep_rows(p_correct, closed, rag, cost=cost, draws=section.router_bootstrap, seed=seed)
+    return {
+        "score": score,
+        "unit": section.cost_unit if model is not None else None,
+        "questions": int(closed.size),
+        "always_rag": float(rag.mean()) if rag.size else None,
+        "no_rag": float(closed.mean()) if closed.size else None,
+        "rows": rows,
+    }
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -239,6 +272,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
     table = routing_table(cols, routers, model, features_of)
     unit = section.cost_unit if model is not None else None
     atomic_write_json(ctx.out_dir / "routing.json", {"split": eval_split, "unit": unit, "rows": table})
+    shipped_key = "Router" if router is not None else names[chosen]
+    shipped_tau = router["tau"] if router is not None else results[chosen]["threshold"].tau
+    sweep = tau_sweep_record(
+        predictions[shipped_key],
+        cols,
+        section,
+        model,
+        features=router["spec"]["features"] if router is not None else features,
+        seed=ctx.config.seed,
+    )
+    sweep.update(split=eval_split, router=shipped_key, tau=shipped_tau)
+    sweep["label"] = router["label"] if router is not None else f"{shipped_key}({' + '.join(features)})"
+    atomic_write_json(ctx.out_dir / "tau_sweep.json", sweep)
     atomic_write_json(ctx.out_dir / "predictions.json", predictions)
     atomic_write_json(
         ctx.out_dir / "selection.json",

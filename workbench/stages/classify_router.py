@@ -4,8 +4,9 @@ Reads the calibrate stage's ``calibrated.json`` (raw imputed features, labels an
 collect stage's ``stat_costs.json`` (per-question cost of each stats-graph component and of a retrieval), runs
 :func:`~workbench.routing.choose.choose_router` and writes, beside the classifiers:
 
-* ``router.json`` — the search (forward path, study record), every point, the front, the pick and its measurement
-  on the evaluation split against Always-RAG (paired bootstrap intervals), the cost model;
+* ``router.json`` — the search (forward path, study record), every point, the front, the pick (``pick``: the user's
+  rule, ``classify.pick``, its parameters and why the pick won it) and its measurement on the evaluation split
+  against Always-RAG (paired bootstrap intervals), the cost model;
 * ``router_calibrators.json`` / ``router_classifier.json`` / ``router.onnx`` — the picked router (learned
   artifacts; the ONNX graph checked against numpy), which D²-RAG's Stage 1 and the bundle use;
 * ``router_study.db`` — with ``router_search: study``, the Optuna storage (``optuna trials --storage
@@ -82,13 +83,36 @@ def routing_data(split_data: dict[str, Any], features: list[str], section: Any, 
     )
 
 
+ROUTER_FILES = {"calibrators": "router_calibrators.json", "classifier": "router_classifier.json", "onnx": "router.onnx"}
+"""The shipped router's files in a directory (classify's output, or a ``workbench decide`` refit)."""
+
+
+def write_router(out_dir: Path, router: Any, calibrate_set: Any, evaluation: Any) -> float:
+    """Write a fitted router's files (:data:`ROUTER_FILES`) into ``out_dir``: its calibrators with the calibrate
+    stage's medians and ranges of its features (for imputation), its classifier (learned artifacts) and its ONNX
+    graph, checked against numpy on ``evaluation`` (:class:`~workbench.routing.candidates.RoutingData`). Returns
+    the largest |Δ|; DataError above :data:`ONNX_TOLERANCE`."""
+    from workbench.classify.onnx_export import export_onnx, run_onnx
+    from workbench.methods.learned import save_learned
+
+    shipped = router.calibrator_set(calibrate_set.medians, calibrate_set.ranges)
+    save_learned(shipped, out_dir / ROUTER_FILES["calibrators"])
+    save_learned(router.classifier, out_dir / ROUTER_FILES["classifier"])
+    feats = list(router.spec.features)
+    onnx_path = export_onnx(router.classifier, out_dir / ROUTER_FILES["onnx"], feats)
+    inputs = shipped.transform(evaluation.columns(feats))
+    parity = float(np.max(np.abs(run_onnx(onnx_path, inputs) - router.classifier.predict_proba(inputs))))
+    if parity > ONNX_TOLERANCE:
+        raise DataError(f"ONNX output differs from the router's classifier by {parity:.2e}", str(onnx_path))
+    return parity
+
+
 def search_router(
     ctx: StageContext, data: dict[str, Any], features: list[str], fit_split: str, eval_split: str
 ) -> dict[str, Any] | None:
     """Run the router search (None when ``classify.router_search`` is off); write its files; return the
     ``router`` block of ``selection.json``."""
-    from workbench.classify.onnx_export import export_onnx, run_onnx
-    from workbench.methods.learned import load_learned, save_learned
+    from workbench.methods.learned import load_learned
     from workbench.routing.choose import RouterSearch, choose_router
     from workbench.uncertainty.stat_costs import load_stat_costs
 
@@ -103,9 +127,12 @@ def search_router(
             "classify.router_search: none",
             "classify.router_search",
         )
+    from workbench.stages.settings.classify import pick_rule_of
+
+    rule = pick_rule_of(section)
     settings = RouterSearch(
         search=section.router_search,
-        delta=section.router_delta,
+        pick=rule,
         kinds=tuple(section.router_kinds),
         inputs=tuple(section.router_inputs),
         calibrators=tuple(section.router_calibrators),
@@ -133,27 +160,15 @@ def search_router(
     for part, split in (("fit", fit_split), ("eval", eval_split)):
         record["cost_model"][part]["cached_share"] = float(costs["splits"][split].get("cached_share", 0.0))
     calibrate_set = load_learned(Path(ctx.inputs["calibrate"]) / "calibrators.json", expect={"calibrator_set"})
-    shipped = router.calibrator_set(calibrate_set.medians, calibrate_set.ranges)
-    save_learned(shipped, ctx.out_dir / "router_calibrators.json")
-    save_learned(router.classifier, ctx.out_dir / "router_classifier.json")
-    feats = list(router.spec.features)
-    onnx_path = export_onnx(router.classifier, ctx.out_dir / "router.onnx", feats)
-    inputs = shipped.transform(evaluation.columns(feats))
-    parity = float(np.max(np.abs(run_onnx(onnx_path, inputs) - router.classifier.predict_proba(inputs))))
-    if parity > ONNX_TOLERANCE:
-        raise DataError(f"ONNX output differs from the router's classifier by {parity:.2e}", str(onnx_path))
-    record["onnx_max_abs_diff"] = parity
+    record["onnx_max_abs_diff"] = write_router(ctx.out_dir, router, calibrate_set, evaluation)
     atomic_write_json(ctx.out_dir / "router.json", record)
     return {
         "spec": router.spec.to_dict(),
         "label": router.spec.label,
         "tau": router.tau,
-        "rule": f"router pick ({section.router_search}, cheapest within {section.router_delta} of Always-RAG)",
-        "files": {
-            "calibrators": "router_calibrators.json",
-            "classifier": "router_classifier.json",
-            "onnx": "router.onnx",
-        },
+        "rule": f"router pick ({section.router_search}, {rule.describe()})",
+        "files": dict(ROUTER_FILES),
+        "pick": record["pick"],
         "within_delta": record["picked"]["within_delta"],
         "pays_for_itself": record["pays_for_itself"],
     }

@@ -55,7 +55,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             if "classify" in ctx.inputs:  # the decision the run ships, as its bundle records it
                 from workbench.reports.router import shipped_lines
 
-                body += shipped_lines(ctx.inputs.get("export"), config, ctx.inputs.get)
+                body += shipped_lines(ctx.inputs.get("export"), config, ctx.inputs.get, tmp)
             from workbench.reports.ood import ood_section
 
             body += ood_section(ctx.inputs.get("calibrate"))

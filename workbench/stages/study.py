@@ -15,11 +15,18 @@ D²-RAG is tuned as its bundle runs it: with the run's fitted (gold-free) utilit
 the stage refuses it (so does the recipe, at load) rather than let the trials decode with the gold-using oracle; with
 a utility classifier, ``tau_pos`` / ``tau_neg`` (inert: the classifier decides the class) are refused in its space.
 
-Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ, "d2rag_utility": how the utility
-was made, "fitted_on": the questions the trials were scored on}``, what the evaluate stage and the bundle export lay
-over the recipe's ``evaluate.options`` (and D²-RAG's τ over classify's); ``params/<method>.json`` — one method's
+**D²-RAG's τ** replaces classify's only when the study says so (:func:`tau_verdict`): ``study.ship_tau`` is true
+(default false) and the study separated its trials — at most half of them tie with the chosen one and it beats
+classify's τ on the study split. Otherwise classify's τ is kept, and the log, ``summary.json`` and the report say
+why.
+
+Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ (only when shipped),
+"d2rag_tau_verdict": the verdict, "d2rag_utility": how the utility was made, "fitted_on": the questions the trials
+were scored on}``, what the evaluate stage and the bundle export lay over the recipe's ``evaluate.options`` (and
+D²-RAG's τ over classify's); ``params/<method>.json`` — one method's
 chosen parameters (``trial``: its number in the study) with their val and test metrics next to the defaults'
-(``workbench evaluate --params FILE`` reads one; D²-RAG's records its ``utility``: export refuses a file or a study
+(``workbench evaluate --params FILE`` reads one; D²-RAG's ``tau`` is there only when the study separated its
+trials, ``tau_found`` always; D²-RAG's records its ``utility``: export refuses a file or a study
 that does not say it was gold-free) and ``fitted_on`` (split, count, sha256 and ids of the questions it was tuned on:
 a bundle's provenance names them, and its export refuses them among its held-out questions).
 ``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
@@ -68,6 +75,41 @@ def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
         elif spec.name in defaults:
             out[spec.name] = defaults[spec.name]
     return out
+
+
+def tau_verdict(trials: list[dict[str, Any]], scores: dict[str, Any], objective: str, *, ship: bool) -> dict[str, Any]:
+    """Whether D²-RAG's studied τ replaces classify's (``study.ship_tau``). The study *separates* its trials when at
+    most half of the complete ``trials`` tie with the chosen one on the study split's ``objective`` (to 6 decimals)
+    and the chosen parameters score above the defaults (classify's τ) there (``scores``: the stage's best / defaults
+    × val / test metrics); a split too small to tell trials apart ties most of them, and its pick among the tied is
+    arbitrary. The τ ships only when ``ship`` and separated; ``reason`` says why, or why not, in words."""
+    best = round(float(scores["best"]["val"][objective]), 6)
+    defaults = round(float(scores["defaults"]["val"][objective]), 6)
+    tied = sum(round(float(t["metrics"][objective]), 6) == best for t in trials)
+    total = len(trials)
+    separated = 2 * tied <= total and best > defaults
+    if not separated:
+        why = (
+            f"{tied} of {total} trials tie with the chosen one on the study split"
+            if 2 * tied > total
+            else f"the chosen parameters score {best:.3f} on the study split, no better than classify's τ "
+            f"({defaults:.3f})"
+        )
+        reason = f"is not shipped: the study cannot separate its trials ({why}); classify's τ is kept"
+    elif not ship:
+        reason = "is not shipped: study.ship_tau is false (classify's τ is kept; set it to true to ship the study's)"
+    else:
+        reason = f"replaces classify's τ (study.ship_tau; {tied} of {total} trials tie with the chosen one)"
+    return {
+        "ship": bool(ship and separated),
+        "separated": bool(separated),
+        "ship_tau": bool(ship),
+        "tied": int(tied),
+        "trials": int(total),
+        "best_val": best,
+        "defaults_val": defaults,
+        "reason": reason,
+    }
 
 
 def _inside(spec: Any, value: Any) -> bool:
@@ -172,7 +214,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "fitted_on": fitted_on,  # the questions every trial was scored on (a bundle's provenance names them)
         }
         if method == "d2rag" and "tau" in outcome.best_params:
-            record["tau"] = float(outcome.best_params["tau"])
+            verdict = tau_verdict(outcome.trials, scores, section.objective, ship=section.ship_tau)
+            record["tau_found"], record["tau_verdict"] = float(outcome.best_params["tau"]), verdict
+            if verdict["separated"]:  # a parameters file may carry it to another run (the user asks there)
+                record["tau"] = record["tau_found"]
+            log = ctx.log.info if verdict["ship"] else ctx.log.warning
+            log("study %s-d2rag: τ = %.4g %s", base_name, record["tau_found"], verdict["reason"])
         if method == "d2rag":
             record["utility"] = utility  # how the trials' utility was made: export refuses any but a gold-free one
         atomic_write_json(params_dir / f"{method}.json", record)
@@ -192,9 +239,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
         flat[f"{method}_val_{objective}"] = round(scores["best"]["val"][objective], 4)
         flat[f"{method}_test_{objective}"] = round(scores["best"]["test"][objective], 4)
         flat[f"{method}_trials"] = len(outcome.trials)
+        if "tau_verdict" in record:
+            flat["d2rag_tau_shipped"] = record["tau_verdict"]["ship"]
     best = {"methods": {m: row["options"] for m, row in methods_out.items()}, "fitted_on": fitted_on}
-    if "tau" in methods_out.get("d2rag", {}):
-        best["d2rag_tau"] = methods_out["d2rag"]["tau"]
+    verdict = methods_out.get("d2rag", {}).get("tau_verdict")
+    if verdict is not None:
+        best["d2rag_tau_verdict"] = verdict
+        if verdict["ship"]:  # only then does the study's τ replace classify's (evaluate, export)
+            best["d2rag_tau"] = methods_out["d2rag"]["tau"]
     if "d2rag" in methods_out:
         best["d2rag_utility"] = utility
     atomic_write_json(ctx.out_dir / "best_params.json", best)  # what evaluate and export overlay on the recipe's

@@ -10,7 +10,8 @@ from workbench.routing.candidates import RouterSpec, RoutingData, fit_router
 from workbench.routing.cascade import cascade_features_cost, cascade_route, cheap_features
 from workbench.routing.choose import RouterSearch, choose_router
 from workbench.routing.cost import CostModel, RetrievalCost, retrieval_cost, scalar_cost
-from workbench.routing.front import RoutePoint, compare_to_always, pareto, pick
+from workbench.routing.front import RoutePoint, compare_to_always, pareto
+from workbench.routing.pick import PickRule, cheapest_within
 from workbench.routing.search import forward_selection, router_study, spec_points
 
 COMPONENTS = {  # per question: the greedy answer is cheap, the samples and their NLI pairs are not
@@ -113,9 +114,10 @@ def test_pareto_front_and_the_pick_rule():
 
     pts = [point("a", 0.90, 100), point("b", 0.95, 300), point("c", 0.93, 400), point("d", 0.97, 250, "cascade")]
     assert [p.name for p in pareto(pts)] == ["a", "d"]
-    chosen, within = pick(pts, always_quality=0.955, delta=0.01)
-    assert chosen.name == "b" and within  # the cascade is measured, not shipped
-    chosen, within = pick(pts, always_quality=0.99, delta=0.01)
+    single = [p for p in pts if p.kind == "single"]  # the cascade is measured, not shipped
+    chosen, within = cheapest_within(single, always_quality=0.955, epsilon=0.01)
+    assert chosen.name == "b" and within
+    chosen, within = cheapest_within(single, always_quality=0.99, epsilon=0.01)
     assert chosen.name == "b" and not within
 
 
@@ -172,7 +174,9 @@ def test_the_study_is_an_optuna_multi_objective_study_others_can_open(tmp_path):
 
 def test_choose_router_measures_the_pick_against_always_rag_on_the_evaluation_split():
     fit, evaluation, model = _data(200, 3), _data(150, 4, folds=False), _model()
-    record, router = choose_router(fit, evaluation, model, model, RouterSearch(delta=0.05, bootstrap=300), seed=0)
+    record, router = choose_router(
+        fit, evaluation, model, model, RouterSearch(pick=PickRule(epsilon=0.05), bootstrap=300), seed=0
+    )
     assert router.spec.features == ("confidence",)  # the noise feature would only add cost
     assert record["picked"]["within_delta"] is True
     ev = record["evaluation"]

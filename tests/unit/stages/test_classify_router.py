@@ -48,19 +48,19 @@ def _rows(n: int, seed: int) -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="module", params=["forward", "study"])
-def routed(request, tmp_path_factory):
+def calibrated_collection(tmp, calib: list[dict], test: list[dict]):
+    """A collection of ``calib`` and ``test`` rows with per-stat costs (:data:`COMPONENTS`, a 510-token retrieval)
+    under ``tmp / "collect"``, calibrated: ``(collect_dir, calibrate_dir)``."""
     import datasets
 
-    tmp = tmp_path_factory.mktemp(f"router-{request.param}")
+    from workbench.uncertainty.stat_costs import COST_FIELDS
+
     collect_dir = tmp / "collect"
     collect_dir.mkdir()
-    for split, rows in (("calib", _rows(160, 0)), ("test", _rows(120, 1))):
+    for split, rows in (("calib", calib), ("test", test)):
         datasets.Dataset.from_list(rows).save_to_disk(str(collect_dir / split))
     summary = {"features": ["confidence", "semantic_entropy"], "splits": {"calib": {}, "test": {}}}
     (collect_dir / "summary.json").write_text(json.dumps(summary))
-    from workbench.uncertainty.stat_costs import COST_FIELDS
-
     full = {name: {**dict.fromkeys(COST_FIELDS, 0.0), **values} for name, values in COMPONENTS.items()}
     per_split = {"questions": 100, "per_question": full, "cached_share": 0.0}
     retrieval = {"retriever_seconds": 0.05, "rag_answer_seconds": 0.6, "rag_prompt_tokens": 500, "rag_new_tokens": 10}
@@ -71,12 +71,19 @@ def routed(request, tmp_path_factory):
     (collect_dir / "stat_costs.json").write_text(json.dumps(stat_costs))
     cal = _ctx(tmp, "calibrate", {"collect": collect_dir})
     calibrate.run(cal)
+    return collect_dir, cal.out_dir
+
+
+@pytest.fixture(scope="module", params=["forward", "study"])
+def routed(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"router-{request.param}")
+    collect_dir, cal_dir = calibrated_collection(tmp, _rows(160, 0), _rows(120, 1))
     section = {"seeds": [0], "kinds": ["logistic"], "router_search": request.param, "router_trials": 20}
     section["router_delta"] = 0.05
     section["router_bootstrap"] = 300
-    ctx = _ctx(tmp, "classify", {"calibrate": cal.out_dir, "collect": collect_dir}, classify=section)
+    ctx = _ctx(tmp, "classify", {"calibrate": cal_dir, "collect": collect_dir}, classify=section)
     summary = classify.run(ctx)
-    return request.param, tmp, cal.out_dir, ctx.out_dir, summary
+    return request.param, tmp, cal_dir, ctx.out_dir, summary
 
 
 def test_the_search_ships_the_cheap_informative_router_with_its_own_files(routed):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
@@ -51,10 +51,28 @@ class ClassifySection:
         "feature",
         "forward",
     )
+    pick: Literal["cheapest_within", "best_quality", "max_quality_under"] = doc(
+        "the rule that picks the router the run ships among those found (docs/routing.md): cheapest_within — the "
+        "cheapest within router_delta of Always-RAG's routed score; best_quality — the highest routed score; "
+        "max_quality_under — the highest routed score within the pick_max_* budget(s). A router is preferred to "
+        "Always-RAG for a higher score only when its 90% paired interval (fit split, out of fold) lies above 0",
+        "cheapest_within",
+    )
     router_delta: float = doc(
-        "pick rule: the cheapest router whose routed score (out of fold on the fit split) is within this of "
-        "Always-RAG's (0.01 = one point)",
+        "cheapest_within's ε: the most routed score (out of fold on the fit split) the router may lose against "
+        "Always-RAG (0.01 = one point); also what 'pays for itself' allows on the evaluation split",
         0.01,
+    )
+    pick_max_retrieval_rate: float | None = doc(
+        "max_quality_under: the highest retrieval rate allowed (e.g. 0.5: retrieve for at most half the questions)",
+        None,
+    )
+    pick_max_tokens: float | None = doc(
+        "max_quality_under: the most LM tokens per question allowed (prompt + generated + scored, retrieval included)",
+        None,
+    )
+    pick_max_seconds: float | None = doc(
+        "max_quality_under: the most seconds per question allowed (measured; the retriever's latency included)", None
     )
     cost_unit: Literal["tokens", "seconds", "lm_calls"] = doc(
         "what 'cheapest' counts: LM tokens (prompt + generated + scored), measured seconds (retriever latency "
@@ -87,6 +105,31 @@ class ClassifySection:
     router_bootstrap: int = doc("bootstrap resamples of the evaluation split's intervals", 2000)
 
 
+PICK_KEYS = {
+    "rule": "classify.pick",
+    "epsilon": "classify.router_delta",
+    "max_retrieval_rate": "classify.pick_max_retrieval_rate",
+    "max_tokens": "classify.pick_max_tokens",
+    "max_seconds": "classify.pick_max_seconds",
+}
+"""The pick rule's parameters as recipe keys (what its errors name)."""
+
+
+def pick_rule_of(section: Any) -> Any:
+    """The checked :class:`~workbench.routing.pick.PickRule` of a ``classify`` section; ConfigError naming the
+    recipe key otherwise."""
+    from workbench.routing.pick import pick_rule
+
+    return pick_rule(
+        section.pick,
+        epsilon=section.router_delta,
+        max_retrieval_rate=section.pick_max_retrieval_rate,
+        max_tokens=section.pick_max_tokens,
+        max_seconds=section.pick_max_seconds,
+        names=PICK_KEYS,
+    )
+
+
 def check(config: RecipeView) -> None:
     """classify's load check: collect answers with retrieval (the routing table) and collects a split besides
     calibrate.fit_split to evaluate on; the router search's settings are in range."""
@@ -99,8 +142,7 @@ def check(config: RecipeView) -> None:
             "collect.splits",
         )
     section = config.classify
-    if not 0.0 <= section.router_delta <= 1.0:
-        raise ConfigError(f"must be in [0, 1], got {section.router_delta}", "classify.router_delta")
+    pick_rule_of(section)
     for key in ("retrieval_seconds", "retrieval_tokens"):
         value = getattr(section, key)
         if value is not None and not (isinstance(value, int | float) and value >= 0):

@@ -45,6 +45,12 @@ class StudySection:
         "study name prefix ('{name}': the recipe name); one study per method: <prefix>-<method>", "{name}"
     )
     batch_questions: int = doc("questions handed to a method at once", 8)
+    ship_tau: bool = doc(
+        "whether the study's D²-RAG τ replaces the one classify chose (evaluate, export); even then only when the "
+        "study separates its trials — at most half tie with the chosen one and it beats classify's τ on the study "
+        "split (docs/studies.md)",
+        False,
+    )
 
 
 def check(config: RecipeView) -> None:
