@@ -131,3 +131,14 @@ def minilm_dir():
     from workbench.assets import resolve_embedder
 
     return resolve_embedder("minilm").path
+
+
+@pytest.fixture(autouse=True)
+def _quiet_switch_restored():
+    """``--quiet`` is a process-wide switch (workbench.core.logs): a CLI test that passes it in-process must not leave
+    the tests after it quiet."""
+    from workbench.core import logs
+
+    before = logs.is_quiet()
+    yield
+    logs.set_quiet(before)

@@ -103,6 +103,7 @@ def test_no_last_line_when_the_block_fails(monkeypatch):
 
 def test_a_terminal_gets_the_bar_not_lines(monkeypatch, caplog):
     monkeypatch.setattr(logs, "is_terminal", lambda: True)
+    monkeypatch.setattr(logs, "is_quiet", lambda: False)
     caplog.set_level(logging.INFO, logger="workbench.progress")
     assert list(track(range(3), "answer (rag)")) == [0, 1, 2]
     assert not [r for r in caplog.records if r.name == "workbench.progress"]
@@ -134,6 +135,7 @@ def test_a_log_line_is_not_wrapped_when_output_is_not_a_terminal(monkeypatch, ca
     import logging as std_logging
 
     monkeypatch.setattr(logs, "is_terminal", lambda: False)
+    monkeypatch.setattr(logs, "is_quiet", lambda: False)
     setup_logging("info")
     line = "collect (test): 120 of 500 (24%), 3.1/s, elapsed 0:38, ETA 2:02, " + "x" * 80
     std_logging.getLogger("workbench.progress").info(line)
