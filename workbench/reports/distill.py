@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.core.formatting import fmt, markdown_table
+from workbench.core.formatting import counted, fmt, markdown_table
 from workbench.distill.traces import DECISIONS as _DECISIONS
 from workbench.distill.traces import SOURCES as _SOURCES
 from workbench.distill.traces import TRACE_SPLITS as _SPLITS
@@ -108,7 +108,7 @@ def distill_data_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     summary = json.loads((Path(stage_dir) / "summary.json").read_text())
     splits = summary.get("splits", {})
     sizes = ", ".join(
-        f"{split}: {splits[split]['rows']} rows from {splits[split]['questions']} questions of "
+        f"{split}: {splits[split]['rows']} rows from {counted(splits[split]['questions'], 'question')} of "
         f"`{splits[split]['from']}`"
         for split in _SPLITS
         if split in splits

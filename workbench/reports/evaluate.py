@@ -41,7 +41,7 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     lines = [
         "## Methods end to end",
         "",
-        f"{summary['questions']} `{summary['split']}` questions per method; every answer's trace (each step with its "
+        f"{summary['questions']} `{summary['split']}` question{'' if summary['questions'] == 1 else 's'} per method; every answer's trace (each step with its "
         "decisions and cost) is in the run's `stages/evaluate/traces` dataset. `oracle` reads the gold answer "
         "(an upper bound for routing). "
         + (

@@ -53,6 +53,7 @@ from workbench.bundle.learned import (  # what the run learned, read below the s
 )
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.core.formatting import counted
 from workbench.methods.evaluation import summarise
 from workbench.stages.context import StageContext
 
@@ -172,7 +173,7 @@ def _answer_all(ctx: StageContext, methods: dict[str, Any], rows: list[dict[str,
     results = []
     for name, method in methods.items():
         result = evaluate_built(name, method, rows, batch_questions=ctx.config.evaluate.batch_questions)
-        ctx.log.info("%s: %d questions in %.1f s", name, len(rows), result.seconds)
+        ctx.log.info("%s: %s in %.1f s", name, counted(len(rows), "question"), result.seconds)
         results.append(result)
     return results
 
