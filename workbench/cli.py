@@ -754,15 +754,31 @@ def serve_model_command(
     max_echo_tokens: Annotated[
         int, typer.Option("--max-echo-tokens", help="Most prompt tokens one request echoes with logprobs.")
     ] = 16384,
+    embedder: Annotated[
+        str,
+        typer.Option(
+            "--embedder",
+            help="Embedder served on POST /v1/embeddings: an embedded name (minilm), a local sentence-transformers"
+            " directory, or 'none'.",
+        ),
+    ] = "minilm",
+    embedder_name: Annotated[
+        str | None,
+        typer.Option("--embedder-name", help="The embedder's name clients send (default: --embedder as given)."),
+    ] = None,
+    max_embed_inputs: Annotated[
+        int, typer.Option("--max-embed-inputs", help="Most texts per POST /v1/embeddings request.")
+    ] = 2048,
 ) -> None:
-    """Serve a generator through the OpenAI protocol (FastAPI + uvicorn): GET /v1/models, POST /v1/completions,
-    POST /v1/chat/completions, GET /health.
+    """Serve a generator (and an embedder) through the OpenAI protocol (FastAPI + uvicorn): GET /v1/models,
+    POST /v1/completions, POST /v1/chat/completions, POST /v1/embeddings, GET /health.
 
     The reference server of docs/served-models.md: its answers are the in-process generator's (same text, log-probs
-    and seeded samples). Concurrent requests with equal decoding parameters are answered by one generate call.
+    and seeded samples) and the in-process embedder's vectors. Concurrent requests with equal decoding parameters are
+    answered by one generate call.
     """
     try:
-        from workbench.serve.openai_server import ModelServeLimits, load_generator, run_model_server
+        from workbench.serve.openai_server import ModelServeLimits, load_embedder, load_generator, run_model_server
     except ImportError as exc:
         raise WorkbenchError(
             f"serve-model needs fastapi and uvicorn: pip install workbench ({exc})", "serve-model"
@@ -775,13 +791,28 @@ def serve_model_command(
             max_sequences=max_sequences,
             max_request_tokens=max_request_tokens,
             max_echo_tokens=max_echo_tokens,
+            max_embed_inputs=max_embed_inputs,
         )
     except ValueError as exc:
         raise WorkbenchError(str(exc), "serve-model") from None
+    name = served_name or model
+    if embedder != "none" and (embedder_name or embedder) == name:
+        raise WorkbenchError(
+            f"the generator and the embedder are both named {name!r}: pass --embedder-name", "serve-model"
+        )
     generator = load_generator(
         model, device=device, dtype=dtype, batch_size=batch_size, max_context=max_context, seed=seed, cache=cache
     )
-    run_model_server(generator, served_name=served_name or model, host=host, port=port, limits=limits)
+    served_embedder = None if embedder == "none" else load_embedder(embedder, device=device)
+    run_model_server(
+        generator,
+        served_name=name,
+        host=host,
+        port=port,
+        limits=limits,
+        embedder=served_embedder,
+        embedder_name=(embedder_name or embedder) if served_embedder is not None else None,
+    )
 
 
 @app.command("doctor")

@@ -353,19 +353,30 @@ def _integers(obj: Any, prefix: str = "") -> list[tuple[str, int, int]]:
 
 def _check_backend(config: Any) -> None:
     """``generator.backend: openai`` needs a ``base_url`` and refuses, before any request, the features, methods and
-    stages that only the in-process backend can serve (:mod:`workbench.stages.backend_needs`)."""
+    stages that only the in-process backend can serve (:mod:`workbench.stages.backend_needs`); ``embedder.backend:
+    openai`` needs a ``base_url`` too."""
     from workbench.stages.backend_needs import check_in_process_only
 
+    _check_served_section(config.embedder, "embedder")
     section = config.generator
     if section.backend != "openai":
         return
-    if not section.base_url:
-        raise ConfigError("generator.backend: openai needs generator.base_url (the server's URL)", "generator.base_url")
-    if not str(section.base_url).startswith(("http://", "https://")):
-        raise ConfigError(f"must start with http:// or https://, got {section.base_url!r}", "generator.base_url")
-    if section.max_concurrency < 1 or section.retries < 0 or section.timeout_s <= 0 or section.top_logprobs < 0:
-        raise ConfigError("max_concurrency >= 1, retries >= 0, timeout_s > 0, top_logprobs >= 0", "generator")
+    _check_served_section(section, "generator")
+    if section.top_logprobs < 0:
+        raise ConfigError(f"must be >= 0, got {section.top_logprobs}", "generator.top_logprobs")
     check_in_process_only(config)
+
+
+def _check_served_section(section: Any, name: str) -> None:
+    """A section with ``backend: openai`` names its server (``base_url``, http or https) and sane client limits."""
+    if section.backend != "openai":
+        return
+    if not section.base_url:
+        raise ConfigError(f"{name}.backend: openai needs {name}.base_url (the server's URL)", f"{name}.base_url")
+    if not str(section.base_url).startswith(("http://", "https://")):
+        raise ConfigError(f"must start with http:// or https://, got {section.base_url!r}", f"{name}.base_url")
+    if section.max_concurrency < 1 or section.retries < 0 or not section.timeout_s > 0:
+        raise ConfigError("max_concurrency >= 1, retries >= 0, timeout_s > 0", name)
 
 
 def _check_devices(config: Any) -> None:

@@ -184,7 +184,62 @@ class PooledEncoder:
         return pooled.float().cpu().numpy()
 
 
-class Embedder:
+class CachedEmbedder:
+    """What every embedder shares: ``encode`` through the on-disk cache, ``dim`` and ``fingerprint``.
+
+    A subclass sets ``counter``, ``_dim``, ``_fingerprint`` and ``_cache`` (an :class:`EmbeddingCache` or None) and
+    implements ``_encode_uncached(texts) -> (n, dim)`` L2-normalised float32 rows; ``encode`` looks every text up by
+    (fingerprint, sha256) and sends only the misses, each distinct text once.
+    """
+
+    counter: CostCounter
+    _dim: int
+    _fingerprint: str
+    _cache: EmbeddingCache | None
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension."""
+        return self._dim
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the vectors this embedder produces (weights or served model, sequence length, version)."""
+        return self._fingerprint
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(n, dim)`` float32 array of unit-norm rows (cached; only misses are encoded)."""
+        where = f"{type(self).__name__}.encode"
+        if isinstance(texts, str):
+            raise DataError("encode() takes a list of strings, not one string", where)
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise DataError("encode() takes a list of strings", where)
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        if not texts:
+            return out
+        keys = [text_key(t) for t in texts]
+        found = self._cache.get_many(sorted(set(keys))) if self._cache is not None else {}
+        missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in found))
+        self.counter.cache_hits += sum(1 for k in keys if k in found)
+        self.counter.cache_misses += sum(1 for k in keys if k not in found)
+        if missing:
+            with self.counter.timed("embed"):
+                fresh = self._encode_uncached(missing)
+            self.counter.embed_texts += len(missing)
+            new = {text_key(t): row for t, row in zip(missing, fresh, strict=True)}
+            if self._cache is not None:
+                self._cache.put_many(new)
+            found.update(new)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+    def _encode_uncached(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Embedder(CachedEmbedder):
     """Sentence embeddings from a sentence-transformers model directory, cached on disk.
 
     ``model`` is an embedded name (``"minilm"``), a local directory or an explicit hub id (never implied).
@@ -253,43 +308,6 @@ class Embedder:
             base = tree_fingerprint(self.resolved.path)
         seq = max_seq_length if max_seq_length is not None else getattr(self._model, "max_seq_length", None)
         return stable_hash(["embedder", base, seq, self._dim, self.backend, _EMBEDDING_VERSION])
-
-    @property
-    def dim(self) -> int:
-        """Embedding dimension."""
-        return self._dim
-
-    @property
-    def fingerprint(self) -> str:
-        """Identifies the vectors this embedder produces (weights, sequence length, pooling version)."""
-        return self._fingerprint
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts`` into an ``(n, dim)`` float32 array of unit-norm rows (cached; only misses are encoded)."""
-        if isinstance(texts, str):
-            raise DataError("encode() takes a list of strings, not one string", "Embedder.encode")
-        texts = list(texts)
-        if not all(isinstance(t, str) for t in texts):
-            raise DataError("encode() takes a list of strings", "Embedder.encode")
-        out = np.zeros((len(texts), self._dim), dtype=np.float32)
-        if not texts:
-            return out
-        keys = [text_key(t) for t in texts]
-        found = self._cache.get_many(sorted(set(keys))) if self._cache is not None else {}
-        missing = list(dict.fromkeys(t for t, k in zip(texts, keys, strict=True) if k not in found))
-        self.counter.cache_hits += sum(1 for k in keys if k in found)
-        self.counter.cache_misses += sum(1 for k in keys if k not in found)
-        if missing:
-            with self.counter.timed("embed"):
-                fresh = self._encode_uncached(missing)
-            self.counter.embed_texts += len(missing)
-            new = {text_key(t): row for t, row in zip(missing, fresh, strict=True)}
-            if self._cache is not None:
-                self._cache.put_many(new)
-            found.update(new)
-        for i, key in enumerate(keys):
-            out[i] = found[key]
-        return out
 
     def _encode_uncached(self, texts: list[str]) -> np.ndarray:
         import torch

@@ -170,6 +170,32 @@ def build_embedder(
         return Embedder(model, batch_size=batch_size, counter=counter, device=torch_device, cache=cache)
 
 
+def build_served_embedder(
+    *,
+    base_url: str,
+    model: str,
+    api_key_env: str | None = None,
+    timeout_s: float = 60.0,
+    retries: int = 3,
+    max_concurrency: int = 8,
+    batch_size: int = 64,
+    encoding_format: str = "float",
+    counter: CostCounter | None = None,
+    cache: bool = True,
+) -> Any:
+    """A :class:`~workbench.backends.served_embedder.ServedEmbedder` for the model ``model`` served at ``base_url``
+    (``/v1/embeddings``; probed once), with the on-disk embedding cache when ``cache``; a server that cannot be
+    reached or does not embed with ``model`` is a one-line :class:`~workbench.backends.served_client.ServedModelError`
+    naming the URL."""
+    from workbench.backends.served_client import ServedSettings
+    from workbench.backends.served_embedder import ServedEmbedder
+
+    settings = ServedSettings(base_url, model, api_key_env, timeout_s, retries, max_concurrency, section="embedder")
+    return ServedEmbedder(
+        settings, batch_size=batch_size, cache=cache, counter=counter, encoding_format=encoding_format
+    )
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """What a judge builder may use: the checkpoint, lazily built shared objects, the counter and the device."""

@@ -59,8 +59,9 @@ class ServedModelError(WorkbenchError):
 class ServedSettings:
     """How to reach a served model: ``base_url`` (ending in ``/v1``), the served ``model`` name, the *name* of the
     environment variable holding the API key (None: no key is sent), ``timeout_s`` for each whole request (first
-    byte sent to last byte read), ``retries`` of a failed or invalid answer (with exponential backoff) and
-    ``max_concurrency`` requests in flight."""
+    byte sent to last byte read), ``retries`` of a failed or invalid answer (with exponential backoff),
+    ``max_concurrency`` requests in flight, and the recipe ``section`` these settings come from (``generator`` or
+    ``embedder``: errors name its keys)."""
 
     base_url: str
     model: str
@@ -68,18 +69,22 @@ class ServedSettings:
     timeout_s: float = 120.0
     retries: int = 3
     max_concurrency: int = 16
+    section: str = "generator"
 
-    def validate(self, where: str = "generator") -> None:
-        """One-line :class:`ServedModelError` for settings that cannot work (checked before any request)."""
+    def validate(self, where: str | None = None) -> None:
+        """One-line :class:`ServedModelError` for settings that cannot work (checked before any request); ``where``
+        defaults to the section."""
+        where = where or self.section
         if not self.base_url.startswith(("http://", "https://")):
             raise ServedModelError(f"base_url must start with http:// or https://, got {self.base_url!r}", where)
         if not self.model:
-            raise ServedModelError("the served model name (generator.model) is empty", where)
+            raise ServedModelError(f"the served model name ({self.section}.model) is empty", where)
         if self.timeout_s <= 0 or self.retries < 0 or self.max_concurrency < 1:
             raise ServedModelError("timeout_s must be > 0, retries >= 0 and max_concurrency >= 1", where)
         if self.api_key_env is not None and not os.environ.get(self.api_key_env):
             raise ServedModelError(
-                f"the API key variable {self.api_key_env} is not set (export it, or set generator.api_key_env: null)",
+                f"the API key variable {self.api_key_env} is not set"
+                f" (export it, or set {self.section}.api_key_env: null)",
                 where,
             )
 

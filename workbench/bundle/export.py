@@ -154,6 +154,26 @@ def _model_record(kind: str, ref: str) -> dict[str, Any]:
     return record
 
 
+def _embedder_record(run: _Run) -> dict[str, Any]:
+    """``models.embedder``: the in-process embedder's weights digest, or — served — the server's URL, the served
+    name, the NAME of its key variable and the probe vectors the run recorded (never the key)."""
+    section = run.config.embedder
+    if section.backend != "openai":
+        return _model_record("embedder", section.model)
+    served = run.manifest.get("served_embedder") or {}
+    return {
+        "ref": section.model,
+        "source": "served",
+        "served": {
+            "base_url": str(section.base_url),
+            "model": section.model,
+            "api_key_env": section.api_key_env,
+            "dim": served.get("dim"),
+            "probe": served.get("probe"),
+        },
+    }
+
+
 def _generator_record(run: _Run) -> dict[str, Any]:
     """``models.generator``: the model (weights digest) and how it ran, plus its probe answers
     (:func:`workbench.backends.served_probe.fingerprint_probe`), by which a served copy of it is recognised at load.
@@ -640,7 +660,7 @@ def export_run(
             "corpus": _corpus_record(run),
             "models": {
                 "generator": _generator_record(run),
-                "embedder": _model_record("embedder", config.embedder.model),
+                "embedder": _embedder_record(run),
                 "nli": {"kind": config.nli.kind, "batch_size": config.nli.batch_size},
             },
             "answering": {

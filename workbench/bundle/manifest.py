@@ -113,6 +113,42 @@ class ServedRecord:
 
 
 @dataclass
+class ServedEmbedderRecord:
+    """``models.embedder.served``: the run's embedder was served (``embedder.backend: openai``): the server's
+    ``base_url``, the served ``model`` name, the NAME of the API-key variable (never the key), the vectors'
+    dimension and the probe vectors (:class:`~workbench.backends.served_embedder.EmbeddingProbe`; None when the run
+    never embedded) by which the runtime recognises the model."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    dim: int | None = None
+    probe: dict | None = None
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("'models.embedder.served.base_url' must start with http:// or https://")
+        if self.probe is None:
+            return
+        texts, vectors = self.probe.get("texts"), self.probe.get("vectors")
+        rows_ok = isinstance(vectors, list) and all(
+            isinstance(row, list) and len(row) == self.dim and all(isinstance(v, int | float) for v in row)
+            for row in vectors
+        )
+        if not (isinstance(texts, list) and rows_ok and len(texts) == len(vectors)):  # type: ignore[arg-type]
+            raise ValueError("'models.embedder.served.probe' needs one vector of 'dim' numbers per probe text")
+        if not all(math.isfinite(v) for row in vectors for v in row):  # type: ignore[union-attr]
+            raise ValueError("'models.embedder.served.probe' vectors must be finite")
+
+
+@dataclass
+class EmbedderRecord(ModelRecord):
+    """``models.embedder``: the sentence embedder (weights digest), or the server that embedded (``served``)."""
+
+    served: ServedEmbedderRecord | None = None
+
+
+@dataclass
 class GeneratorRecord(ModelRecord):
     """``models.generator``: the answering model and how it was run; ``allow_approximate_features``: the recipe let
     the bundle score features a server does not give exactly with calibrators fitted on exact ones
@@ -151,7 +187,7 @@ class ModelsBlock:
     """``models``."""
 
     generator: GeneratorRecord
-    embedder: ModelRecord
+    embedder: EmbedderRecord
     nli: JudgeRecord
 
 

@@ -6,6 +6,8 @@ so the runtime searches the same passages, formats the same prompts and samples 
 Checks, each a one-line refusal unless the caller overrides on purpose (then noted in every trace):
 
 * a generator or embedder whose weights' sha256 differs from the manifest's (``allow_model_mismatch``);
+* a served embedder (``models.embedder.served``) whose probe vectors differ from the manifest's, or that cannot be
+  reached at the recorded URL (``allow_model_mismatch`` lets the first through, never the second);
 * a corpus whose fingerprint differs from the manifest's (``allow_corpus_mismatch``, or a ``corpus`` override).
 """
 
@@ -86,6 +88,36 @@ def served_runtime_generator(manifest: dict[str, Any], options: Any, counter: An
     return generator
 
 
+def served_runtime_embedder(record: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
+    """The bundle's embedder on its ``/v1/embeddings`` server (``models.embedder.served``: the recorded URL, name and
+    key variable): it must embed the probe texts as the run's did
+    (:func:`~workbench.backends.served_embedder.compare_embedding_probes`); another model is refused in one line
+    unless ``allow_model_mismatch`` (then every trace says so). An unreachable server is a one-line
+    :class:`~workbench.backends.served_client.ServedModelError` naming the URL."""
+    from workbench.backends.factory import build_served_embedder
+    from workbench.backends.served_embedder import compare_embedding_probes
+
+    served = record["served"]
+    embedder = build_served_embedder(
+        base_url=served["base_url"], model=served["model"], api_key_env=served.get("api_key_env"), counter=counter
+    )
+    expected = served.get("probe")
+    differs = (
+        "the bundle records no probe vectors (the run never embedded)"
+        if not expected
+        else compare_embedding_probes(expected, embedder.probe_record.to_dict())
+    )
+    where = f"{served['base_url']} (model {served['model']})"
+    if differs:
+        message = f"the embedder served at {where} is not the bundle's: {differs}"
+        if not options.allow_model_mismatch:
+            raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", "bundle embedder")
+        notes.append(f"{message}: decisions were learned on another embedder")
+    else:
+        notes.append(f"embedder served at {where} (probe vectors match)")
+    return embedder
+
+
 def runtime_corpus(manifest: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> dict[str, list]:
     """The corpus columns the manifest names (or the ``override`` file), built the way ``build_data`` built them (a
     corpus file read through the bundle's field mapping, ``corpus.fields``, an override file too)."""
@@ -129,11 +161,15 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
             counter=counter,
             seed=int(manifest.get("seed", 0)),
         )
-    _checked_model("embedder", models["embedder"], options.embedder, allow, notes)
+    served_embedder = models["embedder"].get("source") == "served" and not options.embedder
+    if not served_embedder:
+        _checked_model("embedder", models["embedder"], options.embedder, allow, notes)
     shared: dict[str, Any] = {}
 
     def embedder() -> Any:
-        if "embedder" not in shared:
+        if "embedder" not in shared and served_embedder:
+            shared["embedder"] = served_runtime_embedder(models["embedder"], options, counter, notes)
+        elif "embedder" not in shared:
             ref = options.embedder or models["embedder"]["ref"]  # the reference, so caches keep their fingerprint
             shared["embedder"] = build_embedder(ref, counter=counter, device=options.device)
         return shared["embedder"]

@@ -11,7 +11,11 @@ The reference the served backend (:mod:`workbench.backends.served`) is tested ag
   teacher-forced log-probs first), ``return_tokens_as_token_ids``;
 * ``POST /v1/chat/completions``: ``messages`` rendered with the model's chat template (``Generator.render_chat``),
   the same sampling fields, ``logprobs: bool`` and ``top_logprobs``;
-* ``GET /health``: ``{"status": "ok", "model", "max_model_len", "queue"}``, never waiting on the model.
+* ``POST /v1/embeddings``: when an embedder is served beside the generator (``--embedder``, the embedded MiniLM by
+  default on the CLI), its L2-normalised vectors of ``input`` (a text or texts) as JSON numbers or base64
+  (:mod:`workbench.serve.openai_embeddings`); ``/v1/models`` lists it too. Embedding requests run one at a time on
+  their own worker thread, at most ``max_queue`` waiting (503 beyond);
+* ``GET /health``: ``{"status": "ok", "model", "max_model_len", "queue", "embedder"}``, never waiting on the model.
 
 Requests are checked (:mod:`workbench.serve.openai_schema`), split into one work per prompt and queued on a
 :class:`~workbench.serve.scheduler.BatchScheduler` whose batching key is the decoding parameters: the works waiting
@@ -42,6 +46,7 @@ transformers load with the generator, uvicorn when a server starts.
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations as objects.
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -49,6 +54,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +65,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.serve.openai_bundle import V1BodySizeLimit, error_body, error_param
+from workbench.serve.openai_embeddings import EmbeddingRequest, count_tokens, embedding_answer, embedding_work
 from workbench.serve.openai_engine import Answered, ModelEngine
 from workbench.serve.openai_schema import (
     ApiError,
@@ -89,7 +96,7 @@ class ModelServeLimits:
     when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
     ``max_batch_prompts`` prompts per engine call across requests, ``max_gather_s`` how long the worker may wait for
     a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
-    of requests all past it is interrupted)."""
+    of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request (400 beyond)."""
 
     max_logprobs: int = 20
     max_n: int = 64
@@ -103,9 +110,11 @@ class ModelServeLimits:
     max_batch_prompts: int = 64
     max_gather_s: float = 0.05
     timeout_s: float = 600.0
+    max_embed_inputs: int = 2048
 
     def __post_init__(self) -> None:
         counts = (
+            "max_embed_inputs",
             "max_n",
             "max_prompts",
             "max_sequences",
@@ -160,11 +169,23 @@ def _validation_message(errors: Sequence[dict[str, Any]]) -> str:
     return "; ".join(parts[:3]) + more if parts else "invalid request"
 
 
-def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimits | None = None) -> FastAPI:
+def create_model_app(
+    generator: Any,
+    *,
+    served_name: str,
+    limits: ModelServeLimits | None = None,
+    embedder: Any = None,
+    embedder_name: str | None = None,
+) -> FastAPI:
     """The FastAPI app serving ``generator`` (a :class:`~workbench.backends.generator.Generator`) as the OpenAI model
-    ``served_name`` (see the module docstring). ``app.state.scheduler`` is its scheduler (closed at shutdown),
-    ``app.state.engine`` its :class:`~workbench.serve.openai_engine.ModelEngine`."""
+    ``served_name`` and, when given, ``embedder`` (an :class:`~workbench.backends.embedder.Embedder`) as the model
+    ``embedder_name`` on ``/v1/embeddings`` (see the module docstring). ``app.state.scheduler`` is its scheduler
+    (closed at shutdown), ``app.state.engine`` its :class:`~workbench.serve.openai_engine.ModelEngine`."""
     limits = limits or ModelServeLimits()
+    if embedder is not None and not embedder_name:
+        raise ValueError("an embedder needs its served name (embedder_name)")
+    if embedder_name == served_name:
+        raise ValueError(f"the embedder and the generator are both named {served_name!r}: give them distinct names")
     request_limits = Limits(
         max_logprobs=limits.max_logprobs,
         max_n=limits.max_n,
@@ -183,12 +204,16 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         max_batch_questions=limits.max_batch_prompts,
         max_gather_s=limits.max_gather_s,
     )
-    routes = "GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health"
+    routes = "GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/embeddings, GET /health"
+    # embeddings run one request at a time beside the generator's batches; ``embedding_waiting`` bounds the queue
+    embedding_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serve-embed")
+    embedding_waiting = [0]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         scheduler.close()
+        embedding_worker.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title=f"workbench serve-model — {served_name}",
@@ -233,6 +258,17 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
             "max_logprobs": limits.max_logprobs,
         }
 
+    def embedder_card() -> dict[str, Any]:
+        seq = getattr(getattr(embedder, "_model", None), "max_seq_length", None)
+        return {
+            "id": embedder_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "workbench",
+            "max_model_len": int(seq) if seq else None,
+            "dimensions": int(embedder.dim),
+        }
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
@@ -240,14 +276,17 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
             "model": served_name,
             "max_model_len": int(generator.max_context),
             "queue": scheduler.stats(),
+            "embedder": embedder_name if embedder is not None else None,
         }
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [card()]}
+        return {"object": "list", "data": [card(), *([embedder_card()] if embedder is not None else [])]}
 
     @app.get("/v1/models/{model:path}")
     async def model(model: str) -> Response:
+        if embedder is not None and model == embedder_name:
+            return JSONResponse(embedder_card())
         try:
             check_model(model, served_name)
         except ApiError as exc:
@@ -333,7 +372,51 @@ def create_model_app(generator: Any, *, served_name: str, limits: ModelServeLimi
         }
         return JSONResponse(payload)
 
+    @app.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingRequest) -> Response:
+        try:
+            if embedder is None:
+                raise ApiError(
+                    404,
+                    f"this server serves no embedder (the model {body.model!r} does not exist)",
+                    "model",
+                    "model_not_found",
+                )
+            work = embedding_work(body, str(embedder_name), int(embedder.dim), limits.max_embed_inputs)
+            vectors, tokens = await embedded(work.texts)
+        except ApiError as exc:
+            return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        return JSONResponse(embedding_answer(vectors, work, str(embedder_name), tokens))
+
+    async def embedded(texts: list[str]) -> tuple[Any, int]:
+        """The embedder's rows of ``texts`` and their token count, on the embedding worker: 503 when
+        ``max_queue`` requests already wait, 504 past the deadline, 500 (logged) when the embedder fails."""
+        if embedding_waiting[0] >= limits.max_queue:
+            raise ApiError(503, f"{embedding_waiting[0]} embedding requests are waiting", headers={"Retry-After": "1"})
+        embedding_waiting[0] += 1
+        try:
+            future = embedding_worker.submit(lambda: (embedder.encode(texts), count_tokens(embedder, texts)))
+            return await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout_s)
+        except TimeoutError:
+            raise ApiError(504, f"not answered within the {limits.timeout_s:g} s deadline") from None
+        except RuntimeError as exc:  # the worker was shut down
+            raise ApiError(503, f"shutting down ({exc})") from None
+        except Exception:
+            logger.exception("embedding %d text(s) failed", len(texts))
+            raise ApiError(500, "internal server error while embedding; see the server log") from None
+        finally:
+            embedding_waiting[0] -= 1
+
     return app
+
+
+def load_embedder(model: str | Path, *, device: str = "cpu", batch_size: int = 64) -> Any:
+    """The :class:`~workbench.backends.embedder.Embedder` ``serve-model`` serves on ``/v1/embeddings``: ``model``
+    resolved as the recipe's ``embedder.model`` is, without the embedding cache (the reference server computes every
+    vector)."""
+    from workbench.backends.embedder import Embedder
+
+    return Embedder(model, batch_size=batch_size, cache=False, device=device)
 
 
 def load_generator(
@@ -368,8 +451,11 @@ class ModelServer:
     (``http://127.0.0.1:PORT``), ``base_url`` the OpenAI base URL (``url + "/v1"``), ``generator`` what it serves,
     ``app`` its FastAPI app. :meth:`stop` shuts it down; it is also a context manager."""
 
-    def __init__(self, app: FastAPI, generator: Any, served_name: str, host: str, port: int) -> None:
+    def __init__(
+        self, app: FastAPI, generator: Any, served_name: str, host: str, port: int, embedder: Any = None
+    ) -> None:
         self.app, self.generator, self.served_name, self.host = app, generator, served_name, host
+        self.embedder = embedder
         self._server = make_server(
             app, host=host, port=port, log_level="warning", on_shutdown=app.state.scheduler.close
         )
@@ -415,6 +501,8 @@ def start_in_thread(
     port: int = 0,
     limits: ModelServeLimits | None = None,
     ready_timeout: float = 30.0,
+    embedder: Any = None,
+    embedder_name: str | None = None,
 ) -> ModelServer:
     """Start ``serve-model`` in a background thread on ``host`` (port 0: a free one) and return its
     :class:`ModelServer` once it accepts connections.
@@ -422,7 +510,9 @@ def start_in_thread(
     ``model`` is a model reference (loaded with :func:`load_generator`) or an already loaded ``Generator``, which is
     then served as it is (its own cache, batch size and counter: tests count its calls). ``served_name`` defaults to
     ``str(model)`` for a reference, else the generator's resolved reference. ``limits`` replaces the defaults, its
-    ``max_logprobs`` taken from ``max_logprobs`` unless given.
+    ``max_logprobs`` taken from ``max_logprobs`` unless given. ``embedder`` (a reference loaded with
+    :func:`load_embedder`, or an ``Embedder``) is served on ``/v1/embeddings`` as ``embedder_name`` (default: the
+    reference as given, else ``"embedder"``); None serves none.
     """
     from dataclasses import replace
 
@@ -433,8 +523,13 @@ def start_in_thread(
         generator = model
         name = served_name or str(getattr(getattr(generator, "resolved", None), "ref", "") or "model")
     limits = limits or replace(ModelServeLimits(), max_logprobs=max_logprobs)
-    app = create_model_app(generator, served_name=name, limits=limits)
-    server = ModelServer(app, generator, name, host, port)
+    if isinstance(embedder, str | Path):
+        embedder_name = embedder_name or str(embedder)
+        embedder = load_embedder(embedder, device=device)
+    elif embedder is not None:
+        embedder_name = embedder_name or "embedder"
+    app = create_model_app(generator, served_name=name, limits=limits, embedder=embedder, embedder_name=embedder_name)
+    server = ModelServer(app, generator, name, host, port, embedder)
     server._start(ready_timeout)
     return server
 
@@ -447,18 +542,26 @@ def run_model_server(
     port: int = 8000,
     limits: ModelServeLimits | None = None,
     log_level: str = "info",
+    embedder: Any = None,
+    embedder_name: str | None = None,
 ) -> None:
-    """Serve ``generator`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, the running batch
-    interrupted); prints one line with the base URL once bound. The API has no authentication: bind another interface
-    than localhost only behind something that provides it."""
+    """Serve ``generator`` (and ``embedder`` as ``embedder_name``, when given) with uvicorn until interrupted
+    (Ctrl-C, SIGTERM: within seconds, the running batch interrupted); prints one line with the base URL once bound.
+    The API has no authentication: bind another interface than localhost only behind something that provides it."""
     from workbench.serve.uvicorn_run import run_uvicorn
 
-    app = create_model_app(generator, served_name=served_name, limits=limits)
+    app = create_model_app(
+        generator, served_name=served_name, limits=limits, embedder=embedder, embedder_name=embedder_name
+    )
     run_uvicorn(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        announce=lambda url: f"workbench serve-model: {served_name} at {url}/v1",
+        announce=lambda url: (
+            f"workbench serve-model: {served_name}"
+            + (f" and the embedder {embedder_name}" if embedder is not None else "")
+            + f" at {url}/v1"
+        ),
         on_shutdown=app.state.scheduler.close,
     )

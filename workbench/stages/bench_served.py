@@ -177,11 +177,12 @@ def serve_model_command(
 ) -> list[str]:
     """The command line that starts ``workbench serve-model`` on ``model`` (a generator reference) with this
     interpreter, on ``127.0.0.1:port`` under ``served_name``, as a process of its own (run it with
-    :func:`workbench.serve.load.server_process`); no generation cache."""
+    :func:`workbench.serve.load.server_process`); no generation cache, no embedder (the measurement is the
+    generator's)."""
     return [
         sys.executable, "-m", "workbench", "serve-model", "--model", model, "--port", str(port),
         "--served-name", served_name, "--max-logprobs", str(top_logprobs), "--batch-size", str(batch_size),
-        "--device", device, "--dtype", dtype,
+        "--device", device, "--dtype", dtype, "--embedder", "none",
     ]  # fmt: skip
 
 

@@ -207,12 +207,26 @@ class Resources:
         return self.get(f"controller_generator:{spec}", build)
 
     def embedder(self):
-        """The run's :class:`workbench.backends.embedder.Embedder`, on ``embedder.device``."""
+        """The run's :class:`workbench.backends.embedder.Embedder`, on ``embedder.device`` — or, with
+        ``embedder.backend: openai``, its :class:`workbench.backends.served_embedder.ServedEmbedder` (same
+        interface)."""
 
         def build():
-            from workbench.backends.factory import build_embedder
+            from workbench.backends.factory import build_embedder, build_served_embedder
 
             section = self.config.embedder
+            if section.backend == "openai":
+                return build_served_embedder(
+                    base_url=str(section.base_url),
+                    model=section.model,
+                    api_key_env=section.api_key_env,
+                    timeout_s=section.timeout_s,
+                    retries=section.retries,
+                    max_concurrency=section.max_concurrency,
+                    batch_size=section.batch_size,
+                    encoding_format=section.encoding_format,
+                    counter=self.counter,
+                )
             return build_embedder(
                 section.model,
                 batch_size=section.batch_size,
@@ -222,6 +236,20 @@ class Resources:
             )
 
         return self.get("embedder", build)
+
+    def served_embedder_record(self) -> dict[str, Any] | None:
+        """What the run's served embedder is (URL, served name, the NAME of its key variable, dimension, probe vectors)
+        for the run manifest; None when the embedder is in-process or not built yet. Never the API key."""
+        embedder = self._built.get("embedder")
+        if embedder is None or not getattr(embedder, "served", False):
+            return None
+        return {
+            "base_url": embedder.settings.base_url,
+            "model": embedder.settings.model,
+            "api_key_env": embedder.settings.api_key_env,
+            "dim": embedder.dim,
+            "probe": embedder.probe_record.to_dict(),
+        }
 
     def retriever(self, corpus):
         """The run's retriever over ``corpus`` (a Dataset with ``chunk_id`` and ``text``), as ``retrieval`` says."""

@@ -123,6 +123,9 @@ def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
         from workbench.backends.lora import resolve_model
 
         return resolve_model(config.generator.model).fingerprint
+    if kind == "embedder" and config.embedder.backend == "openai":
+        # the served name: a server swapping models under one name is caught by the cached probe vectors
+        return stable_hash(["served-embedder", config.embedder.model])
     if kind == "embedder":
         from workbench.assets import resolve_embedder
 
@@ -144,6 +147,7 @@ KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {
     ("generator", "backend"): "hf",
     ("generator", "tokenizer"): None,
     ("generator", "top_logprobs"): 20,
+    ("embedder", "backend"): "hf",
     ("export", "allow_approximate_features"): False,
     ("data", "fields"): {},
     ("data", "split_column"): None,
@@ -161,6 +165,12 @@ KEY_IGNORED: frozenset[tuple[str, str]] = frozenset(
         ("generator", "timeout_s"),
         ("generator", "retries"),
         ("generator", "max_concurrency"),
+        ("embedder", "base_url"),
+        ("embedder", "api_key_env"),
+        ("embedder", "timeout_s"),
+        ("embedder", "retries"),
+        ("embedder", "max_concurrency"),
+        ("embedder", "encoding_format"),
     }
 )
 """Settings that say how a served model is reached, not what it answers: never in a stage key, so a collection
@@ -394,6 +404,9 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
             served = resources.served_record()
             if served is not None:
                 manifest["served_generator"] = served
+            served_embedder = resources.served_embedder_record()
+            if served_embedder is not None:
+                manifest["served_embedder"] = served_embedder
             atomic_write_json(run_dir / "manifest.json", manifest)
             tracker.log({f"{name}/{k}": v for k, v in stage_result.summary.items()})
     finally:

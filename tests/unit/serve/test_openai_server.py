@@ -289,7 +289,7 @@ def test_errors_are_one_line_openai_bodies(server, client, gen):
     assert big.status_code == 413 and "error" in big.json()
 
 
-def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, monkeypatch):
+def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_dir, monkeypatch):
     from typer.testing import CliRunner
 
     from workbench import cli
@@ -310,6 +310,10 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, monkeypatch):
             "0",
             "--batch-size",
             "3",
+            "--embedder",
+            str(tiny_encoder_dir),
+            "--embedder-name",
+            "enc",
             *limits,
         ],
     )
@@ -318,5 +322,8 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, monkeypatch):
     assert seen["served_name"] == str(tiny_lm_dir) and seen["limits"].max_logprobs == 7 and seen["port"] == 0
     chosen = seen["limits"]
     assert (chosen.max_sequences, chosen.max_request_tokens, chosen.max_echo_tokens) == (12, 900, 300)
+    assert seen["embedder_name"] == "enc" and seen["embedder"].dim == 32 and seen["embedder"]._cache is None
+    same = CliRunner().invoke(cli.app, ["serve-model", "--model", "x", "--embedder", "x"])
+    assert "both named 'x'" in str(same.exception)
     refused = CliRunner().invoke(cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--max-request-tokens", "0"])
     assert "max_request_tokens must be an integer >= 1" in str(refused.exception)  # a WorkbenchError: exit 2

@@ -84,9 +84,28 @@ class GeneratorSection:
 class EmbedderSection:
     """The sentence embedder used for dense retrieval and similarity."""
 
-    model: str = doc("embedded name 'minilm', a local directory, or an explicit HF hub id", "minilm")
+    model: str = doc(
+        "embedded name 'minilm', a local directory, or an explicit HF hub id; openai backend: the served model name",
+        "minilm",
+    )
     device: str = doc("torch device: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)", "cpu")
-    batch_size: int = doc("texts per encoding batch", 64)
+    batch_size: int = doc("texts per encoding batch (openai backend: texts per request)", 64)
+    backend: Literal["hf", "openai"] = doc(
+        "'hf': the model runs in this process; 'openai': a server of the OpenAI /v1/embeddings protocol runs it (vLLM,"
+        " TEI, Infinity, llama.cpp, `workbench serve-model`) and `model` is its served name (docs/served-models.md)",
+        "hf",
+    )
+    base_url: str | None = doc("openai backend: the server's URL, ending in /v1 (e.g. http://127.0.0.1:7997/v1)", None)
+    api_key_env: str | None = doc(
+        "openai backend: the NAME of the environment variable holding the API key (never the key; null: no key)", None
+    )
+    timeout_s: float = doc("openai backend: seconds a whole request may take before it is retried", 60.0)
+    retries: int = doc("openai backend: retries of a failed or invalid answer, with exponential backoff", 3, minimum=0)
+    max_concurrency: int = doc("openai backend: requests in flight", 8)
+    encoding_format: Literal["float", "base64"] = doc(
+        "openai backend: vectors as JSON numbers, or base64 float32 (a third of the bytes; not every server has it)",
+        "float",
+    )
 
 
 @dataclass
