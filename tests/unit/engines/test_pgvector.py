@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.engine_servers import fresh_database
+from tests.engine_servers import fresh_database, restart, stop_immediately
 from tests.toy_corpus import corpus_dataset
 from tests.unit.engines.conftest import HashingEmbedder
 from workbench.backends.cost import CostCounter
@@ -113,4 +113,19 @@ def test_an_id_the_corpus_lacks_is_refused(indexed):
     engine = PgvectorRetriever(fewer, connection, embedder=HashingEmbedder())
     with pytest.raises(EngineError, match=r"id.* the run's corpus does not hold"):
         engine.search(["Stratford market town in Warwickshire"], k=6)
+    engine.close()
+
+
+def test_a_server_killed_mid_run_is_retried_then_one_line_and_a_restart_recovers(indexed, pg_server):
+    connection, _ = indexed
+    quick = Connection(connection.uri, connection.index, retries=1, backoff_s=0.01, timeout_s=2)
+    engine = PgvectorRetriever(corpus_dataset(), quick, embedder=HashingEmbedder())
+    assert engine.search(["Who wrote Hamlet?"], k=1)[0].ids == ["d2#0"]
+    stop_immediately(pg_server)
+    try:
+        with pytest.raises(EngineError, match=r"\(passages\): dense search failed after 2 tries: OperationalError"):
+            engine.search(["Who wrote Hamlet?"], k=1)
+    finally:
+        restart(pg_server)
+    assert engine.search(["Who wrote Hamlet?"], k=1)[0].ids == ["d2#0"]  # reconnects: the run goes on
     engine.close()
