@@ -157,6 +157,19 @@ class EngineError(WorkbenchError):
     recipe expects, or timed out. One line: ``<uri> (<index>): <what failed>``."""
 
 
+def import_client(module: str, backend: str) -> Any:
+    """The engine client ``module`` for ``backend``; a one-line :class:`EngineError` naming the extra to install
+    when it is absent."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise EngineError(
+            f"backend {backend} needs {module}: pip install 'workbench[engines]'", "retrieval.backend"
+        ) from None
+
+
 def scrub(text: str, secret: str | None) -> str:
     """``text`` with every occurrence of ``secret`` replaced (a driver's message may quote what it was given)."""
     return text.replace(secret, "***") if secret else text

@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import CostCounter
-from workbench.backends.retrieval_engines import Connection, EngineError, ExternalRetriever, first_line
+from workbench.backends.retrieval_engines import (
+    Connection,
+    EngineError,
+    ExternalRetriever,
+    first_line,
+    import_client,
+)
 
 MAX_TEXT = 65535
 """Milvus's longest VARCHAR (bytes): the text field's ``max_length``."""
@@ -47,13 +53,7 @@ def _pkg_resources_stand_in() -> None:
 
 def _pymilvus() -> Any:
     _pkg_resources_stand_in()
-    try:
-        import pymilvus
-    except ModuleNotFoundError:
-        raise EngineError(
-            "backend milvus needs pymilvus: pip install 'workbench[engines]'", "retrieval.backend"
-        ) from None
-    return pymilvus
+    return import_client("pymilvus", "milvus")
 
 
 def is_local(uri: str) -> bool:

@@ -21,20 +21,20 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import CostCounter
-from workbench.backends.retrieval_engines import Connection, EngineError, ExternalRetriever, first_line
+from workbench.backends.retrieval_engines import (
+    Connection,
+    EngineError,
+    ExternalRetriever,
+    first_line,
+    import_client,
+)
 
 TEXT_SEARCH_CONFIG = "english"
 """The PostgreSQL text-search configuration of the lexical channel (stemming and stop words)."""
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ModuleNotFoundError:
-        raise EngineError(
-            "backend pgvector needs psycopg: pip install 'workbench[engines]'", "retrieval.backend"
-        ) from None
-    return psycopg
+    return import_client("psycopg", "pgvector")
 
 
 def open_connection(connection: Connection) -> Any:

@@ -36,3 +36,19 @@ def pg_server():
 @pytest.fixture
 def embedder():
     return HashingEmbedder()
+
+
+def assert_load_faults(retriever_cls, connection, what: str) -> None:
+    """A retriever of ``retriever_cls`` over an indexed ``connection`` refuses, in one line each: a missing ``what``
+    (table / collection), a mapped field the index lacks, an embedder of another dimension."""
+    from tests.toy_corpus import corpus_dataset
+    from workbench.backends.retrieval_engines import Connection, EngineError
+
+    corpus = corpus_dataset()
+    with pytest.raises(EngineError, match=rf"\(nope\): no such {what}"):
+        retriever_cls(corpus, Connection(connection.uri, "nope"), embedder=HashingEmbedder())
+    wrong = Connection(connection.uri, connection.index, fields={"text": "body"})
+    with pytest.raises(EngineError, match="lacks: text → body"):
+        retriever_cls(corpus, wrong, embedder=HashingEmbedder())
+    with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
+        retriever_cls(corpus, connection, embedder=HashingEmbedder(32))

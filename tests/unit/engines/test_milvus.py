@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.toy_corpus import corpus_dataset
-from tests.unit.engines.conftest import HashingEmbedder
+from tests.unit.engines.conftest import HashingEmbedder, assert_load_faults
 from workbench.backends.cost import CostCounter
-from workbench.backends.retrieval_engines import Connection, EngineError
+from workbench.backends.retrieval_engines import Connection
 from workbench.backends.retrieval_milvus import MilvusIndex, MilvusRetriever
 from workbench.backends.retrievers import DenseRetriever
 from workbench.stages.index_engine import adopt_index, push_corpus
@@ -55,11 +55,4 @@ def test_dense_and_bm25_channels(indexed):
 
 def test_faults_are_one_line(indexed):
     connection, *_ = indexed
-    corpus = corpus_dataset()
-    with pytest.raises(EngineError, match=r"\(nope\): no such collection"):
-        MilvusRetriever(corpus, Connection(connection.uri, "nope"), embedder=HashingEmbedder())
-    wrong = Connection(connection.uri, connection.index, fields={"text": "body"})
-    with pytest.raises(EngineError, match="lacks: text → body"):
-        MilvusRetriever(corpus, wrong, embedder=HashingEmbedder())
-    with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
-        MilvusRetriever(corpus, connection, embedder=HashingEmbedder(32))
+    assert_load_faults(MilvusRetriever, connection, "collection")

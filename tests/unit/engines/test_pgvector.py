@@ -10,7 +10,7 @@ import pytest
 
 from tests.engine_servers import fresh_database, restart, stop_immediately
 from tests.toy_corpus import corpus_dataset
-from tests.unit.engines.conftest import HashingEmbedder
+from tests.unit.engines.conftest import HashingEmbedder, assert_load_faults
 from workbench.backends.cost import CostCounter
 from workbench.backends.retrieval_engines import Connection, EngineError
 from workbench.backends.retrieval_pgvector import PgvectorIndex, PgvectorRetriever
@@ -88,13 +88,7 @@ def test_adopting_an_index_checks_a_sample_against_the_corpus(indexed):
 def test_faults_are_one_line_naming_the_uri(indexed, pg_server, monkeypatch):
     connection, _ = indexed
     corpus = corpus_dataset()
-    with pytest.raises(EngineError, match=r"\(nope\): no such table"):
-        PgvectorRetriever(corpus, Connection(connection.uri, "nope"), embedder=HashingEmbedder())
-    wrong = Connection(connection.uri, connection.index, fields={"text": "body"})
-    with pytest.raises(EngineError, match="lacks: text → body"):
-        PgvectorRetriever(corpus, wrong, embedder=HashingEmbedder())
-    with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
-        PgvectorRetriever(corpus, connection, embedder=HashingEmbedder(32))
+    assert_load_faults(PgvectorRetriever, connection, "table")
     unreachable = Connection("postgresql://bob:s3cret-pw@127.0.0.1:9/db", "t", retries=1, backoff_s=0.01, timeout_s=1)
     with pytest.raises(EngineError) as caught:
         PgvectorRetriever(corpus, unreachable, embedder=HashingEmbedder())
