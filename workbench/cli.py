@@ -139,6 +139,23 @@ def validate_command(
         typer.echo(f"  {line}")
 
 
+@app.command("index")
+def index_command(
+    recipe: Annotated[str, typer.Argument(help="Recipe name or YAML path (retrieval.backend: pgvector | milvus).")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides.")] = None,
+    adopt: Annotated[
+        bool, typer.Option("--adopt", help="Write nothing: check the existing index against the corpus and use it.")
+    ] = False,
+) -> None:
+    """Push the recipe's corpus (chunked as its data section says, embedded by its embedder) into its retrieval
+    engine: batched, resumable and idempotent by passage id, a verified count at the end (docs/retrieval.md)."""
+    from workbench.recipe import load_recipe
+    from workbench.stages.index_engine import run_index
+
+    loaded = load_recipe(recipe, overrides or [])
+    typer.echo(run_index(loaded.config, adopt=adopt).line())
+
+
 @app.command("config")
 def config_command(
     stage: Annotated[str | None, typer.Argument(help="A stage (see `workbench stages`): print only its keys.")] = None,

@@ -41,8 +41,10 @@ from workbench.stages.settings.shared import (
     ReportSection,
     RetrievalSection,
     check_data_section,
+    check_retrieval_section,
     check_split,
     resolve_data_defaults,
+    resolve_retrieval_backend,
 )
 
 __all__ = [
@@ -249,6 +251,11 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
     from workbench.stages.registry import validate_stage_list
 
     validate_stage_list(config.stages, located.where(("stages",)))
+    backend_key = ("retrieval", "backend")
+    try:
+        resolve_retrieval_backend(config, backend_key in located.lines or backend_key in located.overridden)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, f"{located.where(('retrieval', 'retriever'))}: {exc.where}") from None
     resolve_data_defaults(config)  # data.fractions: null → the fractions build_data splits by (they follow the stages)
     for check in load_checks(config):  # fail at load, not after the stages before the one that needs the setting ran
         try:
@@ -289,6 +296,7 @@ def load_checks(config: Any) -> list[Callable[[Any], None]]:
         _check_dirs,
         _check_numbers,
         _check_data,
+        check_retrieval_section,
         _check_devices,
         _check_backend,
         _check_splits,

@@ -36,7 +36,7 @@ collect:
   dense_rephrase_tokens: 6
   max_new_tokens: 4
   batch_questions: 2
-retrieval: {{retriever: bm25, k: 2}}
+retrieval: {{backend: bm25, k: 2}}
 """
     path = tmp_path / "collect-test.yaml"
     path.write_text(text)

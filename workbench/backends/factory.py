@@ -269,45 +269,76 @@ def build_judge(
     return builder(JudgeRequest(kind, model, embedder, generator, batch_size, counter, device, device_key))
 
 
-def _bm25(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+Builder = Callable[[Any, Callable[[], Any] | None, CostCounter | None, Any], Any]
+
+
+def _bm25(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
     from workbench.backends.retrievers import BM25Retriever
 
     return BM25Retriever(corpus, counter=counter)
 
 
-def _dense(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+def _dense(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
     from workbench.backends.retrievers import DenseRetriever
 
     if embedder is None:
-        raise ConfigError("the dense retriever needs an embedder", "retrieval.retriever")
+        raise ConfigError("the dense retriever needs an embedder", "retrieval.backend")
     return DenseRetriever(corpus, embedder(), counter=counter)
 
 
-def _hybrid(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None) -> Any:
+def _hybrid(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
     from workbench.backends.retrievers import HybridRetriever
 
     if embedder is None:
-        raise ConfigError("the hybrid retriever needs an embedder", "retrieval.retriever")
-    parts = {"bm25": _bm25(corpus, None, None), "dense": _dense(corpus, embedder, counter)}
+        raise ConfigError("the hybrid retriever needs an embedder", "retrieval.backend")
+    parts = {"bm25": _bm25(corpus, None, None, None), "dense": _dense(corpus, embedder, counter, None)}
     return HybridRetriever(parts, counter=counter)
 
 
-RETRIEVERS: dict[str, Callable[[Any, Callable[[], Any] | None, CostCounter | None], Any]] = {
+def _external(module: str, cls: str) -> Builder:
+    """The builder of an external engine's retriever (class ``cls`` of ``module``, imported on first use): it needs
+    ``retrieval.connection``, and the embedder on the dense channel."""
+
+    def build(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
+        import importlib
+
+        if connection is None:
+            raise ConfigError("an external retrieval backend needs retrieval.connection", "retrieval.connection")
+        needs_vectors = connection.channel == "dense"
+        if needs_vectors and embedder is None:
+            raise ConfigError("the dense channel needs an embedder", "retrieval.connection.channel")
+        retriever = getattr(importlib.import_module(module), cls)
+        return retriever(corpus, connection, embedder=embedder() if needs_vectors else None, counter=counter)
+
+    return build
+
+
+RETRIEVERS: dict[str, Builder] = {
     "bm25": _bm25,
     "dense": _dense,
     "hybrid": _hybrid,
+    "pgvector": _external("workbench.backends.retrieval_pgvector", "PgvectorRetriever"),
+    "milvus": _external("workbench.backends.retrieval_milvus", "MilvusRetriever"),
 }
-"""Every retriever kind and its builder ``(corpus, embedder, counter) -> retriever``: a new kind is one entry."""
+"""Every retriever kind and its builder ``(corpus, embedder, counter, connection) -> retriever``: a new kind is one
+entry (and its capabilities in :data:`workbench.backends.retrieval_engines.ENGINES`)."""
 
 RETRIEVER_KINDS: tuple[str, ...] = tuple(RETRIEVERS)
 
 
 def build_retriever(
-    kind: str, corpus: Any, *, embedder: Callable[[], Any] | None = None, counter: CostCounter | None = None
+    kind: str,
+    corpus: Any,
+    *,
+    embedder: Callable[[], Any] | None = None,
+    counter: CostCounter | None = None,
+    connection: Any = None,
 ) -> Any:
     """A retriever over ``corpus`` (a Dataset or a mapping of columns with ``chunk_id`` and ``text``) of ``kind``, a
-    key of :data:`RETRIEVERS`: ``bm25``, ``dense`` (the embedder's vectors) or ``hybrid`` (both, fused)."""
+    key of :data:`RETRIEVERS`: ``bm25``, ``dense`` (the embedder's vectors), ``hybrid`` (both, fused), or an
+    external engine (``pgvector``, ``milvus``) reached through ``connection`` (a
+    :class:`~workbench.backends.retrieval_engines.Connection`), holding ``corpus``'s passages under their chunk ids."""
     builder = RETRIEVERS.get(kind)
     if builder is None:
-        raise ConfigError(f"unknown retriever {kind!r} (known: {', '.join(RETRIEVER_KINDS)})", "retrieval.retriever")
-    return builder(corpus, embedder, counter)
+        raise ConfigError(f"unknown retriever {kind!r} (known: {', '.join(RETRIEVER_KINDS)})", "retrieval.backend")
+    return builder(corpus, embedder, counter, connection)

@@ -612,6 +612,12 @@ def export_run(
     name = check_name(name or run.config.name, "export.name")
     if version != "auto":
         parse_semver(version, "export.version")
+    if run.config.retrieval.backend not in ("bm25", "dense", "hybrid"):  # the runtime builds in-process ones only
+        raise ConfigError(
+            f"a bundle on the external retriever {run.config.retrieval.backend} cannot be exported yet (the runtime"
+            " builds bm25, dense or hybrid)",
+            "retrieval.backend",
+        )
     notes: list[str] = []
     methods = _choose_methods(run, methods, notes)
     _check_tuned_gold_free(run, methods)
@@ -664,7 +670,7 @@ def export_run(
                 "nli": {"kind": config.nli.kind, "batch_size": config.nli.batch_size},
             },
             "answering": {
-                "retriever": config.retrieval.retriever,
+                "retriever": config.retrieval.backend,
                 "k": config.retrieval.k,
                 "passage_chars": config.evaluate.passage_chars,
                 "max_new_tokens": config.evaluate.max_new_tokens,

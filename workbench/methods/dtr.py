@@ -101,7 +101,7 @@ class DTRSettings:
       embeds ``"title: text"``.
     * ``retriever`` = ``"dense"`` — what both paths search: ``"dense"`` is the paper's dense index over the corpus
       with ``tools.embedder`` (§3.4, §6.2), ``"run"`` the run's own retriever (``tools.retriever``, BM25 unless the
-      recipe's ``retrieval.retriever`` says otherwise).
+      recipe's ``retrieval.backend`` says otherwise).
     * ``dense_index`` = ``"full"`` — the dense index: ``"full"`` is exact inner-product search over every passage
       (the paper's FAISS flat index; built once, cached on disk by corpus and embedder — embedding a 10,000-passage
       corpus takes minutes on a CPU the first time); ``"pooled"`` ranks the top ``dense_pool`` BM25 passages of each

@@ -199,7 +199,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         n_passages=len(corpus),
         generator=ctx.config.generator.model,
         generator_source=generator.resolved.source,
-        retriever=ctx.config.retrieval.retriever,
+        retriever=ctx.config.retrieval.backend,
         k=ctx.config.retrieval.k,
         max_new_tokens=section.max_new_tokens,
         threads=torch.get_num_threads(),

@@ -154,7 +154,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "alpha": section.alpha,
             "k": section.k,
             "passage_chars": section.passage_chars,
-            "retriever": ctx.config.retrieval.retriever,
+            "retriever": ctx.config.retrieval.backend,
             "target_ratio": section.target_ratio,
             "ignore_eos": section.ignore_eos,
         },

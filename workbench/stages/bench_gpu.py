@@ -546,7 +546,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "tokenizer": ctx.config.generator.model,
         "embedder": ctx.config.embedder.model,
         "nli_judge": ctx.config.nli.kind,
-        "retriever": ctx.config.retrieval.retriever,
+        "retriever": ctx.config.retrieval.backend,
         "settings": dataclasses.asdict(section),
         "no_context": no_context,
         "models": [],

@@ -489,7 +489,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "labels": list(section.labels),
         "lars_fit_split": section.lars_fit_split,
         "lars_folds": section.lars_folds,
-        "retrieval": {"retriever": ctx.config.retrieval.retriever, "k": ctx.config.retrieval.k},
+        "retrieval": {"retriever": ctx.config.retrieval.backend, "k": ctx.config.retrieval.k},
         "stats": sorted(needed),
         "attention_logdiag_scope": ATTENTION_SCOPE,
         "nli_judge": ctx.config.nli.kind,

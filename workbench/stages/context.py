@@ -257,10 +257,19 @@ class Resources:
         def build():
             from workbench.backends.factory import build_retriever
 
-            kind = self.config.retrieval.retriever
-            return build_retriever(kind, corpus, embedder=self.embedder, counter=self.counter)
+            section = self.config.retrieval
+            connection = None
+            if section.backend not in ("bm25", "dense", "hybrid"):
+                from dataclasses import asdict
 
-        return self.get(f"retriever:{self.config.retrieval.retriever}", build)
+                from workbench.backends.retrieval_engines import Connection
+
+                connection = Connection(**asdict(section.connection))
+            return build_retriever(
+                section.backend, corpus, embedder=self.embedder, counter=self.counter, connection=connection
+            )
+
+        return self.get(f"retriever:{self.config.retrieval.backend}", build)
 
     def judge(self, kind: str | None = None, model: str | Path | None = None):
         """The NLI judge ``kind`` (default: the recipe's ``nli.kind``) on the run's shared embedder / generator;

@@ -296,7 +296,7 @@ def _train_summary(ctx: StageContext, result: Any, questions: list[dict[str, Any
         "rows_by_mode": dict(result.rows.rows),
         "tokens": result.rows.tokens,
         "truncated_rows": result.rows.truncated,
-        "retrieval": {"retriever": ctx.config.retrieval.retriever, "k": ctx.config.retrieval.k},
+        "retrieval": {"retriever": ctx.config.retrieval.backend, "k": ctx.config.retrieval.k},
         "passage_chars": ctx.config.answer.passage_chars,
         **result.record(section),
     }

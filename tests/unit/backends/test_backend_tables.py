@@ -29,17 +29,22 @@ def test_an_unknown_judge_names_the_known_ones():
         factory.build_judge("mnli")
 
 
-def test_a_retriever_kind_added_to_the_table_is_built_with_corpus_embedder_and_counter(monkeypatch):
-    monkeypatch.setitem(factory.RETRIEVERS, "splade", lambda corpus, embedder, counter: (corpus, embedder(), counter))
-    assert factory.build_retriever("splade", "the corpus", embedder=lambda: "emb", counter="c") == (
+def test_a_retriever_kind_added_to_the_table_is_built_with_corpus_embedder_counter_and_connection(monkeypatch):
+    monkeypatch.setitem(factory.RETRIEVERS, "splade", lambda corpus, emb, counter, conn: (corpus, emb(), counter, conn))
+    assert factory.build_retriever("splade", "the corpus", embedder=lambda: "emb", counter="c", connection="u") == (
         "the corpus",
         "emb",
         "c",
+        "u",
     )
 
 
 def test_an_unknown_retriever_and_a_dense_one_without_embedder_are_one_line_errors():
-    with pytest.raises(ConfigError, match=r"unknown retriever 'tfidf' \(known: bm25, dense, hybrid\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown retriever 'tfidf' \(known: bm25, dense, hybrid, pgvector, milvus\)"
+    ):
         factory.build_retriever("tfidf", {})
     with pytest.raises(ConfigError, match="the hybrid retriever needs an embedder"):
         factory.build_retriever("hybrid", {"chunk_id": ["a"], "text": ["some words"]})
+    with pytest.raises(ConfigError, match=r"an external retrieval backend needs retrieval\.connection"):
+        factory.build_retriever("pgvector", {"chunk_id": ["a"], "text": ["some words"]})

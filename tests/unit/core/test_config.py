@@ -86,8 +86,8 @@ def test_unknown_recipe_name_lists_builtins():
 
 def test_overrides_apply_and_are_validated(tmp_path):
     path = str(write(tmp_path, GOOD))
-    cfg = load_recipe(path, ["answer.limit=3", "retrieval.retriever=dense", "data.ood_topics=[Arts, Science]"]).config
-    assert cfg.answer.limit == 3 and cfg.retrieval.retriever == "dense" and cfg.data.ood_topics == ["Arts", "Science"]
+    cfg = load_recipe(path, ["answer.limit=3", "retrieval.backend=dense", "data.ood_topics=[Arts, Science]"]).config
+    assert cfg.answer.limit == 3 and cfg.retrieval.backend == "dense" and cfg.data.ood_topics == ["Arts", "Science"]
     with pytest.raises(ConfigError, match=r"command line: unknown key 'answer\.limt'"):
         load_recipe(path, ["answer.limt=3"])
     with pytest.raises(ConfigError, match="not of the form key=value"):

@@ -289,7 +289,7 @@ def test_methods_on_one_tools_share_one_dense_index_and_a_dense_run_retriever_is
     pooled = DTR(dtr_tools, DTRSettings(dense_index="pooled", dense_pool=3)).retriever
     assert isinstance(pooled, PooledDenseRetriever) and pooled.pool == 3 and pooled.base is dtr_tools.bm25_retriever()
     own = DenseRetriever(dtr_tools.corpus, dtr_tools.embedder, counter=dtr_tools.counter, cache=False)
-    dtr_tools.retriever = own  # retrieval.retriever: dense over the same passages is the same index
+    dtr_tools.retriever = own  # retrieval.backend: dense over the same passages is the same index
     assert DTR(dtr_tools).retriever is own
 
 

@@ -6,6 +6,7 @@ They sit here, beside the stages' own settings and below :mod:`workbench.recipe`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -164,11 +165,96 @@ class DataSection:
 
 
 @dataclass
-class RetrievalSection:
-    """How passages are retrieved."""
+class ConnectionSection:
+    """How an external retrieval backend (pgvector, milvus) is reached: docs/retrieval.md."""
 
-    retriever: Literal["bm25", "dense", "hybrid"] = doc("retriever over the corpus", "bm25")
+    uri: str | None = doc(
+        "the engine: a PostgreSQL URL (postgresql://user@host:5432/db; a UNIX socket as ?host=/dir), a Milvus server"
+        " URL (http://host:19530) or a Milvus Lite file (a path ending in .db). No password here: see credentials_env",
+        None,
+    )
+    index: str | None = doc("the table (pgvector) or collection (milvus) holding the passages", None)
+    fields: dict[str, str] = doc(
+        "the engine's column / field for each role when not named as the role: id (the passage's chunk id), text,"
+        " title, doc_id, vector, sparse (milvus: the BM25 field), e.g. {id: passage_id, text: body}",
+        {},
+    )
+    credentials_env: str | None = doc(
+        "the NAME of the environment variable holding the password / token (never the secret itself; null: none)",
+        None,
+    )
+    timeout_s: float = doc("seconds one engine request may take before it counts as failed", 10.0)
+    retries: int = doc("more tries of a failed request, with exponential backoff", 2, minimum=0)
+    backoff_s: float = doc("seconds before the first retry (doubled for each next one)", 0.5)
+    max_concurrency: int = doc("queries in flight at once", 4)
+    channel: Literal["dense", "lexical"] = doc(
+        "what is searched: dense (vector search over the embedder's vectors) or lexical (the engine's full-text"
+        " ranking: PostgreSQL ts_rank, Milvus BM25)",
+        "dense",
+    )
+    batch_size: int = doc("`workbench index`: passages per write", 256)
+
+
+@dataclass
+class RetrievalSection:
+    """How passages are retrieved: in this process (bm25, dense, hybrid) or from the user's engine
+    (docs/retrieval.md)."""
+
+    backend: Literal["bm25", "dense", "hybrid", "pgvector", "milvus"] = doc(
+        "bm25 | dense | hybrid: an index this process builds over the corpus; pgvector | milvus: the engine"
+        " retrieval.connection names, holding the corpus `workbench index` pushed",
+        "bm25",
+    )
+    retriever: Literal["bm25", "dense", "hybrid"] | None = doc(
+        "the older name of retrieval.backend for the in-process kinds (null: use backend)", None
+    )
     k: int = doc("passages placed in the prompt", 5)
+    connection: ConnectionSection = doc("an external backend's engine", ConnectionSection())
+
+
+def resolve_retrieval_backend(config: Any, backend_given: bool) -> None:
+    """Fold the older ``retrieval.retriever`` into ``retrieval.backend`` (then null), so every reader sees one key;
+    a recipe setting both (``backend_given``) to different values is refused in one line."""
+    section = config.retrieval
+    if section.retriever is None:
+        return
+    if backend_given and section.backend != section.retriever:
+        raise ConfigError(
+            f"retrieval.retriever ({section.retriever}) and retrieval.backend ({section.backend}) disagree: keep"
+            " backend",
+            "retrieval.retriever",
+        )
+    section.backend, section.retriever = section.retriever, None
+
+
+def check_retrieval_section(config: Any) -> None:
+    """An external backend needs ``connection.uri`` (with a scheme it speaks) and ``connection.index``; the channel
+    must be one the backend offers; numbers positive. A one-line ConfigError naming the key."""
+    from workbench.backends.retrieval_engines import ENGINES, check_channel, check_fields
+
+    section = config.retrieval
+    spec = ENGINES[section.backend]
+    conn = section.connection
+    if not spec.external:
+        return
+    check_channel(section.backend, conn.channel)
+    if not conn.uri:
+        raise ConfigError(f"backend {section.backend} needs the engine's URI", "retrieval.connection.uri")
+    scheme = conn.uri.split("://", 1)[0] if "://" in conn.uri else "file"
+    if scheme not in spec.schemes:
+        raise ConfigError(
+            f"backend {section.backend} speaks {', '.join(spec.schemes)} URIs, got a {scheme} one",
+            "retrieval.connection.uri",
+        )
+    if not conn.index:
+        raise ConfigError(f"backend {section.backend} needs the table / collection name", "retrieval.connection.index")
+    check_fields(conn.fields, "retrieval.connection.fields")
+    if conn.credentials_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", conn.credentials_env):
+        raise ConfigError(
+            "must be the NAME of an environment variable, not its value", "retrieval.connection.credentials_env"
+        )
+    if conn.timeout_s <= 0 or conn.backoff_s < 0:
+        raise ConfigError("timeout_s must be > 0 and backoff_s >= 0", "retrieval.connection")
 
 
 @dataclass

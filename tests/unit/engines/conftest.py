@@ -1,0 +1,54 @@
+"""The engines' shared fixtures: one PostgreSQL server for the whole session, the toy corpus and a hashing
+embedder (deterministic vectors, no model)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+
+from tests.engine_servers import postgres
+
+
+class HashingEmbedder:
+    """A deterministic bag-of-words embedder (feature hashing, L2-normalised), standing in for a sentence model."""
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim, self.fingerprint = dim, f"hashing-{dim}"
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in re.findall(r"\w+", text.lower()):
+                out[row, int(hashlib.md5(token.encode()).hexdigest(), 16) % self.dim] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """PostgreSQL 18 + pgvector, started once for the session (about 3 s) and deleted at the end."""
+    with postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def embedder():
+    return HashingEmbedder()
+
+
+def assert_load_faults(retriever_cls, connection, what: str) -> None:
+    """A retriever of ``retriever_cls`` over an indexed ``connection`` refuses, in one line each: a missing ``what``
+    (table / collection), a mapped field the index lacks, an embedder of another dimension."""
+    from tests.toy_corpus import corpus_dataset
+    from workbench.backends.retrieval_engines import Connection, EngineError
+
+    corpus = corpus_dataset()
+    with pytest.raises(EngineError, match=rf"\(nope\): no such {what}"):
+        retriever_cls(corpus, Connection(connection.uri, "nope"), embedder=HashingEmbedder())
+    wrong = Connection(connection.uri, connection.index, fields={"text": "body"})
+    with pytest.raises(EngineError, match="lacks: text → body"):
+        retriever_cls(corpus, wrong, embedder=HashingEmbedder())
+    with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
+        retriever_cls(corpus, connection, embedder=HashingEmbedder(32))
