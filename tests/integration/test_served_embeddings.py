@@ -70,7 +70,7 @@ def test_dense_run_on_a_served_embedder_exports_a_bundle_that_answers_through_it
             tmp_path,
             tiny_lm_long_dir,
             tiny_encoder_dir,
-            "retrieval.retriever=dense",
+            "retrieval.backend=dense",
             "embedder.backend=openai",
             f"embedder.base_url={server.base_url}",
             "embedder.model=tiny-embed",

@@ -41,13 +41,16 @@ def _imported_modules() -> set[str]:
 def test_every_directly_imported_package_is_declared():
     declared = {_name(r) for r in PROJECT["dependencies"]}
     declared |= {_name(r) for r in PROJECT["optional-dependencies"]["train"]}
+    # the engine clients (psycopg, pymilvus) are imported only by the backend a recipe names, through
+    # retrieval_engines.import_client, which says `pip install 'workbench[engines]'` when they are absent
+    declared |= {_name(r) for r in PROJECT["optional-dependencies"]["engines"]}
     dists = importlib.metadata.packages_distributions()
     undeclared = {
         module: dists.get(module)
         for module in _imported_modules()
         if not any(_name(d) in declared for d in dists.get(module, [module]))
     }
-    assert undeclared == {}, f"imported by workbench/ but not in pyproject's dependencies or [train]: {undeclared}"
+    assert undeclared == {}, f"imported by workbench/ but in no dependency list (core, train, engines): {undeclared}"
 
 
 def test_the_wheel_has_a_torch_range_and_the_makefile_pins_it():

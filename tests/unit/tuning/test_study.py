@@ -13,7 +13,7 @@ import pytest
 
 from workbench.core.errors import ConfigError
 from workbench.tuning.space import parse_space
-from workbench.tuning.storage import open_storage
+from workbench.tuning.storage import WORKER_ATTR, open_storage
 from workbench.tuning.study import StudySettings, pick_best, run_study
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -145,7 +145,10 @@ def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(t
             trials = optuna.load_study(study_name="killed", storage=open_storage(url)).trials
         except (KeyError, ConfigError):
             trials = []
-        if any(t.state == TrialState.RUNNING for t in trials) and sum(t.state == TrialState.COMPLETE for t in trials):
+        # inside a trial: RUNNING and already stamped with its worker (a kill between Optuna creating the trial and
+        # the stamp leaves a trial no host can claim: SQLite has no heartbeat to fail it)
+        running_stamped = any(t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs for t in trials)
+        if running_stamped and sum(t.state == TrialState.COMPLETE for t in trials):
             break
         time.sleep(0.2)
     os.kill(worker.pid, signal.SIGKILL)
