@@ -78,14 +78,31 @@ def served_runtime_generator(manifest: dict[str, Any], options: Any, counter: An
         if not expected
         else compare_probes(expected, generator.probe_record.to_dict())
     )
-    if differs:
-        message = f"the model served at {options.base_url} is not the bundle's generator {record['ref']!r}: {differs}"
-        if not options.allow_model_mismatch:
-            raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", "bundle generator")
-        notes.append(f"{message}: decisions were learned on another model")
-    else:
-        notes.append(f"generator served at {options.base_url} as {generator.settings.model!r} (probe answers match)")
+    _accept_served(
+        differs,
+        f"the model served at {options.base_url} is not the bundle's generator {record['ref']!r}",
+        "bundle generator",
+        "model",
+        f"generator served at {options.base_url} as {generator.settings.model!r} (probe answers match)",
+        options,
+        notes,
+    )
     return generator
+
+
+def _accept_served(
+    differs: str | None, mismatch: str, where: str, kind: str, matched: str, options: Any, notes: list[str]
+) -> None:
+    """The runtime's verdict on a served model checked against the bundle's probes: ``differs`` (what the probes
+    disagree on, None when they agree) refuses it in one line naming ``where`` unless ``allow_model_mismatch``, then
+    notes that decisions were learned on another ``kind``; agreement notes ``matched``."""
+    if not differs:
+        notes.append(matched)
+        return
+    message = f"{mismatch}: {differs}"
+    if not options.allow_model_mismatch:
+        raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", where)
+    notes.append(f"{message}: decisions were learned on another {kind}")
 
 
 def served_runtime_embedder(record: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
@@ -108,13 +125,15 @@ def served_runtime_embedder(record: dict[str, Any], options: Any, counter: Any, 
         else compare_embedding_probes(expected, embedder.probe_record.to_dict())
     )
     where = f"{served['base_url']} (model {served['model']})"
-    if differs:
-        message = f"the embedder served at {where} is not the bundle's: {differs}"
-        if not options.allow_model_mismatch:
-            raise AssetError(f"{message}; pass allow_model_mismatch to use it anyway", "bundle embedder")
-        notes.append(f"{message}: decisions were learned on another embedder")
-    else:
-        notes.append(f"embedder served at {where} (probe vectors match)")
+    _accept_served(
+        differs,
+        f"the embedder served at {where} is not the bundle's",
+        "bundle embedder",
+        "embedder",
+        f"embedder served at {where} (probe vectors match)",
+        options,
+        notes,
+    )
     return embedder
 
 

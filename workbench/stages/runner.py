@@ -413,7 +413,10 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
         tracker.finish()
     result.seconds = time.perf_counter() - started
     manifest["seconds"] = round(result.seconds, 3)
-    manifest["peak_rss_mb"] = megabytes(process_peak_bytes())  # the whole process's, across the stages' resets
+    # the whole process's, across the stages' resets; never below a stage's own peak (the two are read from
+    # different counters and may differ by a page or two)
+    stage_peaks = [s.get("summary", {}).get("peak_rss_mb") for s in manifest.get("stages", {}).values()]
+    manifest["peak_rss_mb"] = max([megabytes(process_peak_bytes())] + [p for p in stage_peaks if p is not None])
     manifest["cost"] = counter.as_dict()
     atomic_write_json(run_dir / "manifest.json", manifest)
     log.info("run %s finished in %.1f s", config.name, result.seconds)
