@@ -8,9 +8,10 @@ search; ``lexical``: the engine's full-text ranking) so a recipe asking for a ch
 it loads (:func:`check_channel`).
 
 Every external backend is an :class:`ExternalRetriever`: it searches with a bounded number of tries and exponential
-backoff (:meth:`ExternalRetriever._with_retries`), maps the engine's ids onto the run's corpus rows (the engine holds
-the passages ``workbench index`` pushed, keyed by ``chunk_id``), and counts calls and latency in the run's
-:class:`~workbench.backends.cost.CostCounter` as the in-process retrievers do. Its errors are one line naming the
+backoff (:meth:`ExternalRetriever._with_retries`), maps the engine's ids onto rows of its
+:class:`~workbench.backends.passage_table.PassageTable` (the run's corpus, grown by the passages the engine returns
+with their text that the corpus lacks: a production index, a served retriever), and counts calls and latency in the
+run's :class:`~workbench.backends.cost.CostCounter` as the in-process retrievers do. Its errors are one line naming the
 engine's URI without credentials (:func:`redact_uri`) and what failed; the credential itself is read from the
 environment variable the recipe names and is never written anywhere.
 """
@@ -28,12 +29,20 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from workbench.backends.cost import CostCounter
-from workbench.backends.retrievers import Corpus, RetrievalResult, Retriever, as_corpus
+from workbench.backends.passage_table import PassageTable
+from workbench.backends.retrievers import Corpus, RetrievalResult, Retriever
 from workbench.core.errors import ConfigError, WorkbenchError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+Hit = tuple[str, float] | tuple[str, float, dict[str, Any]]
+"""One hit of an engine: ``(engine id, score)``, or ``(engine id, score, fields)`` where ``fields`` holds any of
+``text``, ``title``, ``doc_id`` the engine returned with it (:data:`HIT_FIELDS`)."""
+
+HIT_FIELDS: tuple[str, ...] = ("text", "title", "doc_id")
+"""The passage fields an engine may return with a hit."""
 
 CHANNELS: tuple[str, ...] = ("dense", "lexical")
 """The retrieval channels an engine may offer: vector search over embeddings, and its full-text (BM25-like) ranking."""
@@ -187,12 +196,16 @@ def first_line(exc: BaseException, secret: str | None = None) -> str:
 class ExternalRetriever(Retriever):
     """A :class:`~workbench.backends.retrievers.Retriever` over the user's engine.
 
-    Subclasses implement ``_search_one(query, vector, k) -> [(engine id, score), ...]`` (best first; ``vector`` is
-    the query's embedding by ``embedder`` on the dense channel) and name their ``transient`` exception types (a
-    dropped connection, a timeout: retried) and their other ``failures`` (a missing table: one line at once).
-    Results carry the engine's ids and scores, ranks 1..n, and the corpus rows of those ids: the engine must hold
-    the passages of ``corpus`` under their ``chunk_id`` (what ``workbench index`` pushes); an id the corpus lacks is
-    a one-line :class:`EngineError` (the engine holds another corpus, or the id field is mapped wrongly).
+    Subclasses implement ``_search_one(query, vector, k) -> [hit, ...]`` (best first; a :data:`Hit` is
+    ``(engine id, score)`` or ``(engine id, score, fields)`` with the passage's ``text`` / ``title`` / ``doc_id``
+    when the engine holds them; ``vector`` is the query's embedding by ``embedder`` on the dense channel) and name
+    their ``transient`` exception types (a dropped connection, a timeout: retried) and their other ``failures`` (a
+    missing table: one line at once). Results carry the engine's ids and scores, ranks 1..n, and rows of
+    :attr:`passages`, a :class:`~workbench.backends.passage_table.PassageTable` over ``passages`` (the run's
+    corpus; None: empty, every passage comes from the engine): an id the table lacks is appended with the fields
+    the engine returned; an id it lacks returned without text is a one-line :class:`EngineError` (the engine holds
+    another corpus, or the id field is mapped wrongly). Consumers read passages from :attr:`passages`
+    (:func:`~workbench.backends.passage_table.passages_of`).
     """
 
     transient: tuple[type[BaseException], ...] = (OSError, TimeoutError)
@@ -208,11 +221,12 @@ class ExternalRetriever(Retriever):
     ) -> None:
         if connection.channel == "dense" and embedder is None:
             raise ConfigError("the dense channel needs an embedder", "retrieval.connection.channel")
-        self.corpus: Corpus = as_corpus(passages)
+        self.passages = PassageTable.of(passages)
+        # the run's corpus as the engine was first asked about (its fingerprint); rows the engine adds are not in it
+        self.corpus: Corpus = Corpus(tuple(self.passages["chunk_id"]), tuple(self.passages["text"]))
         self.connection = connection
         self.embedder = embedder
         self.counter = counter if counter is not None else CostCounter()
-        self._rows = {pid: i for i, pid in enumerate(self.corpus.ids)}
 
     def _with_retries(self, what: str, call: Callable[[], T]) -> T:
         """``call()``, tried ``1 + retries`` times when it raises a transient error, sleeping ``backoff_s`` · 2^n
@@ -243,7 +257,7 @@ class ExternalRetriever(Retriever):
     def _reset(self) -> None:
         """Drop any connection state before a retry (subclasses holding connections reopen them)."""
 
-    def _engine_search(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+    def _engine_search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Every query's hits: the dense channel embeds the queries in one batch, then the queries run
         ``max_concurrency`` at a time (:meth:`_search_one`)."""
         vectors: list[Any] = [None] * len(queries)
@@ -258,9 +272,9 @@ class ExternalRetriever(Retriever):
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(lambda job: self._search_one(job[0], job[1], k), jobs))
 
-    def _search_one(self, query: str, vector: np.ndarray | None, k: int) -> list[tuple[str, float]]:
-        """One query's top-``k`` ``(engine id, score)`` pairs, best first (``vector``: its embedding on the dense
-        channel, None on the lexical one)."""
+    def _search_one(self, query: str, vector: np.ndarray | None, k: int) -> list[Hit]:
+        """One query's top-``k`` hits (:data:`Hit`), best first (``vector``: its embedding on the dense channel, None
+        on the lexical one)."""
         raise NotImplementedError
 
     def _search(self, queries: list[str], k: int) -> list[RetrievalResult]:
@@ -269,18 +283,36 @@ class ExternalRetriever(Retriever):
         hits = self._with_retries(f"{self.connection.channel} search", lambda: self._engine_search(queries, k))
         return [self._result(query, found) for query, found in zip(queries, hits, strict=True)]
 
-    def _result(self, query: str, found: Sequence[tuple[str, float]]) -> RetrievalResult:
-        missing = [pid for pid, _ in found if pid not in self._rows]
+    def _result(self, query: str, found: Sequence[Hit]) -> RetrievalResult:
+        rows = [self._row(hit) for hit in found]
+        missing = rows.count(None)
         if missing:
             raise EngineError(
-                f"returned {len(missing)} id(s) the run's corpus does not hold (is {self.connection.field_name('id')!r}"
-                " the chunk id, and was this corpus indexed with `workbench index`?)",
+                f"returned {missing} id(s) the run's corpus does not hold, without their text (is"
+                f" {self.connection.field_name('id')!r} the chunk id, does {self.connection.field_name('text')!r}"
+                " name the text, and was this corpus indexed with `workbench index`?)",
                 self.connection.where,
             )
         return RetrievalResult(
             query=query,
-            ids=[pid for pid, _ in found],
-            indices=np.array([self._rows[pid] for pid, _ in found], dtype=np.int64),
-            scores=np.array([score for _, score in found], dtype=np.float32),
+            ids=[str(hit[0]) for hit in found],
+            indices=np.array(rows, dtype=np.int64),
+            scores=np.array([hit[1] for hit in found], dtype=np.float32),
             ranks=np.arange(1, len(found) + 1, dtype=np.int32),
+        )
+
+    def _row(self, hit: Hit) -> int | None:
+        """The passage table's row of a hit: the corpus's own row, else a row appended from the text, title and doc
+        id the engine returned (None: the table lacks the id and the engine gave no text)."""
+        pid = str(hit[0])
+        row = self.passages.row(pid)
+        if row is not None:
+            return row
+        fields = hit[2] if len(hit) > 2 else {}
+        text = fields.get("text")
+        if not isinstance(text, str):
+            return None
+        doc_id = fields.get("doc_id")
+        return self.passages.add(
+            pid, text, title=str(fields.get("title") or ""), doc_id=str(doc_id) if doc_id not in (None, "") else None
         )

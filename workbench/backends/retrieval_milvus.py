@@ -22,9 +22,11 @@ import numpy as np
 
 from workbench.backends.cost import CostCounter
 from workbench.backends.retrieval_engines import (
+    HIT_FIELDS,
     Connection,
     EngineError,
     ExternalRetriever,
+    Hit,
     first_line,
     import_client,
 )
@@ -104,9 +106,12 @@ def collection_fields(client: Any, connection: Connection) -> dict[str, dict[str
     return {f["name"]: f for f in described["fields"]}
 
 
-def check_collection(client: Any, connection: Connection, dim: int | None, roles: Sequence[str]) -> None:
-    """Check the collection exists, has a field for every role of ``roles``, the BM25 sparse field on the lexical
-    channel, and (``dim``) a vector field of that dimension; a one-line :class:`EngineError` naming what fails."""
+def check_collection(
+    client: Any, connection: Connection, dim: int | None, roles: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The collection's fields (:func:`collection_fields`) after checking it exists, has a field for every role of
+    ``roles``, the BM25 sparse field on the lexical channel, and (``dim``) a vector field of that dimension; a
+    one-line :class:`EngineError` naming what fails."""
     found = collection_fields(client, connection)
     if found is None:
         raise EngineError("no such collection: create it with `workbench index`", connection.where)
@@ -123,6 +128,7 @@ def check_collection(client: Any, connection: Connection, dim: int | None, roles
         have = int(params.get("dim", 0) or 0)
         if have != dim:
             raise EngineError(f"the index holds {have}-d vectors, the embedder makes {dim}-d ones", connection.where)
+    return found
 
 
 class MilvusRetriever(ExternalRetriever):
@@ -140,7 +146,9 @@ class MilvusRetriever(ExternalRetriever):
         dense = connection.channel == "dense"
         roles = ("id", "text", "vector") if dense else ("id", "text")
         dim = embedder.dim if dense else None
-        self._with_retries("connect", lambda: check_collection(self._connected(), connection, dim, roles))
+        found = self._with_retries("connect", lambda: check_collection(self._connected(), connection, dim, roles))
+        # the passage fields the collection holds come back with every hit (ids outside the run's corpus stay usable)
+        self._fields = [role for role in HIT_FIELDS if connection.field_name(role) in found]
         self._client.load_collection(connection.index, timeout=connection.timeout_s)
 
     def _retryable(self, exc: BaseException) -> bool:
@@ -160,7 +168,7 @@ class MilvusRetriever(ExternalRetriever):
         """Close the client."""
         self._reset()
 
-    def _engine_search(self, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+    def _engine_search(self, queries: list[str], k: int) -> list[list[Hit]]:
         # one batched request: Milvus searches many queries per call (max_concurrency is the engine's business)
         conn = self.connection
         if conn.channel == "dense":
@@ -173,11 +181,16 @@ class MilvusRetriever(ExternalRetriever):
             data=data,
             anns_field=field,
             limit=k,
-            output_fields=[conn.field_name("id")],
+            output_fields=[conn.field_name("id"), *(conn.field_name(role) for role in self._fields)],
             search_params={"metric_type": metric},
             timeout=conn.timeout_s,
         )
-        return [[(str(hit["id"]), float(hit["distance"])) for hit in hits] for hits in found]
+        return [[self._hit(hit) for hit in hits] for hits in found]
+
+    def _hit(self, hit: dict[str, Any]) -> Hit:
+        entity = hit.get("entity", {})
+        fields = {role: entity[self.connection.field_name(role)] for role in self._fields if role in entity}
+        return (str(hit["id"]), float(hit["distance"]), fields)
 
 
 class MilvusIndex:

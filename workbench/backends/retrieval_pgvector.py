@@ -22,9 +22,11 @@ import numpy as np
 
 from workbench.backends.cost import CostCounter
 from workbench.backends.retrieval_engines import (
+    HIT_FIELDS,
     Connection,
     EngineError,
     ExternalRetriever,
+    Hit,
     first_line,
     import_client,
 )
@@ -126,7 +128,9 @@ class PgvectorRetriever(ExternalRetriever):
         dense = connection.channel == "dense"
         roles = ("id", "text", "vector") if dense else ("id", "text")
         dim = embedder.dim if dense else None
-        self._with_retries("connect", lambda: check_table(self._conn(), connection, dim, roles))
+        columns = self._with_retries("connect", lambda: check_table(self._conn(), connection, dim, roles))
+        # the passage fields the table holds come back with every hit (ids outside the run's corpus stay usable)
+        self._fields = [role for role in HIT_FIELDS if connection.field_name(role) in columns]
         self._query = self._build_query()
 
     def _retryable(self, exc: BaseException) -> bool:
@@ -157,23 +161,26 @@ class PgvectorRetriever(ExternalRetriever):
         conn = self.connection
         table = sql.Identifier(*conn.index.split(".", 1))
         pid, text = sql.Identifier(conn.field_name("id")), sql.Identifier(conn.field_name("text"))
+        fields = sql.SQL("").join(
+            sql.SQL(", {}::text").format(sql.Identifier(conn.field_name(role))) for role in self._fields
+        )
         if conn.channel == "dense":
             vector = sql.Identifier(conn.field_name("vector"))
             return sql.SQL(
-                "SELECT {pid}::text, 1 - ({vector} <=> %(q)s::vector) FROM {table} ORDER BY {vector} <=> %(q)s::vector"
-                " LIMIT %(k)s"
-            ).format(pid=pid, vector=vector, table=table)
+                "SELECT {pid}::text, 1 - ({vector} <=> %(q)s::vector){fields} FROM {table}"
+                " ORDER BY {vector} <=> %(q)s::vector LIMIT %(k)s"
+            ).format(pid=pid, vector=vector, fields=fields, table=table)
         config = sql.Literal(TEXT_SEARCH_CONFIG)
         return sql.SQL(
-            "SELECT {pid}::text, ts_rank_cd(to_tsvector({config}, {text}), q) AS score FROM {table},"
+            "SELECT {pid}::text, ts_rank_cd(to_tsvector({config}, {text}), q) AS score{fields} FROM {table},"
             " to_tsquery({config}, replace(plainto_tsquery({config}, %(q)s)::text, '&', '|')) q"
             " WHERE to_tsvector({config}, {text}) @@ q ORDER BY score DESC, {pid} LIMIT %(k)s"
-        ).format(pid=pid, text=text, table=table, config=config)
+        ).format(pid=pid, text=text, fields=fields, table=table, config=config)
 
-    def _search_one(self, query: str, vector: np.ndarray | None, k: int) -> list[tuple[str, float]]:
+    def _search_one(self, query: str, vector: np.ndarray | None, k: int) -> list[Hit]:
         q = vector_literal(vector) if vector is not None else query
         rows = self._conn().execute(self._query, {"q": q, "k": k}).fetchall()
-        return [(str(pid), float(score)) for pid, score in rows]
+        return [(str(row[0]), float(row[1]), dict(zip(self._fields, row[2:], strict=True))) for row in rows]
 
 
 class PgvectorIndex:

@@ -238,9 +238,12 @@ class Tools:
         passage_chars: int = 400,
         max_new_tokens: int = 16,
     ) -> None:
+        from workbench.backends.passage_table import passages_of
+
         self.generator = generator
         self.retriever = retriever
-        self.corpus = corpus
+        # an external retriever's passage table: the corpus plus the passages the engine returned that it lacks
+        self.corpus = passages_of(retriever, corpus)
         self.counter = counter
         self.judge = judge
         self.embedder = embedder
@@ -319,7 +322,11 @@ class Tools:
         return self.shared("corpus_fingerprint", lambda: as_corpus(self.corpus).fingerprint)
 
     def column(self, name: str) -> list:
-        """A corpus column as a list (read once)."""
+        """A corpus column as a list (read once; a growing passage table's own live column)."""
+        from workbench.backends.passage_table import PassageTable
+
+        if isinstance(self.corpus, PassageTable):
+            return self.corpus[name]
         if name not in self._columns:
             self._columns[name] = list(self.corpus[name])
         return self._columns[name]

@@ -398,9 +398,12 @@ class Runtime:
         return result
 
     def _passage(self, chunk_id: str) -> dict[str, Any]:
+        tools = self.tools()
+        ids, titles = tools.column("chunk_id"), tools.column("title")
         if self._titles is None:
-            tools = self.tools()
-            self._titles = dict(zip(tools.column("chunk_id"), tools.column("title"), strict=True))
+            self._titles = {}
+        for row in range(len(self._titles), len(ids)):  # rows added since (an external engine's passages) too
+            self._titles[ids[row]] = titles[row]
         doc = chunk_id.split("#", 1)[0]
         title = self._titles.get(chunk_id) or self._titles.get(f"{doc}#0")
         return {"id": chunk_id, "title": title}

@@ -70,10 +70,13 @@ def mode_contexts(
     contexts: list[str | None] = [None] * len(rows)
     retrieved: list[list[str]] = [[] for _ in rows]
     if mode == "rag":
+        from workbench.backends.passage_table import passages_of
+
         retriever = ctx.resources.retriever(corpus)
         results = retriever.search([r["question"] for r in rows], k=ctx.config.retrieval.k)
-        titles = corpus["title"]
-        texts = corpus["text"]
+        passages = passages_of(retriever, corpus)  # after the search: an external engine may have added passages
+        titles = passages["title"]
+        texts = passages["text"]
         for i, result in enumerate(results):
             retrieved[i] = list(result.ids)
             idx = [int(j) for j in result.indices]

@@ -153,18 +153,19 @@ class _Passages:
     """The corpus and its retriever: top-k passage texts (and ids) per question, as prompt-ready chunks."""
 
     def __init__(self, ctx: StageContext, corpus: Any) -> None:
+        from workbench.backends.passage_table import passages_of
+
         self.retriever = ctx.resources.retriever(corpus)
-        self.titles = corpus["title"]
-        self.texts = corpus["text"]
+        # read at each search: an external engine may add passages the corpus lacks
+        self.passages = passages_of(self.retriever, corpus)
         self.k = ctx.config.retrieval.k
         self.max_chars = ctx.config.collect.passage_chars
 
     def top_k(self, questions: list[str]) -> tuple[list[list[str]], list[list[str]]]:
         """``(chunks per question, passage ids per question)`` — one batched retrieval call."""
         results = self.retriever.search(questions, k=self.k)
-        chunks = [
-            [passage_line(self.titles[int(j)], self.texts[int(j)], self.max_chars) for j in r.indices] for r in results
-        ]
+        titles, texts = self.passages["title"], self.passages["text"]
+        chunks = [[passage_line(titles[int(j)], texts[int(j)], self.max_chars) for j in r.indices] for r in results]
         return chunks, [list(r.ids) for r in results]
 
 

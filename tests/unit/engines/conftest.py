@@ -52,3 +52,25 @@ def assert_load_faults(retriever_cls, connection, what: str) -> None:
         retriever_cls(corpus, wrong, embedder=HashingEmbedder())
     with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
         retriever_cls(corpus, connection, embedder=HashingEmbedder(32))
+
+
+def assert_engine_passages_extend_the_corpus(retriever_cls, connection) -> None:
+    """A retriever of ``retriever_cls`` over the indexed toy corpus, given only half the corpus (or none), answers
+    with every hit: the ids the corpus lacks are appended to its passage table with the engine's text, title and doc
+    id, so the methods' Tools read them by row as the corpus's own."""
+    from tests.toy_corpus import PASSAGES, corpus_dataset
+    from workbench.methods.base import Tools
+
+    half = corpus_dataset().select(range(3))
+    for passages in (half, None):
+        engine = retriever_cls(passages, connection, embedder=HashingEmbedder())
+        tools = Tools(generator=None, retriever=engine, corpus=passages, counter=engine.counter)
+        (hits,) = tools.search(["Stratford-upon-Avon market town in Warwickshire"], k=6)
+        engine.close()
+        assert len(hits) == 6 and hits[0].chunk_id == "d5#0"
+        for hit in hits:
+            doc_id, title, text = PASSAGES[int(hit.chunk_id[1])]
+            assert (hit.doc_id, hit.title, hit.text) == (doc_id, title, text)
+        assert len(engine.passages) == 6 and engine.passages.row("d5#0") == hits[0].index
+        if passages is half:
+            assert engine.passages.row("d0#0") == 0  # the corpus's own rows keep their positions

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.toy_corpus import corpus_dataset
-from tests.unit.engines.conftest import HashingEmbedder, assert_load_faults
+from tests.unit.engines.conftest import HashingEmbedder, assert_engine_passages_extend_the_corpus, assert_load_faults
 from workbench.backends.cost import CostCounter
 from workbench.backends.retrieval_engines import Connection
 from workbench.backends.retrieval_milvus import MilvusIndex, MilvusRetriever
@@ -51,6 +51,11 @@ def test_dense_and_bm25_channels(indexed):
     (hamlet,) = bm25.search(["tragedy Hamlet"], k=2)
     assert hamlet.ids[0] == "d2#0" and hamlet.scores[0] > 0
     bm25.close()
+
+
+def test_ids_the_corpus_lacks_come_with_their_passage_from_the_collection(indexed):
+    connection, *_ = indexed
+    assert_engine_passages_extend_the_corpus(MilvusRetriever, connection)
 
 
 def test_faults_are_one_line(indexed):

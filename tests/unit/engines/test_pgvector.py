@@ -10,7 +10,7 @@ import pytest
 
 from tests.engine_servers import fresh_database, restart, stop_immediately
 from tests.toy_corpus import corpus_dataset
-from tests.unit.engines.conftest import HashingEmbedder, assert_load_faults
+from tests.unit.engines.conftest import HashingEmbedder, assert_engine_passages_extend_the_corpus, assert_load_faults
 from workbench.backends.cost import CostCounter
 from workbench.backends.retrieval_engines import Connection, EngineError
 from workbench.backends.retrieval_pgvector import PgvectorIndex, PgvectorRetriever
@@ -101,13 +101,9 @@ def test_faults_are_one_line_naming_the_uri(indexed, pg_server, monkeypatch):
         PgvectorRetriever(corpus, needs_secret, embedder=HashingEmbedder())
 
 
-def test_an_id_the_corpus_lacks_is_refused(indexed):
+def test_ids_the_corpus_lacks_come_with_their_passage_from_the_table(indexed):
     connection, _ = indexed
-    fewer = corpus_dataset().select(range(3))
-    engine = PgvectorRetriever(fewer, connection, embedder=HashingEmbedder())
-    with pytest.raises(EngineError, match=r"id.* the run's corpus does not hold"):
-        engine.search(["Stratford market town in Warwickshire"], k=6)
-    engine.close()
+    assert_engine_passages_extend_the_corpus(PgvectorRetriever, connection)
 
 
 def test_a_server_killed_mid_run_is_retried_then_one_line_and_a_restart_recovers(indexed, pg_server):

@@ -53,6 +53,7 @@ class ContextChunker:
         self.tools = tools
         self.settings = settings
         self._docs: dict[str, list[int]] | None = None
+        self._docs_rows = 0
 
     def fixed_chunks(self, question: str, hits: list[Passage], step: dict[str, Any]) -> list[Passage]:
         """C₀ from DENSE-RAG's own fixed-size chunks of 𝒟 (spec §3 steps 1–3, §6.1–6.2): the documents of ``hits``
@@ -118,10 +119,12 @@ class ContextChunker:
     def document(self, doc_id: str) -> str:
         """The text of ``doc_id`` rebuilt from its corpus chunks (:func:`document_text`)."""
         tools = self.tools
+        doc_ids = tools.column("doc_id")
         if self._docs is None:
             self._docs = {}
-            for row, d in enumerate(tools.column("doc_id")):
-                self._docs.setdefault(str(d), []).append(row)
+        for row in range(self._docs_rows, len(doc_ids)):  # rows added since (an external engine's passages) too
+            self._docs.setdefault(str(doc_ids[row]), []).append(row)
+        self._docs_rows = len(doc_ids)
         rows = self._docs.get(doc_id, [])
         index = self._optional_column("index")
         start, end = self._optional_column("start"), self._optional_column("end")
