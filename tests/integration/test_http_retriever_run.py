@@ -16,8 +16,8 @@ import pytest
 
 from tests.bundle_run import write_corpus
 from tests.integration.test_collect import _rows
+from tests.unit.serve.test_shutdown import _server
 from workbench.recipe import load_recipe
-from workbench.serve.load import free_port
 from workbench.serve.retriever_app import start_in_thread
 from workbench.stages.retriever_service import recipe_retriever
 from workbench.stages.runner import run_recipe
@@ -66,32 +66,17 @@ def test_collect_through_serve_retriever_equals_in_process(tmp_path, tiny_lm_lon
 SERVE = """
 import sys
 from workbench.cli import main
-sys.argv = ["workbench", "serve-retriever", *sys.argv[1:]]
+recipe, *options, port = sys.argv[1:]
+sys.argv = ["workbench", "serve-retriever", recipe, *options, "--port", port]
 main()
 """
 
 
 def test_the_command_serves_a_recipe_and_stops_on_sigterm(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
     recipe = _recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", 30))
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, recipe, "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stdout.read().decode(errors="replace")[-2000:]
-            try:
-                health = httpx.get(f"{url}/health", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "serve-retriever never answered"
-                time.sleep(0.1)
-        assert health.json()["backend"] == "bm25" and health.json()["passages"] == 30
+    with _server(SERVE, recipe) as (process, url):
+        health = httpx.get(f"{url}/health").json()
+        assert health["backend"] == "bm25" and health["passages"] == 30
         answer = httpx.post(f"{url}/retrieve", json={"queries": ["Who was Albert Einstein?"], "return_scores": True})
         assert answer.status_code == 200 and len(answer.json()["result"][0]) == 3  # the default topk
         began = time.monotonic()
@@ -102,16 +87,12 @@ def test_the_command_serves_a_recipe_and_stops_on_sigterm(tmp_path, tiny_lm_long
         # uvicorn shuts down gracefully, then re-raises the signal it caught (status -15)
         assert status in (0, -signal.SIGTERM) and "Traceback" not in output, output[-2000:]
         assert f"workbench serve-retriever: bm25 at {url}/retrieve" in output
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
 
 
 def test_the_command_refuses_bad_limits_in_one_line(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
     recipe = _recipe(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", 5))
     done = subprocess.run(
-        [sys.executable, "-c", SERVE, recipe, "--default-topk", "10", "--max-topk", "5"],
+        [sys.executable, "-c", SERVE, recipe, "--default-topk", "10", "--max-topk", "5", "0"],
         cwd=ROOT,
         capture_output=True,
         text=True,

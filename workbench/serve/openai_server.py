@@ -50,7 +50,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -79,7 +78,7 @@ from workbench.serve.openai_schema import (
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 from workbench.serve.strict_body import StrictJSONRoute, body_refusal
-from workbench.serve.uvicorn_run import http_url, make_server
+from workbench.serve.uvicorn_run import ServerThread
 from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
 logger = logging.getLogger("workbench.serve")
@@ -456,30 +455,21 @@ class ModelServer:
     ) -> None:
         self.app, self.generator, self.served_name, self.host = app, generator, served_name, host
         self.embedder = embedder
-        self._server = make_server(
-            app, host=host, port=port, log_level="warning", on_shutdown=app.state.scheduler.close
+        self._thread = ServerThread(
+            app, host=host, port=port, name="serve-model", on_shutdown=app.state.scheduler.close
         )
-        self._thread = threading.Thread(target=self._server.run, name="workbench-serve-model", daemon=True)
         self.port = port
         self.url = ""
         self.base_url = ""
 
     def _start(self, timeout: float) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._server.should_exit = True
-                raise RuntimeError(f"serve-model did not start on {self.host}:{self.port}")
-            time.sleep(0.01)
-        self.port = self._server.bound_port()
-        self.url = http_url(self.host, self.port)
+        self.url = self._thread.start(timeout)
+        self.port = self._thread.port
         self.base_url = f"{self.url}/v1"
 
     def stop(self, timeout: float = 10.0) -> None:
         """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
-        self._server.should_exit = True
-        self._thread.join(timeout)
+        self._thread.stop(timeout)
 
     def __enter__(self) -> "ModelServer":
         return self

@@ -31,7 +31,6 @@ This module imports FastAPI, Starlette, pydantic and anyio; the retriever is bui
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -49,7 +48,7 @@ from workbench.serve.app import _error, _validation_detail
 from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
 from workbench.serve.strict_body import StrictJSONRoute, body_refusal
-from workbench.serve.uvicorn_run import http_url, make_server
+from workbench.serve.uvicorn_run import ServerThread
 
 logger = logging.getLogger("workbench.serve")
 
@@ -246,28 +245,19 @@ class RetrieverServer:
     context manager)."""
 
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        self.app, self.host = app, host
-        self._server = make_server(app, host=host, port=port, log_level="warning", on_shutdown=app.state.close)
-        self._thread = threading.Thread(target=self._server.run, name="workbench-serve-retriever", daemon=True)
+        self.app = app
+        self._thread = ServerThread(app, host=host, port=port, name="serve-retriever", on_shutdown=app.state.close)
         self.url = self.retrieve_url = ""
 
     def start(self, timeout: float) -> "RetrieverServer":
         """Start serving; returns once the server accepts connections (a RuntimeError after ``timeout`` s)."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._server.should_exit = True
-                raise RuntimeError(f"serve-retriever did not start on {self.host}")
-            time.sleep(0.01)
-        self.url = http_url(self.host, self._server.bound_port())
+        self.url = self._thread.start(timeout)
         self.retrieve_url = f"{self.url}/retrieve"
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
-        self._server.should_exit = True
-        self._thread.join(timeout)
+        self._thread.stop(timeout)
 
     def __enter__(self) -> "RetrieverServer":
         return self

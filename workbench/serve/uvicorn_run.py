@@ -85,3 +85,42 @@ def run_uvicorn(
     if on_server is not None:
         on_server(server)
     server.run()
+
+
+class ServerThread:
+    """``app`` served by uvicorn in a background daemon thread (tests, parity checks, benchmarks), on ``host:port``
+    (0: a free port); ``on_shutdown`` as in :func:`make_server`. :meth:`start` returns once it accepts connections;
+    :meth:`stop` shuts it down."""
+
+    def __init__(
+        self, app: Any, *, host: str, port: int, name: str, on_shutdown: Callable[[], None] | None = None
+    ) -> None:
+        import threading
+
+        self.host, self.name = host, name
+        self._server = make_server(app, host=host, port=port, log_level="warning", on_shutdown=on_shutdown)
+        self._thread = threading.Thread(target=self._server.run, name=f"workbench-{name}", daemon=True)
+
+    def start(self, timeout: float) -> str:
+        """Start serving and wait until the server accepts connections; its URL (``http://host:port``, the bound
+        port). A RuntimeError when it does not start within ``timeout`` seconds."""
+        import time
+
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self._server.should_exit = True
+                raise RuntimeError(f"{self.name} did not start on {self.host}")
+            time.sleep(0.01)
+        return http_url(self.host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked for until it has started)."""
+        return int(self._server.bound_port())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
