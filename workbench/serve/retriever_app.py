@@ -47,7 +47,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.serve.app import _error, _validation_detail
 from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
-from workbench.serve.strict_body import StrictJSONRoute, body_refusal
+from workbench.serve.strict_body import StrictJSONRoute, http_refusal
 from workbench.serve.uvicorn_run import ServerThread
 
 logger = logging.getLogger("workbench.serve")
@@ -151,15 +151,8 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        exc = body_refusal(exc)  # the strict JSON parser's 422 (strict_body)
-        status, detail = exc.status_code, str(exc.detail)
-        if status == 404 and detail == "Not Found":
-            detail = f"no route {request.method} {request.url.path[:200]} (routes: {ROUTES})"
-        elif status == 405:
-            detail = f"{request.method} is not allowed on {request.url.path[:200]}"
-        elif status == 400:
-            status, detail = 422, "malformed JSON body: it could not be read"
-        return _error(status, detail, headers=exc.headers if status == exc.status_code else None)
+        status, detail, headers = http_refusal(request.method, request.url.path, exc, ROUTES)
+        return _error(status, detail, headers=headers)
 
     @app.exception_handler(Exception)
     async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
@@ -239,31 +232,20 @@ def _refusal(body: RetrieveRequest, limits: RetrieverServeLimits) -> str | None:
     return None
 
 
-class RetrieverServer:
+class RetrieverServer(ServerThread):
     """A ``serve-retriever`` running in a background thread (:func:`start_in_thread`): ``url`` is its root
     (``http://127.0.0.1:PORT``), ``retrieve_url`` its ``POST /retrieve``; :meth:`stop` shuts it down (also a
     context manager)."""
 
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        self.app = app
-        self._thread = ServerThread(app, host=host, port=port, name="serve-retriever", on_shutdown=app.state.close)
-        self.url = self.retrieve_url = ""
+        super().__init__(app, host=host, port=port, name="serve-retriever", on_shutdown=app.state.close)
+        self.retrieve_url = ""
 
     def start(self, timeout: float) -> "RetrieverServer":
         """Start serving; returns once the server accepts connections (a RuntimeError after ``timeout`` s)."""
-        self.url = self._thread.start(timeout)
+        super().start(timeout)
         self.retrieve_url = f"{self.url}/retrieve"
         return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
-        self._thread.stop(timeout)
-
-    def __enter__(self) -> "RetrieverServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_in_thread(
