@@ -218,3 +218,61 @@ def test_a_recipe_names_the_http_backend_without_an_index(tmp_path):
     path.write_text(head + "  connection: {uri: 'grpc://h:8000'}\n")
     with pytest.raises(ConfigError, match=r"retrieval.connection.uri: backend http speaks http, https URIs"):
         load_recipe(str(path), [])
+
+
+def _foreign_server():
+    """A stand-in for another kind of retriever server (no workbench /health): it wants the bearer token
+    ``tok-77``, answers ``/retrieve`` in Search-R1's shape (contents only, scores as ints) and ``/broken/retrieve``
+    with JSON that is not the shape, quoting a value that must never reach an error message."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    tries = {"broken": 0}
+
+    async def retrieve(request):
+        if request.headers.get("authorization") != "Bearer tok-77":
+            return PlainTextResponse("no", status_code=401)
+        body = await request.json()
+        hits = [{"document": {"id": "d2#0", "contents": '"Hamlet"\nHamlet is a tragedy.'}, "score": 7}]
+        return JSONResponse({"result": [hits[: body["topk"]] for _ in body["queries"]]})
+
+    async def broken(request):
+        tries["broken"] += 1
+        return JSONResponse({"result": SECRETISH})
+
+    async def health(request):
+        return PlainTextResponse("fine")
+
+    routes = [Route("/retrieve", retrieve, methods=["POST"]), Route("/broken/retrieve", broken, methods=["POST"])]
+    routes += [Route("/health", health), Route("/broken/health", health)]
+    return Starlette(routes=routes), tries
+
+
+def test_another_servers_answers_tokens_and_refusals(corpus, monkeypatch):
+    from workbench.serve.uvicorn_run import ServerThread
+
+    app, tries = _foreign_server()
+    with ServerThread(app, host="127.0.0.1", port=0, name="foreign").start(10) as foreign:
+        monkeypatch.setenv("WB_TEST_RETRIEVER_TOKEN", "tok-77")
+        settings = {"credentials_env": "WB_TEST_RETRIEVER_TOKEN", "retries": 2, "backoff_s": 0.01}
+        engine = HttpRetriever(corpus, Connection(f"{foreign.url}/retrieve", None, **settings))
+        assert engine.served is None  # not a serve-retriever: its channel cannot be checked
+        (hit,) = engine.search(["Who wrote Hamlet?"], k=1)
+        assert (hit.ids, list(hit.scores), list(hit.indices)) == (["d2#0"], [7.0], [2])
+        broken = HttpRetriever(corpus, Connection(f"{foreign.url}/broken/retrieve", None, **settings))
+        with pytest.raises(EngineError) as caught:
+            broken.search(["Who wrote Hamlet?"], k=1)
+        message = str(caught.value)
+        assert message == f'{foreign.url}/broken/retrieve: retrieve failed: BadAnswer: the answer has no "result" list'
+        assert tries["broken"] == 1  # an answer that is not the shape is not retried
+        monkeypatch.setenv("WB_TEST_RETRIEVER_TOKEN", "wrong-token")
+        refusing = HttpRetriever(corpus, Connection(f"{foreign.url}/retrieve", None, **settings))
+        with pytest.raises(EngineError) as refused:
+            refusing.search(["Who wrote Hamlet?"], k=1)
+        assert "retrieve failed: RefusedStatus: HTTP 401 Unauthorized: the credentials were refused" in str(
+            refused.value
+        )
+        assert "wrong-token" not in str(refused.value)
+        for client in (engine, broken, refusing):
+            client.close()
