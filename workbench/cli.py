@@ -848,13 +848,13 @@ def serve_retriever_command(
     ] = 2000,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 beyond).")] = 1 << 20,
     max_concurrency: Annotated[
-        int | None,
+        int,
         typer.Option(
             "--max-concurrency",
-            help="Searches running at once (default: 1 for an in-process index, retrieval.connection.max_concurrency "
-            "for an engine).",
+            help="Requests searched at once (an engine already runs one request's queries concurrently, "
+            "retrieval.connection.max_concurrency at a time); more only for a retriever safe on several threads.",
         ),
-    ] = None,
+    ] = 1,
     max_waiting: Annotated[
         int, typer.Option("--max-waiting", help="Most requests waiting for a search (503 beyond).")
     ] = 256,
@@ -869,14 +869,10 @@ def serve_retriever_command(
         raise WorkbenchError(
             f"serve-retriever needs fastapi and uvicorn: pip install workbench ({exc})", "serve-retriever"
         ) from None
-    from workbench.backends.retrieval_engines import ENGINES
     from workbench.recipe import load_recipe
     from workbench.stages.retriever_service import recipe_retriever
 
     config = load_recipe(recipe, overrides or []).config
-    if max_concurrency is None:
-        external = ENGINES[config.retrieval.backend].external
-        max_concurrency = config.retrieval.connection.max_concurrency if external else 1
     try:
         limits = RetrieverServeLimits(  # checked before the index is built: a bad flag fails at once
             max_queries=max_queries,

@@ -19,8 +19,8 @@ past 64 levels —, an unknown field, a wrong type, more than ``max_queries`` qu
 negative, a query over ``max_query_chars`` characters or not Unicode text), 413 a body over ``max_body_bytes``, 503
 the backing engine failed (its one-line error, URI without credentials; the client may retry), more than
 ``max_waiting`` requests already wait, or the server is shutting down, 404 / 405 a wrong route or method, 500 a bug
-(logged). Searches run on worker threads, ``max_concurrency`` at a time; SIGTERM stops the server within seconds
-(:mod:`workbench.serve.uvicorn_run`).
+(logged). Searches run on worker threads, ``max_concurrency`` requests at a time; SIGTERM stops the server within
+seconds (:mod:`workbench.serve.uvicorn_run`).
 
 This module imports FastAPI, Starlette, pydantic and anyio; the retriever is built by the caller
 (:func:`workbench.stages.retriever_service.recipe_retriever` for a recipe) and uvicorn imported when a server starts.
@@ -61,14 +61,15 @@ class RetrieverServeLimits:
 
     ``max_queries`` queries per request, ``max_topk`` hits per query, ``default_topk`` when a request gives none
     (null or 0), ``max_query_chars`` characters per query (422 beyond each); ``max_body_bytes`` (413 beyond);
-    ``max_concurrency`` searches running at once; ``max_waiting`` requests waiting for one (503 beyond)."""
+    ``max_concurrency`` requests searched at once (1: a retriever need not be safe on several threads; an engine's
+    retriever already runs one request's queries concurrently); ``max_waiting`` requests waiting (503 beyond)."""
 
     max_queries: int = 256
     max_topk: int = 100
     default_topk: int = 3
     max_query_chars: int = 2000
     max_body_bytes: int = 1 << 20
-    max_concurrency: int = 4
+    max_concurrency: int = 1
     max_waiting: int = 256
 
     def __post_init__(self) -> None:

@@ -276,3 +276,37 @@ def test_another_servers_answers_tokens_and_refusals(corpus, monkeypatch):
         assert "wrong-token" not in str(refused.value)
         for client in (engine, broken, refusing):
             client.close()
+
+
+def test_serve_retriever_serves_an_engine_on_its_dense_channel(pg_server):
+    """``serve-retriever`` over pgvector (a real PostgreSQL, vectors from the hashing embedder on the server's side):
+    the http client, which embeds nothing, gets the ids and scores the pgvector backend gets directly."""
+    from tests.engine_servers import fresh_database
+    from tests.unit.engines.conftest import HashingEmbedder
+    from workbench.backends.retrieval_pgvector import PgvectorIndex, PgvectorRetriever
+    from workbench.stages.index_engine import push_corpus
+
+    corpus = corpus_dataset()
+    connection = Connection(fresh_database(pg_server, "http_tests"), "passages")
+    writer = PgvectorIndex(connection)
+    push_corpus(corpus, writer, HashingEmbedder(), batch_size=6)
+    writer.close()
+    direct = PgvectorRetriever(corpus, connection, embedder=HashingEmbedder())
+    with start_in_thread(ServedIndex(direct, corpus, "pgvector", ("dense",), "passages")) as server:
+        health = httpx.get(f"{server.url}/health").json()
+        assert (health["backend"], health["channels"], health["index"]) == ("pgvector", ["dense"], "passages")
+        client = HttpRetriever(corpus, Connection(server.retrieve_url, "wiki", channel="dense"))
+        got = client.search(QUERIES[:3], k=3)
+        want = direct.search(QUERIES[:3], k=3)
+        for g, w in zip(got, want, strict=True):
+            assert g.ids == w.ids
+            np.testing.assert_allclose(g.scores, w.scores, rtol=1e-6)
+        client.close()
+    direct.close()
+
+
+def test_a_server_shutting_down_answers_503(corpus, local):
+    with start_in_thread(ServedIndex(local, corpus, "bm25", ("lexical",))) as server:
+        server.app.state.close()  # what uvicorn's shutdown calls first
+        response = httpx.post(server.retrieve_url, json={"queries": ["Who wrote Hamlet?"]})
+        assert response.status_code == 503 and response.json() == {"detail": "shutting down"}
