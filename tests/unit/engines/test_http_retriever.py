@@ -215,6 +215,10 @@ def test_a_recipe_names_the_http_backend_without_an_index(tmp_path):
     path.write_text(head + "  connection: {uri: 'http://h:8000/retrieve', channel: lexical}\n")
     connection = load_recipe(str(path), []).config.retrieval.connection
     assert (connection.uri, connection.index, connection.channel) == ("http://h:8000/retrieve", None, "lexical")
+    from workbench.stages.index_engine import open_writer
+
+    with pytest.raises(ConfigError, match=r"http is reached through a server that holds its own index: `workbench in"):
+        open_writer(load_recipe(str(path), []).config)
     path.write_text(head + "  connection: {uri: 'grpc://h:8000'}\n")
     with pytest.raises(ConfigError, match=r"retrieval.connection.uri: backend http speaks http, https URIs"):
         load_recipe(str(path), [])
