@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from workbench.backends.cost import CostCounter
-from workbench.backends.retrieval_engines import Connection, ExternalRetriever
+from workbench.backends.retrieval_engines import CHANNELS, Connection, ExternalRetriever
 from workbench.backends.retrievers import RetrievalResult
 from workbench.core.errors import ConfigError
 
@@ -101,13 +101,22 @@ class HttpRetriever(ExternalRetriever):
             timeout=httpx.Timeout(connection.timeout_s),
             limits=httpx.Limits(max_connections=connection.max_concurrency),
         )
-        self.served: dict[str, Any] | None = self._with_retries("connect", self._health)
+        try:
+            self.served: dict[str, Any] | None = self._with_retries("connect", self._health)
+            self._check_channel()
+        except BaseException:
+            self._client.close()
+            raise
+
+    def _check_channel(self) -> None:
+        """Refuse (one line) a recipe declaring a channel a ``serve-retriever`` says it does not search."""
         channels = (self.served or {}).get("channels")
-        if isinstance(channels, list) and connection.channel not in channels:
-            offered = ", ".join(c for c in channels if isinstance(c, str) and c.isalpha())
+        declared = self.connection.channel
+        if isinstance(channels, list) and declared not in channels:
+            offered = ", ".join(c for c in CHANNELS if c in channels)  # only names we know: nothing the server wrote
             raise ConfigError(
-                f"the server at {connection.where} searches {offered or 'no known channel'}, the recipe declares"
-                f" {connection.channel}",
+                f"the server at {self.connection.where} searches {offered or 'no known channel'}, the recipe declares"
+                f" {declared}",
                 "retrieval.connection.channel",
             )
 
