@@ -14,7 +14,7 @@ flight; each request is tried ``1 + retries`` times (a transport error, a timeou
 engine behind it failed) with exponential backoff, through :meth:`ExternalRetriever._with_retries`. A token in the
 environment variable ``credentials_env`` names is sent as ``Authorization: Bearer``; HTTP 401 / 403 is one line at
 once, never retried. An answer that does not parse is one line naming the URI and what was wrong with it; the body
-itself is never quoted (nor is a server's error message: a status code and its reason phrase only).
+itself is never quoted (nor is a server's error message: a status code and its standard phrase only).
 
 **Channels.** The server decides what it searches: the recipe's ``channel`` declares it. When the server is
 ``workbench serve-retriever`` its ``GET /health`` says which channel it serves, and a recipe declaring another is
@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -160,7 +161,7 @@ class HttpRetriever(ExternalRetriever):
         response = self._client.post(self.url, json={"queries": queries, "topk": k, "return_scores": True})
         _check_status(response)
         if response.status_code != 200:
-            raise RefusedStatus(f"HTTP {response.status_code} {response.reason_phrase}")
+            raise RefusedStatus(_status_words(response.status_code))
         try:
             body = response.json()
         except ValueError:
@@ -168,13 +169,21 @@ class HttpRetriever(ExternalRetriever):
         return parse_answer(body, len(queries), k)
 
 
+def _status_words(status: int) -> str:
+    """``HTTP 503 Service Unavailable``: the code and the standard phrase (never the reason the server sent)."""
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
 def _check_status(response: httpx.Response) -> None:
     """Raise for the statuses that decide what happens next: 429 / 5xx retried, 401 / 403 refused at once."""
     status = response.status_code
     if status == 429 or status >= 500:
-        raise RetryableStatus(f"HTTP {status} {response.reason_phrase}")
+        raise RetryableStatus(_status_words(status))
     if status in (401, 403):
-        raise RefusedStatus(f"HTTP {status} {response.reason_phrase}: the credentials were refused")
+        raise RefusedStatus(f"{_status_words(status)}: the credentials were refused")
 
 
 def parse_answer(body: Any, queries: int, k: int) -> list[list[Hit]]:
