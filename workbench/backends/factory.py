@@ -297,17 +297,18 @@ def _hybrid(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounte
 
 def _external(module: str, cls: str) -> Builder:
     """The builder of an external engine's retriever (class ``cls`` of ``module``, imported on first use): it needs
-    ``retrieval.connection``, and the embedder on the dense channel."""
+    ``retrieval.connection``, and the embedder on the dense channel unless the engine embeds the queries itself
+    (``embeds_queries`` False: a retriever server)."""
 
     def build(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
         import importlib
 
         if connection is None:
             raise ConfigError("an external retrieval backend needs retrieval.connection", "retrieval.connection")
-        needs_vectors = connection.channel == "dense"
+        retriever = getattr(importlib.import_module(module), cls)
+        needs_vectors = connection.channel == "dense" and retriever.embeds_queries
         if needs_vectors and embedder is None:
             raise ConfigError("the dense channel needs an embedder", "retrieval.connection.channel")
-        retriever = getattr(importlib.import_module(module), cls)
         return retriever(corpus, connection, embedder=embedder() if needs_vectors else None, counter=counter)
 
     return build
@@ -319,6 +320,7 @@ RETRIEVERS: dict[str, Builder] = {
     "hybrid": _hybrid,
     "pgvector": _external("workbench.backends.retrieval_pgvector", "PgvectorRetriever"),
     "milvus": _external("workbench.backends.retrieval_milvus", "MilvusRetriever"),
+    "http": _external("workbench.backends.retrieval_http", "HttpRetriever"),
 }
 """Every retriever kind and its builder ``(corpus, embedder, counter, connection) -> retriever``: a new kind is one
 entry (and its capabilities in :data:`workbench.backends.retrieval_engines.ENGINES`)."""
@@ -336,7 +338,7 @@ def build_retriever(
 ) -> Any:
     """A retriever over ``corpus`` (a Dataset or a mapping of columns with ``chunk_id`` and ``text``) of ``kind``, a
     key of :data:`RETRIEVERS`: ``bm25``, ``dense`` (the embedder's vectors), ``hybrid`` (both, fused), or an
-    external engine (``pgvector``, ``milvus``) reached through ``connection`` (a
+    external engine (``pgvector``, ``milvus``, a ``http`` retriever server) reached through ``connection`` (a
     :class:`~workbench.backends.retrieval_engines.Connection`), holding ``corpus``'s passages under their chunk ids."""
     builder = RETRIEVERS.get(kind)
     if builder is None:

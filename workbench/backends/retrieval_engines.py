@@ -2,10 +2,11 @@
 
 In-process backends (``bm25``, ``dense``, ``hybrid``: :mod:`workbench.backends.retrievers`) build their index over
 the run's corpus in this process. External backends search the user's engine through ``retrieval.connection``:
-``pgvector`` (PostgreSQL + pgvector, :mod:`workbench.backends.retrieval_pgvector`) and ``milvus``
-(:mod:`workbench.backends.retrieval_milvus`). :data:`ENGINES` declares each backend's channels (``dense``: vector
-search; ``lexical``: the engine's full-text ranking) so a recipe asking for a channel a backend lacks is refused when
-it loads (:func:`check_channel`).
+``pgvector`` (PostgreSQL + pgvector, :mod:`workbench.backends.retrieval_pgvector`), ``milvus``
+(:mod:`workbench.backends.retrieval_milvus`) and ``http`` (a ``POST /retrieve`` server such as ``workbench
+serve-retriever`` or a FlashRAG / Search-R1 retriever server, :mod:`workbench.backends.retrieval_http`).
+:data:`ENGINES` declares each backend's channels (``dense``: vector search; ``lexical``: the engine's full-text
+ranking) so a recipe asking for a channel a backend lacks is refused when it loads (:func:`check_channel`).
 
 Every external backend is an :class:`ExternalRetriever`: it searches with a bounded number of tries and exponential
 backoff (:meth:`ExternalRetriever._with_retries`), maps the engine's ids onto rows of its
@@ -57,6 +58,8 @@ class EngineSpec:
     external: bool
     channels: frozenset[str]
     schemes: tuple[str, ...] = ()
+    named_index: bool = True
+    """Whether ``retrieval.connection.index`` must name a table / collection (a retriever server has none)."""
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -66,6 +69,9 @@ ENGINES: dict[str, EngineSpec] = {
     "pgvector": EngineSpec("pgvector", True, frozenset({"dense", "lexical"}), ("postgresql", "postgres")),
     # Milvus 2.5 (Lite and server) has BM25 full-text search on a VARCHAR field with an analyzer
     "milvus": EngineSpec("milvus", True, frozenset({"dense", "lexical"}), ("http", "https", "tcp", "grpc", "file")),
+    # a retriever server searches whatever it serves: the recipe's channel is a declaration, recorded and checked
+    # against `workbench serve-retriever`'s /health (another server's cannot be checked)
+    "http": EngineSpec("http", True, frozenset({"dense", "lexical"}), ("http", "https"), named_index=False),
 }
 """Every retrieval backend and its capabilities; a new engine is one entry here and one module."""
 
@@ -131,7 +137,7 @@ class Connection:
     @property
     def where(self) -> str:
         """How errors name the engine: the URI without credentials, and the index."""
-        return f"{redact_uri(self.uri)} ({self.index})"
+        return f"{redact_uri(self.uri)} ({self.index})" if self.index else redact_uri(self.uri)
 
     def secret(self) -> str | None:
         """The credential from the environment variable :attr:`credentials_env` names (None when it names none); an
@@ -210,6 +216,9 @@ class ExternalRetriever(Retriever):
 
     transient: tuple[type[BaseException], ...] = (OSError, TimeoutError)
     failures: tuple[type[BaseException], ...] = ()
+    embeds_queries = True
+    """Whether the dense channel embeds the queries here (False: the engine embeds them itself, e.g. a retriever
+    server, so no embedder is needed)."""
 
     def __init__(
         self,
@@ -219,7 +228,7 @@ class ExternalRetriever(Retriever):
         embedder: Any = None,
         counter: CostCounter | None = None,
     ) -> None:
-        if connection.channel == "dense" and embedder is None:
+        if self.embeds_queries and connection.channel == "dense" and embedder is None:
             raise ConfigError("the dense channel needs an embedder", "retrieval.connection.channel")
         self.passages = PassageTable.of(passages)
         # the run's corpus as the engine was first asked about (its fingerprint); rows the engine adds are not in it

@@ -50,7 +50,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -78,8 +77,8 @@ from workbench.serve.openai_schema import (
     completion_works,
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
-from workbench.serve.strict_body import StrictJSONRoute, body_refusal
-from workbench.serve.uvicorn_run import http_url, make_server
+from workbench.serve.strict_body import StrictJSONRoute, http_refusal
+from workbench.serve.uvicorn_run import ServerThread
 from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
 logger = logging.getLogger("workbench.serve")
@@ -233,15 +232,8 @@ def create_model_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        exc = body_refusal(exc)  # the strict JSON parser's 422 (strict_body)
-        status, message = exc.status_code, str(exc.detail)
-        if status == 404 and message == "Not Found":
-            message = f"no route {request.method} {request.url.path[:200]} (routes: {routes})"
-        elif status == 405:
-            message = f"{request.method} is not allowed on {request.url.path[:200]}"
-        elif status == 400:  # a body FastAPI could not read
-            status, message = 422, "malformed JSON body: it could not be read"
-        return _error(status, message, headers=exc.headers if status == exc.status_code else None)
+        status, message, headers = http_refusal(request.method, request.url.path, exc, routes)
+        return _error(status, message, headers=headers)
 
     @app.exception_handler(Exception)
     async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
@@ -446,7 +438,7 @@ def load_generator(
     )
 
 
-class ModelServer:
+class ModelServer(ServerThread):
     """A ``serve-model`` server running in a background thread (see :func:`start_in_thread`): ``url`` is its root
     (``http://127.0.0.1:PORT``), ``base_url`` the OpenAI base URL (``url + "/v1"``), ``generator`` what it serves,
     ``app`` its FastAPI app. :meth:`stop` shuts it down; it is also a context manager."""
@@ -454,38 +446,13 @@ class ModelServer:
     def __init__(
         self, app: FastAPI, generator: Any, served_name: str, host: str, port: int, embedder: Any = None
     ) -> None:
-        self.app, self.generator, self.served_name, self.host = app, generator, served_name, host
-        self.embedder = embedder
-        self._server = make_server(
-            app, host=host, port=port, log_level="warning", on_shutdown=app.state.scheduler.close
-        )
-        self._thread = threading.Thread(target=self._server.run, name="workbench-serve-model", daemon=True)
-        self.port = port
-        self.url = ""
+        super().__init__(app, host=host, port=port, name="serve-model", on_shutdown=app.state.scheduler.close)
+        self.generator, self.served_name, self.embedder = generator, served_name, embedder
         self.base_url = ""
 
     def _start(self, timeout: float) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._server.should_exit = True
-                raise RuntimeError(f"serve-model did not start on {self.host}:{self.port}")
-            time.sleep(0.01)
-        self.port = self._server.bound_port()
-        self.url = http_url(self.host, self.port)
+        self.start(timeout)
         self.base_url = f"{self.url}/v1"
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
-        self._server.should_exit = True
-        self._thread.join(timeout)
-
-    def __enter__(self) -> "ModelServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_in_thread(

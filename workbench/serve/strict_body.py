@@ -66,3 +66,18 @@ def body_refusal(exc: HTTPException) -> HTTPException:
     versions that do not re-raise it), else ``exc``."""
     cause = exc.__cause__
     return cause if exc.status_code == 400 and isinstance(cause, HTTPException) else exc
+
+
+def http_refusal(method: str, path: str, exc: HTTPException, routes: str) -> tuple[int, str, dict[str, str] | None]:
+    """``(status, one-line message, headers)`` for an :class:`HTTPException` the framework raised on ``method
+    path``: the parser's own 422 (:func:`body_refusal`), 404 naming the server's ``routes``, 405 naming the method,
+    and FastAPI's 400 for a body it could not read as a 422 like every other malformed body."""
+    exc = body_refusal(exc)
+    status, message = exc.status_code, str(exc.detail)
+    if status == 404 and message == "Not Found":
+        message = f"no route {method} {path[:200]} (routes: {routes})"
+    elif status == 405:
+        message = f"{method} is not allowed on {path[:200]}"
+    elif status == 400:  # a body FastAPI could not read
+        status, message = 422, "malformed JSON body: it could not be read"
+    return status, message, exc.headers if status == exc.status_code else None

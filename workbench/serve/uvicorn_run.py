@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 logger = logging.getLogger("workbench.serve")
 
@@ -85,3 +85,47 @@ def run_uvicorn(
     if on_server is not None:
         on_server(server)
     server.run()
+
+
+class ServerThread:
+    """``app`` served by uvicorn in a background daemon thread (tests, parity checks, benchmarks), on ``host:port``
+    (0: a free port); ``on_shutdown`` as in :func:`make_server`. :meth:`start` returns once it accepts connections,
+    ``url`` (``http://host:port``) and ``port`` then naming where; :meth:`stop` shuts it down (also a context
+    manager)."""
+
+    def __init__(
+        self, app: Any, *, host: str, port: int, name: str, on_shutdown: Callable[[], None] | None = None
+    ) -> None:
+        import threading
+
+        self.app, self.host, self.port, self.name = app, host, port, name
+        self.url = ""
+        self._server = make_server(app, host=host, port=port, log_level="warning", on_shutdown=on_shutdown)
+        self._thread = threading.Thread(target=self._server.run, name=f"workbench-{name}", daemon=True)
+
+    def start(self, timeout: float) -> Self:
+        """Start serving and wait until the server accepts connections (a RuntimeError when it does not within
+        ``timeout`` seconds); sets ``port`` (the bound one) and ``url``."""
+        import time
+
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self._server.should_exit = True
+                raise RuntimeError(f"{self.name} did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = int(self._server.bound_port())
+        self.url = http_url(self.host, self.port)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut the server down and wait for its thread (``timeout`` seconds at most)."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -74,17 +74,20 @@ class IndexReport:
 
 
 def open_writer(config: Any) -> IndexWriter:
-    """The writer of the recipe's external backend (ConfigError for an in-process one)."""
+    """The writer of the recipe's external backend (ConfigError for an in-process one or a retriever server)."""
     import importlib
 
-    from workbench.backends.retrieval_engines import Connection
+    from workbench.backends.retrieval_engines import ENGINES, Connection
 
     backend = config.retrieval.backend
     if backend not in WRITERS:
-        raise ConfigError(
-            f"{backend} is built in this process: `workbench index` pushes into {', '.join(WRITERS)}",
-            "retrieval.backend",
+        # an in-process index is built by the run; a retriever server (http) is filled by whoever runs it
+        what = (
+            "is reached through a server that holds its own index"
+            if ENGINES[backend].external
+            else "is built in this process"
         )
+        raise ConfigError(f"{backend} {what}: `workbench index` pushes into {', '.join(WRITERS)}", "retrieval.backend")
     module, name = WRITERS[backend]
     return getattr(importlib.import_module(module), name)(Connection(**asdict(config.retrieval.connection)))
 

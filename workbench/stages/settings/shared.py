@@ -166,33 +166,40 @@ class DataSection:
 
 @dataclass
 class ConnectionSection:
-    """How an external retrieval backend (pgvector, milvus) is reached: docs/retrieval.md."""
+    """How an external retrieval backend (pgvector, milvus, http) is reached: docs/retrieval.md."""
 
     uri: str | None = doc(
         "the engine: a PostgreSQL URL (postgresql://user@host:5432/db; a UNIX socket as ?host=/dir), a Milvus server"
-        " URL (http://host:19530) or a Milvus Lite file (a path ending in .db). No password here: see credentials_env",
+        " URL (http://host:19530), a Milvus Lite file (a path ending in .db) or a retriever server's POST /retrieve URL"
+        " (http://host:8000/retrieve). No password here: see credentials_env",
         None,
     )
-    index: str | None = doc("the table (pgvector) or collection (milvus) holding the passages", None)
+    index: str | None = doc(
+        "the table (pgvector) or collection (milvus) holding the passages; http: optional, a name for the served index"
+        " in messages",
+        None,
+    )
     fields: dict[str, str] = doc(
         "the engine's column / field for each role when not named as the role: id (the passage's chunk id), text,"
         " title, doc_id, vector, sparse (milvus: the BM25 field), e.g. {id: passage_id, text: body}",
         {},
     )
     credentials_env: str | None = doc(
-        "the NAME of the environment variable holding the password / token (never the secret itself; null: none)",
+        "the NAME of the environment variable holding the password / token (http: sent as a bearer token; never the"
+        " secret itself; null: none)",
         None,
     )
     timeout_s: float = doc("seconds one engine request may take before it counts as failed", 10.0)
     retries: int = doc("more tries of a failed request, with exponential backoff", 2, minimum=0)
     backoff_s: float = doc("seconds before the first retry (doubled for each next one)", 0.5)
-    max_concurrency: int = doc("queries in flight at once", 4)
+    max_concurrency: int = doc("queries (http: requests) in flight at once", 4)
     channel: Literal["dense", "lexical"] = doc(
         "what is searched: dense (vector search over the embedder's vectors) or lexical (the engine's full-text"
-        " ranking: PostgreSQL ts_rank, Milvus BM25)",
+        " ranking: PostgreSQL ts_rank, Milvus BM25); http: what the server searches, declared (checked against"
+        " workbench serve-retriever's /health)",
         "dense",
     )
-    batch_size: int = doc("`workbench index`: passages per write", 256)
+    batch_size: int = doc("`workbench index`: passages per write; http: most queries per request", 256)
 
 
 @dataclass
@@ -200,9 +207,10 @@ class RetrievalSection:
     """How passages are retrieved: in this process (bm25, dense, hybrid) or from the user's engine
     (docs/retrieval.md)."""
 
-    backend: Literal["bm25", "dense", "hybrid", "pgvector", "milvus"] = doc(
+    backend: Literal["bm25", "dense", "hybrid", "pgvector", "milvus", "http"] = doc(
         "bm25 | dense | hybrid: an index this process builds over the corpus; pgvector | milvus: the engine"
-        " retrieval.connection names, holding the corpus `workbench index` pushed",
+        " retrieval.connection names, holding the corpus `workbench index` pushed; http: a POST /retrieve server"
+        " (workbench serve-retriever, FlashRAG / Search-R1 retriever servers)",
         "bm25",
     )
     retriever: Literal["bm25", "dense", "hybrid"] | None = doc(
@@ -246,7 +254,7 @@ def check_retrieval_section(config: Any) -> None:
             f"backend {section.backend} speaks {', '.join(spec.schemes)} URIs, got a {scheme} one",
             "retrieval.connection.uri",
         )
-    if not conn.index:
+    if spec.named_index and not conn.index:
         raise ConfigError(f"backend {section.backend} needs the table / collection name", "retrieval.connection.index")
     check_fields(conn.fields, "retrieval.connection.fields")
     if conn.credentials_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", conn.credentials_env):
