@@ -19,10 +19,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = ROOT / "tests" / "fixtures" / "bundles" / "tiny" / "1.0.0"
 TRAINING = ("lightning", "pytorch_lightning", "deepspeed", "optuna", "wandb", "sklearn")
-OPTIONAL_IMPORTS = {"pillow", "attrs", "cloudpickle", "orjson"}
-"""Imported by transformers / torch / datasets (and orjson by FastAPI's responses module) only when installed — the
-dev venv has them through the train and engines extras: the light venv of ``make check-light`` lacks them and
-answers all the same."""
+OPTIONAL_IMPORTS = {
+    "pillow",
+    "attrs",
+    "cloudpickle",
+    "orjson",
+    "email-validator",
+    "python-multipart",
+    "sentencepiece",
+    "cython",
+}
+"""Imported by transformers / torch / datasets only when installed (sentencepiece by transformers' tokenizer module,
+Cython by pydantic.v1), by FastAPI / Starlette likewise (orjson by the responses module, email-validator by the
+OpenAPI models, python-multipart by the form parser) — the dev venv has them through the train and engines extras
+(pyserini pulls several): the light venv of ``make check-light`` lacks them and answers all the same."""
 SETTINGS = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 
 PROBE = r"""
