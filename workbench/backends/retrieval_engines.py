@@ -48,6 +48,7 @@ class EngineSpec:
     external: bool
     channels: frozenset[str]
     schemes: tuple[str, ...] = ()
+    needs_index: bool = True  # lucene: the URI is the index directory, no index name inside it
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -57,6 +58,10 @@ ENGINES: dict[str, EngineSpec] = {
     "pgvector": EngineSpec("pgvector", True, frozenset({"dense", "lexical"}), ("postgresql", "postgres")),
     # Milvus 2.5 (Lite and server) has BM25 full-text search on a VARCHAR field with an analyzer
     "milvus": EngineSpec("milvus", True, frozenset({"dense", "lexical"}), ("http", "https", "tcp", "grpc", "file")),
+    # a Lucene index directory searched with Anserini's BM25 (pyserini's jar): the IR-research reference lexical ranking
+    "lucene": EngineSpec("lucene", True, frozenset({"lexical"}), ("file",), needs_index=False),
+    "elasticsearch": EngineSpec("elasticsearch", True, frozenset({"dense", "lexical"}), ("http", "https")),
+    "opensearch": EngineSpec("opensearch", True, frozenset({"dense", "lexical"}), ("http", "https")),
 }
 """Every retrieval backend and its capabilities; a new engine is one entry here and one module."""
 
@@ -105,7 +110,7 @@ class Connection:
     write when indexing."""
 
     uri: str
-    index: str
+    index: str | None
     fields: dict[str, str] = field(default_factory=dict)
     credentials_env: str | None = None
     timeout_s: float = 10.0
@@ -121,8 +126,8 @@ class Connection:
 
     @property
     def where(self) -> str:
-        """How errors name the engine: the URI without credentials, and the index."""
-        return f"{redact_uri(self.uri)} ({self.index})"
+        """How errors name the engine: the URI without credentials, and the index (when the engine has one)."""
+        return f"{redact_uri(self.uri)} ({self.index})" if self.index else redact_uri(self.uri)
 
     def secret(self) -> str | None:
         """The credential from the environment variable :attr:`credentials_env` names (None when it names none); an
@@ -269,8 +274,10 @@ class ExternalRetriever(Retriever):
         hits = self._with_retries(f"{self.connection.channel} search", lambda: self._engine_search(queries, k))
         return [self._result(query, found) for query, found in zip(queries, hits, strict=True)]
 
-    def _result(self, query: str, found: Sequence[tuple[str, float]]) -> RetrievalResult:
-        missing = [pid for pid, _ in found if pid not in self._rows]
+    def _result(self, query: str, found: Sequence[tuple[Any, ...]]) -> RetrievalResult:
+        # a hit is (id, score) or (id, score, fields the engine returned); the corpus row is looked up by id
+        ids = [str(hit[0]) for hit in found]
+        missing = [pid for pid in ids if pid not in self._rows]
         if missing:
             raise EngineError(
                 f"returned {len(missing)} id(s) the run's corpus does not hold (is {self.connection.field_name('id')!r}"
@@ -279,8 +286,8 @@ class ExternalRetriever(Retriever):
             )
         return RetrievalResult(
             query=query,
-            ids=[pid for pid, _ in found],
-            indices=np.array([self._rows[pid] for pid, _ in found], dtype=np.int64),
-            scores=np.array([score for _, score in found], dtype=np.float32),
+            ids=ids,
+            indices=np.array([self._rows[pid] for pid in ids], dtype=np.int64),
+            scores=np.array([hit[1] for hit in found], dtype=np.float32),
             ranks=np.arange(1, len(found) + 1, dtype=np.int32),
         )

