@@ -127,12 +127,28 @@ def open_searcher(connection: Connection) -> Any:
     directory = Path(connection.uri).expanduser()
     if not is_index(directory):
         raise EngineError("no Lucene index in this directory: build it with `workbench index`", connection.where)
-    classes = anserini()
     try:
-        searcher = classes.searcher(str(directory))
-        searcher.set_bm25(BM25_K1, BM25_B)
+        searcher = bm25_searcher(directory)
     except java_errors() as exc:
         raise EngineError(f"cannot open the index: {first_line(exc)}", connection.where) from None
+    return searcher
+
+
+def write_documents(directory: Path, documents: Sequence[dict[str, Any]], *, append: bool, store_raw: bool) -> None:
+    """Index JsonCollection ``documents`` (``{"id", "contents", ...}``) into ``directory`` with Anserini's
+    ``SimpleIndexer`` (English analyser, Porter stemming) and commit; ``append`` adds to an existing index,
+    ``store_raw`` keeps each document's JSON (so hits can carry their text). Java errors pass as pyjnius raises them."""
+    args = ["-index", str(directory), "-input", "", "-collection", "JsonCollection", "-threads", "1"]
+    args += (["-storeRaw"] if store_raw else []) + (["-append"] if append else [])
+    indexer = anserini().indexer(args)
+    indexer.addRawDocuments([json.dumps(doc) for doc in documents])
+    indexer.close()
+
+
+def bm25_searcher(directory: Path, k1: float = BM25_K1, b: float = BM25_B) -> Any:
+    """An Anserini ``SimpleSearcher`` over ``directory`` ranking by BM25 with ``k1`` and ``b``."""
+    searcher = anserini().searcher(str(directory))
+    searcher.set_bm25(float(k1), float(b))
     return searcher
 
 
@@ -236,16 +252,9 @@ class LuceneIndex:
         """Append ``rows`` (chunk_id, text, title, doc_id) as JsonCollection documents and commit."""
         append = self.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = ["-index", str(self.directory), "-input", "", "-collection", "JsonCollection", "-threads", "1"]
-        args += ["-storeRaw"] + (["-append"] if append else [])
-        docs = [
-            json.dumps({"id": r["chunk_id"], TEXT_KEY: r["text"], "title": r["title"], "doc_id": r["doc_id"]})
-            for r in rows
-        ]
+        docs = [{"id": r["chunk_id"], TEXT_KEY: r["text"], "title": r["title"], "doc_id": r["doc_id"]} for r in rows]
         try:
-            indexer = anserini().indexer(args)
-            indexer.addRawDocuments(docs)
-            indexer.close()
+            write_documents(self.directory, docs, append=append, store_raw=True)
         except java_errors() as exc:
             raise EngineError(f"indexing failed: {first_line(exc)}", self.connection.where) from None
         self._close_reader()  # the next read sees the new commit
