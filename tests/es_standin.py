@@ -9,7 +9,8 @@ vectors (score (1 + cos) / 2, as both engines give for cosine), ``ids`` / ``term
 ``--flavor elasticsearch`` sends ``X-Elastic-Product: Elasticsearch`` (the official client refuses a server
 without it) and a 9.x version; ``--flavor opensearch`` an OpenSearch 2.x info. ``--auth user:password`` (basic) and
 ``--api-key KEY`` (``Authorization: ApiKey KEY``) make every request but ``/_standin/*`` need one of them.
-``POST /_standin/delay {"seconds": s}`` delays every ``_search`` by ``s`` (timeout tests).
+``POST /_standin/delay {"seconds": s}`` delays every ``_search`` by ``s`` (timeout tests); ``POST /_standin/fail
+{"status": 503, "times": n}`` answers the next ``n`` searches with that status.
 
 Run: ``python -m tests.es_standin --port 9200 --flavor elasticsearch``.
 """
@@ -51,6 +52,7 @@ class Engine:
         self.workdir = workdir
         self.indices: dict[str, StoredIndex] = {}
         self.delay_s = 0.0
+        self.failing: list[int] = []  # statuses the next searches answer with, one each
 
     def bm25(self, name: str, index: StoredIndex, text_field: str, query: str, k: int) -> list[tuple[str, float]]:
         """Top-``k`` ``(_id, score)`` of Lucene BM25 over ``text_field``."""
@@ -152,6 +154,12 @@ def build_app(flavor: str, auth: str | None, api_key: str | None, workdir: Path)
         engine.delay_s = float((await payload(request))["seconds"])
         return {"delay_s": engine.delay_s}
 
+    @app.post("/_standin/fail")
+    async def set_failures(request: Request) -> Any:
+        spec = await payload(request)
+        engine.failing = [int(spec["status"])] * int(spec["times"])
+        return {"failing": len(engine.failing)}
+
     @app.api_route("/", methods=["GET", "HEAD"])
     async def info() -> Any:
         if flavor == "elasticsearch":
@@ -218,6 +226,9 @@ def build_app(flavor: str, auth: str | None, api_key: str | None, workdir: Path)
             body["_source"] = False if value == "false" else value.split(",")
         if engine.delay_s:
             await asyncio.sleep(engine.delay_s)
+        if engine.failing:
+            status = engine.failing.pop()
+            return answer(error_body(status, "standin_failure", "as told by /_standin/fail"), status)
         try:
             found = engine.search(name, body)
         except (ValueError, KeyError, TypeError) as exc:

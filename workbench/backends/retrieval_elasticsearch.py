@@ -10,10 +10,10 @@ The two engines differ in a few request shapes, gathered in a :class:`Dialect`; 
 (:class:`SearchEngineRetriever`) and the writer of ``workbench index`` (:class:`SearchEngineIndex`) are shared.
 Credentials come from the variable ``credentials_env`` names: ``user:password`` is sent as HTTP basic auth, any
 other value as an Elasticsearch API key (the encoded form, ``Authorization: ApiKey ...``) or, to OpenSearch, as a
-bearer token. The client's own retries are off: a failed request is retried by
-:meth:`~workbench.backends.retrieval_engines.ExternalRetriever._with_retries` (connection errors and timeouts only;
-an answer of the engine, such as 401 or 404, is one line at once). Errors name the exception type and HTTP status,
-never the engine's message (it may quote the request).
+bearer token. The client's own retries are off: a failed search is retried by
+:meth:`~workbench.backends.retrieval_engines.ExternalRetriever._with_retries` (connection errors, timeouts and the
+busy answers 429 / 502 / 503 / 504; any other answer of the engine, such as 401 or 404, is one line at once).
+Errors name the exception type and HTTP status, never the engine's message (it may quote the request).
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ T = TypeVar("T")
 
 TEXT_TYPES = frozenset({"text", "match_only_text"})
 """Field types a BM25 ``match`` query ranks."""
+
+BUSY_STATUSES = frozenset({429, 502, 503, 504})
+"""Answers of an engine that is overloaded or restarting: a search is retried as after a dropped connection."""
+
+
+class EngineBusy(Exception):
+    """A search answered with one of :data:`BUSY_STATUSES` (message: the error type and status); retried."""
 
 
 class Dialect:
@@ -176,7 +183,8 @@ class SearchEngineRetriever(ExternalRetriever):
         self, passages: Any, connection: Connection, *, embedder: Any = None, counter: CostCounter | None = None
     ) -> None:
         super().__init__(passages, connection, embedder=embedder, counter=counter)
-        self.transient, self.failures = self.dialect.errors()
+        transient, self.failures = self.dialect.errors()
+        self.transient = (*transient, EngineBusy)
         self._client = self.dialect.client(connection)
         dim = embedder.dim if connection.channel == "dense" else None
         self._with_retries("connect", lambda: check_mapping(self._client, self.dialect, connection, dim))
@@ -195,6 +203,8 @@ class SearchEngineRetriever(ExternalRetriever):
         except self.transient:
             raise
         except self.failures as exc:
+            if getattr(exc, "status_code", None) in BUSY_STATUSES:
+                raise EngineBusy(describe(exc)) from None
             raise EngineError(f"{conn.channel} search failed: {describe(exc)}", conn.where) from None
         hits = []
         for hit in answer["hits"]["hits"]:

@@ -169,22 +169,38 @@ def test_an_elasticsearch_api_key_is_accepted(pushed, monkeypatch):
     retriever.close()
 
 
-def test_a_timeout_is_retried_then_one_line(pushed):
+def control(url: str, what: str, body: str) -> None:
+    """Tell the stand-in to delay (``delay``) or fail (``fail``) its next searches."""
     import urllib.request
 
+    urllib.request.urlopen(f"{url}/_standin/{what}", data=body.encode(), timeout=5).close()
+
+
+def test_a_timeout_is_retried_then_one_line(pushed):
     flavor, url, *_ = pushed
     retriever = CLASSES[flavor][0](corpus_dataset(), connection(url, channel="lexical", timeout_s=0.3))
-
-    def delay(seconds: float) -> None:
-        urllib.request.urlopen(url + "/_standin/delay", data=f'{{"seconds": {seconds}}}'.encode(), timeout=5).close()
-
-    delay(1.0)
+    control(url, "delay", '{"seconds": 1.0}')
     try:
         with pytest.raises(EngineError, match=r"lexical search failed after 2 tries: .*Timeout"):
             retriever.search(["Hamlet"], k=1)
     finally:
-        delay(0)
+        control(url, "delay", '{"seconds": 0}')
     assert retriever.search(["Hamlet"], k=1)[0].ids == ["d2#0"]
+    retriever.close()
+
+
+def test_a_busy_engine_is_retried_and_another_answer_is_not(pushed):
+    flavor, url, *_ = pushed
+    retriever = CLASSES[flavor][0](corpus_dataset(), connection(url, channel="lexical", retries=2))
+    control(url, "fail", '{"status": 503, "times": 2}')
+    assert retriever.search(["Hamlet"], k=1)[0].ids == ["d2#0"]  # two 503s, then an answer: three tries
+    control(url, "fail", '{"status": 503, "times": 3}')
+    with pytest.raises(EngineError, match=r"lexical search failed after 3 tries: EngineBusy: .*\(HTTP 503\)$"):
+        retriever.search(["Hamlet"], k=1)
+    control(url, "fail", '{"status": 400, "times": 1}')
+    with pytest.raises(EngineError, match=r"lexical search failed: .*\(HTTP 400\)$"):
+        retriever.search(["Hamlet"], k=1)
+    assert retriever.search(["Hamlet"], k=1)[0].ids == ["d2#0"]  # the 400 was answered once, not retried
     retriever.close()
 
 
