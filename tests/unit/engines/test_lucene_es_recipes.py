@@ -69,3 +69,38 @@ def test_workbench_index_builds_a_lucene_index_without_an_embedder(tmp_path, luc
     retriever = build_retriever("lucene", corpus_dataset(), connection=connection)
     assert retriever.search(["tragedy Hamlet"], k=1)[0].ids == ["d2#0"]
     retriever.close()
+
+
+def test_the_index_command_words_engine_faults_in_one_line_with_exit_2(tmp_path, tiny_encoder_dir, monkeypatch):
+    """``workbench index --adopt`` of a missing Lucene directory: exit status 2 and one line naming it; a push into
+    an unreachable Elasticsearch whose URI carries a password: one line naming the URI, the password redacted."""
+    import subprocess
+    import sys
+
+    from workbench.backends.retrieval_engines import EngineError
+    from workbench.stages.index_engine import run_index
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"doc_id": d, "title": t, "text": x}) + "\n" for d, t, x in PASSAGES))
+
+    def recipe(retrieval: str) -> str:
+        path = tmp_path / "r.yaml"
+        path.write_text(
+            f"name: t\nstages: [build_data]\ndata: {{corpus: {corpus}}}\nembedder: {{model: {tiny_encoder_dir}}}\n"
+            f"retrieval: {retrieval}\n"
+        )
+        return str(path)
+
+    none = tmp_path / "none"
+    path = recipe(f"{{backend: lucene, connection: {{uri: '{none}', channel: lexical}}}}")
+    missing = subprocess.run(
+        [sys.executable, "-m", "workbench", "index", path, "--adopt"], capture_output=True, text=True, timeout=300
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert f"{none}: no such index to adopt" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    secret = "pw-not-printed-4417"
+    uri = f"http://bob:{secret}@127.0.0.1:9"
+    config = load_recipe(recipe(f"{{backend: elasticsearch, connection: {{uri: '{uri}', index: p, timeout_s: 1}}}}"))
+    with pytest.raises(EngineError, match=r"^http://bob:\*\*\*@127\.0\.0\.1:9 \(p\): checking the index failed") as err:
+        run_index(config.config)
+    assert secret not in str(err.value) and len(str(err.value).splitlines()) == 1
