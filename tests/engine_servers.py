@@ -68,6 +68,7 @@ def es_standin(flavor: str, auth: str | None = None, api_key: str | None = None)
     """The Elasticsearch / OpenSearch stand-in (``tests/es_standin.py``: a SUBSTITUTE answering ``match`` with Lucene
     BM25) in a child process on a free 127.0.0.1 port; yields its URL, stops it at the end."""
     import os
+    import shutil
     import socket
     import subprocess
     import sys
@@ -77,7 +78,9 @@ def es_standin(flavor: str, auth: str | None = None, api_key: str | None = None)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    workdir = Path(tempfile.mkdtemp(prefix="wb-es-standin-"))
     command = [sys.executable, "-m", "tests.es_standin", "--port", str(port), "--flavor", flavor]
+    command += ["--workdir", str(workdir)]
     command += ["--auth", auth] if auth else []
     command += ["--api-key", api_key] if api_key else []
     root = str(Path(__file__).resolve().parents[1])
@@ -99,9 +102,6 @@ def es_standin(flavor: str, auth: str | None = None, api_key: str | None = None)
         yield url
     finally:
         proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.wait(timeout=30)
         log.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -12,7 +12,8 @@ without it) and a 9.x version; ``--flavor opensearch`` an OpenSearch 2.x info. `
 ``POST /_standin/delay {"seconds": s}`` delays every ``_search`` by ``s`` (timeout tests); ``POST /_standin/fail
 {"status": 503, "times": n}`` answers the next ``n`` searches with that status.
 
-Run: ``python -m tests.es_standin --port 9200 --flavor elasticsearch``.
+Run: ``python -m tests.es_standin --port 9200 --flavor elasticsearch --workdir DIR``
+(``tests.engine_servers.es_standin`` starts it in a temporary directory and deletes it afterwards).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import asyncio
 import base64
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,10 +257,10 @@ def main() -> None:
     parser.add_argument("--flavor", choices=("elasticsearch", "opensearch"), default="elasticsearch")
     parser.add_argument("--auth", default=None, help="user:password every request must carry (basic auth)")
     parser.add_argument("--api-key", default=None, help="an API key accepted as 'Authorization: ApiKey KEY'")
+    parser.add_argument("--workdir", required=True, help="a directory for the Lucene indexes (the caller deletes it)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="wb-es-standin-") as workdir:
-        app = build_app(args.flavor, args.auth, args.api_key, Path(workdir))
-        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    app = build_app(args.flavor, args.auth, args.api_key, Path(args.workdir))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":
