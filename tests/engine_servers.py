@@ -61,3 +61,47 @@ def fresh_database(server: Any, name: str) -> str:
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return server.get_uri(name)
+
+
+@contextlib.contextmanager
+def es_standin(flavor: str, auth: str | None = None, api_key: str | None = None) -> Iterator[str]:
+    """The Elasticsearch / OpenSearch stand-in (``tests/es_standin.py``: a SUBSTITUTE answering ``match`` with Lucene
+    BM25) in a child process on a free 127.0.0.1 port; yields its URL, stops it at the end."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    workdir = Path(tempfile.mkdtemp(prefix="wb-es-standin-"))
+    command = [sys.executable, "-m", "tests.es_standin", "--port", str(port), "--flavor", flavor]
+    command += ["--workdir", str(workdir)]
+    command += ["--auth", auth] if auth else []
+    command += ["--api-key", api_key] if api_key else []
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below, after the child stops)
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/_standin/delay", data=b'{"seconds": 0}', timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"the {flavor} stand-in did not start: {log.read().decode()[-2000:]}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)

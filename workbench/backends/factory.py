@@ -321,6 +321,9 @@ RETRIEVERS: dict[str, Builder] = {
     "pgvector": _external("workbench.backends.retrieval_pgvector", "PgvectorRetriever"),
     "milvus": _external("workbench.backends.retrieval_milvus", "MilvusRetriever"),
     "http": _external("workbench.backends.retrieval_http", "HttpRetriever"),
+    "lucene": _external("workbench.backends.retrieval_lucene", "LuceneRetriever"),
+    "elasticsearch": _external("workbench.backends.retrieval_elasticsearch", "ElasticsearchRetriever"),
+    "opensearch": _external("workbench.backends.retrieval_opensearch", "OpenSearchRetriever"),
 }
 """Every retriever kind and its builder ``(corpus, embedder, counter, connection) -> retriever``: a new kind is one
 entry (and its capabilities in :data:`workbench.backends.retrieval_engines.ENGINES`)."""
@@ -338,8 +341,9 @@ def build_retriever(
 ) -> Any:
     """A retriever over ``corpus`` (a Dataset or a mapping of columns with ``chunk_id`` and ``text``) of ``kind``, a
     key of :data:`RETRIEVERS`: ``bm25``, ``dense`` (the embedder's vectors), ``hybrid`` (both, fused), or an
-    external engine (``pgvector``, ``milvus``, a ``http`` retriever server) reached through ``connection`` (a
-    :class:`~workbench.backends.retrieval_engines.Connection`), holding ``corpus``'s passages under their chunk ids."""
+    external engine (``pgvector``, ``milvus``, ``lucene``, ``elasticsearch``, ``opensearch``, a ``http`` retriever
+    server) reached through ``connection`` (a :class:`~workbench.backends.retrieval_engines.Connection`), holding
+    ``corpus``'s passages under their chunk ids (or returning the passages' text with their ids)."""
     builder = RETRIEVERS.get(kind)
     if builder is None:
         raise ConfigError(f"unknown retriever {kind!r} (known: {', '.join(RETRIEVER_KINDS)})", "retrieval.backend")

@@ -58,8 +58,9 @@ class EngineSpec:
     external: bool
     channels: frozenset[str]
     schemes: tuple[str, ...] = ()
-    named_index: bool = True
-    """Whether ``retrieval.connection.index`` must name a table / collection (a retriever server has none)."""
+    needs_index: bool = True
+    """Whether ``retrieval.connection.index`` must name a table / collection / index (lucene's URI is the index
+    directory; a retriever server serves one index of its own)."""
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -71,7 +72,11 @@ ENGINES: dict[str, EngineSpec] = {
     "milvus": EngineSpec("milvus", True, frozenset({"dense", "lexical"}), ("http", "https", "tcp", "grpc", "file")),
     # a retriever server searches whatever it serves: the recipe's channel is a declaration, recorded and checked
     # against `workbench serve-retriever`'s /health (another server's cannot be checked)
-    "http": EngineSpec("http", True, frozenset({"dense", "lexical"}), ("http", "https"), named_index=False),
+    "http": EngineSpec("http", True, frozenset({"dense", "lexical"}), ("http", "https"), needs_index=False),
+    # a Lucene index directory searched with Anserini's BM25 (pyserini's jar): the IR-research reference lexical ranking
+    "lucene": EngineSpec("lucene", True, frozenset({"lexical"}), ("file",), needs_index=False),
+    "elasticsearch": EngineSpec("elasticsearch", True, frozenset({"dense", "lexical"}), ("http", "https")),
+    "opensearch": EngineSpec("opensearch", True, frozenset({"dense", "lexical"}), ("http", "https")),
 }
 """Every retrieval backend and its capabilities; a new engine is one entry here and one module."""
 
@@ -120,7 +125,7 @@ class Connection:
     write when indexing."""
 
     uri: str
-    index: str
+    index: str | None
     fields: dict[str, str] = field(default_factory=dict)
     credentials_env: str | None = None
     timeout_s: float = 10.0
@@ -136,7 +141,7 @@ class Connection:
 
     @property
     def where(self) -> str:
-        """How errors name the engine: the URI without credentials, and the index."""
+        """How errors name the engine: the URI without credentials, and the index (when the engine has one)."""
         return f"{redact_uri(self.uri)} ({self.index})" if self.index else redact_uri(self.uri)
 
     def secret(self) -> str | None:

@@ -33,9 +33,10 @@ class IndexWriter(Protocol):
     """What ``workbench index`` needs of an engine's writer (one per external backend module)."""
 
     connection: Any
+    needs_vectors: bool  # False: a lexical-only engine (lucene); push_corpus embeds nothing
 
     def exists(self) -> bool: ...
-    def prepare(self, dim: int) -> None: ...
+    def prepare(self, dim: int | None) -> None: ...
     def present(self, ids: list[str]) -> set[str]: ...
     def write(self, rows: list[dict[str, Any]], vectors: np.ndarray) -> None: ...
     def count(self) -> int: ...
@@ -46,6 +47,9 @@ class IndexWriter(Protocol):
 WRITERS: dict[str, tuple[str, str]] = {
     "pgvector": ("workbench.backends.retrieval_pgvector", "PgvectorIndex"),
     "milvus": ("workbench.backends.retrieval_milvus", "MilvusIndex"),
+    "lucene": ("workbench.backends.retrieval_lucene", "LuceneIndex"),
+    "elasticsearch": ("workbench.backends.retrieval_elasticsearch", "ElasticsearchIndex"),
+    "opensearch": ("workbench.backends.retrieval_opensearch", "OpenSearchIndex"),
 }
 """Each external backend's writer class (module, name), imported when used."""
 
@@ -113,7 +117,8 @@ def recipe_embedder(config: Any) -> Any:
 
 def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int) -> IndexReport:
     """Write every passage of ``corpus`` the engine lacks, ``batch_size`` at a time (see the module docstring), then
-    check every id is present; a one-line EngineError when one is not."""
+    check every id is present; a one-line EngineError when one is not. ``embedder`` is None for a writer that
+    stores no vectors (``needs_vectors`` False)."""
     from workbench.backends.retrieval_engines import EngineError
     from workbench.core.logs import progress
 
@@ -121,7 +126,7 @@ def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int
     rows = [
         {name: str(corpus[name][i]) for name in ("chunk_id", "doc_id", "title", "text")} for i in range(len(corpus))
     ]
-    writer.prepare(embedder.dim)
+    writer.prepare(embedder.dim if embedder is not None else None)
     written = skipped = 0
     with progress("index passages", len(rows)) as bar:
         for begin in range(0, len(rows), batch_size):
@@ -129,8 +134,7 @@ def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int
             there = writer.present([r["chunk_id"] for r in batch])
             todo = [r for r in batch if r["chunk_id"] not in there]
             if todo:
-                vectors = np.asarray(embedder.encode([r["text"] for r in todo]), dtype=np.float32)
-                writer.write(todo, vectors)
+                writer.write(todo, _vectors(embedder, todo))
             written, skipped = written + len(todo), skipped + len(batch) - len(todo)
             elapsed = time.perf_counter() - start
             bar.advance(len(batch), note=f"{written / elapsed:.1f} docs/s" if elapsed > 0 else None)
@@ -143,13 +147,20 @@ def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int
     return IndexReport(len(rows), written, skipped, writer.count(), time.perf_counter() - start)
 
 
+def _vectors(embedder: Any, rows: list[dict[str, Any]]) -> np.ndarray:
+    if embedder is None:
+        return np.zeros((len(rows), 0), dtype=np.float32)
+    return np.asarray(embedder.encode([r["text"] for r in rows]), dtype=np.float32)
+
+
 def adopt_index(corpus: Any, writer: IndexWriter, embedder: Any, where: str) -> IndexReport:
     """Check an existing index against the corpus without writing (see the module docstring)."""
     from workbench.backends.retrieval_engines import EngineError
 
     if not writer.exists():
         raise EngineError("no such index to adopt: push the corpus with `workbench index` first", where)
-    writer.prepare(embedder.dim)  # an existing index: checks its fields and dimension, creates nothing
+    # an existing index: checks its fields and dimension, creates nothing
+    writer.prepare(embedder.dim if embedder is not None else None)
     texts = dict(zip(corpus["chunk_id"], corpus["text"], strict=True))
     sample = writer.sample(ADOPT_SAMPLE)
     if not sample:
@@ -178,10 +189,11 @@ def run_index(config: Any, *, adopt: bool = False) -> IndexReport:
     writer = open_writer(config)
     try:
         corpus = recipe_corpus(config)
-        embedder = recipe_embedder(config)
+        embedder = recipe_embedder(config) if getattr(writer, "needs_vectors", True) else None
         conn = config.retrieval.connection
         if adopt:
-            return adopt_index(corpus, writer, embedder, f"{redact_uri(conn.uri)} ({conn.index})")
+            where = f"{redact_uri(conn.uri)} ({conn.index})" if conn.index else redact_uri(conn.uri)
+            return adopt_index(corpus, writer, embedder, where)
         return push_corpus(corpus, writer, embedder, conn.batch_size)
     finally:
         writer.close()

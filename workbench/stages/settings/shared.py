@@ -166,22 +166,25 @@ class DataSection:
 
 @dataclass
 class ConnectionSection:
-    """How an external retrieval backend (pgvector, milvus, http) is reached: docs/retrieval.md."""
+    """How an external retrieval backend (pgvector, milvus, lucene, elasticsearch, opensearch, http) is reached:
+    docs/retrieval.md."""
 
     uri: str | None = doc(
         "the engine: a PostgreSQL URL (postgresql://user@host:5432/db; a UNIX socket as ?host=/dir), a Milvus server"
-        " URL (http://host:19530), a Milvus Lite file (a path ending in .db) or a retriever server's POST /retrieve URL"
+        " URL (http://host:19530) or a Milvus Lite file (a path ending in .db), a Lucene index directory (lucene), an"
+        " Elasticsearch / OpenSearch URL (https://host:9200) or a retriever server's POST /retrieve URL"
         " (http://host:8000/retrieve). No password here: see credentials_env",
         None,
     )
     index: str | None = doc(
-        "the table (pgvector) or collection (milvus) holding the passages; http: optional, a name for the served index"
-        " in messages",
+        "the table (pgvector), collection (milvus) or index (elasticsearch, opensearch) holding the passages; lucene:"
+        " unused (the URI is the index); http: optional, a name for the served index in messages",
         None,
     )
     fields: dict[str, str] = doc(
         "the engine's column / field for each role when not named as the role: id (the passage's chunk id), text,"
-        " title, doc_id, vector, sparse (milvus: the BM25 field), e.g. {id: passage_id, text: body}",
+        " title, doc_id, vector, sparse (milvus: the BM25 field), e.g. {id: passage_id, text: body}; elasticsearch /"
+        " opensearch: no id means the document _id; lucene: text defaults to contents (JsonCollection)",
         {},
     )
     credentials_env: str | None = doc(
@@ -195,8 +198,8 @@ class ConnectionSection:
     max_concurrency: int = doc("queries (http: requests) in flight at once", 4)
     channel: Literal["dense", "lexical"] = doc(
         "what is searched: dense (vector search over the embedder's vectors) or lexical (the engine's full-text"
-        " ranking: PostgreSQL ts_rank, Milvus BM25); http: what the server searches, declared (checked against"
-        " workbench serve-retriever's /health)",
+        " ranking: PostgreSQL ts_rank, Milvus BM25, Lucene / Elasticsearch / OpenSearch BM25); lucene: lexical only;"
+        " http: what the server searches, declared (checked against workbench serve-retriever's /health)",
         "dense",
     )
     batch_size: int = doc("`workbench index`: passages per write; http: most queries per request", 256)
@@ -207,10 +210,12 @@ class RetrievalSection:
     """How passages are retrieved: in this process (bm25, dense, hybrid) or from the user's engine
     (docs/retrieval.md)."""
 
-    backend: Literal["bm25", "dense", "hybrid", "pgvector", "milvus", "http"] = doc(
-        "bm25 | dense | hybrid: an index this process builds over the corpus; pgvector | milvus: the engine"
-        " retrieval.connection names, holding the corpus `workbench index` pushed; http: a POST /retrieve server"
-        " (workbench serve-retriever, FlashRAG / Search-R1 retriever servers)",
+    backend: Literal[
+        "bm25", "dense", "hybrid", "pgvector", "milvus", "lucene", "elasticsearch", "opensearch", "http"
+    ] = doc(
+        "bm25 | dense | hybrid: an index this process builds over the corpus; pgvector | milvus | lucene |"
+        " elasticsearch | opensearch: the engine retrieval.connection names, holding the corpus `workbench index`"
+        " pushed; http: a POST /retrieve server (workbench serve-retriever, FlashRAG / Search-R1 retriever servers)",
         "bm25",
     )
     retriever: Literal["bm25", "dense", "hybrid"] | None = doc(
@@ -254,8 +259,10 @@ def check_retrieval_section(config: Any) -> None:
             f"backend {section.backend} speaks {', '.join(spec.schemes)} URIs, got a {scheme} one",
             "retrieval.connection.uri",
         )
-    if spec.named_index and not conn.index:
-        raise ConfigError(f"backend {section.backend} needs the table / collection name", "retrieval.connection.index")
+    if not conn.index and spec.needs_index:
+        raise ConfigError(
+            f"backend {section.backend} needs the table / collection / index name", "retrieval.connection.index"
+        )
     check_fields(conn.fields, "retrieval.connection.fields")
     if conn.credentials_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", conn.credentials_env):
         raise ConfigError(
