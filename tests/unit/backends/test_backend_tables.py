@@ -42,7 +42,8 @@ def test_a_retriever_kind_added_to_the_table_is_built_with_corpus_embedder_count
 def test_an_unknown_retriever_and_a_dense_one_without_embedder_are_one_line_errors():
     with pytest.raises(
         ConfigError,
-        match=r"unknown retriever 'tfidf' \(known: bm25, dense, hybrid, pgvector, milvus, http, lucene, elasticsearch, opensearch\)",
+        match=r"unknown retriever 'tfidf' \(known: bm25, dense, hybrid, pgvector, milvus, http, lucene,"
+        r" elasticsearch, opensearch\)",
     ):
         factory.build_retriever("tfidf", {})
     with pytest.raises(ConfigError, match="the hybrid retriever needs an embedder"):
