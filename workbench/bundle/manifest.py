@@ -371,6 +371,84 @@ class ProvenanceBlock:
 
 
 @dataclass
+class ProbeHitsRecord:
+    """One probe query of ``external_retriever.fingerprint.probes`` and its hits at export (ids, scores)."""
+
+    query: str
+    ids: list[str]
+    scores: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.scores) or not all(math.isfinite(s) for s in self.scores):
+            raise ValueError("'external_retriever.fingerprint.probes' needs one finite score per id")
+
+
+@dataclass
+class EngineFingerprintRecord:
+    """``external_retriever.fingerprint``: the engine's document count and the top ``k`` hits of each probe query
+    (:mod:`workbench.bundle.external`)."""
+
+    documents: int
+    k: int
+    probes: list[ProbeHitsRecord]
+
+    def __post_init__(self) -> None:
+        if self.documents < 0:
+            raise ValueError("'external_retriever.fingerprint.documents' must be >= 0")
+        _in_range("k", self.k, "external_retriever.fingerprint.k")
+        if not self.probes or len(self.probes) > 100:
+            raise ValueError("'external_retriever.fingerprint.probes' must hold 1 to 100 probe queries")
+
+
+ENGINE_LIMITS = {
+    "timeout_s": (0.001, 3600.0),
+    "retries": (0, 100),
+    "backoff_s": (0.0, 600.0),
+    "max_concurrency": (1, 1024),
+}
+"""Inclusive bounds of ``external_retriever``'s request limits (a crafted value cannot make the runtime wait or retry
+without end)."""
+
+
+@dataclass
+class ExternalRetrieverBlock:
+    """``external_retriever`` (schema 1.5): the user's engine the bundle retrieves from — how to reach it without its
+    credentials (``credentials_env`` is the NAME of the variable), what to do when it fails at run time
+    (``on_failure``) and the fingerprint of its index at export (docs/bundles.md, docs/retrieval.md)."""
+
+    backend: str
+    uri: str
+    index: str
+    channel: Literal["dense", "lexical"]
+    fingerprint: EngineFingerprintRecord
+    on_failure: Literal["error", "closed_book"] = "error"
+    fields: dict[str, str] = field(default_factory=dict)
+    credentials_env: str | None = None
+    timeout_s: float = 10.0
+    retries: int = 2
+    backoff_s: float = 0.5
+    max_concurrency: int = 4
+
+    def __post_init__(self) -> None:
+        from workbench.backends.retrieval_engines import ENGINES, check_fields
+
+        spec = ENGINES.get(self.backend)
+        if spec is None or not spec.external:
+            external = ", ".join(name for name, s in ENGINES.items() if s.external)
+            raise ValueError(f"'external_retriever.backend' must be one of {external}")
+        if self.channel not in spec.channels:
+            raise ValueError(f"'external_retriever.channel': {self.backend} has no {self.channel} channel")
+        try:
+            check_fields(self.fields, "external_retriever.fields")
+        except ConfigError as exc:
+            raise ValueError(f"'{exc.where}': {exc.what}") from None
+        for name, (low, high) in ENGINE_LIMITS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"'external_retriever.{name}' must be between {low} and {high}, got {value}")
+
+
+@dataclass
 class IdentityBlock:
     """``identity`` (schema 1.3): the bundle's ``name`` and ``version`` again, inside the content digest, so neither
     can be edited without re-hashing (a bundle cannot load as ``official-prod 9.9.9`` by an edit of two fields)."""
@@ -425,6 +503,7 @@ class Manifest:
     utility: UtilityBlock | None = None
     controller_adapter: AdapterBlock | None = None
     identity: IdentityBlock | None = None
+    external_retriever: ExternalRetrieverBlock | None = None
     metrics: dict | None = None
     provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)
@@ -438,6 +517,12 @@ class Manifest:
         parse_semver(self.version, "version")
         if not self.methods:
             raise ValueError("'methods' must name at least one method")
+        in_process = self.answering.retriever in ("bm25", "dense", "hybrid")
+        engine = self.external_retriever
+        if not in_process and (engine is None or engine.backend != self.answering.retriever):
+            raise ValueError(f"'answering.retriever' {self.answering.retriever} needs its 'external_retriever' block")
+        if in_process and engine is not None:
+            raise ValueError("'external_retriever' with an in-process 'answering.retriever'")
 
 
 MAPPING_OF: dict[str, type] = {"methods": MethodRecord, "files": FileRecord}
