@@ -73,18 +73,13 @@ def external_record(backend: str, connection: Any, retriever: Any, on_failure: s
     :class:`~workbench.backends.retrieval_engines.ExternalRetriever` reached through ``connection``): how to reach
     it without its credentials, ``on_failure`` and its fingerprint over :data:`PROBE_QUERIES`."""
     from workbench.backends.retrieval_engines import public_uri
+    from workbench.bundle.manifest import RECORDED_CONNECTION
 
+    recorded = {name: getattr(connection, name) for name in RECORDED_CONNECTION}
+    recorded.update(uri=public_uri(connection.uri), fields=dict(connection.fields))
     return {
         "backend": backend,
-        "uri": public_uri(connection.uri),
-        "index": connection.index,
-        "channel": connection.channel,
-        "fields": dict(connection.fields),
-        "credentials_env": connection.credentials_env,
-        "timeout_s": float(connection.timeout_s),
-        "retries": int(connection.retries),
-        "backoff_s": float(connection.backoff_s),
-        "max_concurrency": int(connection.max_concurrency),
+        "connection": recorded,
         "on_failure": on_failure,
         "fingerprint": engine_fingerprint(retriever, PROBE_QUERIES, PROBE_K),
     }
@@ -94,15 +89,7 @@ def record_connection(record: dict[str, Any], uri: str | None = None) -> Any:
     """The :class:`~workbench.backends.retrieval_engines.Connection` an ``external_retriever`` block describes (``uri``:
     another address of the same index, e.g. the engine seen from the serving host)."""
     from workbench.backends.retrieval_engines import Connection
+    from workbench.bundle.manifest import RECORDED_CONNECTION
 
-    return Connection(
-        uri=uri or record["uri"],
-        index=record["index"],
-        fields=dict(record.get("fields") or {}),
-        credentials_env=record.get("credentials_env"),
-        timeout_s=float(record["timeout_s"]),
-        retries=int(record["retries"]),
-        backoff_s=float(record["backoff_s"]),
-        max_concurrency=int(record["max_concurrency"]),
-        channel=record["channel"],
-    )
+    recorded = {name: record["connection"][name] for name in RECORDED_CONNECTION if name in record["connection"]}
+    return Connection(**{**recorded, "uri": uri or recorded["uri"]})

@@ -406,28 +406,26 @@ ENGINE_LIMITS = {
     "backoff_s": (0.0, 600.0),
     "max_concurrency": (1, 1024),
 }
-"""Inclusive bounds of ``external_retriever``'s request limits (a crafted value cannot make the runtime wait or retry
-without end)."""
+"""Inclusive bounds of ``external_retriever.connection``'s request limits (a crafted value cannot make the runtime
+wait or retry without end)."""
+
+RECORDED_CONNECTION = ("uri", "index", "channel", "fields", "credentials_env", *ENGINE_LIMITS)
+"""The :class:`~workbench.backends.retrieval_engines.Connection` fields a bundle records (not ``batch_size``: it is
+for writing an index)."""
 
 
 @dataclass
 class ExternalRetrieverBlock:
-    """``external_retriever`` (schema 1.5): the user's engine the bundle retrieves from — how to reach it without its
-    credentials (``credentials_env`` is the NAME of the variable), what to do when it fails at run time
-    (``on_failure``) and the fingerprint of its index at export (docs/bundles.md, docs/retrieval.md)."""
+    """``external_retriever`` (schema 1.5): the user's engine the bundle retrieves from — ``backend``, its
+    ``connection`` (the :data:`RECORDED_CONNECTION` fields of a
+    :class:`~workbench.backends.retrieval_engines.Connection`: the URI without credentials, ``credentials_env`` the
+    NAME of the variable holding them), what to do when it fails at run time (``on_failure``) and the fingerprint of
+    its index at export (docs/bundles.md, docs/retrieval.md)."""
 
     backend: str
-    uri: str
-    index: str
-    channel: Literal["dense", "lexical"]
+    connection: dict
     fingerprint: EngineFingerprintRecord
     on_failure: Literal["error", "closed_book"] = "error"
-    fields: dict[str, str] = field(default_factory=dict)
-    credentials_env: str | None = None
-    timeout_s: float = 10.0
-    retries: int = 2
-    backoff_s: float = 0.5
-    max_concurrency: int = 4
 
     def __post_init__(self) -> None:
         from workbench.backends.retrieval_engines import ENGINES, check_fields
@@ -436,16 +434,23 @@ class ExternalRetrieverBlock:
         if spec is None or not spec.external:
             external = ", ".join(name for name, s in ENGINES.items() if s.external)
             raise ValueError(f"'external_retriever.backend' must be one of {external}")
-        if self.channel not in spec.channels:
-            raise ValueError(f"'external_retriever.channel': {self.backend} has no {self.channel} channel")
+        where = "external_retriever.connection"
+        conn = self.connection
+        for name in ("uri", "index", "channel"):
+            if not isinstance(conn.get(name), str) or not conn[name]:
+                raise ValueError(f"'{where}.{name}' must be a non-empty string")
+        if conn["channel"] not in spec.channels:
+            raise ValueError(f"'{where}.channel': {self.backend} has no {conn['channel']} channel")
+        if not isinstance(conn.get("credentials_env"), str | None):
+            raise ValueError(f"'{where}.credentials_env' must be a variable name or null")
         try:
-            check_fields(self.fields, "external_retriever.fields")
+            check_fields(conn.get("fields") or {}, f"{where}.fields")
         except ConfigError as exc:
             raise ValueError(f"'{exc.where}': {exc.what}") from None
         for name, (low, high) in ENGINE_LIMITS.items():
-            value = getattr(self, name)
-            if not low <= value <= high:
-                raise ValueError(f"'external_retriever.{name}' must be between {low} and {high}, got {value}")
+            value = conn.get(name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+                raise ValueError(f"'{where}.{name}' must be a number between {low} and {high}, got {value!r}")
 
 
 @dataclass

@@ -360,8 +360,8 @@ class Runtime:
             return None
         status: dict[str, Any] = {
             "backend": engine["backend"],
-            "uri": redact_uri(self.options.retriever_uri or engine["uri"]),
-            "index": engine["index"],
+            "uri": redact_uri(self.options.retriever_uri or engine["connection"]["uri"]),
+            "index": engine["connection"]["index"],
             "on_failure": engine.get("on_failure", "error"),
             "reachable": None,
             "error": None,

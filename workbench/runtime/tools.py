@@ -177,7 +177,8 @@ def external_runtime_retriever(
     expected = record["fingerprint"]
     actual = engine_fingerprint(retriever, [probe["query"] for probe in expected["probes"]], expected["k"])
     if options.retriever_uri:
-        notes.append(f"retriever reached at {redact_uri(options.retriever_uri)}, not the bundle's {record['uri']}")
+        bundles = record["connection"]["uri"]
+        notes.append(f"retriever reached at {redact_uri(options.retriever_uri)}, not the bundle's {bundles}")
     differs = fingerprint_differences(expected, actual)
     if differs is None:
         return retriever, "match"

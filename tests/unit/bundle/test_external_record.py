@@ -43,12 +43,11 @@ def test_fingerprints_differ_by_count_ids_or_scores_beyond_the_tolerance():
 def _external_manifest() -> dict:
     manifest = json.loads((FIXTURE / "manifest.json").read_text())
     manifest["answering"]["retriever"] = "pgvector"
+    connection = {"uri": "postgresql://rag@db/corpus", "index": "passages", "channel": "dense", "fields": {}}
+    connection.update(credentials_env="RAG_DB_PASSWORD", timeout_s=10.0, retries=2, backoff_s=0.5, max_concurrency=4)
     manifest["external_retriever"] = {
         "backend": "pgvector",
-        "uri": "postgresql://rag@db/corpus",
-        "index": "passages",
-        "channel": "dense",
-        "credentials_env": "RAG_DB_PASSWORD",
+        "connection": connection,
         "on_failure": "closed_book",
         "fingerprint": _fingerprint(),
     }
@@ -60,9 +59,11 @@ def test_the_manifest_block_is_checked_like_every_other():
     for change, message in [
         (lambda m: m.pop("external_retriever"), "'answering.retriever' pgvector needs its 'external_retriever'"),
         (lambda m: m["external_retriever"].update(backend="bm25"), "'external_retriever.backend' must be one of"),
-        (lambda m: m["external_retriever"].update(retries=10**9), "'external_retriever.retries' must be between"),
+        (lambda m: m["external_retriever"]["connection"].update(retries=10**9), "connection.retries' must be a num"),
+        (lambda m: m["external_retriever"]["connection"].update(timeout_s="1"), "connection.timeout_s' must be a"),
+        (lambda m: m["external_retriever"]["connection"].update(channel="sparse"), "pgvector has no sparse channel"),
         (lambda m: m["external_retriever"].update(on_failure="ignore"), "on_failure"),
-        (lambda m: m["external_retriever"].update(fields={"body": "text"}), "unknown role 'body'"),
+        (lambda m: m["external_retriever"]["connection"].update(fields={"body": "text"}), "unknown role 'body'"),
         (lambda m: m["external_retriever"]["fingerprint"]["probes"][0].update(scores=[1.0]), "one finite score per id"),
         (lambda m: m["answering"].update(retriever="bm25"), "'external_retriever' with an in-process"),
     ]:

@@ -101,8 +101,9 @@ def test_the_manifest_records_the_engine_and_no_byte_holds_the_password(bundles,
     manifest = json.loads((bundles["error"] / "manifest.json").read_text())
     record = manifest["external_retriever"]
     assert manifest["schema_version"] == "1.5" and manifest["answering"]["retriever"] == "pgvector"
-    assert record["uri"] == engine[2] and "rag@" in record["uri"] and record["index"] == "passages"
-    assert record["credentials_env"] == CREDENTIALS_ENV and record["on_failure"] == "error"
+    connection = record["connection"]
+    assert connection["uri"] == engine[2] and "rag@" in connection["uri"] and connection["index"] == "passages"
+    assert connection["credentials_env"] == CREDENTIALS_ENV and record["on_failure"] == "error"
     fingerprint = record["fingerprint"]
     assert fingerprint["documents"] == 30 and len(fingerprint["probes"]) == 4
     assert all(len(p["ids"]) == fingerprint["k"] == 5 for p in fingerprint["probes"])
@@ -221,7 +222,8 @@ def test_a_bundle_on_milvus_lite_loads_answers_and_refuses_a_changed_collection(
     run_recipe(recipe)
     (bundle,) = (tmp_path / "bundles" / "on-engine").glob("[0-9]*.*.*")
     record = json.loads((bundle / "manifest.json").read_text())["external_retriever"]
-    assert record["backend"] == "milvus" and record["uri"] == uri and record["fingerprint"]["documents"] == 30
+    assert record["backend"] == "milvus" and record["connection"]["uri"] == uri
+    assert record["fingerprint"]["documents"] == 30
     runtime = _load(bundle, monkeypatch)
     answer = runtime.answer("Which river flows through Paris?", "standard_rag")
     assert answer.retrieved and len(answer.passages) == 2 and runtime.retriever_status()["fingerprint"] == "match"
