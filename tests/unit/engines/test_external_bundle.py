@@ -9,6 +9,8 @@ it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -161,6 +163,11 @@ def test_another_index_is_refused_at_load_unless_allowed(bundles, engine, monkey
     writer.close()
     with pytest.raises(EngineError, match=r"another_index \(passages\): not the bundle's index: it holds 6"):
         _load(bundle, monkeypatch, retriever_uri=other)
+    command = ["infer", "--bundle", str(bundle), "--set", f"retriever_uri={other}", "Who?"]
+    refused = subprocess.run([sys.executable, "-m", "workbench", *command], capture_output=True, text=True, timeout=300)
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and "\n" not in line and "not the bundle's index: it holds 6 documents" in line
+    assert SECRET not in refused.stdout + refused.stderr
 
 
 def _embedder_dim(manifest: dict) -> int:
