@@ -89,7 +89,7 @@ def bundles(engine, tmp_path_factory, tiny_lm_dir, tiny_encoder_dir):
             run_recipe(recipe)
     (tmp / "corpus.jsonl").unlink()  # the runtime must not need it: passages come from the engine
     found = sorted((tmp / "bundles" / "on-engine").glob("[0-9]*.*.*"))
-    return {"error": found[0], "closed_book": found[1], "root": tmp / "bundles"}
+    return {"error": found[0], "closed_book": found[1], "root": tmp}
 
 
 def _load(bundle: Path, monkeypatch, **overrides):
@@ -100,6 +100,7 @@ def _load(bundle: Path, monkeypatch, **overrides):
 
 
 def test_the_manifest_records_the_engine_and_no_byte_holds_the_password(bundles, engine):
+    """No file of the bundles, their archives, the run directory (its logs, config, stage outputs) or the report."""
     manifest = json.loads((bundles["error"] / "manifest.json").read_text())
     record = manifest["external_retriever"]
     assert manifest["schema_version"] == "1.5" and manifest["answering"]["retriever"] == "pgvector"
