@@ -4,7 +4,7 @@ evaluate, export on the tiny random models) retrieving from pgvector is exported
 password; the bundle loads and answers with passages from the engine without the corpus file; an index that differs
 (a row deleted, another database) is refused at load unless allowed, then every answer says so; an engine stopped
 mid-serve gives the bundle's ``on_failure`` — a closed-book answer with a note, or HTTP 503 — and ``/health`` shows
-it."""
+it; an export whose engine lacks the index writes nothing."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_an_engine_stopped_mid_serve_follows_the_bundles_policy(bundles, engine,
     assert strict.answer("Which river flows through Paris?", "standard_rag").retrieved  # reconnects
 
 
-def test_a_bundle_on_milvus_lite_loads_answers_and_refuses_a_changed_collection(
+def test_a_milvus_lite_bundle_answers_refuses_a_changed_collection_and_exports_only_from_a_reachable_one(
     tmp_path, tiny_lm_dir, tiny_encoder_dir, monkeypatch
 ):
     from workbench.backends.retrieval_engines import Connection
@@ -242,3 +242,11 @@ def test_a_bundle_on_milvus_lite_loads_answers_and_refuses_a_changed_collection(
     client.close()
     with pytest.raises(EngineError, match=r"\(passages\): not the bundle's index: it holds 29 documents"):
         _load(bundle, monkeypatch)
+    from workbench.bundle.export import export_run
+
+    client = open_client(Connection(uri, "passages"))
+    client.drop_collection("passages")
+    client.close()
+    with pytest.raises(EngineError, match=r"milvus.db \(passages\): no such collection"):  # before any byte
+        export_run(tmp_path / "run", root=tmp_path / "bundles", version="2.0.0")
+    assert not (tmp_path / "bundles" / "on-engine" / "2.0.0").exists()
