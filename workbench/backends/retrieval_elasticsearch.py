@@ -198,19 +198,30 @@ class SearchEngineRetriever(ExternalRetriever):
         else:
             body = {"query": {"match": {conn.field_name("text"): query}}, "size": k}
         body["_source"] = self._source
-        try:
-            answer = self.dialect.search(self._client, str(conn.index), body)
-        except self.transient:
-            raise
-        except self.failures as exc:
-            if getattr(exc, "status_code", None) in BUSY_STATUSES:
-                raise EngineBusy(describe(exc)) from None
-            raise EngineError(f"{conn.channel} search failed: {describe(exc)}", conn.where) from None
+        answer = self._request(
+            f"{conn.channel} search", lambda: self.dialect.search(self._client, str(conn.index), body)
+        )
         hits = []
         for hit in answer["hits"]["hits"]:
             passage, fields = hit_fields(hit, conn)
             hits.append((passage, float(hit["_score"]), fields))
         return hits
+
+    def _count(self) -> int:
+        index = str(self.connection.index)
+        return int(plain(self._request("count", lambda: self._client.count(index=index)))["count"])
+
+    def _request(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with the engine's answers sorted: a busy one (:data:`BUSY_STATUSES`) becomes
+        :class:`EngineBusy` (retried by :meth:`_with_retries`), any other refusal a one-line :class:`EngineError`."""
+        try:
+            return call()
+        except self.transient:
+            raise
+        except self.failures as exc:
+            if getattr(exc, "status_code", None) in BUSY_STATUSES:
+                raise EngineBusy(describe(exc)) from None
+            raise EngineError(f"{what} failed: {describe(exc)}", self.connection.where) from None
 
     def close(self) -> None:
         """Close the client's connections."""

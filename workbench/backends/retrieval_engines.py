@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -172,6 +172,32 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+SECRET_PARAMS: tuple[str, ...] = ("pass", "pwd", "token", "secret", "key", "auth", "cred")
+"""Query parameters whose name holds one of these (case-insensitive) may carry a secret: :func:`public_uri` drops
+them."""
+
+
+def public_uri(uri: str) -> str:
+    """``uri`` as a bundle may record it: without a password or token in its user-info part (the user name kept,
+    ``postgresql://u:secret@h/db`` → ``postgresql://u@h/db``) and without query parameters that may carry one
+    (:data:`SECRET_PARAMS`), the others kept (``?host=/run/postgresql`` still reaches a UNIX socket). A path (a Milvus
+    Lite file) is kept as it is. The credential comes back from ``credentials_env`` at load."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        raise EngineError("the engine's URI is malformed", "retrieval.connection.uri") from None
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}@{host}"
+    kept = [  # the pairs as written (a re-encoded ?host=/dir would still work, but no longer reads as the recipe's)
+        pair
+        for pair in parts.query.split("&")
+        if pair and not any(word in unquote_plus(pair.split("=", 1)[0]).lower() for word in SECRET_PARAMS)
+    ]
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), ""))
+
+
 class EngineError(WorkbenchError):
     """An engine cannot be used: unreachable, refused the credentials, lacks the index, fields or dimension the
     recipe expects, or timed out. One line: ``<uri> (<index>): <what failed>``."""
@@ -242,11 +268,11 @@ class ExternalRetriever(Retriever):
         self.embedder = embedder
         self.counter = counter if counter is not None else CostCounter()
 
-    def _with_retries(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``, tried ``1 + retries`` times when it raises a transient error, sleeping ``backoff_s`` · 2^n
-        between tries; then a one-line :class:`EngineError` saying ``what`` failed and how often."""
+    def _with_retries(self, what: str, call: Callable[[], T], tries: int | None = None) -> T:
+        """``call()``, tried ``1 + retries`` times (or ``tries``) when it raises a transient error, sleeping
+        ``backoff_s`` · 2^n between tries; then a one-line :class:`EngineError` saying ``what`` failed and how often."""
         conn = self.connection
-        tries = conn.retries + 1
+        tries = conn.retries + 1 if tries is None else tries
         for attempt in range(tries):
             try:
                 return call()
@@ -264,12 +290,34 @@ class ExternalRetriever(Retriever):
                 raise EngineError(f"{what} failed: {first_line(exc, conn.secret())}", conn.where) from None
         raise AssertionError("unreachable")
 
+    def count(self) -> int | None:
+        """The number of passages the engine's index holds (retried like a search); None when the engine cannot say
+        (a retriever server other than ``serve-retriever``)."""
+        return self._with_retries("count", self._count)
+
+    def ping(self) -> str | None:
+        """One try at :meth:`count`, no retry: None when the engine answered, else the one-line error (for
+        ``/health``; never raises an engine error)."""
+        try:
+            self._with_retries("count", self._count, tries=1)
+        except EngineError as exc:
+            return str(exc)
+        return None
+
+    def _count(self) -> int | None:
+        """The engine's passage count (one request; None: the engine cannot say)."""
+        raise NotImplementedError
+
     def _retryable(self, exc: BaseException) -> bool:
         """Whether a transient-typed error is worth another try (subclasses rule out, e.g., refused credentials)."""
         return True
 
     def _reset(self) -> None:
         """Drop any connection state before a retry (subclasses holding connections reopen them)."""
+
+    def close(self) -> None:
+        """Release the engine's connections (a later search reopens them)."""
+        self._reset()
 
     def _engine_search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Every query's hits: the dense channel embeds the queries in one batch, then the queries run

@@ -125,6 +125,13 @@ class HttpRetriever(ExternalRetriever):
         """Close the HTTP connections."""
         self._client.close()
 
+    def _count(self) -> int | None:
+        """What the server's ``/health`` says it searches (``documents``: serve-retriever's); None for another kind
+        of server, which cannot say (its probes alone fingerprint a bundle's index)."""
+        served = self._health()
+        documents = (served or {}).get("documents")
+        return documents if isinstance(documents, int) and not isinstance(documents, bool) and documents >= 0 else None
+
     def _health(self) -> dict[str, Any] | None:
         """The server's ``GET /health`` answer when it is ``workbench serve-retriever``'s, else None (any answer
         proves the server is there; 401 / 403: the credentials are refused)."""

@@ -200,6 +200,9 @@ class LuceneRetriever(ExternalRetriever):
             hits.append((str(doc.docid), float(doc.score), fields))
         return hits
 
+    def _count(self) -> int:
+        return int(self._searcher.get_total_num_docs())
+
     def close(self) -> None:
         """Close the index reader."""
         self._searcher.close()

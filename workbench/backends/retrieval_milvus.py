@@ -131,6 +131,12 @@ def check_collection(
     return found
 
 
+def collection_count(client: Any, connection: Connection) -> int:
+    """Rows in the collection ``connection`` names."""
+    found = client.query(connection.index, filter="", output_fields=["count(*)"], timeout=connection.timeout_s)
+    return int(found[0]["count(*)"])
+
+
 class MilvusRetriever(ExternalRetriever):
     """Passages from a Milvus collection: the dense channel by cosine similarity, the lexical channel by Milvus's BM25
     (see the module docstring). Checks at construction that the engine answers and the collection, its mapped fields
@@ -167,6 +173,9 @@ class MilvusRetriever(ExternalRetriever):
     def close(self) -> None:
         """Close the client."""
         self._reset()
+
+    def _count(self) -> int:
+        return collection_count(self._connected(), self.connection)
 
     def _engine_search(self, queries: list[str], k: int) -> list[list[Hit]]:
         # one batched request: Milvus searches many queries per call (max_concurrency is the engine's business)
@@ -257,8 +266,7 @@ class MilvusIndex:
 
     def count(self) -> int:
         """Rows in the collection."""
-        found = self._client.query(self.connection.index, filter="", output_fields=["count(*)"])
-        return int(found[0]["count(*)"])
+        return collection_count(self._client, self.connection)
 
     def sample(self, n: int) -> list[dict[str, str]]:
         """Up to ``n`` rows as ``{id, text}``, read through the field mapping."""

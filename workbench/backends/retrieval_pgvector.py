@@ -177,6 +177,12 @@ class PgvectorRetriever(ExternalRetriever):
             " WHERE to_tsvector({config}, {text}) @@ q ORDER BY score DESC, {pid} LIMIT %(k)s"
         ).format(pid=pid, text=text, fields=fields, table=table, config=config)
 
+    def _count(self) -> int:
+        from psycopg import sql
+
+        table = sql.Identifier(*self.connection.index.split(".", 1))
+        return int(self._conn().execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0])
+
     def _search_one(self, query: str, vector: np.ndarray | None, k: int) -> list[Hit]:
         q = vector_literal(vector) if vector is not None else query
         rows = self._conn().execute(self._query, {"q": q, "k": k}).fetchall()

@@ -612,12 +612,7 @@ def export_run(
     name = check_name(name or run.config.name, "export.name")
     if version != "auto":
         parse_semver(version, "export.version")
-    if run.config.retrieval.backend not in ("bm25", "dense", "hybrid"):  # the runtime builds in-process ones only
-        raise ConfigError(
-            f"a bundle on the external retriever {run.config.retrieval.backend} cannot be exported yet (the runtime"
-            " builds bm25, dense or hybrid)",
-            "retrieval.backend",
-        )
+    engine = _external_retriever(run)  # reaches the engine (one line, exit 2, when it cannot) before any byte
     notes: list[str] = []
     methods = _choose_methods(run, methods, notes)
     _check_tuned_gold_free(run, methods)
@@ -686,6 +681,8 @@ def export_run(
             "provenance": provenance,
             "notes": notes,
         }
+        if engine is not None:
+            manifest["external_retriever"] = engine
         if config.nli.kind in ("cross_encoder", "hf"):
             from workbench.assets import weights_digest
 
@@ -720,6 +717,29 @@ def export_run(
     if archive:
         archive_path = write_archive(target, bundle_root / f"{name}-{version}.tar.gz", f"{name}-{version}")
     return ExportResult(name, version, target, archive_path, manifest, unchanged)
+
+
+def _external_retriever(run: _Run) -> dict[str, Any] | None:
+    """The manifest's ``external_retriever`` block of a run on the user's engine (None for an in-process backend):
+    the engine reached with the recipe's connection and the run's embedder, its index fingerprinted
+    (:func:`workbench.bundle.external.external_record`); a one-line EngineError when it cannot be reached."""
+    from workbench.backends.retrieval_engines import ENGINES
+
+    config = run.config
+    if not ENGINES[config.retrieval.backend].external:
+        return None
+    from workbench.backends.cost import CostCounter
+    from workbench.bundle.external import external_record
+    from workbench.stages.context import Resources
+
+    resources = Resources(config, CostCounter())
+    retriever = resources.retriever(None)  # no corpus: the probes' passages come from the engine
+    try:
+        return external_record(
+            config.retrieval.backend, retriever.connection, retriever, config.export.on_retriever_failure
+        )
+    finally:
+        retriever.close()
 
 
 def _pick_version(bundle_root: Path, version: str, digest: str, force: bool) -> tuple[str, str, bool]:

@@ -371,6 +371,89 @@ class ProvenanceBlock:
 
 
 @dataclass
+class ProbeHitsRecord:
+    """One probe query of ``external_retriever.fingerprint.probes`` and its hits at export (ids, scores)."""
+
+    query: str
+    ids: list[str]
+    scores: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.scores) or not all(math.isfinite(s) for s in self.scores):
+            raise ValueError("'external_retriever.fingerprint.probes' needs one finite score per id")
+
+
+@dataclass
+class EngineFingerprintRecord:
+    """``external_retriever.fingerprint``: the engine's document count and the top ``k`` hits of each probe query
+    (:mod:`workbench.bundle.external`)."""
+
+    documents: int | None  # None: the engine cannot say (a retriever server other than serve-retriever)
+    k: int
+    probes: list[ProbeHitsRecord]
+
+    def __post_init__(self) -> None:
+        if self.documents is not None and self.documents < 0:
+            raise ValueError("'external_retriever.fingerprint.documents' must be >= 0")
+        _in_range("k", self.k, "external_retriever.fingerprint.k")
+        if not self.probes or len(self.probes) > 100:
+            raise ValueError("'external_retriever.fingerprint.probes' must hold 1 to 100 probe queries")
+
+
+ENGINE_LIMITS = {
+    "timeout_s": (0.001, 3600.0),
+    "retries": (0, 100),
+    "backoff_s": (0.0, 600.0),
+    "max_concurrency": (1, 1024),
+}
+"""Inclusive bounds of ``external_retriever.connection``'s request limits (a crafted value cannot make the runtime
+wait or retry without end)."""
+
+RECORDED_CONNECTION = ("uri", "index", "channel", "fields", "credentials_env", *ENGINE_LIMITS)
+"""The :class:`~workbench.backends.retrieval_engines.Connection` fields a bundle records (not ``batch_size``: it is
+for writing an index)."""
+
+
+@dataclass
+class ExternalRetrieverBlock:
+    """``external_retriever`` (schema 1.5): the user's engine the bundle retrieves from — ``backend``, its
+    ``connection`` (the :data:`RECORDED_CONNECTION` fields of a
+    :class:`~workbench.backends.retrieval_engines.Connection`: the URI without credentials, ``credentials_env`` the
+    NAME of the variable holding them), what to do when it fails at run time (``on_failure``) and the fingerprint of
+    its index at export (docs/bundles.md, docs/retrieval.md)."""
+
+    backend: str
+    connection: dict
+    fingerprint: EngineFingerprintRecord
+    on_failure: Literal["error", "closed_book"] = "error"
+
+    def __post_init__(self) -> None:
+        from workbench.backends.retrieval_engines import ENGINES, check_fields
+
+        spec = ENGINES.get(self.backend)
+        if spec is None or not spec.external:
+            external = ", ".join(name for name, s in ENGINES.items() if s.external)
+            raise ValueError(f"'external_retriever.backend' must be one of {external}")
+        where = "external_retriever.connection"
+        conn = self.connection
+        for name in ("uri", "index", "channel"):
+            if not isinstance(conn.get(name), str) or not conn[name]:
+                raise ValueError(f"'{where}.{name}' must be a non-empty string")
+        if conn["channel"] not in spec.channels:
+            raise ValueError(f"'{where}.channel': {self.backend} has no {conn['channel']} channel")
+        if not isinstance(conn.get("credentials_env"), str | None):
+            raise ValueError(f"'{where}.credentials_env' must be a variable name or null")
+        try:
+            check_fields(conn.get("fields") or {}, f"{where}.fields")
+        except ConfigError as exc:
+            raise ValueError(f"'{exc.where}': {exc.what}") from None
+        for name, (low, high) in ENGINE_LIMITS.items():
+            value = conn.get(name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+                raise ValueError(f"'{where}.{name}' must be a number between {low} and {high}, got {value!r}")
+
+
+@dataclass
 class IdentityBlock:
     """``identity`` (schema 1.3): the bundle's ``name`` and ``version`` again, inside the content digest, so neither
     can be edited without re-hashing (a bundle cannot load as ``official-prod 9.9.9`` by an edit of two fields)."""
@@ -425,6 +508,7 @@ class Manifest:
     utility: UtilityBlock | None = None
     controller_adapter: AdapterBlock | None = None
     identity: IdentityBlock | None = None
+    external_retriever: ExternalRetrieverBlock | None = None
     metrics: dict | None = None
     provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)
@@ -438,6 +522,12 @@ class Manifest:
         parse_semver(self.version, "version")
         if not self.methods:
             raise ValueError("'methods' must name at least one method")
+        in_process = self.answering.retriever in ("bm25", "dense", "hybrid")
+        engine = self.external_retriever
+        if not in_process and (engine is None or engine.backend != self.answering.retriever):
+            raise ValueError(f"'answering.retriever' {self.answering.retriever} needs its 'external_retriever' block")
+        if in_process and engine is not None:
+            raise ValueError("'external_retriever' with an in-process 'answering.retriever'")
 
 
 MAPPING_OF: dict[str, type] = {"methods": MethodRecord, "files": FileRecord}

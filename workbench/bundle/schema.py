@@ -35,7 +35,7 @@ from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 4
+SCHEMA_MINOR = 5
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 IDENTITY_MINOR = 3
 """The first minor whose manifests seal their ``name`` and ``version`` (``identity``, inside the content digest)."""

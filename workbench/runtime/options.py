@@ -7,8 +7,9 @@ Every key is optional; an unknown key or a wrong type is a one-line ConfigError 
   be.
 * **Departures from the bundle**, each refused unless asked for on purpose, and then written into every trace:
   ``generator`` / ``embedder`` (another model; its weights must match the manifest's digest unless
-  ``allow_model_mismatch``), ``corpus`` (another passage file), ``methods`` (per-method option overrides, checked like
-  ``evaluate.options``).
+  ``allow_model_mismatch``), ``corpus`` (another passage file), an external retriever's index that differs from the
+  bundle's fingerprint (``allow_retriever_mismatch``; ``retriever_uri`` reaches the engine at another address),
+  ``methods`` (per-method option overrides, checked like ``evaluate.options``).
 
 ``on_ood`` says what an out-of-distribution flag does (docs/ood.md): ``flag`` reports it in every answer's ``ood``,
 ``retrieve`` also makes D²-RAG retrieve for a flagged question, ``refuse`` returns no answer for it (text ``""``,
@@ -60,6 +61,16 @@ class RuntimeOptions:
         None,
     )
     allow_corpus_mismatch: bool = doc("accept a corpus whose fingerprint differs from the manifest's", False)
+    retriever_uri: str | None = doc(
+        "a bundle on an external retriever: another address of its engine (e.g. as seen from this host; the"
+        " credential still comes from the bundle's credentials_env); the index there must match the bundle's"
+        " fingerprint (see allow_retriever_mismatch)",
+        None,
+    )
+    allow_retriever_mismatch: bool = doc(
+        "accept an external retriever whose index differs from the bundle's fingerprint (every trace then says so)",
+        False,
+    )
     methods: dict[str, dict] = doc("per-method option overrides, e.g. {dtr: {tau: 1.2}}", {})
     max_archive_bytes: int = doc("largest archive accepted, in bytes on disk", MAX_ARCHIVE_BYTES)
     max_unpacked_bytes: int = doc("most bytes an archive may decompress to, tar headers included", MAX_UNPACKED_BYTES)

@@ -6,6 +6,13 @@ retriever — with the same factory the stages use, and each method with the sam
 uses, so a bundle answers exactly as its run did. What may differ from the bundle (another generator, embedder or
 corpus) is refused unless the caller asks for it, and then written into every trace.
 
+A bundle on an external retriever (``external_retriever`` in its manifest) builds its tools at load instead: the
+engine must answer and hold the bundle's index (its fingerprint) before ``load_bundle`` returns. When the engine
+fails later, while answering, the bundle's ``on_failure`` says what happens: ``error`` raises the one-line
+:class:`~workbench.backends.retrieval_engines.EngineError` (``workbench serve``: HTTP 503), ``closed_book`` answers
+the questions without retrieval (the ``no_rag`` method over the same models) with a note saying why.
+:meth:`Runtime.retriever_status` is what ``/health`` reports of the engine.
+
 The runtime imports no training dependency (lightning, optuna, deepspeed, wandb, scikit-learn): a test checks it in a
 fresh interpreter. Questions are plain strings — no gold field can reach a method.
 """
@@ -122,6 +129,7 @@ class Runtime:
         self._tools: Any = None
         self._built: dict[str, Any] = {}
         self._titles: dict[str, str] | None = None
+        self._engine_error: str | None = None  # the external retriever's last failure while answering
         self._lock = threading.RLock()
         self.extract_lease: Any = None  # load_bundle's lease on an archive's unpacked copy: never pruned while held
 
@@ -309,13 +317,62 @@ class Runtime:
                 answers: dict[int, RuntimeAnswer] = {}
                 if examples:
                     began = time.perf_counter()
-                    done = runner.answer_many(examples)
+                    done = self._answer_examples(runner, examples)
                     share = (time.perf_counter() - began) / len(examples)  # when a method records no step times
                     answers = {i: self._wrap(batch[i], runner.name, a, share) for i, a in zip(run, done, strict=True)}
                 for i, question in enumerate(batch):
                     answer = answers.get(i) or self._refused(question, runner.name, checks[i])
                     out.append(self._flag(answer, checks[i]))
         return out
+
+    def _answer_examples(self, runner: Any, examples: list[dict[str, Any]]) -> list[Any]:
+        """``runner``'s answers to ``examples``; when the external retriever fails, the bundle's ``on_failure``:
+        ``closed_book`` answers them with ``no_rag`` (each trace noting why), ``error`` re-raises the one line."""
+        from workbench.backends.retrieval_engines import EngineError
+
+        try:
+            return runner.answer_many(examples)
+        except EngineError as exc:
+            self._engine_error = str(exc)
+            engine = self.manifest.get("external_retriever") or {}
+            if engine.get("on_failure") != "closed_book":
+                raise
+            log.warning("the retriever failed (%s): answering closed-book", exc)
+            if "no_rag" not in self._built:
+                from workbench.methods.registry import build_method
+
+                self._built["no_rag"] = build_method("no_rag", self.tools(), {}, None, utility_fallback="none")
+            answers = self._built["no_rag"].answer_many(examples)
+            for answer in answers:
+                answer.trace.fallback(f"the retriever failed ({exc}): answered closed-book (on_failure: closed_book)")
+            return answers
+
+    def retriever_status(self) -> dict[str, Any] | None:
+        """What ``/health`` reports of a bundle's external retriever (None for an in-process one): ``backend``,
+        ``uri`` (no credentials), ``index``, ``on_failure``, ``reachable`` (the engine answered a count just now, one
+        try), ``error`` (why not), ``last_error`` (its last failure while answering, None when none) and
+        ``fingerprint`` (the check at load: ``match``, or what differs when allowed; None before the tools are
+        built)."""
+        from workbench.backends.retrieval_engines import redact_uri
+
+        engine = self.manifest.get("external_retriever")
+        if engine is None:
+            return None
+        status: dict[str, Any] = {
+            "backend": engine["backend"],
+            "uri": redact_uri(self.options.retriever_uri or engine["connection"]["uri"]),
+            "index": engine["connection"]["index"],
+            "on_failure": engine.get("on_failure", "error"),
+            "reachable": None,
+            "error": None,
+            "last_error": self._engine_error,
+            "fingerprint": None,
+        }
+        tools = self._tools
+        if tools is not None:
+            error = tools.retriever.ping()
+            status.update(reachable=error is None, error=error, fingerprint=tools.shared("retriever_check", str))
+        return status
 
     def _ood_checks(self, questions: list[str]) -> list[list[str]]:
         """Each question's failed OOD checks ([] each without a profile). The embedding check runs with the tools'
@@ -487,7 +544,8 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
     ``overrides`` (:class:`~workbench.runtime.options.RuntimeOptions` keys) change deployment settings or, on
     purpose, depart from the bundle. DataError / ConfigError / AssetError (one line, nothing loaded) when the bundle is
     refused: a tampered, missing or extra file, an unsafe archive, a gold-using feature or method, a newer schema
-    major, or prompts that differ from the features' collection.
+    major, or prompts that differ from the features' collection; an EngineError when the bundle's external retriever
+    cannot be reached or holds another index (its tools are built here, see the module docstring).
     """
     from workbench.bundle.archive import ArchiveLimits
     from workbench.runtime.opening import open_bundle
@@ -497,4 +555,6 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
     root, manifest, notes, lease = open_bundle(path, limits=limits, extract_dir=options.extract_dir)
     runtime = Runtime(root, manifest, options, notes)
     runtime.extract_lease = lease  # an archive's unpacked copy is never pruned while this runtime lives
+    if manifest.get("external_retriever") is not None:
+        runtime.tools()  # the engine is reached and its index checked now: a wrong one is refused at load
     return runtime

@@ -8,7 +8,10 @@ Checks, each a one-line refusal unless the caller overrides on purpose (then not
 * a generator or embedder whose weights' sha256 differs from the manifest's (``allow_model_mismatch``);
 * a served embedder (``models.embedder.served``) whose probe vectors differ from the manifest's, or that cannot be
   reached at the recorded URL (``allow_model_mismatch`` lets the first through, never the second);
-* a corpus whose fingerprint differs from the manifest's (``allow_corpus_mismatch``, or a ``corpus`` override).
+* a corpus whose fingerprint differs from the manifest's (``allow_corpus_mismatch``, or a ``corpus`` override);
+* a bundle on an external retriever (``external_retriever``): an engine that cannot be reached (never overridable),
+  or whose index differs from the bundle's fingerprint (``allow_retriever_mismatch``). Such a bundle reads no corpus
+  file: passages come from the engine (a ``corpus`` override is the passages it starts from).
 """
 
 from __future__ import annotations
@@ -157,8 +160,42 @@ def runtime_corpus(manifest: dict[str, Any], override: str | None, allow: bool, 
     return columns
 
 
+def external_runtime_retriever(
+    record: dict[str, Any], options: Any, corpus: Any, embedder: Any, counter: Any, notes: list[str]
+) -> tuple[Any, str]:
+    """``(retriever, verdict)``: the bundle's external retriever (``external_retriever`` block; ``options.
+    retriever_uri`` another address of it) over ``corpus`` (None: every passage from the engine), its index checked
+    against the bundle's fingerprint (:mod:`workbench.bundle.external`). ``verdict`` is ``"match"`` or what differs,
+    allowed by ``allow_retriever_mismatch`` (every trace then says so); else a one-line EngineError naming the URI
+    without credentials, as for an engine that cannot be reached."""
+    from workbench.backends.factory import build_retriever
+    from workbench.backends.retrieval_engines import EngineError, redact_uri
+    from workbench.bundle.external import engine_fingerprint, fingerprint_differences, record_connection
+
+    connection = record_connection(record, options.retriever_uri)
+    retriever = build_retriever(record["backend"], corpus, embedder=embedder, counter=counter, connection=connection)
+    expected = record["fingerprint"]
+    actual = engine_fingerprint(retriever, [probe["query"] for probe in expected["probes"]], expected["k"])
+    if options.retriever_uri:
+        bundles = record["connection"]["uri"]
+        notes.append(f"retriever reached at {redact_uri(options.retriever_uri)}, not the bundle's {bundles}")
+    differs = fingerprint_differences(expected, actual)
+    if differs is None:
+        return retriever, "match"
+    if not options.allow_retriever_mismatch:
+        retriever.close()
+        raise EngineError(
+            f"not the bundle's index: {differs}; pass allow_retriever_mismatch to use it anyway", connection.where
+        )
+    notes.append(
+        f"retriever {connection.where} is not the bundle's index ({differs}): decisions were learned over another"
+    )
+    return retriever, f"differs (allowed): {differs}"
+
+
 def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
-    """The :class:`~workbench.methods.base.Tools` of a bundle (see the module docstring)."""
+    """The :class:`~workbench.methods.base.Tools` of a bundle (see the module docstring); on an external retriever
+    the fingerprint verdict is ``tools.shared("retriever_check", ...)``."""
     from workbench.backends.factory import build_embedder, build_generator, build_judge, build_retriever
     from workbench.methods.base import Tools
 
@@ -208,9 +245,14 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         counter=counter,
         device=options.device,
     )
-    corpus = runtime_corpus(manifest, options.corpus, options.allow_corpus_mismatch, notes)
-    retriever = build_retriever(answering["retriever"], corpus, embedder=embedder, counter=counter)
-    return Tools(
+    engine = manifest.get("external_retriever")
+    if engine is not None:  # passages come from the engine: no corpus file unless the caller gives one
+        corpus = runtime_corpus(manifest, options.corpus, True, notes) if options.corpus else None
+        retriever, verdict = external_runtime_retriever(engine, options, corpus, embedder, counter, notes)
+    else:
+        corpus = runtime_corpus(manifest, options.corpus, options.allow_corpus_mismatch, notes)
+        retriever = build_retriever(answering["retriever"], corpus, embedder=embedder, counter=counter)
+    tools = Tools(
         generator=generator,
         retriever=retriever,
         corpus=corpus,
@@ -220,3 +262,6 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         passage_chars=int(answering["passage_chars"]),
         max_new_tokens=int(answering["max_new_tokens"]),
     )
+    if engine is not None:
+        tools.shared("retriever_check", lambda: verdict)
+    return tools

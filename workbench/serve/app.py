@@ -17,7 +17,8 @@ methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error b
 413   the body is over the size limit (a chunked one is never read past the limit; a declared one of at most
       32 MiB is read and discarded first, so a client that sends it whole reads the 413, not a reset)
 503   the queue is full (``Retry-After`` says when to retry) or the server is shutting down; ``GET /ready`` until
-      the warm-up is done
+      the warm-up is done; the bundle's external retriever failed while answering and the bundle says
+      ``on_failure: error`` (the body is the engine's one line, its URI without credentials)
 504   the request was not answered within its deadline (``ServeLimits.timeout_s``, counted from its arrival)
 404   unknown path; 405 a route asked with the wrong HTTP method
 500   a server bug (logged with its traceback; the body never carries the exception's text)
@@ -26,7 +27,8 @@ methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error b
 A client that disconnects gets nothing (the access log shows 499); its questions are dropped unanswered, and a
 running batch whose every client left or passed its deadline is interrupted before the model's next forward
 (:mod:`workbench.core.interrupt`). ``GET /health`` counts the answers computed and those flagged out of distribution
-(``ood``).
+(``ood``), and reports a bundle's external retriever (``retriever``: backend, URI without credentials, index,
+whether it answers now, its last error, the fingerprint check at load; null for an in-process one).
 
 Answering is CPU work for one model: a :class:`~workbench.serve.scheduler.BatchScheduler` queues the requests (bounded)
 and one worker thread answers every request waiting for the same method in one ``answer_many`` call, so concurrent
@@ -171,6 +173,19 @@ class ErrorBody(BaseModel):
     detail: str
 
 
+class RetrieverHealth(BaseModel):
+    """A bundle's external retriever in ``GET /health`` (:meth:`workbench.runtime.Runtime.retriever_status`)."""
+
+    backend: str
+    uri: str
+    index: str
+    on_failure: str
+    reachable: bool | None
+    error: str | None
+    last_error: str | None
+    fingerprint: str | None
+
+
 class QueueInfo(BaseModel):
     """The answer queue: questions waiting and being answered, the limit, and counts since start (``interrupted``:
     batches stopped while running because every client left, or at shutdown)."""
@@ -235,6 +250,7 @@ class HealthBody(BaseModel):
     methods: list[str]
     queue: QueueInfo
     ood: OODCounts
+    retriever: RetrieverHealth | None = None
 
 
 class ReadyBody(BaseModel):
@@ -655,7 +671,10 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS, 
             "or a question the runtime refused",
         },
         500: {"model": ErrorBody, "description": "Server bug (logged)"},
-        503: {"model": ErrorBody, "description": "Queue full (see the Retry-After header) or shutting down"},
+        503: {
+            "model": ErrorBody,
+            "description": "Queue full (see the Retry-After header), shutting down, or the external retriever failed",
+        },
         504: {"model": ErrorBody, "description": "Not answered within the request deadline"},
     }
 
@@ -670,6 +689,8 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS, 
             "methods": list(methods),
             "queue": scheduler.stats(),
             "ood": ood.counts(),
+            # on a thread: asking the engine takes a network round trip (one try, bounded by its timeout)
+            "retriever": await anyio.to_thread.run_sync(runtime.retriever_status),
         }
 
     @app.get(
@@ -721,7 +742,10 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = _DEFAULT_LIMITS, 
         except SchedulerClosed as exc:
             return error(503, str(exc))
         except WorkbenchError as exc:
-            return error(422, str(exc))
+            from workbench.backends.retrieval_engines import EngineError
+
+            # the bundle's engine failed (on_failure: error): the service is unavailable, the request was fine
+            return error(503 if isinstance(exc, EngineError) else 422, str(exc))
         except Exception:
             path = request.url.path
             logger.exception("POST %s failed (%d question(s), method %s)", path, len(job.questions), job.method)

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.backends.passage_table import passages_of
+from workbench.backends.retrieval_engines import ExternalRetriever
 from workbench.backends.retrieval_http import SERVICE, hits_as_answer, served_document
 from workbench.core.errors import WorkbenchError
 from workbench.serve.app import _error, _validation_detail
@@ -115,6 +116,18 @@ class _Tally:
         self.closing = False
 
 
+def _documents(retriever: Any) -> int | None:
+    """How many passages ``retriever`` searches: an engine's count (one request; None when it fails or cannot say),
+    an in-process index's corpus size."""
+    if isinstance(retriever, ExternalRetriever):
+        try:
+            return retriever.count()
+        except WorkbenchError:
+            return None
+    corpus = getattr(retriever, "corpus", None)
+    return len(corpus) if corpus is not None else None
+
+
 def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | None = None) -> FastAPI:
     """The FastAPI app serving ``served`` under ``limits`` (see the module docstring). ``app.state.close()`` makes
     every later request a 503 (called when shutdown begins)."""
@@ -175,6 +188,7 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
             "corpus_fingerprint": getattr(getattr(retriever, "corpus", None), "fingerprint", None),
             "index_fingerprint": getattr(retriever, "fingerprint", None),
             "passages": len(columns["chunk_id"]),
+            "documents": await anyio.to_thread.run_sync(_documents, retriever),
             "requests": tally.requests,
             "queries": tally.queries,
             "failures": tally.failures,

@@ -75,9 +75,12 @@ def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
         device_key="generator.device",
         prompt_format=gen_cfg.prompt_format,
     )
+    from workbench.backends.passage_table import passages_of
+
     retriever = ctx.resources.retriever(corpus)
     hits = retriever.search([r["question"] for r in rows], k=5)
-    titles, texts = corpus["title"], corpus["text"]
+    passages = passages_of(retriever, corpus)  # after the search: an external engine may have added passages
+    titles, texts = passages["title"], passages["text"]
     styles = {
         "closed-book": [None] * len(rows),
         "RAG (5 passages)": [

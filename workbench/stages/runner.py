@@ -149,6 +149,7 @@ KEY_NEUTRAL_DEFAULTS: dict[tuple[str, str], Any] = {
     ("generator", "top_logprobs"): 20,
     ("embedder", "backend"): "hf",
     ("export", "allow_approximate_features"): False,
+    ("export", "on_retriever_failure"): "error",
     ("data", "fields"): {},
     ("data", "split_column"): None,
     ("data", "split_names"): {},

@@ -60,3 +60,39 @@ def test_an_id_outside_the_corpus_without_text_is_one_line():
     message = str(caught.value)
     assert "returned 1 id(s) the run's corpus does not hold, without their text" in message
     assert "postgresql://u:***@db/x (t)" in message and "pw" not in message and "\n" not in message
+
+
+OUTSIDE = [("d1#0", 2.0), ("ext#0", 1.5, {"text": "An outside passage.", "title": "Out", "doc_id": "ext"})]
+
+
+def test_the_stages_read_an_outside_passage_by_its_row():
+    """collect's passages and answer's rag contexts read titles and texts after the search, from the table."""
+    from types import SimpleNamespace
+
+    from workbench.stages.answer import mode_contexts
+    from workbench.stages.collect import _Passages
+
+    engine = _Canned(corpus_dataset(), OUTSIDE)
+    config = SimpleNamespace(
+        retrieval=SimpleNamespace(k=2),
+        answer=SimpleNamespace(passage_chars=400),
+        collect=SimpleNamespace(passage_chars=400),
+    )
+    ctx = SimpleNamespace(config=config, resources=SimpleNamespace(retriever=lambda corpus: engine))
+    contexts, retrieved = mode_contexts(ctx, "rag", [{"question": "q"}], corpus_dataset())
+    assert retrieved == [["d1#0", "ext#0"]] and "Out" in contexts[0] and "An outside passage." in contexts[0]
+    chunks, ids = _Passages(ctx, corpus_dataset()).top_k(["q"])
+    assert ids == [["d1#0", "ext#0"]] and "An outside passage." in chunks[0][1] and "Lyon" in chunks[0][0]
+
+
+def test_dense_rag_rebuilds_an_outside_document_from_the_rows_the_engine_added():
+    from workbench.methods.base import Tools
+    from workbench.methods.dense_rag.chunking import ContextChunker
+
+    engine = _Canned(corpus_dataset(), OUTSIDE)
+    tools = Tools(generator=None, retriever=engine, corpus=corpus_dataset(), counter=engine.counter)
+    chunker = ContextChunker(tools, settings=None)
+    assert chunker.document("d1") == corpus_dataset()["text"][1] and chunker.document("ext") == ""
+    (hits,) = tools.search(["q"], k=2)
+    assert hits[1].text == "An outside passage." and hits[1].doc_id == "ext" and hits[1].index == 6
+    assert chunker.document("ext") == "An outside passage."  # the document index took the new row in

@@ -85,6 +85,9 @@ class FakeRuntime:
             raise self.warm_error
         return self
 
+    def retriever_status(self) -> None:
+        return None  # an in-process retriever: /health reports none
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         out = []
         for text in texts:

@@ -64,6 +64,7 @@ def test_health(live):
         "bundle": "fake-bundle",
         "version": "1.2.3",
         "methods": ["dtr", "d2rag"],
+        "retriever": None,  # an in-process retriever (tests/unit/engines/test_external_bundle.py: an engine's)
     }
     fields = {"queued", "queued_requests", "running", "limit", "batches", "answered", "dropped", "interrupted"}
     assert set(queue) == fields

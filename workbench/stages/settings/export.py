@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
@@ -25,6 +26,12 @@ class ExportSection:
         "methods in the bundle (null: evaluate.methods without the gold-using oracle and d2rag_oracle)", None
     )
     archive: bool = doc("also write the .tar.gz", True)
+    on_retriever_failure: Literal["error", "closed_book"] = doc(
+        "a bundle on an external retriever (pgvector, milvus): what an answer does when the engine fails at run time"
+        " (after its retries): error (the caller gets the one-line engine error; `workbench serve` answers 503) or"
+        " closed_book (answered without retrieval, with a note saying why). docs/retrieval.md",
+        "error",
+    )
     allow_approximate_features: bool = doc(
         "let the bundle, answering on a served model, score decision features that server does not give exactly"
         " (P(True) / verbalized confidence absent without echo; see docs/served-models.md) with calibrators fitted on"
