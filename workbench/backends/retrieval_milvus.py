@@ -12,6 +12,7 @@ variable ``credentials_env`` names; ``timeout_s`` bounds every call.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import threading
 import types
@@ -130,6 +131,8 @@ class MilvusRetriever(ExternalRetriever):
     (see the module docstring). Checks at construction that the engine answers and the collection, its mapped fields
     and (dense) the vector dimension match; search errors are retried, then one line."""
 
+    backend = "milvus"  # its entry in ENGINES (the channels it offers)
+
     def __init__(
         self, passages: Any, connection: Connection, *, embedder: Any = None, counter: CostCounter | None = None
     ) -> None:
@@ -224,11 +227,15 @@ class MilvusIndex:
     def present(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` the collection already holds."""
         id_field = self.connection.field_name("id")
-        rows = self._client.get(self.connection.index, ids=list(ids), output_fields=[id_field])
+        # a filter of JSON string literals: pymilvus's get(ids=...) quotes ids unescaped, so an id holding a quote
+        # (a Wikipedia title such as "Hell's Kitchen") breaks the expression
+        wanted = json.dumps([str(i) for i in ids], ensure_ascii=False)
+        rows = self._client.query(self.connection.index, filter=f"{id_field} in {wanted}", output_fields=[id_field])
         return {str(row[id_field]) for row in rows}
 
     def write(self, rows: Sequence[dict[str, Any]], vectors: np.ndarray) -> None:
-        """Upsert ``rows`` (chunk_id, text, title, doc_id) with their ``vectors``."""
+        """Write ``rows`` (chunk_id, text, title, doc_id) with their ``vectors`` — ids the collection does not hold
+        (:meth:`present` picked them). An insert: Milvus Lite 2.5's upsert fails on an id holding a quote."""
         name = self.connection.field_name
         data = [
             {
@@ -240,7 +247,7 @@ class MilvusIndex:
             }
             for row, vec in zip(rows, vectors, strict=True)
         ]
-        self._client.upsert(self.connection.index, data, timeout=self.connection.timeout_s)
+        self._client.insert(self.connection.index, data, timeout=self.connection.timeout_s)
 
     def count(self) -> int:
         """Rows in the collection."""

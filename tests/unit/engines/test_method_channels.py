@@ -1,0 +1,56 @@
+"""What the methods ask of an external engine, checked when the recipe loads (no engine needed): InSemRAG's own token
+windows refused over an engine, a channel the backend lacks refused naming the method's options, the run's-retriever
+options accepted, and the in-process backends untouched by the check."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.backends.retrieval_engines import ENGINES, EngineSpec
+from workbench.core.errors import ConfigError
+from workbench.recipe import load_recipe
+
+ENGINE = "retrieval:\n  backend: milvus\n  connection: {uri: 'm.db', index: passages}\n"
+
+
+def load(tmp_path, methods: str, options: str = "{}", retrieval: str = ENGINE, stages: str = "build_data, evaluate"):
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        f"name: demo\nstages: [{stages}]\n{retrieval}evaluate:\n  methods: [{methods}]\n  options: {options}\n"
+    )
+    return load_recipe(str(path)).config
+
+
+def test_insemrag_token_windows_are_refused_over_an_engine_and_corpus_rows_accepted(tmp_path):
+    with pytest.raises(
+        ConfigError,
+        match=r"evaluate.options.insemrag.chunking: insemrag over backend milvus: .*"
+        r"token windows .* set chunking: corpus",
+    ):
+        load(tmp_path, "insemrag")
+    config = load(tmp_path, "insemrag, dtr, dense_rag", "{insemrag: {chunking: corpus}}")
+    assert config.evaluate.methods == ["insemrag", "dtr", "dense_rag"]
+    # in this process InSemRAG builds its windows as before
+    assert load(tmp_path, "insemrag", retrieval="").retrieval.backend == "bm25"
+
+
+def test_a_channel_the_engine_lacks_is_refused_naming_the_method(tmp_path, monkeypatch):
+    monkeypatch.setitem(ENGINES, "milvus", EngineSpec("milvus", True, frozenset({"lexical"}), ("file",)))
+    lexical = "retrieval:\n  backend: milvus\n  connection: {uri: 'm.db', index: passages, channel: lexical}\n"
+    with pytest.raises(
+        ConfigError,
+        match=r"evaluate.options.dtr: dtr searches the dense channel, which backend"
+        r" milvus lacks \(it offers lexical\)",
+    ):
+        load(tmp_path, "dtr", retrieval=lexical)
+    # DTR on the run's retriever or on a pooled index, InSemRAG without a full dense index: lexical suffices
+    load(tmp_path, "dtr", "{dtr: {retriever: run}}", retrieval=lexical)
+    load(tmp_path, "dtr", "{dtr: {dense_index: pooled}}", retrieval=lexical)
+    load(tmp_path, "insemrag", "{insemrag: {chunking: corpus}}", retrieval=lexical)
+    with pytest.raises(ConfigError, match=r"evaluate.options.insemrag: insemrag searches the dense channel"):
+        load(tmp_path, "insemrag", "{insemrag: {chunking: corpus, dense_index: full}}", retrieval=lexical)
+
+
+def test_distill_data_insemrag_is_checked_too(tmp_path):
+    with pytest.raises(ConfigError, match=r"distill_data.insemrag.chunking: insemrag over backend milvus"):
+        load(tmp_path, "no_rag", stages="build_data, distill_data")
