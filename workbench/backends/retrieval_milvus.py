@@ -17,6 +17,7 @@ import sys
 import threading
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -189,6 +190,8 @@ class MilvusIndex:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        if is_local(connection.uri):  # a new Milvus Lite file: Milvus Lite does not create its folder
+            Path(connection.uri.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
         self._client = connect(connection)
 
     def exists(self) -> bool:

@@ -54,3 +54,44 @@ def test_a_channel_the_engine_lacks_is_refused_naming_the_method(tmp_path, monke
 def test_distill_data_insemrag_is_checked_too(tmp_path):
     with pytest.raises(ConfigError, match=r"distill_data.insemrag.chunking: insemrag over backend milvus"):
         load(tmp_path, "no_rag", stages="build_data, distill_data")
+
+
+def test_the_retrievers_recipe_loads_for_milvus_and_with_its_pgvector_override():
+    """recipes/retrievers.yaml: Milvus Lite as written, pgvector by the override its header documents; every
+    method it runs passes the engine checks (InSemRAG on the corpus rows)."""
+    config = load_recipe("retrievers").config
+    connection = config.retrieval.connection
+    assert config.retrieval.backend == "milvus" and connection.uri.endswith(".db") and "://" not in connection.uri
+    assert {"dtr", "dense_rag", "d2rag", "insemrag"} <= set(config.evaluate.methods)
+    assert config.evaluate.options["insemrag"]["chunking"] == "corpus"
+    override = ["retrieval.backend=pgvector", "retrieval.connection.uri=postgresql://rag@/corpus?host=/tmp/pg"]
+    pg = load_recipe("retrievers", override).config
+    assert (pg.retrieval.backend, pg.retrieval.connection.index) == ("pgvector", connection.index)
+
+
+def test_the_recipe_postgres_helper_starts_a_server_with_pgvector_and_stops_it():
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import psycopg
+
+    from workbench.core.paths import PROJECT_ROOT
+
+    parent = Path(tempfile.mkdtemp(prefix="wb-pg-helper-"))
+    parent.chmod(0o755)  # the server runs as its own user when the tests run as root
+    helper = [sys.executable, str(PROJECT_ROOT / "recipes" / "start_postgres.py"), "--dir", str(parent / "pg")]
+    try:
+        started = subprocess.run(helper, capture_output=True, text=True, timeout=120)
+        uri = started.stdout.strip()
+        assert started.returncode == 0 and uri.startswith("postgresql://") and "/corpus?" in uri, started.stderr
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        again = subprocess.run(helper, capture_output=True, text=True, timeout=120)  # running already: same URI
+        assert again.returncode == 0 and again.stdout.strip() == uri
+    finally:
+        stopped = subprocess.run([*helper, "--stop"], capture_output=True, text=True, timeout=120)
+        shutil.rmtree(parent, ignore_errors=True)
+    assert stopped.returncode == 0, stopped.stderr

@@ -107,7 +107,7 @@ def check_answers_from_the_engine(traces: list[dict], sent: list[tuple[str, str]
 def test_every_method_runs_on_milvus_lite(tmp_path, monkeypatch, tiny_lm_long_dir, tiny_encoder_dir):
     from workbench.backends.retrieval_milvus import MilvusRetriever
 
-    uri = milvus_lite_uri(tmp_path)
+    uri = milvus_lite_uri(tmp_path / "engines")  # a folder `workbench index` creates
     args = overrides(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, "milvus", uri, "full")
     traces, sent = run_methods(tmp_path, monkeypatch, args, MilvusRetriever)
     check_answers_from_the_engine(traces, sent, {"dense", "lexical"})
