@@ -3,7 +3,8 @@
 Over an external backend, a method's own indexes (DTR's dense index, InSemRAG's channels) are the engine's channels
 (:meth:`~workbench.methods.base.Tools.engine_channel`). :func:`check_engine_needs` refuses at recipe load, in one
 line naming the method's options, a method that searches a channel the backend lacks (:data:`~workbench.backends.
-retrieval_engines.ENGINES`) or settings that need an index only this process can build (InSemRAG's token windows).
+retrieval_engines.ENGINES`) or settings that need an index only this process can build (InSemRAG's token windows,
+``seper_eval``'s corpus sample).
 Each method's settings say what they need (``engine_channels()``, ``engine_refusal()``).
 """
 
@@ -31,7 +32,8 @@ def _method_uses(config: Any) -> Iterator[tuple[str, str, dict[str, Any]]]:
 
 def check_engine_needs(config: Any) -> None:
     """Over an external ``retrieval.backend``: every method the run builds searches only channels the backend offers
-    and no index of this process's own; else a one-line :class:`ConfigError` naming the method's options."""
+    and no index of this process's own, and ``seper_eval`` searches the whole corpus; else a one-line
+    :class:`ConfigError` naming the key."""
     from workbench.backends.retrieval_engines import ENGINES
     from workbench.methods.registry import method_settings
 
@@ -39,6 +41,11 @@ def check_engine_needs(config: Any) -> None:
     spec = ENGINES[backend]
     if not spec.external:
         return
+    if "seper_eval" in config.stages and config.seper_eval.corpus_size is not None:
+        raise ConfigError(
+            f"backend {backend} holds the whole corpus, so a sample of it cannot be searched there: set null",
+            "seper_eval.corpus_size",
+        )
     for key, name, given in _method_uses(config):
         settings = method_settings(name, given)
         refusal = settings.engine_refusal() if hasattr(settings, "engine_refusal") else None

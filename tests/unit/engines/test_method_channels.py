@@ -56,6 +56,14 @@ def test_distill_data_insemrag_is_checked_too(tmp_path):
         load(tmp_path, "no_rag", stages="build_data, distill_data")
 
 
+def test_a_seper_eval_corpus_sample_is_refused_over_an_engine(tmp_path):
+    with pytest.raises(ConfigError, match=r"seper_eval.corpus_size: backend milvus holds the whole corpus"):
+        load(tmp_path, "no_rag", stages="build_data, seper_eval")
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: demo\nstages: [build_data, seper_eval]\n{ENGINE}seper_eval: {{corpus_size: null}}\n")
+    assert load_recipe(str(path)).config.seper_eval.corpus_size is None
+
+
 def test_the_retrievers_recipe_loads_for_milvus_and_with_its_pgvector_override():
     """recipes/retrievers.yaml: Milvus Lite as written, pgvector by the override its header documents; every
     method it runs passes the engine checks (InSemRAG on the corpus rows)."""

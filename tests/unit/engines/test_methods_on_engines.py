@@ -122,3 +122,44 @@ def test_every_method_runs_on_pgvector(tmp_path, monkeypatch, pg_server, tiny_lm
     args = overrides(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, "pgvector", uri, "pooled")
     traces, sent = run_methods(tmp_path, monkeypatch, args, PgvectorRetriever)
     check_answers_from_the_engine(traces, sent, {"dense", "lexical"})
+
+
+def test_seper_eval_and_distill_data_search_the_engine(tmp_path, monkeypatch, tiny_lm_long_dir, tiny_encoder_dir):
+    """The two stages that built their own indexes: seper_eval's bm25 / dense / hybrid / DTR rows and distill_data's
+    InSemRAG teacher search the engine's lexical and dense channels."""
+    import datasets
+
+    from workbench.backends.retrieval_milvus import MilvusRetriever
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=40)
+    uri = milvus_lite_uri(tmp_path)
+    args = run_overrides(
+        tmp_path,
+        tiny_lm_long_dir,
+        f"embedder.model={tiny_encoder_dir}",
+        f"data.corpus={corpus}",
+        "stages=[build_data,seper_eval,distill_data]",
+        "retrieval.backend=milvus",
+        f"retrieval.connection={{uri: '{uri}', index: passages, batch_size: 64, retries: 0}}",
+        "seper_eval.limit=2",
+        "seper_eval.samples=2",
+        "seper_eval.k=2",
+        "seper_eval.max_new_tokens=4",
+        "seper_eval.corpus_size=null",
+        "distill_data.limit=2",
+        "distill_data.heldout_limit=1",
+        "distill_data.sources=[gold]",
+        "distill_data.insemrag={chunking: corpus, k1: 4, candidates_per_channel: 4, k: 2, max_rounds: 1}",
+        per_template=10,
+    )
+    run_index(load_recipe("seper-eval", args).config)
+    sent = engine_queries(monkeypatch, MilvusRetriever)
+    no_index_here(monkeypatch)
+    from workbench.stages.runner import run_recipe
+
+    run_recipe(load_recipe("seper-eval", args))
+    summary = json.loads((tmp_path / "run" / "stages" / "seper_eval" / "summary.json").read_text())
+    assert sorted(summary["ranking"]) == ["bm25", "dense", "dtr", "gold", "hybrid", "random"]
+    traces = datasets.load_from_disk(str(tmp_path / "run" / "stages" / "distill_data" / "traces" / "train"))
+    assert len(traces) > 0
+    assert {channel for channel, _ in sent} == {"dense", "lexical"}
