@@ -103,3 +103,33 @@ def test_the_recipe_postgres_helper_starts_a_server_with_pgvector_and_stops_it()
         stopped = subprocess.run([*helper, "--stop"], capture_output=True, text=True, timeout=120)
         shutil.rmtree(parent, ignore_errors=True)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_tools_route_a_method_s_own_indexes_to_the_engine_s_channels(monkeypatch):
+    """``Tools.bm25_retriever`` / ``dense_retriever`` over an external run retriever: the retriever itself on its own
+    channel, one sibling on the same connection for the other (built once), the pooled index over the lexical
+    channel; a channel the backend lacks is a one-line ConfigError."""
+    from tests.toy_corpus import corpus_dataset
+    from tests.unit.engines.conftest import HashingEmbedder
+    from workbench.backends.retrieval_engines import Connection, ExternalRetriever
+    from workbench.backends.retrievers import PooledDenseRetriever
+    from workbench.methods.base import Tools
+
+    class Engine(ExternalRetriever):  # no server: only what Tools reads
+        backend = "milvus"
+
+    corpus = corpus_dataset()
+    own = Engine(corpus, Connection("m.db", "passages", channel="lexical"))
+    tools = Tools(generator=None, retriever=own, corpus=corpus, counter=own.counter, embedder=HashingEmbedder())
+    assert tools.on_engine and tools.bm25_retriever() is own
+    dense = tools.dense_retriever()
+    assert type(dense) is Engine and dense.connection.channel == "dense" and dense.connection.uri == "m.db"
+    assert dense.embedder is tools.embedder and dense.counter is tools.counter and tools.dense_retriever() is dense
+    pooled = tools.dense_retriever("pooled", 3)
+    assert isinstance(pooled, PooledDenseRetriever) and pooled.base is own
+    lexical_only = Tools(generator=None, retriever=own, corpus=corpus, counter=own.counter, embedder=HashingEmbedder())
+    monkeypatch.setitem(ENGINES, "milvus", EngineSpec("milvus", True, frozenset({"lexical"}), ("file",)))
+    with pytest.raises(ConfigError, match=r"retrieval.backend: backend milvus has no dense channel"):
+        lexical_only.dense_retriever()
+    in_process = Tools(generator=None, retriever=None, corpus=corpus, counter=own.counter)
+    assert not in_process.on_engine and in_process.engine_channel("dense") is None
