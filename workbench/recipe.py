@@ -286,10 +286,12 @@ def _key_location(located: LocatedYAML, dotted: str) -> str:
 
 def load_checks(config: Any) -> list[Callable[[Any], None]]:
     """What :func:`load_recipe` checks after the schema, in order: the run settings and the shared sections, the splits
-    each stage reads, each stage's own check (in the recipe's order), the cross-stage agreements, and an answer-reader
+    each stage reads, each stage's own check (in the recipe's order), what the methods ask of an external retrieval
+    engine, the cross-stage agreements, and an answer-reader
     adapter as the generator. Each raises a ConfigError naming a dotted key (the error then gets its file and line),
     so a recipe that cannot finish fails before its first stage runs."""
     from workbench.stages.agreements import check_agreements
+    from workbench.stages.engine_needs import check_engine_needs
 
     own = [check for name in config.stages if (check := STAGES[name].load_check()) is not None]
     return [
@@ -301,6 +303,7 @@ def load_checks(config: Any) -> list[Callable[[Any], None]]:
         _check_backend,
         _check_splits,
         *own,
+        check_engine_needs,
         check_agreements,
         _check_reader_adapter,
     ]

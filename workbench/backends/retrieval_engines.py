@@ -279,7 +279,9 @@ class ExternalRetriever(Retriever):
             except WorkbenchError:
                 raise
             except self.transient as exc:
-                if attempt + 1 == tries or not self._retryable(exc):
+                if not self._retryable(exc):  # e.g. refused credentials: another try would be refused too
+                    raise EngineError(f"{what} failed: {first_line(exc, conn.secret())}", conn.where) from None
+                if attempt + 1 == tries:
                     detail = first_line(exc, conn.secret())
                     raise EngineError(f"{what} failed after {tries} tries: {detail}", conn.where) from None
                 delay = conn.backoff_s * 2**attempt

@@ -12,10 +12,12 @@ variable ``credentials_env`` names; ``timeout_s`` bounds every call.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import threading
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -142,6 +144,8 @@ class MilvusRetriever(ExternalRetriever):
     (see the module docstring). Checks at construction that the engine answers and the collection, its mapped fields
     and (dense) the vector dimension match; search errors are retried, then one line."""
 
+    backend = "milvus"  # its entry in ENGINES (the channels it offers)
+
     def __init__(
         self, passages: Any, connection: Connection, *, embedder: Any = None, counter: CostCounter | None = None
     ) -> None:
@@ -208,6 +212,8 @@ class MilvusIndex:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        if is_local(connection.uri):  # a new Milvus Lite file: Milvus Lite does not create its folder
+            Path(connection.uri.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
         self._client = connect(connection)
 
     def exists(self) -> bool:
@@ -246,11 +252,15 @@ class MilvusIndex:
     def present(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` the collection already holds."""
         id_field = self.connection.field_name("id")
-        rows = self._client.get(self.connection.index, ids=list(ids), output_fields=[id_field])
+        # a filter of JSON string literals: pymilvus's get(ids=...) quotes ids unescaped, so an id holding a quote
+        # (a Wikipedia title such as "Hell's Kitchen") breaks the expression
+        wanted = json.dumps([str(i) for i in ids], ensure_ascii=False)
+        rows = self._client.query(self.connection.index, filter=f"{id_field} in {wanted}", output_fields=[id_field])
         return {str(row[id_field]) for row in rows}
 
     def write(self, rows: Sequence[dict[str, Any]], vectors: np.ndarray) -> None:
-        """Upsert ``rows`` (chunk_id, text, title, doc_id) with their ``vectors``."""
+        """Write ``rows`` (chunk_id, text, title, doc_id) with their ``vectors`` — ids the collection does not hold
+        (:meth:`present` picked them). An insert: Milvus Lite 2.5's upsert fails on an id holding a quote."""
         name = self.connection.field_name
         data = [
             {
@@ -262,7 +272,7 @@ class MilvusIndex:
             }
             for row, vec in zip(rows, vectors, strict=True)
         ]
-        self._client.upsert(self.connection.index, data, timeout=self.connection.timeout_s)
+        self._client.insert(self.connection.index, data, timeout=self.connection.timeout_s)
 
     def count(self) -> int:
         """Rows in the collection."""

@@ -115,6 +115,8 @@ class PgvectorRetriever(ExternalRetriever):
     full-text rank (see the module docstring). Checks at construction that the server answers and the table, its
     mapped columns and (dense) the vector dimension match; search errors are retried, then one line."""
 
+    backend = "pgvector"  # its entry in ENGINES (the channels it offers)
+
     def __init__(
         self, passages: Any, connection: Connection, *, embedder: Any = None, counter: CostCounter | None = None
     ) -> None:

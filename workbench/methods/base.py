@@ -223,7 +223,9 @@ class Tools:
     Heavy things derived from them — a method's chunked view of the corpus (:meth:`with_corpus`), a dense or BM25
     index over the corpus (:meth:`dense_retriever`, :meth:`bm25_retriever`) — are built once per Tools and shared by
     every method built on it (:meth:`shared`), so DTR and InSemRAG search one dense index, and the evaluation stage
-    and the runtime build the same ones.
+    and the runtime build the same ones. When ``retriever`` is the user's engine (an
+    :class:`~workbench.backends.retrieval_engines.ExternalRetriever`), those two search the engine's dense and
+    lexical channels instead (:meth:`engine_channel`): nothing is indexed in this process.
     """
 
     def __init__(
@@ -276,9 +278,12 @@ class Tools:
 
     def bm25_retriever(self) -> Any:
         """A BM25 retriever over ``corpus``: the tools' own when it is one over the same passages, else one built
-        (its index cached on disk) and shared."""
+        (its index cached on disk) and shared; over the user's engine, its lexical channel (:meth:`engine_channel`)."""
         from workbench.backends.retrievers import BM25Retriever, as_corpus
 
+        engine = self.engine_channel("lexical")
+        if engine is not None:
+            return engine
         own = self.retriever
         if isinstance(own, BM25Retriever) and own.corpus.fingerprint == self._fingerprint():
             return own
@@ -291,6 +296,8 @@ class Tools:
         and embedder; the tools' own retriever when it is such an index over the same passages). ``"pooled"``: the
         top ``pool`` BM25 passages of each query ranked by embedding similarity
         (:class:`~workbench.backends.retrievers.PooledDenseRetriever`; recall bounded by BM25's recall@pool).
+        Over the user's engine (:meth:`engine_channel`): ``full`` searches its dense channel, ``pooled`` re-ranks the
+        pool of its lexical channel.
         """
         from workbench.backends.retrievers import DenseRetriever, PooledDenseRetriever, as_corpus
         from workbench.core.errors import ConfigError
@@ -304,6 +311,9 @@ class Tools:
             )
         if index != "full":
             raise ConfigError(f"dense index must be full or pooled, got {index!r}", "tools")
+        engine = self.engine_channel("dense")
+        if engine is not None:
+            return engine
         own = self.retriever
         if (
             isinstance(own, DenseRetriever)
@@ -315,6 +325,46 @@ class Tools:
         return self.shared(
             "dense:full", lambda: DenseRetriever(as_corpus(self.corpus), self.embedder, counter=self.counter)
         )
+
+    @property
+    def on_engine(self) -> bool:
+        """Whether ``retriever`` searches the user's engine (an external backend) rather than this process."""
+        from workbench.backends.retrieval_engines import ExternalRetriever
+
+        return isinstance(self.retriever, ExternalRetriever)
+
+    def engine_channel(self, channel: str) -> Any:
+        """The ``channel`` (``dense`` or ``lexical``) of the user's engine when ``retriever`` is an external one
+        (None when it is not): the retriever itself when it searches that channel, else a second retriever on the
+        same connection and corpus searching the other one (built once, shared). An engine without that channel is
+        a one-line :class:`~workbench.core.errors.ConfigError` naming ``retrieval.backend``."""
+        from workbench.backends.retrieval_engines import ENGINES
+        from workbench.core.errors import ConfigError
+
+        own = self.retriever
+        if not self.on_engine:
+            return None
+        if own.connection.channel == channel:
+            return own
+        backend = getattr(own, "backend", type(own).__name__)
+        spec = ENGINES.get(backend)
+        if spec is not None and channel not in spec.channels:
+            raise ConfigError(
+                f"backend {backend} has no {channel} channel, which this method searches (it offers"
+                f" {', '.join(sorted(spec.channels))})",
+                "retrieval.backend",
+            )
+        if channel == "dense" and self.embedder is None:
+            raise ConfigError("the engine's dense channel needs an embedder (tools.embedder is None)", "tools")
+
+        def build() -> Any:
+            from dataclasses import replace
+
+            connection = replace(own.connection, channel=channel)
+            embedder = self.embedder if channel == "dense" else None
+            return type(own)(own.corpus, connection, embedder=embedder, counter=self.counter)
+
+        return self.shared(f"engine:{channel}", build)
 
     def _fingerprint(self) -> str:
         from workbench.backends.retrievers import as_corpus

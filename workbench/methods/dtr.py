@@ -158,6 +158,14 @@ class DTRSettings:
         check_int(self.answer_max_tokens, "answer_max_tokens", "dtr.answer_max_tokens", NEW_TOKENS, optional=True)
         return self
 
+    def engine_channels(self) -> frozenset[str]:
+        """The channels of the user's engine both paths search when ``retrieval.backend`` is external: the dense
+        one for ``dense_index = "full"``, the lexical one for ``"pooled"`` (its pool, re-ranked by the embedder
+        here), none of their own for ``retriever = "run"`` (the run's retriever, whatever channel it searches)."""
+        if self.retriever == "run":
+            return frozenset()
+        return frozenset({"dense" if self.dense_index == "full" else "lexical"})
+
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
         return asdict(self)

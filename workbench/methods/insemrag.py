@@ -223,6 +223,24 @@ class InSemRAGSettings:
                 raise bad(name, f"{name} must be true or false")
         return self
 
+    def engine_channels(self) -> frozenset[str]:
+        """The channels of the user's engine InSemRAG searches when ``retrieval.backend`` is external: ``sparse``
+        the lexical one; ``dense`` / ``extended`` the dense one with ``dense_index = "full"``, the lexical one (the
+        pool re-ranked here) with ``"pooled"``."""
+        dense = "dense" if self.dense_index == "full" else "lexical"
+        return frozenset(dense if name in ("dense", "extended") else "lexical" for name in self.channels)
+
+    def engine_refusal(self) -> tuple[str, str] | None:
+        """Why these settings cannot search the user's engine, and the key at fault (None: they can). The engine
+        holds the corpus rows ``workbench index`` pushed, not InSemRAG's own token windows (``chunking = fixed``)."""
+        if self.chunking == "fixed":
+            return (
+                "InSemRAG's token windows (chunking: fixed) are built in this process, and the engine holds the"
+                " corpus rows: set chunking: corpus",
+                "chunking",
+            )
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
         out = asdict(self)
@@ -261,6 +279,9 @@ class InSemRAG(Method):
     ) -> None:
         settings = (settings or InSemRAGSettings()).validate()
         self.corpus_view: dict[str, Any] = {"chunking": "corpus"}
+        refusal = settings.engine_refusal()
+        if refusal is not None and retriever is None and tools.on_engine:
+            raise ConfigError(refusal[0], f"insemrag.{refusal[1]}")
         if settings.chunking == "fixed":
             if retriever is not None:
                 raise ConfigError(

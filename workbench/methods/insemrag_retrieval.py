@@ -73,16 +73,16 @@ def build_hybrid_retriever(
 ) -> HybridRetriever:
     """A hybrid retriever over ``tools.corpus``: dense (``tools.embedder``; a full FAISS index, or with
     ``dense_index="pooled"`` the top ``dense_pool`` BM25 passages re-ranked by embedding), sparse (BM25; the tools'
-    own BM25 retriever when it searches the same corpus) and, if asked, extended (the dense channel again)."""
+    own BM25 retriever when it searches the same corpus) and, if asked, extended (the dense channel again). Over the
+    user's engine the channels are the engine's (:meth:`~workbench.methods.base.Tools.engine_channel`)."""
     if tools.embedder is None and ("dense" in channels or "extended" in channels):
         raise ConfigError("InSemRAG's dense channel needs an embedder (tools.embedder is None)", "insemrag.retriever")
     built: dict[str, Retriever] = {}
-    bm25 = tools.bm25_retriever()  # the tools' own BM25 when it searches the same passages, else one shared
     if "dense" in channels or "extended" in channels:
         dense: Retriever = tools.dense_retriever(dense_index, dense_pool)
         built.update({name: dense for name in ("dense", "extended") if name in channels})
     if "sparse" in channels:
-        built["sparse"] = bm25
+        built["sparse"] = tools.bm25_retriever()  # the tools' own BM25 over the same passages, else one shared
     return HybridRetriever({name: built[name] for name in channels}, counter=tools.counter)
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "adapter_file",
     "build_method",
     "check_options",
+    "method_settings",
     "option_fields",
     "options_template",
     "resolve_controller_model",
@@ -413,6 +414,13 @@ def _parse(name: str, given: Any) -> tuple[MethodEntry, dict[str, Any], Any]:
     except ConfigError as exc:
         raise _located(name, exc, given) from None
     return entry, values, options
+
+
+def method_settings(name: str, given: Mapping[str, Any] | None) -> Any:
+    """Method ``name``'s validated settings from its options ``given`` (None for a method without settings; its
+    deferred settings left at their defaults). Errors as :func:`check_options`'s."""
+    entry, values, _ = _parse(name, given)
+    return _settings(name, entry, {k: v for k, v in values.items() if k not in entry.deferred})
 
 
 def check_options(methods: list[str], options: dict[str, Any]) -> None:

@@ -154,6 +154,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     ``summary.json`` (module doc)."""
     import datasets
 
+    from workbench.backends.retrieval_engines import ENGINES
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.gold import GoldLabeler
@@ -174,9 +175,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     teacher = load_teacher(ctx) if "teacher" in section.sources else None  # fail before any work
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     evaluate = ctx.config.evaluate
-    tools = Tools(  # InSemRAG builds its own view and retrievers; it needs no judge and no run retriever
+    # InSemRAG builds its own view and retrievers in this process (it needs no judge); over the user's engine it
+    # searches the engine's channels, reached through the run's retriever
+    external = ENGINES[ctx.config.retrieval.backend].external
+    tools = Tools(
         generator=ctx.resources.generator(),
-        retriever=None,
+        retriever=ctx.resources.retriever(corpus) if external else None,
         corpus=corpus,
         counter=ctx.counter,
         embedder=ctx.resources.embedder(),

@@ -51,12 +51,19 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
         return _control_contexts(kind, rows, tools, k, ctx.config.seed)
     questions = [str(r["question"]) for r in rows]
     counter = ctx.counter
-    bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
+    if tools.on_engine:  # the user's engine: its lexical and dense channels stand for the in-process indexes
+        bm25 = tools.bm25_retriever()
 
-    def dense() -> DenseRetriever:
-        return ctx.resources.get(
-            "seper_eval:dense", lambda: DenseRetriever(corpus, ctx.resources.embedder(), counter=counter)
-        )
+        def dense() -> Any:
+            return tools.dense_retriever()
+
+    else:
+        bm25 = ctx.resources.get("seper_eval:bm25", lambda: BM25Retriever(corpus, counter=counter))
+
+        def dense() -> Any:
+            return ctx.resources.get(
+                "seper_eval:dense", lambda: DenseRetriever(corpus, ctx.resources.embedder(), counter=counter)
+            )
 
     if kind == "dtr":
         from workbench.methods.dtr import DTR, DTRSettings
