@@ -362,7 +362,8 @@ class Tools:
 
             connection = replace(own.connection, channel=channel)
             embedder = self.embedder if channel == "dense" else None
-            return type(own)(own.corpus, connection, embedder=embedder, counter=self.counter)
+            # the same passage table: a passage either channel adds from the engine has one row for both
+            return type(own)(own.passages, connection, embedder=embedder, counter=self.counter)
 
         return self.shared(f"engine:{channel}", build)
 

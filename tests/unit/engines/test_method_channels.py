@@ -125,6 +125,7 @@ def test_tools_route_a_method_s_own_indexes_to_the_engine_s_channels(monkeypatch
     dense = tools.dense_retriever()
     assert type(dense) is Engine and dense.connection.channel == "dense" and dense.connection.uri == "m.db"
     assert dense.embedder is tools.embedder and dense.counter is tools.counter and tools.dense_retriever() is dense
+    assert dense.passages is own.passages  # one table: a passage either channel adds has one row for both
     pooled = tools.dense_retriever("pooled", 3)
     assert isinstance(pooled, PooledDenseRetriever) and pooled.base is own
     lexical_only = Tools(generator=None, retriever=own, corpus=corpus, counter=own.counter, embedder=HashingEmbedder())
