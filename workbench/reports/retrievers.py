@@ -40,6 +40,11 @@ def _times(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
+def _load(machine: dict[str, Any]) -> str:
+    load = machine.get("load_average_1min")
+    return "—" if load is None else f"{load:.1f}"
+
+
 def _where(row: dict[str, Any]) -> str:
     return row["memory"]["what"] if row["memory"] else "not measured (a server elsewhere)"
 
@@ -244,7 +249,8 @@ def write_report(bench: dict[str, Any], out_dir: Path, *, name: str, rerun: str)
         "",
         f"Regenerate with `{rerun}`. Machine: {m['cpus_usable']} usable CPU core(s) of {m['cpus']}, "
         f"{m['platform']}, Python {m['python']}; faiss {m['faiss_threads']} OpenMP thread(s), torch "
-        f"{m['torch_threads']} thread(s), OMP_NUM_THREADS={m['omp_num_threads']}. Every engine ran on this machine "
+        f"{m['torch_threads']} thread(s), OMP_NUM_THREADS={m['omp_num_threads']}; load average {_load(m)} when "
+        "the stage began (other work on the machine slows every figure). Every engine ran on this machine "
         "(PostgreSQL and Milvus Lite as processes of their own). Compare the ratios within this report: absolute "
         "figures vary from run to run on shared machines.",
         "",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import shutil
 import statistics
@@ -43,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.stages.context import StageContext
 
@@ -65,6 +64,10 @@ RANKING: dict[str, dict[str, str]] = {
 }
 """What each backend's channel ranks by, printed beside its agreement figure (BM25 variants differ)."""
 
+
+PSS_INTERVAL_S = 0.25
+"""Seconds between samples of an engine's proportional set sizes (reading every process's smaps costs CPU that the
+engine being measured would otherwise have; RSS is sampled every 50 ms)."""
 
 # --------------------------------------------------------------------------------------------------- inputs
 
@@ -191,7 +194,7 @@ def new_children_probe(before: set[int], what: str) -> MemoryProbe:
             return [p for p in me.children(recursive=True) if p.pid not in before]
         return []
 
-    return MemoryProbe(what, processes, proportional=True)
+    return MemoryProbe(what, processes, proportional=True, interval_s=PSS_INTERVAL_S)
 
 
 def child_ids() -> set[int]:
@@ -233,7 +236,9 @@ def throwaway_postgres(parent: Path) -> Iterator[tuple[str, MemoryProbe]]:
     server.start()
     try:
         postmaster = psutil.Process(int((server.pgdata / "postmaster.pid").read_text().split()[0]))
-        probe = MemoryProbe("PostgreSQL server processes (PSS)", lambda: _tree(postmaster), proportional=True)
+        probe = MemoryProbe(
+            "PostgreSQL server processes (PSS)", lambda: _tree(postmaster), proportional=True, interval_s=PSS_INTERVAL_S
+        )
         yield server.get_uri(), probe
     finally:
         server.cleanup()
@@ -294,6 +299,8 @@ def _build_external(
     start = time.perf_counter()
     writer = getattr(importlib.import_module(module), cls)(_connection(uri, index, channels[0], batch_size))
     try:
+        if writer.exists():  # a rate measured over rows already there would be no indexing rate
+            raise WorkbenchError(f"{index} already exists there: the benchmark indexes into a fresh one", uri)
         # a lexical-only engine's writer stores no vectors (``needs_vectors`` False: Lucene)
         report = push_corpus(corpus, writer, vectors if getattr(writer, "needs_vectors", True) else None, batch_size)
     finally:
@@ -526,6 +533,7 @@ def machine() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "faiss_threads": faiss.omp_get_max_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
     }
@@ -588,9 +596,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory (:func:`workbench.reports.retrievers.write_report`)."""
     from workbench.reports.retrievers import write_report
+    from workbench.stages.report_bench import write_bench_report
 
-    bench = json.loads((ctx.inputs["bench_retrievers"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
-    return {"report": str(report_dir / "report.md")}
+    return write_bench_report(ctx, "bench_retrievers", write_report)
