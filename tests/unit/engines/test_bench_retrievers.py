@@ -4,11 +4,13 @@ tables; and the stage's parts (synthetic vectors, agreement, the section's check
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
 import pytest
 
+from workbench.backends.retrieval_engines import ENGINES
 from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
 from workbench.stages.bench_retrievers import SyntheticVectors, agreement, bench_queries, unavailable
@@ -61,8 +63,10 @@ def test_every_backend_is_measured_on_its_channels(bench_run):
     for name in expected:
         memory = rows[name]["memory"]
         assert memory["peak_bytes"] >= memory["baseline_bytes"] and memory["peak_bytes"] > 0
-    # lucene is measured when this build has the backend, else listed with the reason; never both
+    # lucene is measured when this build has the backend and pyserini, else listed with the reason; never both
     assert ("lucene" in rows) != ("lucene" in bench["not_run"])
+    if "lucene" in ENGINES and importlib.util.find_spec("pyserini") is not None:
+        assert rows["lucene"]["channels"]["lexical"]["agreement_with_bm25"] > 0.0
 
 
 def test_agreement_with_the_references(bench_run):
