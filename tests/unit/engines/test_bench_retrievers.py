@@ -174,3 +174,36 @@ def test_push_corpus_takes_columns_as_well_as_a_dataset():
     report = push_corpus(columns, writer, SyntheticVectors(columns["text"], 8, 0), batch_size=2)
     assert (report.passages, report.written, report.engine_count) == (5, 5, 5)
     assert writer.rows["p3"] == {"chunk_id": "p3", "doc_id": "d1", "title": "B", "text": "four"}
+
+
+def test_the_report_says_when_a_server_elsewhere_was_not_measured():
+    from workbench.reports.retrievers import report_lines
+
+    latency = {"1": {"p50_ms": 1.0, "p95_ms": 2.0, "queries_per_s": 900.0, "calls": 4}}
+    row = {
+        "passages": 1000,
+        "docs_per_s": 500.0,
+        "index_seconds": 2.0,
+        "disk_bytes": 4_000_000,
+        "memory": None,
+        "channels": {"dense": {"ranking": "cosine", "latency": latency, "agreement_with_dense": 0.5}},
+        "notes": [],
+    }
+    bench = {
+        "settings": {"concurrency": [1], "k": 10, "repeats": 2, "dim": 384},
+        "corpus": {
+            "passages": 1000,
+            "of": 1000,
+            "documents": 10,
+            "mean_chars": 88.0,
+            "chunking": "fixed",
+            "source": "wiki",
+        },
+        "queries": {"count": 2, "examples": ["q"]},
+        "backends": {"pgvector": row},
+        "not_run": {"lucene": "no lucene here"},
+    }
+    text = "\n".join(report_lines(bench))
+    assert "| pgvector | dense | 500 | 2.0 | — | — | not measured (a server elsewhere) | 4 MB |" in text
+    assert "| pgvector | 1,000 | — | — | 84.1 GB | 11.7 h |" in text  # disk and build time still extrapolate
+    assert "- lucene: no lucene here" in text
