@@ -58,7 +58,7 @@ RANKING: dict[str, dict[str, str]] = {
     },
     "milvus": {
         "lexical": "BM25 (Milvus 2.5 function, k1 1.2, b 0.75; standard analyzer: no stemming, no stop words)",
-        "dense": "cosine, AUTOINDEX (Milvus Lite: a flat scan)",
+        "dense": "cosine, AUTOINDEX (approximate in Milvus Lite at this size: see the agreement)",
     },
     "lucene": {"lexical": "BM25 (Lucene / Anserini defaults k1 0.9, b 0.4; Porter stemming, stop words)"},
 }

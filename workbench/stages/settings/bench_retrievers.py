@@ -26,10 +26,10 @@ class BenchRetrieversSection:
     passages: int = doc(
         "passages indexed: the first this many of build_data's corpus (all when it holds fewer)", 100000
     )
-    queries: int = doc("questions searched (lexical: their text; dense: a seeded synthetic vector each)", 100)
+    queries: int = doc("questions searched (lexical: their text; dense: a seeded synthetic vector each)", 50)
     k: int = doc("passages per query (latency and top-k agreement)", 10)
     concurrency: list[int] = doc("queries in flight per latency measurement, one measurement each", [1, 8])
-    repeats: int = doc("timed passes over the queries per measurement, after one warm-up pass", 3)
+    repeats: int = doc("timed passes over the queries per measurement, after one warm-up pass", 2)
     dim: int = doc("dimension of the synthetic unit vectors the dense channels index and search", 384)
     large_passages: int = doc(
         "the dense scale tier: this many synthetic vectors indexed and searched by each of large_backends (0: none)",
