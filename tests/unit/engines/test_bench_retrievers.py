@@ -205,5 +205,5 @@ def test_the_report_says_when_a_server_elsewhere_was_not_measured():
     }
     text = "\n".join(report_lines(bench))
     assert "| pgvector | dense | 500 | 2.0 | — | — | not measured (a server elsewhere) | 4 MB |" in text
-    assert "| pgvector | 1,000 | — | — | 84.1 GB | 11.7 h |" in text  # disk and build time still extrapolate
+    assert "| pgvector | 1,000 | — | — | 84.1 GB | 11.7 h | — |" in text  # disk and build time still extrapolate
     assert "- lucene: no lucene here" in text
