@@ -32,6 +32,7 @@ def bench_run(tmp_path_factory):
         "bench_retrievers.repeats=2",
         "bench_retrievers.concurrency=[1, 3]",
         "bench_retrievers.large_passages=400",
+        "bench_retrievers.large_backends=[dense, milvus]",
         "bench_retrievers.batch_size=128",
     ]
     run_recipe(load_recipe("bench-retrievers", overrides))
