@@ -207,6 +207,8 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             "",
             *latency_lines(large["backends"], levels),
             "",
+            *agreement_lines(large["backends"], k),
+            "",
         ]
         lines += [f"- {name}: not run — {why}" for name, why in large.get("not_run", {}).items()]
         lines.append("")

@@ -38,7 +38,7 @@ class BenchRetrieversSection:
     )
     large_backends: list[BenchBackend] = doc(
         "backends indexed at large_passages (dense channel only); the others are extrapolated from the main size. "
-        "Adding milvus costs ~13 min on 2 cores (Milvus Lite took 1M upserts at ~1,300/s), past the recipe's budget",
+        "Adding milvus costs ~23 min on 2 cores (Milvus Lite took 1M upserts at 734/s overall), past the budget",
         ["dense"],
     )
     batch_size: int = doc("external engines: passages per write (`workbench index`'s retrieval.connection)", 1000)
