@@ -116,16 +116,18 @@ def recipe_embedder(config: Any) -> Any:
 
 
 def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int) -> IndexReport:
-    """Write every passage of ``corpus`` the engine lacks, ``batch_size`` at a time (see the module docstring), then
-    check every id is present; a one-line EngineError when one is not. ``embedder`` is None for a writer that
-    stores no vectors (``needs_vectors`` False)."""
+    """Write every passage of ``corpus`` (a Dataset, or a mapping of equal-length columns, with chunk_id, doc_id,
+    title and text) the engine lacks, ``batch_size`` at a time (see the module docstring), then check every id is
+    present; a one-line EngineError when one is not. ``embedder`` is None for a writer that stores no vectors
+    (``needs_vectors`` False)."""
     from workbench.backends.retrieval_engines import EngineError
     from workbench.core.logs import progress
 
     start = time.perf_counter()
-    rows = [
-        {name: str(corpus[name][i]) for name in ("chunk_id", "doc_id", "title", "text")} for i in range(len(corpus))
-    ]
+    names = ("chunk_id", "doc_id", "title", "text")
+    # whole columns at once: a Dataset read cell by cell costs ~0.2 ms a cell (142 s for 200k passages)
+    columns = [[str(value) for value in corpus[name][:]] for name in names]
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
     writer.prepare(embedder.dim if embedder is not None else None)
     written = skipped = 0
     with progress("index passages", len(rows)) as bar:

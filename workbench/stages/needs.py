@@ -65,6 +65,8 @@ STAGE_NEEDS: dict[str, tuple[str, ...]] = {
     "bench_runtime": ("optuna", "matplotlib"),
     "report_bench_runtime": ("optuna", "matplotlib"),
     "bench_gpu": _PLOTS,
+    "bench_retrievers": (),
+    "report_bench_retrievers": _PLOTS,
     "report_bench_gpu": _PLOTS,
 }
 """Per stage: the top-level modules of the ``train`` extra it imports (keys of :data:`TRAINING_MODULES`)."""

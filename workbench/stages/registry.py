@@ -385,6 +385,25 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
+            "bench_retrievers",
+            "measure the retrieval backends over one corpus: indexing docs/s, query latency at each concurrency, "
+            "memory, disk, top-k agreement with bm25s; a dense scale tier of synthetic vectors",
+            "workbench.stages.bench_retrievers:run",
+            sections=("bench_retrievers", "data"),
+            inputs=("build_data",),
+            cacheable=False,
+            settings="workbench.stages.settings.bench_retrievers:BenchRetrieversSection",
+            check="workbench.stages.settings.bench_retrievers:check",
+        ),
+        StageSpec(
+            "report_bench_retrievers",
+            "write the retrieval-backends benchmark report",
+            "workbench.stages.bench_retrievers:report",
+            sections=("report",),
+            inputs=("bench_retrievers",),
+            cacheable=False,
+        ),
+        StageSpec(
             "bench_runtime",
             "measure a bundle: cold start, decision-path latency, parity with its run, serve under load",
             "workbench.stages.bench_runtime:run",
