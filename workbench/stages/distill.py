@@ -94,7 +94,7 @@ def check_launch(processes: int, environ: Mapping[str, str] | None = None) -> No
     if processes > 1 and not any(name in env for name in LAUNCHER_VARIABLES):
         raise ConfigError(
             f"{processes} training processes (devices x num_nodes) need a launcher: start the run with torchrun "
-            "or srun, one process per device (README 'Distillation on several GPUs')",
+            "or srun, one process per device (docs/distillation.md, 'Distillation on several GPUs')",
             "distill.devices",
         )
 

@@ -13,7 +13,7 @@ from workbench.core.settings import RecipeView, check_own_section
 class DistillSection:
     """The 'distill' stage: a LoRA student (peft + PyTorch Lightning) trained on the distill_data traces to be
     InSemRAG's controller, then scored on the traces' heldout rows against its base prompted as the controller
-    (docs in workbench/stages/distill.py; multi-GPU launches in the README)."""
+    (docs in workbench/stages/distill.py; multi-GPU launches: docs/distillation.md)."""
 
     base_model: str = doc(
         "the student's base model: embedded 'smollm2', a local model directory or an explicit HF hub id", "smollm2"
@@ -35,8 +35,10 @@ class DistillSection:
         "Lightning precision: 32-true on CPU, bf16-mixed on recent GPUs (16-*: GPUs only)", "32-true"
     )
     accelerator: Literal["auto", "cpu", "gpu"] = doc("where to train (auto: a GPU when torch sees one)", "auto")
-    devices: int = doc("devices (processes) per node; more than 1 needs a multi-process launch (README)", 1)
-    num_nodes: int = doc("nodes (launch with torchrun or srun; README)", 1)
+    devices: int = doc(
+        "devices (processes) per node; more than 1 needs a multi-process launch (docs/distillation.md)", 1
+    )
+    num_nodes: int = doc("nodes (launch with torchrun or srun; docs/distillation.md)", 1)
     strategy: Literal["auto", "ddp", "deepspeed_stage_2", "deepspeed_stage_3"] = doc(
         "Lightning strategy: auto (one device, DDP for several), ddp, or DeepSpeed ZeRO stage 2 / 3 (needs the "
         "deepspeed package; on CPU a C++ compiler for its communication op)",

@@ -277,7 +277,7 @@ class NLISection:
     """The NLI / answer-equivalence judge used wherever answers are compared."""
 
     kind: Literal["answer_equivalence", "cross_encoder", "llm", "hf"] = doc(
-        "judge backend (see README 'NLI judges' for the measured accuracy of each)", "answer_equivalence"
+        "judge backend (docs/nli.md; the measured accuracy of each: docs/benchmarks.md)", "answer_equivalence"
     )
     model: str = doc(
         "cross_encoder: directory of a model trained by the train-nli recipe; hf: a local NLI checkpoint or an"
