@@ -432,6 +432,10 @@ def measure_backend(
     from workbench.core.memory import return_freed_memory
 
     return_freed_memory()
+    if name == "lucene":  # the JVM's start is a cost per process, not the index's: before the baseline
+        from workbench.backends.retrieval_lucene import anserini
+
+        anserini()
     probe = engine_probe(name, postgres)
     memory: dict[str, Any] | None = None
     if probe is not None:
