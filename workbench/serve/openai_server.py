@@ -59,9 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.serve.openai_bundle import V1BodySizeLimit, error_body, error_param
 from workbench.serve.openai_embeddings import EmbeddingRequest, count_tokens, embedding_answer, embedding_work
@@ -77,7 +75,7 @@ from workbench.serve.openai_schema import (
     completion_works,
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
-from workbench.serve.strict_body import StrictJSONRoute, http_refusal
+from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
 from workbench.serve.uvicorn_run import ServerThread
 from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
@@ -226,19 +224,13 @@ def create_model_app(
     app.state.engine = engine
     app.add_middleware(V1BodySizeLimit, max_bytes=limits.max_body_bytes)
 
-    @app.exception_handler(RequestValidationError)
-    async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, _validation_message(exc.errors()), param=error_param(exc.errors()))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        status, message, headers = http_refusal(request.method, request.url.path, exc, routes)
-        return _error(status, message, headers=headers)
-
-    @app.exception_handler(Exception)
-    async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return _error(500, f"internal server error ({type(exc).__name__}); see the server log")
+    install_refusal_handlers(
+        app,
+        routes=routes,
+        error=_error,
+        on_invalid=lambda errors: _error(422, _validation_message(errors), param=error_param(errors)),
+        logger=logger,
+    )
 
     def card() -> dict[str, Any]:
         return {

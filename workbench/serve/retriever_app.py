@@ -36,11 +36,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workbench.backends.passage_table import passages_of
 from workbench.backends.retrieval_engines import ExternalRetriever
@@ -49,7 +47,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.serve.app import _error, _validation_detail
 from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
-from workbench.serve.strict_body import StrictJSONRoute, http_refusal
+from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
 from workbench.serve.uvicorn_run import ServerThread
 
 logger = logging.getLogger("workbench.serve")
@@ -163,19 +161,13 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
 
     app.state.close = close
 
-    @app.exception_handler(RequestValidationError)
-    async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, _validation_detail(exc.errors(), fields))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        status, detail, headers = http_refusal(request.method, request.url.path, exc, ROUTES)
-        return _error(status, detail, headers=headers)
-
-    @app.exception_handler(Exception)
-    async def _on_bug(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return _error(500, f"internal server error ({type(exc).__name__}); see the server log")
+    install_refusal_handlers(
+        app,
+        routes=ROUTES,
+        error=_error,
+        on_invalid=lambda errors: _error(422, _validation_detail(errors, fields)),
+        logger=logger,
+    )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -81,3 +81,33 @@ def http_refusal(method: str, path: str, exc: HTTPException, routes: str) -> tup
     elif status == 400:  # a body FastAPI could not read
         status, message = 422, "malformed JSON body: it could not be read"
     return status, message, exc.headers if status == exc.status_code else None
+
+
+def install_refusal_handlers(
+    app: Any,
+    *,
+    routes: str,
+    error: Callable[..., Response],
+    on_invalid: Callable[[list[Any]], Response],
+    logger: Any,
+) -> None:
+    """Answer every refusal of ``app`` in its own error shape: an invalid body by ``on_invalid(exc.errors())``, the
+    framework's HTTP errors by ``error(status, message, headers=...)`` worded by :func:`http_refusal` (404 naming
+    ``routes``), and a bug by ``error(500, ...)`` naming only its type, its traceback in ``logger`` (the shared
+    handlers of ``serve-model`` and ``serve-retriever``)."""
+    from fastapi.exceptions import RequestValidationError
+
+    async def on_validation(request: Request, exc: RequestValidationError) -> Response:
+        return on_invalid(exc.errors())
+
+    async def on_http(request: Request, exc: HTTPException) -> Response:
+        status, message, headers = http_refusal(request.method, request.url.path, exc, routes)
+        return error(status, message, headers=headers)
+
+    async def on_bug(request: Request, exc: Exception) -> Response:
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error(500, f"internal server error ({type(exc).__name__}); see the server log")
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(Exception, on_bug)
