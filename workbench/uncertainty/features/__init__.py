@@ -3,6 +3,10 @@
 ``FEATURES`` maps a name to a feature instance with the spec's default hyper-parameters. :data:`D2RAG_FEATURES`
 lists the 18 D²-RAG features in the column order of the paper's feature vector u (spec §3.1); ``dtr_nll`` (DTR)
 and ``dense`` (DENSE-RAG) complete the set. See docs/features.md for the table of formulas and substitutions.
+
+Other packages add features through the ``workbench.features`` entry point (:mod:`~workbench.uncertainty.features.
+plugins`, docs/adding-a-feature.md): :func:`get_features`, :func:`required_stats` and :func:`compute_features` resolve
+a name that is not built in by loading the installed plugin that declares it; ``FEATURES`` holds the built-in ones.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from workbench.uncertainty.features.graph import (
     SumEigenUncertainty,
 )
 from workbench.uncertainty.features.internal import AttentionScore, Inside
+from workbench.uncertainty.features.plugins import check_recorded_plugin, load_plugin, plugin_names
 from workbench.uncertainty.features.probability import (
     Confidence,
     Entropy,
@@ -81,18 +86,41 @@ def _check_registry() -> None:
 _check_registry()
 
 
-def get_features(names: Iterable[str] | None = None) -> list[Feature]:
-    """The features named in ``names`` (in that order); every registered feature when ``names`` is None.
+def find_feature(name: str) -> Feature | None:
+    """The built-in feature ``name``, else the one an installed plugin declares under it (loaded once), else None.
 
-    Raises :class:`~workbench.core.errors.ConfigError` naming the unknown names and listing the known ones.
+    ConfigError naming the entry point when that plugin is broken (:func:`~workbench.uncertainty.features.plugins.
+    load_plugin`)."""
+    return FEATURES.get(name) or load_plugin(name)
+
+
+def get_features(names: Iterable[str] | None = None) -> list[Feature]:
+    """The features named in ``names`` (in that order): built-in ones, and plugins' for the other names; every
+    built-in feature when ``names`` is None.
+
+    Raises :class:`~workbench.core.errors.ConfigError` naming the unknown names and listing the known ones (the
+    installed plugins' too), or naming the entry point of a broken plugin.
     """
     if names is None:
         return list(_ALL)
     names = list(names)
-    unknown = [n for n in names if n not in FEATURES]
+    found = {n: find_feature(n) for n in dict.fromkeys(names)}
+    unknown = [n for n in names if found[n] is None]
     if unknown:
-        raise ConfigError(f"unknown feature(s) {unknown}; known: {sorted(FEATURES)}", "features")
-    return [FEATURES[n] for n in names]
+        plugins = plugin_names()
+        extra = f"; installed plugins: {plugins}" if plugins else ""
+        raise ConfigError(f"unknown feature(s) {unknown}; known: {sorted(FEATURES)}{extra}", "features")
+    return [found[n] for n in names]
+
+
+def check_recorded_features(records: Iterable[Any], where: str) -> None:
+    """Refuse (DataError at ``where``) a bundle whose ``features`` records name a plugin feature this installation
+    cannot run as it was collected: its package is not installed (the message names the feature and the package),
+    or the installed one has another version of it. Records of built-in features pass unchanged; only the installed
+    package's code runs, nothing from the bundle."""
+    for record in records:
+        if isinstance(record, Mapping):
+            check_recorded_plugin(record, FEATURES, where)
 
 
 def required_stats(names: Iterable[str] | None = None) -> set[str]:
@@ -146,7 +174,9 @@ __all__ = [
     "SumEigenUncertainty",
     "TokenSar",
     "VerbalizedConfidence",
+    "check_recorded_features",
     "compute_features",
+    "find_feature",
     "get_features",
     "parse_verbalized_confidence",
     "required_stats",
