@@ -143,3 +143,15 @@ def test_built_in_names_never_read_the_entry_points(monkeypatch):
     assert [f.name for f in get_features(["entropy", "dtr_nll"])] == ["entropy", "dtr_nll"]
     with pytest.raises(AssertionError, match="entry points were read"):
         get_features(["not_built_in"])  # the check above can fail: an unknown name does read them
+
+
+def test_the_guide_shows_the_toy_package_as_it_is():
+    """docs/adding-a-feature.md quotes the toy package's entry point and class declarations: they must be its own."""
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "adding-a-feature.md").read_text()
+    entry = "toy_min_token_nll = toy_feature:MinTokenNll"
+    assert entry in (TOY_FEATURE / "toy_feature-0.1.dist-info" / "entry_points.txt").read_text()
+    assert 'toy_min_token_nll = "toy_feature:MinTokenNll"' in guide
+    assert 'toy_min_token_nll = "toy_feature:MinTokenNll"' in (TOY_FEATURE / "pyproject.toml").read_text()
+    source = (TOY_FEATURE / "toy_feature" / "__init__.py").read_text()
+    for line in ('name = "toy_min_token_nll"', 'version = "1"', "orientation = -1", 'stats = ("toy_min_logprob",)'):
+        assert line in guide and line in source
