@@ -1,8 +1,9 @@
 """The feature registry: every uncertainty feature by name, with its declared stats and orientation.
 
-``FEATURES`` maps a name to a feature instance with the spec's default hyper-parameters. :data:`D2RAG_FEATURES`
-lists the 18 D²-RAG features in the column order of the paper's feature vector u (spec §3.1); ``dtr_nll`` (DTR)
-and ``dense`` (DENSE-RAG) complete the set. See docs/features.md for the table of formulas and substitutions.
+``FEATURES`` maps a name to a feature instance with the spec's default hyper-parameters. :data:`SEED_FEATURES`
+lists the 18 features of the seed papers' feature set (D²-RAG's feature vector u, in its column order: spec §3.1);
+``dtr_nll`` (DTR) and ``dense`` (DENSE-RAG) complete the set. See docs/features.md for the table of formulas and
+substitutions.
 
 Other packages add features through the ``workbench.features`` entry point (:mod:`~workbench.uncertainty.features.
 plugins`, docs/adding-a-feature.md): :func:`get_features`, :func:`required_stats` and :func:`compute_features` resolve
@@ -67,8 +68,12 @@ _ALL: tuple[Feature, ...] = (
 FEATURES: dict[str, Feature] = {f.name: f for f in _ALL}
 """Every registered feature by name (default hyper-parameters)."""
 
-D2RAG_FEATURES: tuple[str, ...] = tuple(f.name for f in _ALL[:18])
-"""The 18 D²-RAG features in the column order of u (spec §3.1, rows 0–17)."""
+SEED_FEATURES: tuple[str, ...] = tuple(f.name for f in _ALL[:18])
+"""The 18 features of the seed papers' feature set, in the column order of D²-RAG's feature vector u (spec §3.1,
+rows 0–17): the default of the feature benchmarks."""
+
+D2RAG_FEATURES = SEED_FEATURES
+"""Deprecated alias of :data:`SEED_FEATURES` (kept while other modules still import it)."""
 
 
 def _check_registry() -> None:
@@ -152,6 +157,7 @@ def compute_features(
 __all__ = [
     "D2RAG_FEATURES",
     "FEATURES",
+    "SEED_FEATURES",
     "AttentionScore",
     "Confidence",
     "Dense",
