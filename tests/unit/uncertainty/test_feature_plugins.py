@@ -119,6 +119,11 @@ def test_a_recorded_plugin_feature_loads_only_when_installed_at_its_version():
             DataError, match=r"version 7 in the bundle .* version 1 in the installed package toy-feature"
         ):
             check_recorded_features([{**RECORD, "version": "7"}], "manifest.json")
+        with pytest.raises(
+            DataError, match="comes from the package toy-feature here, but the bundle took it from other"
+        ):
+            check_recorded_features([{**RECORD, "package": {"name": "other", "version": "0.1"}}], "manifest.json")
+        check_recorded_features([{**RECORD, "package": {"name": "Toy_Feature", "version": "0.2"}}], "manifest.json")
     with pytest.raises(DataError, match="'entropy' is built in here, but the bundle took it from the package"):
         check_recorded_features([{**RECORD, "name": "entropy"}], "manifest.json")
 

@@ -115,12 +115,17 @@ def _check_plugin(feature: Any, name: str, where: str) -> None:
         raise ConfigError(f"needs stat(s) {unknown} that are neither built in nor in its derived_stats", where)
 
 
+def _normalised(package: str) -> str:
+    """A distribution name as PEP 503 compares them (case, and runs of ``-_.``, folded)."""
+    return re.sub(r"[-_.]+", "-", package).lower()
+
+
 def check_recorded_plugin(record: Mapping[str, Any], builtin: Mapping[str, Feature], where: str) -> None:
     """Refuse (DataError at ``where``) a bundle's feature record from a plugin package (``record["package"]``) that
     this installation cannot run as it was collected: no installed package declares it (the message names the
-    feature and the package to install), the name is a built-in feature here, or the installed feature has another
-    version. A record without ``package`` (a built-in feature) passes. Only the installed package's code runs; the
-    record's strings are echoed only when they are well-formed names."""
+    feature and the package to install), the name is a built-in feature here, another package declares it, or the
+    installed feature has another version. A record without ``package`` (a built-in feature) passes. Only the
+    installed package's code runs; the record's strings are echoed only when they are well-formed names."""
     package = record.get("package")
     if package is None:
         return
@@ -140,9 +145,15 @@ def check_recorded_plugin(record: Mapping[str, Any], builtin: Mapping[str, Featu
             "bundle",
             where,
         )
+    installed = PLUGIN_PACKAGES[name]
+    if _normalised(installed["name"]) != _normalised(pkg):
+        raise DataError(
+            f"feature {shown} comes from the package {installed['name']} here, but the bundle took it from {pkg} "
+            f"{ver}: install {pkg} {ver} instead",
+            where,
+        )
     recorded = record.get("version")
     if str(feature.version) != str(recorded):
-        installed = PLUGIN_PACKAGES[name]
         recorded = recorded if isinstance(recorded, str) and _VERSION.match(recorded) else "(an invalid version)"
         raise DataError(
             f"feature {shown} is version {recorded} in the bundle (package {pkg} {ver}) but version {feature.version} "
