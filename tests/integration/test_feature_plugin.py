@@ -100,6 +100,30 @@ def test_the_runtime_computes_the_plugin_feature_from_the_installed_package(toy_
     assert answer.p_correct is not None and 0.0 <= answer.p_correct <= 1.0
 
 
+def test_workbench_infer_answers_with_the_plugin_feature_and_refuses_without_it(toy_run, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from workbench import cli
+    from workbench.cli import app
+
+    questions, output = tmp_path / "q.jsonl", tmp_path / "a.jsonl"
+    questions.write_text(json.dumps({"id": "a", "question": "Who wrote Hamlet?"}) + "\n")
+    args = ["infer", "--bundle", str(toy_run / "bundles" / "tiny" / "1.0.0"), "--method", "d2rag"]
+    with installed(TOY_FEATURE):
+        result = CliRunner().invoke(app, [*args, "--input", str(questions), "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert set(row["features"]) == {"confidence", TOY_NAME}
+    monkeypatch.setattr(sys, "argv", ["workbench", *args, "Who wrote Hamlet?"])  # uninstalled again
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and f"'{TOY_NAME}' comes from the package toy-feature 0.1, which is not" in line
+
+
 def test_a_bundle_whose_feature_package_is_missing_is_refused_in_one_line(toy_run):
     from workbench.core.errors import DataError
     from workbench.runtime import load_bundle
