@@ -160,3 +160,26 @@ def test_the_guide_shows_the_toy_package_as_it_is():
     source = (TOY_FEATURE / "toy_feature" / "__init__.py").read_text()
     for line in ('name = "toy_min_token_nll"', 'version = "1"', "orientation = -1", 'stats = ("toy_min_logprob",)'):
         assert line in guide and line in source
+
+
+def test_a_plugin_upgrade_changes_the_collect_stage_key(monkeypatch):
+    from workbench.recipe import load_recipe
+    from workbench.stages import runner
+    from workbench.stages.registry import STAGES
+    from workbench.stages.runner import stage_key
+    from workbench.uncertainty.features import plugin_versions
+
+    monkeypatch.setattr(runner, "asset_fingerprint", lambda kind, config: kind)  # no model is resolved here
+    with installed(TOY_FEATURE):
+        config = load_recipe("quickstart", [f"collect.features=[confidence,{TOY_NAME}]"]).config
+        inputs = {name: "input-key" for name in STAGES["collect"].inputs_in(config.stages)}
+        before = stage_key(STAGES["collect"], config, inputs)
+        assert plugin_versions(["confidence", TOY_NAME]) == {
+            TOY_NAME: {"package": "toy-feature", "package_version": "0.1", "version": "1"}
+        }
+        (feature,) = get_features([TOY_NAME])
+        monkeypatch.setattr(type(feature), "version", "2")
+        assert stage_key(STAGES["collect"], config, inputs) != before
+        monkeypatch.setattr(type(feature), "version", "1")
+        assert stage_key(STAGES["collect"], config, inputs) == before
+    assert plugin_versions(["confidence", "entropy"]) == {}

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workbench.core.errors import ConfigError
-from workbench.uncertainty.features.base import CATEGORIES, Feature
+from workbench.uncertainty.features.base import CATEGORIES, PLUGIN_PACKAGES, Feature
 from workbench.uncertainty.features.consistency import SelfDetection, SemanticEntropy
 from workbench.uncertainty.features.dense import Dense
 from workbench.uncertainty.features.dtr import DtrNll
@@ -118,6 +118,19 @@ def get_features(names: Iterable[str] | None = None) -> list[Feature]:
     return [found[n] for n in names]
 
 
+def plugin_versions(names: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """``{feature: {"package", "package_version", "version"}}`` for the plugin features among ``names`` (built-in
+    names, and names no installed package declares, are left out): what a stage that computes them keys its cache on,
+    so upgrading a plugin re-runs it. Empty (and no entry point read) when every name is built in."""
+    out = {}
+    for name in names:
+        feature = find_feature(name) if isinstance(name, str) and name not in FEATURES else None
+        if feature is not None:
+            package = PLUGIN_PACKAGES[name]
+            out[name] = {"package": package["name"], "package_version": package["version"], "version": feature.version}
+    return out
+
+
 def check_recorded_features(records: Iterable[Any], where: str) -> None:
     """Refuse (DataError at ``where``) a bundle whose ``features`` records name a plugin feature this installation
     cannot run as it was collected: its package is not installed (the message names the feature and the package),
@@ -185,5 +198,6 @@ __all__ = [
     "find_feature",
     "get_features",
     "parse_verbalized_confidence",
+    "plugin_versions",
     "required_stats",
 ]
