@@ -162,8 +162,11 @@ def build_tiny_run(tmp: Path, lm_dir: Path, encoder_dir: Path, *extra: str) -> A
     return run_with_synthetic_collect("quickstart", run_overrides(tmp, lm_dir, encoder_dir, *extra))
 
 
-def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
-    """Run a built-in recipe with its ``collect`` stage replaced by :func:`synthetic_collect`."""
+def run_with_synthetic_collect(
+    recipe: str, overrides: list[str], entry: str = "tests.bundle_run:synthetic_collect"
+) -> Any:
+    """Run a built-in recipe with its ``collect`` stage replaced by :func:`synthetic_collect` (or the function
+    ``entry`` names)."""
     import pytest
 
     from workbench.recipe import load_recipe
@@ -174,7 +177,7 @@ def run_with_synthetic_collect(recipe: str, overrides: list[str]) -> Any:
     spec = dataclasses.replace(
         registry.STAGES["collect"],
         summary="synthetic collection for tests",
-        entry="tests.bundle_run:synthetic_collect",
+        entry=entry,
         version=1000,
         sections=("collect", "generator"),
         inputs=("build_data",),

@@ -238,6 +238,7 @@ class FeatureRecord:
     orientation: float | None = None
     stats: list[str] | None = None
     params: dict | None = None
+    package: dict | None = None  # a plugin feature's package (name, version): checked when the runtime loads it
 
 
 @dataclass

@@ -146,11 +146,13 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     from workbench.classify.policy import check_tau
     from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
     from workbench.uncertainty.calculators import StatSettings
+    from workbench.uncertainty.features import check_recorded_features
 
     decision = manifest.get("decision")
     if not decision:
         return None
     where = str(root / "manifest.json")
+    check_recorded_features(manifest.get("features") or [], where)  # a plugin feature's package must be installed
     files = BundleFiles(root, manifest)
     paths = decision["files"]
     calibrators = files.learned(paths["calibrators"], "decision.files.calibrators", {"calibrator_set"})

@@ -59,6 +59,7 @@ from workbench.core.tracking import NullTracker, make_tracker
 from workbench.recipe import LoadedRecipe, RecipeConfig
 from workbench.stages.context import Resources, StageContext
 from workbench.stages.registry import STAGES, StageSpec
+from workbench.uncertainty.features import plugin_versions
 
 log = logging.getLogger("workbench.run")
 
@@ -209,7 +210,17 @@ def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str])
     files = path_digests(spec.name, spec.sections, plain)
     if files:  # absent when no setting names a local path: the keys of such recipes are unchanged
         material["files"] = files
+    plugins = _feature_plugins(spec.sections, plain)
+    if plugins:  # absent when every feature is built in: the keys of such recipes are unchanged
+        material["feature_plugins"] = plugins
     return stable_hash(material)
+
+
+def _feature_plugins(sections: tuple[str, ...], plain: dict[str, Any]) -> dict[str, Any]:
+    """The package and version of each plugin feature a keyed section's ``features`` names (docs/adding-a-feature.md):
+    upgrading the plugin re-runs the stages that compute it."""
+    names = [f for name in sections if isinstance(plain[name], dict) for f in plain[name].get("features") or []]
+    return plugin_versions(names)
 
 
 def _read_marker(out_dir: Path) -> dict[str, Any] | None:

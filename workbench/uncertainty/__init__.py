@@ -10,6 +10,7 @@ from __future__ import annotations
 from workbench.uncertainty.features import (
     D2RAG_FEATURES,
     FEATURES,
+    SEED_FEATURES,
     Feature,
     LarsLikeScorer,
     compute_features,
@@ -21,6 +22,7 @@ from workbench.uncertainty.stats import STATS, MissingStatError, StatSpec
 __all__ = [
     "D2RAG_FEATURES",
     "FEATURES",
+    "SEED_FEATURES",
     "STATS",
     "Feature",
     "LarsLikeScorer",

@@ -77,7 +77,7 @@ from workbench.uncertainty.stat_prompts import (
     prompts_fingerprint,
 )
 from workbench.uncertainty.stat_settings import StatSettings
-from workbench.uncertainty.stats import STATS
+from workbench.uncertainty.stats import DERIVED_STATS, STATS
 
 __all__ = [
     "ANSWER_SYSTEM",
@@ -155,6 +155,8 @@ def compute_stats(
 ) -> list[dict[str, Any]]:
     """One ``{stat: value}`` dict per example (each needs a ``"question"``) holding every stat in ``needed``.
 
+    ``needed`` may name a loaded feature plugin's derived stats (:class:`~workbench.uncertainty.stats.DerivedStat`):
+    their inputs are computed with the rest, then each derived stat per question (the inputs kept only when asked for).
     Raises :class:`DataError` for an unknown stat, a stat in :data:`UNAVAILABLE_STATS`, a missing judge /
     embedder that a needed stat requires, or DENSE stats without ``contexts`` (one list of ranked chunk texts per
     example; ``dense_settings`` is a :class:`~workbench.uncertainty.dense_stats.DenseSettings`). Values follow
@@ -169,6 +171,10 @@ def compute_stats(
     settings = settings or StatSettings()
     settings.validate()
     needed = set(needed)
+    # a loaded plugin's derived stats are computed last, from the built-in stats they need
+    derived = [DERIVED_STATS[name] for name in sorted(needed & set(DERIVED_STATS))]
+    asked = needed
+    needed = (needed - set(DERIVED_STATS)) | {s for stat in derived for s in stat.needs}
     unknown = sorted(needed - set(STATS))
     if unknown:
         raise DataError(f"unknown stat(s) {unknown}", "compute_stats")
@@ -311,7 +317,10 @@ def compute_stats(
             row.update(extra)
         if meter is not None:
             meter.charge(mark, "dense")
-    keep = needed | {"greedy_text", "sample_texts", "dense_fallbacks"}  # answers are kept whenever generated
+    for stat in derived:
+        for question, row in zip(questions, out, strict=True):
+            row[stat.name] = stat.compute(question, row)
+    keep = asked | {"greedy_text", "sample_texts", "dense_fallbacks"}  # answers are kept whenever generated
     for row in out:
         for name in list(row):
             if name not in keep:

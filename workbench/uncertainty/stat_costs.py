@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import DataError
+from workbench.uncertainty.stats import DERIVED_STATS
 
 __all__ = [
     "CACHED_FIELDS",
@@ -110,9 +111,13 @@ STAT_COMPONENTS: dict[str, frozenset[str]] = {
 
 
 def stats_components(stats: Iterable[str]) -> frozenset[str]:
-    """The components the stats ``stats`` need (no implicit greedy answer); DataError for an unknown stat."""
+    """The components the stats ``stats`` need (no implicit greedy answer); a loaded plugin's derived stat needs its
+    inputs' (:class:`~workbench.uncertainty.stats.DerivedStat`); DataError for an unknown stat."""
     out: set[str] = set()
     for name in stats:
+        if name in DERIVED_STATS:
+            out |= stats_components(DERIVED_STATS[name].needs)
+            continue
         if name not in STAT_COMPONENTS:
             raise DataError(f"no cost components known for stat {name!r}", "stat_costs")
         out |= STAT_COMPONENTS[name]

@@ -16,6 +16,7 @@ from workbench.uncertainty.self_check_stats import (
     PTRUE_OPTIONS_TRUE,
     SELF_CHECK_PROMPT,
 )
+from workbench.uncertainty.stats import DERIVED_STATS
 
 __all__ = [
     "STAT_PROMPT_GROUPS",
@@ -67,8 +68,10 @@ def prompt_fingerprints() -> dict[str, str]:
 
 
 def prompt_groups(stats: Iterable[str]) -> list[str]:
-    """The prompt groups (see :func:`prompt_fingerprints`) whose texts the stats ``stats`` are made with."""
-    return sorted({"answer"} | {STAT_PROMPT_GROUPS[s] for s in stats if s in STAT_PROMPT_GROUPS})
+    """The prompt groups (see :func:`prompt_fingerprints`) whose texts the stats ``stats`` are made with (a loaded
+    plugin's derived stat: those of the stats it is derived from)."""
+    names = {n for s in stats for n in (DERIVED_STATS[s].needs if s in DERIVED_STATS else (s,))}
+    return sorted({"answer"} | {STAT_PROMPT_GROUPS[s] for s in names if s in STAT_PROMPT_GROUPS})
 
 
 def prompt_group_fingerprints(stats: Iterable[str]) -> dict[str, str]:

@@ -25,11 +25,11 @@ inventing a value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.core.errors import DataError
+from workbench.core.errors import ConfigError, DataError
 from workbench.data.nli_labels import NLI_LABELS
 
 NLI_ORDER = NLI_LABELS
@@ -258,7 +258,52 @@ _SPECS: tuple[StatSpec, ...] = (
 )
 
 STATS: dict[str, StatSpec] = {spec.name: spec for spec in _SPECS}
-"""Every stat name the features may ask for, with its contract."""
+"""Every stat name the stats graph produces, with its contract (plugin stats: :class:`DerivedStat`)."""
+
+
+@dataclass(frozen=True)
+class DerivedStat:
+    """A stat a feature plugin brings (docs/adding-a-feature.md): derived per question from stats of :data:`STATS`.
+
+    ``name`` must not be a stat of :data:`STATS`; ``needs`` are the :data:`STATS` names it reads; ``compute(question,
+    stats)`` returns its value from the question text and a mapping holding ``needs``. The stats graph computes
+    ``needs`` (batched, with the built-in stats) and then ``compute`` for each question, so the derived stat costs
+    what its ``needs`` cost. ``type`` / ``shape`` / ``doc`` document it as :class:`StatSpec` does.
+    """
+
+    name: str
+    needs: tuple[str, ...]
+    compute: Callable[[str, Mapping[str, Any]], Any]
+    doc: str = ""
+    type: str = "float"
+    shape: str = "()"
+
+
+DERIVED_STATS: dict[str, DerivedStat] = {}
+"""The derived stats of the feature plugins loaded so far, by name (filled by
+:func:`workbench.uncertainty.features.plugins.load_plugin`; empty until a recipe or bundle names a plugin feature)."""
+
+
+def register_derived_stat(stat: DerivedStat, where: str) -> None:
+    """Add ``stat`` to :data:`DERIVED_STATS`; ConfigError at ``where`` when its name is a built-in stat, another
+    plugin's stat, or one of its ``needs`` is not a stat of :data:`STATS`. Registering the same object twice is a
+    no-op."""
+    if not isinstance(stat, DerivedStat):
+        raise ConfigError(f"a plugin stat must be a DerivedStat, got {type(stat).__name__}", where)
+    if DERIVED_STATS.get(stat.name) is stat:
+        return
+    if stat.name in STATS or stat.name in DERIVED_STATS:
+        raise ConfigError(f"stat {stat.name!r} is already defined: a plugin stat needs a new name", where)
+    unknown = sorted(set(stat.needs) - set(STATS))
+    if unknown or not callable(stat.compute):
+        what = f"needs unknown stat(s) {unknown}" if unknown else "has no callable compute"
+        raise ConfigError(f"plugin stat {stat.name!r} {what}", where)
+    DERIVED_STATS[stat.name] = stat
+
+
+def is_stat(name: str) -> bool:
+    """Whether ``name`` is a stat of :data:`STATS` or a loaded plugin's :class:`DerivedStat`."""
+    return name in STATS or name in DERIVED_STATS
 
 
 class MissingStatError(DataError):
@@ -268,10 +313,10 @@ class MissingStatError(DataError):
 def get_stat(stats: Mapping[str, Any], name: str, feature: str) -> Any:
     """Return ``stats[name]``; raise :class:`MissingStatError` naming the stat and ``feature`` when it is absent.
 
-    ``name`` must be a contract name (:data:`STATS`); asking for an unknown name is a programming error
-    (``KeyError``).
+    ``name`` must be a contract name (:data:`STATS`, or a loaded plugin's :data:`DERIVED_STATS`); asking for an
+    unknown name is a programming error (``KeyError``).
     """
-    if name not in STATS:
+    if not is_stat(name):
         raise KeyError(f"unknown stat {name!r}; the contract is workbench.uncertainty.stats.STATS")
     value = stats.get(name)
     if value is None:

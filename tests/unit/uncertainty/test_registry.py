@@ -9,7 +9,14 @@ import pytest
 
 from workbench.core.errors import ConfigError
 from workbench.uncertainty import STATS, MissingStatError
-from workbench.uncertainty.features import D2RAG_FEATURES, FEATURES, compute_features, get_features, required_stats
+from workbench.uncertainty.features import (
+    D2RAG_FEATURES,
+    FEATURES,
+    SEED_FEATURES,
+    compute_features,
+    get_features,
+    required_stats,
+)
 
 EXPECTED_ORIENTATION = {
     "entropy": -1,
@@ -43,9 +50,9 @@ def test_registry_names_orientation_and_gold():
 
 
 def test_d2rag_order_and_category_counts():
-    assert len(D2RAG_FEATURES) == 18
-    assert D2RAG_FEATURES[0] == "entropy" and D2RAG_FEATURES[17] == "directional_entailment_graph"
-    counts = Counter(FEATURES[n].category for n in D2RAG_FEATURES)
+    assert len(SEED_FEATURES) == 18 and D2RAG_FEATURES is SEED_FEATURES  # the old name is an alias
+    assert SEED_FEATURES[0] == "entropy" and SEED_FEATURES[17] == "directional_entailment_graph"
+    counts = Counter(FEATURES[n].category for n in SEED_FEATURES)
     # spec §3.1 note A: 6 probability / 2 internal / 8 consistency / 2 self-checking
     assert counts == {"probability": 6, "internal": 2, "consistency": 8, "self-checking": 2}
 

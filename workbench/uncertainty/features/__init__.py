@@ -1,8 +1,13 @@
 """The feature registry: every uncertainty feature by name, with its declared stats and orientation.
 
-``FEATURES`` maps a name to a feature instance with the spec's default hyper-parameters. :data:`D2RAG_FEATURES`
-lists the 18 D²-RAG features in the column order of the paper's feature vector u (spec §3.1); ``dtr_nll`` (DTR)
-and ``dense`` (DENSE-RAG) complete the set. See docs/features.md for the table of formulas and substitutions.
+``FEATURES`` maps a name to a feature instance with the spec's default hyper-parameters. :data:`SEED_FEATURES`
+lists the 18 features of the seed papers' feature set (D²-RAG's feature vector u, in its column order: spec §3.1);
+``dtr_nll`` (DTR) and ``dense`` (DENSE-RAG) complete the set. See docs/features.md for the table of formulas and
+substitutions.
+
+Other packages add features through the ``workbench.features`` entry point (:mod:`~workbench.uncertainty.features.
+plugins`, docs/adding-a-feature.md): :func:`get_features`, :func:`required_stats` and :func:`compute_features` resolve
+a name that is not built in by loading the installed plugin that declares it; ``FEATURES`` holds the built-in ones.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workbench.core.errors import ConfigError
-from workbench.uncertainty.features.base import CATEGORIES, Feature
+from workbench.uncertainty.features.base import CATEGORIES, PLUGIN_PACKAGES, Feature
 from workbench.uncertainty.features.consistency import SelfDetection, SemanticEntropy
 from workbench.uncertainty.features.dense import Dense
 from workbench.uncertainty.features.dtr import DtrNll
@@ -24,6 +29,7 @@ from workbench.uncertainty.features.graph import (
     SumEigenUncertainty,
 )
 from workbench.uncertainty.features.internal import AttentionScore, Inside
+from workbench.uncertainty.features.plugins import check_recorded_plugin, load_plugin, plugin_names
 from workbench.uncertainty.features.probability import (
     Confidence,
     Entropy,
@@ -62,8 +68,12 @@ _ALL: tuple[Feature, ...] = (
 FEATURES: dict[str, Feature] = {f.name: f for f in _ALL}
 """Every registered feature by name (default hyper-parameters)."""
 
-D2RAG_FEATURES: tuple[str, ...] = tuple(f.name for f in _ALL[:18])
-"""The 18 D²-RAG features in the column order of u (spec §3.1, rows 0–17)."""
+SEED_FEATURES: tuple[str, ...] = tuple(f.name for f in _ALL[:18])
+"""The 18 features of the seed papers' feature set, in the column order of D²-RAG's feature vector u (spec §3.1,
+rows 0–17): the default of the feature benchmarks."""
+
+D2RAG_FEATURES = SEED_FEATURES
+"""Deprecated alias of :data:`SEED_FEATURES` (kept while other modules still import it)."""
 
 
 def _check_registry() -> None:
@@ -81,18 +91,54 @@ def _check_registry() -> None:
 _check_registry()
 
 
-def get_features(names: Iterable[str] | None = None) -> list[Feature]:
-    """The features named in ``names`` (in that order); every registered feature when ``names`` is None.
+def find_feature(name: str) -> Feature | None:
+    """The built-in feature ``name``, else the one an installed plugin declares under it (loaded once), else None.
 
-    Raises :class:`~workbench.core.errors.ConfigError` naming the unknown names and listing the known ones.
+    ConfigError naming the entry point when that plugin is broken (:func:`~workbench.uncertainty.features.plugins.
+    load_plugin`)."""
+    return FEATURES.get(name) or load_plugin(name)
+
+
+def get_features(names: Iterable[str] | None = None) -> list[Feature]:
+    """The features named in ``names`` (in that order): built-in ones, and plugins' for the other names; every
+    built-in feature when ``names`` is None.
+
+    Raises :class:`~workbench.core.errors.ConfigError` naming the unknown names and listing the known ones (the
+    installed plugins' too), or naming the entry point of a broken plugin.
     """
     if names is None:
         return list(_ALL)
     names = list(names)
-    unknown = [n for n in names if n not in FEATURES]
+    found = {n: find_feature(n) for n in dict.fromkeys(names)}
+    unknown = [n for n in names if found[n] is None]
     if unknown:
-        raise ConfigError(f"unknown feature(s) {unknown}; known: {sorted(FEATURES)}", "features")
-    return [FEATURES[n] for n in names]
+        plugins = plugin_names()
+        extra = f"; installed plugins: {plugins}" if plugins else ""
+        raise ConfigError(f"unknown feature(s) {unknown}; known: {sorted(FEATURES)}{extra}", "features")
+    return [found[n] for n in names]
+
+
+def plugin_versions(names: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """``{feature: {"package", "package_version", "version"}}`` for the plugin features among ``names`` (built-in
+    names, and names no installed package declares, are left out): what a stage that computes them keys its cache on,
+    so upgrading a plugin re-runs it. Empty (and no entry point read) when every name is built in."""
+    out = {}
+    for name in names:
+        feature = find_feature(name) if isinstance(name, str) and name not in FEATURES else None
+        if feature is not None:
+            package = PLUGIN_PACKAGES[name]
+            out[name] = {"package": package["name"], "package_version": package["version"], "version": feature.version}
+    return out
+
+
+def check_recorded_features(records: Iterable[Any], where: str) -> None:
+    """Refuse (DataError at ``where``) a bundle whose ``features`` records name a plugin feature this installation
+    cannot run as it was collected: its package is not installed (the message names the feature and the package),
+    or the installed one has another version of it. Records of built-in features pass unchanged; only the installed
+    package's code runs, nothing from the bundle."""
+    for record in records:
+        if isinstance(record, Mapping):
+            check_recorded_plugin(record, FEATURES, where)
 
 
 def required_stats(names: Iterable[str] | None = None) -> set[str]:
@@ -124,6 +170,7 @@ def compute_features(
 __all__ = [
     "D2RAG_FEATURES",
     "FEATURES",
+    "SEED_FEATURES",
     "AttentionScore",
     "Confidence",
     "Dense",
@@ -146,8 +193,11 @@ __all__ = [
     "SumEigenUncertainty",
     "TokenSar",
     "VerbalizedConfidence",
+    "check_recorded_features",
     "compute_features",
+    "find_feature",
     "get_features",
     "parse_verbalized_confidence",
+    "plugin_versions",
     "required_stats",
 ]

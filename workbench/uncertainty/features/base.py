@@ -11,10 +11,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from workbench.core.errors import DataError
-from workbench.uncertainty.stats import get_stat
+from workbench.uncertainty.stats import DerivedStat, get_stat
 
 Category = Literal["probability", "consistency", "internal", "self-checking", "other"]
 CATEGORIES: tuple[str, ...] = ("probability", "consistency", "internal", "self-checking", "other")
+PLUGIN_PACKAGES: dict[str, dict[str, str]] = {}
+"""``{feature: {"name": package, "version": its version}}`` for each feature loaded from another package's
+``workbench.features`` entry point (:mod:`workbench.uncertainty.features.plugins`); built-in features are not in it."""
 LOGPROB_FLOOR = math.log(1e-12)
 """Log-probs are floored here (p ≥ 1e-12) so a zero-probability token gives a large finite NLL (DTR spec §3.2)."""
 
@@ -29,6 +32,8 @@ class Feature(ABC):
     * ``orientation`` — +1 or −1: the sign that turns the native quantity into "higher = more certain".
     * ``stats`` — the stat names :meth:`raw` reads; ``requires_gold`` — True if it needs the gold answer (a bundle
       refuses such features). False for every feature here.
+    * ``derived_stats`` — for a feature from another package only: the :class:`~workbench.uncertainty.stats.
+      DerivedStat` objects it brings, which ``stats`` may name besides the built-in ones (docs/adding-a-feature.md).
 
     :meth:`raw` returns the native quantity (e.g. an entropy, ↑ = uncertain); :meth:`compute` returns
     ``orientation * raw`` (↑ = more certain). Both return a Python float; NaN only where the quantity is undefined
@@ -43,6 +48,7 @@ class Feature(ABC):
     orientation: ClassVar[int]
     stats: ClassVar[tuple[str, ...]]
     requires_gold: ClassVar[bool] = False
+    derived_stats: ClassVar[tuple[DerivedStat, ...]] = ()
 
     @abstractmethod
     def raw(self, stats: Mapping[str, Any]) -> float:
@@ -59,8 +65,9 @@ class Feature(ABC):
         return {}
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-ready description: name, version, category, orientation, stats, requires_gold, params."""
-        return {
+        """A JSON-ready description: name, version, category, orientation, stats, requires_gold, params, and for a
+        feature from another package ``package`` (its name and version: a bundle records where to get it)."""
+        described = {
             "name": self.name,
             "version": self.version,
             "category": self.category,
@@ -69,6 +76,9 @@ class Feature(ABC):
             "requires_gold": self.requires_gold,
             "params": self.params(),
         }
+        if self.name in PLUGIN_PACKAGES:
+            described["package"] = dict(PLUGIN_PACKAGES[self.name])
+        return described
 
     def _stat(self, stats: Mapping[str, Any], name: str) -> Any:
         return get_stat(stats, name, self.name)
