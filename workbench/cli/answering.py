@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -97,7 +98,6 @@ def load_runtime(
 def typed_option(exc: WorkbenchError, flags: set[str]) -> str | None:
     """The command-line option behind an error at ``overrides[.<key>]`` (``flags``: the runtime keys given by their
     own flag, :data:`RUNTIME_FLAGS`; every other key came from ``--set``); None for an error elsewhere."""
-    import re
 
     where = str(exc.where or "")
     if where != "overrides" and not where.startswith("overrides."):

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 
 def echo_table(rows: list[list[str]], header: list[str], *, unbounded: bool = False) -> None:
     """``rows`` under ``header`` as a table fitted to the terminal (cells wrap); ``unbounded``: never wrapped or cut,
     one line per row however wide (the terminal folds long lines). Cells are printed literally (no rich markup)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     table = Table(*header, box=None, pad_edge=False)
     for row in rows:
@@ -47,8 +49,6 @@ def silence_third_party(verbose: bool) -> None:
     notes still print."""
     if verbose:
         return
-    import logging
-    import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

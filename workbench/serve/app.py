@@ -66,6 +66,7 @@ from workbench.serve.limits import DEFAULT_LIMITS, ServeLimits
 from workbench.serve.readiness import WarmUp
 from workbench.serve.scheduler import BatchScheduler
 from workbench.serve.strict_body import StrictJSONRoute
+from workbench.serve.uvicorn_run import run_uvicorn
 
 __all__ = ["ServableRuntime", "ServeLimits", "create_app", "run_server"]
 
@@ -180,7 +181,6 @@ def run_server(
     here (a :class:`~workbench.core.errors.WorkbenchError` for a model that cannot load: the CLI's one line). The API
     has no authentication: bind another interface only behind something that provides it.
     """
-    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_app(runtime, limits, warm=warm)
     warm_up: WarmUp = app.state.warm_up

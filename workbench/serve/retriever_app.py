@@ -48,7 +48,7 @@ from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
 from workbench.serve.http_errors import error_response, validation_detail
 from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
-from workbench.serve.uvicorn_run import ServerThread
+from workbench.serve.uvicorn_run import ServerThread, run_uvicorn
 
 logger = logging.getLogger("workbench.serve")
 
@@ -284,7 +284,6 @@ def run_retriever_server(
     """Serve ``served`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds); prints one line with the
     ``POST /retrieve`` URL once bound. No authentication: bind another interface than localhost only behind
     something that provides it."""
-    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_retriever_app(served, limits)
     run_uvicorn(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from workbench.backends.attention_diag import last_layer_logdiag
 from workbench.backends.decoding_state import DecodingRow, record_extras, select_rows
 from workbench.backends.generation_types import DecodingParams, Generation
 from workbench.backends.generator.jobs import Job, PromptJobs
@@ -79,7 +80,6 @@ class DecodeLoop(PromptJobs, PrefillEngine, TokenChooser, Recording):
         ``params.answer_attention``, under :func:`~workbench.backends.attention_diag.last_layer_logdiag`."""
         if not params.answer_attention:
             return self._decode_rows(jobs, params, share_prefill, None)
-        from workbench.backends.attention_diag import last_layer_logdiag
 
         # a step feeds one token per row: its last query is all a step's forward records (the prefill's is dropped)
         with last_layer_logdiag(self.model, queries=1) as recorder:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workbench.assets import ResolvedModel
+from workbench.backends.lora import resolve_model
 from workbench.core.errors import AssetError
 
 if TYPE_CHECKING:
@@ -12,8 +14,6 @@ if TYPE_CHECKING:
 
 def resolve_generator_model(model: Any) -> ResolvedModel:
     """A ResolvedModel from a ResolvedModel, a path or a generator reference (AssetError if unknown)."""
-    from workbench.assets import ResolvedModel
-    from workbench.backends.lora import resolve_model
 
     if isinstance(model, ResolvedModel):
         return model

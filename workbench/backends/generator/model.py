@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.assets import declared_prompt_format
 from workbench.backends.cost import CostCounter
 from workbench.backends.decoding_state import cache_argument
 from workbench.backends.generation_lookup import decoding_params
@@ -68,7 +69,6 @@ class Generator(DecodeLoop, Scoring):
         prefix_reuse: bool = True,
         batch_rows: int = BATCH_ROWS,
     ) -> None:
-        from workbench.assets import declared_prompt_format
 
         check_prompt_format(prompt_format)  # before the (slow) load
         resolved = resolve_generator_model(model)
