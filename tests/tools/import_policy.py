@@ -3,9 +3,13 @@ others to the top of their module.
 
 The policy (:mod:`workbench.core.heavy_imports`): an import inside a function is justified when importing it at the
 top would make the module pull, at import, a heavy module (:data:`~workbench.core.heavy_imports.HEAVY_MODULES`) it does
-not pull already; a platform-only standard module (:data:`~workbench.core.heavy_imports.PLATFORM_MODULES`) and an
-import guarded by ``try: ... except ImportError`` (an optional package) are justified too. Everything here reads
-source files (``ast``); nothing is imported.
+not pull already; when it is of a platform-only standard module (:data:`~workbench.core.heavy_imports.PLATFORM_MODULES`)
+or guarded by ``try: ... except ImportError`` (an optional package); when a lazy importer
+(:data:`~workbench.core.heavy_imports.LAZY_IMPORTERS`: the CLI verbs) imports a workbench module; and when the module
+is imported by a light entry point (:data:`~workbench.core.heavy_imports.LIGHT_ENTRY_POINTS`: ``workbench.runtime``,
+``workbench.cli``) and the import would make that entry point import a module it does not import yet. Everything here
+reads source files (``ast``); nothing is imported, so what a module imports at run time by other means than an import
+statement is seen only for a registry's ``"module:Name"`` strings (counted as imports of the module that holds them).
 
 Run from the repository root::
 
@@ -15,7 +19,8 @@ Run from the repository root::
     python -m tests.tools.import_policy strings           # "module:Name" strings, by file
 
 ``hoist`` leaves an import where it is when its name is bound to something else at module level, or when the function
-rebinds it; it then runs ``ruff check --fix --select I,F401`` and ``ruff format`` on what it changed. A hoisted import
+rebinds it; it then runs ``ruff check --fix --select I,F401`` and ``ruff format`` on what it changed (``ruff check``
+may then ask to merge an ``if`` whose body was only the import and another ``if``: SIM102). A hoisted import
 binds its name when the module loads, not when the function runs: run the tests afterwards (a test that patches the
 imported name in its home module, not in the importer, then needs its target updated), and lower
 ``UNJUSTIFIED_CEILING`` in tests/unit/test_imports_policy.py to the new count.
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from workbench.core.heavy_imports import HEAVY_MODULES, LAZY_IMPORTERS, PLATFORM_MODULES
+from workbench.core.heavy_imports import HEAVY_MODULES, LAZY_IMPORTERS, LIGHT_ENTRY_POINTS, PLATFORM_MODULES
 
 PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 """The package the policy covers."""
@@ -107,8 +112,17 @@ def import_time_modules(tree: ast.AST) -> list[str]:
     """The dotted modules importing the module imports: its import-time statements' modules, and the modules of the
     ``"module:Name"`` strings in its import-time code (a registry's entries: counted as imported, since a registry is
     read at import by whoever composes it, as ``workbench.recipe`` composes the stages' settings)."""
-    names = [name for node in import_time_statements(tree) for name in imported_names(node)]
+    names = [name for node in import_time_statements(tree) for name in statement_modules(node)]
     return names + [text.partition(":")[0] for text in import_time_strings(tree)]
+
+
+def statement_modules(node: ast.Import | ast.ImportFrom, package: str = PACKAGE.name) -> list[str]:
+    """The modules an import statement may import: :func:`imported_names`, less the ``a.b`` of ``from a import b``
+    when ``a`` is outside the package (there ``b`` is a name far more often than a module)."""
+    names = imported_names(node)
+    if isinstance(node, ast.ImportFrom) and names and names[0].split(".")[0] != package:
+        return names[:1]
+    return names
 
 
 def import_time_strings(tree: ast.AST) -> Iterator[str]:
@@ -137,21 +151,21 @@ def resolve(name: str, root: Path) -> list[str]:
 
 @cache
 def direct_imports(module: str, root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
-    """What importing ``module`` imports itself: the top-level names of outside modules, and the package modules."""
+    """What importing ``module`` imports itself: the outside modules (dotted, as written), and the package modules."""
     outside: set[str] = set()
     inside: list[str] = []
     for name in import_time_modules(parsed(package_modules(root)[module])):
         if name.split(".")[0] != root.name:
-            outside.add(name.split(".")[0])
+            outside.add(name)
         else:
             inside.extend(resolve(name, root))
     return frozenset(outside), tuple(dict.fromkeys(inside))
 
 
 @cache
-def pulled_at_import(module: str, root: Path) -> frozenset[str]:
-    """The top-level names of the outside modules importing ``module`` (of the package) imports, directly or through
-    other package modules."""
+def closure(module: str, root: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """What importing ``module`` (of the package) imports, directly or through other package modules: the outside
+    modules as their import statements write them, and the package modules (``module`` included)."""
     seen, todo, out = {module}, [module], set()
     while todo:
         outside, inside = direct_imports(todo.pop(), root)
@@ -160,7 +174,12 @@ def pulled_at_import(module: str, root: Path) -> frozenset[str]:
             if inner not in seen:
                 seen.add(inner)
                 todo.append(inner)
-    return frozenset(out)
+    return frozenset(out), frozenset(seen)
+
+
+def pulled_at_import(module: str, root: Path) -> frozenset[str]:
+    """The top-level names of the outside modules importing ``module`` imports (see :func:`closure`)."""
+    return frozenset(name.split(".")[0] for name in closure(module, root)[0])
 
 
 def heavy(names: frozenset[str] | set[str]) -> set[str]:
@@ -236,7 +255,33 @@ def verdict(importer: str, node: ast.Import | ast.ImportFrom, guarded: bool, roo
             for module in resolve(name, root):
                 added |= heavy(pulled_at_import(module, root))
     added -= own
-    return f"pulls {', '.join(sorted(added))}" if added else None
+    if added:
+        return f"pulls {', '.join(sorted(added))}"
+    return _keeps_light(importer, node, root)
+
+
+def _keeps_light(importer: str, node: ast.Import | ast.ImportFrom, root: Path) -> str | None:
+    """``keeps <entry point> light`` when ``importer`` is imported by a light entry point
+    (:data:`LIGHT_ENTRY_POINTS`) and hoisting ``node`` would make that entry point import a module it does not import
+    yet (any module: the standard library's count too); else None."""
+    for entry in LIGHT_ENTRY_POINTS:
+        if entry not in package_modules(root):
+            continue
+        entry_outside, entry_inside = closure(entry, root)
+        if importer not in entry_inside:
+            continue
+        new: set[str] = set()
+        for name in statement_modules(node, root.name):
+            if name.split(".")[0] != root.name:
+                new.add(name)
+                continue
+            for module in resolve(name, root):
+                outside, inside = closure(module, root)
+                new |= outside | inside
+        added = sorted(new - entry_outside - entry_inside)
+        if added:
+            return f"keeps {entry} light: adds {added[0]}" + (f" and {len(added) - 1} more" if len(added) > 1 else "")
+    return None
 
 
 def function_imports(root: Path = PACKAGE) -> list[FunctionImport]:

@@ -27,9 +27,10 @@ from workbench.core.heavy_imports import HEAVY_MODULES, LAZY_IMPORTERS, PLATFORM
 FOLLOWING = ("workbench/cli", "workbench/serve", "workbench/backends/generator")
 """The folders whose function-level imports must all be justified (split by job in issue 44, their imports hoisted)."""
 
-UNJUSTIFIED_CEILING = 613
+UNJUSTIFIED_CEILING = 602
 """Function-level imports of the whole package the policy does not justify, counted when the policy came in (of
-1,043; `python -m tests.tools.import_policy report` lists them). It may only go down: after hoisting some
+1,043, after hoisting those of cli/, serve/ and backends/generator/; `python -m tests.tools.import_policy report`
+lists them). It may only go down: after hoisting some
 (`python -m tests.tools.import_policy hoist FILE`), lower it to the new count."""
 
 MODULE_NAME_STRINGS_CEILING = 93
@@ -214,6 +215,46 @@ def test_hoist_moves_light_imports_up_and_leaves_a_clashing_one(tmp_path):
     }
     assert inner == {"reads": [], "clashes": ["import json"], "only_an_import": []}
     assert ast.unparse(functions["only_an_import"].body[0]) == "pass"
+
+
+def test_a_module_a_light_entry_point_imports_keeps_what_would_grow_it(tmp_path, monkeypatch):
+    import tests.tools.import_policy as policy
+
+    package = _package(
+        tmp_path,
+        {
+            "entry.py": "import json\n\nimport toypkg.mid\n",
+            "mid.py": """
+                def spawn():
+                    import subprocess  # the entry point does not import it yet
+                    return subprocess
+
+
+                def dumps():
+                    import json  # the entry point imports it already
+                    return json
+
+
+                def other():
+                    from toypkg.side import VALUE
+                    return VALUE
+                """,
+            "side.py": "import asyncio\n\nVALUE = 1\n",
+            "outside.py": """
+                def spawn():
+                    import subprocess  # no entry point imports this module
+                    return subprocess
+                """,
+        },
+    )
+    monkeypatch.setattr(policy, "LIGHT_ENTRY_POINTS", {"toypkg.entry": "its import time is a contract"})
+    verdicts = {(item.path.name, item.modules[0]): item.reason for item in function_imports(package)}
+    assert verdicts == {
+        ("mid.py", "subprocess"): "keeps toypkg.entry light: adds subprocess",
+        ("mid.py", "json"): None,
+        ("mid.py", "toypkg.side"): "keeps toypkg.entry light: adds asyncio and 1 more",
+        ("outside.py", "subprocess"): None,
+    }
 
 
 @pytest.mark.parametrize("importer", ["workbench", "workbench.cli", "workbench.cli.recipes"])

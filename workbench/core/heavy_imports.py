@@ -100,3 +100,12 @@ LAZY_IMPORTERS: dict[str, str] = {
 }
 """Modules whose functions import workbench modules lazily whatever those pull, and why (``pkg.*``: every module of
 ``pkg``); their imports of outside modules follow the policy like any other module's."""
+
+LIGHT_ENTRY_POINTS: dict[str, str] = {
+    "workbench.runtime": "`import workbench.runtime` (about 0.08 s: the standard library, yaml and the runtime's "
+    "own modules) must not grow: a light install loads bundles and answers with it",
+    "workbench.cli": "`workbench --help` (about 0.2 s) must not grow",
+}
+"""Modules whose import time is a contract. A module they import keeps inside its functions every import that would
+make them import a module they do not import yet, standard-library modules included (``asyncio``, ``ssl`` or
+``subprocess`` would each add to every ``workbench`` command and to every process that loads a bundle)."""
