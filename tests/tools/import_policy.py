@@ -63,7 +63,8 @@ class FunctionImport:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """The dotted name of ``path`` below the package directory ``root`` (a package by its ``__init__.py``)."""
+    """The dotted name of ``path`` below the package directory ``root`` (a package by its ``__init__.py``); the layers
+    test (tests/unit/test_layers.py) names modules with it too."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
