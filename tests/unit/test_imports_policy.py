@@ -29,7 +29,7 @@ FOLLOWING = ("workbench/cli", "workbench/serve", "workbench/backends/generator")
 
 UNJUSTIFIED_CEILING = 602
 """Function-level imports of the whole package the policy does not justify, counted when the policy came in (of
-1,043, after hoisting those of cli/, serve/ and backends/generator/; `python -m tests.tools.import_policy report`
+1,049, after hoisting those of cli/, serve/ and backends/generator/; `python -m tests.tools.import_policy report`
 lists them). It may only go down: after hoisting some
 (`python -m tests.tools.import_policy hoist FILE`), lower it to the new count."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +26,7 @@ def evaluate_command(
     adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run methods end to end over a split (the recipe's stages, then evaluate); print the comparison table."""
+    import json
 
     from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe
@@ -76,6 +76,7 @@ def study_command(
     adopt_run_dir: AdoptRunDirOption = False,
 ) -> None:
     """Run a recipe's hyperparameter studies; with --storage / --study-name, join a study other workers share."""
+    import json
 
     from workbench.stages.needs import check_stage_needs
     from workbench.stages.runner import run_recipe

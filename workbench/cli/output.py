@@ -7,14 +7,15 @@ import warnings
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 
 def echo_table(rows: list[list[str]], header: list[str], *, unbounded: bool = False) -> None:
     """``rows`` under ``header`` as a table fitted to the terminal (cells wrap); ``unbounded``: never wrapped or cut,
     one line per row however wide (the terminal folds long lines). Cells are printed literally (no rich markup)."""
+    # rich's console and table load here, not at import: a verb that prints no table never pays for them
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
 
     table = Table(*header, box=None, pad_edge=False)
     for row in rows:

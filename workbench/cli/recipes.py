@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Annotated, Any
@@ -82,6 +81,7 @@ def stages_command() -> None:
 def recipe_with_stage(recipe: str, overrides: list[str] | None, stage: str, **options: Any) -> Any:
     """Load ``recipe`` with ``overrides`` plus ``<stage>.<key>=<value>`` for every option that is not None (values
     written as JSON, which YAML reads as is); a one-line error when the recipe has no ``stage``."""
+    import json
 
     from workbench.recipe import load_recipe
 
