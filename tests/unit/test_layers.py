@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.tools.import_policy import module_name
+
 PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 
 LAYERS: dict[str, int] = {
@@ -59,15 +61,6 @@ def layer_of(module: str) -> int | None:
         if prefix in LAYERS:
             return LAYERS[prefix]
     return LAYERS.get(module)
-
-
-def module_name(path: Path, package_root: Path) -> str:
-    """The dotted module name of a file below ``package_root`` (whose last part is the package name)."""
-    rel = path.relative_to(package_root.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:

@@ -9,7 +9,9 @@ measure. Importing this package loads FastAPI, Starlette and pydantic only: uvic
 functions that use them, and no model library is ever imported here.
 """
 
-from workbench.serve.app import ServeLimits, create_app, is_blank, run_server
+from workbench.runtime.questions import is_blank
+from workbench.serve.app import create_app, run_server
+from workbench.serve.limits import ServeLimits
 from workbench.serve.load import free_port, run_abandoned, run_load, serve_process
 from workbench.serve.scheduler import BatchScheduler
 

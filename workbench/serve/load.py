@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -12,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workbench.core.errors import ConfigError
+from workbench.core.errors import ConfigError, WorkbenchError
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:
@@ -197,7 +201,6 @@ def run_abandoned(
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -216,12 +219,8 @@ def server_process(
     """Run ``command`` (an HTTP server) until the block ends, once ``GET ready_url`` answers 200; its output goes to
     ``log_path`` (a temporary file when None). A server that dies or never gets ready is a one-line
     :class:`~workbench.core.errors.WorkbenchError` at ``what`` with the end of its output."""
-    import subprocess
-    import tempfile
 
     import httpx
-
-    from workbench.core.errors import WorkbenchError
 
     with open(log_path, "w+b") if log_path is not None else tempfile.TemporaryFile() as log:
         process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT)
@@ -257,7 +256,6 @@ def serve_process(
     """Run ``workbench serve --bundle BUNDLE`` in a separate process on a free localhost port; yield its base URL
     once ``GET /ready`` answers 200 (warm, unless ``args`` hold ``--lazy``); stop it on exit (see
     :func:`server_process`)."""
-    import sys
 
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"

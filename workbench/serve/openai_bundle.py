@@ -1,6 +1,6 @@
 """``workbench serve``'s OpenAI-compatible face: a bundle's methods as chat models (``/v1/models``,
 ``/v1/chat/completions``). The request and response models and the mapping to and from the bundle's answers; the
-routes themselves are in :mod:`workbench.serve.app`, on the same scheduler and limits as ``POST /answer``.
+routes themselves are in :mod:`workbench.serve.chat_routes`, on the same scheduler and limits as ``POST /answer``.
 
 Contract:
 
@@ -23,7 +23,7 @@ Contract:
   "param", "code"}}``; an invalid request is 400 (``POST /answer``'s 422), an unknown model 404 with ``code:
   "model_not_found"``; 413, 503 (``Retry-After``), 504 and 500 as on ``/answer``.
 
-Imports pydantic and Starlette only (nothing of :mod:`workbench.serve.app`, which imports this module).
+Imports pydantic and Starlette only (nothing of the app, whose routes import this module).
 """
 
 from __future__ import annotations

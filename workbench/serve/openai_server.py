@@ -54,13 +54,16 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from workbench.backends.embedder import Embedder
+from workbench.backends.gencache import GenerationCache
+from workbench.backends.generator import Generator
 from workbench.serve.openai_bundle import V1BodySizeLimit, error_body, error_param
 from workbench.serve.openai_embeddings import EmbeddingRequest, count_tokens, embedding_answer, embedding_work
 from workbench.serve.openai_engine import Answered, ModelEngine
@@ -76,7 +79,7 @@ from workbench.serve.openai_schema import (
 )
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
-from workbench.serve.uvicorn_run import ServerThread
+from workbench.serve.uvicorn_run import ServerThread, run_uvicorn
 from workbench.serve.waiting import CLIENT_CLOSED, ClientGone, NotInTime, job_answers
 
 logger = logging.getLogger("workbench.serve")
@@ -398,7 +401,6 @@ def load_embedder(model: str | Path, *, device: str = "cpu", batch_size: int = 6
     """The :class:`~workbench.backends.embedder.Embedder` ``serve-model`` serves on ``/v1/embeddings``: ``model``
     resolved as the recipe's ``embedder.model`` is, without the embedding cache (the reference server computes every
     vector)."""
-    from workbench.backends.embedder import Embedder
 
     return Embedder(model, batch_size=batch_size, cache=False, device=device)
 
@@ -416,12 +418,9 @@ def load_generator(
     """The :class:`~workbench.backends.generator.Generator` ``serve-model`` serves: ``model`` resolved exactly as
     ``Generator(model)`` resolves it; the generation cache off unless ``cache`` (True: the default cache file, or a
     :class:`~workbench.backends.gencache.GenerationCache`)."""
-    from workbench.backends.generator import Generator
 
     store = None
     if cache is True:
-        from workbench.backends.gencache import GenerationCache
-
         store = GenerationCache()
     elif cache:
         store = cache
@@ -473,7 +472,6 @@ def start_in_thread(
     :func:`load_embedder`, or an ``Embedder``) is served on ``/v1/embeddings`` as ``embedder_name`` (default: the
     reference as given, else ``"embedder"``); None serves none.
     """
-    from dataclasses import replace
 
     if isinstance(model, str | Path):
         generator = load_generator(model, device=device, dtype=dtype, batch_size=batch_size, cache=cache)
@@ -507,7 +505,6 @@ def run_model_server(
     """Serve ``generator`` (and ``embedder`` as ``embedder_name``, when given) with uvicorn until interrupted
     (Ctrl-C, SIGTERM: within seconds, the running batch interrupted); prints one line with the base URL once bound.
     The API has no authentication: bind another interface than localhost only behind something that provides it."""
-    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_model_app(
         generator, served_name=served_name, limits=limits, embedder=embedder, embedder_name=embedder_name

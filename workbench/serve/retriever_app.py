@@ -44,11 +44,11 @@ from workbench.backends.passage_table import passages_of
 from workbench.backends.retrieval_engines import ExternalRetriever
 from workbench.backends.retrieval_http import SERVICE, hits_as_answer, served_document
 from workbench.core.errors import WorkbenchError
-from workbench.serve.app import _error, _validation_detail
 from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
+from workbench.serve.http_errors import error_response, validation_detail
 from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
-from workbench.serve.uvicorn_run import ServerThread
+from workbench.serve.uvicorn_run import ServerThread, run_uvicorn
 
 logger = logging.getLogger("workbench.serve")
 
@@ -164,8 +164,8 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
     install_refusal_handlers(
         app,
         routes=ROUTES,
-        error=_error,
-        on_invalid=lambda errors: _error(422, _validation_detail(errors, fields)),
+        error=error_response,
+        on_invalid=lambda errors: error_response(422, validation_detail(errors, fields)),
         logger=logger,
     )
 
@@ -202,12 +202,12 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
     async def retrieve(body: RetrieveRequest) -> Response:
         refusal = _refusal(body, limits)
         if refusal is not None:
-            return _error(422, refusal)
+            return error_response(422, refusal)
         if tally.closing:
-            return _error(503, "shutting down")
+            return error_response(503, "shutting down")
         with tally.lock:
             if tally.waiting >= limits.max_waiting:
-                return _error(503, f"{tally.waiting} requests are waiting", headers={"Retry-After": "1"})
+                return error_response(503, f"{tally.waiting} requests are waiting", headers={"Retry-After": "1"})
             tally.waiting += 1
         try:
             hits = await anyio.to_thread.run_sync(
@@ -217,7 +217,7 @@ def create_retriever_app(served: ServedIndex, limits: RetrieverServeLimits | Non
             with tally.lock:
                 tally.failures += 1
                 tally.last_error = str(exc)
-            return _error(503, f"the retriever failed: {exc}")
+            return error_response(503, f"the retriever failed: {exc}")
         finally:
             with tally.lock:
                 tally.waiting -= 1
@@ -284,7 +284,6 @@ def run_retriever_server(
     """Serve ``served`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds); prints one line with the
     ``POST /retrieve`` URL once bound. No authentication: bind another interface than localhost only behind
     something that provides it."""
-    from workbench.serve.uvicorn_run import run_uvicorn
 
     app = create_retriever_app(served, limits)
     run_uvicorn(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -95,7 +96,6 @@ def install_refusal_handlers(
     framework's HTTP errors by ``error(status, message, headers=...)`` worded by :func:`http_refusal` (404 naming
     ``routes``), and a bug by ``error(500, ...)`` naming only its type, its traceback in ``logger`` (the shared
     handlers of ``serve-model`` and ``serve-retriever``)."""
-    from fastapi.exceptions import RequestValidationError
 
     async def on_validation(request: Request, exc: RequestValidationError) -> Response:
         return on_invalid(exc.errors())

@@ -12,6 +12,8 @@ forward (:mod:`workbench.core.interrupt`), so its requests end too; whatever sti
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -96,7 +98,6 @@ class ServerThread:
     def __init__(
         self, app: Any, *, host: str, port: int, name: str, on_shutdown: Callable[[], None] | None = None
     ) -> None:
-        import threading
 
         self.app, self.host, self.port, self.name = app, host, port, name
         self.url = ""
@@ -106,7 +107,6 @@ class ServerThread:
     def start(self, timeout: float) -> Self:
         """Start serving and wait until the server accepts connections (a RuntimeError when it does not within
         ``timeout`` seconds); sets ``port`` (the bound one) and ``url``."""
-        import time
 
         self._thread.start()
         deadline = time.monotonic() + timeout

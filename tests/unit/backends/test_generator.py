@@ -405,7 +405,7 @@ def test_left_padded_batch_right_aligns_rows_and_counts_positions_from_each_firs
 
 # ---------------------------------------------------------------------- split prefill on a CPU
 def test_a_cpu_prefill_over_the_token_budget_is_split_and_joined_with_the_same_outputs(gen, monkeypatch):
-    from workbench.backends import generator as module
+    from workbench.backends.generator import prefill as module
 
     prompts = [" ".join([p] * k) for p, k in zip(PROMPTS, (1, 2, 3), strict=True)]  # 3 widths, padding needed
     widths = [len(_ids(gen, p)) for p in prompts]
@@ -430,7 +430,7 @@ def test_a_cpu_prefill_over_the_token_budget_is_split_and_joined_with_the_same_o
 
 
 def test_rows_that_fit_the_budget_share_a_forward(gen, monkeypatch):
-    from workbench.backends import generator as module
+    from workbench.backends.generator import prefill as module
 
     widths = [len(_ids(gen, p)) for p in PROMPTS]
     monkeypatch.setattr(module, "CPU_PREFILL_TOKENS", 2 * max(widths))

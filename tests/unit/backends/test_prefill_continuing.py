@@ -87,7 +87,7 @@ def test_continuing_rows_match_a_plain_prefill_and_count_their_tokens(smooth):
 
 
 def test_continuing_rows_come_back_in_order_across_cpu_chunks(smooth, monkeypatch):
-    from workbench.backends import generator as module
+    from workbench.backends.generator import prefill as module
     from workbench.backends.prefix_reuse import row_prefix_cache
 
     rows = [[*HEAD, 70, 71, 72, 73], [*HEAD, 74], [*HEAD, 75, 76], [*HEAD, 77, 78, 79]]  # not sorted by length

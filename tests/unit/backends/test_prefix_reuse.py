@@ -151,7 +151,7 @@ def test_first_step_logprobs_agree_within_1e_5(smooth):
 
 
 def test_rows_come_back_in_order_when_groups_interleave_and_cpu_chunks_split(peaked, monkeypatch):
-    from workbench.backends import generator as module
+    from workbench.backends.generator import prefill as module
 
     gen = _fresh(peaked)
     first = [gen.render_chat(q, system=SYSTEM) for q in QUESTIONS[:2]]
@@ -218,7 +218,7 @@ def test_reuse_is_off_for_the_reencoding_comparison_and_by_the_switch(peaked):
 
 
 def test_reuse_is_off_for_a_cache_that_cannot_be_joined(peaked, monkeypatch):
-    from workbench.backends import generator as module
+    from workbench.backends.generator import prefill as module
 
     gen = _fresh(peaked)
     saved = gen.joinable_cache

@@ -130,13 +130,13 @@ def test_a_missing_training_library_is_one_line_naming_the_extra(monkeypatch, ca
 def test_third_party_warnings_are_hidden_unless_verbose(verbose):
     import logging
 
-    from workbench.cli import _silence_third_party
+    from workbench.cli.output import silence_third_party
 
     level = logging.getLogger("DeepSpeed").level
     logging.getLogger("DeepSpeed").setLevel(logging.NOTSET)  # an earlier test in this process may have silenced it
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _silence_third_party(verbose)
+        silence_third_party(verbose)
         warnings.warn("old API", FutureWarning, stacklevel=1)
     try:
         assert len(caught) == (1 if verbose else 0)

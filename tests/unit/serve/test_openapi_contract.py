@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from tests.unit.serve.fake_runtime import FakeRuntime
 from workbench.runtime.runtime import RuntimeAnswer
 from workbench.serve import create_app
-from workbench.serve.app import AnswerRecord
+from workbench.serve.answer_schema import AnswerRecord
 
 
 def _schema() -> tuple[dict, dict]:

@@ -1,0 +1,217 @@
+"""Teacher-forced reads: continuations' log-likelihood, a sequence's own log-probs (``echo``), next-token log-probs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.backends.decoding_state import left_padded_batch
+from workbench.backends.generation_types import PromptLogprobs, Scored
+from workbench.backends.generator.jobs import PromptJobs
+from workbench.backends.generator.prefill import PrefillEngine
+from workbench.backends.prefix_reuse import plan_prefix_groups
+from workbench.core.interrupt import check_interrupt
+
+SCORE_POSITIONS = 2048
+""":meth:`Scoring.prompt_logprobs` puts sequences in one forward while rows × the widest stays within this many
+positions (the full-vocabulary logits of every position are held: 2048 × 49k float32 is about 400 MB)."""
+
+
+class Scoring(PromptJobs, PrefillEngine):
+    """Teacher-forced forwards over whole sequences (no decoding)."""
+
+    def score(
+        self,
+        prompts: Sequence[str],
+        continuations: Sequence[str],
+        *,
+        add_eos: bool = False,
+    ) -> list[Scored]:
+        """Teacher-forced log-likelihood of ``continuations[i]`` after ``prompts[i]``, in batches of ``batch_size``.
+
+        Prompt and continuation are tokenised separately (the prompt as in :meth:`generate`, the continuation
+        without special tokens) and concatenated, so the scored tokens are exactly the continuation's; ``add_eos``
+        appends the EOS token to it. Prompts are left-truncated to fit ``max_context``. Counts: ``lm_calls`` +1 per
+        pair, ``lm_batches`` +1 per batch, prompt tokens in ``prefill_tokens``, continuation tokens in
+        ``scored_tokens``.
+        """
+        import torch
+
+        prompts, continuations = list(prompts), list(continuations)
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        out: list[Scored] = []
+        with torch.inference_mode():
+            for start in range(0, len(prompts), self.batch_size):
+                stop = start + self.batch_size
+                batch = list(zip(prompts[start:stop], continuations[start:stop], strict=True))
+                with self.counter.timed("score"):
+                    out.extend(self._score_batch(batch, add_eos))
+        return out
+
+    def _score_batch(self, batch: list[tuple[str, str]], add_eos: bool) -> list[Scored]:
+        """One teacher-forced forward pass over a left-padded batch of prompt + continuation."""
+        import torch
+
+        conts = [list(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for _, c in batch]
+        if add_eos:
+            eos = self.tokenizer.eos_token_id
+            conts = [[*c, eos] for c in conts]
+        prompt_ids = [
+            self.encode_prompt(prompt, max(self.max_context - len(c), 1))
+            for (prompt, _), c in zip(batch, conts, strict=True)
+        ]
+        seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
+        keep = max(len(c) for c in conts) + 1
+        logits = self.tail_logits(seqs, keep)
+        self.counter.lm_calls += len(batch)
+        self.counter.lm_batches += 1
+        self.counter.prefill_tokens += sum(len(p) for p in prompt_ids)
+        self.counter.scored_tokens += sum(len(c) for c in conts)
+        results = []
+        for b, ((prompt, cont), ids) in enumerate(zip(batch, conts, strict=True)):
+            # the logits at offset o (of the kept tail) predict token keep - o - 1 from the end; the last is unused
+            preds = torch.log_softmax(logits[b, keep - 1 - len(ids) : keep - 1], dim=-1)
+            target = torch.tensor(ids, dtype=torch.long, device=preds.device)
+            lp = preds.gather(-1, target[:, None])[:, 0].cpu().numpy().astype(np.float32)
+            ent = (-(preds.exp() * preds).nan_to_num().sum(-1)).cpu().numpy().astype(np.float32)
+            mean = float(lp.mean()) if len(lp) else float("nan")
+            results.append(Scored(prompt, cont, np.asarray(ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
+        return results
+
+    def prompt_logprobs(self, id_lists: Sequence[Sequence[int]], *, top_logprobs: int = 0) -> list[PromptLogprobs]:
+        """Teacher-forced log-probs of each token-id sequence's own tokens (what ``echo`` reports), in order.
+
+        Per sequence, for every token after the first: its raw (T=1) log-prob given the tokens before it, the entropy
+        there and the ``top_logprobs`` most likely tokens (see :class:`PromptLogprobs`). The same forward as
+        :meth:`score` (positions from each row's first real token), so a sequence's log-probs equal ``score``'s on the
+        same ids. Sequences share a left-padded forward while rows × the widest stays within
+        :data:`SCORE_POSITIONS`. ``ValueError`` for an empty sequence or one longer than ``max_context``. Counts:
+        ``lm_calls`` +1 per sequence, ``lm_batches`` +1 per forward, all tokens in ``prefill_tokens``, all but the
+        first in ``scored_tokens``.
+        """
+        import torch
+
+        seqs = [[int(i) for i in ids] for ids in id_lists]
+        for ids in seqs:
+            if not ids:
+                raise ValueError("cannot score an empty token sequence")
+            if len(ids) > self.max_context:
+                raise ValueError(f"a sequence of {len(ids)} tokens is longer than max_context={self.max_context}")
+        if top_logprobs < 0:
+            raise ValueError(f"top_logprobs must be >= 0, got {top_logprobs}")
+        groups: list[list[int]] = []
+        for b in range(len(seqs)):
+            group = groups[-1] if groups else None
+            if group and len(group) < self.batch_size:
+                width = max(len(seqs[i]) for i in [*group, b])
+                if width * (len(group) + 1) <= SCORE_POSITIONS:
+                    group.append(b)
+                    continue
+            groups.append([b])
+        out: list[PromptLogprobs | None] = [None] * len(seqs)
+        with torch.inference_mode():
+            for group in groups:
+                batch = [seqs[b] for b in group]
+                width = max(len(ids) for ids in batch)
+                with self.counter.timed("score"):
+                    logits = self._forward_tail(batch, width)
+                self.counter.lm_calls += len(batch)
+                self.counter.lm_batches += 1
+                self.counter.prefill_tokens += sum(len(ids) for ids in batch)
+                self.counter.scored_tokens += sum(len(ids) - 1 for ids in batch)
+                for row, b in enumerate(group):
+                    out[b] = own_logprobs(logits[row, width - len(seqs[b]) : width - 1], seqs[b], top_logprobs)
+        return [item for item in out if item is not None]
+
+    def tail_logits(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
+        """Logits (float32 tensor [rows, keep, V]) of the last ``keep`` positions of each token-id sequence, as one
+        left-padded forward computes them (positions from each row's first real token; a row shorter than ``keep``
+        has padding logits in front). Rows sharing a prefix that leaves each at least ``keep`` tokens of its own reuse
+        it (see :meth:`prefill`; the same conditions, the saved tokens in ``counter.prefix_reused_tokens``): the
+        prefix is encoded once, then the suffixes over copies of its cache. Counts nothing else: the callers count
+        their calls and tokens."""
+        import torch
+
+        seqs = [[int(i) for i in ids] for ids in seqs]
+        groups = plan_prefix_groups(seqs, self.prefix_min_tokens, keep) if self.reuses_prefixes() else []
+        parts: list[tuple[list[int], Any]] = []
+        for group in groups:
+            head = self._encode_prefix(seqs[group.rows[0]][: group.length])
+            if head is None:
+                return self._forward_tail(seqs, keep)
+            suffixes = [seqs[r][group.length :] for r in group.rows]
+            out, _, _ = self._continue_prefix(head, group.length, suffixes, keep, None)
+            parts.append((list(group.rows), out.logits.float()))
+        if not parts:
+            return self._forward_tail(seqs, keep)
+        grouped = {r for rows, _ in parts for r in rows}
+        plain = [r for r in range(len(seqs)) if r not in grouped]
+        if plain:
+            parts.append((plain, self._forward_tail([seqs[r] for r in plain], keep)))
+        self.counter.prefix_reused_tokens += sum(group.saved for group in groups)
+        logits = parts[0][1].new_empty((len(seqs), keep, parts[0][1].shape[-1]))
+        for rows, part in parts:
+            logits[torch.tensor(rows, dtype=torch.long, device=logits.device)] = part
+        return logits
+
+    def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
+        """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass (no
+        prefix reuse)."""
+        check_interrupt()  # between teacher-forced batches (core.interrupt)
+        input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
+        return self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            logits_to_keep=keep,
+        ).logits.float()
+
+    def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
+        """Log-probability (raw, T=1) of the first token of each option as the token following each prompt.
+
+        Returns an ``(len(prompts), len(options))`` float32 array from one forward pass per batch of prompts: the
+        cheap way to read a one-word verdict ("yes" / "no" / "maybe") or a multiple-choice letter. Counts
+        ``lm_calls`` (one per prompt), ``lm_batches`` and ``prefill_tokens``.
+        """
+        import torch
+
+        prompts = list(prompts)
+        first = []
+        for option in options:
+            ids = self.tokenizer(option, add_special_tokens=False)["input_ids"]
+            if not ids:
+                raise ValueError(f"option {option!r} encodes to no token")
+            first.append(ids[0])
+        out = np.zeros((len(prompts), len(first)), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(prompts), self.batch_size):
+                ids = [self.encode_prompt(p, self.max_context) for p in prompts[start : start + self.batch_size]]
+                with self.counter.timed("score"):
+                    logits = self.tail_logits(ids, 1)[:, -1]
+                self.counter.lm_calls += len(ids)
+                self.counter.lm_batches += 1
+                self.counter.prefill_tokens += sum(len(i) for i in ids)
+                out[start : start + len(ids)] = torch.log_softmax(logits, -1)[:, first].cpu().numpy()
+        return out
+
+
+def own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
+    """:class:`PromptLogprobs` of ``ids`` from the logits of its positions ``0 .. L-2`` (each predicting the next)."""
+    import torch
+
+    preds = torch.log_softmax(logits.float(), dim=-1)
+    target = torch.tensor(ids[1:], dtype=torch.long, device=preds.device)
+    lp = preds.gather(-1, target[:, None])[:, 0].cpu().numpy().astype(np.float32)
+    ent = (-(preds.exp() * preds).nan_to_num().sum(-1)).cpu().numpy().astype(np.float32)
+    width = min(k, preds.shape[-1])
+    if width:
+        top = preds.topk(width, dim=-1)
+        top_ids = top.indices.cpu().numpy().astype(np.int64)
+        top_lps = top.values.cpu().numpy().astype(np.float32)
+    else:
+        top_ids = np.zeros((len(ids) - 1, 0), dtype=np.int64)
+        top_lps = np.zeros((len(ids) - 1, 0), dtype=np.float32)
+    return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
