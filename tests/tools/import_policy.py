@@ -246,6 +246,8 @@ def verdict(importer: str, node: ast.Import | ast.ImportFrom, guarded: bool, roo
         if top != package:
             if top in HEAVY_MODULES and top not in own:
                 return f"heavy: {top}"
+            if "." in name and name in HEAVY_MODULES:  # a standard-library submodule listed by its dotted name
+                return f"heavy: {name}"
             continue
     lazy = lazy_importer(importer)
     if lazy and any(name.split(".")[0] == package for name in names):

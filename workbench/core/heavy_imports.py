@@ -84,8 +84,12 @@ HEAVY_MODULES: dict[str, str] = {
     "psutil": ENGINES_EXTRA,
     # other optional packages
     "llama_cpp": OTHER_EXTRA,
+    # standard-library submodules that are slow to import (keyed by their dotted name)
+    "importlib.metadata": IMPORT_TIME
+    + "; it scans every installed package's metadata: only plugin discovery (methods, features) reads it",
 }
-"""Top-level module name → why it is imported inside the functions that use it (see the module docstring)."""
+"""Top-level module name (or a dotted submodule of the standard library) → why it is imported inside the
+functions that use it (see the module docstring)."""
 
 PLATFORM_MODULES: dict[str, str] = {
     "fcntl": "POSIX only: file locks; imported where used so the module imports on any platform",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import DataError
+from workbench.uncertainty.features import get_features
 from workbench.uncertainty.stats import DERIVED_STATS
 
 __all__ = [
@@ -127,8 +128,6 @@ def stats_components(stats: Iterable[str]) -> frozenset[str]:
 def feature_components(features: Iterable[str]) -> frozenset[str]:
     """The components the features ``features`` need: the union over their stats, always with ``greedy`` (the
     routed answer is the closed-book answer). ConfigError for an unknown feature."""
-    from workbench.uncertainty.features import get_features
-
     return stats_components(s for f in get_features(list(features)) for s in f.stats) | {_G}
 
 
