@@ -176,7 +176,7 @@ def __getattr__(name: str) -> Any:
         module, attr = _MOVED[name].split(":")
         return getattr(importlib.import_module(module), attr)
     for spec in STAGES.values():
-        if spec.settings and spec.settings.rpartition(":")[2] == name:
+        if spec.settings_name == name:
             return spec.settings_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

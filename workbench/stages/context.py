@@ -10,7 +10,7 @@ from typing import Any
 
 from workbench.backends.cost import CostCounter
 from workbench.core.settings import RecipeView
-from workbench.stages.registry import StageSpec
+from workbench.stages.spec import StageSpec
 
 
 def resource_kind(name: str) -> str:

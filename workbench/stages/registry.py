@@ -1,94 +1,18 @@
-"""The stage registry: what each stage is called, what it reads, which config sections its output depends on."""
+"""The stage table: what each stage is called, what it reads, which config sections its output depends on.
+
+One table for the recipe loader and the runner: the pipeline stages (:data:`PIPELINE`) and the benchmark stages
+(:func:`workbench.bench.registry.benchmark_specs`). What a row holds: :class:`~workbench.stages.spec.StageSpec`."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
+from workbench.bench.registry import benchmark_specs
 from workbench.core.errors import ConfigError
+from workbench.stages.spec import StageSpec
+
+__all__ = ["PIPELINE", "STAGES", "StageSpec", "validate_stage_list"]
 
 
-@dataclass(frozen=True)
-class StageSpec:
-    """One recipe step.
-
-    ``entry`` is ``"module:function"``, imported only when the stage runs; the function takes a
-    :class:`workbench.stages.context.StageContext` and returns a flat dict of summary values. The cache key of the
-    stage's output is the hash of ``name``, ``version``, the recipe seed, the config ``sections`` listed, the
-    fingerprints of the assets in ``uses``, the contents of the local files those sections name
-    (:mod:`workbench.stages.content_keys`), and the keys of the ``inputs`` stages. ``optional_inputs`` are read
-    when the recipe runs them before this stage (a report covers whatever the run produced). ``cacheable=False``
-    stages (cheap, with outputs outside the run directory) always run. ``multi_process`` stages take part in a
-    multi-process launch (torchrun / srun, one process per device): ranks other than 0 run only them, writing
-    nothing (:func:`workbench.stages.runner.run_recipe`); the stage itself lets only rank 0 write.
-
-    ``resources`` are the kinds of the run's shared resources the stage uses
-    (:class:`~workbench.stages.context.Resources`: ``generator``, ``controller_generator``, ``embedder``,
-    ``retriever``, or a stage's own ``get`` name); before the stage runs the runner drops every other one and returns
-    its memory, so memory a stage does not need is not held through it (a dropped resource is rebuilt by the next
-    stage that uses it). Unrelated to ``uses`` (the assets the cache key fingerprints). ``trains``: the stage runs a
-    training loop; a run holding such a stage has glibc map large allocations from its start on
-    (:func:`workbench.core.memory.map_large_allocations`: a steady heap through training and the stages around it,
-    a cost for sampling-heavy decoding, which runs without a training stage do not pay).
-
-    What a stage owns of the recipe: ``settings`` is ``"module:Class"``, the dataclass of its section (keys, types,
-    defaults, one-line meanings), which the recipe holds under ``section`` (the stage's name unless given; a stage
-    that reads only shared or other stages' sections owns none). ``check`` is ``"module:function"``, the stage's own
-    load check, ``check(config)`` run by :func:`workbench.recipe.load_recipe` when the stage is in the recipe (a
-    one-line ConfigError naming a dotted key). ``splits`` are the dotted keys naming the split(s) the stage reads
-    from build_data (checked at load to exist and hold questions). All are imported only when used, and a settings
-    module imports no stage code at import time (:mod:`workbench.stages.settings`), so loading or printing a recipe
-    stays light. Settings two stages must keep equal are declared in :data:`workbench.stages.agreements.AGREEMENTS`.
-    """
-
-    name: str
-    summary: str
-    entry: str
-    version: int = 1
-    resources: tuple[str, ...] = ()
-    sections: tuple[str, ...] = ()
-    inputs: tuple[str, ...] = ()
-    optional_inputs: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()
-    cacheable: bool = True
-    multi_process: bool = False
-    trains: bool = False
-    settings: str | None = None
-    section: str | None = None
-    check: str | None = None
-    splits: tuple[str, ...] = ()
-
-    @property
-    def section_key(self) -> str | None:
-        """The recipe key of the section this stage owns (None when it owns none)."""
-        return (self.section or self.name) if self.settings else None
-
-    def settings_class(self) -> type | None:
-        """Import and return the dataclass of the section this stage owns (None when it owns none)."""
-        return _resolve(self.settings) if self.settings else None
-
-    def load_check(self) -> Callable[[Any], None] | None:
-        """Import and return the stage's own load check (None when it has none)."""
-        return _resolve(self.check) if self.check else None
-
-    def inputs_in(self, stages: list[str]) -> tuple[str, ...]:
-        """The stages this one reads in a recipe running ``stages``: its inputs, then its optional inputs that run."""
-        return (*self.inputs, *(name for name in self.optional_inputs if name in stages))
-
-    def load(self) -> Callable[[Any], dict[str, Any]]:
-        """Import and return the stage function."""
-        return _resolve(self.entry)
-
-
-def _resolve(reference: str) -> Any:
-    """The object a ``"module:name"`` reference names (imported now)."""
-    module, name = reference.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-STAGES: dict[str, StageSpec] = {
+PIPELINE: dict[str, StageSpec] = {
     spec.name: spec
     for spec in (
         StageSpec(
@@ -162,26 +86,6 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
         ),
         StageSpec(
-            "bench_backends",
-            "measure generator (shared prefill vs re-encoding), NLI and retrieval speed and quality",
-            "workbench.stages.bench_backends:run",
-            resources=("generator", "embedder", "retriever"),
-            sections=("bench", "generator", "embedder", "nli", "retrieval"),
-            inputs=("build_data",),
-            uses=("generator", "embedder"),
-            settings="workbench.stages.settings.bench_backends:BenchSection",
-            section="bench",
-            check="workbench.stages.settings.bench_backends:check",
-        ),
-        StageSpec(
-            "report_bench",
-            "write the backends benchmark report",
-            "workbench.stages.report_bench:run",
-            sections=("report",),
-            inputs=("bench_backends",),
-            cacheable=False,
-        ),
-        StageSpec(
             "collect",
             "collect uncertainty features and closed-book correctness labels per question (resumable, shardable)",
             "workbench.stages.collect:run",
@@ -193,27 +97,6 @@ STAGES: dict[str, StageSpec] = {
             settings="workbench.stages.settings.collect:CollectSection",
             check="workbench.stages.settings.collect:check",
             splits=("collect.splits",),
-        ),
-        StageSpec(
-            "bench_features",
-            "measure the cost of the 18 features: shared stats graph vs one feature at a time vs bare generation",
-            "workbench.stages.bench_features:run",
-            resources=("generator", "embedder"),
-            sections=("bench_features", "generator", "embedder", "nli"),
-            inputs=("build_data",),
-            version=2,
-            uses=("generator", "embedder"),
-            settings="workbench.stages.settings.bench_features:BenchFeaturesSection",
-            check="workbench.stages.settings.bench_features:check",
-            splits=("bench_features.split",),
-        ),
-        StageSpec(
-            "report_bench_features",
-            "write the feature-cost benchmark report",
-            "workbench.stages.bench_features:report",
-            sections=("report",),
-            inputs=("bench_features",),
-            cacheable=False,
         ),
         StageSpec(
             "calibrate",
@@ -322,26 +205,6 @@ STAGES: dict[str, StageSpec] = {
             check="workbench.stages.settings.tune_reader:check",
         ),
         StageSpec(
-            "bench_decoding",
-            "measure contrastive decoding (one batched forward per step) vs greedy vs two sequential decoders",
-            "workbench.stages.bench_decoding:run",
-            resources=("generator", "embedder", "retriever"),
-            sections=("bench_decoding", "generator", "embedder", "retrieval"),
-            inputs=("build_data",),
-            uses=("generator", "embedder"),
-            settings="workbench.stages.settings.bench_decoding:BenchDecodingSection",
-            check="workbench.stages.settings.bench_decoding:check",
-            splits=("bench_decoding.split",),
-        ),
-        StageSpec(
-            "report_bench_decoding",
-            "write the contrastive-decoding benchmark report",
-            "workbench.stages.bench_decoding:report",
-            sections=("report",),
-            inputs=("bench_decoding",),
-            cacheable=False,
-        ),
-        StageSpec(
             "study",
             "tune the methods' thresholds and α with Optuna on val (thresholds replayed, generations cached)",
             "workbench.stages.study:run",
@@ -364,61 +227,6 @@ STAGES: dict[str, StageSpec] = {
             cacheable=False,
             settings="workbench.stages.settings.export:ExportSection",
             check="workbench.stages.settings.export:check",
-        ),
-        StageSpec(
-            "bench_served",
-            "collect the same features in-process and through OpenAI-compatible servers: agreement and questions/s",
-            "workbench.stages.bench_served:run",
-            resources=("generator", "embedder"),
-            sections=("bench_served", "collect", "generator", "nli", "embedder"),
-            inputs=("build_data",),
-            uses=("generator", "embedder"),
-            cacheable=False,
-            settings="workbench.stages.settings.bench_served:BenchServedSection",
-        ),
-        StageSpec(
-            "report_bench_served",
-            "write the served-models benchmark report",
-            "workbench.stages.bench_served:report",
-            sections=("report",),
-            inputs=("bench_served",),
-            cacheable=False,
-        ),
-        StageSpec(
-            "bench_retrievers",
-            "measure the retrieval backends over one corpus: indexing docs/s, query latency at each concurrency, "
-            "memory, disk, top-k agreement with bm25s; a dense scale tier of synthetic vectors",
-            "workbench.stages.bench_retrievers:run",
-            sections=("bench_retrievers", "data"),
-            inputs=("build_data",),
-            cacheable=False,
-            settings="workbench.stages.settings.bench_retrievers:BenchRetrieversSection",
-            check="workbench.stages.settings.bench_retrievers:check",
-        ),
-        StageSpec(
-            "report_bench_retrievers",
-            "write the retrieval-backends benchmark report",
-            "workbench.stages.bench_retrievers:report",
-            sections=("report",),
-            inputs=("bench_retrievers",),
-            cacheable=False,
-        ),
-        StageSpec(
-            "bench_runtime",
-            "measure a bundle: cold start, decision-path latency, parity with its run, serve under load",
-            "workbench.stages.bench_runtime:run",
-            sections=("bench_runtime", "export"),
-            cacheable=False,
-            settings="workbench.stages.settings.bench_runtime:BenchRuntimeSection",
-            check="workbench.stages.settings.bench_runtime:check",
-        ),
-        StageSpec(
-            "report_bench_runtime",
-            "write the runtime benchmark report",
-            "workbench.stages.bench_runtime:report",
-            sections=("report",),
-            inputs=("bench_runtime",),
-            cacheable=False,
         ),
         StageSpec(
             "transfer",
@@ -444,30 +252,12 @@ STAGES: dict[str, StageSpec] = {
             check="workbench.stages.settings.transfer:check",
             splits=("transfer.split",),
         ),
-        StageSpec(
-            "bench_gpu",
-            "measure collection, serve-model and contrastive-decoding throughput and peak memory on a CUDA GPU "
-            "(random-weight SmolLM2 / 1B shapes); skips without CUDA",
-            "workbench.stages.bench_gpu:run",
-            resources=("generator", "embedder", "retriever"),
-            # generator: the tokenizer and the pairs' prompts; embedder, nli: the collection's judge; retrieval: pairs
-            sections=("bench_gpu", "generator", "embedder", "nli", "retrieval"),
-            inputs=("build_data",),
-            uses=("generator", "embedder"),
-            settings="workbench.stages.settings.bench_gpu:BenchGpuSection",
-            check="workbench.stages.settings.bench_gpu:check",
-            splits=("bench_gpu.split",),
-        ),
-        StageSpec(
-            "report_bench_gpu",
-            "write the GPU benchmark report (or say that it skipped, and where)",
-            "workbench.stages.bench_gpu:report",
-            sections=("report",),
-            inputs=("bench_gpu",),
-            cacheable=False,
-        ),
     )
 }
+"""The pipeline stages, in the order ``workbench stages`` lists them."""
+
+STAGES: dict[str, StageSpec] = {**PIPELINE, **benchmark_specs()}
+"""Every stage a recipe may name: the pipeline's, then the benchmarks' (:data:`workbench.bench.registry.BENCHMARKS`)."""
 
 
 def validate_stage_list(stages: list[str], where: str) -> None:

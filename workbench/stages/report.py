@@ -92,7 +92,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
             body += evaluate_section(ctx.inputs["evaluate"], tmp)
         if "bench_decoding" in ctx.inputs:
-            from workbench.reports.decoding import decoding_section
+            from workbench.bench.decoding.report import decoding_section
 
             body += decoding_section(ctx.inputs["bench_decoding"], tmp, config.name)
         if "export" in ctx.inputs:

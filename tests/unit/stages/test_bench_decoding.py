@@ -12,10 +12,10 @@ import pytest
 from tests.toy_corpus import PASSAGES
 from tests.unit.stages.bench_context import bench_context
 from tests.unit.stages.fake_build_data import write_build_data
+from workbench.bench.decoding import run as bench_decoding
+from workbench.bench.decoding.report import decoding_section
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
-from workbench.reports.decoding import decoding_section
-from workbench.stages import bench_decoding
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -219,7 +219,7 @@ def _over_none(ways: dict[str, Any], way: str) -> str:
 def attention_memory_lines(memory: dict[str, Any]) -> list[str]:
     """The attention-memory part: for each context, the peak RSS of a recording prefill with no recorder, with the
     recorder as it is (*after*) and as it was (*before*, measured where it fits its budget, and analytic), each way
-    in a fresh process (:mod:`workbench.stages.bench_attention_memory`)."""
+    in a fresh process (:mod:`workbench.bench.features.attention_memory`)."""
     s = memory["settings"]
     heads, batch = s["heads"], s["batch"]
     lines = [

@@ -21,7 +21,7 @@ embedding 100k passages would take ~15 minutes on 2 cores, and an index's search
 number and dimension, not on what they mean. ``large_passages`` synthetic vectors are indexed by
 ``large_backends`` (the dense scale tier). Lexical channels search the text of real questions from build_data's
 splits. Output: ``bench.json``; the report stage writes ``report.md`` and plots
-(:mod:`workbench.reports.retrievers`).
+(:mod:`workbench.bench.retrievers.report`).
 """
 
 from __future__ import annotations
@@ -598,8 +598,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 def report(ctx: StageContext) -> dict[str, Any]:
-    """Write ``report.md`` and its plots to the report directory (:func:`workbench.reports.retrievers.write_report`)."""
-    from workbench.reports.retrievers import write_report
-    from workbench.stages.report_bench import write_bench_report
+    """Write ``report.md`` and its plots to the report directory
+    (:func:`workbench.bench.retrievers.report.write_report`)."""
+    from workbench.bench.report import write_bench_report
+    from workbench.bench.retrievers.report import write_report
 
-    return write_bench_report(ctx, "bench_retrievers", write_report)
+    return write_bench_report(
+        ctx, "bench_retrievers", lambda bench, tmp: write_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
+    )[0]

@@ -275,6 +275,7 @@ def _aligned(
     """The levels any model measured (sorted) and, per model, its ``value`` at each (NaN where it measured none):
     models of one report can differ (a run cut short, runs joined with other settings). ``entries`` names each model's
     list of measurements (a key, or a key path)."""
+
     def rows(model: dict[str, Any]) -> list[dict[str, Any]]:
         return model[entries] if isinstance(entries, str) else model[entries[0]][entries[1]]
 

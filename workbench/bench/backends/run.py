@@ -174,3 +174,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
         }
     )
     return summary
+
+
+def report(ctx: StageContext) -> dict[str, Any]:
+    """Write ``report.md`` and ``speedup.png`` to the report directory from ``bench_backends``' ``bench.json``
+    (:func:`workbench.bench.backends.report.write_backends_report`)."""
+    from workbench.bench.backends.report import write_backends_report
+    from workbench.bench.report import write_bench_report
+
+    return write_bench_report(
+        ctx,
+        "bench_backends",
+        lambda bench, tmp: write_backends_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun),
+    )[0]

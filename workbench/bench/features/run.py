@@ -7,7 +7,7 @@ nothing is reused by accident; costs from one :class:`~workbench.backends.cost.C
 * **workbench** — one :func:`~workbench.uncertainty.calculators.compute_stats` call for all features: every stat
   computed once per question, batched over questions, one NLI matrix shared by every graph feature;
 * **workbench core** — the same without the features that prompt the model themselves
-  (:data:`~workbench.reports.feature_cost.SELF_PROMPTING`);
+  (:data:`~workbench.bench.features.report.SELF_PROMPTING`);
 * **per-feature library** — the way a per-feature library (TruthTorchLM-style) works: one question and one feature
   at a time, each feature generating its own greedy answer, samples and NLI matrix, and N samples re-encoding the
   prompt N times (what HF ``generate(num_return_sequences=N)`` does);
@@ -23,29 +23,29 @@ with hidden states, attention, NLI, embedding, HF ``generate``); the bare, naive
 per-feature ways alternating; medians are reported with their min–max spread.
 
 Token-forwards = prefill + decoded + teacher-forced (scored) tokens. Targets (issue 15,
-:data:`~workbench.reports.feature_cost.TARGETS`): per-feature library / workbench ≥ 5x in token-forwards, NLI pairs
+:data:`~workbench.bench.features.report.TARGETS`): per-feature library / workbench ≥ 5x in token-forwards, NLI pairs
 and wall time; workbench / bare ≤ 2.0x, workbench core / bare ≤ 1.15x, workbench / naive bare ≤ 1.0x (wall time).
 ``lars`` is costed as the greedy answer with its log-probs (its fitted scorer is a dot product; collect fits it on
 labelled data).
 
-A second part, ``attention_memory`` (``bench_features.parts``; :mod:`workbench.stages.bench_attention_memory`),
+A second part, ``attention_memory`` (``bench_features.parts``; :mod:`workbench.bench.features.attention_memory`),
 measures the peak memory of a prefill under the attention recorder, before and after it read only the rows the
 feature reads, each way in a fresh process, on a random model of the shape ``bench_features.attention_memory``
 gives (Llama-3.2-1B's by default). ``report_bench_features`` writes the report
-(:mod:`workbench.reports.feature_cost`): the sections of the parts measured.
+(:mod:`workbench.bench.features.report`): the sections of the parts measured.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.bench.features.report import SELF_PROMPTING, write_feature_cost_report
+from workbench.bench.report import write_bench_report
+from workbench.core.atomic import atomic_write_json
 from workbench.core.config import printable
 from workbench.core.errors import ConfigError
-from workbench.reports.feature_cost import SELF_PROMPTING, write_feature_cost_report
 from workbench.stages.context import StageContext
 
 
@@ -255,10 +255,10 @@ class _ReencodingGenerator:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Measure the parts ``bench_features.parts`` names — ``cost`` (:func:`measure_cost`) and ``attention_memory``
-    (:func:`~workbench.stages.bench_attention_memory.measure_attention_memory`) — and write ``bench.json``."""
+    (:func:`~workbench.bench.features.attention_memory.measure_attention_memory`) — and write ``bench.json``."""
     import torch
 
-    from workbench.stages.bench_attention_memory import measure_attention_memory
+    from workbench.bench.features.attention_memory import measure_attention_memory
 
     section = ctx.config.bench_features
     validate_section(section)
@@ -426,9 +426,9 @@ def _rounded(value: float | None) -> float | None:
 
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and ``per_feature.png`` to the report directory
-    (:func:`workbench.reports.feature_cost.write_feature_cost_report`)."""
-    bench = json.loads((ctx.inputs["bench_features"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_feature_cost_report(bench, tmp, name=ctx.config.name, command=ctx.rerun)
-    return {"report": str(report_dir / "report.md")}
+    (:func:`workbench.bench.features.report.write_feature_cost_report`)."""
+    return write_bench_report(
+        ctx,
+        "bench_features",
+        lambda bench, tmp: write_feature_cost_report(bench, tmp, name=ctx.config.name, command=ctx.rerun),
+    )[0]

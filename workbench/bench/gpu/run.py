@@ -9,14 +9,14 @@ answer nothing: these are timings and memory, not quality. Then, by :func:`measu
 
 * **(a) collection** — questions/s collecting ``bench_gpu.features`` (the 18 of D²-RAG) in process at each generator
   batch size of ``batch_sizes``, by the stats graph exactly as ``bench_features`` times its *workbench* way
-  (:func:`workbench.stages.bench_features.collect_stats`, timed by its
-  :func:`~workbench.stages.bench_features.measure_ways`: one warm-up, then ``repeats`` runs, the median);
+  (:func:`workbench.bench.features.run.collect_stats`, timed by its
+  :func:`~workbench.bench.features.run.measure_ways`: one warm-up, then ``repeats`` runs, the median);
 * **(b) serve-model** — the same collection through ``workbench serve-model`` on the same model directory, started
   as a process of its own as ``bench_served`` starts it, at each concurrency of ``concurrency`` (requests in flight,
   ``serve_prompts_per_request`` prompts each); the features the OpenAI protocol cannot give (hidden states,
   attention) are left out and listed;
-* **(c) contrastive decoding vs greedy** — :func:`workbench.stages.bench_decoding.benchmark_contrastive` on D²-RAG's
-  relevant-mode pairs (:func:`workbench.stages.bench_decoding.build_pairs`) at each B of ``decode_batch_sizes``,
+* **(c) contrastive decoding vs greedy** — :func:`workbench.bench.decoding.run.benchmark_contrastive` on D²-RAG's
+  relevant-mode pairs (:func:`workbench.bench.decoding.run.build_pairs`) at each B of ``decode_batch_sizes``,
   EOS off so every variant decodes ``max_new_tokens`` steps;
 * **(d) peak memory** — ``torch.cuda.max_memory_allocated`` after each measurement of (a) and (c), its counter reset
   before it (warm-up included); for (b) the server is another process, so the GPU memory in use on the device
@@ -26,14 +26,13 @@ Each measurement runs over ``questions`` questions, or more when its batch size 
 pairs) is larger, so that every batch is full. Without CUDA the stage measures nothing: it logs one line and writes a
 ``bench.json`` saying it skipped and why, with the machine it ran on (``device: cpu`` measures on the CPU — for the
 unit tests only). Output: ``bench.json``, the ``serve-model`` log per model; ``report_bench_gpu`` writes
-``report.md`` and its plots (:mod:`workbench.reports.gpu`). Figures are reference figures only from a real GPU run
+``report.md`` and its plots (:mod:`workbench.bench.gpu.report`). Figures are reference figures only from a real GPU run
 that names its card.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -42,9 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.bench.gpu.report import write_gpu_report
+from workbench.bench.report import write_bench_report
+from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
-from workbench.reports.gpu import write_gpu_report
 from workbench.stages.context import StageContext
 
 
@@ -78,7 +78,7 @@ NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 PARTIAL = "bench.partial.json"
 """What the stage has measured so far (``bench.json``'s form plus ``partial: true``), rewritten after each
 measurement and removed once ``bench.json`` is written: a run cut short (a GPU lease ending) keeps its figures, and
-:func:`workbench.reports.gpu.write_gpu_report` renders them."""
+:func:`workbench.bench.gpu.report.write_gpu_report` renders them."""
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
@@ -298,7 +298,7 @@ def measure_model(
     ``model_dir`` loaded on ``device`` in ``dtype`` by the package's generator (no generation cache; its costs go to
     ``counter``, the counter ``judge`` and ``embedder`` count into too).
 
-    ``section`` is a ``bench_gpu`` section (:class:`~workbench.stages.settings.bench_gpu.BenchGpuSection`): its
+    ``section`` is a ``bench_gpu`` section (:class:`~workbench.bench.gpu.settings.BenchGpuSection`): its
     ``features``, stat settings, ``batch_sizes``, ``decode_batch_sizes``, ``alpha``, ``max_new_tokens``, ``questions``
     and ``repeats`` are used. ``rows`` (dicts with a ``question``) must hold at least ``max(questions, largest batch
     size)`` rows, ``experts`` / ``amateurs`` at least the largest decoding batch size. ``device`` is any torch device:
@@ -306,14 +306,14 @@ def measure_model(
 
     Returns ``{"device", "dtype", "parameters", "weights_mb", "collection": [...], "decoding": [...]}``: one
     ``collection`` entry per batch size (``batch_size``, ``questions``, ``questions_per_s`` and
-    :func:`~workbench.stages.bench_features.measure_ways`'s median costs with their spread, ``peak_memory_mb``), one
-    ``decoding`` entry per B (:func:`~workbench.stages.bench_decoding.benchmark_contrastive`'s result plus
+    :func:`~workbench.bench.features.run.measure_ways`'s median costs with their spread, ``peak_memory_mb``), one
+    ``decoding`` entry per B (:func:`~workbench.bench.decoding.run.benchmark_contrastive`'s result plus
     ``peak_memory_mb``). ``progress``, when given, is called with that dict after each measurement (the stage keeps
     a partial ``bench.json`` with it). Raises ``ValueError`` when ``rows`` or the pairs are too few.
     """
     from workbench.backends.factory import build_generator
-    from workbench.stages.bench_decoding import benchmark_section
-    from workbench.stages.bench_features import collect_stats, measure_ways
+    from workbench.bench.decoding.run import benchmark_section
+    from workbench.bench.features.run import collect_stats, measure_ways
 
     features = list(section.features)
     sizes = [int(b) for b in section.batch_sizes]
@@ -396,7 +396,7 @@ def measure_serve(
     progress: Any = None,
 ) -> dict[str, Any]:
     """Measure (b): the collection of :func:`measure_model` through ``workbench serve-model`` serving ``model_dir``
-    on ``device`` in ``dtype``, started as a process of its own (:func:`workbench.stages.bench_served.
+    on ``device`` in ``dtype``, started as a process of its own (:func:`workbench.bench.served.run.
     serve_model_command` in :func:`workbench.serve.load.server_process`; its output to ``log_path``), reached by the
     served generator at each concurrency of ``section.concurrency`` with ``serve_prompts_per_request`` prompts per
     request. Call it with no model of this process on the device (the server holds its own copy).
@@ -409,9 +409,9 @@ def measure_serve(
     given, is called with that dict after each concurrency.
     """
     from workbench.backends.factory import build_served_generator
+    from workbench.bench.features.run import collect_stats, measure_ways
+    from workbench.bench.served.run import servable_features, serve_model_command
     from workbench.serve.load import free_port, server_process
-    from workbench.stages.bench_features import collect_stats, measure_ways
-    from workbench.stages.bench_served import servable_features, serve_model_command
 
     per_request = section.serve_prompts_per_request
     levels = [int(c) for c in section.concurrency]
@@ -508,9 +508,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.backends.cost import CostCounter
     from workbench.backends.device import resolve_device
     from workbench.backends.lora import resolve_model
+    from workbench.bench.decoding.run import build_pairs
+    from workbench.bench.features.run import uncached_scorers
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.stages.bench_decoding import build_pairs
-    from workbench.stages.bench_features import uncached_scorers
 
     section = ctx.config.bench_gpu
     validate_section(section)
@@ -618,9 +618,8 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` (and, when the stage measured, its plots) to the report directory
-    (:func:`workbench.reports.gpu.write_gpu_report`); a skipped run gets a short report saying so and where."""
-    bench = json.loads((ctx.inputs["bench_gpu"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_gpu_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
-    return {"report": str(report_dir / "report.md"), "skipped": bool(bench.get("skipped"))}
+    (:func:`workbench.bench.gpu.report.write_gpu_report`); a skipped run gets a short report saying so and where."""
+    summary, bench = write_bench_report(
+        ctx, "bench_gpu", lambda bench, tmp: write_gpu_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
+    )
+    return {**summary, "skipped": bool(bench.get("skipped"))}

@@ -21,19 +21,19 @@ pairs (every variant alike), so the generator's batch size should be at least th
 
 Output of ``bench_decoding``: ``bench.json`` — the settings, the torch thread count, the device, the model and one
 :func:`benchmark_contrastive` result per batch size (``results``, in ``batch_sizes`` order). ``report_bench_decoding``
-writes ``report.md`` and ``seconds.png`` into ``report.dir`` (the writer: :mod:`workbench.reports.decoding`).
+writes ``report.md`` and ``seconds.png`` into ``report.dir`` (the writer: :mod:`workbench.bench.decoding.report`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.bench.decoding.report import write_decoding_report
+from workbench.bench.report import write_bench_report
+from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
-from workbench.reports.decoding import write_decoding_report
 from workbench.stages.context import StageContext
 
 
@@ -181,12 +181,10 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and ``seconds.png`` (seconds per variant per batch size) to the report directory
-    (:func:`workbench.reports.decoding.write_decoding_report`)."""
-    bench = json.loads((ctx.inputs["bench_decoding"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_decoding_report(bench, tmp, name=ctx.config.name)
-    return {"report": str(report_dir / "report.md")}
+    (:func:`workbench.bench.decoding.report.write_decoding_report`)."""
+    return write_bench_report(
+        ctx, "bench_decoding", lambda bench, tmp: write_decoding_report(bench, tmp, name=ctx.config.name)
+    )[0]
 
 
 def benchmark_section(

@@ -13,7 +13,7 @@ Per engine: the probed capabilities, questions/s per concurrency, and per featur
 values — Spearman rank correlation, the largest absolute difference, and AUROC of the greedy answer's correctness
 in-process vs served. Features an engine cannot serve are listed with the capability it lacks. Output:
 ``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots
-(:mod:`workbench.reports.served`).
+(:mod:`workbench.bench.served.report`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.bench.report import write_bench_report
+from workbench.bench.served.report import write_served_report
+from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
-from workbench.reports.served import write_served_report
 from workbench.serve.load import free_port, server_process
 from workbench.stages.context import StageContext
 
@@ -294,9 +294,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and ``throughput.png`` to the report directory
-    (:func:`workbench.reports.served.write_served_report`)."""
-    bench = json.loads((ctx.inputs["bench_served"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_served_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
-    return {"report": str(report_dir / "report.md")}
+    (:func:`workbench.bench.served.report.write_served_report`)."""
+    return write_bench_report(
+        ctx, "bench_served", lambda bench, tmp: write_served_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)
+    )[0]

@@ -41,13 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from workbench.core.atomic import atomic_directory, atomic_write_json
+from workbench.bench.report import write_bench_report
+from workbench.bench.runtime.report import BANNED, write_runtime_report
+from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
-from workbench.reports.runtime import BANNED, write_runtime_report
 from workbench.stages.context import StageContext
 
 # Batching across requests: in-process, the engine answers this many questions in one batch against one at a
-# time (the report's goal: :data:`workbench.reports.runtime.SERVER_SHARE_GOAL`).
+# time (the report's goal: :data:`workbench.bench.runtime.report.SERVER_SHARE_GOAL`).
 ENGINE_BATCH = 8
 
 
@@ -406,9 +407,7 @@ def _questions(run_dir: Path, n: int) -> list[str]:
 
 
 def report(ctx: StageContext) -> dict[str, Any]:
-    """Write ``report.md`` to the report directory (:func:`workbench.reports.runtime.write_runtime_report`)."""
-    bench = json.loads((ctx.inputs["bench_runtime"] / "bench.json").read_text())
-    report_dir = ctx.config.resolved_report_dir
-    with atomic_directory(report_dir) as tmp:
-        write_runtime_report(bench, tmp, name=ctx.config.name)
-    return {"report": str(report_dir / "report.md")}
+    """Write ``report.md`` to the report directory (:func:`workbench.bench.runtime.report.write_runtime_report`)."""
+    return write_bench_report(
+        ctx, "bench_runtime", lambda bench, tmp: write_runtime_report(bench, tmp, name=ctx.config.name)
+    )[0]

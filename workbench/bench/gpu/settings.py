@@ -63,7 +63,7 @@ class BenchGpuSection:
 
 
 def check(config: RecipeView) -> None:
-    """bench_gpu's load check: :func:`workbench.stages.bench_gpu.validate_section` on its section."""
-    from workbench.stages.bench_gpu import validate_section
+    """bench_gpu's load check: :func:`workbench.bench.gpu.run.validate_section` on its section."""
+    from workbench.bench.gpu.run import validate_section
 
     check_own_section("bench_gpu", validate_section, config)

@@ -1,7 +1,7 @@
 """bench-features' attention-memory part: the peak resident memory of a prefill under the attention recorder
 (:mod:`workbench.backends.attention_diag`), before and after it read only the rows the feature reads.
 
-Each measurement runs in a fresh process (``python -m workbench.stages.bench_attention_memory SPEC``, one JSON line
+Each measurement runs in a fresh process (``python -m workbench.bench.features.attention_memory SPEC``, one JSON line
 out), so no way inherits another's heap: a random-weight Llama of the section's shape (float32, SDPA attention) is
 built, a prefill of ``batch`` × ``context`` random tokens runs once (the KV cache kept and the logits of the last
 position only, as the generator's prefill does), and the process's peak RSS over that forward
@@ -118,7 +118,7 @@ def measure_prefill(spec: dict[str, Any]) -> dict[str, Any]:
 def measure_in_subprocess(spec: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
     """:func:`measure_prefill` in a fresh Python process; ``{"error": reason}`` when it fails (killed for memory,
     timed out, an exception)."""
-    command = [sys.executable, "-m", "workbench.stages.bench_attention_memory", json.dumps(spec)]
+    command = [sys.executable, "-m", "workbench.bench.features.attention_memory", json.dumps(spec)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

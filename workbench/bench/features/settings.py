@@ -62,7 +62,7 @@ class BenchFeaturesSection:
 
 
 def check(config: RecipeView) -> None:
-    """bench_features's load check: :func:`workbench.stages.bench_features.validate_section` on its section."""
-    from workbench.stages.bench_features import validate_section
+    """bench_features's load check: :func:`workbench.bench.features.run.validate_section` on its section."""
+    from workbench.bench.features.run import validate_section
 
     check_own_section("bench_features", validate_section, config)

@@ -32,7 +32,7 @@ class BenchDecodingSection:
 
 
 def check(config: RecipeView) -> None:
-    """bench_decoding's load check: :func:`workbench.stages.bench_decoding.validate_section` on its section."""
-    from workbench.stages.bench_decoding import validate_section
+    """bench_decoding's load check: :func:`workbench.bench.decoding.run.validate_section` on its section."""
+    from workbench.bench.decoding.run import validate_section
 
     check_own_section("bench_decoding", validate_section, config)
