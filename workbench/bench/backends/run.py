@@ -5,44 +5,39 @@
 2. NLI — accuracy and pairs/s of every judge on held-out NLI pairs and on short-answer pairs.
 3. Retrieval — queries/s and recall@k of the gold passage for BM25, dense and hybrid over a corpus sample.
 
-Timings use no generation cache; each is the median of ``bench.repeats`` runs. Output: ``bench.json``.
+Timings use no generation cache; the three generation ways run once untimed, then ``bench.repeats`` rounds in rotated
+order, each the median of its runs (:func:`workbench.bench.harness.measure`). Output: ``bench.json``.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 from workbench.backends.cost import CostCounter
+from workbench.bench.harness import measure, thread_counts, timed
 from workbench.core.atomic import atomic_write_json
 from workbench.data.corpus import corpus_sample
 from workbench.stages.context import StageContext
 from workbench.stages.nli_eval import eval_sets, evaluate_judges
 
 
-def _timed(fn, repeats: int) -> tuple[float, CostCounter]:
-    """Median seconds of ``fn(counter)`` over ``repeats`` runs, and the cost of one run."""
-    times, cost = [], CostCounter()
-    for _ in range(repeats):
-        cost = CostCounter()
-        start = time.perf_counter()
-        fn(cost)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), cost
-
-
 def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
     """Greedy, shared-prefill sampling and re-encoded sampling over ``prompts``: times, tokens/s and ratios."""
 
-    def run(counter: CostCounter, **kwargs: Any) -> None:
-        generator.counter = counter
+    def run(**kwargs: Any) -> CostCounter:  # one run's cost: the same in every run (seeded, no cache)
+        generator.counter = CostCounter()
         generator.generate(prompts, max_new_tokens=section.max_new_tokens, stop=None, **kwargs)
+        return generator.counter
 
     sampling = {"n": section.samples, "temperature": section.temperature}
-    greedy_s, greedy_cost = _timed(lambda c: run(c, temperature=0.0), section.repeats)
-    shared_s, shared_cost = _timed(lambda c: run(c, share_prefill=True, **sampling), section.repeats)
-    naive_s, naive_cost = _timed(lambda c: run(c, share_prefill=False, **sampling), section.repeats)
+    ways = {
+        "greedy": lambda: run(temperature=0.0),
+        "shared": lambda: run(share_prefill=True, **sampling),
+        "naive": lambda: run(share_prefill=False, **sampling),
+    }
+    measured = measure(ways, section.repeats)
+    greedy_s, shared_s, naive_s = (measured.median(way) for way in ways)
+    greedy_cost, shared_cost, naive_cost = (measured.values(way)[-1] for way in ways)
     return {
         "prompts": len(prompts),
         "prompt_tokens_mean": shared_cost.prefill_tokens / len(prompts),
@@ -54,7 +49,7 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
         "naive_tokens_per_s": naive_cost.decoded_tokens / naive_s,
         "shared_prefill_tokens": shared_cost.prefill_tokens,
         "naive_prefill_tokens": naive_cost.prefill_tokens,
-        "speedup": naive_s / shared_s,
+        "speedup": measured.ratio("naive", "shared"),
         "prefill_ratio": naive_cost.prefill_tokens / max(shared_cost.prefill_tokens, 1),
     }
 
@@ -126,12 +121,10 @@ def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
     out: dict[str, Any] = {"passages": len(sample), "queries": len(queries)}
     k_max = max(section.ks)
     for name, build in builders.items():
-        start = time.perf_counter()
-        retriever = build()
-        build_s = time.perf_counter() - start
-        start = time.perf_counter()
-        results = retriever.search(queries, k=k_max)
-        search_s = time.perf_counter() - start
+        built = timed(build)  # one build and one batched search each: the index is built once in a real run
+        retriever, build_s = built.value, built.seconds
+        searched = timed(lambda retriever=retriever: retriever.search(queries, k=k_max))
+        results, search_s = searched.value, searched.seconds
         recall = {
             f"recall@{k}": sum(
                 bool(g & {i.split("#", 1)[0] for i in res.ids[:k]}) for res, g in zip(results, gold, strict=True)
@@ -146,7 +139,6 @@ def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
 def run(ctx: StageContext) -> dict[str, Any]:
     """Run the three benchmarks; save ``bench.json``; return the headline ratios."""
     import datasets
-    import torch
 
     from workbench.data.dataset_store import load_saved_dataset_dict
 
@@ -155,7 +147,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     rows = [r for r in test if r["gold_passages"]]
     result = {
-        "threads": torch.get_num_threads(),
+        "threads": (threads := thread_counts())["torch"],
+        "thread_counts": threads,
         "generator": ctx.config.generator.model,
         "settings": {
             k: getattr(section, k) for k in ("questions", "samples", "max_new_tokens", "temperature", "repeats")

@@ -27,10 +27,11 @@ writes ``report.md`` and ``seconds.png`` into ``report.dir`` (the writer: :mod:`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.bench.decoding.report import write_decoding_report
+from workbench.bench.harness import thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
@@ -98,7 +99,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     an unknown split or one with fewer questions than the largest batch size. Returns a flat summary (largest B).
     """
     import datasets
-    import torch
 
     from workbench.data.dataset_store import load_saved_dataset_dict
 
@@ -144,7 +144,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "device": str(next(generator.model.parameters()).device),
         "dtype": generator.dtype,
         "generator_batch_size": generator.batch_size,
-        "threads": torch.get_num_threads(),
+        "threads": (threads := thread_counts())["torch"],
+        "thread_counts": threads,
         "settings": {
             "split": section.split,
             "batch_sizes": sizes,
@@ -220,26 +221,25 @@ def benchmark_contrastive(
     """Median wall time of plain greedy on the expert prompts vs batched vs sequential contrastive decoding, and of
     the batched engine with both streams prefilled by one padded forward (``padded``: what the split prefill saves).
 
-    Each variant runs once to warm up, then ``repeats`` rounds, round r starting with variant r mod 4 (rotated order:
-    none is always first or always right after another), and more rounds while the timed rounds took less than
-    ``min_seconds`` in all (at most ``10 × repeats``: a short measurement, noisier on a shared machine, gets more runs;
-    ``repeats`` in the result is the rounds run); ``times_s`` holds every timed run, the medians and ``spread_s`` (min,
-    max) come from them. ``ignore_eos`` lets no token end an answer (the generator's ``eos_ids`` emptied for the run),
-    so with ``stop=()`` every variant decodes exactly ``max_new_tokens`` tokens: the same work, whatever the contrast
-    does to where an answer would end. The generation cache is bypassed and the generator's counter is left untouched
-    (all three restored afterwards); the costs and the number of model forward passes of one run of each variant are
-    reported. Steps differ between variants when they stop at different places (EOS, ``stop``: contrast changes the
-    tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator) and per-forward times are given too;
-    ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of 2B rows relative to one of B rows.
-    ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``); ``parity`` says whether batched,
-    sequential and padded chose the same tokens.
+    Each variant runs once to warm up (its outputs, costs and model forward passes recorded, under a forward hook
+    removed before any timing), then the harness (:func:`workbench.bench.harness.measure`) times ``repeats`` rounds,
+    round r starting with variant r mod 4 (rotated order: none is always first or always right after another), and more
+    rounds while the timed rounds took less than ``min_seconds`` in all (at most ``10 × repeats``: a short measurement,
+    noisier on a shared machine, gets more runs; ``repeats`` in the result is the rounds run); ``times_s`` holds every
+    timed run, the medians and ``spread_s`` (min, max) come from them. ``ignore_eos`` lets no token end an answer (the
+    generator's ``eos_ids`` emptied for the run), so with ``stop=()`` every variant decodes exactly ``max_new_tokens``
+    tokens: the same work, whatever the contrast does to where an answer would end. The generation cache is bypassed and
+    the generator's counter is left untouched (all three restored afterwards); the costs and the number of model forward
+    passes of one run of each variant are reported. Steps differ between variants when they stop at different places
+    (EOS, ``stop``: contrast changes the tokens), so per-step times (greedy steps = answer tokens + 1 for a terminator)
+    and per-forward times are given too; ``ratio_per_forward_batched_vs_greedy`` is the cost of one batched forward of
+    2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``);
+    ``parity`` says whether batched, sequential and padded chose the same tokens.
     """
-    import statistics
-    import time
-
     import numpy as np
 
     from workbench.backends.cost import CostCounter
+    from workbench.bench.harness import measure
     from workbench.decoding.contrastive import (
         ContrastiveGeneration,
         contrastive_generate,
@@ -272,7 +272,6 @@ def benchmark_contrastive(
         ),
         "padded": padded,
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
     outputs: dict[str, Any] = {}
     costs: dict[str, Any] = {}
     forwards: dict[str, int] = {}
@@ -286,21 +285,22 @@ def benchmark_contrastive(
             forwards[name] = len(calls)
             costs[name] = {k: v for k, v in generator.counter.as_dict().items() if k != "seconds"}
         hook.remove()
-        names = list(variants)
-        rounds, spent = 0, 0.0
-        while rounds < repeats or (spent < min_seconds and rounds < 10 * repeats):
-            shift = rounds % len(names)
-            rounds += 1
-            for name in names[shift:] + names[:shift]:
-                generator.counter = CostCounter()
-                began = time.perf_counter()
-                variants[name]()
-                times[name].append(time.perf_counter() - began)
-                spent += times[name][-1]
+
+        def fresh_counter(run: Callable[[], Any]) -> Callable[[], Any]:
+            def way() -> Any:
+                generator.counter = CostCounter()  # each run's costs apart; read from the warm-up above
+                return run()
+
+            return way
+
+        timed = {name: fresh_counter(run) for name, run in variants.items()}
+        measured = measure(timed, repeats, warm=False, min_seconds=min_seconds)
     finally:
         hook.remove()
         generator.cache, generator.counter, generator.eos_ids = saved_cache, saved_counter, saved_eos
-    median = {name: statistics.median(values) for name, values in times.items()}
+    rounds = measured.rounds
+    times = {name: measured.seconds(name) for name in variants}
+    median = {name: measured.median(name) for name in variants}
     steps = {
         "greedy": sum(len(g.token_ids) + (g.finish_reason != "length") for g in outputs["greedy"]),
         **{name: sum(g.steps for g in outputs[name]) for name in ("batched", "sequential", "padded")},
@@ -320,10 +320,10 @@ def benchmark_contrastive(
         "spread_s": {name: (min(values), max(values)) for name, values in times.items()},
         "ignore_eos": ignore_eos,
         "ratio_batched_vs_greedy": ratio,
-        "ratio_sequential_vs_greedy": median["sequential"] / median["greedy"] if median["greedy"] > 0 else None,
-        "speedup_batched_vs_sequential": median["sequential"] / median["batched"] if median["batched"] > 0 else None,
-        "ratio_padded_vs_greedy": median["padded"] / median["greedy"] if median["greedy"] > 0 else None,
-        "speedup_split_vs_padded_prefill": median["padded"] / median["batched"] if median["batched"] > 0 else None,
+        "ratio_sequential_vs_greedy": measured.ratio("sequential", "greedy"),
+        "speedup_batched_vs_sequential": measured.ratio("sequential", "batched"),
+        "ratio_padded_vs_greedy": measured.ratio("padded", "greedy"),
+        "speedup_split_vs_padded_prefill": measured.ratio("padded", "batched"),
         "steps": steps,
         "seconds_per_step": {k: (median[k] / steps[k] if steps[k] else None) for k in median},
         "forwards": forwards,

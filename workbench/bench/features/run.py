@@ -37,11 +37,12 @@ gives (Llama-3.2-1B's by default). ``report_bench_features`` writes the report
 
 from __future__ import annotations
 
-import time
+import statistics
 from collections.abc import Callable
 from typing import Any
 
 from workbench.bench.features.report import SELF_PROMPTING, write_feature_cost_report
+from workbench.bench.harness import Measured, measure, thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.config import printable
@@ -55,12 +56,19 @@ def _forwards(cost: Any) -> int:
     return int(cost.prefill_tokens + cost.decoded_tokens + cost.scored_tokens - cost.prefix_reused_tokens)
 
 
-def _measure(counter: Any, fn) -> dict[str, float]:
-    before, began = counter.snapshot(), time.perf_counter()
-    fn()
-    seconds, cost = time.perf_counter() - began, counter.since(before)
+def _costing(counter: Any, fn: Callable[[], Any]) -> Callable[[], dict[str, float]]:
+    """``fn`` as a way of the harness: it returns what one call cost (``counter``'s counts, the harness its time)."""
+
+    def way() -> dict[str, float]:
+        before = counter.snapshot()
+        fn()
+        return _costs(counter.since(before))
+
+    return way
+
+
+def _costs(cost: Any) -> dict[str, float]:
     return {
-        "seconds": seconds,
         "token_forwards": _forwards(cost),
         "prefix_reused_tokens": cost.prefix_reused_tokens,
         "lm_calls": cost.lm_calls,
@@ -69,39 +77,28 @@ def _measure(counter: Any, fn) -> dict[str, float]:
     }
 
 
-def _median_costs(runs: list[dict[str, float]]) -> dict[str, Any]:
-    """The median of each cost over repeated runs of one way, with the wall-time spread.
+def _median_costs(measured: Measured, way: str) -> dict[str, Any]:
+    """The median of each cost over the timed runs of one way, with the wall-time spread.
 
     Counts (token-forwards, calls, pairs) are the same in every run (seeded sampling, no cache), so their median is
     that value; ``seconds`` is the median wall time, ``seconds_min`` / ``seconds_max`` its spread and
     ``seconds_runs`` every run's time, in the order measured.
     """
-    import statistics
-
-    out: dict[str, Any] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-    times = [run["seconds"] for run in runs]
-    out.update(seconds_min=min(times), seconds_max=max(times), seconds_runs=times)
+    costs = measured.values(way)
+    times, timing = measured.seconds(way), measured.spread(way)
+    out: dict[str, Any] = {"seconds": timing.median}
+    out.update({key: statistics.median(cost[key] for cost in costs) for key in costs[0]})
+    out.update(seconds_min=timing.low, seconds_max=timing.high, seconds_runs=times)
     return out
 
 
 def measure_ways(counter: Any, ways: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
-    """Warm up every way once (untimed), then time ``repeats`` rounds of all of them; the median of each cost.
-
-    Each round runs the ways in a rotated order (round r starts with way r mod k), so no way is always measured
-    first (cold caches, a busy neighbour) or always right after another. Returns :func:`_median_costs` per way.
-    Raises ``ValueError`` for ``repeats`` < 1.
+    """Warm up every way once (untimed: every code path the ways use, hidden states, NLI, embedding...), then time
+    ``repeats`` rounds of all of them in rotated order (:func:`workbench.bench.harness.measure`); the median of each
+    cost. Returns :func:`_median_costs` per way. Raises ``ValueError`` for ``repeats`` < 1.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    names = list(ways)
-    for name in names:  # warm-up: every code path the ways use (hidden states, NLI, embedding...) runs once
-        ways[name]()
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
-    for r in range(repeats):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            runs[name].append(_measure(counter, ways[name]))
-    return {name: _median_costs(runs[name]) for name in names}
+    measured = measure({name: _costing(counter, fn) for name, fn in ways.items()}, repeats)
+    return {name: _median_costs(measured, name) for name in ways}
 
 
 def naive_generate(
@@ -256,19 +253,18 @@ class _ReencodingGenerator:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Measure the parts ``bench_features.parts`` names — ``cost`` (:func:`measure_cost`) and ``attention_memory``
     (:func:`~workbench.bench.features.attention_memory.measure_attention_memory`) — and write ``bench.json``."""
-    import torch
-
     from workbench.bench.features.attention_memory import measure_attention_memory
 
     section = ctx.config.bench_features
     validate_section(section)
-    bench: dict[str, Any] = {"threads": torch.get_num_threads(), "parts": list(section.parts)}
+    threads = thread_counts()
+    bench: dict[str, Any] = {"threads": threads["torch"], "thread_counts": threads, "parts": list(section.parts)}
     summary: dict[str, Any] = {}
     if "cost" in section.parts:
         cost, summary = measure_cost(ctx)
         bench.update(cost)
     if "attention_memory" in section.parts:
-        memory = bench["attention_memory"] = measure_attention_memory(section.attention_memory, torch.get_num_threads())
+        memory = bench["attention_memory"] = measure_attention_memory(section.attention_memory, threads["torch"])
         summary.update(memory_summary(memory))
     atomic_write_json(ctx.out_dir / "bench.json", bench)
     return summary
@@ -365,18 +361,20 @@ def measure_cost(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any]]:
         ways["workbench_core"] = lambda: stats(core)
     results: dict[str, Any] = measure_ways(counter, ways, section.repeats)
     keys = ("seconds", "token_forwards", "lm_calls", "nli_pairs", "embed_texts")
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {"library": {}, "per_feature": {}}
-    progress = track(
-        [(r, i, name) for r in range(section.per_feature_repeats) for i, name in enumerate(features)],
-        "bench (one feature at a time)",
-        total=section.per_feature_repeats * len(features),
-    )
-    for r, i, name in progress:  # the two per-feature ways alternate which goes first, feature by feature
-        pair = (("library", library), ("per_feature", per_feature))
-        for way, fn in pair if (i + r) % 2 == 0 else pair[::-1]:
-            runs[way].setdefault(name, []).append(_measure(counter, lambda fn=fn, name=name: fn(name)))
-    for way, per_name in runs.items():
-        results[way] = {name: _median_costs(values) for name, values in per_name.items()}
+    per_way: dict[str, dict[str, Any]] = {"library": {}, "per_feature": {}}
+    for i, name in enumerate(track(features, "bench (one feature at a time)", total=len(features))):
+        # the two per-feature ways alternate which goes first, round by round and feature by feature; the warm-up of
+        # the ways above ran every code path they use
+        pair = {
+            "library": _costing(counter, lambda name=name: library(name)),
+            "per_feature": _costing(counter, lambda name=name: per_feature(name)),
+        }
+        ordered = dict(pair.items() if i % 2 == 0 else list(pair.items())[::-1])
+        measured = measure(ordered, section.per_feature_repeats, warm=False)
+        for way in pair:
+            per_way[way][name] = _median_costs(measured, way)
+    for way, per_name in per_way.items():
+        results[way] = per_name
         results[f"{way}_total"] = {k: sum(v[k] for v in results[way].values()) for k in keys}
     work = results["workbench"]
     results["ratios"] = {

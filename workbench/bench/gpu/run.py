@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bench.gpu.report import write_gpu_report
+from workbench.bench.harness import thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
@@ -542,7 +543,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "device": device_description(device),
         "machine": machine_description(),
         "dtype": section.dtype,
-        "threads": torch.get_num_threads(),
+        "threads": (threads := thread_counts())["torch"],
+        "thread_counts": threads,
         "tokenizer": ctx.config.generator.model,
         "embedder": ctx.config.embedder.model,
         "nli_judge": ctx.config.nli.kind,

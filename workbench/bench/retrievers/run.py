@@ -33,7 +33,6 @@ import shutil
 import statistics
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bench.harness import measure, thread_counts, timed
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.stages.context import StageContext
@@ -259,9 +259,8 @@ class Built:
 def _build_bm25(corpus: Any, workdir: Path) -> Built:
     from workbench.backends.retrievers import BM25Retriever
 
-    start = time.perf_counter()
-    retriever = BM25Retriever(corpus, cache=False)
-    seconds = time.perf_counter() - start
+    built = timed(lambda: BM25Retriever(corpus, cache=False))  # indexing is one build, timed once
+    retriever, seconds = built.value, built.seconds
     saved = workdir / "bm25s"
     retriever._bm25.save(str(saved), allow_pickle=False, show_progress=False)  # its size on disk
     disk = directory_bytes(saved)
@@ -272,10 +271,9 @@ def _build_bm25(corpus: Any, workdir: Path) -> Built:
 def _build_dense(corpus: Any, vectors: SyntheticVectors) -> Built:
     from workbench.backends.retrievers import DenseRetriever, as_corpus
 
-    start = time.perf_counter()
-    retriever = DenseRetriever(corpus, vectors, index="flat", cache=False)
-    seconds = time.perf_counter() - start
-    return Built({"dense": retriever}, seconds, len(as_corpus(corpus)) * vectors.dim * 4)  # flat: the raw vectors
+    built = timed(lambda: DenseRetriever(corpus, vectors, index="flat", cache=False))
+    flat_bytes = len(as_corpus(corpus)) * vectors.dim * 4  # flat: the raw vectors
+    return Built({"dense": built.value}, built.seconds, flat_bytes)
 
 
 def _connection(uri: str, index: str, channel: str, batch_size: int) -> Any:
@@ -296,22 +294,27 @@ def _build_external(
     from workbench.stages.index_engine import WRITERS, push_corpus
 
     module, cls = WRITERS[name]
-    start = time.perf_counter()
-    writer = getattr(importlib.import_module(module), cls)(_connection(uri, index, channels[0], batch_size))
-    try:
-        if writer.exists():  # a rate measured over rows already there would be no indexing rate
-            raise WorkbenchError(f"{index} already exists there: the benchmark indexes into a fresh one", uri)
-        # a lexical-only engine's writer stores no vectors (``needs_vectors`` False: Lucene)
-        report = push_corpus(corpus, writer, vectors if getattr(writer, "needs_vectors", True) else None, batch_size)
-    finally:
-        writer.close()
-    retrievers = {
-        channel: build_retriever(
-            name, corpus, embedder=lambda: vectors, connection=_connection(uri, index, channel, batch_size)
-        )
-        for channel in channels
-    }
-    seconds = time.perf_counter() - start
+
+    def push_and_open() -> tuple[Any, dict[str, Any]]:
+        writer = getattr(importlib.import_module(module), cls)(_connection(uri, index, channels[0], batch_size))
+        try:
+            if writer.exists():  # a rate measured over rows already there would be no indexing rate
+                raise WorkbenchError(f"{index} already exists there: the benchmark indexes into a fresh one", uri)
+            # a lexical-only engine's writer stores no vectors (``needs_vectors`` False: Lucene)
+            vectors_in = vectors if getattr(writer, "needs_vectors", True) else None
+            report = push_corpus(corpus, writer, vectors_in, batch_size)
+        finally:
+            writer.close()
+        opened = {
+            channel: build_retriever(
+                name, corpus, embedder=lambda: vectors, connection=_connection(uri, index, channel, batch_size)
+            )
+            for channel in channels
+        }
+        return report, opened
+
+    built = timed(push_and_open)  # indexing is one push, timed once
+    (report, retrievers), seconds = built.value, built.seconds
     notes = [f"`workbench index`: {report.line()}"]
 
     def close() -> None:
@@ -334,21 +337,16 @@ def postgres_bytes(uri: str, table: str) -> int:
 
 def latency(retriever: Any, queries: Sequence[str], k: int, concurrency: int, repeats: int) -> dict[str, float]:
     """p50 / p95 milliseconds of single-query ``search`` calls issued by ``concurrency`` threads, pooled over
-    ``repeats`` passes over ``queries`` (after one untimed warm-up pass), and queries/s of the median pass."""
+    ``repeats`` passes over ``queries`` (after one untimed warm-up pass: connections, caches, lazily loaded segments;
+    :func:`workbench.bench.harness.measure`), and queries/s of the median pass."""
 
     def one(query: str) -> float:
-        start = time.perf_counter()
-        retriever.search([query], k=k)
-        return time.perf_counter() - start
+        return timed(lambda: retriever.search([query], k=k)).seconds
 
-    seconds: list[float] = []
-    rates: list[float] = []
     with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(one, queries))  # warm: connections, caches, lazily loaded segments
-        for _ in range(repeats):
-            start = time.perf_counter()
-            seconds += list(pool.map(one, queries))
-            rates.append(len(queries) / (time.perf_counter() - start))
+        passes = measure({"pass": lambda: list(pool.map(one, queries))}, repeats)
+    seconds = [call for calls in passes.values("pass") for call in calls]
+    rates = [len(queries) / pass_seconds for pass_seconds in passes.seconds("pass")]
     ms = np.asarray(seconds) * 1000.0
     return {
         "p50_ms": float(np.percentile(ms, 50)),
@@ -529,14 +527,15 @@ def machine() -> dict[str, Any]:
     import platform
 
     import faiss
-    import torch
 
+    threads = thread_counts()
     return {
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads["torch"],
         "faiss_threads": faiss.omp_get_max_threads(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_num_threads": threads["omp_num_threads"],
+        "blas_threads": threads["blas"],
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -31,16 +31,18 @@ exported from the run now, which reuses the identical version when nothing chang
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.bench.harness import measure, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.runtime.report import BANNED, write_runtime_report
 from workbench.core.atomic import atomic_write_json
@@ -97,13 +99,23 @@ print(json.dumps({{"load_s": loaded - began, "build_s": warm - loaded, "answer_s
 
 
 def _cold_start(bundle: Path, archive: Path | None, section: Any, threads: int, scratch: Path) -> dict[str, Any]:
+    """``section.cold_starts`` fresh processes loading the bundle from each source, in rotated order (never warmed:
+    the start is what is measured; each process times itself, :data:`COLD`)."""
     out: dict[str, Any] = {}
     sources = {"directory": bundle, **({"archive": archive} if archive is not None else {})}
-    for label, path in sources.items():
-        runs = []
-        for i in range(section.cold_starts):
-            extract = str(scratch / f"unpack-{label}-{i}") if label == "archive" else None
-            runs.append(_python(COLD.format(path=str(path), extract=extract, banned=BANNED), threads))
+
+    def start(label: str, path: Path) -> Callable[[], dict[str, Any]]:
+        count = itertools.count()
+
+        def way() -> dict[str, Any]:
+            extract = str(scratch / f"unpack-{label}-{next(count)}") if label == "archive" else None
+            return _python(COLD.format(path=str(path), extract=extract, banned=BANNED), threads)
+
+        return way
+
+    measured = measure({label: start(label, path) for label, path in sources.items()}, section.cold_starts, warm=False)
+    for label in sources:
+        runs = measured.values(label)
         out[label] = {
             "runs": len(runs),
             "median_s": statistics.median(r["total_s"] for r in runs),
@@ -119,15 +131,11 @@ def _decision_path(rt_numpy: Any, rt_onnx: Any, rows: list[dict[str, float]], re
     """Per-call latency of ``decide`` (numpy and ONNX Runtime), median and p95 in milliseconds."""
     out = {}
     for label, rt in (("numpy", rt_numpy), ("onnx", rt_onnx)):
-        for row in rows[:50]:  # warm-up: imports, ONNX session, caches
+        for row in rows[:50]:  # warm-up on many rows: imports, ONNX session, caches
             rt.decide(row)
-        times = []
-        for i in range(repeats):
-            row = rows[i % len(rows)]
-            began = time.perf_counter()
-            rt.decide(row)
-            times.append(time.perf_counter() - began)
-        ms = np.asarray(times) * 1000.0
+        cycle = itertools.cycle(rows)
+        measured = measure({"decide": lambda rt=rt, cycle=cycle: rt.decide(next(cycle))}, repeats, warm=False)
+        ms = np.asarray(measured.seconds("decide")) * 1000.0
         out[label] = {"calls": repeats, "median_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95))}
     return out
 
@@ -262,11 +270,9 @@ def _engine_batching(runtime: Any, questions: list[str], method: str, batch: int
     """What batching is worth to the engine itself, in this process: the same questions answered by ``method`` one at
     a time and ``batch`` at a time (generation cache off, after a warm-up answer); questions per second each way."""
     runtime.answer_many(questions[:1], method, batch_size=1)  # models built, first forward done
-    rates = {}
-    for size in (1, batch):
-        began = time.perf_counter()
-        runtime.answer_many(questions, method, batch_size=size)
-        rates[size] = len(questions) / (time.perf_counter() - began)
+    sizes = {size: lambda size=size: runtime.answer_many(questions, method, batch_size=size) for size in (1, batch)}
+    measured = measure({str(size): way for size, way in sizes.items()}, 1, warm=False)
+    rates = {size: len(questions) / measured.median(str(size)) for size in sizes}
     return {
         "method": method,
         "questions": len(questions),
@@ -376,16 +382,10 @@ def _fuzz(profile: str, scratch: Path) -> dict[str, Any] | None:
     report = scratch / "fuzz.json"
     report.unlink(missing_ok=True)
     env = {**os.environ, "WORKBENCH_FUZZ_PROFILE": profile, "WORKBENCH_FUZZ_REPORT": str(report)}
-    began = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3600,
-    )
-    seconds = time.perf_counter() - began
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)]
+    options: dict[str, Any] = {"cwd": PROJECT_ROOT, "capture_output": True, "text": True, "env": env, "timeout": 3600}
+    ran = timed(lambda: subprocess.run(command, **options))
+    out, seconds = ran.value, ran.seconds
     tail = (out.stdout.strip().splitlines() or [""])[-1]
     counts = json.loads(report.read_text()) if report.is_file() else {}
     return {

@@ -22,12 +22,12 @@ import dataclasses
 import functools
 import importlib.util
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.bench.harness import thread_counts, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.served.report import write_served_report
 from workbench.core.atomic import atomic_write_json
@@ -63,9 +63,9 @@ def _collect(generator: Any, rows: list[dict], features: list[str], ctx: StageCo
 
 
 def _timed_collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> tuple[list, float]:
-    start = time.perf_counter()
-    values = _collect(generator, rows, features, ctx)
-    return values, time.perf_counter() - start
+    """One timed collection of ``rows`` (after the caller's warm-up on two rows: a server's whole rate is one pass)."""
+    run = timed(lambda: _collect(generator, rows, features, ctx))
+    return run.value, run.seconds
 
 
 def agreement(exact: list[dict], served: list[dict], features: list[str], labels: list[float]) -> dict[str, Any]:
@@ -222,7 +222,6 @@ def _embedded_gguf(ref: str) -> Path | None:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Collect in-process, then through each engine; save ``bench.json``; return the headline ratios."""
-    import torch
 
     from workbench.backends.factory import build_generator
     from workbench.backends.lora import resolve_model
@@ -254,7 +253,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     ]
     ctx.log.info("in-process: %.2f questions/s", in_process_rate)
     result: dict[str, Any] = {
-        "threads": torch.get_num_threads(),
+        "threads": (threads := thread_counts())["torch"],
+        "thread_counts": threads,
         "generator": ctx.config.generator.model,
         "questions": len(rows),
         "features": features,
@@ -279,7 +279,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             if gguf is None:
                 result["not_run"][engine] = f"{ctx.config.generator.model!r} has no embedded GGUF file to serve"
                 continue
-            command, served_name = _llama_cpp_command(port, gguf, torch.get_num_threads()), LLAMA_CPP_NAME
+            command, served_name = _llama_cpp_command(port, gguf, threads["torch"]), LLAMA_CPP_NAME
         with server_process(command, f"{base_url}/models", what=engine, log_path=log_path):
             result["engines"][engine] = _bench_engine(
                 ctx, engine, base_url, served_name, rows, exact, labels, in_process_rate
