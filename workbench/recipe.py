@@ -415,7 +415,7 @@ def _check_splits(config: Any) -> None:
 def _check_reader_adapter(config: Any) -> None:
     """An answer-reader adapter as ``generator.model`` was trained on articles this data configuration keeps in
     ``train`` (:func:`workbench.stages.tune_reader.check_reader_adapter`)."""
-    from workbench.stages.tune_reader import check_reader_adapter
+    from workbench.stages.tune_reader.settings import check_reader_adapter
 
     check_reader_adapter(config)
 

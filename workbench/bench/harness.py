@@ -135,15 +135,10 @@ def measure(
 
 
 def thread_counts() -> dict[str, Any]:
-    """The thread counts this process computes with: torch's intra-op threads, ``OMP_NUM_THREADS`` as set (None when
-    unset) and the BLAS pools' (threadpoolctl; None when it is not installed), keyed ``torch``, ``omp_num_threads``
-    and ``blas``."""
+    """The thread counts this process computes with: torch's intra-op threads (``torch``), and as set in the
+    environment (None when unset) ``OMP_NUM_THREADS`` (``omp_num_threads``) and the BLAS libraries' own
+    ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` (``blas``: the first set; unset, BLAS follows OpenMP)."""
     import torch
 
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # scikit-learn brings it; a benchmark does not need it to run
-        blas = None
-    else:
-        blas = max((pool["num_threads"] for pool in threadpool_info() if pool.get("user_api") == "blas"), default=None)
+    blas = next((os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if name in os.environ), None)
     return {"torch": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "blas": blas}

@@ -2,12 +2,12 @@
 its base on a held-out split.
 
 Reads the ``build_data`` stage's QA splits and corpus. Takes the first ``tune_reader.per_template`` questions of each
-template of ``tune_reader.split`` (``train``), renders each in every mode of ``tune_reader.modes`` exactly as the
-answer stage does (:func:`workbench.stages.answer.mode_contexts` and :func:`~workbench.stages.answer.answer_prompts`:
+template of ``tune_reader.split`` (``train``), renders each in every mode of ``tune_reader.modes`` exactly as the answer
+stage does (:func:`workbench.stages.answer.run.mode_contexts` and :func:`~workbench.stages.answer.run.answer_prompts`:
 the run's retriever and ``retrieval.k``, ``answer.passage_chars``, the generator's prompt format and the answer
 instruction) and trains a LoRA adapter on ``generator.model`` to reply with the gold answer
-(:mod:`workbench.distill.reader`; :func:`workbench.distill.train.train_student`: peft in a Lightning module, loss on
-the answer tokens, checkpoints in the run's scratch directory so an interrupted stage resumes from the newest one).
+(:mod:`workbench.distill.reader`; :func:`workbench.distill.train.train_student`: peft in a Lightning module, loss on the
+answer tokens, checkpoints in the run's scratch directory so an interrupted stage resumes from the newest one).
 
 The adapter (``adapter.json`` + ``adapter.safetensors``, format ``answer-reader-v1``; beside them the same adapter for
 peft — ``adapter_config.json`` + ``adapter_model.safetensors``, base named portably — and a model card ``README.md``,
@@ -16,12 +16,12 @@ directory>``, or ``PeftModel.from_pretrained(base, <this stage's output director
 ``smollm2-reader`` is this stage's adapter from ``recipes/tune-reader.yaml``, copied into the package
 (``workbench/embedded/smollm2-reader/``; docs/task.md).
 
-**Scoring.** With ``tune_reader.eval_split`` set, base and tuned model answer the first ``eval_per_template``
-questions of each template of that split in every mode, through the answer stage's own code
-(:func:`~workbench.stages.answer.answer_mode`: greedy, scored by containment / the option named), so the report shows
-what training changed per mode and template.
+**Scoring.** With ``tune_reader.eval_split`` set, base and tuned model answer the first ``eval_per_template`` questions
+of each template of that split in every mode, through the answer stage's own code
+(:func:`~workbench.stages.answer.run.answer_mode`: greedy, scored by containment / the option named), so the report
+shows what training changed per mode and template.
 
-**Refused** (at load: :func:`workbench.stages.settings.tune_reader.check` and the recipe's reader check):
+**Refused** (at load: :func:`workbench.stages.tune_reader.settings.check` and the recipe's reader check):
 ``eval_split`` equal to ``split`` (scoring on the training questions,
 as ``distill_data`` refuses its held-out split equal to its training split); and, for any recipe that builds data,
 an answer-reader adapter as ``generator.model`` (embedded ``smollm2-reader``, an ``adapter.json`` or its directory,
@@ -34,34 +34,21 @@ ids (:func:`workbench.data.article_splits.training_data_record`), which the load
 
 **Outputs**: the adapter, ``summary.json`` (rows and tokens per mode, the loss curve, the settings, seconds, the
 resume point) and ``heldout.json`` (``{"split", "base": <answer summary>, "tuned": <answer summary>}``, each as
-:func:`workbench.stages.answer.summarise` returns it).
+:func:`workbench.stages.answer.run.summarise` returns it).
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import logging
-from pathlib import Path
 from typing import Any
 
 from workbench.core.atomic import atomic_write_json
-from workbench.core.errors import AssetError, ConfigError, DataError
+from workbench.core.errors import ConfigError, DataError
 from workbench.stages.context import StageContext
+from workbench.stages.tune_reader.settings import validate_section
 
 SECTION = "tune_reader"
-log = logging.getLogger(__name__)
-_WARNED: set[str] = set()
-
-
-def validate_section(section: Any) -> None:
-    """Check ``tune_reader``: the base and tuned model are never scored on the split they are trained on (``eval_split``
-    differs from ``split``). Raises a one-line ConfigError."""
-    if section.eval_split is not None and section.eval_split == section.split:
-        raise ConfigError(
-            f"base and tuned model must be scored on another split than the training one ({section.split!r})",
-            f"{SECTION}.eval_split",
-        )
 
 
 def training_data(config: Any, split: str) -> dict[str, Any]:
@@ -78,97 +65,8 @@ def training_data(config: Any, split: str) -> dict[str, Any]:
     )
 
 
-def _adapter_chain(ref: str) -> list[tuple[str, dict[str, Any]]]:
-    """``(label, payload)`` of the adapter ``ref`` names and of each adapter it was tuned from (its ``base_model``,
-    when that is an adapter too), read as plain JSON (no tensors); an unreadable one ends the chain (loading it
-    reports why)."""
-    from workbench.assets import EMBEDDED_ADAPTERS, adapter_reference
-
-    chain: list[tuple[str, dict[str, Any]]] = []
-    seen: set[Path] = set()
-    while len(chain) < 16:
-        try:
-            file = adapter_reference(ref)
-        except AssetError:
-            break
-        if file is None or file.resolve() in seen:
-            break
-        seen.add(file.resolve())
-        try:
-            payload = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            break
-        if not isinstance(payload, dict):
-            break
-        chain.append((ref if ref in EMBEDDED_ADAPTERS else str(file), payload))
-        ref = str(payload.get("base_model", ""))
-    return chain
-
-
-def check_reader_adapter(config: Any) -> None:
-    """Refuse (one-line ConfigError) a recipe that builds data and answers with an answer-reader adapter (format
-    ``answer-reader-v1``: ``generator.model`` or an adapter it was tuned from) when its data configuration puts any of
-    the adapter's training articles outside ``train`` — their questions would be scored with their gold options
-    learned (:func:`workbench.data.article_splits.training_data_leak`). The error names the first data key that
-    differs from the adapter's record (``seed``, ``data.fractions``, ``data.ood_topics``; else ``generator.model``)
-    and the ways out. An adapter without a record (written before it existed) is a logged warning, once per adapter:
-    nothing can be checked, so re-run ``tune_reader`` to get one that records its data."""
-    if "build_data" not in config.stages:
-        return  # no questions are built: nothing to leak
-    from workbench.backends.lora import READER_FORMAT
-    from workbench.data.article_splits import RECORD_KEY, training_data_leak
-
-    for label, payload in _adapter_chain(str(config.generator.model)):
-        if payload.get("format") != READER_FORMAT:
-            continue
-        record = payload.get(RECORD_KEY)
-        if record is None:
-            if label not in _WARNED:
-                _WARNED.add(label)
-                log.warning(
-                    "the reader adapter %s records no training data (written before tune_reader recorded it): the "
-                    "workbench cannot check that this data configuration keeps its training articles out of calib / "
-                    "val / test; re-run tune_reader with this data configuration to get one that records them",
-                    label,
-                )
-            continue
-        data = config.data
-        try:
-            if not isinstance(record, dict):
-                raise DataError(f"its {RECORD_KEY} is not a JSON object", RECORD_KEY)
-            reason = training_data_leak(
-                record, dataset=data.dataset, seed=config.seed, fractions=data.fractions, ood_topics=data.ood_topics
-            )
-        except (DataError, AssetError) as exc:  # a malformed record, or no summaries to rebuild its split from
-            raise ConfigError(f"reader adapter {label}: {exc.what}", "generator.model") from None
-        except ValueError as exc:  # fractions the split refuses (the numbers check names them first)
-            raise ConfigError(str(exc).splitlines()[0], "data.fractions") from None
-        if reason is None:
-            continue
-        trained_on = f"seed {record.get('seed')}, fractions {record.get('fractions')}"
-        if "ood_topics" in record:
-            trained_on += f", ood_topics {record.get('ood_topics')}"
-        differs = [
-            key
-            for key, mine, theirs in (
-                ("seed", config.seed, record.get("seed")),
-                ("data.fractions", [float(f) for f in data.fractions], record.get("fractions")),
-                ("data.ood_topics", sorted(data.ood_topics), record.get("ood_topics", sorted(data.ood_topics))),
-            )
-            if mine != theirs
-        ]
-        raise ConfigError(
-            f"the reader adapter {label} was trained on the {record.get('split')}"
-            f" {'articles' if 'ood_topics' in record else 'questions'} of {record.get('dataset')}"
-            f" with {trained_on}, and {reason}: use that data configuration, generator.model="
-            f"{payload.get('base_model')} (no adapter), or a reader tuned on this one (workbench run tune-reader with"
-            " these data settings, then generator.model=<its tune_reader stage directory>)",
-            differs[0] if differs else "generator.model",
-        )
-
-
 def _split(qa: Any, name: str, key: str, per_template: int | None) -> list[dict[str, Any]]:
-    from workbench.stages.answer import select_rows
+    from workbench.stages.answer.run import select_rows
 
     if name not in qa:
         raise ConfigError(f"split '{name}' not in the dataset (has: {', '.join(qa)})", f"{SECTION}.{key}")
@@ -183,7 +81,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.reader import reader_rows
     from workbench.distill.train import section_settings, train_in_stage
-    from workbench.stages.answer import answer_prompts, mode_contexts
+    from workbench.stages.answer.run import answer_prompts, mode_contexts
 
     section = ctx.config.tune_reader
     validate_section(section)
@@ -266,7 +164,7 @@ def _training_record(ctx: StageContext, questions: list[dict[str, Any]]) -> dict
 
 def _score(ctx: StageContext, questions: list[dict[str, Any]], corpus: Any, base: Any, modes: list[str]) -> dict:
     """Base and tuned model answer ``questions`` in every mode through the answer stage's code."""
-    from workbench.stages.answer import answer_mode, summarise
+    from workbench.stages.answer.run import answer_mode, summarise
 
     tuned = ctx.resources.controller_generator(str(ctx.out_dir / "adapter.json"))
     evaluation: dict[str, Any] = {"split": ctx.config.tune_reader.eval_split, "questions": len(questions)}
@@ -280,7 +178,7 @@ def _score(ctx: StageContext, questions: list[dict[str, Any]], corpus: Any, base
 
 def _train_summary(ctx: StageContext, result: Any, questions: list[dict[str, Any]]) -> dict[str, Any]:
     """``summary.json``: what was trained, how, and how the loss went."""
-    from workbench.stages.answer import template_of
+    from workbench.stages.answer.run import template_of
 
     section = ctx.config.tune_reader
     templates: dict[str, int] = {}

@@ -27,8 +27,8 @@ class TransferSection:
 
 def check(config: RecipeView) -> None:
     """transfer's load check: wiki-qa, known shifted templates outside data.templates
-    (:func:`workbench.stages.transfer.check_recipe`); its split's agreement with collect and calibrate is declared in
-    :data:`workbench.stages.agreements.AGREEMENTS`."""
-    from workbench.stages.transfer import check_recipe
+    (:func:`workbench.stages.transfer.run.check_recipe`); its split's agreement with collect and calibrate is
+    declared in :data:`workbench.stages.agreements.AGREEMENTS`."""
+    from workbench.stages.transfer.run import check_recipe
 
     check_recipe(config)

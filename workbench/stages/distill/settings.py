@@ -13,7 +13,7 @@ from workbench.core.settings import RecipeView, check_own_section
 class DistillSection:
     """The 'distill' stage: a LoRA student (peft + PyTorch Lightning) trained on the distill_data traces to be
     InSemRAG's controller, then scored on the traces' heldout rows against its base prompted as the controller
-    (docs in workbench/stages/distill.py; multi-GPU launches: docs/distillation.md)."""
+    (docs in workbench/stages/distill/run.py; multi-GPU launches: docs/distillation.md)."""
 
     base_model: str = doc(
         "the student's base model: embedded 'smollm2', a local model directory or an explicit HF hub id", "smollm2"
@@ -68,7 +68,7 @@ class DistillSection:
 
 
 def check(config: RecipeView) -> None:
-    """distill's load check: :func:`workbench.stages.distill.validate_section` on its section (no torch import)."""
-    from workbench.stages.distill import validate_section
+    """distill's load check: :func:`workbench.stages.distill.run.validate_section` on its section (no torch import)."""
+    from workbench.stages.distill.run import validate_section
 
     check_own_section("distill", validate_section, config)

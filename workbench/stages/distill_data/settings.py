@@ -13,7 +13,8 @@ from workbench.core.settings import RecipeView, check_own_section
 class DistillDataSection:
     """The 'distill_data' stage: InSemRAG's controller decisions recorded from a prompted teacher, plus labels derived
     from the gold data, as the trace dataset a distilled controller learns from (spec §16; docs in
-    workbench/stages/distill_data.py). Passages are cut at evaluate.passage_chars, as the evaluated method cuts them."""
+    workbench/stages/distill_data/run.py). Passages are cut at evaluate.passage_chars, as the evaluated method cuts
+    them."""
 
     split: str = doc("split the training traces come from (a training split, never one you evaluate on)", "train")
     limit: int | None = doc(
@@ -41,7 +42,7 @@ class DistillDataSection:
 
 
 def check(config: RecipeView) -> None:
-    """distill_data's load check: :func:`workbench.stages.distill_data.validate_section` on its section."""
-    from workbench.stages.distill_data import validate_section
+    """distill_data's load check: :func:`workbench.stages.distill_data.run.validate_section` on its section."""
+    from workbench.stages.distill_data.run import validate_section
 
     check_own_section("distill_data", validate_section, config)
