@@ -5,6 +5,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.backends.run`) is importe
 from __future__ import annotations
 
 from workbench.bench.backends.settings import BenchSection, check
+from workbench.bench.registry import report_spec
 from workbench.stages.spec import StageSpec
 
 SPECS: tuple[StageSpec, ...] = (
@@ -20,12 +21,5 @@ SPECS: tuple[StageSpec, ...] = (
         section="bench",
         check=check,
     ),
-    StageSpec(
-        "report_bench",
-        "write the backends benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_backends",),
-        cacheable=False,
-    ),
+    report_spec(__name__, "report_bench", "write the backends benchmark report", "bench_backends"),
 )

@@ -6,6 +6,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.decoding.run`) is importe
 from __future__ import annotations
 
 from workbench.bench.decoding.settings import BenchDecodingSection, check
+from workbench.bench.registry import report_spec
 from workbench.stages.spec import StageSpec
 
 SPECS: tuple[StageSpec, ...] = (
@@ -21,12 +22,5 @@ SPECS: tuple[StageSpec, ...] = (
         check=check,
         splits=("bench_decoding.split",),
     ),
-    StageSpec(
-        "report_bench_decoding",
-        "write the contrastive-decoding benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_decoding",),
-        cacheable=False,
-    ),
+    report_spec(__name__, "report_bench_decoding", "write the contrastive-decoding benchmark report", "bench_decoding"),
 )

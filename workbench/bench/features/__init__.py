@@ -6,6 +6,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.features.run`) is importe
 from __future__ import annotations
 
 from workbench.bench.features.settings import BenchFeaturesSection, check
+from workbench.bench.registry import report_spec
 from workbench.stages.spec import StageSpec
 
 SPECS: tuple[StageSpec, ...] = (
@@ -22,12 +23,5 @@ SPECS: tuple[StageSpec, ...] = (
         check=check,
         splits=("bench_features.split",),
     ),
-    StageSpec(
-        "report_bench_features",
-        "write the feature-cost benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_features",),
-        cacheable=False,
-    ),
+    report_spec(__name__, "report_bench_features", "write the feature-cost benchmark report", "bench_features"),
 )

@@ -5,6 +5,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.gpu.run`) is imported onl
 from __future__ import annotations
 
 from workbench.bench.gpu.settings import BenchGpuSection, check
+from workbench.bench.registry import report_spec
 from workbench.stages.spec import StageSpec
 
 SPECS: tuple[StageSpec, ...] = (
@@ -22,12 +23,7 @@ SPECS: tuple[StageSpec, ...] = (
         check=check,
         splits=("bench_gpu.split",),
     ),
-    StageSpec(
-        "report_bench_gpu",
-        "write the GPU benchmark report (or say that it skipped, and where)",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_gpu",),
-        cacheable=False,
+    report_spec(
+        __name__, "report_bench_gpu", "write the GPU benchmark report (or say that it skipped, and where)", "bench_gpu"
     ),
 )

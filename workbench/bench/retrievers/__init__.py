@@ -4,6 +4,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.retrievers.run`) is impor
 
 from __future__ import annotations
 
+from workbench.bench.registry import report_spec
 from workbench.bench.retrievers.settings import BenchRetrieversSection, check
 from workbench.stages.spec import StageSpec
 
@@ -19,12 +20,7 @@ SPECS: tuple[StageSpec, ...] = (
         settings=BenchRetrieversSection,
         check=check,
     ),
-    StageSpec(
-        "report_bench_retrievers",
-        "write the retrieval-backends benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_retrievers",),
-        cacheable=False,
+    report_spec(
+        __name__, "report_bench_retrievers", "write the retrieval-backends benchmark report", "bench_retrievers"
     ),
 )

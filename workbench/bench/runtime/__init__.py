@@ -4,6 +4,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.runtime.run`) is imported
 
 from __future__ import annotations
 
+from workbench.bench.registry import report_spec
 from workbench.bench.runtime.settings import BenchRuntimeSection, check
 from workbench.stages.spec import StageSpec
 
@@ -17,12 +18,5 @@ SPECS: tuple[StageSpec, ...] = (
         settings=BenchRuntimeSection,
         check=check,
     ),
-    StageSpec(
-        "report_bench_runtime",
-        "write the runtime benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_runtime",),
-        cacheable=False,
-    ),
+    report_spec(__name__, "report_bench_runtime", "write the runtime benchmark report", "bench_runtime"),
 )

@@ -4,6 +4,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.served.run`) is imported 
 
 from __future__ import annotations
 
+from workbench.bench.registry import report_spec
 from workbench.bench.served.settings import BenchServedSection
 from workbench.stages.spec import StageSpec
 
@@ -19,12 +20,5 @@ SPECS: tuple[StageSpec, ...] = (
         cacheable=False,
         settings=BenchServedSection,
     ),
-    StageSpec(
-        "report_bench_served",
-        "write the served-models benchmark report",
-        f"{__name__}.run:report",
-        sections=("report",),
-        inputs=("bench_served",),
-        cacheable=False,
-    ),
+    report_spec(__name__, "report_bench_served", "write the served-models benchmark report", "bench_served"),
 )
