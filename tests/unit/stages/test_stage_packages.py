@@ -61,3 +61,14 @@ def test_the_stage_table_imports_no_run_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_loading_a_benchmark_recipe_whose_checks_live_in_its_settings_imports_no_run_code():
+    code = (
+        "import sys; from workbench.recipe import load_recipe;"
+        "[load_recipe(name) for name in ('bench-decoding', 'bench-features')];"
+        "print(sorted(m for m in sys.modules if m.startswith('workbench.bench.') and m.endswith('.run')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

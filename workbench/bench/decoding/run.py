@@ -31,31 +31,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.bench.decoding.report import write_decoding_report
+from workbench.bench.decoding.settings import validate_section
 from workbench.bench.harness import thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
-
-
-def validate_section(section: Any) -> None:
-    """Raise a one-line :class:`ConfigError` naming ``bench_decoding.<key>`` for a setting that cannot be measured."""
-    sizes = list(section.batch_sizes)
-    if not sizes:
-        raise ConfigError("needs at least one batch size", "bench_decoding.batch_sizes")
-    bad = [b for b in sizes if b < 1]
-    if bad:
-        raise ConfigError(f"batch sizes must be >= 1, got {bad}", "bench_decoding.batch_sizes")
-    for key in ("repeats", "max_new_tokens", "k"):
-        value = getattr(section, key)
-        if value < 1:
-            raise ConfigError(f"must be >= 1, got {value}", f"bench_decoding.{key}")
-    if not (math.isfinite(section.alpha) and section.alpha >= 0):
-        raise ConfigError(f"must be finite and >= 0, got {section.alpha}", "bench_decoding.alpha")
-    if not (math.isfinite(section.min_seconds) and section.min_seconds >= 0):
-        raise ConfigError(f"must be finite and >= 0, got {section.min_seconds}", "bench_decoding.min_seconds")
-    if not section.target_ratio > 0:
-        raise ConfigError(f"must be > 0, got {section.target_ratio}", "bench_decoding.target_ratio")
 
 
 def build_pairs(

@@ -42,11 +42,10 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.bench.features.report import SELF_PROMPTING, write_feature_cost_report
+from workbench.bench.features.settings import validate_section
 from workbench.bench.harness import Measured, measure, thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
-from workbench.core.config import printable
-from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
 
@@ -151,37 +150,6 @@ def naive_generate(
             counter.lm_batches += 2
             counter.prefill_tokens += width * (1 + samples)
             counter.decoded_tokens += (greedy.shape[1] - width) + samples * (sampled.shape[1] - width)
-
-
-PARTS = ("cost", "attention_memory")
-"""What ``bench_features.parts`` may name."""
-
-
-def validate_section(section: Any) -> None:
-    """Raise a one-line :class:`ConfigError` naming ``bench_features.<key>`` for a setting that cannot be measured
-    (an unknown feature name or part, no part, fewer than one question / sample / token / paraphrase / repeat, an
-    attention-memory shape whose heads do not group over its key/value heads, no context, a negative budget)."""
-    from workbench.uncertainty.features import get_features
-
-    get_features(list(section.features))  # unknown names → ConfigError
-    for key in ("questions", "samples", "max_new_tokens", "paraphrases", "repeats", "per_feature_repeats"):
-        value = getattr(section, key)
-        if value < 1:
-            raise ConfigError(f"must be >= 1, got {value}", f"bench_features.{key}")
-    unknown = [part for part in section.parts if part not in PARTS]
-    if unknown or not section.parts:
-        shown = f"unknown part {printable(repr(unknown[0]), 40)}" if unknown else "no part"
-        raise ConfigError(f"{shown} (known: {', '.join(PARTS)})", "bench_features.parts")
-    memory = section.attention_memory
-    if not memory.contexts:
-        raise ConfigError("no context to measure", "bench_features.attention_memory.contexts")
-    if memory.heads % memory.kv_heads:
-        raise ConfigError(
-            f"heads ({memory.heads}) must be a multiple of kv_heads ({memory.kv_heads})",
-            "bench_features.attention_memory.heads",
-        )
-    if not memory.before_max_gb >= 0:
-        raise ConfigError(f"must be >= 0, got {memory.before_max_gb}", "bench_features.attention_memory.before_max_gb")
 
 
 def stats_for(features: list[str]) -> set[str]:
