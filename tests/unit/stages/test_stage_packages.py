@@ -63,10 +63,10 @@ def test_the_stage_table_imports_no_run_code():
     assert out.stdout.strip() == "[]"
 
 
-def test_loading_a_benchmark_recipe_whose_checks_live_in_its_settings_imports_no_run_code():
+def test_loading_the_benchmark_recipes_whose_checks_live_in_their_settings_imports_no_run_code():
     code = (
         "import sys; from workbench.recipe import load_recipe;"
-        "[load_recipe(name) for name in ('bench-decoding', 'bench-features')];"
+        "[load_recipe(name) for name in ('bench-decoding', 'bench-features', 'bench-gpu')];"
         "print(sorted(m for m in sys.modules if m.startswith('workbench.bench.') and m.endswith('.run')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

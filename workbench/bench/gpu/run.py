@@ -36,39 +36,16 @@ import dataclasses
 import math
 import os
 import platform
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.bench.gpu.report import write_gpu_report
+from workbench.bench.gpu.settings import MODEL_SHAPES, ModelShape, validate_section
 from workbench.bench.harness import thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A decoder-only Llama shape, the numbers a ``transformers.LlamaConfig`` takes. ``vocab`` is the smallest
-    vocabulary: the model is made as wide as its tokenizer when that is larger (None: the tokenizer's size)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    vocab: int | None
-    what: str
-
-
-MODEL_SHAPES: dict[str, ModelShape] = {
-    "smollm2-135m": ModelShape(576, 30, 9, 3, 1536, 49152, "SmolLM2-135M's shape (the embedded model's)"),
-    "llama-1b": ModelShape(2048, 16, 32, 8, 8192, 128256, "Llama-3.2-1B's shape"),
-    "tiny": ModelShape(64, 2, 4, 2, 128, None, "a 2-layer toy for the unit tests"),
-}
-"""The shapes ``bench_gpu.models`` may name."""
 
 MAX_POSITIONS = 8192
 """The context window every built model declares (SmolLM2's)."""
@@ -80,50 +57,6 @@ PARTIAL = "bench.partial.json"
 """What the stage has measured so far (``bench.json``'s form plus ``partial: true``), rewritten after each
 measurement and removed once ``bench.json`` is written: a run cut short (a GPU lease ending) keeps its figures, and
 :func:`workbench.bench.gpu.report.write_gpu_report` renders them."""
-
-_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
-
-
-def validate_section(section: Any) -> None:
-    """Raise a one-line :class:`ConfigError` naming ``bench_gpu.<key>`` for a setting that cannot be measured: a device
-    other than cpu / cuda / cuda:N, no model or an unknown or repeated shape, an unknown feature or none, no batch
-    size, a list with a value < 1 or a repeat, a count < 1, a non-finite or negative α, a temperature ≤ 0. Syntax
-    only: whether this machine has CUDA is the stage's business (it skips)."""
-    from workbench.uncertainty.features import get_features
-
-    if not isinstance(section.device, str) or not _DEVICE.fullmatch(section.device):
-        raise ConfigError(f"unknown device {section.device!r} (use cuda, cuda:N, or cpu for tests)", "bench_gpu.device")
-    models = list(section.models)
-    unknown = [m for m in models if m not in MODEL_SHAPES]
-    if not models or unknown or len(set(models)) != len(models):
-        raise ConfigError(f"give distinct known shapes ({', '.join(MODEL_SHAPES)}), got {models}", "bench_gpu.models")
-    if not section.features:
-        raise ConfigError("needs at least one feature", "bench_gpu.features")
-    get_features(list(section.features))  # unknown names → ConfigError
-    if not section.batch_sizes:
-        raise ConfigError("needs at least one batch size", "bench_gpu.batch_sizes")
-    for key in ("batch_sizes", "concurrency", "decode_batch_sizes"):
-        values = list(getattr(section, key))
-        if any(v < 1 for v in values) or len(set(values)) != len(values):
-            raise ConfigError(f"give distinct values >= 1, got {values}", f"bench_gpu.{key}")
-    for key in (
-        "questions",
-        "samples",
-        "max_new_tokens",
-        "paraphrases",
-        "serve_prompts_per_request",
-        "top_logprobs",
-        "k",
-        "passage_chars",
-        "repeats",
-    ):
-        value = getattr(section, key)
-        if value < 1:
-            raise ConfigError(f"must be >= 1, got {value}", f"bench_gpu.{key}")
-    if not (math.isfinite(section.alpha) and section.alpha >= 0):
-        raise ConfigError(f"must be finite and >= 0, got {section.alpha}", "bench_gpu.alpha")
-    if not section.temperature > 0:
-        raise ConfigError(f"must be > 0, got {section.temperature}", "bench_gpu.temperature")
 
 
 def questions_needed(section: Any) -> int:

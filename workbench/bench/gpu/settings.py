@@ -6,10 +6,13 @@ itself skips there, saying why).
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.core.config import doc
+from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
 from workbench.uncertainty.features import D2RAG_FEATURES
 
@@ -63,7 +66,72 @@ class BenchGpuSection:
 
 
 def check(config: RecipeView) -> None:
-    """bench_gpu's load check: :func:`workbench.bench.gpu.run.validate_section` on its section."""
-    from workbench.bench.gpu.run import validate_section
-
+    """bench_gpu's load check: :func:`validate_section` on its section."""
     check_own_section("bench_gpu", validate_section, config)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder-only Llama shape, the numbers a ``transformers.LlamaConfig`` takes. ``vocab`` is the smallest
+    vocabulary: the model is made as wide as its tokenizer when that is larger (None: the tokenizer's size)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int | None
+    what: str
+
+
+MODEL_SHAPES: dict[str, ModelShape] = {
+    "smollm2-135m": ModelShape(576, 30, 9, 3, 1536, 49152, "SmolLM2-135M's shape (the embedded model's)"),
+    "llama-1b": ModelShape(2048, 16, 32, 8, 8192, 128256, "Llama-3.2-1B's shape"),
+    "tiny": ModelShape(64, 2, 4, 2, 128, None, "a 2-layer toy for the unit tests"),
+}
+"""The shapes ``bench_gpu.models`` may name."""
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def validate_section(section: Any) -> None:
+    """Raise a one-line :class:`ConfigError` naming ``bench_gpu.<key>`` for a setting that cannot be measured: a device
+    other than cpu / cuda / cuda:N, no model or an unknown or repeated shape, an unknown feature or none, no batch
+    size, a list with a value < 1 or a repeat, a count < 1, a non-finite or negative α, a temperature ≤ 0. Syntax
+    only: whether this machine has CUDA is the stage's business (it skips)."""
+    from workbench.uncertainty.features import get_features
+
+    if not isinstance(section.device, str) or not _DEVICE.fullmatch(section.device):
+        raise ConfigError(f"unknown device {section.device!r} (use cuda, cuda:N, or cpu for tests)", "bench_gpu.device")
+    models = list(section.models)
+    unknown = [m for m in models if m not in MODEL_SHAPES]
+    if not models or unknown or len(set(models)) != len(models):
+        raise ConfigError(f"give distinct known shapes ({', '.join(MODEL_SHAPES)}), got {models}", "bench_gpu.models")
+    if not section.features:
+        raise ConfigError("needs at least one feature", "bench_gpu.features")
+    get_features(list(section.features))  # unknown names → ConfigError
+    if not section.batch_sizes:
+        raise ConfigError("needs at least one batch size", "bench_gpu.batch_sizes")
+    for key in ("batch_sizes", "concurrency", "decode_batch_sizes"):
+        values = list(getattr(section, key))
+        if any(v < 1 for v in values) or len(set(values)) != len(values):
+            raise ConfigError(f"give distinct values >= 1, got {values}", f"bench_gpu.{key}")
+    for key in (
+        "questions",
+        "samples",
+        "max_new_tokens",
+        "paraphrases",
+        "serve_prompts_per_request",
+        "top_logprobs",
+        "k",
+        "passage_chars",
+        "repeats",
+    ):
+        value = getattr(section, key)
+        if value < 1:
+            raise ConfigError(f"must be >= 1, got {value}", f"bench_gpu.{key}")
+    if not (math.isfinite(section.alpha) and section.alpha >= 0):
+        raise ConfigError(f"must be finite and >= 0, got {section.alpha}", "bench_gpu.alpha")
+    if not section.temperature > 0:
+        raise ConfigError(f"must be > 0, got {section.temperature}", "bench_gpu.temperature")
