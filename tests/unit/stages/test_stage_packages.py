@@ -52,23 +52,23 @@ def test_gathering_a_package_takes_its_specs_in_order(tmp_path, monkeypatch):
     assert specs["toy_a"].load()(None) == {"ran": True}
 
 
-def test_the_stage_table_imports_no_run_code():
+def run_modules_imported_by(statement: str) -> str:
+    """The stage and benchmark run modules a fresh interpreter has imported after ``statement``, as it prints them."""
     code = (
-        "import sys; import workbench.stages.registry;"
+        f"import sys; {statement};"
         "print(sorted(m for m in sys.modules if m.startswith(('workbench.stages.', 'workbench.bench.'))"
         " and m.endswith('.run')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout.strip()
+
+
+def test_the_stage_table_imports_no_run_code():
+    assert run_modules_imported_by("import workbench.stages.registry") == "[]"
 
 
 def test_loading_the_benchmark_recipes_whose_checks_live_in_their_settings_imports_no_run_code():
-    code = (
-        "import sys; from workbench.recipe import load_recipe;"
-        "[load_recipe(name) for name in ('bench-decoding', 'bench-features', 'bench-gpu')];"
-        "print(sorted(m for m in sys.modules if m.startswith('workbench.bench.') and m.endswith('.run')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    names = ("bench-decoding", "bench-features", "bench-gpu")
+    loads = f"from workbench.recipe import load_recipe; [load_recipe(n) for n in {names!r}]"
+    assert run_modules_imported_by(loads) == "[]"
