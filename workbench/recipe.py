@@ -176,7 +176,7 @@ def __getattr__(name: str) -> Any:
         module, attr = _MOVED[name].split(":")
         return getattr(importlib.import_module(module), attr)
     for spec in STAGES.values():
-        if spec.settings and spec.settings.rpartition(":")[2] == name:
+        if spec.settings_name == name:
             return spec.settings_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -415,7 +415,7 @@ def _check_splits(config: Any) -> None:
 def _check_reader_adapter(config: Any) -> None:
     """An answer-reader adapter as ``generator.model`` was trained on articles this data configuration keeps in
     ``train`` (:func:`workbench.stages.tune_reader.check_reader_adapter`)."""
-    from workbench.stages.tune_reader import check_reader_adapter
+    from workbench.stages.tune_reader.settings import check_reader_adapter
 
     check_reader_adapter(config)
 

@@ -58,7 +58,7 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'workbench[llamacpp]')")
 def test_llama_cpp_serves_the_embedded_gguf_and_its_probe_reports_what_it_lacks():
     from workbench.backends.factory import build_served_generator
-    from workbench.stages.bench_served import (
+    from workbench.bench.served.run import (
         LLAMA_CPP_NAME,
         _embedded_gguf,
         _llama_cpp_command,

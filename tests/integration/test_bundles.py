@@ -389,9 +389,9 @@ def test_a_bundle_with_a_greedy_only_router_decides_without_sampling(tiny_run):
 
 
 def test_bench_runtime_prices_and_measures_what_deciding_costs(tiny_run):
-    from workbench.reports.runtime import decision_cost_lines
+    from workbench.bench.runtime.report import decision_cost_lines
+    from workbench.bench.runtime.run import measure_decision_cost
     from workbench.runtime import load_bundle
-    from workbench.stages.bench_runtime import measure_decision_cost
 
     tmp, _ = tiny_run
     runtime = load_bundle(_bundle(tiny_run))

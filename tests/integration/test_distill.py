@@ -103,7 +103,7 @@ def _run_stage(config, run_dir: Path, traces_parent: Path):
     from workbench.core.atomic import atomic_directory
     from workbench.core.tracking import NullTracker
     from workbench.stages.context import Resources, StageContext
-    from workbench.stages.distill import run
+    from workbench.stages.distill.run import run
     from workbench.stages.registry import STAGES
 
     counter = CostCounter()
@@ -214,7 +214,7 @@ def test_an_empty_training_set_and_bad_target_modules_are_refused(tiny_lm_long_d
 
 
 def test_several_processes_without_a_launcher_are_refused(tiny_lm_long_dir, tmp_path, monkeypatch):
-    from workbench.stages.distill import LAUNCHER_VARIABLES, check_launch
+    from workbench.stages.distill.run import LAUNCHER_VARIABLES, check_launch
 
     for name in LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -46,7 +46,7 @@ def test_the_bundle_runs_the_parameters_evaluate_ran(params_run):
 
 
 def test_bench_runtime_parity_covers_the_parameters(params_run):
-    from workbench.stages.bench_runtime import _end_to_end
+    from workbench.bench.runtime.run import _end_to_end
 
     bundle = params_run / "bundles" / "tiny" / "1.0.0"
     parity = _end_to_end(params_run / "run", bundle, ["no_rag", "dtr", "d2rag"], 0)

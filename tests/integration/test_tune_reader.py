@@ -56,7 +56,7 @@ def test_the_training_rows_are_the_answer_stage_prompts_with_the_gold_answer(rea
 
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.reader import reader_target
-    from workbench.stages.answer import select_rows
+    from workbench.stages.answer.run import select_rows
 
     tmp_path, result, rows = reader_run
     assert [s.name for s in result.stages] == ["build_data", "tune_reader", "report"]
@@ -127,7 +127,7 @@ def test_the_stage_writes_a_reader_adapter_that_loads_as_a_generator(reader_run,
 
 def test_the_adapter_records_its_training_data_and_a_reshuffled_recipe_is_refused(reader_run, tiny_lm_long_dir):
     from workbench.backends.lora import read_adapter
-    from workbench.stages.tune_reader import training_data
+    from workbench.stages.tune_reader.run import training_data
 
     tmp_path, _, _ = reader_run
     stage = tmp_path / "run" / "stages" / "tune_reader"

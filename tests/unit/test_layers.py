@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "workbench.serve": 5,
     "workbench.reports": 5,  # report writers read stage outputs as files; the report stages call them
     "workbench.stages": 6,
+    "workbench.bench": 6,  # the benchmarks: stages of bench recipes, beside the pipeline's
     "workbench.recipe": 6,
     "workbench.bundle.export": 6,  # export loads a finished run's recipe (workbench.recipe); no stage
     "workbench.cli": 7,

@@ -33,7 +33,7 @@ Engines:
   pairs leave the batch (both their rows, cache included) at once.
 * :func:`sequential_contrastive_generate` is the reference: the same decisions with two forwards per step (the expert
   batch, then the amateur batch), each with its own cache — the shape of the spec's pseudocode. It exists for parity
-  tests and for :func:`workbench.stages.bench_decoding.benchmark_contrastive`.
+  tests and for :func:`workbench.bench.decoding.run.benchmark_contrastive`.
 
 The generator's public step API is reused (its prompt encoding and truncation ``encode_prompt``, ``prefill`` /
 ``prefill_continuing`` / ``step``, ``select_rows`` / ``join_states``, the stop / EOS rule ``finish_row`` and the

@@ -1,5 +1,5 @@
 """Report section "Calibration transfer": the calibrators and the shipped decision in distribution vs on another
-template family, from the ``transfer`` stage's ``transfer.json`` (:mod:`workbench.stages.transfer`).
+template family, from the ``transfer`` stage's ``transfer.json`` (:mod:`workbench.stages.transfer.run`).
 
 One headline sentence, a table of the decision's ranking, calibration and routing quality in both conditions with
 their shift, a per-feature table, a per-template table, and ``transfer.png`` (per-feature AUROC side by side and the

@@ -10,7 +10,7 @@ from typing import Any
 
 from workbench.backends.cost import CostCounter
 from workbench.core.settings import RecipeView
-from workbench.stages.registry import StageSpec
+from workbench.stages.spec import StageSpec
 
 
 def resource_kind(name: str) -> str:
@@ -88,7 +88,8 @@ class Resources:
         if self.strict:
             raise UndeclaredResourceError(
                 f"stage {self._stage} builds a {kind!r} resource ({name}) but its StageSpec.resources "
-                f"{tuple(sorted(self._declared))} does not name it: declare it in workbench/stages/registry.py"
+                f"{tuple(sorted(self._declared))} does not name it: declare it in its spec (the stage package's "
+                "__init__.py, or its row in workbench/stages/registry.py)"
             )
         self.undeclared.add(kind)
 

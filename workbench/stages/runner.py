@@ -499,7 +499,8 @@ def _run_stage(
         if undeclared:
             log.warning(
                 "stage %s built %s without declaring it in its StageSpec.resources: it is dropped before the stage "
-                "and rebuilt in it; declare it (workbench/stages/registry.py)",
+                "and rebuilt in it; declare it in its spec (the stage package's __init__.py, or "
+                "workbench/stages/registry.py)",
                 spec.name,
                 ", ".join(sorted(undeclared)),
             )

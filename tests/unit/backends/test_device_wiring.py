@@ -196,9 +196,9 @@ def test_bench_features_builds_its_embedder_on_embedder_device(monkeypatch, tmp_
     import datasets
 
     import workbench.backends.factory as factory
+    from workbench.bench.features import run as bench_features
     from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import QAExample, examples_to_dataset
-    from workbench.stages import bench_features
 
     seen: dict[str, Any] = {}
 

@@ -69,7 +69,7 @@ def test_the_stages_read_an_outside_passage_by_its_row():
     """collect's passages and answer's rag contexts read titles and texts after the search, from the table."""
     from types import SimpleNamespace
 
-    from workbench.stages.answer import mode_contexts
+    from workbench.stages.answer.run import mode_contexts
     from workbench.stages.collect import _Passages
 
     engine = _Canned(corpus_dataset(), OUTSIDE)

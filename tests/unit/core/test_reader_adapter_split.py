@@ -45,7 +45,7 @@ def reader_adapter(path, *, base_model="smollm2", record=None, **config):
 def test_the_embedded_reader_records_the_data_the_tune_reader_recipe_trains_on():
     from workbench.assets import embedded_adapter_path
     from workbench.data.article_splits import training_data_record
-    from workbench.stages.tune_reader import training_data
+    from workbench.stages.tune_reader.run import training_data
 
     payload = json.loads(embedded_adapter_path("smollm2-reader").read_text())
     record = payload["training_data"]
@@ -147,7 +147,7 @@ def test_a_malformed_record_is_a_one_line_error(tmp_path):
 
 def test_an_adapter_without_a_record_loads_with_a_warning(tmp_path, caplog):
     file = reader_adapter(tmp_path / "old" / "adapter.json")
-    with caplog.at_level(logging.WARNING, logger="workbench.stages.tune_reader"):
+    with caplog.at_level(logging.WARNING, logger="workbench.stages.tune_reader.run"):
         load_recipe("quickstart", [f"generator.model={file}", "seed=1"])
     assert any("records no training data" in r.getMessage() and str(file) in r.getMessage() for r in caplog.records)
 
@@ -202,7 +202,7 @@ def test_tune_reader_refuses_to_score_on_its_training_split():
 def test_tune_reader_checks_its_section_when_it_runs_too():
     from types import SimpleNamespace
 
-    from workbench.stages import tune_reader
+    from workbench.stages.tune_reader import run as tune_reader
 
     section = SimpleNamespace(split="calib", eval_split="calib", modes=["rag"])
     with pytest.raises(ConfigError, match="another split than the training one"):
@@ -215,7 +215,7 @@ def test_save_lora_adapter_writes_the_record(tiny_lm_dir, tmp_path):
 
     from workbench.assets import resolve_generator
     from workbench.backends.lora import READER_FORMAT, read_adapter, save_lora_adapter
-    from workbench.stages.tune_reader import training_data
+    from workbench.stages.tune_reader.run import training_data
 
     record = training_data(load_recipe("quickstart", ["seed=0"]).config, "train")
     model = get_peft_model(

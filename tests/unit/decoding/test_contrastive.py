@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.bench.decoding.run import benchmark_contrastive
 from workbench.decoding.contrastive import (
     choose_tokens,
     contrastive_generate,
@@ -18,7 +19,6 @@ from workbench.decoding.contrastive import (
     sequential_contrastive_generate,
     shared_prefix_length,
 )
-from workbench.stages.bench_decoding import benchmark_contrastive
 
 
 @pytest.fixture(scope="module")

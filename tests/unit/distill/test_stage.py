@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.core.errors import ConfigError
-from workbench.stages.distill_data import insemrag_parts, validate_section
+from workbench.stages.distill_data.run import insemrag_parts, validate_section
 
 
 def test_insemrag_options_split_into_settings_and_controller_options():

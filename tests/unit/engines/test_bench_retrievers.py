@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from workbench.backends.retrieval_engines import ENGINES
+from workbench.bench.retrievers.run import SyntheticVectors, agreement, bench_queries, unavailable
 from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
-from workbench.stages.bench_retrievers import SyntheticVectors, agreement, bench_queries, unavailable
 from workbench.stages.index_engine import push_corpus
 
 
@@ -181,7 +181,7 @@ def test_push_corpus_takes_columns_as_well_as_a_dataset():
 
 
 def test_the_report_says_when_a_server_elsewhere_was_not_measured():
-    from workbench.reports.retrievers import report_lines
+    from workbench.bench.retrievers.report import report_lines
 
     latency = {"1": {"p50_ms": 1.0, "p95_ms": 2.0, "queries_per_s": 900.0, "calls": 4}}
     row = {

@@ -3,7 +3,7 @@ and verdict, and every wall time with its spread."""
 
 from __future__ import annotations
 
-from workbench.reports.feature_cost import bare_lines
+from workbench.bench.features.report import bare_lines
 
 
 def _cost(seconds: float, forwards: int, runs: int = 3) -> dict:

@@ -3,7 +3,7 @@ held (the serve section: tests/unit/serve/test_bench_serve.py, from live measure
 
 from __future__ import annotations
 
-from workbench.reports.runtime import fuzz_lines
+from workbench.bench.runtime.report import fuzz_lines
 
 
 def test_the_fuzz_section_counts_cases_per_property():

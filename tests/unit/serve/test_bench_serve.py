@@ -12,9 +12,9 @@ import time
 import pytest
 
 from tests.unit.serve.fake_runtime import FakeRuntime, serving
-from workbench.reports.runtime import SERVER_SHARE_GOAL, serve_lines
+from workbench.bench.runtime.report import SERVER_SHARE_GOAL, serve_lines
+from workbench.bench.runtime.run import _serve_errors
 from workbench.serve import ServeLimits, create_app, run_abandoned, run_load
-from workbench.stages.bench_runtime import _serve_errors
 
 CALL_S = 0.05
 

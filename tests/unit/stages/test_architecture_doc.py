@@ -9,9 +9,9 @@ from workbench.stages.registry import STAGES
 DOC = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
 
 
-def _path(reference: str) -> str:
-    """``"workbench.stages.x:run"`` → ``"stages/x.py"`` (as the doc names modules)."""
-    return reference.split(":")[0].removeprefix("workbench.").replace(".", "/") + ".py"
+def _path(module: str) -> str:
+    """``"workbench.stages.x"`` → ``"stages/x.py"`` (as the doc names modules)."""
+    return module.removeprefix("workbench.").replace(".", "/") + ".py"
 
 
 def doc_rows(text: str) -> list[tuple[str, str, str, str]]:
@@ -29,8 +29,8 @@ def expected_rows() -> list[tuple[str, str, str, str]]:
     return [
         (
             spec.name,
-            _path(spec.entry),
-            _path(spec.settings) if spec.settings else "—",
+            _path(spec.entry_module),
+            _path(spec.settings_module) if spec.settings_module else "—",
             ", ".join(spec.inputs) or "—",
         )
         for spec in STAGES.values()

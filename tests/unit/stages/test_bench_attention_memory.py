@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from workbench.backends.attention_diag import own_key_logprobs  # noqa: E402
+from workbench.bench.features import attention_memory as bam  # noqa: E402
+from workbench.bench.features.report import report_lines  # noqa: E402
+from workbench.bench.features.settings import AttentionMemorySection, BenchFeaturesSection  # noqa: E402
 from workbench.core.errors import ConfigError  # noqa: E402
-from workbench.reports.feature_cost import report_lines  # noqa: E402
-from workbench.stages import bench_attention_memory as bam  # noqa: E402
-from workbench.stages.settings.bench_features import AttentionMemorySection, BenchFeaturesSection  # noqa: E402
 
 TINY = {"batch": 2, "hidden_size": 32, "heads": 4, "kv_heads": 2, "head_dim": 8, "intermediate_size": 64}
 TINY.update(vocab_size=100, layers=2)
@@ -75,7 +75,7 @@ def test_the_report_says_what_was_measured_and_what_is_analytic():
 
 
 def test_the_stage_writes_only_the_parts_asked_for(monkeypatch, tmp_path):
-    from workbench.stages import bench_features
+    from workbench.bench.features import run as bench_features
 
     monkeypatch.setattr(bam, "measure_in_subprocess", _result)
     monkeypatch.setattr(bench_features, "measure_cost", lambda ctx: pytest.fail("the cost part was not asked for"))
@@ -104,7 +104,7 @@ def test_the_stage_writes_only_the_parts_asked_for(monkeypatch, tmp_path):
     ],
 )
 def test_settings_it_cannot_measure_are_refused_in_one_line(change, where):
-    from workbench.stages.bench_features import validate_section
+    from workbench.bench.features.run import validate_section
 
     with pytest.raises(ConfigError) as refused:
         validate_section(BenchFeaturesSection(**change))

@@ -12,10 +12,10 @@ import pytest
 from tests.toy_corpus import PASSAGES
 from tests.unit.stages.bench_context import bench_context
 from tests.unit.stages.fake_build_data import write_build_data
+from workbench.bench.decoding import run as bench_decoding
+from workbench.bench.decoding.report import decoding_section
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
-from workbench.reports.decoding import decoding_section
-from workbench.stages import bench_decoding
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -100,6 +100,15 @@ def test_bench_json_has_one_result_per_batch_size(finished):
         assert len(r["times_s"]["greedy"]) == 1
     assert summary["pairs"] == 2 and summary["parity"] is True
     assert summary["ratio_batched_vs_greedy"] == pytest.approx(bench["results"][1]["ratio_batched_vs_greedy"], abs=1e-3)
+
+
+def test_bench_json_records_the_thread_counts_and_the_harness_timings(finished):
+    _, bench, _, _ = finished
+    assert bench["thread_counts"]["torch"] == bench["threads"]
+    assert set(bench["thread_counts"]) == {"torch", "omp_num_threads", "blas"}
+    for r in bench["results"]:  # ratios of the medians of the same rounds
+        assert r["speedup_batched_vs_sequential"] == pytest.approx(r["sequential_s"] / r["batched_s"])
+        assert r["batched_s"] == sorted(r["times_s"]["batched"])[len(r["times_s"]["batched"]) // 2]
 
 
 def test_expert_prompts_carry_the_retrieved_context(build_data_dir, peaked_lm_dir, tmp_path):

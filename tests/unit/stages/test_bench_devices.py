@@ -36,7 +36,7 @@ def make_ctx(tmp_path: Path, model: Path, device: str, **inputs: Path) -> Simple
 
 
 def test_bench_backends_generator_accepts_auto(tmp_path, tiny_lm_dir):
-    from workbench.stages import bench_backends
+    from workbench.bench.backends import run as bench_backends
 
     ctx = make_ctx(tmp_path, tiny_lm_dir, "auto")
     section = ctx.config.bench
@@ -47,7 +47,7 @@ def test_bench_backends_generator_accepts_auto(tmp_path, tiny_lm_dir):
 
 
 def test_bench_backends_refuses_a_bad_device_in_one_line(tmp_path, tiny_lm_dir):
-    from workbench.stages import bench_backends
+    from workbench.bench.backends import run as bench_backends
 
     ctx = make_ctx(tmp_path, tiny_lm_dir, "cuda:99")
     with pytest.raises(ConfigError, match=r"generator\.device: 'cuda:99' but torch sees"):
@@ -55,9 +55,9 @@ def test_bench_backends_refuses_a_bad_device_in_one_line(tmp_path, tiny_lm_dir):
 
 
 def test_bench_features_accepts_auto(tmp_path, tiny_lm_dir, tiny_encoder_dir):
+    from workbench.bench.features import run as bench_features
     from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import QAExample, examples_to_dataset
-    from workbench.stages import bench_features
 
     examples = [QAExample(f"q{i}", q, ["x"]) for i, q in enumerate(QUESTIONS)]
     save_dataset_dict(datasets.DatasetDict({"test": examples_to_dataset(examples)}), tmp_path / "build_data" / "qa")

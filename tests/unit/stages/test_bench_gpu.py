@@ -16,10 +16,10 @@ import pytest
 from tests.unit.stages.bench_context import bench_context
 from tests.unit.stages.fake_build_data import write_build_data
 from workbench.backends.cost import CostCounter
+from workbench.bench.gpu import run as bench_gpu
+from workbench.bench.gpu.settings import BenchGpuSection
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
-from workbench.stages import bench_gpu
-from workbench.stages.settings.bench_gpu import BenchGpuSection
 from workbench.uncertainty.features import D2RAG_FEATURES
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
@@ -309,7 +309,7 @@ def test_the_report_of_a_cpu_run_says_it_is_no_gpu_figure(finished):
 
 
 def test_the_report_of_a_gpu_run_names_the_card_and_the_versions(finished, tmp_path):
-    from workbench.reports.gpu import write_gpu_report
+    from workbench.bench.gpu.report import write_gpu_report
 
     _, bench, _ = finished
     bench["device"] = {  # the record a CUDA run writes (device_description), on the CPU figures
@@ -336,7 +336,7 @@ def test_the_report_of_a_gpu_run_names_the_card_and_the_versions(finished, tmp_p
 
 
 def test_a_partial_record_renders_what_was_measured_and_says_so(finished, tmp_path):
-    from workbench.reports.gpu import write_gpu_report
+    from workbench.bench.gpu.report import write_gpu_report
 
     _, bench, _ = finished
     (model,) = bench["models"]
@@ -351,7 +351,7 @@ def test_a_partial_record_renders_what_was_measured_and_says_so(finished, tmp_pa
 def test_models_measured_at_different_levels_share_one_plot_per_measurement(finished, tmp_path):
     import copy
 
-    from workbench.reports.gpu import _aligned, write_gpu_report
+    from workbench.bench.gpu.report import _aligned, write_gpu_report
 
     _, bench, _ = finished
     (model,) = bench["models"]

@@ -3,7 +3,7 @@ itself: tests/unit/reports/test_runtime.py)."""
 
 from __future__ import annotations
 
-from workbench.stages.bench_runtime import _fuzz
+from workbench.bench.runtime.run import _fuzz
 
 
 def test_profile_none_runs_no_fuzzing(tmp_path):

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.backends.cost import CostCounter
+from workbench.bench.features import run as bench_features
+from workbench.bench.features.run import measure_ways, naive_generate
 from workbench.core.errors import ConfigError
-from workbench.stages import bench_features
-from workbench.stages.bench_features import measure_ways, naive_generate
 
 
 def test_measure_ways_warms_up_then_rotates_the_order():
@@ -69,7 +69,7 @@ def test_naive_generate_counts_one_prefill_per_sample(tiny_lm_dir):
 
 def test_benchmark_contrastive_can_decode_past_eos(tiny_lm_dir):
     from workbench.backends.generator import Generator
-    from workbench.stages.bench_decoding import benchmark_contrastive
+    from workbench.bench.decoding.run import benchmark_contrastive
 
     generator = Generator(tiny_lm_dir)
     eos = generator.eos_ids
@@ -89,7 +89,7 @@ def test_benchmark_contrastive_can_decode_past_eos(tiny_lm_dir):
 
 def test_benchmark_contrastive_adds_rounds_until_min_seconds(tiny_lm_dir):
     from workbench.backends.generator import Generator
-    from workbench.stages.bench_decoding import benchmark_contrastive
+    from workbench.bench.decoding.run import benchmark_contrastive
 
     generator = Generator(tiny_lm_dir)
     experts, amateurs = [generator.render_chat("Who wrote Hamlet?")], [generator.render_chat("Hamlet?")]

@@ -13,7 +13,7 @@ from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.platt import PlattCalibrator
 from workbench.metrics.ranking import auroc
 from workbench.reports.transfer import transfer_section
-from workbench.stages.transfer import measure, shift, template_of
+from workbench.stages.transfer.run import measure, shift, template_of
 
 
 class _Policy:
