@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.archive import write_archive
-from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
+from workbench.bundle.integrity import file_table, gold_methods, read_manifest, verify_bundle_dir
 from workbench.bundle.manifest import seal, unversioned_digest
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.core.atomic import atomic_directory, atomic_write_text
@@ -257,13 +257,13 @@ def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) ->
         unknown = [m for m in requested if m not in METHODS]
         if unknown or not requested:
             raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "export.methods")
-        gold = [m for m in requested if m in GOLD_METHODS]
+        gold = [m for m in requested if m in gold_methods()]
         if gold:
             raise ConfigError(f"{gold} read the gold answer: a bundle never holds them", "export.methods")
         if "d2rag" in requested and not has_decision:
             raise ConfigError("d2rag needs the run's calibrate and classify stages", "export.methods")
         return list(dict.fromkeys(requested))
-    methods = [m for m in run.config.evaluate.methods if m not in GOLD_METHODS]
+    methods = [m for m in run.config.evaluate.methods if m not in gold_methods()]
     if "d2rag_oracle" in run.config.evaluate.methods and "d2rag" not in methods:
         methods.append("d2rag")
     if "d2rag" in methods and not has_decision:

@@ -62,16 +62,19 @@ def utility_record(learned: Any) -> dict[str, Any]:
 
 
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
-    """The paper defaults of the parameters in ``specs`` (D²-RAG's ``tau``: the one classify chose)."""
-    from workbench.methods.registry import settings_class
+    """The paper defaults of the parameters in ``specs`` (a learned part's parameter, D²-RAG's ``tau``: the value
+    the run's stages chose)."""
+    from workbench.methods.registry import method_spec
 
-    cls = settings_class(method)
+    method_facts = method_spec(method, "study.methods")
+    cls = method_facts.settings_class()
     defaults = {f.name: f.default for f in fields(cls)} if cls is not None else {}
     out = {}
     for spec in specs:
-        if method == "d2rag" and spec.name == "tau":
-            if learned is not None and learned.tau is not None:
-                out["tau"] = float(learned.tau)
+        if spec.name in method_facts.learned_params:
+            value = getattr(learned, method_facts.learned_params[spec.name], None) if learned is not None else None
+            if value is not None:
+                out[spec.name] = float(value)
         elif spec.name in defaults:
             out[spec.name] = defaults[spec.name]
     return out
@@ -127,8 +130,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from workbench.bundle.provenance import question_record
     from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.methods.registry import method_spec
     from workbench.stages.evaluate import build_tools, run_learned
-    from workbench.tuning.objective import MethodObjective, dense_breakpoints
+    from workbench.tuning.objective import MethodObjective
     from workbench.tuning.space import parse_spaces
     from workbench.tuning.storage import describe_storage, open_storage, storage_url
     from workbench.tuning.study import StudySettings, run_study
@@ -179,10 +183,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         on_val = MethodObjective(tools, method, rows["split"], specs, **common)
         defaults = default_params(method, specs, learned)
         breakpoints = None
-        if any(s.breakpoints for s in specs):
-            breakpoints = dense_breakpoints(on_val.run({}))
+        spec_of_method = method_spec(method, "study.methods")
+        if any(s.breakpoints for s in specs) and spec_of_method.breakpoints is not None:
+            breakpoints = spec_of_method.breakpoints(on_val.run({}))
             if not breakpoints:
-                raise ConfigError(f"{method}: no DSE values on the study split to place θ between", "study.space")
+                what = f"{method}: no values on the study split to place its breakpoints between"
+                raise ConfigError(what, "study.space")
         fixed = defaults if all(_inside(s, defaults.get(s.name)) for s in specs) else None
         ctx.log.info(
             "study %s-%s: %d trials on %d %s questions",
@@ -200,7 +206,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "best": {"val": outcome.best_metrics, "test": on_test(outcome.best_params)[0]},
             "defaults": {"val": on_val(defaults)[0], "test": on_test(defaults)[0]},
         }
-        chosen_options = {k: v for k, v in outcome.best_params.items() if not (method == "d2rag" and k == "tau")}
+        chosen_options = {k: v for k, v in outcome.best_params.items() if k not in spec_of_method.learned_params}
         record = {
             "method": method,
             "options": chosen_options,

@@ -43,11 +43,11 @@ class ExportSection:
 
 def exported_methods(config: RecipeView) -> list[str]:
     """The methods the export stage bundles (its explicit list, else the gold-free evaluate methods)."""
-    from workbench.bundle.integrity import GOLD_METHODS
+    from workbench.bundle.integrity import gold_methods
 
     if config.export.methods is not None:
         return list(config.export.methods)
-    methods = [m for m in config.evaluate.methods if m not in GOLD_METHODS]
+    methods = [m for m in config.evaluate.methods if m not in gold_methods()]
     return [*methods, "d2rag"] if "d2rag_oracle" in config.evaluate.methods and "d2rag" not in methods else methods
 
 
@@ -85,7 +85,7 @@ def check(config: RecipeView) -> None:
     """export's load check: a valid bundle name and version, gold-free methods, at least one method to bundle, D²-RAG
     only with its calibrators and classifier, and D²-RAG parameters tuned gold-free (when evaluate does not run:
     evaluate checks them then, :func:`check_d2rag_params`)."""
-    from workbench.bundle.integrity import GOLD_METHODS
+    from workbench.bundle.integrity import gold_methods
     from workbench.bundle.schema import check_name, parse_semver
     from workbench.methods.registry import METHODS
 
@@ -97,7 +97,7 @@ def check(config: RecipeView) -> None:
     if section.version != "auto":
         parse_semver(section.version, "export.version")
     if section.methods is not None:
-        allowed = [m for m in METHODS if m not in GOLD_METHODS]
+        allowed = [m for m in METHODS if m not in gold_methods()]
         bad = [m for m in section.methods if m not in allowed]
         if bad or not section.methods:
             raise ConfigError(f"{bad or 'none'}: give methods of {', '.join(allowed)} (gold-free)", "export.methods")
