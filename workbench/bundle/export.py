@@ -230,6 +230,15 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A method's manifest entry: its options, and (for a method a third-party package provides) that package, so a
+    runtime without it says what to install."""
+    from workbench.methods.registry import method_spec
+
+    package = method_spec(name, "export.methods").package
+    return {"options": options, "requires_gold": False, **({"package": package} if package != "workbench" else {})}
+
+
 def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
     """D²-RAG's tuned parameters (the run's study, the ``evaluate.params`` files) were tuned with a gold-free utility:
     ConfigError for parameters tuned with the gold-using oracle, or whose study did not record how its utility was
@@ -676,7 +685,7 @@ def export_run(
             "decision": blocks.get("decision"),
             "utility": blocks.get("utility"),
             "controller_adapter": blocks.get("controller_adapter"),
-            "methods": {m: {"options": options[m], "requires_gold": False} for m in methods},
+            "methods": {m: _method_record(m, options[m]) for m in methods},
             "metrics": metrics,
             "provenance": provenance,
             "notes": notes,
