@@ -81,6 +81,7 @@ __all__ = [
     "resolve_controller_model",
     "same_weights",
     "settings_class",
+    "uses_decision_policy",
 ]
 
 MethodEntry = MethodSpec
@@ -185,6 +186,13 @@ def missing_method(name: str, package: str | None, where: str) -> ConfigError:
     which package to install (as the bundle recorded it, else unknown)."""
     hint = f"install the package {package!r}" if package else "install the package that provides it"
     return ConfigError(f"the bundle needs method {name!r}, which is not installed here: {hint}", where)
+
+
+def uses_decision_policy(name: str) -> bool:
+    """Whether method ``name`` decides with the run's fitted decision policy (calibrators, classifier and τ: its
+    spec requires the ``classifier``); False for a name the table does not know."""
+    spec = METHOD_TABLE.get(name)
+    return spec is not None and "classifier" in spec.requires
 
 
 def default_method(names: Iterable[str]) -> str:

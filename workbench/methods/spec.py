@@ -78,7 +78,7 @@ class MethodSpec:
     """Every fact about one method (or one variant of it), in the method's own package.
 
     * ``name`` / ``summary`` / ``family`` — its key in ``evaluate.methods``, one line for ``workbench config``, and
-      the method its variants share (``d2rag`` for ``d2rag`` and ``d2rag_oracle``).
+      the method its variants share (a method and its ``_oracle`` or ``_distilled`` twin share one family).
     * ``build`` — ``BuildRequest -> Method``; imports the implementation (heavy) only when called.
     * ``settings`` — its settings dataclass (types, bounds in ``validate()``, defaults, the paper's defaults in its
       docstring), or a function returning it (a package whose settings import something heavy stays light);

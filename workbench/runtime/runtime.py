@@ -229,14 +229,14 @@ class Runtime:
             raise ConfigError(f"method {name!r} is not in this bundle (has: {', '.join(self.methods)})", "method")
         with self._lock:
             if name not in self._built:
-                from workbench.methods.registry import build_method, method_spec
+                from workbench.methods.registry import build_method, uses_decision_policy
 
                 tools = self.tools()
                 if getattr(tools.generator, "served", False):  # one line for what the server cannot serve
                     from workbench.methods.backend_needs import check_served_departures, check_served_methods
 
                     # a method that needs the fitted classifier decides with the bundle's policy and its features
-                    uses_policy = "classifier" in method_spec(name).requires and self.policy is not None
+                    uses_policy = uses_decision_policy(name) and self.policy is not None
                     features = list(self.policy.features) if uses_policy else []
                     generator = tools.generator
                     check_served_methods([name], features, generator.capabilities, generator.settings.base_url)
@@ -292,7 +292,9 @@ class Runtime:
         """D²-RAG's decision path alone for one question's raw features (mapping or vector in feature order):
         :class:`~workbench.classify.policy.Decision` (p_correct, retrieve, calibrated u). No model is needed."""
         if self.policy is None:
-            raise ConfigError("this bundle has no retrieval-decision policy (no d2rag)", "decide")
+            raise ConfigError(
+                "this bundle has no retrieval-decision policy (no method that decides with one)", "decide"
+            )
         return self.policy.decide(checked_features(raw_features, self.policy.features))
 
     def answer(self, question: str, method: str | None = None) -> RuntimeAnswer:
