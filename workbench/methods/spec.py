@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BuildRequest", "MethodSpec", "ReplayRule", "Tunable", "lazy_exports"]
+__all__ = ["BuildRequest", "MethodHooks", "MethodSpec", "ReplayRule", "Tunable", "lazy_exports"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,28 @@ class ReplayRule:
     branch_steps: tuple[str, ...]
     read: Callable[[dict[str, dict[str, Any]], dict[str, Any]], tuple[float, str, bool]]
     always_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MethodHooks:
+    """What is method-specific in the pipeline's checks and in the study, called by the generic stages (each None
+    when the method has nothing to add). ``config`` is the recipe view; none of these may import a stage.
+
+    * ``check_study(config, space)`` — the recipe check when the method is in ``study.methods`` (``space``: its
+      search space, the recipe's or the default);
+    * ``check_params(config, path, params, exported)`` — an ``evaluate.params`` file for the method (``exported``:
+      it goes into a bundle);
+    * ``study_prepare(learned)`` — before the study: refuse what cannot be studied, and return a record of how the
+      study runs the method, written under ``prepared_key`` in its parameters file and as
+      ``<method>_<prepared_key>`` in ``best_params.json`` (None: nothing to record);
+    * ``check_study_space(names, prepared)`` — the parameters of the space, against what ``study_prepare`` said.
+    """
+
+    check_study: Callable[[Any, Mapping[str, Any]], None] | None = None
+    check_params: Callable[[Any, str, dict[str, Any], bool], None] | None = None
+    study_prepare: Callable[[Any], dict[str, Any] | None] | None = None
+    check_study_space: Callable[[Sequence[str], dict[str, Any] | None], None] | None = None
+    prepared_key: str = "prepared"
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,9 @@ class MethodSpec:
       (:mod:`workbench.backends.capabilities` names).
     * ``rank`` — the default method of a bundle or a run is the one of highest rank (the first among equals).
     * ``package`` — the distribution that provides it (named when a bundle needs a method that is not installed).
+    * ``hooks`` — what is method-specific in the stages' checks and in the study (:class:`MethodHooks`).
+    * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (``d2rag`` for
+      ``d2rag_oracle``).
     """
 
     name: str
@@ -122,6 +147,8 @@ class MethodSpec:
     needs: frozenset[str] = frozenset()
     rank: int = 0
     package: str = "workbench"
+    hooks: MethodHooks = field(default_factory=MethodHooks)
+    gold_free_twin: str | None = None
 
     def settings_class(self) -> type | None:
         """The settings dataclass (imported now when the spec holds a function returning it), or None."""

@@ -20,8 +20,9 @@ from typing import Any
 from workbench.core.bounds import SAMPLES, check_int
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.d2rag import pipeline
 from workbench.methods.d2rag.rule import ALWAYS_RETRIEVE_TAU, decide
-from workbench.methods.spec import BuildRequest, MethodSpec, ReplayRule, Tunable, lazy_exports
+from workbench.methods.spec import BuildRequest, MethodHooks, MethodSpec, ReplayRule, Tunable, lazy_exports
 
 __all__ = ["ALWAYS_RETRIEVE_TAU", "METHODS", "UtilityOptions", "decide"]
 
@@ -103,6 +104,14 @@ def _settings_class() -> type:
     return D2RAGSettings
 
 
+_HOOKS = MethodHooks(
+    check_study=pipeline.check_study,
+    check_params=pipeline.check_params,
+    study_prepare=pipeline.utility_record,
+    check_study_space=pipeline.check_study_space,
+    prepared_key="utility",  # how the trials' utility was made: export refuses any but a gold-free one
+)
+
 _COMMON: dict[str, Any] = {
     "settings": _settings_class,
     "options": UtilityOptions,
@@ -142,6 +151,7 @@ METHODS = (
         ),
         learned_params={"tau": "tau"},  # τ is the classify stage's decision threshold, a learned part
         rank=10,  # the default method of a bundle that has it
+        hooks=_HOOKS,
         **_COMMON,
     ),
     MethodSpec(
@@ -149,6 +159,7 @@ METHODS = (
         "D²-RAG with the paper's ΔSePer utility (reads the gold answer)",
         _build,
         gold=True,
+        gold_free_twin="d2rag",
         **_COMMON,
     ),
 )

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.methods.insemrag import pipeline
 from workbench.methods.insemrag.controller_options import ControllerOptions, build_controller
-from workbench.methods.spec import BuildRequest, MethodSpec, Tunable, lazy_exports
+from workbench.methods.spec import BuildRequest, MethodHooks, MethodSpec, Tunable, lazy_exports
 
 __all__ = ["METHODS", "ControllerOptions"]
 
@@ -66,6 +67,7 @@ METHODS = (
             "keep_threshold": Tunable("float", 0.0, 1.0),
         },
         needs=frozenset({"top_logprobs", "token_prompts"}),  # the prompted controller reads next-token log-probs
+        hooks=MethodHooks(check_study=pipeline.check_study),
         **_COMMON,
     ),
     MethodSpec(
