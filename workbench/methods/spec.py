@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BuildRequest", "MethodHooks", "MethodSpec", "ReplayRule", "Tunable", "lazy_exports"]
+__all__ = ["AgreementRow", "BuildRequest", "MethodHooks", "MethodSpec", "ReplayRule", "Tunable", "lazy_exports"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,25 @@ class ReplayRule:
     branch_steps: tuple[str, ...]
     read: Callable[[dict[str, dict[str, Any]], dict[str, Any]], tuple[float, str, bool]]
     always_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgreementRow:
+    """A pair of settings of different stages that must agree because of a method, contributed by its spec to the one
+    agreements table (:data:`workbench.stages.agreements.AGREEMENTS`; ``held_out``: to
+    :data:`~workbench.stages.agreements.SPLIT_AGREEMENTS`). ``key`` / ``other`` / ``reason`` / ``relation`` as an
+    ``Agreement``'s; it applies when every one of ``stages`` runs and the method is used by one of ``uses``
+    (``evaluate``: in ``evaluate.methods``; ``export``: among the exported methods; ``study``: in
+    ``study.methods``); ``when`` names that condition (the table's condition names)."""
+
+    key: str
+    other: str
+    reason: str
+    when: str
+    stages: tuple[str, ...]
+    uses: tuple[str, ...] = ("evaluate", "export", "study")
+    relation: str = "equal"
+    held_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +141,8 @@ class MethodSpec:
       (:mod:`workbench.backends.capabilities` names).
     * ``rank`` — the default method of a bundle or a run is the one of highest rank (the first among equals).
     * ``package`` — the distribution that provides it (named when a bundle needs a method that is not installed).
-    * ``hooks`` — what is method-specific in the stages' checks and in the study (:class:`MethodHooks`).
+    * ``hooks`` — what is method-specific in the stages' checks and in the study (:class:`MethodHooks`);
+      ``agreements`` — the cross-stage settings the method makes agree (:class:`AgreementRow`).
     * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (``d2rag`` for
       ``d2rag_oracle``).
     """
@@ -148,6 +168,7 @@ class MethodSpec:
     rank: int = 0
     package: str = "workbench"
     hooks: MethodHooks = field(default_factory=MethodHooks)
+    agreements: tuple[AgreementRow, ...] = ()
     gold_free_twin: str | None = None
 
     def settings_class(self) -> type | None:

@@ -22,7 +22,15 @@ from workbench.core.config import doc
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.d2rag import pipeline
 from workbench.methods.d2rag.rule import ALWAYS_RETRIEVE_TAU, decide
-from workbench.methods.spec import BuildRequest, MethodHooks, MethodSpec, ReplayRule, Tunable, lazy_exports
+from workbench.methods.spec import (
+    AgreementRow,
+    BuildRequest,
+    MethodHooks,
+    MethodSpec,
+    ReplayRule,
+    Tunable,
+    lazy_exports,
+)
 
 __all__ = ["ALWAYS_RETRIEVE_TAU", "METHODS", "UtilityOptions", "decide"]
 
@@ -112,6 +120,50 @@ _HOOKS = MethodHooks(
     prepared_key="utility",  # how the trials' utility was made: export refuses any but a gold-free one
 )
 
+_USES_UTILITY = "d2rag reads the fitted utility"
+_CUTS = (
+    "the utility classes are ΔSePer cut at tau_pos / tau_neg (the classifier learns them cut at fit_utility's, "
+    "D²-RAG cuts a predicted δ at its own)"
+)
+_AGREEMENTS = (
+    AgreementRow(
+        "fit_utility.k",
+        "evaluate.options.d2rag.k",
+        "the utility learns on the top-k context D²-RAG retrieves",
+        _USES_UTILITY,
+        ("fit_utility",),
+    ),
+    AgreementRow(
+        "fit_utility.passage_chars",
+        "evaluate.passage_chars",
+        "D²-RAG's context block cuts each passage at evaluate.passage_chars",
+        _USES_UTILITY,
+        ("fit_utility",),
+    ),
+    AgreementRow(
+        "fit_utility.max_new_tokens",
+        "evaluate.max_new_tokens",
+        "D²-RAG's utility features are greedy answers generated at the answering budget evaluate.max_new_tokens "
+        "(evaluate.options.d2rag.max_new_tokens sets only its final answer)",
+        _USES_UTILITY,
+        ("fit_utility",),
+    ),
+    AgreementRow("fit_utility.tau_pos", "evaluate.options.d2rag.tau_pos", _CUTS, _USES_UTILITY, ("fit_utility",)),
+    AgreementRow("fit_utility.tau_neg", "evaluate.options.d2rag.tau_neg", _CUTS, _USES_UTILITY, ("fit_utility",)),
+    AgreementRow(
+        "fit_utility.split",
+        "study.test_split",
+        "D²-RAG's utility classifier is trained on it, and the study scores its chosen and default parameters there "
+        "once, as held-out",
+        "fit_utility runs and study tunes d2rag",
+        ("fit_utility", "study"),
+        uses=("study",),
+        relation="differs",
+        held_out=True,
+    ),
+)
+"""The settings D²-RAG makes agree across stages (its rows of the one agreements table)."""
+
 _COMMON: dict[str, Any] = {
     "settings": _settings_class,
     "options": UtilityOptions,
@@ -152,6 +204,7 @@ METHODS = (
         learned_params={"tau": "tau"},  # τ is the classify stage's decision threshold, a learned part
         rank=10,  # the default method of a bundle that has it
         hooks=_HOOKS,
+        agreements=_AGREEMENTS,
         **_COMMON,
     ),
     MethodSpec(
