@@ -142,7 +142,8 @@ class MethodSpec:
     * ``rank`` — the default method of a bundle or a run is the one of highest rank (the first among equals).
     * ``package`` — the distribution that provides it (named when a bundle needs a method that is not installed).
     * ``hooks`` — what is method-specific in the stages' checks and in the study (:class:`MethodHooks`);
-      ``agreements`` — the cross-stage settings the method makes agree (:class:`AgreementRow`).
+      ``agreements`` — the cross-stage settings the method makes agree (:class:`AgreementRow`); ``report`` —
+      ``evaluate_dir -> markdown lines``: its own section of the evaluate report (after the methods table).
     * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (``d2rag`` for
       ``d2rag_oracle``).
     """
@@ -169,6 +170,7 @@ class MethodSpec:
     package: str = "workbench"
     hooks: MethodHooks = field(default_factory=MethodHooks)
     agreements: tuple[AgreementRow, ...] = ()
+    report: Callable[[Path], list[str]] | None = None
     gold_free_twin: str | None = None
 
     def settings_class(self) -> type | None:

@@ -120,6 +120,13 @@ _HOOKS = MethodHooks(
     prepared_key="utility",  # how the trials' utility was made: export refuses any but a gold-free one
 )
 
+
+def _report(evaluate_dir: Any) -> list[str]:
+    from workbench.methods.d2rag.report import d2rag_utility_lines
+
+    return d2rag_utility_lines(evaluate_dir)
+
+
 _USES_UTILITY = "d2rag reads the fitted utility"
 _CUTS = (
     "the utility classes are ΔSePer cut at tau_pos / tau_neg (the classifier learns them cut at fit_utility's, "
@@ -205,6 +212,7 @@ METHODS = (
         rank=10,  # the default method of a bundle that has it
         hooks=_HOOKS,
         agreements=_AGREEMENTS,
+        report=_report,
         **_COMMON,
     ),
     MethodSpec(
