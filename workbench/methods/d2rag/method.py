@@ -201,6 +201,16 @@ class D2RAG(Method):
         self.a_para_for_utility = newline and self.stat_settings.max_new_tokens == tools.max_new_tokens
 
     @property
+    def evaluation_note(self) -> str | None:
+        """What an evaluation summary says about this run of the method: which gold-using utility it decoded with
+        (None: a gold-free one)."""
+        if not getattr(self.utility, "requires_gold", False):
+            return None
+        if self.name == "d2rag_oracle":
+            return "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
+        return "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
+
+    @property
     def scores_stage1(self) -> bool:
         """Whether Stage 1 computes the features and p: τ ≤ 1 (p decides), or ``score_always``. τ > 1 retrieves for
         every question whatever p is."""
