@@ -107,7 +107,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.registry import build_method, check_options
+    from workbench.methods.registry import build_method, check_options, configure
 
     section = ctx.config.evaluate
     check_options(section.methods, section.options)  # load_recipe checked it too; a config built in code may not be
@@ -120,12 +120,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
     tools = build_tools(ctx, corpus)
     learned = evaluated_learned(ctx.config, ctx.inputs.get)
     options = {name: method_options(ctx, name) for name in section.methods}
+    # each method's options (the recipe's, the study's and the params files' laid over them) made its typed settings
+    # once; the builder gets them as they are
+    configs = {name: configure(name, options[name]) for name in section.methods}
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
         methods[name] = build_method(
             name,
             tools,
-            options[name],
+            configs[name],
             learned,
             utility_fallback="oracle",
             controller_generator=ctx.resources.controller_generator,
