@@ -74,31 +74,22 @@ def test_a_broken_plugin_is_one_line_naming_its_entry_point(tmp_path, monkeypatc
 
 
 def _overrides(tmp: Path, lm_dir: Path, encoder_dir: Path) -> list[str]:
-    from tests.bundle_run import write_corpus
+    """The tiny run of tests/bundle_run.py, with the toy method studied, evaluated and exported."""
+    from tests.bundle_run import run_overrides
 
-    corpus = write_corpus(tmp / "corpus.jsonl", n=60)
-    return [
-        f"data.corpus={corpus}",
-        f"generator.model={lm_dir}",
-        f"embedder.model={encoder_dir}",
-        f"run_dir={tmp}/run",
-        f"report.dir={tmp}/report",
-        f"export.dir={tmp}/bundles",
-        "export.name=toy",
-        "tracker=none",
-        "threads=0",
-        "data.max_per_template=12",
+    return run_overrides(
+        tmp,
+        lm_dir,
+        encoder_dir,
         "stages=[build_data,study,evaluate,export]",
-        "retrieval.k=2",
-        "evaluate.limit=3",
-        "evaluate.max_new_tokens=4",
+        "export.name=toy",
         "evaluate.methods=[no_rag,toy_words]",
         "evaluate.options={toy_words: {min_words: 5}}",
         "study.methods=[toy_words]",
         "study.space={}",
         "study.limit=3",
         "study.n_trials=3",
-    ]
+    )
 
 
 def test_the_toy_method_runs_evaluate_study_export_and_infer(toy_plugin, tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
