@@ -12,7 +12,7 @@ import pytest
 from workbench.calibration.registry import calibrator_from_dict
 from workbench.classify.threshold import ABOVE_ONE
 from workbench.methods.d2rag import D2RAG, D2RAGSettings
-from workbench.methods.utility import NoUtility, UtilityEstimate
+from workbench.methods.seper.utility import NoUtility, UtilityEstimate
 
 EXAMPLE = {"question": "What is the capital of France?", "answers": ["Paris"]}
 CALIBRATORS = {"confidence": {"kind": "isotonic", "version": 1, "x": [-20.0, 0.0], "y": [0.0, 1.0]}}

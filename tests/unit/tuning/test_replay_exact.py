@@ -22,7 +22,7 @@ from workbench.methods.base import Trace, shared_step
 from workbench.methods.d2rag import D2RAG, D2RAGSettings
 from workbench.methods.dtr import DTR, DTRSettings
 from workbench.methods.evaluation import evaluate_built
-from workbench.methods.utility import UtilityEstimate
+from workbench.methods.seper.utility import UtilityEstimate
 from workbench.tuning.objective import metrics_of
 from workbench.tuning.replay import replay_rule, replay_table
 from workbench.uncertainty.calculators import StatSettings
@@ -136,7 +136,7 @@ def test_d2rag_replay_at_a_splitting_tau_costs_what_the_run_costs(peaked):
 
 def test_d2rag_with_a_learned_utility_charges_each_question_its_utility_answer_and_nli_pairs(peaked):
     from workbench.backends.nli import AnswerEquivalenceJudge
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
+    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, len(UTILITY_FEATURES)))

@@ -55,7 +55,7 @@ class UtilityOptions:
 
 def _build(req: BuildRequest) -> Any:
     from workbench.methods.d2rag.method import D2RAG
-    from workbench.methods.utility import NoUtility, OracleUtility
+    from workbench.methods.seper.utility import NoUtility, OracleUtility
     from workbench.uncertainty.seper import SeperSettings
 
     learned = req.learned

@@ -25,18 +25,19 @@ A utility δ of that context (spec §7.1: one δ for the whole top-k block) pick
 * otherwise, or δ unknown — **neutral** (``ctx-normal``): plain greedy with the context.
 
 A utility that decides the class itself — the gold-free
-:class:`~workbench.methods.utility_classifier.UtilityClassifier`, spec §13.1 [REC] — returns it in
+:class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`, spec §13.1 [REC] — returns it in
 ``UtilityEstimate.classes``; D²-RAG then decodes with that class and cuts no δ (:func:`decoding_class`), so its own
 τ_pos / τ_neg only act on δ-valued utilities (the oracle ΔSePer, the older ridge predictor).
 
 Contrastive steps pick argmax((1+λ_t)·log p_expert − λ_t·log p_amateur), λ_t = α·w_t, w_t = H_para/(H_para + H_rag)
 (spec eqs. 7, 8, 37; :mod:`workbench.decoding.contrastive`, both streams in one batched forward per step).
 
-The utility is pluggable (:mod:`workbench.methods.utility`):
-:class:`~workbench.methods.utility_classifier.UtilityClassifier` or :class:`~workbench.methods.utility.UtilityPredictor`
-(gold-free, runtime), :class:`~workbench.methods.utility.NoUtility` (gold-free default when no predictor was fitted:
-δ unknown, so every retrieved context is decoded neutrally) or :class:`~workbench.methods.utility.OracleUtility` (the
-paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
+The utility is pluggable (:mod:`workbench.methods.seper.utility`):
+:class:`~workbench.methods.seper.utility_classifier.UtilityClassifier` or
+:class:`~workbench.methods.seper.utility.UtilityPredictor` (gold-free, runtime),
+:class:`~workbench.methods.seper.utility.NoUtility` (gold-free default when no predictor was fitted: δ unknown, so
+every retrieved context is decoded neutrally) or :class:`~workbench.methods.seper.utility.OracleUtility` (the paper's
+ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
 **Out of distribution.** With an ``ood_profile`` (:class:`~workbench.calibration.ood.OODProfile`, fitted by the
 ``calibrate`` stage on the calibrators' fit split and calibrated to a false-positive rate), Stage 1 checks each
@@ -65,7 +66,7 @@ from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers, prompt_for
 from workbench.methods.d2rag.settings import MODES, D2RAGSettings
-from workbench.methods.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
+from workbench.methods.seper.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
 from workbench.uncertainty.calculators import StatSettings
 
 
@@ -84,7 +85,7 @@ def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
 def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: float) -> tuple[str, str]:
     """``(class, how)`` of pair ``i``: the estimator's own class when it gives ``classes`` (``how`` ``"classifier"``),
     else δ cut at τ_pos / τ_neg by :func:`utility_class` (``how`` ``"delta"``). DataError on a class name that is not
-    one of :data:`~workbench.methods.utility.UTILITY_CLASSES`."""
+    one of :data:`~workbench.methods.seper.utility.UTILITY_CLASSES`."""
     if estimate.classes is not None:
         from workbench.core.errors import DataError
 
@@ -96,7 +97,7 @@ def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: f
 
 
 def _utility_pairs(judge: Any, context_answer: str, closed_answer: str) -> float:
-    """The NLI pairs a learned utility's features judged for one question (:func:`~workbench.methods.utility.
+    """The NLI pairs a learned utility's features judged for one question (:func:`~workbench.methods.seper.utility.
     utility_inputs`: the context against each answer; one pair when the two answers are the same, none without a
     judge)."""
     if judge is None:
@@ -117,9 +118,9 @@ class D2RAG(Method):
     ``predict_proba(X) -> P(correct)``: logistic, MLP, ONNX), ``tau`` (retrieve iff p < τ; 1 + ε = always) and
     ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf; a ``policy`` built from a
     :class:`~workbench.calibration.calibrator_set.CalibratorSet` with ``ranges`` imputes ±inf with the range's
-    ends). ``utility`` is a :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
-    :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
-    :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
+    ends). ``utility`` is a :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`,
+    :class:`~workbench.methods.seper.utility.UtilityPredictor`, :class:`~workbench.methods.seper.utility.OracleUtility`,
+    :class:`~workbench.methods.seper.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
     ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature. ``ood_profile`` (an
     :class:`~workbench.calibration.ood.OODProfile`, or None) adds the out-of-distribution check to Stage 1;
     ``on_ood`` (``flag`` or ``retrieve``) is what a flagged question does (see the module docstring).
@@ -219,7 +220,7 @@ class D2RAG(Method):
     def _stage1_stats(self) -> set[str]:
         """The stats Stage 1 computes when it does not score (τ > 1): a_para, only when the utility reads it as its
         closed-book answer (a learned utility, a_para made with the utility's budget and newline stop)."""
-        from workbench.methods.utility import NoUtility, OracleUtility
+        from workbench.methods.seper.utility import NoUtility, OracleUtility
 
         if not self.a_para_for_utility or isinstance(self.utility, NoUtility | OracleUtility):
             return set()
