@@ -36,7 +36,6 @@ from workbench.core.config import to_plain, type_name
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
 from workbench.methods.baselines import RetrievalOptions
-from workbench.methods.d2rag import UtilityOptions
 from workbench.methods.insemrag.controller_options import (
     CONTROLLER_TOKENS,
     CONTROLLERS,
@@ -65,7 +64,6 @@ __all__ = [
     "MethodEntry",
     "MethodSpec",
     "RetrievalOptions",
-    "UtilityOptions",
     "adapter_file",
     "build_controller",
     "build_method",

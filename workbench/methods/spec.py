@@ -144,8 +144,8 @@ class MethodSpec:
     * ``hooks`` — what is method-specific in the stages' checks and in the study (:class:`MethodHooks`);
       ``agreements`` — the cross-stage settings the method makes agree (:class:`AgreementRow`); ``report`` —
       ``evaluate_dir -> markdown lines``: its own section of the evaluate report (after the methods table).
-    * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (``d2rag`` for
-      ``d2rag_oracle``).
+    * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (the learned-utility variant
+      of a method whose oracle variant reads the gold answer).
     """
 
     name: str
