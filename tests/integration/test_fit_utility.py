@@ -8,9 +8,9 @@ import pytest
 
 from tests.recipe_overrides import run_overrides
 from workbench.core.errors import ConfigError
-from workbench.methods.utility import UTILITY_CLASSES as CLASSES
-from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
-from workbench.methods.utility_classifier import UtilityClassifier
+from workbench.methods.seper.utility import UTILITY_CLASSES as CLASSES
+from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
+from workbench.methods.seper.utility_classifier import UtilityClassifier
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe
 

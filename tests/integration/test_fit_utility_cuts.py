@@ -18,7 +18,7 @@ def test_the_classifier_learns_the_classes_cut_at_the_runs_taus(tmp_path, tiny_l
     import datasets
 
     from workbench.methods.learned import load_learned
-    from workbench.methods.utility_classifier import class_labels
+    from workbench.methods.seper.utility_classifier import class_labels
 
     overrides = [
         f"generator.model={tiny_lm_long_dir}",

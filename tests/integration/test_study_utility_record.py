@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_d2rag_study_records_its_gold_free_utility(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
-    from workbench.stages.study import tuned_gold_free
+    from workbench.methods.d2rag.pipeline import tuned_gold_free
 
     overrides = run_overrides(
         tmp_path,

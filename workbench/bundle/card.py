@@ -120,7 +120,9 @@ def model_card(manifest: dict[str, Any]) -> str:
     provenance = provenance_lines(manifest)
     if provenance:
         lines += ["## What was fitted on what", "", *provenance]
-    default = "d2rag" if "d2rag" in manifest["methods"] else next(iter(manifest["methods"]))
+    from workbench.methods.registry import default_method
+
+    default = default_method(list(manifest["methods"]))
     lines += [
         "## How to load it",
         "",

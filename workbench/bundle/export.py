@@ -13,7 +13,7 @@ time, exporting workbench, resolved recipe; content is compared without the vers
 that exists with other content is refused unless ``force``. Re-exporting the same run gives byte-identical files,
 the same hashes, the same manifest and the same archive.
 
-**Export = evaluate.** Each method's options and D²-RAG's τ come from the functions the evaluate stage runs with
+**Export = evaluate.** Each method's options and the decision's τ come from the functions the evaluate stage runs with
 (:func:`~workbench.bundle.learned.evaluated_options`, :func:`~workbench.bundle.learned.evaluated_learned`): the
 recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files — so a bundle runs what its metrics
 block reports; and their digest must be the one evaluate recorded for what it ran (:func:`_check_evaluated`).
@@ -24,10 +24,11 @@ on, and the questions each held-out figure was measured on; when a study, a para
 (a :class:`~workbench.bundle.decided.DecidedPoint`) moved τ, the routing table gets the row of the shipped decision at
 that τ (:func:`_shipped_row`), which every reader shows (:mod:`workbench.bundle.shipped`).
 
-**Refused** (one line, before anything is written): a gold-using method (``oracle``, ``d2rag_oracle``), a feature that
-requires the gold answer, ``d2rag`` without the run's calibrate and classify stages, D²-RAG parameters tuned with the
-gold-using oracle utility (a study or parameters file that does not record a gold-free utility), parameters other than
-those evaluate ran, and held-out figures measured on questions a shipped part was fitted on. D²-RAG without a fitted
+**Refused** (one line, before anything is written): a gold-using method (its spec says ``gold``), a feature that
+requires the gold answer, a method without the run's stages that make its learned parts (its spec's
+``requires_stages``), parameters tuned with the gold-using oracle utility (a study or parameters file that does not
+record a gold-free one: the method's hooks say), parameters other than those evaluate ran, and held-out figures
+measured on questions a shipped part was fitted on. A method deciding with the learned policy but without a fitted
 utility predictor is exported with the gold-free default (no utility: every retrieved context decoded neutrally), and
 the manifest says so.
 """
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.archive import write_archive
-from workbench.bundle.integrity import GOLD_METHODS, file_table, read_manifest, verify_bundle_dir
+from workbench.bundle.integrity import file_table, gold_methods, read_manifest, verify_bundle_dir
 from workbench.bundle.manifest import seal, unversioned_digest
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.core.atomic import atomic_directory, atomic_write_text
@@ -230,45 +231,79 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
-    """D²-RAG's tuned parameters (the run's study, the ``evaluate.params`` files) were tuned with a gold-free utility:
-    ConfigError for parameters tuned with the gold-using oracle, or whose study did not record how its utility was
-    made (:func:`workbench.bundle.learned.tuned_gold_free`)."""
-    from workbench.bundle.learned import read_params, tuned_gold_free
+def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A method's manifest entry: its options, and (for a method a third-party package provides) that package, so a
+    runtime without it says what to install."""
+    from workbench.methods.registry import method_spec
 
-    if "d2rag" not in methods:
-        return
+    package = method_spec(name, "export.methods").package
+    return {"options": options, "requires_gold": False, **({"package": package} if package != "workbench" else {})}
+
+
+def _decides(methods: list[str]) -> bool:
+    """Whether any of ``methods`` decides with the run's fitted decision policy (the bundle then ships it)."""
+    from workbench.methods.registry import uses_decision_policy
+
+    return any(uses_decision_policy(m) for m in methods)
+
+
+def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
+    """Each exported method's tuned parameters (the run's study, the ``evaluate.params`` files) were tuned as its
+    bundle runs it, gold-free: ConfigError for a study whose preparation record (its spec's ``hooks.prepared_key``:
+    the utility it was tuned with) does not say ``requires_gold: false``, and for a parameters file the method's
+    ``hooks.check_params`` refuses."""
+    from workbench.bundle.learned import read_params
+    from workbench.methods.registry import METHOD_TABLE
+
     hint = "tuned with the gold-using oracle utility (or not recorded how), and the bundle runs the gold-free one"
     best = run.json("study", "best_params.json") or {}
-    studied = isinstance(best, dict) and ("d2rag_tau" in best or "d2rag" in best.get("methods", {}))
-    if studied and not tuned_gold_free(best, "d2rag_utility"):
-        raise ConfigError(f"the run's study of d2rag was {hint}: rerun the study with fit_utility", "export")
+    for method in methods:
+        spec = METHOD_TABLE[method]
+        if spec.hooks.study_prepare is None or not isinstance(best, dict):
+            continue
+        keys = [f"{method}_{param}" for param in spec.learned_params]
+        studied = method in best.get("methods", {}) or any(key in best for key in keys)
+        record = best.get(f"{method}_{spec.hooks.prepared_key}")
+        if studied and not (isinstance(record, dict) and record.get("requires_gold") is False):
+            raise ConfigError(f"the run's study of {method} was {hint}: rerun the study with fit_utility", "export")
     for path in run.config.evaluate.params:
         params = read_params(Path(path))
-        if params["method"] == "d2rag" and not tuned_gold_free(params):
-            raise ConfigError(f"{path}: d2rag's parameters were {hint}: rerun the study with fit_utility", "export")
+        spec = METHOD_TABLE.get(params["method"])
+        if params["method"] in methods and spec is not None and spec.hooks.check_params is not None:
+            try:
+                spec.hooks.check_params(run.config, str(path), params, True)
+            except ConfigError as exc:
+                raise ConfigError(exc.what, "export") from None
 
 
 def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
-    from workbench.methods.registry import METHODS
+    from workbench.methods.registry import METHOD_TABLE, METHODS
 
-    has_decision = run.stage("calibrate") is not None and run.stage("classify") is not None
+    def ready(method: str) -> bool:  # the run made the learned parts the method cannot run without
+        return all(run.stage(stage) is not None for stage in METHOD_TABLE[method].requires_stages)
+
     if requested is not None:
         unknown = [m for m in requested if m not in METHODS]
         if unknown or not requested:
             raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "export.methods")
-        gold = [m for m in requested if m in GOLD_METHODS]
+        gold = [m for m in requested if m in gold_methods()]
         if gold:
             raise ConfigError(f"{gold} read the gold answer: a bundle never holds them", "export.methods")
-        if "d2rag" in requested and not has_decision:
-            raise ConfigError("d2rag needs the run's calibrate and classify stages", "export.methods")
+        for method in requested:
+            if not ready(method):
+                stages = " and ".join(METHOD_TABLE[method].requires_stages)
+                raise ConfigError(f"{method} needs the run's {stages} stages", "export.methods")
         return list(dict.fromkeys(requested))
-    methods = [m for m in run.config.evaluate.methods if m not in GOLD_METHODS]
-    if "d2rag_oracle" in run.config.evaluate.methods and "d2rag" not in methods:
-        methods.append("d2rag")
-    if "d2rag" in methods and not has_decision:
-        methods.remove("d2rag")
-        notes.append("d2rag left out: the run has no calibrate / classify outputs")
+    evaluated = [m for m in run.config.evaluate.methods if m in METHOD_TABLE]
+    methods = [m for m in evaluated if m not in gold_methods()]
+    for method in evaluated:  # a gold variant's gold-free twin ships in its place
+        twin = METHOD_TABLE[method].gold_free_twin
+        if twin is not None and twin not in methods:
+            methods.append(twin)
+    for method in [m for m in methods if not ready(m)]:
+        methods.remove(method)
+        stages = " / ".join(METHOD_TABLE[method].requires_stages)
+        notes.append(f"{method} left out: the run has no {stages} outputs")
     if not methods:
         raise ConfigError("no gold-free method to export (evaluate.methods)", "export.methods")
     return methods
@@ -369,13 +404,15 @@ def _stats_record(run: _Run) -> dict[str, Any] | None:
 def _write_learned(
     run: _Run, methods: list[str], learned: Any, tmp: Path, notes: list[str], decided: Any = None
 ) -> dict[str, Any]:
-    """Write learned/* for D²-RAG (when exported, with ``learned``: :func:`evaluated_learned`'s parts, or a
-    ``decided`` point's); returns the manifest's ``decision`` and ``utility`` blocks."""
+    """Write learned/* for the methods that decide with the fitted policy (when exported, with ``learned``:
+    :func:`evaluated_learned`'s parts, or a ``decided`` point's); returns the manifest's ``decision`` and ``utility``
+    blocks."""
     from workbench.calibration.calibrator_set import CalibratorSet
     from workbench.calibration.choice import choice_notes
     from workbench.classify.onnx_decision import export_decision_onnx
     from workbench.core.artifact_io import read_artifact
     from workbench.methods.learned import save_learned
+    from workbench.methods.registry import uses_decision_policy
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")
@@ -385,12 +422,13 @@ def _write_learned(
         copy_adapter(adapter, tmp / "learned")
         payload, _ = read_artifact(tmp / "learned" / "adapter.json")
         blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
-    if "d2rag" not in methods:
+    if not _decides(methods):
         return blocks
     features = list(learned.features)
     calibrator_set = CalibratorSet(tuple(features), learned.calibrators, learned.medians, learned.ranges)
     save_learned(calibrator_set, tmp / "learned/calibrators.json")
-    notes += choice_notes(calibrator_set.choices(), "d2rag calibrators")  # what was chosen; any ranking lost
+    deciders = "/".join(m for m in methods if uses_decision_policy(m))
+    notes += choice_notes(calibrator_set.choices(), f"{deciders} calibrators")  # what was chosen; any ranking lost
     save_learned(learned.classifier, tmp / "learned" / "classifier.json")
     selection = run.json("classify", "selection.json")
     router = selection.get("router")  # the router the search picked (its features only), else the full classifier
@@ -432,7 +470,7 @@ def _write_learned(
             "meaning": "no utility predictor was fitted: every retrieved context is decoded neutrally (plain greedy "
             "with the context); the gold-using oracle utility is never shipped",
         }
-        notes.append("d2rag: no fit_utility stage, so the bundle decodes retrieved contexts neutrally")
+        notes.append(f"{deciders}: no fit_utility stage, so the bundle decodes retrieved contexts neutrally")
     return blocks
 
 
@@ -447,7 +485,7 @@ def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
 
 
 def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str, Any]], learned: Any) -> dict[str, str]:
-    """Export = evaluate, checked: each shipped method's decision parameters (its options; D²-RAG's τ) hash to the
+    """Export = evaluate, checked: each shipped method's decision parameters (its options; the decision's τ) hash to the
     digest the evaluate stage recorded for what it ran (``summary.json``'s ``parameters_sha256``; recomputed from its
     ``options`` / ``d2rag_tau`` for a run made before the digest). ConfigError naming the method, what would ship and
     what evaluate ran (the values that differ, and both digests) otherwise — an ``evaluate.params`` file edited after
@@ -476,13 +514,15 @@ def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str,
 def _differences(
     mine: dict[str, Any], theirs: dict[str, Any] | None, tau: float | None, their_tau: float | None, method: str
 ) -> tuple[str, str]:
-    """``(what ships, what evaluate ran)``: the options (and D²-RAG's τ) that differ, in words."""
+    """``(what ships, what evaluate ran)``: the options (and the decision's τ) that differ, in words."""
+    from workbench.methods.registry import uses_decision_policy
+
     if theirs is None:
         return "other parameters", "the recorded ones"
     keys = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
     shipped = [f"{k} = {mine.get(k)}" for k in keys]
     ran = [f"{k} = {theirs.get(k)}" for k in keys]
-    if method in ("d2rag", "d2rag_oracle") and tau != their_tau:
+    if uses_decision_policy(method) and tau != their_tau:
         shipped.append(f"τ = {tau}")
         ran.append(f"τ = {their_tau}")
     return ", ".join(shipped) or "other parameters", ", ".join(ran) or "the recorded ones"
@@ -599,13 +639,14 @@ def export_run(
 
     ``name`` defaults to the recipe's name; ``methods`` to ``evaluate.methods`` without the gold-using ones.
     ``decided``: a :class:`~workbench.bundle.decided.DecidedPoint` (``workbench decide``) shipped in place of
-    D²-RAG's decision as evaluate ran it (whose other parameters are still checked against evaluate's).
+    the decision as evaluate ran it (whose other parameters are still checked against evaluate's).
     ConfigError / DataError (one line, nothing written) on a bad name or version, a missing or unfinished run, a
     gold-using method, or an explicit version that exists with other content (unless ``force``).
     """
     from workbench import __version__
     from workbench.bundle.learned import evaluated_learned
     from workbench.core.config import to_plain
+    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
     from workbench.uncertainty.features import get_features
 
     run = _Run(Path(run_dir))
@@ -618,13 +659,13 @@ def export_run(
     _check_tuned_gold_free(run, methods)
     config = run.config
     # the τ evaluate ran with (study, evaluate.params); every check below comes before a byte is written
-    learned = evaluated_learned(config, run.stage) if "d2rag" in methods else None
+    learned = evaluated_learned(config, run.stage) if _decides(methods) else None
     options = _method_options(run, methods)
     evaluated = _check_evaluated(run, methods, options, learned)
     metrics = _metrics(run)
-    if decided is not None and learned is not None:  # τ moved after evaluate ran: its D²-RAG figures are not at it
+    if decided is not None and learned is not None:  # τ moved after evaluate ran: its figures are not at it
         learned = decided.apply(learned)
-        for method in ("d2rag", "d2rag_oracle"):  # both ran at the τ evaluate ran
+        for method in [m for m in METHOD_TABLE if uses_decision_policy(m)]:  # all ran at the τ evaluate ran
             evaluated.pop(method, None)
             _drop_evaluated(metrics, method)
         metrics["decide"] = decided.record
@@ -672,11 +713,11 @@ def export_run(
                 "batch_size": config.generator.batch_size,
             },
             "features": specs,
-            "stats": _stats_record(run) if "d2rag" in methods else None,
+            "stats": _stats_record(run) if _decides(methods) else None,
             "decision": blocks.get("decision"),
             "utility": blocks.get("utility"),
             "controller_adapter": blocks.get("controller_adapter"),
-            "methods": {m: {"options": options[m], "requires_gold": False} for m in methods},
+            "methods": {m: _method_record(m, options[m]) for m in methods},
             "metrics": metrics,
             "provenance": provenance,
             "notes": notes,

@@ -20,8 +20,12 @@ from workbench.bundle.manifest import referenced_files
 from workbench.bundle.schema import ALLOWED_SUFFIXES, MANIFEST, MAX_MANIFEST_BYTES, check_schema
 from workbench.core.errors import DataError
 
-GOLD_METHODS = frozenset({"oracle", "d2rag_oracle"})
-"""Methods that read the gold answer: never in a bundle."""
+
+def gold_methods() -> frozenset[str]:
+    """Methods that read the gold answer (their spec says ``gold``): never in a bundle."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    return frozenset(name for name, spec in METHOD_TABLE.items() if spec.gold)
 
 
 def safe_relative(name: str, where: str) -> PurePosixPath:
@@ -161,7 +165,7 @@ def check_gold_free(manifest: dict[str, Any], where: str) -> None:
     methods = manifest.get("methods", {})
     if not isinstance(methods, dict):
         raise DataError("'methods' must be a mapping", where)
-    leaked = sorted(GOLD_METHODS & set(methods))
+    leaked = sorted(gold_methods() & set(methods))
     if leaked:
         raise DataError(f"method(s) {leaked} read the gold answer: not allowed in a bundle", where)
     for name, spec in methods.items():

@@ -104,13 +104,6 @@ def read_params(path: Path) -> dict[str, Any]:
     return data
 
 
-def tuned_gold_free(record: dict[str, Any], key: str = "utility") -> bool:
-    """Whether a D²-RAG parameters record (``params/d2rag.json``; ``best_params.json`` with ``key="d2rag_utility"``)
-    says its utility was gold-free. A record that does not say (a study made before it was recorded) is not."""
-    utility = record.get(key)
-    return isinstance(utility, dict) and utility.get("requires_gold") is False
-
-
 @dataclasses.dataclass(frozen=True)
 class Setter:
     """Who set a shipped value: ``stage`` is ``classify``, ``study``, ``params`` (an ``evaluate.params`` file: a study

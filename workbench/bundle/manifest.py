@@ -465,10 +465,12 @@ class IdentityBlock:
 
 @dataclass
 class MethodRecord:
-    """One entry of ``methods`` (its options are checked by the method's own settings, :func:`check_manifest`)."""
+    """One entry of ``methods`` (its options are checked by the method's own settings, :func:`check_manifest`);
+    ``package``: the distribution that provides a third-party method (absent for the workbench's own)."""
 
     options: dict = field(default_factory=dict)
     requires_gold: bool = False
+    package: str | None = None
 
 
 @dataclass

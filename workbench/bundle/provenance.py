@@ -251,14 +251,15 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
     ``models.generator`` for a reader adapter). ``run``: the finished run (``config``, ``stage(name)``,
     ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
     from workbench.bundle.learned import Setter, option_setters, tau_setter
-    from workbench.tuning.space import DEFAULT_SPACES
+    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
+    from workbench.tuning.space import default_spaces
 
     config = run.config
     out: dict[str, Questions] = {}
     fit_split = (run.json("calibrate", "summary.json") or {}).get("fit_split", config.calibrate.fit_split)
     fit = Questions("calibrate", fit_split, questions.calibrated(fit_split))
     study = _study_questions(run, questions)
-    if "d2rag" in methods and learned is not None:
+    if any(uses_decision_policy(m) for m in methods) and learned is not None:
         router = (run.json("classify", "selection.json") or {}).get("router")
         out["decision.calibrators"] = Questions("classify" if router else "calibrate", fit.split, fit.ids)
         out["decision.classifier"] = Questions("classify", fit.split, fit.ids)
@@ -279,7 +280,8 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
             out["utility"] = Questions("fit_utility", section.split, questions.first(section.split, section.limit))
     for method in methods:
         setters = option_setters(config, method, run.stage("study"))
-        names = [p for p in DEFAULT_SPACES.get(method, {}) if not (method == "d2rag" and p == "tau")]
+        learned_params = METHOD_TABLE[method].learned_params if method in METHOD_TABLE else {}
+        names = [p for p in default_spaces().get(method, {}) if p not in learned_params]
         names += [k for k, s in setters.items() if s.stage in ("study", "params") and k not in names]
         for name in names:
             setter = setters.get(name, Setter("default"))

@@ -51,14 +51,16 @@ LABEL_NEEDS: dict[str, frozenset[str]] = {"seper": frozenset({"logprobs", "echo"
 """Collection labels that need more than generation: SePer weighs sampled answers by their log-probs and scores the
 first token of an empty answer by teacher forcing (echo)."""
 
-METHOD_NEEDS: dict[str, frozenset[str]] = {
-    "dtr": frozenset({"logprobs"}),
-    "d2rag": frozenset({"step_logits"}),
-    "d2rag_oracle": frozenset({"step_logits"}),
-    "insemrag": frozenset({"top_logprobs", "token_prompts"}),
-}
-"""Methods that need more than generation: D²-RAG's contrastive decoding reads the per-step logits of two streams;
-DTR reads the answer's log-probs; InSemRAG's prompted controller reads next-token log-probs."""
+
+def method_needs(name: str) -> frozenset[str]:
+    """What method ``name`` needs beyond generation (its spec's ``needs``: D²-RAG's contrastive decoding reads the
+    per-step logits of two streams, DTR the answer's log-probs, InSemRAG's prompted controller next-token
+    log-probs); nothing for a name the registry does not know."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    spec = METHOD_TABLE.get(name)
+    return spec.needs if spec is not None else frozenset()
+
 
 STAGE_NEEDS: dict[str, frozenset[str]] = {
     "tune_reader": frozenset({"weights"}),
@@ -82,7 +84,7 @@ def feature_needs(name: str) -> frozenset[str]:
 
 def check_served_methods(methods: Iterable[str], features: Iterable[str], capabilities: Capabilities, url: str) -> None:
     """Refuse, in one line, the first method or feature a bundle runs that the server at ``url`` cannot serve."""
-    needs = {f"method {m}": METHOD_NEEDS.get(m, frozenset()) for m in methods}
+    needs = {f"method {m}": method_needs(m) for m in methods}
     needs.update({f"feature {f}": feature_needs(f) for f in features})
     for where, need in needs.items():
         missing = missing_capabilities(need, capabilities)

@@ -18,8 +18,8 @@ kind                   class                                                    
 ``logistic``           :class:`~workbench.classify.logistic.LogisticModel`          ``classify``
 ``mlp``                :class:`~workbench.classify.mlp.MLPModel`                    ``classify``
 ``lars``               :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`  ``collect``
-``logistic_utility``   :class:`~workbench.methods.utility_classifier.UtilityClassifier`  ``fit_utility`` (default)
-``ridge_utility``      :class:`~workbench.methods.utility.UtilityPredictor`         ``fit_utility`` (``model: ridge``)
+``logistic_utility``   :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`  ``fit_utility``
+``ridge_utility``      :class:`~workbench.methods.seper.utility.UtilityPredictor`  ``fit_utility`` (model: ridge)
 ``ood_profile``        :class:`~workbench.calibration.ood.OODProfile`               ``calibrate``
 =====================  ===========================================================  ==============================
 """
@@ -45,8 +45,8 @@ LEARNED_KINDS: dict[str, str] = {
     "logistic": "workbench.classify.logistic:LogisticModel",
     "mlp": "workbench.classify.mlp:MLPModel",
     "lars": "workbench.uncertainty.features.probability:LarsLikeScorer",
-    "ridge_utility": "workbench.methods.utility:UtilityPredictor",
-    "logistic_utility": "workbench.methods.utility_classifier:UtilityClassifier",
+    "ridge_utility": "workbench.methods.seper.utility:UtilityPredictor",
+    "logistic_utility": "workbench.methods.seper.utility_classifier:UtilityClassifier",
     "ood_profile": "workbench.calibration.ood:OODProfile",
 }
 """kind → ``module:Class`` of the workbench's own learned artifacts (the only classes a file can become)."""

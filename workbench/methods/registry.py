@@ -1,38 +1,42 @@
-"""Methods by name: one table entry per method, and building any method from the run's tools, its recipe options and
-the learned parts it needs.
+"""Methods by name: the one table of every method the workbench can run, built from the method packages' specs, and
+building any method from the run's tools, its typed settings and the learned parts it needs.
 
-**The table.** :data:`METHOD_TABLE` holds one :class:`MethodEntry` per method name: its settings dataclass (named as
-``module:Class`` and imported only when needed), the dataclass of its options besides those settings
-(:class:`RetrievalOptions`, :class:`ControllerOptions`, :class:`UtilityOptions`), defaults a variant changes
-(``insemrag_distilled``: ``controller = distilled``), its builder, the learned parts it cannot run without and the
-stages that make them, and whether it reads the gold answer. Adding a method is adding one entry. Every option's
-type, default and meaning come from the two dataclasses' fields (:func:`workbench.core.config.doc`);
+**The table.** :data:`METHOD_TABLE` holds one :class:`~workbench.methods.spec.MethodSpec` per method name, gathered
+from :data:`BUILTIN_PACKAGES` (each package exports ``METHOD`` or ``METHODS``) and then from every entry point of the
+``workbench.methods`` group (a third-party package: the entry point names a module exporting ``METHOD`` /
+``METHODS``, or a spec or a sequence of specs). A plugin that fails to load or gives no spec is a one-line
+:class:`ConfigError` naming the entry point; a name given twice is refused. :func:`refresh` rebuilds the table (after
+installing a plugin in a running interpreter). Adding a method is adding a package; no other module names one. Every
+option's type, default and meaning come from the spec's two dataclasses' fields (:func:`workbench.core.config.doc`);
 :func:`options_template` prints them for ``workbench config``.
 
-**Options.** ``build_method(name, tools, options, learned)``: ``options`` are the method's settings and options by
-field name; :func:`check_options` checks them before anything runs. An error names the option's own key
-(``evaluate.options.dtr.tau``; the method's entry when no single given key is at fault). ``learned`` holds what
-earlier stages fitted (D²-RAG's calibrators, classifier, τ and utility predictor). The method modules are imported
-only when built.
+**Options.** :func:`configure` turns a method's ``evaluate.options`` entry into its :class:`MethodConfig` once: the
+spec, its typed settings instance and its checked options instance. ``build_method(name, tools, options, learned)``
+takes that config (or the raw mapping, configured here) and hands the typed settings to the spec's builder, which
+does not validate them again. An error names the option's own key (``evaluate.options.dtr.tau``; the method's entry
+when no single given key is at fault). ``learned`` holds what earlier stages fitted (D²-RAG's calibrators,
+classifier, τ and utility predictor). The method implementations are imported only when built.
 
-InSemRAG's controller options (``controller``, ``controller_model``, the prompted controller's caps) and the building
-of its controller are in :mod:`workbench.methods.controller_options`; their public names are importable from here.
+InSemRAG's controller options (``controller``, ``controller_model``, the prompted controller's caps) are in
+:mod:`workbench.methods.insemrag.controller_options`; their public names are importable from here for the stages
+that read them.
 """
 
 from __future__ import annotations
 
 import importlib
+import types
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.core.bounds import PASSAGES, SAMPLES, check_int
-from workbench.core.config import doc, to_plain, type_name
+from workbench.core.config import to_plain, type_name
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
-from workbench.methods.controller_options import (
+from workbench.methods.baselines import RetrievalOptions
+from workbench.methods.insemrag.controller_options import (
     CONTROLLER_TOKENS,
     CONTROLLERS,
     ControllerOptions,
@@ -42,10 +46,13 @@ from workbench.methods.controller_options import (
     same_weights,
 )
 from workbench.methods.learned import LearnedParts
+from workbench.methods.spec import BuildRequest, MethodSpec
 
 __all__ = [
+    "BUILTIN_PACKAGES",
     "CONTROLLERS",
     "CONTROLLER_TOKENS",
+    "ENTRY_POINT_GROUP",
     "GOLD_METHODS",
     "INSEMRAG_METHODS",
     "METHODS",
@@ -53,277 +60,146 @@ __all__ = [
     "BuildRequest",
     "ControllerOptions",
     "LearnedParts",
+    "MethodConfig",
     "MethodEntry",
+    "MethodSpec",
     "RetrievalOptions",
-    "UtilityOptions",
     "adapter_file",
+    "build_controller",
     "build_method",
     "check_options",
+    "configure",
+    "default_method",
     "method_settings",
+    "method_spec",
+    "missing_method",
     "option_fields",
     "options_template",
+    "refresh",
     "resolve_controller_model",
     "same_weights",
     "settings_class",
+    "uses_decision_policy",
 ]
 
+MethodEntry = MethodSpec
+"""The former name of a table entry (kept for code written against it)."""
 
-# ------------------------------------------------------------------------------------------------------ options
-@dataclass(frozen=True)
-class RetrievalOptions:
-    """The option of the baselines that retrieve (Standard RAG, oracle routing)."""
+BUILTIN_PACKAGES: tuple[str, ...] = (
+    "workbench.methods.baselines",
+    "workbench.methods.dtr",
+    "workbench.methods.dense_rag",
+    "workbench.methods.d2rag",
+    "workbench.methods.insemrag",
+)
+"""The built-in method packages, in the table's order (baselines first)."""
 
-    k: int = doc("passages retrieved and placed in the prompt", 5)
-
-    def validate(self, given: Mapping[str, Any]) -> RetrievalOptions:
-        """Raise a :class:`ConfigError` naming the bad key; return ``self``."""
-        check_int(self.k, "k", "k", PASSAGES)
-        return self
-
-
-@dataclass(frozen=True)
-class UtilityOptions:
-    """How D²-RAG's oracle utility (ΔSePer, read with the gold answer) is computed when it is used."""
-
-    seper_samples: int = doc("answers sampled per SePer estimate", 10)
-    utility_label: str = doc("the oracle utility: delta_seper_s or delta_seper_h", "delta_seper_s")
-
-    def validate(self, given: Mapping[str, Any]) -> UtilityOptions:
-        """Raise a :class:`ConfigError` naming the bad key; return ``self`` with ``utility_label`` as a string."""
-        check_int(self.seper_samples, "seper_samples", "seper_samples", SAMPLES)
-        label = str(self.utility_label)
-        if label not in ("delta_seper_s", "delta_seper_h"):
-            raise ConfigError(f"utility_label must be delta_seper_s or delta_seper_h, got {label!r}", "utility_label")
-        return replace(self, utility_label=label)
+ENTRY_POINT_GROUP = "workbench.methods"
+"""The entry-point group a third-party method package registers under."""
 
 
 # ------------------------------------------------------------------------------------------------------ the table
-@dataclass(frozen=True)
-class BuildRequest:
-    """What a :class:`MethodEntry`'s builder gets: the method's name, the run's tools, its settings values as given
-    (``values``; the builder makes the settings with :meth:`settings`), its checked options (``options``: an
-    instance of the entry's options class, or None), the learned parts and the caller's build arguments."""
-
-    name: str
-    entry: MethodEntry
-    tools: Tools
-    values: dict[str, Any]
-    options: Any
-    learned: LearnedParts | None
-    utility_fallback: str
-    controller_generator: Callable[[str], Any] | None
-    distilled_adapter: str | Path | None
-
-    def settings(self, **extra: Any) -> Any:
-        """The validated settings: ``entry``'s settings class over ``extra`` then the given values (None when the
-        method has no settings class)."""
-        return _settings(self.name, self.entry, {**extra, **self.values})
+def _specs_of(source: Any) -> list[MethodSpec]:
+    """The specs ``source`` gives: a spec, a sequence of specs, or a module exporting ``METHOD`` / ``METHODS``."""
+    if isinstance(source, MethodSpec):
+        return [source]
+    if isinstance(source, (list, tuple)):
+        return list(source) if all(isinstance(s, MethodSpec) for s in source) else []
+    found: list[MethodSpec] = []
+    names = vars(source) if isinstance(source, types.ModuleType) else {}  # not getattr: a lazy package stays light
+    for attribute in ("METHOD", "METHODS"):
+        if attribute in names:
+            found += _specs_of(names[attribute])
+    return found
 
 
-@dataclass(frozen=True)
-class MethodEntry:
-    """One method of the table.
+def _plugin_specs() -> list[MethodSpec]:
+    """The specs of every ``workbench.methods`` entry point; a broken one is a one-line ConfigError naming it."""
+    from importlib.metadata import entry_points
 
-    ``settings``: ``module:Class`` of its settings dataclass (None: no settings); ``options``: the dataclass of its
-    options besides the settings (None: none); ``defaults``: option defaults this variant changes; ``build``: the
-    builder, ``BuildRequest -> Method``; ``requires``: the :class:`LearnedParts` attributes it cannot run without and
-    ``requires_stages`` the stages that make them; ``deferred``: settings checked only when built (known only after
-    a later stage); ``gold``: it reads the gold answer (evaluation only, never in a bundle); ``family``: the method
-    its variants share; ``summary``: one line for ``workbench config``."""
-
-    name: str
-    summary: str
-    build: Callable[[BuildRequest], Method]
-    settings: str | None = None
-    options: type | None = None
-    defaults: dict[str, Any] = field(default_factory=dict)
-    requires: tuple[str, ...] = ()
-    requires_stages: tuple[str, ...] = ()
-    deferred: tuple[str, ...] = ()
-    gold: bool = False
-    family: str = ""
-
-    def settings_class(self) -> type | None:
-        """The settings dataclass (imported now), or None."""
-        if self.settings is None:
-            return None
-        module, _, name = self.settings.partition(":")
-        return getattr(importlib.import_module(module), name)
-
-    def keys(self) -> list[str]:
-        """Every option key the method takes: its settings' fields, then its options' fields."""
-        return [f.name for f in option_fields(self)]
+    out: list[MethodSpec] = []
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        where = f"entry point {ENTRY_POINT_GROUP}:{point.name}"
+        try:
+            loaded = point.load()
+        except Exception as exc:  # a plugin's import error, whatever it is, is the plugin's: name it
+            raise ConfigError(f"method plugin {point.value} failed to load ({type(exc).__name__})", where) from None
+        specs = _specs_of(loaded)
+        if not specs:
+            raise ConfigError(f"method plugin {point.value} gives no MethodSpec (METHOD or METHODS)", where)
+        out += specs
+    return out
 
 
-def _build_no_rag(req: BuildRequest) -> Method:
-    from workbench.methods.baselines import NoRAG
-
-    return NoRAG(req.tools)
-
-
-def _build_standard_rag(req: BuildRequest) -> Method:
-    from workbench.methods.baselines import StandardRAG
-
-    return StandardRAG(req.tools, k=req.options.k)
-
-
-def _build_oracle(req: BuildRequest) -> Method:
-    from workbench.methods.baselines import OracleRouting
-
-    return OracleRouting(req.tools, k=req.options.k)
+def _table() -> dict[str, MethodSpec]:
+    """The table: the built-in packages' specs, then the plugins'; a name given twice is a ConfigError."""
+    table: dict[str, MethodSpec] = {}
+    builtin = [spec for package in BUILTIN_PACKAGES for spec in _specs_of(importlib.import_module(package))]
+    for spec in [*builtin, *_plugin_specs()]:
+        if spec.name in table:
+            raise ConfigError(f"method {spec.name!r} is given twice (by {spec.package} too)", "workbench.methods")
+        table[spec.name] = spec
+    return table
 
 
-def _build_dtr(req: BuildRequest) -> Method:
-    from workbench.methods.dtr import DTR
+METHOD_TABLE: dict[str, MethodSpec] = {}
+"""Every method ``build_method`` knows, baselines first, then the other built-ins, then the plugins."""
 
-    return DTR(req.tools, settings=req.settings())
-
-
-def _build_dense_rag(req: BuildRequest) -> Method:
-    from workbench.methods.dense_rag import DenseRAG
-
-    return DenseRAG(req.tools, settings=req.settings())
-
-
-def _build_insemrag(req: BuildRequest) -> Method:
-    from workbench.methods.insemrag import InSemRAG
-
-    settings = req.settings()
-    controller = build_controller(
-        req.name,
-        req.options,
-        req.tools,
-        settings.keep_threshold,
-        controller_generator=req.controller_generator,
-        distilled_adapter=req.distilled_adapter,
-    )
-    method = InSemRAG(req.tools, controller, settings)
-    method.name = req.name
-    return method
-
-
-def _build_d2rag(req: BuildRequest) -> Method:
-    from workbench.methods.d2rag import D2RAG
-    from workbench.methods.utility import NoUtility, OracleUtility
-    from workbench.uncertainty.seper import SeperSettings
-
-    learned = req.learned
-    assert learned is not None  # the entry's requires, checked by build_method
-    if req.utility_fallback not in ("oracle", "none"):
-        raise ConfigError(f"utility_fallback must be oracle or none, got {req.utility_fallback!r}", "build_method")
-    seper = SeperSettings(samples=int(req.options.seper_samples), max_new_tokens=req.tools.max_new_tokens, seed=0)
-    oracle = OracleUtility(settings=seper, label=req.options.utility_label)
-    if req.name == "d2rag_oracle":
-        utility = oracle
-    elif learned.utility is not None:
-        utility = learned.utility
-    else:
-        utility = oracle if req.utility_fallback == "oracle" else NoUtility()
-    extra: dict[str, Any] = {"features": list(learned.features)}
-    if learned.stats is not None:
-        extra["stats"] = learned.stats
-    method = D2RAG(
-        req.tools,
-        utility=utility,
-        settings=req.settings(**extra),
-        lars_scorer=learned.lars_scorer,
-        policy=learned.policy(),
-        ood_profile=learned.ood,
-    )
-    method.name = req.name
-    return method
-
-
-_INSEMRAG = "workbench.methods.insemrag:InSemRAGSettings"
-_D2RAG = "workbench.methods.d2rag:D2RAGSettings"
-_LEARNED = {"requires": ("classifier", "tau"), "requires_stages": ("calibrate", "classify"), "deferred": ("features",)}
-
-METHOD_TABLE: dict[str, MethodEntry] = {
-    entry.name: entry
-    for entry in (
-        MethodEntry("no_rag", "answer closed-book", _build_no_rag, family="no_rag"),
-        MethodEntry(
-            "standard_rag",
-            "always retrieve the top k",
-            _build_standard_rag,
-            options=RetrievalOptions,
-            family="standard_rag",
-        ),
-        MethodEntry(
-            "oracle",
-            "retrieve only when the closed-book answer is wrong (reads the gold answer)",
-            _build_oracle,
-            options=RetrievalOptions,
-            gold=True,
-            family="oracle",
-        ),
-        MethodEntry(
-            "dtr",
-            "DTR: retrieve iff the closed-book answer's normalised NLL >= tau; dual-path retrieval",
-            _build_dtr,
-            settings="workbench.methods.dtr:DTRSettings",
-            family="dtr",
-        ),
-        MethodEntry(
-            "dense_rag",
-            "DENSE-RAG: semantic chunking and context refinement driven by degree-based semantic entropy",
-            _build_dense_rag,
-            settings="workbench.methods.dense_rag:DenseRAGSettings",
-            family="dense_rag",
-        ),
-        MethodEntry(
-            "d2rag",
-            "D²-RAG: retrieve from calibrated uncertainty features; utility-aware contrastive decoding (learned"
-            " utility)",
-            _build_d2rag,
-            settings=_D2RAG,
-            options=UtilityOptions,
-            family="d2rag",
-            **_LEARNED,
-        ),
-        MethodEntry(
-            "d2rag_oracle",
-            "D²-RAG with the paper's ΔSePer utility (reads the gold answer)",
-            _build_d2rag,
-            settings=_D2RAG,
-            options=UtilityOptions,
-            gold=True,
-            family="d2rag",
-            **_LEARNED,
-        ),
-        MethodEntry(
-            "insemrag",
-            "InSemRAG: a controller enriches, weights, refines, repairs and audits the retrieval",
-            _build_insemrag,
-            settings=_INSEMRAG,
-            options=ControllerOptions,
-            family="insemrag",
-        ),
-        MethodEntry(
-            "insemrag_distilled",
-            "InSemRAG with the distilled controller by default",
-            _build_insemrag,
-            settings=_INSEMRAG,
-            options=ControllerOptions,
-            defaults={"controller": "distilled"},
-            family="insemrag",
-        ),
-    )
-}
-"""Every method ``build_method`` knows, baselines first. ``d2rag`` uses the learned utility predictor (when none
-was fitted: ``utility_fallback`` decides); ``d2rag_oracle`` always uses the paper's ΔSePer (gold answer), for the
-side-by-side. ``insemrag_distilled`` is InSemRAG whose controller defaults to ``distilled`` (the run's ``distill``
-output unless ``controller_model`` names one), so one evaluation puts the prompted and the distilled controller side
-by side on the same questions."""
-
-METHODS: tuple[str, ...] = tuple(METHOD_TABLE)
+METHODS: tuple[str, ...] = ()
 """Every method name, in the table's order."""
 
-INSEMRAG_METHODS: tuple[str, ...] = tuple(n for n, e in METHOD_TABLE.items() if e.family == "insemrag")
-"""The InSemRAG variants (same settings and options; they differ in the default ``controller``)."""
+INSEMRAG_METHODS: tuple[str, ...] = ()
+"""The methods whose options choose a controller (InSemRAG's variants): those whose options class is
+:class:`ControllerOptions`."""
 
-GOLD_METHODS = frozenset(n for n, e in METHOD_TABLE.items() if e.gold)
+GOLD_METHODS: frozenset[str] = frozenset()
 """Methods that read the gold answer (evaluation only, never in a bundle)."""
+
+
+def refresh() -> dict[str, MethodSpec]:
+    """Rebuild :data:`METHOD_TABLE` (in place) and the names derived from it from the built-in packages and the
+    entry points installed now; returns the table."""
+    global METHODS, INSEMRAG_METHODS, GOLD_METHODS
+    table = _table()
+    METHOD_TABLE.clear()
+    METHOD_TABLE.update(table)
+    METHODS = tuple(table)
+    INSEMRAG_METHODS = tuple(n for n, e in table.items() if e.options is ControllerOptions)
+    GOLD_METHODS = frozenset(n for n, e in table.items() if e.gold)
+    return METHOD_TABLE
+
+
+refresh()
+
+
+def method_spec(name: str, where: str = "evaluate.methods") -> MethodSpec:
+    """The spec of method ``name``; a ConfigError at ``where`` naming the known methods when there is none."""
+    if name not in METHOD_TABLE:
+        raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", where)
+    return METHOD_TABLE[name]
+
+
+def missing_method(name: str, package: str | None, where: str) -> ConfigError:
+    """The one-line refusal of a bundle that names a method no installed package provides: which method, and
+    which package to install (as the bundle recorded it, else unknown)."""
+    hint = f"install the package {package!r}" if package else "install the package that provides it"
+    return ConfigError(f"the bundle needs method {name!r}, which is not installed here: {hint}", where)
+
+
+def uses_decision_policy(name: str) -> bool:
+    """Whether method ``name`` decides with the run's fitted decision policy (calibrators, classifier and τ: its
+    spec requires the ``classifier``); False for a name the table does not know."""
+    spec = METHOD_TABLE.get(name)
+    return spec is not None and "classifier" in spec.requires
+
+
+def default_method(names: Iterable[str]) -> str:
+    """The default of ``names`` (a bundle's or a run's methods, in order): the one of highest spec ``rank`` (the
+    first among equals; a name the table does not know ranks 0). ValueError when ``names`` is empty."""
+    names = list(names)
+    if not names:
+        raise ValueError("no method to choose from")
+    return max(names, key=lambda n: (METHOD_TABLE[n].rank if n in METHOD_TABLE else 0, -names.index(n)))
 
 
 def settings_class(name: str) -> type | None:
@@ -332,25 +208,8 @@ def settings_class(name: str) -> type | None:
 
 
 def option_fields(entry: MethodEntry) -> list[Any]:
-    """The :class:`dataclasses.Field` of every option of ``entry``: its settings', then its options' (with the
-    variant's ``defaults`` laid over the fields' own)."""
-    out = []
-    for cls in (entry.settings_class(), entry.options):
-        if cls is not None:
-            for f in fields(cls):
-                if f.name in entry.defaults:
-                    f = _with_default(f, entry.defaults[f.name])
-                out.append(f)
-    return out
-
-
-def _with_default(f: Any, default: Any) -> Any:
-    """A copy of field ``f`` whose default is ``default``."""
-    import copy
-
-    out = copy.copy(f)
-    out.default, out.default_factory = default, MISSING
-    return out
+    """The :class:`dataclasses.Field` of every option of ``entry`` (:meth:`MethodSpec.option_fields`)."""
+    return entry.option_fields()
 
 
 # ------------------------------------------------------------------------------------------------------ checking
@@ -372,18 +231,8 @@ def _split(name: str, entry: MethodEntry, given: Mapping[str, Any]) -> tuple[dic
 
 
 def _settings(name: str, entry: MethodEntry, values: dict[str, Any]) -> Any:
-    """``entry``'s settings class over ``values``, validated (a wrong kind of value reaching the dataclass is a
-    ConfigError too); None for a method without settings."""
-    cls = entry.settings_class()
-    if cls is None:
-        return None
-    try:
-        settings = cls(**values)
-        if hasattr(settings, "validate"):
-            settings.validate()
-    except TypeError as exc:  # a value of the wrong kind reaching a dataclass
-        raise ConfigError(f"bad option value: {exc}") from None
-    return settings
+    """``entry``'s settings class over ``values``, validated; None for a method without settings."""
+    return entry.make_settings(values)
 
 
 def _located(name: str, exc: ConfigError, given: Mapping[str, Any]) -> ConfigError:
@@ -399,10 +248,24 @@ def _located(name: str, exc: ConfigError, given: Mapping[str, Any]) -> ConfigErr
     return ConfigError(f"{where}: {exc.what}", base)
 
 
-def _parse(name: str, given: Any) -> tuple[MethodEntry, dict[str, Any], Any]:
-    """The method's entry, settings values and checked options from its ``evaluate.options`` entry; every error a
-    one-line ConfigError at its own key."""
-    entry = METHOD_TABLE[name]
+@dataclass(frozen=True)
+class MethodConfig:
+    """One method's ``evaluate.options`` entry, configured once: its ``spec``, the settings ``values`` as given, the
+    typed ``settings`` instance made from them (None: no settings class, or a deferred setting is given and the
+    builder makes them) and the checked ``options`` instance (None: no options class)."""
+
+    name: str
+    spec: MethodSpec
+    values: dict[str, Any]
+    settings: Any
+    options: Any
+
+
+def configure(name: str, given: Any, where: str = "evaluate.methods") -> MethodConfig:
+    """Method ``name``'s :class:`MethodConfig` from its ``evaluate.options`` entry ``given``: unknown keys, bad
+    options and bad settings are one-line ConfigErrors at their own key (``evaluate.options.<name>.<key>``);
+    deferred settings are checked when built."""
+    entry = method_spec(name, where)
     if given is None:
         given = {}
     if not isinstance(given, dict):
@@ -410,32 +273,33 @@ def _parse(name: str, given: Any) -> tuple[MethodEntry, dict[str, Any], Any]:
     try:
         values, options = _split(name, entry, given)
         checked = {k: v for k, v in values.items() if k not in entry.deferred}
-        _settings(name, entry, checked)
+        settings = _settings(name, entry, checked)
     except ConfigError as exc:
         raise _located(name, exc, given) from None
-    return entry, values, options
+    return MethodConfig(name, entry, values, settings if checked == values else None, options)
 
 
 def method_settings(name: str, given: Mapping[str, Any] | None) -> Any:
     """Method ``name``'s validated settings from its options ``given`` (None for a method without settings; its
     deferred settings left at their defaults). Errors as :func:`check_options`'s."""
-    entry, values, _ = _parse(name, given)
-    return _settings(name, entry, {k: v for k, v in values.items() if k not in entry.deferred})
+    config = configure(name, given)
+    if config.settings is not None:
+        return config.settings
+    return _settings(name, config.spec, {k: v for k, v in config.values.items() if k not in config.spec.deferred})
 
 
-def check_options(methods: list[str], options: dict[str, Any]) -> None:
+def check_options(methods: list[str], options: dict[str, Any]) -> dict[str, MethodConfig]:
     """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
     known methods, every option a known setting with a valid value. Raises a one-line :class:`ConfigError` whose
     ``where`` is the bad option's key (``evaluate.options.<method>.<key>``), or the method's entry when no single
-    given key is at fault."""
+    given key is at fault. Returns the :class:`MethodConfig` of every method given options."""
     unknown = [m for m in methods if m not in METHOD_TABLE]
     if unknown or not methods:
         raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
     strays = sorted(set(options) - set(METHOD_TABLE))
     if strays:
         raise ConfigError(f"options for unknown method(s) {strays} (known: {', '.join(METHODS)})", "evaluate.options")
-    for name, given in options.items():
-        _parse(name, given)
+    return {name: configure(name, given) for name, given in options.items()}
 
 
 # ------------------------------------------------------------------------------------------------------ template
@@ -466,7 +330,7 @@ def options_template(indent: int = 0) -> str:
 def build_method(
     name: str,
     tools: Tools,
-    options: dict[str, Any] | None,
+    options: MethodConfig | Mapping[str, Any] | None,
     learned: LearnedParts | None,
     *,
     utility_fallback: Literal["oracle", "none"] = "oracle",
@@ -474,6 +338,9 @@ def build_method(
     distilled_adapter: str | Path | None = None,
 ) -> Method:
     """The method ``name`` ready to answer; ConfigError for an unknown name, option or missing learned part.
+
+    ``options``: the method's :class:`MethodConfig` (:func:`configure`, made once where the recipe is read: its typed
+    settings go to the builder as they are), or its raw options mapping (configured here).
 
     ``utility_fallback`` is D²-RAG's utility when ``learned.utility`` is None: ``"oracle"`` (evaluation only: the
     paper's ΔSePer, computed with the gold answer) or ``"none"`` (gold-free: δ unknown, every retrieved context is
@@ -486,9 +353,8 @@ def build_method(
     without either, a :class:`ConfigError` naming ``evaluate.options.<name>.controller``. A model that cannot be
     loaded is an :class:`AssetError` naming ``evaluate.options.<name>.controller_model`` (``.controller`` for the
     run's distill output)."""
-    if name not in METHOD_TABLE:
-        raise ConfigError(f"unknown method {name!r} (known: {', '.join(METHODS)})", "evaluate.methods")
-    entry, values, opts = _parse(name, options or {})
+    config = options if isinstance(options, MethodConfig) else configure(name, dict(options or {}))
+    entry, values = config.spec, config.values
     missing = [part for part in entry.requires if learned is None or getattr(learned, part) is None]
     if missing:
         stages = " and ".join(entry.requires_stages)
@@ -498,11 +364,12 @@ def build_method(
         entry=entry,
         tools=tools,
         values=values,
-        options=opts,
+        options=config.options,
         learned=learned,
         utility_fallback=utility_fallback,
         controller_generator=controller_generator,
         distilled_adapter=distilled_adapter,
+        settings_instance=config.settings,
     )
     try:
         return entry.build(request)

@@ -41,7 +41,8 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     lines = [
         "## Methods end to end",
         "",
-        f"{summary['questions']} `{summary['split']}` question{'' if summary['questions'] == 1 else 's'} per method; every answer's trace (each step with its "
+        f"{summary['questions']} `{summary['split']}` question{'' if summary['questions'] == 1 else 's'} per "
+        "method; every answer's trace (each step with its "
         "decisions and cost) is in the run's `stages/evaluate/traces` dataset. `oracle` reads the gold answer "
         "(an upper bound for routing). "
         + (
@@ -72,57 +73,20 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     for method, note in summary.get("notes", {}).items():
         lines.append(f"\n*{method}*: {note}.")
     lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
-    return lines + d2rag_utility_lines(evaluate_dir)
+    return lines + method_sections(evaluate_dir, names)
 
 
-def utility_class_of(trace_json: str) -> str:
-    """D²-RAG's utility class for one answer from its trace: relevant / neutral / noisy, or closed (no retrieval)."""
-    steps = json.loads(trace_json)["steps"]
-    for step in reversed(steps):
-        if step["name"] == "generate":
-            return str(step["detail"].get("class", "closed"))
-    return "closed"
+def method_sections(evaluate_dir: Path, names: list[str]) -> list[str]:
+    """The evaluated methods' own report sections (each spec's ``report``, once per section, in ``names``' order)."""
+    from workbench.methods.registry import METHOD_TABLE
 
-
-def d2rag_utility_lines(evaluate_dir: Path) -> list[str]:
-    """Markdown: D²-RAG with the learned utility next to D²-RAG with the oracle ΔSePer (both must have run).
-
-    Per variant: quality, how many answers fell in each decoding class; then the per-question agreement of the two
-    variants' classes (among questions both retrieved for, which is all of them: stage 1 is shared)."""
-    import datasets
-
-    summary = json.loads((evaluate_dir / "summary.json").read_text())["methods"]
-    if not {"d2rag", "d2rag_oracle"} <= set(summary):
-        return []
-    traces = datasets.load_from_disk(str(evaluate_dir / "traces"))
-    classes: dict[str, dict[str, str]] = {"d2rag": {}, "d2rag_oracle": {}}
-    for method, qid, trace in zip(traces["method"], traces["id"], traces["trace"], strict=True):
-        if method in classes:
-            classes[method][qid] = utility_class_of(trace)
-    names = ("relevant", "neutral", "noisy", "closed")
-    lines = [
-        "### D²-RAG: learned vs oracle utility",
-        "",
-        "`d2rag` decides the decoding mode from the gold-free utility predictor (`fit_utility`); `d2rag_oracle` "
-        "from ΔSePer computed with the gold answer (the paper's utility, evaluation only). Stage 1 (retrieve or "
-        "not) is the same for both.",
-        "",
-        "| utility | EM | token F1 | containment | " + " | ".join(names) + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(names),
-    ]
-    for method, label in (("d2rag", "learned"), ("d2rag_oracle", "oracle ΔSePer")):
-        row = summary[method]
-        counts = [sum(c == n for c in classes[method].values()) for n in names]
-        lines.append(
-            f"| {label} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} | "
-            + " | ".join(str(c) for c in counts)
-            + " |"
-        )
-    shared = [q for q in classes["d2rag"] if q in classes["d2rag_oracle"] and classes["d2rag"][q] != "closed"]
-    if shared:
-        same = sum(classes["d2rag"][q] == classes["d2rag_oracle"][q] for q in shared)
-        lines += ["", f"The two utilities pick the same class for {same} of the {len(shared)} retrieved questions."]
-    return [*lines, ""]
+    seen, lines = set(), []
+    for name in names:
+        report = METHOD_TABLE[name].report if name in METHOD_TABLE else None
+        if report is not None and report not in seen:
+            seen.add(report)
+            lines += report(evaluate_dir)
+    return lines
 
 
 def utility_section(fit_dir: Path, out_dir: Path) -> list[str]:

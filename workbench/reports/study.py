@@ -42,13 +42,13 @@ def study_section(study_dir: Path, out_dir: Path) -> list[str]:
             f"| {dflt['test'][objective]:.3f} | {dflt['test']['retrieval_rate']:.2f} | {dflt['test']['tokens']:.0f} "
             f"| {len(row['trials'])} |"
         )
-    verdict = methods.get("d2rag", {}).get("tau_verdict")
-    if verdict:
-        lines += [
-            "",
-            f"D²-RAG's τ: the study chose τ = {fmt(methods['d2rag']['tau_found'], 4, style='g')}, which "
-            f"{verdict['reason']}.",
-        ]
+    for name, row in methods.items():  # a learned threshold the study found (it ships only when its verdict says)
+        if row.get("tau_verdict"):
+            lines += [
+                "",
+                f"{name}'s τ: the study chose τ = {fmt(row['tau_found'], 4, style='g')}, which "
+                f"{row['tau_verdict']['reason']}.",
+            ]
     lines += [
         "",
         "| method | trial kind | trials (all workers) | seconds | trials / s |",

@@ -57,8 +57,8 @@ def spec_points(spec: RouterSpec, data: RoutingData, model: CostModel, origin: s
 
 def decision_cost(features_cost: dict[str, float], tau: float) -> dict[str, float]:
     """What deciding costs at ``tau``: the features' cost, or nothing when τ > 1 — a router that retrieves for every
-    question needs no feature (D²-RAG then skips Stage 1: :meth:`~workbench.methods.d2rag.D2RAG.scores_stage1`), so
-    it costs exactly Always-RAG."""
+    question needs no feature (the method deciding with it computes none at τ > 1), so it costs exactly
+    Always-RAG."""
     return {} if tau > 1.0 else features_cost
 
 

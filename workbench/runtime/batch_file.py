@@ -276,10 +276,13 @@ def _check_row(line: str, where: str, questions: dict[str, str], who: Provenance
 
 # ---------------------------------------------------------------------------------------------------------- answering
 def resolve_method(runtime: Any, method: str | None) -> str:
-    """The method name a run uses — ``method``, or ``d2rag`` when the bundle has it, else its first — checked
-    against ``runtime.methods`` without building anything (ConfigError for a method the bundle lacks)."""
+    """The method name a run uses — ``method``, or the registry's default of the bundle's methods
+    (:func:`~workbench.methods.registry.default_method`) — checked against ``runtime.methods`` without building
+    anything (ConfigError for a method the bundle lacks)."""
+    from workbench.methods.registry import default_method
+
     methods = tuple(runtime.methods)
-    name = method or ("d2rag" if "d2rag" in methods else methods[0])
+    name = method or default_method(methods)
     if name not in methods:
         raise ConfigError(f"method {name!r} is not in this bundle (has: {', '.join(methods)})", "method")
     return name

@@ -135,7 +135,15 @@ class Runtime:
 
     # ------------------------------------------------------------------ checks at load
     def _method_options(self, methods: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        from workbench.methods.registry import check_options
+        """Each method's options (the bundle's, with the caller's overrides laid over), configured once: the typed
+        configs are kept for building (:attr:`method_configs`). A method no installed package provides is refused
+        in one line naming it and the package the bundle says to install."""
+        from workbench.methods.registry import METHOD_TABLE, check_options, missing_method
+
+        for name, record in methods.items():
+            if name not in METHOD_TABLE:
+                package = (record or {}).get("package") if isinstance(record, dict) else None
+                raise missing_method(name, package if isinstance(package, str) else None, "bundle")
 
         for name, given in self.options.methods.items():
             if not isinstance(given, dict):
@@ -152,7 +160,7 @@ class Runtime:
             where = f"overrides.methods.{strays[0]}" if len(strays) == 1 else "overrides.methods"
             raise ConfigError(f"options for method(s) {strays} that are not in the bundle", where)
         try:
-            check_options(list(out), out)
+            self.method_configs = check_options(list(out), out)
         except ConfigError as exc:  # the bundle's own options were checked when it was opened: this is an override
             raise self._at_override(exc) from None
         changed = sorted(self.options.methods)
@@ -211,19 +219,24 @@ class Runtime:
             return self._tools
 
     def method(self, name: str | None = None) -> Any:
-        """The method ``name`` (default: ``d2rag`` when the bundle has it, else its first), built on first use."""
-        name = name or ("d2rag" if "d2rag" in self.methods else self.methods[0])
+        """The method ``name`` (default: the registry's :func:`~workbench.methods.registry.default_method` of the
+        bundle's methods — D²-RAG when the bundle has it, else its first), built on first use."""
+        if not name:
+            from workbench.methods.registry import default_method
+
+            name = default_method(self.methods)
         if name not in self.methods:
             raise ConfigError(f"method {name!r} is not in this bundle (has: {', '.join(self.methods)})", "method")
         with self._lock:
             if name not in self._built:
-                from workbench.methods.registry import build_method
+                from workbench.methods.registry import build_method, uses_decision_policy
 
                 tools = self.tools()
                 if getattr(tools.generator, "served", False):  # one line for what the server cannot serve
                     from workbench.methods.backend_needs import check_served_departures, check_served_methods
 
-                    uses_policy = name.startswith("d2rag") and self.policy is not None
+                    # a method that needs the fitted classifier decides with the bundle's policy and its features
+                    uses_policy = uses_decision_policy(name) and self.policy is not None
                     features = list(self.policy.features) if uses_policy else []
                     generator = tools.generator
                     check_served_methods([name], features, generator.capabilities, generator.settings.base_url)
@@ -240,7 +253,7 @@ class Runtime:
                     self._built[name] = build_method(
                         name,
                         tools,
-                        dict(self.method_options[name]),
+                        self.method_configs[name],
                         self.learned,
                         utility_fallback="none",
                         # its bytes (and its tensor file's) re-checked against the manifest right before it is read
@@ -279,7 +292,9 @@ class Runtime:
         """D²-RAG's decision path alone for one question's raw features (mapping or vector in feature order):
         :class:`~workbench.classify.policy.Decision` (p_correct, retrieve, calibrated u). No model is needed."""
         if self.policy is None:
-            raise ConfigError("this bundle has no retrieval-decision policy (no d2rag)", "decide")
+            raise ConfigError(
+                "this bundle has no retrieval-decision policy (no method that decides with one)", "decide"
+            )
         return self.policy.decide(checked_features(raw_features, self.policy.features))
 
     def answer(self, question: str, method: str | None = None) -> RuntimeAnswer:

@@ -4,7 +4,7 @@ routes themselves are in :mod:`workbench.serve.chat_routes`, on the same schedul
 
 Contract:
 
-* **models** — one per method of the bundle, its id the method's name (``d2rag``, ``dtr``, ``no_rag``, …).
+* **models** — one per method of the bundle, its id the method's name (``dtr``, ``no_rag``, …).
 * **the question** — the content of the LAST ``user`` message (a string, or a list of ``{"type": "text", "text"}``
   parts joined with newlines). System, developer, assistant and earlier user messages are accepted and ignored: a
   method answers one question, its prompts are the bundle's own.
@@ -75,7 +75,7 @@ class ChatCompletionRequest(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "model": "d2rag",
+                    "model": "no_rag",
                     "messages": [
                         {"role": "system", "content": "ignored: the method's prompts are the bundle's"},
                         {"role": "user", "content": "Who wrote The Old Man and the Sea?"},

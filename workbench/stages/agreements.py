@@ -4,8 +4,9 @@ A stage that learns or records something (``key``) and a stage that uses it (``o
 that shape it: the budget the utility features are generated with, the top-k context, the class cuts, the split a
 calibrator is fitted on. Each :class:`Agreement` names both keys, how they must relate, why, and when a recipe holds
 both ends; :func:`check_agreements` checks them all. A stage that reads another's output adds its pair here, not a
-check of its own (docs/methods/d2rag.md). Checks that concern one stage alone are that stage's own
-(:attr:`workbench.stages.registry.StageSpec.check`).
+check of its own; a pair a method makes agree (its context, budgets and class cuts against the stage that learns its
+utility) is a row of its spec (:class:`~workbench.methods.spec.AgreementRow`), assembled into the same table. Checks
+that concern one stage alone are that stage's own (:attr:`workbench.stages.registry.StageSpec.check`).
 
 **Held-out means held out.** :data:`SPLIT_AGREEMENTS` declares that nothing a run ships is fitted or tuned on a split
 it reports as held-out: every split a shipped part or parameter is fitted on (the calibrators and classify's classifier,
@@ -41,15 +42,16 @@ class Agreement:
     relation: Relation = "equal"
 
 
-def _d2rag_reads_utility(config: RecipeView) -> bool:
-    """The run fits the utility and D²-RAG reads it: evaluated, exported or tuned in a study."""
+def _method_used(config: RecipeView, method: str, uses: tuple[str, ...]) -> bool:
+    """Whether ``method`` is used by one of ``uses`` in this recipe: evaluated, exported or tuned in a study (each only
+    when its stage runs)."""
     from workbench.stages.settings.export import exported_methods
 
     stages = config.stages
-    return "fit_utility" in stages and (
-        ("evaluate" in stages and "d2rag" in config.evaluate.methods)
-        or ("export" in stages and "d2rag" in exported_methods(config))
-        or ("study" in stages and "d2rag" in config.study.methods)
+    return (
+        ("evaluate" in uses and "evaluate" in stages and method in config.evaluate.methods)
+        or ("export" in uses and "export" in stages and method in exported_methods(config))
+        or ("study" in uses and "study" in stages and method in config.study.methods)
     )
 
 
@@ -59,11 +61,10 @@ def _runs(*stages: str) -> Callable[[RecipeView], bool]:
 
 
 def _lars_reported(config: RecipeView, reporter: str) -> bool:
-    """The collection fits the LARS scorer (a feature D²-RAG may ship) and ``reporter`` reports a split."""
+    """The collection fits the LARS scorer (a feature a bundle's decision may ship) and ``reporter`` reports a split."""
     return "collect" in config.stages and "lars" in config.collect.features and reporter in config.stages
 
 
-UTILITY = "d2rag reads the fitted utility"
 CALIBRATE = "calibrate runs"
 TRANSFER = "transfer runs"
 STUDY = "study runs"
@@ -73,14 +74,12 @@ CALIBRATE_EVALUATE = "calibrate and evaluate run"
 CALIBRATE_STUDY = "calibrate and study run"
 CALIBRATE_TRANSFER = "calibrate and transfer run"
 UTILITY_EVALUATE = "fit_utility and evaluate run"
-UTILITY_STUDY = "fit_utility runs and study tunes d2rag"
 LARS_EVALUATE = "lars is collected and evaluate runs"
 LARS_STUDY = "lars is collected and study runs"
 READER_EVALUATE = "tune_reader and evaluate run"
 CONTROLLER_EVALUATE = "distill and evaluate run"
 
 AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
-    UTILITY: _d2rag_reads_utility,
     CALIBRATE: _runs("calibrate"),
     TRANSFER: _runs("transfer"),
     STUDY: _runs("study"),
@@ -90,7 +89,6 @@ AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
     CALIBRATE_STUDY: _runs("calibrate", "study"),
     CALIBRATE_TRANSFER: _runs("calibrate", "transfer"),
     UTILITY_EVALUATE: _runs("fit_utility", "evaluate"),
-    UTILITY_STUDY: lambda config: _runs("fit_utility", "study")(config) and "d2rag" in config.study.methods,
     LARS_EVALUATE: lambda config: _lars_reported(config, "evaluate"),
     LARS_STUDY: lambda config: _lars_reported(config, "study"),
     READER_EVALUATE: _runs("tune_reader", "evaluate"),
@@ -98,30 +96,27 @@ AGREEMENT_WHEN: dict[str, Callable[[RecipeView], bool]] = {
 }
 """The conditions of :data:`AGREEMENTS`, by name: ``condition(config) -> bool``."""
 
-_CUTS = (
-    "the utility classes are ΔSePer cut at tau_pos / tau_neg (the classifier learns them cut at fit_utility's, "
-    "D²-RAG cuts a predicted δ at its own)"
-)
+
+def _method_rows(held_out: bool) -> tuple[Agreement, ...]:
+    """The rows the methods' specs contribute (:class:`~workbench.methods.spec.AgreementRow`), each condition added to
+    :data:`AGREEMENT_WHEN` under its name."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    rows = []
+    for name, spec in METHOD_TABLE.items():
+        for row in spec.agreements:
+            if row.held_out != held_out:
+                continue
+            runs = _runs(*row.stages)
+            AGREEMENT_WHEN.setdefault(
+                row.when, lambda config, n=name, r=row, runs=runs: runs(config) and _method_used(config, n, r.uses)
+            )
+            rows.append(Agreement(row.key, row.other, row.reason, row.when, row.relation))  # type: ignore[arg-type]
+    return tuple(rows)
+
 
 AGREEMENTS: tuple[Agreement, ...] = (
-    Agreement(
-        "fit_utility.k", "evaluate.options.d2rag.k", "the utility learns on the top-k context D²-RAG retrieves", UTILITY
-    ),
-    Agreement(
-        "fit_utility.passage_chars",
-        "evaluate.passage_chars",
-        "D²-RAG's context block cuts each passage at evaluate.passage_chars",
-        UTILITY,
-    ),
-    Agreement(
-        "fit_utility.max_new_tokens",
-        "evaluate.max_new_tokens",
-        "D²-RAG's utility features are greedy answers generated at the answering budget evaluate.max_new_tokens "
-        "(evaluate.options.d2rag.max_new_tokens sets only its final answer)",
-        UTILITY,
-    ),
-    Agreement("fit_utility.tau_pos", "evaluate.options.d2rag.tau_pos", _CUTS, UTILITY),
-    Agreement("fit_utility.tau_neg", "evaluate.options.d2rag.tau_neg", _CUTS, UTILITY),
+    *_method_rows(held_out=False),
     Agreement(
         "calibrate.fit_split",
         "collect.splits",
@@ -165,7 +160,8 @@ AGREEMENTS: tuple[Agreement, ...] = (
         "differs",
     ),
 )
-"""Every cross-stage setting a recipe must keep in agreement, with the reason; :func:`check_agreements` checks them."""
+"""Every cross-stage setting a recipe must keep in agreement, with the reason (the methods' rows first, from their
+specs); :func:`check_agreements` checks them."""
 
 _EVALUATE = "evaluate reports that split as held-out"
 _STUDY_TEST = "the study scores its chosen and default parameters there once, as held-out"
@@ -217,17 +213,11 @@ SPLIT_AGREEMENTS: tuple[Agreement, ...] = (
     Agreement(
         "fit_utility.split",
         "evaluate.split",
-        f"D²-RAG's utility classifier is trained on it, and {_EVALUATE}",
+        f"the utility classifier is trained on it, and {_EVALUATE}",
         UTILITY_EVALUATE,
         "differs",
     ),
-    Agreement(
-        "fit_utility.split",
-        "study.test_split",
-        f"D²-RAG's utility classifier is trained on it, and {_STUDY_TEST}",
-        UTILITY_STUDY,
-        "differs",
-    ),
+    *_method_rows(held_out=True),
     Agreement(
         "collect.lars_fit_split",
         "evaluate.split",

@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.backends.capabilities import IN_PROCESS_ONLY, Capabilities, describe_missing, missing_capabilities
 from workbench.core.errors import ConfigError
-from workbench.methods.backend_needs import LABEL_NEEDS, METHOD_NEEDS, STAGE_NEEDS, feature_needs, served_departures
+from workbench.methods.backend_needs import LABEL_NEEDS, STAGE_NEEDS, feature_needs, method_needs, served_departures
 
 
 def run_needs(config: Any) -> dict[str, frozenset[str]]:
@@ -32,10 +32,10 @@ def run_needs(config: Any) -> dict[str, frozenset[str]]:
         out["stage fit_utility"] = LABEL_NEEDS["seper"]
     if "evaluate" in stages:
         for method in config.evaluate.methods:
-            out[f"evaluate.methods: {method}"] = METHOD_NEEDS.get(method, frozenset())
+            out[f"evaluate.methods: {method}"] = method_needs(method)
     if "study" in stages:
         for method in config.study.methods:
-            out[f"study.methods: {method}"] = METHOD_NEEDS.get(method, frozenset())
+            out[f"study.methods: {method}"] = method_needs(method)
     for stage in stages & set(STAGE_NEEDS):
         out[f"stage {stage}"] = STAGE_NEEDS[stage]
     return {key: needs for key, needs in out.items() if needs}

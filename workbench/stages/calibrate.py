@@ -20,7 +20,7 @@ that feature and +inf / −inf with the top / bottom of the fit split's finite r
 not a missing one: the DTR NLL of an empty answer), ``drop`` removes the question from that split (for every
 feature); either way they are counted in ``summary.json``. Inference (the evaluate stage, the runtime) cannot drop a
 question: it imputes with the medians and ranges ``calibrators.json`` stores under either policy, so under ``drop``
-the calibrators and classifier never saw an imputed row that inference feeds them (docs/methods/d2rag.md).
+the calibrators and classifier never saw an imputed row that inference feeds them (docs/calibration.md).
 Ranking metrics (AUROC, PRR, AURAC) of every feature are measured before and after calibration on every split, so a
 calibrator that damages ranking shows up; ECE and Brier after calibration.
 

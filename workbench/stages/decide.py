@@ -138,9 +138,15 @@ def decide_run(
             "none): re-run classify with a router search",
             "decide",
         )
+    from workbench.methods.registry import uses_decision_policy
+
     exported = config.export.methods or config.evaluate.methods
-    if not {"d2rag", "d2rag_oracle"} & set(exported):
-        raise ConfigError("the run exports no d2rag, whose decision decide moves", "export.methods")
+    deciders = [m for m in exported if uses_decision_policy(m)]
+    if not deciders:
+        raise ConfigError(
+            "the run exports no method that decides with the fitted policy, whose decision decide moves",
+            "export.methods",
+        )
     fit_split, eval_split = summary["fit_split"], selection["eval_split"]
     fit, evaluation, eval_model = _routing_inputs(run, calibrated, summary["features"], fit_split, eval_split)
     shipped = RouterSpec.from_dict(router["spec"])
@@ -337,14 +343,19 @@ def _write_refit(run: Any, router: Any, evaluation: Any, directory: Path) -> tup
 
 def _note(record: dict[str, Any], eval_split: str) -> str:
     """The manifest note: who moved the decision, from what to what, and what the held-out figures are."""
+    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
+
     held = record["held_out"]
     before = record["classify"]
+    users = [m for m in METHOD_TABLE if uses_decision_policy(m)]  # the methods that decide with the moved policy
+    also = f" (and {', '.join(users[1:])})" if len(users) > 1 else ""
     line = (
-        f"d2rag: decision re-chosen after the run by `workbench decide {record['request']}`: {record['router']} at "
-        f"τ = {record['tau']:.4g} (classify shipped {before['router']} at τ = {before['tau']:.4g}); held out on "
+        f"{users[0]}: decision re-chosen after the run by `workbench decide {record['request']}`: "
+        f"{record['router']} at τ = {record['tau']:.4g} (classify shipped {before['router']} at "
+        f"τ = {before['tau']:.4g}); held out on "
         f"`{eval_split}`: retrieval rate {_text(held.get('rate'), 2)}, routed score {_text(held.get('quality'))} vs "
-        f"Always-RAG {_text(held.get('always_quality'))}; the end-to-end evaluate figures of d2rag (and "
-        "d2rag_oracle) were measured at classify's τ and are left out"
+        f"Always-RAG {_text(held.get('always_quality'))}; the end-to-end evaluate figures of {users[0]}{also} were "
+        "measured at classify's τ and are left out"
     )
     if record.get("caution"):
         line += f"; {record['caution']}"

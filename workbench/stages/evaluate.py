@@ -26,10 +26,10 @@ Outputs:
 ``lm_calls`` counts prompts run through the model (:class:`~workbench.backends.cost.CostCounter`), not forward
 batches, so a method's LM calls per question do not depend on ``batch_questions`` or ``generator.batch_size``.
 
-D²-RAG reads its learned parts from the run's ``calibrate`` and ``classify`` outputs (calibrators, the chosen
-classifier, its τ) and, when the run has ``fit_utility``, the learned utility predictor; without it, the oracle
-utility (ΔSePer, gold-dependent) is used and the summary says so. ``d2rag_oracle`` always uses the oracle, so the
-two side by side compare the learned utility with the paper's.
+A method with learned parts (its spec's ``requires``) reads them from the run's ``calibrate`` and ``classify``
+outputs (calibrators, the chosen classifier, its τ) and, when the run has ``fit_utility``, the learned utility
+predictor; D²-RAG without it uses the oracle utility (ΔSePer, gold-dependent), and the summary says so (the method's
+``evaluation_note``).
 
 InSemRAG's controller may run on a model of its own (``controller_model``): a second generator from
 :meth:`~workbench.stages.context.Resources.controller_generator`, counted in the same cost counter and, like the
@@ -107,7 +107,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.registry import build_method, check_options
+    from workbench.methods.registry import build_method, check_options, configure
 
     section = ctx.config.evaluate
     check_options(section.methods, section.options)  # load_recipe checked it too; a config built in code may not be
@@ -120,12 +120,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
     tools = build_tools(ctx, corpus)
     learned = evaluated_learned(ctx.config, ctx.inputs.get)
     options = {name: method_options(ctx, name) for name in section.methods}
+    # each method's options (the recipe's, the study's and the params files' laid over them) made its typed settings
+    # once; the builder gets them as they are
+    configs = {name: configure(name, options[name]) for name in section.methods}
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
         methods[name] = build_method(
             name,
             tools,
-            options[name],
+            configs[name],
             learned,
             utility_fallback="oracle",
             controller_generator=ctx.resources.controller_generator,
@@ -144,7 +147,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     records = [record for result in results for record in result.records]
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
     summary = summarise(records)  # the same as each result's summary, keyed in the recipe's order
-    notes = _notes(methods, learned)
+    notes = _notes(methods)
     atomic_write_json(
         ctx.out_dir / "summary.json",
         {
@@ -188,17 +191,17 @@ def _generators(tools: Any, methods: dict[str, Any]) -> list[Any]:
     return found
 
 
-def _notes(methods: dict[str, Any], learned: Any) -> dict[str, str]:
-    """The summary's notes: which utility each D²-RAG variant ran with, which controller each InSemRAG variant."""
+def _notes(methods: dict[str, Any]) -> dict[str, str]:
+    """The summary's notes: which controller each InSemRAG variant ran with, and what a method says of its own run
+    (its ``evaluation_note``: D²-RAG's gold-using utility, when it decoded with one)."""
     notes: dict[str, str] = {}
     for name, method in methods.items():
         info = getattr(method, "controller_info", None)
-        if info is None:
-            continue
-        where = "no model" if info["model"] is None else f"model {info['model']}"
-        notes[name] = f"{info['name']} controller, {'the answering model' if info['answering_model'] else where}"
-    if "d2rag" in methods and learned is not None and learned.utility is None:
-        notes["d2rag"] = "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
-    if "d2rag_oracle" in methods:
-        notes["d2rag_oracle"] = "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
+        if info is not None:
+            where = "no model" if info["model"] is None else f"model {info['model']}"
+            notes[name] = f"{info['name']} controller, {'the answering model' if info['answering_model'] else where}"
+    for name, method in methods.items():
+        note = getattr(method, "evaluation_note", None)
+        if isinstance(note, str):
+            notes[name] = note
     return notes

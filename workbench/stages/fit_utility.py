@@ -1,18 +1,18 @@
 """Stage ``fit_utility``: train D²-RAG's gold-free utility on ΔSePer labels (spec §13.1 [REC] ``utility_learned``).
 
 D²-RAG's Stage 2 picks its decoding mode from the utility of the retrieved context; the paper's δ is ΔSePer, which
-needs the gold answer (:mod:`workbench.methods.utility`). This stage builds the runtime substitute: for the first
+needs the gold answer (:mod:`workbench.methods.seper.utility`). This stage builds the runtime substitute: for the first
 ``fit_utility.limit`` questions of ``fit_utility.split`` it retrieves D²-RAG's context (the run's retriever, top-k,
 the same context block and answering prompt as the method), labels each (question, context) pair with ΔSePer
 (:func:`workbench.uncertainty.seper.delta_seper`, one sampling call and one NLI call per batch), computes the
-gold-free features (:func:`workbench.methods.utility.utility_inputs`), and fits on ``fit_utility.label``:
+gold-free features (:func:`workbench.methods.seper.utility.utility_inputs`), and fits on ``fit_utility.label``:
 
-* ``model: classifier`` (default) — a :class:`~workbench.methods.utility_classifier.UtilityClassifier`: balanced
+* ``model: classifier`` (default) — a :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`: balanced
   multinomial logistic regression onto the three classes (the label cut at ``fit_utility.tau_pos`` / ``tau_neg``,
   which the recipe keeps equal to D²-RAG's ``tau_pos`` / ``tau_neg``), its per-class decision biases set on a held-out
   ``dev_fraction`` of the training pairs; D²-RAG decodes with its class.
-* ``model: ridge`` — the earlier :class:`~workbench.methods.utility.UtilityPredictor` (regression onto ΔSePer, cut at
-  τ_pos / τ_neg by D²-RAG; the summary's class figures cut at ``fit_utility.tau_pos`` / ``tau_neg``).
+* ``model: ridge`` — the earlier :class:`~workbench.methods.seper.utility.UtilityPredictor` (regression onto
+  ΔSePer, cut at τ_pos / τ_neg by D²-RAG; the summary's class figures cut at ``fit_utility.tau_pos`` / ``tau_neg``).
 
 The features are generated as D²-RAG generates them at inference: the top ``k`` passages cut at ``passage_chars``,
 greedy answers at ``max_new_tokens`` — the recipe keeps each equal to what D²-RAG uses
@@ -39,11 +39,11 @@ import numpy as np
 
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
-from workbench.methods.utility import UTILITY_CLASSES
+from workbench.methods.seper.utility import UTILITY_CLASSES
 from workbench.stages.context import StageContext
 
 CLASSES = UTILITY_CLASSES
-"""The utility classes in report order (:data:`workbench.methods.utility.UTILITY_CLASSES`)."""
+"""The utility classes in report order (:data:`workbench.methods.seper.utility.UTILITY_CLASSES`)."""
 
 
 def validate_section(section: Any) -> None:
@@ -100,7 +100,7 @@ def out_of_fold(
 ) -> np.ndarray:
     """Each row's prediction by a :class:`UtilityPredictor` fitted on the other folds (``feature_names``: one per
     column of ``X``, default the utility features)."""
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
+    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
 
     names = feature_names or UTILITY_FEATURES
     pred = np.full(y.shape, np.nan)
@@ -145,10 +145,10 @@ def majority_out_of_fold(truth: Sequence[str], folds: np.ndarray) -> list[str]:
 
 def class_quality(truth: Sequence[str], guess: Sequence[str]) -> dict[str, Any]:
     """Three-class figures of predicted vs label classes: ``n``, ``class_agreement`` (accuracy), ``recall`` per class
-    (None for a class with no label), ``macro_f1`` (:func:`~workbench.methods.utility_classifier.macro_f1`),
+    (None for a class with no label), ``macro_f1`` (:func:`~workbench.methods.seper.utility_classifier.macro_f1`),
     ``confusion[a][b]`` (pairs of label class ``a`` predicted ``b``), ``predicted`` and ``labels`` (counts per
     class)."""
-    from workbench.methods.utility_classifier import macro_f1
+    from workbench.methods.seper.utility_classifier import macro_f1
 
     truth, guess = list(truth), list(guess)
     confusion = {a: dict.fromkeys(CLASSES, 0) for a in CLASSES}
@@ -183,7 +183,7 @@ def regression_figures(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg: float) -> dict[str, Any]:
     """:func:`regression_figures` plus the :func:`class_quality` of the prediction cut at τ_pos / τ_neg, and
     ``majority_agreement``: the agreement of always predicting the labels' commonest class (in sample)."""
-    from workbench.methods.utility_classifier import class_labels
+    from workbench.methods.seper.utility_classifier import class_labels
 
     truth = class_labels(y, tau_pos, tau_neg).tolist()
     guess = class_labels(pred, tau_pos, tau_neg).tolist()
@@ -219,8 +219,8 @@ def fit_and_score(
     parameters for the summary)``. Columns: ``oof_class`` always; ``oof_p_<class>`` (classifier) or
     ``oof_prediction`` (ridge, δ). The oof block is :func:`oof_quality` (+ :func:`regression_figures` for the
     ridge) with the τ's that cut the labels."""
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
-    from workbench.methods.utility_classifier import UtilityClassifier, class_labels
+    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
+    from workbench.methods.seper.utility_classifier import UtilityClassifier, class_labels
 
     folds = fold_ids(len(y), section.folds, seed)
     truth = class_labels(y, tau_pos, tau_neg).tolist()
@@ -260,7 +260,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.common import context_block
-    from workbench.methods.utility import UTILITY_FEATURES, utility_inputs
+    from workbench.methods.seper.utility import UTILITY_FEATURES, utility_inputs
     from workbench.stages.evaluate import build_tools
     from workbench.uncertainty.seper import SeperSettings, delta_seper
 

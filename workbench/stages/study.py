@@ -11,24 +11,27 @@ trial values Optuna stores, so ``study.best_trial`` is this trial, and the rule 
 ``pick_rule`` / ``pick_trial`` user attributes) and the defaults are then scored **once** on ``study.test_split``,
 which no trial reads.
 
-D²-RAG is tuned as its bundle runs it: with the run's fitted (gold-free) utility. Without a ``fit_utility`` output
-the stage refuses it (so does the recipe, at load) rather than let the trials decode with the gold-using oracle; with
-a utility classifier, ``tau_pos`` / ``tau_neg`` (inert: the classifier decides the class) are refused in its space.
+What is method-specific comes from the method's spec (:class:`~workbench.methods.spec.MethodSpec`): its space, its
+replay rule, and its hooks — ``study_prepare`` refuses what cannot be studied and records how the trials ran the
+method (D²-RAG is tuned as its bundle runs it, with the run's fitted gold-free utility, never the gold-using oracle),
+``check_study_space`` refuses a parameter that would change nothing (D²-RAG's ``tau_pos`` / ``tau_neg`` under a
+utility classifier).
 
-**D²-RAG's τ** replaces classify's only when the study says so (:func:`tau_verdict`): ``study.ship_tau`` is true
-(default false) and the study separated its trials — at most half of them tie with the chosen one and it beats
-classify's τ on the study split. Otherwise classify's τ is kept, and the log, ``summary.json`` and the report say
-why.
+**A learned part's threshold** (a spec's ``learned_params``: D²-RAG's τ, which classify chose) replaces the stage's
+only when the study says so (:func:`tau_verdict`): ``study.ship_tau`` is true (default false) and the study separated
+its trials — at most half of them tie with the chosen one and it beats the stage's value on the study split.
+Otherwise the stage's value is kept, and the log, ``summary.json`` and the report say why.
 
-Outputs: ``best_params.json`` — ``{"methods": {method: options}, "d2rag_tau": τ (only when shipped),
-"d2rag_tau_verdict": the verdict, "d2rag_utility": how the utility was made, "fitted_on": the questions the trials
-were scored on}``, what the evaluate stage and the bundle export lay over the recipe's ``evaluate.options`` (and
-D²-RAG's τ over classify's); ``params/<method>.json`` — one method's
-chosen parameters (``trial``: its number in the study) with their val and test metrics next to the defaults'
-(``workbench evaluate --params FILE`` reads one; D²-RAG's ``tau`` is there only when the study separated its
-trials, ``tau_found`` always; D²-RAG's records its ``utility``: export refuses a file or a study
-that does not say it was gold-free) and ``fitted_on`` (split, count, sha256 and ids of the questions it was tuned on:
-a bundle's provenance names them, and its export refuses them among its held-out questions).
+Outputs: ``best_params.json`` — ``{"methods": {method: options}, "<method>_<param>": the learned threshold (only
+when shipped), "<method>_<param>_verdict": the verdict, "<method>_<prepared_key>": what the method's preparation
+recorded (D²-RAG's utility), "fitted_on": the questions the trials were scored on}``, what the evaluate stage and the
+bundle export lay over the recipe's ``evaluate.options`` (and over the learned threshold); ``params/<method>.json`` —
+one method's chosen parameters (``trial``: its number in the study) with their val and test metrics next to the
+defaults' (``workbench evaluate --params FILE`` reads one; a learned threshold ``<param>`` is there only when the
+study separated its trials, ``<param>_found`` always; the method's preparation record too: export refuses a file or
+a study that does not say its utility was gold-free) and ``fitted_on`` (split, count, sha256 and ids of the
+questions it was tuned on: a bundle's provenance names them, and its export refuses them among its held-out
+questions).
 ``summary.json`` — per method: the search space, trials by kind with trials / s, every complete trial (history),
 the Pareto front (multi-objective), and the storage to open in optuna-dashboard.
 """
@@ -38,51 +41,40 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from workbench.bundle.learned import read_params, tuned_gold_free
+from workbench.bundle.learned import read_params
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
 
-__all__ = ["default_params", "read_params", "run", "tuned_gold_free", "utility_record"]
-
-
-def utility_record(learned: Any) -> dict[str, Any]:
-    """How D²-RAG's utility was made in a study (what its parameters file and ``best_params.json`` record): the run's
-    fitted predictor (``kind: learned``, its ``model`` kind, gold-free); ConfigError without one — a study never
-    tunes D²-RAG with the gold-using oracle, which no bundle runs."""
-    utility = getattr(learned, "utility", None)
-    if utility is None:
-        raise ConfigError(
-            "tuning d2rag needs the fit_utility stage before study: without a fitted utility its trials would decode "
-            "with the gold-using oracle, which no bundle runs",
-            "study.methods",
-        )
-    gold = bool(getattr(utility, "requires_gold", True))
-    return {"kind": "learned", "model": str(utility.kind), "requires_gold": gold}
+__all__ = ["default_params", "read_params", "run", "tau_verdict"]
 
 
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
-    """The paper defaults of the parameters in ``specs`` (D²-RAG's ``tau``: the one classify chose)."""
-    from workbench.methods.registry import settings_class
+    """The paper defaults of the parameters in ``specs`` (a learned part's parameter, D²-RAG's ``tau``: the value
+    the run's stages chose)."""
+    from workbench.methods.registry import method_spec
 
-    cls = settings_class(method)
+    method_facts = method_spec(method, "study.methods")
+    cls = method_facts.settings_class()
     defaults = {f.name: f.default for f in fields(cls)} if cls is not None else {}
     out = {}
     for spec in specs:
-        if method == "d2rag" and spec.name == "tau":
-            if learned is not None and learned.tau is not None:
-                out["tau"] = float(learned.tau)
+        if spec.name in method_facts.learned_params:
+            value = getattr(learned, method_facts.learned_params[spec.name], None) if learned is not None else None
+            if value is not None:
+                out[spec.name] = float(value)
         elif spec.name in defaults:
             out[spec.name] = defaults[spec.name]
     return out
 
 
 def tau_verdict(trials: list[dict[str, Any]], scores: dict[str, Any], objective: str, *, ship: bool) -> dict[str, Any]:
-    """Whether D²-RAG's studied τ replaces classify's (``study.ship_tau``). The study *separates* its trials when at
-    most half of the complete ``trials`` tie with the chosen one on the study split's ``objective`` (to 6 decimals)
-    and the chosen parameters score above the defaults (classify's τ) there (``scores``: the stage's best / defaults
-    × val / test metrics); a split too small to tell trials apart ties most of them, and its pick among the tied is
-    arbitrary. The τ ships only when ``ship`` and separated; ``reason`` says why, or why not, in words."""
+    """Whether a studied learned threshold (D²-RAG's τ) replaces the stage's (``study.ship_tau``). The study
+    *separates* its trials when at most half of the complete ``trials`` tie with the chosen one on the study split's
+    ``objective`` (to 6 decimals) and the chosen parameters score above the defaults (classify's τ) there
+    (``scores``: the stage's best / defaults × val / test metrics); a split too small to tell trials apart ties most
+    of them, and its pick among the tied is arbitrary. The τ ships only when ``ship`` and separated; ``reason`` says
+    why, or why not, in words."""
     best = round(float(scores["best"]["val"][objective]), 6)
     defaults = round(float(scores["defaults"]["val"][objective]), 6)
     tied = sum(round(float(t["metrics"][objective]), 6) == best for t in trials)
@@ -127,8 +119,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from workbench.bundle.provenance import question_record
     from workbench.data.dataset_store import load_saved_dataset_dict
+    from workbench.methods.registry import method_spec
     from workbench.stages.evaluate import build_tools, run_learned
-    from workbench.tuning.objective import MethodObjective, dense_breakpoints
+    from workbench.tuning.objective import MethodObjective
     from workbench.tuning.space import parse_spaces
     from workbench.tuning.storage import describe_storage, open_storage, storage_url
     from workbench.tuning.study import StudySettings, run_study
@@ -147,7 +140,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
     learned = run_learned(ctx, with_study=False)  # the study starts from classify's τ, never from its own output
-    utility = utility_record(learned) if "d2rag" in section.methods else None  # refuses the oracle
+    facts = {method: method_spec(method, "study.methods") for method in section.methods}
+    # each method's own preparation (D²-RAG: how its utility is made; it refuses the gold-using oracle)
+    prepared = {m: f.hooks.study_prepare(learned) for m, f in facts.items() if f.hooks.study_prepare is not None}
     url = storage_url(section.storage, ctx.run_dir)
     storage = open_storage(url)
     settings = StudySettings(
@@ -166,23 +161,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
     methods_out: dict[str, Any] = {}
     flat: dict[str, Any] = {}
     for method in section.methods:
-        specs = specs_by_method[method]
-        if method == "d2rag" and utility is not None and utility["model"] == "logistic_utility":
-            inert = [spec.name for spec in specs if spec.name in ("tau_pos", "tau_neg")]
-            if inert:  # the classifier decides the class: D²-RAG cuts no δ with them
-                raise ConfigError(
-                    f"{inert[0]} changes nothing with a utility classifier: drop it from the space",
-                    f"study.space.d2rag.{inert[0]}",
-                )
+        specs, spec_of_method = specs_by_method[method], facts[method]
+        if spec_of_method.hooks.check_study_space is not None:
+            spec_of_method.hooks.check_study_space([spec.name for spec in specs], prepared.get(method))
         options = dict(config.evaluate.options.get(method, {}) or {})
         common = {"options": options, "learned": learned, "batch_questions": section.batch_questions}
         on_val = MethodObjective(tools, method, rows["split"], specs, **common)
         defaults = default_params(method, specs, learned)
         breakpoints = None
-        if any(s.breakpoints for s in specs):
-            breakpoints = dense_breakpoints(on_val.run({}))
+        if any(s.breakpoints for s in specs) and spec_of_method.breakpoints is not None:
+            breakpoints = spec_of_method.breakpoints(on_val.run({}))
             if not breakpoints:
-                raise ConfigError(f"{method}: no DSE values on the study split to place θ between", "study.space")
+                what = f"{method}: no values on the study split to place its breakpoints between"
+                raise ConfigError(what, "study.space")
         fixed = defaults if all(_inside(s, defaults.get(s.name)) for s in specs) else None
         ctx.log.info(
             "study %s-%s: %d trials on %d %s questions",
@@ -200,7 +191,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "best": {"val": outcome.best_metrics, "test": on_test(outcome.best_params)[0]},
             "defaults": {"val": on_val(defaults)[0], "test": on_test(defaults)[0]},
         }
-        chosen_options = {k: v for k, v in outcome.best_params.items() if not (method == "d2rag" and k == "tau")}
+        chosen_options = {k: v for k, v in outcome.best_params.items() if k not in spec_of_method.learned_params}
         record = {
             "method": method,
             "options": chosen_options,
@@ -213,15 +204,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "scores": scores,
             "fitted_on": fitted_on,  # the questions every trial was scored on (a bundle's provenance names them)
         }
-        if method == "d2rag" and "tau" in outcome.best_params:
+        for param in spec_of_method.learned_params:  # a learned part's threshold (D²-RAG's τ): shipped on a verdict
+            if param not in outcome.best_params:
+                continue
             verdict = tau_verdict(outcome.trials, scores, section.objective, ship=section.ship_tau)
-            record["tau_found"], record["tau_verdict"] = float(outcome.best_params["tau"]), verdict
+            record[f"{param}_found"], record[f"{param}_verdict"] = float(outcome.best_params[param]), verdict
             if verdict["separated"]:  # a parameters file may carry it to another run (the user asks there)
-                record["tau"] = record["tau_found"]
+                record[param] = record[f"{param}_found"]
             log = ctx.log.info if verdict["ship"] else ctx.log.warning
-            log("study %s-d2rag: τ = %.4g %s", base_name, record["tau_found"], verdict["reason"])
-        if method == "d2rag":
-            record["utility"] = utility  # how the trials' utility was made: export refuses any but a gold-free one
+            log("study %s-%s: %s = %.4g %s", base_name, method, param, record[f"{param}_found"], verdict["reason"])
+        if method in prepared:  # how the trials ran the method (D²-RAG: its utility; export refuses a gold-using one)
+            record[spec_of_method.hooks.prepared_key] = prepared[method]
         atomic_write_json(params_dir / f"{method}.json", record)
         importances = _importances(storage, outcome.name, config.seed) if len(specs) > 1 else {specs[0].name: 1.0}
         methods_out[method] = {
@@ -239,16 +232,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
         flat[f"{method}_val_{objective}"] = round(scores["best"]["val"][objective], 4)
         flat[f"{method}_test_{objective}"] = round(scores["best"]["test"][objective], 4)
         flat[f"{method}_trials"] = len(outcome.trials)
-        if "tau_verdict" in record:
-            flat["d2rag_tau_shipped"] = record["tau_verdict"]["ship"]
+        for param in spec_of_method.learned_params:
+            if f"{param}_verdict" in record:
+                flat[f"{method}_{param}_shipped"] = record[f"{param}_verdict"]["ship"]
     best = {"methods": {m: row["options"] for m, row in methods_out.items()}, "fitted_on": fitted_on}
-    verdict = methods_out.get("d2rag", {}).get("tau_verdict")
-    if verdict is not None:
-        best["d2rag_tau_verdict"] = verdict
-        if verdict["ship"]:  # only then does the study's τ replace classify's (evaluate, export)
-            best["d2rag_tau"] = methods_out["d2rag"]["tau"]
-    if "d2rag" in methods_out:
-        best["d2rag_utility"] = utility
+    for method, row in methods_out.items():
+        for param in facts[method].learned_params:
+            verdict = row.get(f"{param}_verdict")
+            if verdict is not None:
+                best[f"{method}_{param}_verdict"] = verdict
+                if verdict["ship"]:  # only then does the study's value replace the stage's (evaluate, export)
+                    best[f"{method}_{param}"] = row[param]
+        if method in prepared:
+            best[f"{method}_{facts[method].hooks.prepared_key}"] = prepared[method]
     atomic_write_json(ctx.out_dir / "best_params.json", best)  # what evaluate and export overlay on the recipe's
     atomic_write_json(
         ctx.out_dir / "summary.json",

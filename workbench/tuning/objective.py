@@ -13,17 +13,16 @@ InSemRAG: long) reports its running score after each batch, so the study's media
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from workbench.tuning.replay import ALWAYS, ALWAYS_OPTIONS, ReplayTable, replay_table
+from workbench.tuning.replay import ReplayTable, replay_rule, replay_table
 from workbench.tuning.space import ParamSpec
 
-__all__ = ["MethodObjective", "Pruned", "Reporter", "dense_breakpoints", "metrics_of"]
+__all__ = ["MethodObjective", "Pruned", "Reporter", "metrics_of"]
 
 Reporter = Callable[[int, float], bool]
 """``report(step, value) -> prune?``: how a study watches a long trial (``trial.report`` + ``should_prune``)."""
@@ -57,36 +56,13 @@ def metrics_of(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def dense_breakpoints(records: Sequence[dict[str, Any]]) -> list[float]:
-    """θ candidates for DENSE-RAG: midpoints between the distinct DSE values θ is compared with in ``records`` —
-    DSE₀ (the triage, ``dense`` step: certain iff DSE₀ ≤ θ) and every refinement iteration's DSE (``refine`` steps: the
-    stop test DSE_min < θ) — one value below the smallest (every question uncertain) and one above the largest.
-
-    Exhaustive for θ at or above the θ the records were made with: a larger θ makes more questions certain and stops
-    each refinement at the same iteration or earlier, so it only meets DSE values these runs met. Below it, a
-    refinement may run past where these runs stopped and meet values they never saw: two θ's between the same
-    breakpoints there make the same triage but may stop a refinement differently."""
-    values = set()
-    for record in records:
-        for step in json.loads(record["trace"])["steps"]:
-            if step["name"] in ("dense", "refine") and step["detail"].get("dse") is not None:
-                values.add(round(float(step["detail"]["dse"]), 9))
-    points = sorted(values)
-    if not points:
-        return []
-    mids = [(a + b) / 2 for a, b in itertools.pairwise(points)]
-    below = points[0] / 2 if points[0] > 0 else None  # θ ≥ 0; triage is DSE ≤ θ, so θ < min(DSE) needs min > 0
-    return [round(x, 6) for x in ([below] if below is not None else []) + mids + [points[-1] + 0.05]]
-
-
 class MethodObjective:
     """Scores parameter settings of one method on fixed ``rows``.
 
     ``options`` are the method's base options (the recipe's ``evaluate.options[method]``); ``learned`` the run's
-    D²-RAG parts (its ``tau`` is what D²-RAG's ``tau`` parameter replaces). D²-RAG is built as a bundle builds it:
-    never with the gold-using oracle utility (no fitted utility: ``NoUtility``, every context decoded neutrally; the
-    study stage refuses that case). Calling it with a parameter dict returns ``(metrics, kind)``; results are memoised
-    by parameters.
+    learned parts (a parameter of the spec's ``learned_params`` replaces one of them: D²-RAG's ``tau``). A method is
+    built as a bundle builds it: ``utility_fallback = "none"``, never with a gold-using oracle utility.
+    Calling it with a parameter dict returns ``(metrics, kind)``; results are memoised by parameters.
     """
 
     def __init__(
@@ -121,17 +97,20 @@ class MethodObjective:
         ``report(batch index, mean objective so far)`` is called; when it returns True the run stops and
         :class:`Pruned` is raised (a study prunes a long trial that is already worse than most)."""
         from workbench.methods.evaluation import evaluate_built
-        from workbench.methods.registry import build_method
+        from workbench.methods.registry import build_method, method_spec
 
+        spec = method_spec(self.method)
         options = dict(self.options)
         learned = self.learned
         for name, value in params.items():
-            if self.method == "d2rag" and name == "tau":
+            if name in spec.learned_params:  # a parameter of a learned part (D²-RAG's τ), not an option
                 if learned is None:
                     from workbench.core.errors import ConfigError
 
-                    raise ConfigError("d2rag's tau needs the run's calibrate and classify stages", "study.space.d2rag")
-                learned = dataclasses.replace(learned, tau=float(value))
+                    stages = " and ".join(spec.requires_stages)
+                    where = f"study.space.{self.method}"
+                    raise ConfigError(f"{self.method}'s {name} needs the run's {stages} stages", where)
+                learned = dataclasses.replace(learned, **{spec.learned_params[name]: float(value)})
             else:
                 options[name] = value
         method = build_method(self.method, self.tools, options, learned, utility_fallback="none")
@@ -160,7 +139,8 @@ class MethodObjective:
             table_key = json.dumps(others, sort_keys=True)
             kind = "replay"
             if table_key not in self.tables:
-                always = {**others, **ALWAYS_OPTIONS.get(self.method, {}), self.threshold: ALWAYS[self.method]}
+                rule = replay_rule(self.method)
+                always = {**others, **rule.always_options, self.threshold: rule.always}
                 records = self.run(always)
                 self.tables[table_key] = replay_table(self.method, records, self.rows)
                 kind = "decode"

@@ -5,14 +5,15 @@ A recipe's ``study.space`` maps a method to ``{parameter: spec}``; a spec is one
 * ``{low: 0.01, high: 10, log: true}`` — a float range (``log`` optional);
 * ``{low: 1, high: 5, int: true}`` — an integer range;
 * ``{choices: [cos_sum, score_sum]}`` — a categorical;
-* ``{breakpoints: true}`` — (DENSE-RAG θ only) a categorical over the midpoints between the distinct DSE₀ values the
-  method saw on the study split, plus one value below and one above them: DSE takes few values, and every θ between
-  two neighbouring values makes the same decisions.
+* ``{breakpoints: true}`` — (a parameter whose :class:`Tunable` says ``breakpoints``, with the spec's
+  ``breakpoints`` function: DENSE-RAG's θ) a categorical over the values the method's records say matter — for θ the
+  midpoints between the distinct DSE values the method saw on the study split, plus one below and one above them.
 
-A method's parameters are the fields of its settings (``workbench config`` lists them) plus ``tau`` for D²-RAG (the
-decision threshold the classify stage chose). A parameter marked *threshold* in :data:`TUNABLE` only re-routes answers
-computed once (:mod:`workbench.tuning.replay`); any other parameter changes what the method generates, and its trials
-run the method (through the generation cache).
+What a method may tune, and the space it gets when the recipe names none, are its spec's ``tunable`` and ``space``
+(:class:`~workbench.methods.spec.MethodSpec`): its settings' fields, plus a learned part's parameter where the spec
+says so (D²-RAG's decision ``tau``). A parameter marked *threshold* only re-routes answers computed once
+(:mod:`workbench.tuning.replay`); any other parameter changes what the method generates, and its trials run the method
+(through the generation cache).
 """
 
 from __future__ import annotations
@@ -22,67 +23,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.core.errors import ConfigError
+from workbench.methods.spec import Tunable
 
-__all__ = ["DEFAULT_SPACES", "TUNABLE", "ParamSpec", "Tunable", "parse_space", "parse_spaces"]
-
-
-@dataclass(frozen=True)
-class Tunable:
-    """What a method parameter is: its value ``kind`` (``float`` / ``int`` / ``str``), the bounds any value must lie
-    in (``lowest`` / ``highest``, inclusive, None = open) and whether it is a ``threshold`` (re-routing only)."""
-
-    kind: str
-    lowest: float | None = None
-    highest: float | None = None
-    threshold: bool = False
+__all__ = ["ParamSpec", "Tunable", "default_spaces", "parse_space", "parse_spaces", "tunable_params"]
 
 
-ALWAYS_RETRIEVE_TAU = math.nextafter(1.0, 2.0)
-"""1 + ε: the top of D²-RAG's τ space — retrieve for every question. The classify stage's router pick can be exactly
-this (retrieving always was the cheapest within Δ of Always-RAG), and the paper-default trial must lie inside."""
+def tunable_params() -> dict[str, dict[str, Tunable]]:
+    """Every tunable parameter by method, from the registry's specs (methods with nothing to tune left out)."""
+    from workbench.methods.registry import METHOD_TABLE
 
-TUNABLE: dict[str, dict[str, Tunable]] = {
-    "dtr": {
-        "tau": Tunable("float", 0.0, None, threshold=True),
-        "rule": Tunable("str"),
-        "k": Tunable("int", 1, None),
-        "n_per_path": Tunable("int", 1, None),
-    },
-    "d2rag": {
-        "tau": Tunable("float", 0.0, ALWAYS_RETRIEVE_TAU, threshold=True),
-        "tau_pos": Tunable("float", -1.0, 1.0),
-        "tau_neg": Tunable("float", -1.0, 1.0),
-        "alpha_pos": Tunable("float", 0.0, None),
-        "alpha_neg": Tunable("float", 0.0, None),
-    },
-    "dense_rag": {
-        "theta": Tunable("float", 0.0, None),
-        "tau": Tunable("float", 0.0, 1.0),
-    },
-    "insemrag": {
-        "tau": Tunable("float", 0.0, 1.0),
-        "gamma": Tunable("float", 0.0, 1.0),
-        "keep_threshold": Tunable("float", 0.0, 1.0),
-    },
-}
-"""Every tunable parameter by method. The names are the methods' option names (``evaluate.options``), except D²-RAG's
-``tau``, the decision threshold on P(correct) (retrieve iff p < τ) that the classify stage otherwise chooses.
-DENSE-RAG's ``tau`` is its semantic-chunking threshold, InSemRAG's ``tau`` / ``gamma`` its completeness and coverage
-thresholds and ``keep_threshold`` the relevance filter of its LM controller (keep a candidate iff p(Yes) ≥ it)."""
+    return {name: dict(spec.tunable) for name, spec in METHOD_TABLE.items() if spec.tunable}
 
-DEFAULT_SPACES: dict[str, dict[str, dict[str, Any]]] = {
-    "dtr": {"tau": {"low": 0.01, "high": 10.0, "log": True}},
-    "d2rag": {
-        "tau": {"low": 0.0, "high": ALWAYS_RETRIEVE_TAU},
-        "alpha_pos": {"low": 0.0, "high": 2.0},
-        "alpha_neg": {"low": 0.0, "high": 2.0},
-    },
-    "dense_rag": {"theta": {"breakpoints": True}},
-}
-"""The space a method gets when ``study.space`` names none for it. DTR: τ on a log scale over the normalised NLLs a
-small model produces (nats per token); D²-RAG: its decision τ and the contrastive α of both utility classes (the
-defaults α_pos = 1, α_neg = 0.1 lie inside; τ up to 1 + ε, which retrieves always); DENSE-RAG: θ over the DSE₀
-breakpoints."""
+
+def default_spaces() -> dict[str, dict[str, dict[str, Any]]]:
+    """The space each method gets when ``study.space`` names none, from the registry's specs."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    return {name: {k: dict(v) for k, v in spec.space.items()} for name, spec in METHOD_TABLE.items() if spec.space}
+
+
+def __getattr__(name: str) -> Any:
+    """``TUNABLE`` (:func:`tunable_params`) and ``DEFAULT_SPACES`` (:func:`default_spaces`), the former constants,
+    read from the method registry when asked (PEP 562)."""
+    if name == "TUNABLE":
+        return tunable_params()
+    if name == "DEFAULT_SPACES":
+        return default_spaces()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -129,11 +96,12 @@ def parse_space(method: str, space: Any, where: str) -> tuple[ParamSpec, ...]:
     """Validate ``space`` (``{parameter: spec}``) for ``method``; ConfigError naming the key on anything wrong: an
     unknown method or parameter, a spec of the wrong shape, an empty or inverted range, a value outside what the
     parameter accepts, a log range that reaches 0."""
-    if method not in TUNABLE:
-        raise ConfigError(f"method {method!r} has nothing to tune (tunable: {', '.join(TUNABLE)})", where)
+    tunable = tunable_params()
+    if method not in tunable:
+        raise ConfigError(f"method {method!r} has nothing to tune (tunable: {', '.join(tunable)})", where)
     if not isinstance(space, dict) or not space:
         raise ConfigError("a search space must be a non-empty mapping {parameter: spec}", where)
-    known = TUNABLE[method]
+    known = tunable[method]
     out = []
     for name, spec in space.items():
         at = f"{where}.{name}"
@@ -148,8 +116,11 @@ def _parse_param(method: str, name: str, spec: Any, tunable: Tunable, at: str) -
         raise ConfigError("a parameter spec is a mapping: {low, high[, log][, int]} or {choices: [...]}", at)
     keys = set(spec)
     if keys == {"breakpoints"}:
-        if (method, name) != ("dense_rag", "theta") or spec["breakpoints"] is not True:
-            raise ConfigError("breakpoints: true is only for dense_rag.theta", at)
+        if not tunable.breakpoints or spec["breakpoints"] is not True:
+            with_breakpoints = [
+                f"{m}.{p}" for m, params in tunable_params().items() for p, t in params.items() if t.breakpoints
+            ]
+            raise ConfigError(f"breakpoints: true is only for {', '.join(with_breakpoints)}", at)
         return ParamSpec(name, "categorical", breakpoints=True, threshold=tunable.threshold)
     if keys == {"choices"}:
         choices = spec["choices"]
@@ -194,16 +165,17 @@ def _parse_param(method: str, name: str, spec: Any, tunable: Tunable, at: str) -
 def parse_spaces(methods: list[str], spaces: dict[str, Any], where: str) -> dict[str, tuple[ParamSpec, ...]]:
     """The validated space of every method in ``methods``: the recipe's (``spaces[method]``) or the default. A space
     given for a method that is not studied is an error (most likely a typo)."""
+    tunable, defaults = tunable_params(), default_spaces()
     for method in methods:
-        if method not in TUNABLE:
-            raise ConfigError(f"method {method!r} has nothing to tune (tunable: {', '.join(TUNABLE)})", where)
+        if method not in tunable:
+            raise ConfigError(f"method {method!r} has nothing to tune (tunable: {', '.join(tunable)})", where)
     extra = sorted(set(spaces) - set(methods))
     if extra:
         raise ConfigError(f"space given for method(s) {extra} that are not in study.methods {methods}", where)
     out = {}
     for method in methods:
         given = spaces.get(method)
-        if given is None and method not in DEFAULT_SPACES:
+        if given is None and method not in defaults:
             raise ConfigError(f"{method} has no default search space: give study.space.{method}", where)
-        out[method] = parse_space(method, DEFAULT_SPACES[method] if given is None else given, f"{where}.{method}")
+        out[method] = parse_space(method, defaults[method] if given is None else given, f"{where}.{method}")
     return out

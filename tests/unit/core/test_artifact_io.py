@@ -13,7 +13,7 @@ from workbench.classify.logistic import LogisticModel
 from workbench.core.artifact_io import read_artifact, write_artifact
 from workbench.core.errors import DataError
 from workbench.methods.learned import LEARNED_KINDS, learned_from_dict, load_learned, save_learned
-from workbench.methods.utility import UtilityPredictor
+from workbench.methods.seper.utility import UtilityPredictor
 
 
 def _calibrator_set() -> CalibratorSet:

@@ -13,7 +13,7 @@ from workbench.calibration.registry import calibrator_from_dict
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.baselines import NoRAG, StandardRAG
 from workbench.methods.d2rag import D2RAG, D2RAGSettings, utility_class
-from workbench.methods.utility import (
+from workbench.methods.seper.utility import (
     UTILITY_FEATURES,
     ClosedAnswer,
     OracleUtility,
@@ -207,7 +207,7 @@ def test_learned_utility_reuses_the_stage1_and_utility_answers(tools):
 
 
 def test_a_learned_classifier_picks_the_decoding_mode_itself(tools):
-    from workbench.methods.utility_classifier import UtilityClassifier
+    from workbench.methods.seper.utility_classifier import UtilityClassifier
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, len(UTILITY_FEATURES)))

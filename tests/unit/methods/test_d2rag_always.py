@@ -12,7 +12,7 @@ import pytest
 from workbench.calibration.registry import calibrator_from_dict
 from workbench.classify.threshold import ABOVE_ONE
 from workbench.methods.d2rag import D2RAG, D2RAGSettings
-from workbench.methods.utility import NoUtility, UtilityEstimate
+from workbench.methods.seper.utility import NoUtility, UtilityEstimate
 
 EXAMPLE = {"question": "What is the capital of France?", "answers": ["Paris"]}
 CALIBRATORS = {"confidence": {"kind": "isotonic", "version": 1, "x": [-20.0, 0.0], "y": [0.0, 1.0]}}
@@ -102,7 +102,7 @@ def test_score_always_must_be_a_boolean():
 
 
 def test_the_module_docstring_says_how_non_finite_features_are_imputed():
-    import workbench.methods.d2rag as d2rag
+    import workbench.methods.d2rag.method as d2rag
     from workbench.calibration.calibrator_set import impute_value
 
     doc = " ".join(d2rag.__doc__.split())

@@ -288,7 +288,7 @@ def test_the_evaluate_stage_sees_every_controller_generator_and_notes_the_contro
         "no_rag": build_method("no_rag", ctools, {}, None),
     }
     assert _generators(ctools, methods) == [ctools.generator, methods["insemrag"].controller.generator]
-    notes = _notes(methods, None)
+    notes = _notes(methods)
     assert notes["insemrag"] == f"prompted controller, model {other_lm_dir}"
     assert notes["heuristic"] == "heuristic controller, no model"
     assert notes["same"] == "prompted controller, the answering model" and "no_rag" not in notes

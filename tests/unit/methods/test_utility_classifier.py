@@ -11,8 +11,8 @@ import pytest
 
 from workbench.core.errors import DataError
 from workbench.methods.d2rag import decoding_class
-from workbench.methods.utility import UTILITY_CLASSES, UTILITY_FEATURES, UtilityEstimate
-from workbench.methods.utility_classifier import UtilityClassifier, class_labels, macro_f1
+from workbench.methods.seper.utility import UTILITY_CLASSES, UTILITY_FEATURES, UtilityEstimate
+from workbench.methods.seper.utility_classifier import UtilityClassifier, class_labels, macro_f1
 from workbench.stages.fit_utility import class_quality, fit_and_score, fold_ids, majority_out_of_fold
 
 TAU_POS, TAU_NEG = 0.12, -0.10

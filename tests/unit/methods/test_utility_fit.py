@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from workbench.methods.d2rag.report import d2rag_utility_lines, utility_class_of
 from workbench.methods.registry import GOLD_METHODS, METHODS, LearnedParts, build_method
-from workbench.methods.utility import OracleUtility, UtilityPredictor
-from workbench.reports.evaluate import d2rag_utility_lines, utility_class_of
+from workbench.methods.seper.utility import OracleUtility, UtilityPredictor
 from workbench.stages.fit_utility import fold_ids, out_of_fold, regression_quality
 
 

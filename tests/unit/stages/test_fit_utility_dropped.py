@@ -48,7 +48,7 @@ def test_the_line_counts_each_reason_and_is_absent_when_nothing_is_dropped():
 def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
     import datasets
 
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityInputs
+    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityInputs
     from workbench.stages import fit_utility
     from workbench.stages.settings.fit_utility import FitUtilitySection
 
@@ -79,7 +79,7 @@ def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
         return UtilityInputs(rng.normal(size=(n, len(UTILITY_FEATURES))), ["a"] * n, ["b"] * n, [None] * n)
 
     monkeypatch.setattr("workbench.uncertainty.seper.delta_seper", labels)
-    monkeypatch.setattr("workbench.methods.utility.utility_inputs", features)
+    monkeypatch.setattr("workbench.methods.seper.utility.utility_inputs", features)
     section = FitUtilitySection(limit=20, folds=2, model="ridge", batch_questions=6)
     log = _Log()
     out_dir = tmp_path / "out"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from workbench.methods.dense_rag import should_stop
-from workbench.tuning.objective import dense_breakpoints
+from workbench.methods.dense_rag.breakpoints import dense_breakpoints
 
 
 def _record(dse0: float, refined: list[float]) -> dict:

@@ -94,7 +94,7 @@ def test_a_trace_that_did_not_retrieve_is_refused():
 
 
 def test_dense_breakpoints_split_every_pair_of_distinct_dse_values():
-    from workbench.tuning.objective import dense_breakpoints
+    from workbench.methods.dense_rag.breakpoints import dense_breakpoints
 
     def record(dse):
         steps = [{"name": "retrieve", "detail": {}}, {"name": "dense", "detail": {"dse": dse}}]

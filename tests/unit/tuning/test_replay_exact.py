@@ -22,9 +22,9 @@ from workbench.methods.base import Trace, shared_step
 from workbench.methods.d2rag import D2RAG, D2RAGSettings
 from workbench.methods.dtr import DTR, DTRSettings
 from workbench.methods.evaluation import evaluate_built
-from workbench.methods.utility import UtilityEstimate
+from workbench.methods.seper.utility import UtilityEstimate
 from workbench.tuning.objective import metrics_of
-from workbench.tuning.replay import ALWAYS, replay_table
+from workbench.tuning.replay import replay_rule, replay_table
 from workbench.uncertainty.calculators import StatSettings
 
 QUESTIONS = [
@@ -75,7 +75,8 @@ def test_dtr_replay_at_a_splitting_tau_costs_what_the_run_costs(generator, embed
     tools.embedder = embedder
     script(monkeypatch, tools, closed={q: "" if i % 2 == 0 else "a guess" for i, q in enumerate(QUESTIONS)})
     options = {"k": 2, "pseudo_max_tokens": 4}
-    always = evaluate_built("dtr", DTR(tools, DTRSettings(tau=ALWAYS["dtr"], **options)), ROWS, progress=False)
+    always_tau = replay_rule("dtr").always
+    always = evaluate_built("dtr", DTR(tools, DTRSettings(tau=always_tau, **options)), ROWS, progress=False)
     table = replay_table("dtr", always.records, ROWS)
     assert table.costs_exact
     tau = 100.0  # an empty closed-book answer (u = inf) retrieves, the finite ones do not
@@ -135,7 +136,7 @@ def test_d2rag_replay_at_a_splitting_tau_costs_what_the_run_costs(peaked):
 
 def test_d2rag_with_a_learned_utility_charges_each_question_its_utility_answer_and_nli_pairs(peaked):
     from workbench.backends.nli import AnswerEquivalenceJudge
-    from workbench.methods.utility import UTILITY_FEATURES, UtilityPredictor
+    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, len(UTILITY_FEATURES)))

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.core.errors import ConfigError
-from workbench.methods.utility import UtilityPredictor
-from workbench.methods.utility_classifier import UtilityClassifier
+from workbench.methods.d2rag.pipeline import tuned_gold_free, utility_record
+from workbench.methods.seper.utility import UtilityPredictor
+from workbench.methods.seper.utility_classifier import UtilityClassifier
 from workbench.recipe import load_recipe
-from workbench.stages.study import tuned_gold_free, utility_record
 
 LEARNED = {"kind": "learned", "model": "logistic_utility", "requires_gold": False}
 

@@ -103,8 +103,10 @@ def report_lines(bench: dict[str, Any], name: str) -> list[str]:
             "evaluated | τ as evaluated |",
             "|---|---:|---:|---:|---:|---|---|",
         ]
+        from workbench.methods.registry import uses_decision_policy
+
         for method, row in bench["end_to_end"].items():
-            p = f"{row['same_p_correct']}" if method == "d2rag" else "–"
+            p = f"{row['same_p_correct']}" if uses_decision_policy(method) else "–"
             same = row.get("same_options")
             options = "not recorded" if same is None else ("same" if same else "**differ**")
             tau = ("same" if row["same_tau"] else "**differs**") if "same_tau" in row else "–"

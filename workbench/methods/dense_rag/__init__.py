@@ -10,15 +10,49 @@ and iterative context refinement for the uncertain questions. One job per module
   best context and stop rule (Alg. 3), SELECT_ANSWER (§4.8);
 * :mod:`~workbench.methods.dense_rag.memo` — the per-question generation memo (a chunk rephrased once per question).
 
-Every public name (each module's ``__all__``) is importable from here, as it was from the former single module.
+This ``__init__`` holds the spec only; every public name of ``settings``, ``decisions`` and
+``method`` (each module's ``__all__``) is importable from here on first use, as it was from the former single module.
 """
 
 from __future__ import annotations
 
-# the facade: the star imports bring each module's __all__, and this package's __all__ is their union
-from workbench.methods.dense_rag import decisions, method, settings
-from workbench.methods.dense_rag.decisions import *  # noqa: F403
-from workbench.methods.dense_rag.method import *  # noqa: F403
-from workbench.methods.dense_rag.settings import *  # noqa: F403
+from typing import Any
 
-__all__ = [*settings.__all__, *decisions.__all__, *method.__all__]
+from workbench.methods.spec import BuildRequest, MethodSpec, Tunable, lazy_exports
+
+__all__ = ["METHOD"]
+
+__getattr__ = lazy_exports(__name__, "settings", "decisions", "method")
+
+
+def _settings_class() -> type:
+    # the settings hold the DENSE stats settings, whose package imports numpy and the features: loaded when needed
+    from workbench.methods.dense_rag.settings import DenseRAGSettings
+
+    return DenseRAGSettings
+
+
+def _build(req: BuildRequest) -> Any:
+    from workbench.methods.dense_rag.method import DenseRAG
+
+    return DenseRAG(req.tools, settings=req.settings())
+
+
+def _breakpoints(records: Any) -> list[float]:
+    from workbench.methods.dense_rag.breakpoints import dense_breakpoints
+
+    return dense_breakpoints(records)
+
+
+METHOD = MethodSpec(
+    "dense_rag",
+    "DENSE-RAG: semantic chunking and context refinement driven by degree-based semantic entropy",
+    _build,
+    settings=_settings_class,
+    family="dense_rag",
+    # θ: the DENSE threshold on DSE₀; τ: the semantic-chunking threshold
+    tunable={"theta": Tunable("float", 0.0, None, breakpoints=True), "tau": Tunable("float", 0.0, 1.0)},
+    space={"theta": {"breakpoints": True}},  # θ over the DSE₀ breakpoints
+    breakpoints=_breakpoints,
+)
+"""DENSE-RAG's spec."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
@@ -41,14 +40,6 @@ class EvaluateSection:
     )
 
 
-def d2rag_setting(config: RecipeView, key: str) -> Any:
-    """D²-RAG's effective setting ``key`` (``evaluate.options.d2rag``, else the method's default)."""
-    from workbench.methods.d2rag import D2RAGSettings
-
-    options = config.evaluate.options.get("d2rag") or {}
-    return options.get(key, getattr(D2RAGSettings(), key))
-
-
 def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]]) -> None:
     """InSemRAG's ``controller: distilled`` without a ``controller_model`` reads the run's distill output, which only
     the evaluate stage reads (and only when distill runs before it): refuse it for each ``(method, hint)`` of ``users``
@@ -69,25 +60,23 @@ def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]])
 
 
 def check(config: RecipeView) -> None:
-    """evaluate's load check: every method's options (:func:`workbench.methods.registry.check_options`), D²-RAG only
-    with its calibrators and classifier, a distilled InSemRAG controller it can read, study parameter files of
-    methods it evaluates
-    (:func:`workbench.stages.settings.export.check_d2rag_params` for D²-RAG's)."""
+    """evaluate's load check: every method's options (:func:`workbench.methods.registry.check_options`), a method
+    with learned parts only with the stages that make them, a distilled InSemRAG controller it can read, study
+    parameter files of methods it evaluates (:func:`workbench.stages.settings.export.check_method_params`: each
+    method's own rule)."""
     from workbench.bundle.learned import read_params
-    from workbench.methods.registry import INSEMRAG_METHODS, check_options
-    from workbench.stages.settings.export import check_d2rag_params
+    from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE, check_options
+    from workbench.stages.settings.export import check_method_params, decision_ready
 
     section = config.evaluate
     try:
         check_options(section.methods, section.options)
     except ConfigError as exc:  # its key is e.g. evaluate.options.dtr: reported as the method options always were
         raise KeyFirstError(exc.what, exc.where or "evaluate") from None
-    if not ("calibrate" in config.stages and "classify" in config.stages):
-        learned = [m for m in section.methods if m in ("d2rag", "d2rag_oracle")]
-        if learned:
-            raise ConfigError(
-                f"{learned[0]} needs the calibrate and classify stages before evaluate", "evaluate.methods"
-            )
+    unready = [m for m in section.methods if not decision_ready(config, m)]
+    if unready:
+        stages = " and ".join(METHOD_TABLE[unready[0]].requires_stages)
+        raise ConfigError(f"{unready[0]} needs the {stages} stages before evaluate", "evaluate.methods")
     if "distill" not in config.stages:
         hint = "add the distill stage before evaluate"
         check_distilled_controller(config, [(m, hint) for m in section.methods if m in INSEMRAG_METHODS])
@@ -100,4 +89,4 @@ def check(config: RecipeView) -> None:
             raise ConfigError(
                 f"{path} holds {params['method']}'s parameters, not in evaluate.methods", "evaluate.params"
             )
-    check_d2rag_params(config)
+    check_method_params(config)

@@ -42,68 +42,68 @@ class ExportSection:
 
 
 def exported_methods(config: RecipeView) -> list[str]:
-    """The methods the export stage bundles (its explicit list, else the gold-free evaluate methods)."""
-    from workbench.bundle.integrity import GOLD_METHODS
+    """The methods the export stage bundles (its explicit list, else the gold-free evaluate methods, with a gold
+    variant's gold-free twin in its place)."""
+    from workbench.methods.registry import METHOD_TABLE
 
     if config.export.methods is not None:
         return list(config.export.methods)
-    methods = [m for m in config.evaluate.methods if m not in GOLD_METHODS]
-    return [*methods, "d2rag"] if "d2rag_oracle" in config.evaluate.methods and "d2rag" not in methods else methods
+    specs = [METHOD_TABLE[m] for m in config.evaluate.methods if m in METHOD_TABLE]
+    methods = [s.name for s in specs if not s.gold]
+    twins = [s.gold_free_twin for s in specs if s.gold and s.gold_free_twin]
+    return [*methods, *[t for t in dict.fromkeys(twins) if t not in methods]]
 
 
-def check_d2rag_params(config: RecipeView) -> None:
-    """evaluate.params → evaluate / export: a D²-RAG parameters file that goes into a bundle was tuned with a gold-free
-    utility (its study recorded how the utility was made), and sets no option the run's utility classifier makes
-    inert."""
-    from workbench.bundle.learned import read_params, tuned_gold_free
-    from workbench.stages.settings.fit_utility import INERT_UNDER_CLASSIFIER, classifier_utility
+def decision_ready(config: RecipeView, method: str) -> bool:
+    """Whether the stages that make ``method``'s learned parts (its spec's ``requires_stages``) run in this recipe."""
+    from workbench.methods.registry import METHOD_TABLE
 
-    exported = "export" in config.stages and "d2rag" in exported_methods(config)
+    spec = METHOD_TABLE.get(method)
+    return spec is None or all(stage in config.stages for stage in spec.requires_stages)
+
+
+def check_method_params(config: RecipeView) -> None:
+    """evaluate.params → evaluate / export: each parameters file checked by its method's own rule (its spec's
+    ``hooks.check_params``: D²-RAG's was tuned with a gold-free utility when it goes into a bundle, and sets no
+    option the run's utility classifier makes inert)."""
+    from workbench.bundle.learned import read_params
+    from workbench.methods.registry import METHOD_TABLE
+
+    exported = set(exported_methods(config)) if "export" in config.stages else set()
     for path in config.evaluate.params:
         try:
             params = read_params(Path(path))
         except ConfigError as exc:
             raise ConfigError(f"{exc.where}: {exc.what}", "evaluate.params") from None
-        if params["method"] != "d2rag":
-            continue
-        if exported and not tuned_gold_free(params):
-            raise ConfigError(
-                f"{path}: d2rag's parameters were tuned with the gold-using oracle utility (or the file does not say "
-                "how its utility was made), and a bundle runs the gold-free one: rerun the study with fit_utility",
-                "evaluate.params",
-            )
-        inert = [name for name in INERT_UNDER_CLASSIFIER if name in params["options"]]
-        if inert and classifier_utility(config):
-            raise ConfigError(
-                f"{path} sets d2rag's {inert[0]}, which changes nothing with fit_utility.model: classifier (the "
-                "classifier decides the class): drop it from the file",
-                "evaluate.params",
-            )
+        spec = METHOD_TABLE.get(params["method"])
+        if spec is not None and spec.hooks.check_params is not None:
+            spec.hooks.check_params(config, str(path), params, params["method"] in exported)
 
 
 def check(config: RecipeView) -> None:
-    """export's load check: a valid bundle name and version, gold-free methods, at least one method to bundle, D²-RAG
-    only with its calibrators and classifier, and D²-RAG parameters tuned gold-free (when evaluate does not run:
-    evaluate checks them then, :func:`check_d2rag_params`)."""
-    from workbench.bundle.integrity import GOLD_METHODS
+    """export's load check: a valid bundle name and version, gold-free methods, at least one method to bundle, a
+    method with learned parts only with the stages that make them, and parameters files each method accepts (when
+    evaluate does not run: evaluate checks them then, :func:`check_method_params`)."""
+    from workbench.bundle.integrity import gold_methods
     from workbench.bundle.schema import check_name, parse_semver
-    from workbench.methods.registry import METHODS
+    from workbench.methods.registry import METHOD_TABLE, METHODS
 
     section = config.export
-    decision = "calibrate" in config.stages and "classify" in config.stages  # else export leaves d2rag out
-    if "d2rag" in (section.methods or []) and not decision:
-        raise ConfigError("d2rag needs the calibrate and classify stages before export", "export.methods")
+    for method in section.methods or []:  # else export leaves such a method out
+        if not decision_ready(config, method):
+            stages = " and ".join(METHOD_TABLE[method].requires_stages)
+            raise ConfigError(f"{method} needs the {stages} stages before export", "export.methods")
     check_name(section.name.format(name=config.name), "export.name")
     if section.version != "auto":
         parse_semver(section.version, "export.version")
     if section.methods is not None:
-        allowed = [m for m in METHODS if m not in GOLD_METHODS]
+        allowed = [m for m in METHODS if m not in gold_methods()]
         bad = [m for m in section.methods if m not in allowed]
         if bad or not section.methods:
             raise ConfigError(f"{bad or 'none'}: give methods of {', '.join(allowed)} (gold-free)", "export.methods")
-    elif not [m for m in exported_methods(config) if m != "d2rag" or decision]:
+    elif not [m for m in exported_methods(config) if decision_ready(config, m)]:
         raise ConfigError(
             "no gold-free method to export: add one to evaluate.methods or set export.methods", "evaluate.methods"
         )
     if "evaluate" not in config.stages:
-        check_d2rag_params(config)
+        check_method_params(config)

@@ -7,6 +7,9 @@ from typing import Literal
 
 from workbench.core.config import doc
 from workbench.core.settings import RecipeView, check_own_section
+from workbench.methods.d2rag.pipeline import INERT_UNDER_CLASSIFIER, classifier_utility
+
+__all__ = ["INERT_UNDER_CLASSIFIER", "FitUtilitySection", "check", "classifier_utility"]
 
 
 @dataclass
@@ -50,16 +53,6 @@ class FitUtilitySection:
     l2: float = doc("L2 penalty on the standardised weights (ridge: λ; classifier: C = 1 / l2, 0 = none)", 1.0)
     folds: int = doc("cross-validation folds for the out-of-fold quality figures", 5, minimum=2)
     batch_questions: int = doc("questions per batch", 8)
-
-
-INERT_UNDER_CLASSIFIER = ("tau_pos", "tau_neg")
-"""D²-RAG options a utility classifier makes inert: it decides the class itself (its labels were cut at
-``fit_utility.tau_pos`` / ``tau_neg``), so D²-RAG cuts no δ with them."""
-
-
-def classifier_utility(config: RecipeView) -> bool:
-    """The run fits a utility classifier (``fit_utility.model: classifier``)."""
-    return "fit_utility" in config.stages and config.fit_utility.model == "classifier"
 
 
 def check(config: RecipeView) -> None:

@@ -54,11 +54,12 @@ class StudySection:
 
 
 def check(config: RecipeView) -> None:
-    """study's load check: tunable methods with valid spaces and options, known constraint metrics, D²-RAG's learned
-    parts and its gold-free utility, then :func:`check_d2rag_replay` and :func:`check_keep_threshold`."""
-    from workbench.methods.registry import INSEMRAG_METHODS, check_options
+    """study's load check: tunable methods with valid spaces and options, known constraint metrics, then each studied
+    method's own check (its spec's ``hooks.check_study``: D²-RAG's learned parts, gold-free utility and τ replay
+    budget; InSemRAG's keep_threshold only with an LM controller)."""
+    from workbench.methods.registry import INSEMRAG_METHODS, check_options, method_spec
     from workbench.stages.settings.evaluate import check_distilled_controller
-    from workbench.tuning.space import parse_spaces
+    from workbench.tuning.space import default_spaces, parse_spaces
     from workbench.tuning.study import CONSTRAINT_METRICS
 
     section = config.study
@@ -80,74 +81,8 @@ def check(config: RecipeView) -> None:
             raise ConfigError(f"the limit of {name} must be a number >= 0, got {limit!r}", "study.constraints")
     if section.token_budget is not None and not section.multi_objective:
         raise ConfigError("token_budget picks from a Pareto front: set multi_objective: true", "study.token_budget")
-    if "d2rag" in section.methods:
-        missing = [s for s in ("collect", "calibrate", "classify") if s not in config.stages]
-        if missing:
-            raise ConfigError(f"tuning d2rag needs the stages {', '.join(missing)} before study", "study.methods")
-    check_utility(config)
-    check_d2rag_replay(config)
-    check_keep_threshold(config)
-
-
-def check_utility(config: RecipeView) -> None:
-    """study ← fit_utility: D²-RAG is tuned with the gold-free utility its bundle runs, never with the gold-using
-    oracle (so fit_utility must run before the study), and its space holds no parameter that utility makes inert."""
-    from workbench.stages.settings.fit_utility import INERT_UNDER_CLASSIFIER, classifier_utility
-
-    section = config.study
-    if "d2rag" not in section.methods:
-        return
-    if "fit_utility" not in config.stages:  # listed after the study: the stage list's own check refuses it
-        raise ConfigError(
-            "tuning d2rag needs the fit_utility stage before study: without a fitted utility its trials would decode "
-            "with the gold-using oracle, which no bundle runs",
-            "study.methods",
-        )
-    space = section.space.get("d2rag") or {}
-    inert = [name for name in INERT_UNDER_CLASSIFIER if name in space]
-    if inert and classifier_utility(config):
-        raise ConfigError(
-            f"{inert[0]} changes nothing with fit_utility.model: classifier (the classifier decides the class; its "
-            "labels were cut at fit_utility.tau_pos / tau_neg): drop it from the space, or use model: ridge",
-            f"study.space.d2rag.{inert[0]}",
-        )
-
-
-def check_d2rag_replay(config: RecipeView) -> None:
-    """study ← collect: D²-RAG's τ trials replay one always-retrieve run, answering a question that does not retrieve
-    with a_para, made at collect's stats budget; that is D²-RAG's own answer only when the budgets are equal."""
-    from workbench.stages.settings.evaluate import d2rag_setting
-    from workbench.tuning.space import DEFAULT_SPACES
-
-    section = config.study
-    if "d2rag" not in section.methods or "collect" not in config.stages:
-        return
-    space = section.space.get("d2rag") or DEFAULT_SPACES["d2rag"]
-    answer = d2rag_setting(config, "max_new_tokens") or config.evaluate.max_new_tokens
-    if "tau" in space and config.collect.max_new_tokens != answer:
-        raise ConfigError(
-            f"tuning d2rag's tau replays its closed-book answers made at collect.max_new_tokens = "
-            f"{config.collect.max_new_tokens}, but it answers with {answer} tokens (evaluate.options.d2rag."
-            "max_new_tokens, else evaluate.max_new_tokens): make them equal, or leave tau out of study.space.d2rag",
-            "collect.max_new_tokens",
-        )
-
-
-def check_keep_threshold(config: RecipeView) -> None:
-    """study: InSemRAG's keep_threshold filters an LM controller's relevance scores; the heuristic controller has none,
-    so tuning it there would tune nothing."""
-    from workbench.methods.registry import METHOD_TABLE
-
-    space = config.study.space.get("insemrag") or {}
-    if "insemrag" not in config.study.methods or "keep_threshold" not in space:
-        return
-    options = config.evaluate.options.get("insemrag") or {}
-    default = METHOD_TABLE["insemrag"].defaults.get("controller", "prompted")
-    controller = options.get("controller", default) if isinstance(options, dict) else default
-    if controller == "heuristic":
-        raise ConfigError(
-            "keep_threshold changes nothing under controller: heuristic (it keeps any candidate sharing a keyword "
-            "with the query; keep_threshold filters an LM controller's p(Yes)): drop it from the space, or tune a "
-            "prompted or distilled controller",
-            "study.space.insemrag.keep_threshold",
-        )
+    defaults = default_spaces()
+    for method in section.methods:
+        hook = method_spec(method, "study.methods").hooks.check_study
+        if hook is not None:
+            hook(config, section.space.get(method) or defaults.get(method, {}))

@@ -2,7 +2,7 @@
 
 Spec §13.1 recommends, in place of the gold-using ΔSePer at inference, a ``utility_learned`` estimator "trained where
 gold exists": target "3 classes via the same τ's", model "LR or small GBM, thresholds from dev". This is that
-estimator, on the open-answer features of :data:`~workbench.methods.utility.UTILITY_FEATURES`:
+estimator, on the open-answer features of :data:`~workbench.methods.seper.utility.UTILITY_FEATURES`:
 
 * **Labels.** ΔSePer cut at τ_pos / τ_neg exactly as D²-RAG cuts δ (:func:`~workbench.methods.d2rag.utility_class`:
   noisy iff δ < τ_neg, relevant iff δ > τ_pos, else neutral; defaults 0.12 / −0.10, spec §7.3 / §13.3).
@@ -21,7 +21,7 @@ estimator, on the open-answer features of :data:`~workbench.methods.utility.UTIL
   one classifier (dev split included) per fold on the other folds. ``dev_fraction = 0`` skips the shift (b = 0: the
   balanced model's own argmax).
 
-D²-RAG reads the class from the estimate (:attr:`~workbench.methods.utility.UtilityEstimate.classes`) and decodes
+D²-RAG reads the class from the estimate (:attr:`~workbench.methods.seper.utility.UtilityEstimate.classes`) and decodes
 with it directly; D²-RAG's own τ_pos / τ_neg do not enter (they were used once, to make the training labels, and are
 stored in the file). ``values`` is NaN: the classifier does not estimate δ.
 """
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import DataError
-from workbench.methods.utility import (
+from workbench.methods.seper.utility import (
     UTILITY_CLASSES,
     UTILITY_FEATURES,
     LearnedUtility,
@@ -166,8 +166,8 @@ class UtilityClassifier(LearnedUtility):
     ``fit(X, y)`` takes the utility feature rows and their **ΔSePer** labels (cut into classes at ``tau_pos`` /
     ``tau_neg``); ``predict_proba(X)`` gives ``(n, 3)`` probabilities in :data:`UTILITY_CLASSES` order (0 for a
     class absent from training); ``predict(X)`` the decided classes (bias-shifted argmax); ``estimate(...)`` the
-    :class:`~workbench.methods.utility.UtilityEstimate` D²-RAG decodes with (``classes`` set, ``values`` NaN). JSON
-    only: ``to_dict()`` / ``from_dict()``; the same parameters always give the same bytes.
+    :class:`~workbench.methods.seper.utility.UtilityEstimate` D²-RAG decodes with (``classes`` set, ``values``
+    NaN). JSON only: ``to_dict()`` / ``from_dict()``; the same parameters always give the same bytes.
     """
 
     kind = "logistic_utility"

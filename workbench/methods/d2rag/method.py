@@ -25,18 +25,19 @@ A utility δ of that context (spec §7.1: one δ for the whole top-k block) pick
 * otherwise, or δ unknown — **neutral** (``ctx-normal``): plain greedy with the context.
 
 A utility that decides the class itself — the gold-free
-:class:`~workbench.methods.utility_classifier.UtilityClassifier`, spec §13.1 [REC] — returns it in
+:class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`, spec §13.1 [REC] — returns it in
 ``UtilityEstimate.classes``; D²-RAG then decodes with that class and cuts no δ (:func:`decoding_class`), so its own
 τ_pos / τ_neg only act on δ-valued utilities (the oracle ΔSePer, the older ridge predictor).
 
 Contrastive steps pick argmax((1+λ_t)·log p_expert − λ_t·log p_amateur), λ_t = α·w_t, w_t = H_para/(H_para + H_rag)
 (spec eqs. 7, 8, 37; :mod:`workbench.decoding.contrastive`, both streams in one batched forward per step).
 
-The utility is pluggable (:mod:`workbench.methods.utility`):
-:class:`~workbench.methods.utility_classifier.UtilityClassifier` or :class:`~workbench.methods.utility.UtilityPredictor`
-(gold-free, runtime), :class:`~workbench.methods.utility.NoUtility` (gold-free default when no predictor was fitted:
-δ unknown, so every retrieved context is decoded neutrally) or :class:`~workbench.methods.utility.OracleUtility` (the
-paper's ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
+The utility is pluggable (:mod:`workbench.methods.seper.utility`):
+:class:`~workbench.methods.seper.utility_classifier.UtilityClassifier` or
+:class:`~workbench.methods.seper.utility.UtilityPredictor` (gold-free, runtime),
+:class:`~workbench.methods.seper.utility.NoUtility` (gold-free default when no predictor was fitted: δ unknown, so
+every retrieved context is decoded neutrally) or :class:`~workbench.methods.seper.utility.OracleUtility` (the paper's
+ΔSePer, needs the gold answer; ``requires_gold`` then propagates to the method, so a bundle refuses it).
 
 **Out of distribution.** With an ``ood_profile`` (:class:`~workbench.calibration.ood.OODProfile`, fitted by the
 ``calibrate`` stage on the calibrators' fit split and calibrated to a false-positive rate), Stage 1 checks each
@@ -61,99 +62,12 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import generation_cost
-from workbench.core.bounds import NEW_TOKENS, PASSAGES, check_int, check_number
-from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers, prompt_for
-from workbench.methods.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
+from workbench.methods.d2rag.settings import MODES, D2RAGSettings
+from workbench.methods.seper.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
 from workbench.uncertainty.calculators import StatSettings
-
-ALPHA_BOUND = 100.0
-"""Largest contrast strength α (the paper's are 0.1 and 1; the study searches [0, 2])."""
-
-MODES = {"relevant": "ctx-pos-acd", "noisy": "ctx-neg-acd", "neutral": "ctx-normal", "closed": "noctx-normal"}
-"""Utility class → the released code's strategy name (spec §7.2)."""
-
-
-@dataclass(frozen=True)
-class D2RAGSettings:
-    """D²-RAG's hyper-parameters (defaults and their sources in the spec).
-
-    * ``tau_pos`` / ``tau_neg`` — utility thresholds: relevant iff δ > τ_pos, noisy iff δ < τ_neg (§13.3 [REC]:
-      0.12 / −0.10, the medians of the paper's App. C values; tune on dev). A utility classifier decides the class
-      itself (its training labels were cut at the τ's it stores), so these act only on δ-valued utilities.
-    * ``alpha_pos`` / ``alpha_neg`` — contrast strengths (§13.4 [REC]: 1.0 / 0.1).
-    * ``dynamic`` — the entropy factor w_t of eq. 37 (False: λ_t = α).
-    * ``k`` — passages retrieved (§6: top-5).
-    * ``features`` — Stage-1 features in the classifier's column order (None: the classifier's ``feature_names``).
-    * ``stats`` — how the stats are produced (None: :class:`StatSettings` with ``max_new_tokens`` = the answer
-      budget, so the closed-book answer doubles as a_para).
-    * ``max_new_tokens`` — answer budget (None: ``tools.max_new_tokens``; the paper uses 20).
-    * ``noisy_labels`` — label the passages ``[NEG-i]`` in the noisy mode's amateur prompt (§7.5 [CODE], kept for
-      fidelity per §13.14 [REC]; set False for the ablation).
-    * ``score_always`` — compute every Stage-1 feature and p even when τ > 1 retrieves for every question (False:
-      only what the utility reads; the study's τ replay sets it, since it reads p).
-    """
-
-    tau_pos: float = doc("utility threshold: a context is relevant iff its utility > tau_pos", 0.12)
-    tau_neg: float = doc(
-        "utility threshold: a context is noisy iff its utility < tau_neg (-1 <= tau_neg < tau_pos <= 1)", -0.10
-    )
-    alpha_pos: float = doc("contrast strength of relevant contexts (>= 0)", 1.0)
-    alpha_neg: float = doc("contrast strength of noisy contexts (>= 0)", 0.1)
-    dynamic: bool = doc("scale the contrast by the entropy factor w_t (false: constant alpha)", True)
-    k: int = doc("passages retrieved", 5)
-    features: tuple[str, ...] | None = doc(
-        "the classifier's features in column order (set by the run: the classify stage's features)", None
-    )
-    stats: StatSettings | None = doc(
-        "how the features' stats are produced (set by the run: the settings the features were collected with)", None
-    )
-    max_new_tokens: int | None = doc("answer token budget (null: evaluate.max_new_tokens)", None)
-    noisy_labels: bool = doc("label passages [NEG-i] in the noisy mode's amateur prompt", True)
-    score_always: bool = doc(
-        "compute every Stage-1 feature and P(correct) even when tau > 1 retrieves for every question (false: only the"
-        " closed-book answer the utility reads)",
-        False,
-    )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.stats, dict):  # as a recipe or a bundle writes it
-            object.__setattr__(self, "stats", StatSettings.from_dict(self.stats, "d2rag.stats"))
-
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` on out-of-range or inconsistent settings."""
-        where = "d2rag"
-        for name in ("tau_pos", "tau_neg", "alpha_pos", "alpha_neg"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ConfigError(f"{name} must be a finite number, got {value!r}", f"{where}.{name}")
-        for name in ("tau_pos", "tau_neg"):
-            check_number(getattr(self, name), name, f"{where}.{name}", -1.0, 1.0)
-        if not -1.0 <= self.tau_neg < self.tau_pos <= 1.0:
-            raise ConfigError(
-                f"need -1 <= tau_neg < tau_pos <= 1 (ΔSePer range), got {self.tau_neg} / {self.tau_pos}", where
-            )
-        for name in ("alpha_pos", "alpha_neg"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"alphas must be >= 0, got {self.alpha_pos} / {self.alpha_neg}", f"{where}.{name}")
-            check_number(getattr(self, name), name, f"{where}.{name}", 0.0, ALPHA_BOUND)
-        check_int(self.k, "k", f"{where}.k", PASSAGES)
-        check_int(self.max_new_tokens, "max_new_tokens", f"{where}.max_new_tokens", NEW_TOKENS, optional=True)
-        if self.features is not None:
-            from workbench.uncertainty.features import get_features
-
-            if not self.features:
-                raise ConfigError("features must not be empty", f"{where}.features")
-            get_features(self.features)
-        if self.stats is not None:
-            if not isinstance(self.stats, StatSettings):
-                raise ConfigError("stats must be a mapping of stats settings", f"{where}.stats")
-            self.stats.validate()
-        for name in ("dynamic", "noisy_labels", "score_always"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}", f"{where}.{name}")
 
 
 def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
@@ -171,7 +85,7 @@ def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
 def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: float) -> tuple[str, str]:
     """``(class, how)`` of pair ``i``: the estimator's own class when it gives ``classes`` (``how`` ``"classifier"``),
     else δ cut at τ_pos / τ_neg by :func:`utility_class` (``how`` ``"delta"``). DataError on a class name that is not
-    one of :data:`~workbench.methods.utility.UTILITY_CLASSES`."""
+    one of :data:`~workbench.methods.seper.utility.UTILITY_CLASSES`."""
     if estimate.classes is not None:
         from workbench.core.errors import DataError
 
@@ -183,7 +97,7 @@ def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: f
 
 
 def _utility_pairs(judge: Any, context_answer: str, closed_answer: str) -> float:
-    """The NLI pairs a learned utility's features judged for one question (:func:`~workbench.methods.utility.
+    """The NLI pairs a learned utility's features judged for one question (:func:`~workbench.methods.seper.utility.
     utility_inputs`: the context against each answer; one pair when the two answers are the same, none without a
     judge)."""
     if judge is None:
@@ -204,9 +118,9 @@ class D2RAG(Method):
     ``predict_proba(X) -> P(correct)``: logistic, MLP, ONNX), ``tau`` (retrieve iff p < τ; 1 + ε = always) and
     ``medians`` (feature → fit-split median of the raw value, imputing NaN / ±inf; a ``policy`` built from a
     :class:`~workbench.calibration.calibrator_set.CalibratorSet` with ``ranges`` imputes ±inf with the range's
-    ends). ``utility`` is a :class:`~workbench.methods.utility_classifier.UtilityClassifier`,
-    :class:`~workbench.methods.utility.UtilityPredictor`, :class:`~workbench.methods.utility.OracleUtility`,
-    :class:`~workbench.methods.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
+    ends). ``utility`` is a :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`,
+    :class:`~workbench.methods.seper.utility.UtilityPredictor`, :class:`~workbench.methods.seper.utility.OracleUtility`,
+    :class:`~workbench.methods.seper.utility.NoUtility` or any object with ``requires_gold`` and ``estimate(...)``;
     ``lars_scorer`` (a fitted ``LarsLikeScorer``) is needed when ``lars`` is a feature. ``ood_profile`` (an
     :class:`~workbench.calibration.ood.OODProfile`, or None) adds the out-of-distribution check to Stage 1;
     ``on_ood`` (``flag`` or ``retrieve``) is what a flagged question does (see the module docstring).
@@ -288,6 +202,16 @@ class D2RAG(Method):
         self.a_para_for_utility = newline and self.stat_settings.max_new_tokens == tools.max_new_tokens
 
     @property
+    def evaluation_note(self) -> str | None:
+        """What an evaluation summary says about this run of the method: which gold-using utility it decoded with
+        (None: a gold-free one)."""
+        if not getattr(self.utility, "requires_gold", False):
+            return None
+        if self.name == "d2rag_oracle":
+            return "the paper's utility, ΔSePer computed with the gold answer (evaluation only)"
+        return "oracle utility (ΔSePer with the gold answer): no fit_utility stage in this run"
+
+    @property
     def scores_stage1(self) -> bool:
         """Whether Stage 1 computes the features and p: τ ≤ 1 (p decides), or ``score_always``. τ > 1 retrieves for
         every question whatever p is."""
@@ -296,7 +220,7 @@ class D2RAG(Method):
     def _stage1_stats(self) -> set[str]:
         """The stats Stage 1 computes when it does not score (τ > 1): a_para, only when the utility reads it as its
         closed-book answer (a learned utility, a_para made with the utility's budget and newline stop)."""
-        from workbench.methods.utility import NoUtility, OracleUtility
+        from workbench.methods.seper.utility import NoUtility, OracleUtility
 
         if not self.a_para_for_utility or isinstance(self.utility, NoUtility | OracleUtility):
             return set()

@@ -5,7 +5,7 @@ model's belief mass on the **gold** answer with minus without the retrieved cont
 is a *label*, never a runtime signal (spec §13.1). The utilities share one small interface,
 ``estimate(tools, examples, contexts, scores, closed=None) -> UtilityEstimate``:
 
-* :class:`~workbench.methods.utility_classifier.UtilityClassifier` (``requires_gold = False``, kind
+* :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier` (``requires_gold = False``, kind
   ``logistic_utility``; what ``fit_utility`` trains by default) — the runtime substitute of spec §13.1 [REC]
   ``utility_learned``: a multinomial logistic regression from the gold-free features below to the three utility
   classes (ΔSePer cut at τ_pos / τ_neg). Its estimate carries the predicted ``classes``, which D²-RAG decodes with
@@ -217,7 +217,7 @@ def utility_features(
 # ---------------------------------------------------------------------------------------------- learned utilities
 class LearnedUtility(ABC):
     """What the two learned, gold-free utilities share (:class:`UtilityPredictor`,
-    :class:`~workbench.methods.utility_classifier.UtilityClassifier`): rows of :data:`UTILITY_FEATURES` (or their
+    :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`): rows of :data:`UTILITY_FEATURES` (or their
     ``feature_names``) in, fitted on ΔSePer labels; :meth:`estimate` computes the features of each pair
     (:func:`utility_inputs`, no gold field is read) and hands them to the subclass's :meth:`_from_features`."""
 
@@ -270,7 +270,7 @@ class UtilityPredictor(LearnedUtility):
     means and clips to [−1, 1] (the range of ΔSePer). JSON only: ``to_dict()`` / ``from_dict()``.
 
     Kept for ``fit_utility.model: ridge`` and for runs and bundles that hold a ``ridge_utility``; the default is
-    :class:`~workbench.methods.utility_classifier.UtilityClassifier` (spec §13.1 asks for a classifier of the
+    :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier` (spec §13.1 asks for a classifier of the
     classes: a regression onto ΔSePer shrinks towards the mean and, cut at τ_neg, hardly ever says "noisy").
     """
 
