@@ -80,7 +80,7 @@ def load_runtime(
     bundle: Path, values: list[str] | None, classifier: str | None, device: str | None, **served: str | None
 ) -> Any:
     """``load_bundle`` with the command line's runtime overrides (:func:`runtime_overrides`); a refused override is
-    named as the user typed it — ``--set methods.d2rag.tau``, ``--device`` — not as the runtime's ``overrides.*`` key
+    named as the user typed it — ``--set methods.dtr.tau``, ``--device`` — not as the runtime's ``overrides.*`` key
     (nor the recipe key ``evaluate.options.*`` a method option has in a recipe)."""
     from workbench.core.errors import ConfigError
     from workbench.runtime import load_bundle
@@ -114,7 +114,9 @@ def typed_option(exc: WorkbenchError, flags: set[str]) -> str | None:
 def infer_command(
     bundle: Annotated[Path, typer.Option("--bundle", help="A bundle directory or its .tar.gz.")],
     questions: Annotated[list[str] | None, typer.Argument(help="Question(s) to answer.")] = None,
-    method: Annotated[str | None, typer.Option("--method", help="Method (default: d2rag when present).")] = None,
+    method: Annotated[
+        str | None, typer.Option("--method", help="Method (default: the bundle's default method).")
+    ] = None,
     input_file: Annotated[
         Path | None,
         typer.Option("--input", help="JSONL file of {id, question} (a regular file; other fields are ignored)."),
@@ -148,6 +150,7 @@ def infer_command(
 ) -> None:
     """Answer questions with a bundle: given on the command line, or a JSONL file (--input / --output, resumable)."""
     silence_third_party(verbose)
+    from workbench.methods.registry import default_method, uses_decision_policy
     from workbench.runtime.batch_file import answer_file, json_line
 
     if bool(questions) == bool(input_file):
@@ -167,7 +170,7 @@ def infer_command(
             f"with {runtime.name} {runtime.version} ({done.method})"
         )
         return
-    if not as_json and (method or ("d2rag" if "d2rag" in runtime.methods else None)) == "d2rag":
+    if not as_json and uses_decision_policy(method or default_method(runtime.methods)):
         decision = runtime.info().get("decision")  # the manifest's record, as the card and `bundles` show it
         if decision:
             typer.echo(f"{runtime.name} {runtime.version}: {decision['summary']}")

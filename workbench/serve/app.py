@@ -80,7 +80,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     when it starts (``runtime.warm(answer=True)`` on a thread of its own: every method's models, then one answer
     each), without it (``serve --lazy``) it is ready at once and each method loads on its first question. Requests
     that come before ready are queued and wait for the warm-up. ``GET /methods`` → the
-    methods with their settings, the default (``d2rag`` when present, else the first) and the decision block;
+    methods with their settings, the default (``default_method``) and the decision block;
     ``POST /answer`` with ``{"question": str}`` or ``{"questions": [str, ...]}`` (+ optional ``method``, ``traces``,
     ``on_ood``) → ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless
     traces]}``. The app's scheduler is ``app.state.scheduler`` (closed when the app shuts down; :func:`run_server`
@@ -92,7 +92,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     methods = tuple(runtime.methods)
     if not methods:
         raise ConfigError("the runtime has no methods to serve", "serve")
-    default_method = "d2rag" if "d2rag" in methods else methods[0]
+    from workbench.methods.registry import default_method  # pulls numpy: `import workbench.serve` stays light
+
+    default = default_method(methods)
     method_type = method_enum(methods)
     answer_request = request_model(limits, methods, method_type)
     answer_body = typed_answers(method_type)
@@ -156,7 +158,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     app.add_middleware(oai.V1BodySizeLimit, max_bytes=limits.max_body_bytes)
 
     add_error_handlers(app, fields, chat_fields, routes)
-    context = ServeContext(runtime, limits, methods, default_method, scheduler, warm_up, ood, started)
+    context = ServeContext(runtime, limits, methods, default, scheduler, warm_up, ood, started)
     add_answer_routes(app, context, answer_request, answer_body)
     add_chat_routes(app, context)
     add_docs_pages(app, assets)

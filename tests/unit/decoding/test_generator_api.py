@@ -1,4 +1,4 @@
-"""Decoding uses the generator through its public step API only, and the value types live outside the generator package."""
+"""Decoding uses the generator through its public step API only; the value types live outside the generator package."""
 
 from __future__ import annotations
 
