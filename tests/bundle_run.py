@@ -29,7 +29,7 @@ STAT_COST = {  # a synthetic per-question cost of each stats component the featu
 def synthetic_collect(ctx: Any) -> dict[str, Any]:
     """A ``collect`` output with rows for the calib and test splits: informative features, correlated labels."""
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.stages.collect import _write_outputs, stat_settings
+    from workbench.stages.collect.run import _write_outputs, stat_settings
     from workbench.uncertainty.calculators import prompt_group_fingerprints, prompts_fingerprint
     from workbench.uncertainty.features import required_stats
 

@@ -162,7 +162,7 @@ _MOVED: dict[str, str] = {
     "AGREEMENT_WHEN": "workbench.stages.agreements:AGREEMENT_WHEN",
     "STAGE_AGREEMENTS": "workbench.stages.agreements:AGREEMENTS",
     "dataset_splits": "workbench.stages.settings.shared:dataset_splits",
-    "INERT_UNDER_CLASSIFIER": "workbench.stages.settings.fit_utility:INERT_UNDER_CLASSIFIER",
+    "INERT_UNDER_CLASSIFIER": "workbench.stages.fit_utility.settings:INERT_UNDER_CLASSIFIER",
 }
 """Names this module held before the stages owned their settings, and where they live now."""
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-import workbench.stages.collect as collect
+import workbench.stages.collect.run as collect
 from workbench.core.errors import ConfigError
 from workbench.recipe import load_recipe
 from workbench.stages.runner import run_recipe

@@ -30,7 +30,7 @@ def toy_collect(ctx):
     from unittest import mock
 
     from tests.bundle_run import synthetic_collect
-    from workbench.stages import collect
+    from workbench.stages.collect import run as collect
     from workbench.uncertainty.features import compute_features
     from workbench.uncertainty.stats import DERIVED_STATS
 

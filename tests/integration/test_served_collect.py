@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import workbench.stages.collect as collect
+import workbench.stages.collect.run as collect
 from tests.integration.test_collect import _recipe, _rows, _same, merge_two_shards
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.recipe import load_recipe

@@ -532,12 +532,12 @@ def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any, 
     """Make ``metrics.routing.chosen`` the row of the decision the bundle ships. When classify set τ it is classify's
     pick as routed; when a study, a parameters file or ``workbench decide`` moved τ, the pick's P(correct) on the
     evaluation split (a ``decided`` point's own, for a router it refitted) is routed again at the shipped τ
-    (classify's own routing table, :func:`workbench.stages.classify.routing_table`, with its cost model) and added
+    (classify's own routing table, :func:`workbench.stages.classify.run.routing_table`, with its cost model) and added
     as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
     import numpy as np
 
-    from workbench.stages.classify import routing_table
-    from workbench.stages.classify_router import cost_model
+    from workbench.stages.classify.router import cost_model
+    from workbench.stages.classify.run import routing_table
     from workbench.uncertainty.stat_costs import load_stat_costs
 
     routing = metrics.get("routing")

@@ -53,7 +53,7 @@ def validate_command(
     loaded = load_recipe(recipe, overrides or [])
     checked: list[str] = []
     if "build_data" in loaded.config.stages:
-        from workbench.stages.build_data import check_data_files
+        from workbench.stages.build_data.run import check_data_files
 
         checked = check_data_files(loaded.config)
     typer.echo(f"ok: {loaded.source} (recipe '{loaded.config.name}', stages: {', '.join(loaded.config.stages)})")
@@ -135,7 +135,7 @@ def merge_command(
     shards: Annotated[list[Path], typer.Argument(help="The shards' collect outputs: <run_dir>/stages/collect.")],
 ) -> None:
     """Merge `collect` shards (collect.shard=i/N runs) into one collection; LARS is fitted here if selected."""
-    from workbench.stages.collect import merge_shards
+    from workbench.stages.collect.run import merge_shards
 
     summary = merge_shards(list(shards), out)
     rows = ", ".join(f"{split}: {info['rows']}" for split, info in summary["splits"].items())

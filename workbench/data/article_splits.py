@@ -16,7 +16,7 @@ another seed or other topics reshuffle them, a smaller train fraction moves the 
 
 The articles are *every* article of the split the adapter drew its questions from (a superset of those its
 questions came from), so the check below is conservative. For another dataset (rows, not articles, are split:
-:func:`workbench.stages.build_data._split_by_fractions`) the record is ``{"dataset", "split", "seed",
+:func:`workbench.stages.build_data.run._split_by_fractions`) the record is ``{"dataset", "split", "seed",
 "fractions"}``.
 
 **The check** (:func:`training_data_leak`): does a data configuration keep all those articles in ``train``? It

@@ -3,7 +3,7 @@ its detection rate on the held-out topics, with Wilson intervals, and what the c
 of a split's collected questions against the unflagged ones.
 
 Reads the ``calibrate`` stage's outputs: ``ood.json`` (the profile), ``ood_rates.json`` (the flag rate of each
-measured split, :func:`workbench.stages.calibrate.write_ood`), ``ood_checks.json`` (each collected row's failed
+measured split, :func:`workbench.stages.calibrate.run.write_ood`), ``ood_checks.json`` (each collected row's failed
 checks, in ``calibrated.json``'s row order) and ``calibrated.json`` (labels and calibrated features). A calibrate
 output made before the calibrated flag (no ``ood_rates.json``) gives no section.
 """

@@ -45,7 +45,7 @@ class Agreement:
 def _method_used(config: RecipeView, method: str, uses: tuple[str, ...]) -> bool:
     """Whether ``method`` is used by one of ``uses`` in this recipe: evaluated, exported or tuned in a study (each only
     when its stage runs)."""
-    from workbench.stages.settings.export import exported_methods
+    from workbench.stages.export.settings import exported_methods
 
     stages = config.stages
     return (

@@ -270,7 +270,7 @@ def _routing_inputs(
 ) -> tuple[Any, Any, Any]:
     """The fit split (with classify's folds, so out-of-fold predictions replay classify's), the evaluation split and
     its cost model, as classify built them."""
-    from workbench.stages.classify_router import cost_model, routing_data
+    from workbench.stages.classify.router import cost_model, routing_data
     from workbench.uncertainty.stat_costs import load_stat_costs
 
     config, section = run.config, run.config.classify
@@ -332,7 +332,7 @@ def _write_refit(run: Any, router: Any, evaluation: Any, directory: Path) -> tup
     """A refitted router's files in ``directory`` (as classify writes its pick), its P(correct) on the evaluation
     split and its ``selection.json``-style block."""
     from workbench.methods.learned import load_learned
-    from workbench.stages.classify_router import ROUTER_FILES, write_router
+    from workbench.stages.classify.router import ROUTER_FILES, write_router
 
     calibrate_set = load_learned(run.stage("calibrate") / "calibrators.json", expect={"calibrator_set"})
     write_router(directory, router, calibrate_set, evaluation)

@@ -99,7 +99,7 @@ def open_writer(config: Any) -> IndexWriter:
 def recipe_corpus(config: Any) -> Any:
     """The passage corpus ``build_data`` makes for the recipe's data section (a Dataset)."""
     from workbench.data.corpus import build_corpus
-    from workbench.stages.build_data import _documents, make_chunker
+    from workbench.stages.build_data.run import _documents, make_chunker
 
     documents, _ = _documents(config.data, None)
     return build_corpus(documents, chunker=make_chunker(config.data))

@@ -70,7 +70,7 @@ def test_the_stages_read_an_outside_passage_by_its_row():
     from types import SimpleNamespace
 
     from workbench.stages.answer.run import mode_contexts
-    from workbench.stages.collect import _Passages
+    from workbench.stages.collect.run import _Passages
 
     engine = _Canned(corpus_dataset(), OUTSIDE)
     config = SimpleNamespace(

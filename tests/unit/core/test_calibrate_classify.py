@@ -13,7 +13,8 @@ import pytest
 from workbench.core.errors import DataError
 from workbench.recipe import RecipeConfig
 from workbench.reports.calibration import calibration_sections
-from workbench.stages import calibrate, classify
+from workbench.stages.calibrate import run as calibrate
+from workbench.stages.classify import run as classify
 
 
 def _rows(n: int, seed: int, nan_rows: int = 0) -> list[dict]:

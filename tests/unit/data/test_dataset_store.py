@@ -77,8 +77,8 @@ def stage_ctx(config: RecipeConfig, out: Path, inputs: dict[str, Path]) -> Simpl
 
 
 def test_a_test_only_file_runs_through_build_data_and_answer(tmp_path, tiny_lm):
-    from workbench.stages import build_data
     from workbench.stages.answer import run as answer
+    from workbench.stages.build_data import run as build_data
 
     qa_file = write_jsonl(tmp_path / "qa.jsonl", [{"id": i, "question": q, "answers": [a]} for i, q, a in QUESTIONS])
     corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"doc_id": d, "title": t, "text": x} for d, t, x in DOCS])

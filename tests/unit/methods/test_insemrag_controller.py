@@ -279,7 +279,7 @@ def test_the_recipe_loader_names_the_line_of_a_bad_controller(tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ evaluate
 def test_the_evaluate_stage_sees_every_controller_generator_and_notes_the_controller(ctools, other_lm_dir):
-    from workbench.stages.evaluate import _generators, _notes
+    from workbench.stages.evaluate.run import _generators, _notes
 
     methods = {
         "insemrag": build_method("insemrag", ctools, {**FAST, "controller_model": str(other_lm_dir)}, None),

@@ -13,7 +13,7 @@ from workbench.core.errors import DataError
 from workbench.methods.d2rag import decoding_class
 from workbench.methods.seper.utility import UTILITY_CLASSES, UTILITY_FEATURES, UtilityEstimate
 from workbench.methods.seper.utility_classifier import UtilityClassifier, class_labels, macro_f1
-from workbench.stages.fit_utility import class_quality, fit_and_score, fold_ids, majority_out_of_fold
+from workbench.stages.fit_utility.run import class_quality, fit_and_score, fold_ids, majority_out_of_fold
 
 TAU_POS, TAU_NEG = 0.12, -0.10
 

@@ -11,7 +11,7 @@ import pytest
 from workbench.methods.d2rag.report import d2rag_utility_lines, utility_class_of
 from workbench.methods.registry import GOLD_METHODS, METHODS, LearnedParts, build_method
 from workbench.methods.seper.utility import OracleUtility, UtilityPredictor
-from workbench.stages.fit_utility import fold_ids, out_of_fold, regression_quality
+from workbench.stages.fit_utility.run import fold_ids, out_of_fold, regression_quality
 
 
 def test_fold_ids_deal_every_row_once_with_balanced_sizes():

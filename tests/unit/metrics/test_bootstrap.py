@@ -111,7 +111,7 @@ def test_constant_figures_nan_figures_and_tiny_samples():
 def test_stage_wrappers_use_the_helper():
     from workbench.reports.features import bootstrap_auroc
     from workbench.routing.front import bootstrap_interval as front_interval
-    from workbench.stages.seper_eval import bootstrap_mean_interval
+    from workbench.stages.seper_eval.run import bootstrap_mean_interval
 
     rng = np.random.default_rng(9)
     x = rng.normal(size=40)

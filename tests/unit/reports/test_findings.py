@@ -124,7 +124,8 @@ def test_a_tau_moved_after_classify_measured_gets_no_held_out_figure(tmp_path):
 def classified(tmp_path_factory):
     """Real calibrate and classify outputs on a synthetic collection (no model), as the calibrate tests make them."""
     from tests.unit.core.test_calibrate_classify import _collection, _ctx, _rows
-    from workbench.stages import calibrate, classify
+    from workbench.stages.calibrate import run as calibrate
+    from workbench.stages.classify import run as classify
 
     tmp = tmp_path_factory.mktemp("findings")
     collect_dir = _collection(tmp, _rows(160, 0), _rows(100, 1))

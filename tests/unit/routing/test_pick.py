@@ -123,7 +123,7 @@ def test_the_always_point_is_made_from_always_rag_when_the_sweep_has_none():
     ],
 )
 def test_a_bad_rule_is_refused_naming_the_key(kwargs, where, message):
-    from workbench.stages.settings.classify import PICK_KEYS
+    from workbench.stages.classify.settings import PICK_KEYS
 
     rule = kwargs.pop("rule")
     with pytest.raises(ConfigError, match=message) as info:

@@ -42,6 +42,6 @@ def test_the_doc_lists_every_stage_with_its_module_settings_and_inputs():
 
 
 def test_a_drifted_row_is_caught():
-    text = DOC.read_text(encoding="utf-8").replace("`stages/collect.py`", "`stages/gather.py`", 1)
+    text = DOC.read_text(encoding="utf-8").replace("`stages/collect/run.py`", "`stages/gather.py`", 1)
     assert ("collect", "stages/gather.py") in [row[:2] for row in doc_rows(text)]
     assert doc_rows(text) != expected_rows()

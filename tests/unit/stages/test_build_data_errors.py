@@ -10,7 +10,7 @@ import pytest
 from tests.unit.data import fake_articles
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig
-from workbench.stages import build_data
+from workbench.stages.build_data import run as build_data
 
 
 def test_an_unknown_template_is_a_config_error(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from tests.helpdesk_data import CORPUS_FIELDS, helpdesk_overrides, question_rows
 from workbench.core.errors import ConfigError, DataError
 from workbench.data.dataset_store import load_saved_dataset_dict
 from workbench.recipe import load_recipe
-from workbench.stages import build_data
+from workbench.stages.build_data import run as build_data
 
 CUSTOM_STAGES = "stages=[build_data,answer,collect,calibrate,classify,export,report]"
 

@@ -15,7 +15,7 @@ from workbench.calibration import CalibratorChoice, out_of_fold_predict
 from workbench.core.errors import ConfigError
 from workbench.methods.learned import load_learned
 from workbench.reports.calibration import calibration_lines, lr_weight_lines
-from workbench.stages import calibrate
+from workbench.stages.calibrate import run as calibrate
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
 from workbench.reports.ood import ood_section
-from workbench.stages import calibrate
+from workbench.stages.calibrate import run as calibrate
 
 TEMPLATES = [
     "Was {} {} German or American? Reply with one word.",

@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.core.test_calibrate_classify import _ctx
 from tests.unit.stages.test_classify_router import _rows, calibrated_collection
-from workbench.stages import classify
+from workbench.stages.classify import run as classify
 
 
 def _hurt(rows: list[dict], seed: int) -> list[dict]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.unit.core.test_calibrate_classify import _ctx  # the stage context the calibrate tests build
-from workbench.stages import calibrate, classify
+from workbench.stages.calibrate import run as calibrate
+from workbench.stages.classify import run as classify
 
 COMPONENTS = {
     "greedy": {"lm_calls": 1.0, "prefill_tokens": 90.0, "decoded_tokens": 10.0, "seconds": 0.2},
@@ -136,7 +137,7 @@ def test_d2rag_stage_one_reads_the_shipped_router(routed):
 
 
 def test_the_evaluation_split_follows_the_recipes_split_order_not_the_names():
-    from workbench.stages.calibrate import evaluation_split
+    from workbench.stages.calibrate.run import evaluation_split
 
     assert evaluation_split({"calib": 1, "ood": 1, "test": 1}, "calib", ["calib", "test", "ood"]) == "test"
     assert evaluation_split(["calib", "ood"], "calib", ["calib", "test", "ood"]) == "ood"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from workbench.stages.collect import _write_outputs, merge_shards
+from workbench.stages.collect.run import _write_outputs, merge_shards
 
 WHY = {"ptrue": "NaN (absent) where a true / false option token is outside the server's top-k log-probs"}
 

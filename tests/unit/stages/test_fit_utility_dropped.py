@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from workbench.stages.fit_utility import dropped_line
+from workbench.stages.fit_utility.run import dropped_line
 
 
 class _Log:
@@ -49,8 +49,8 @@ def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
     import datasets
 
     from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityInputs
-    from workbench.stages import fit_utility
-    from workbench.stages.settings.fit_utility import FitUtilitySection
+    from workbench.stages.fit_utility import run as fit_utility
+    from workbench.stages.fit_utility.settings import FitUtilitySection
 
     rows = [{"id": str(i), "question": f"question {i}", "answers": [f"answer {i}"]} for i in range(20)]
     empty, nan_label = {"question 0", "question 7"}, {"question 3"}
@@ -64,7 +64,7 @@ def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
         generator=None,
         judge=None,
     )
-    monkeypatch.setattr("workbench.stages.evaluate.build_tools", lambda ctx, corpus, **kwargs: tools)
+    monkeypatch.setattr("workbench.stages.evaluate.run.build_tools", lambda ctx, corpus, **kwargs: tools)
     monkeypatch.setattr("workbench.methods.common.context_block", lambda passages, chars: "[1] a passage")
 
     def labels(examples, contexts, **kwargs):

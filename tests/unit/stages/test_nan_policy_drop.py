@@ -11,7 +11,7 @@ import numpy as np
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.registry import calibrator_from_dict
 from workbench.classify.policy import DecisionPolicy
-from workbench.stages.calibrate import apply_nan_policy
+from workbench.stages.calibrate.run import apply_nan_policy
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "methods" / "d2rag.md"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.stages.study import tau_verdict
+from workbench.stages.study.run import tau_verdict
 
 
 def _trials(*values: float) -> list[dict]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.core.errors import DataError
-from workbench.stages.collect import fit_lars_column
+from workbench.stages.collect.run import fit_lars_column
 from workbench.uncertainty.features.probability import LarsLikeScorer
 from workbench.uncertainty.lars_fit import cross_fit_lars
 

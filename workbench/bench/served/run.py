@@ -41,7 +41,7 @@ LLAMA_CPP_NAME = "gguf"
 
 def _collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> list[dict[str, float]]:
     """The features of every row, by the stats graph (as the collect stage computes them)."""
-    from workbench.stages.collect import stat_settings
+    from workbench.stages.collect.run import stat_settings
     from workbench.uncertainty.calculators import UNAVAILABLE_STATS, compute_stats
     from workbench.uncertainty.features import compute_features, required_stats
 

@@ -9,7 +9,7 @@ articles (``transfer.split``, default ``test``):
 * **shifted** — questions of the other template family (``transfer.templates``, default the open-answer ``cloze``,
   ``description``, ``two_hop``), built by the wiki-qa builder with the run's seed, fractions and OOD topics (so the
   articles are that split's articles: :func:`shifted_questions`), the first ``transfer.limit`` of them answered and
-  featured by the collect stage's own code (:func:`workbench.stages.collect.collect_split` under the run's
+  featured by the collect stage's own code (:func:`workbench.stages.collect.run.collect_split` under the run's
   ``collect`` settings, labels ``rag`` only; the LARS feature scored by the collection's scorer).
 
 On each it computes (:func:`measure`): per calibrated feature the raw feature's AUROC and the calibrated one's ECE for
@@ -113,7 +113,7 @@ def collect_shifted(ctx: StageContext, rows: list[dict[str, Any]]) -> list[dict[
     features, passages), with labels ``rag`` (and what ``calibrate.label`` needs) and no shard; checkpointed in this
     stage's scratch directory. The ``lars`` feature is scored by the collection's scorer (NaN without one); each
     record gets its ``template`` and its articles' ``doc_ids``."""
-    from workbench.stages.collect import LABELS, build_tools, collect_split
+    from workbench.stages.collect.run import LABELS, build_tools, collect_split
 
     config = ctx.config
     labels = {"rag", LABELS.get(config.calibrate.label, {}).get("needs")} - {None}  # + what calibrate's label needs
@@ -364,7 +364,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.calibration.ood_rates import flag_summary
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.learned import load_learned
-    from workbench.stages.calibrate import binary_labels
+    from workbench.stages.calibrate.run import binary_labels
 
     config, section = ctx.config, ctx.config.transfer
     check_recipe(config)

@@ -50,7 +50,7 @@ class CollectSection:
 
 
 def check(config: RecipeView) -> None:
-    """collect's load check: :func:`workbench.stages.collect.check_section` on its section."""
-    from workbench.stages.collect import check_section
+    """collect's load check: :func:`workbench.stages.collect.run.check_section` on its section."""
+    from workbench.stages.collect.run import check_section
 
     check_own_section("collect", check_section, config)

@@ -113,7 +113,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.common import context_block
-    from workbench.stages.evaluate import build_tools
+    from workbench.stages.evaluate.run import build_tools
     from workbench.uncertainty.seper import SeperSettings, delta_seper
 
     section = ctx.config.seper_eval

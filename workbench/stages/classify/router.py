@@ -127,7 +127,7 @@ def search_router(
             "classify.router_search: none",
             "classify.router_search",
         )
-    from workbench.stages.settings.classify import pick_rule_of
+    from workbench.stages.classify.settings import pick_rule_of
 
     rule = pick_rule_of(section)
     settings = RouterSearch(

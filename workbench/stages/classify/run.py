@@ -22,7 +22,7 @@ answer) + RAG where retrieved.
 Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
 ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
 fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it). The router
-search (:mod:`~workbench.stages.classify_router`) picks the router the run ships by the user's rule
+search (:mod:`~workbench.stages.classify.router`) picks the router the run ships by the user's rule
 (``classify.pick``), and ``tau_sweep.json`` sweeps the shipped decision's τ on the evaluation split
 (:func:`tau_sweep_record`), for the report and ``workbench decide``.
 """
@@ -38,7 +38,7 @@ import numpy as np
 from workbench.classify.select import split_train_val
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
-from workbench.stages.classify_router import mlp_config
+from workbench.stages.classify.router import mlp_config
 from workbench.stages.context import StageContext
 
 ONNX_TOLERANCE = 1e-5
@@ -255,7 +255,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         save_learned(model, ctx.out_dir / f"{kind}.json")
         if kind == "logistic":
             predictions["lr_weights"] = model.weights()
-    from workbench.stages.classify_router import cost_model, search_router
+    from workbench.stages.classify.router import cost_model, search_router
     from workbench.uncertainty.stat_costs import load_stat_costs
 
     router = search_router(ctx, data, features, fit_split, eval_split)

@@ -62,7 +62,7 @@ def check(config: RecipeView) -> None:
     """calibrate's load check: the label and the features it reads are collected, the calibrator candidates are
     distinct and the ranking tolerance is in [0, 1] (its fit split among the collected splits is an agreement,
     :data:`workbench.stages.agreements.AGREEMENTS`)."""
-    from workbench.stages.collect import LABELS, labels_for
+    from workbench.stages.collect.run import LABELS, labels_for
 
     section, collect = config.calibrate, config.collect
     collected = labels_for(list(collect.labels))

@@ -62,11 +62,11 @@ def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]])
 def check(config: RecipeView) -> None:
     """evaluate's load check: every method's options (:func:`workbench.methods.registry.check_options`), a method
     with learned parts only with the stages that make them, a distilled InSemRAG controller it can read, study
-    parameter files of methods it evaluates (:func:`workbench.stages.settings.export.check_method_params`: each
+    parameter files of methods it evaluates (:func:`workbench.stages.export.settings.check_method_params`: each
     method's own rule)."""
     from workbench.bundle.learned import read_params
     from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE, check_options
-    from workbench.stages.settings.export import check_method_params, decision_ready
+    from workbench.stages.export.settings import check_method_params, decision_ready
 
     section = config.evaluate
     try:

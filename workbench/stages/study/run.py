@@ -120,7 +120,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from workbench.bundle.provenance import question_record
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.registry import method_spec
-    from workbench.stages.evaluate import build_tools, run_learned
+    from workbench.stages.evaluate.run import build_tools, run_learned
     from workbench.tuning.objective import MethodObjective
     from workbench.tuning.space import parse_spaces
     from workbench.tuning.storage import describe_storage, open_storage, storage_url

@@ -56,8 +56,8 @@ class FitUtilitySection:
 
 
 def check(config: RecipeView) -> None:
-    """fit_utility's load check: :func:`workbench.stages.fit_utility.validate_section` on its section (the settings it
-    shares with D²-RAG are :data:`workbench.stages.agreements.AGREEMENTS`)."""
-    from workbench.stages.fit_utility import validate_section
+    """fit_utility's load check: :func:`workbench.stages.fit_utility.run.validate_section` on its section (the
+    settings it shares with D²-RAG are :data:`workbench.stages.agreements.AGREEMENTS`)."""
+    from workbench.stages.fit_utility.run import validate_section
 
     check_own_section("fit_utility", validate_section, config)
