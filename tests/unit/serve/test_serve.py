@@ -402,7 +402,10 @@ def test_run_server_binds_localhost_by_default_and_prints_its_urls(monkeypatch, 
 
     monkeypatch.setattr(uvicorn.Server, "main_loop", no_main_loop)
     run_server(FakeRuntime(), port=0, log_level="warning")
-    line = capsys.readouterr().out.strip()
+    # the warm-up thread may log a line of its own (to stdout when a handler is installed): read the server's line
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("workbench serve:")]
+    assert len(lines) == 1, lines
+    line = lines[0].strip()
     assert line.startswith("workbench serve: fake-bundle 1.2.3 at http://127.0.0.1:")
     port = line.split("http://127.0.0.1:")[1].split(" ")[0]
     url = f"http://127.0.0.1:{port}"
