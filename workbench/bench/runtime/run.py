@@ -47,6 +47,7 @@ from workbench.bench.report import write_bench_report
 from workbench.bench.runtime.report import BANNED, write_runtime_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.registry import decision_method
 from workbench.stages.context import StageContext
 
 # Batching across requests: in-process, the engine answers this many questions in one batch against one at a
@@ -164,17 +165,15 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
 
 def deciding_method(methods: list[str]) -> str:
     """The method of a bundle's ``methods`` whose answers this benchmark times on the decision path: the registry's
-    default (:func:`~workbench.methods.registry.default_method`) among those that decide with the fitted decision
-    policy. A ConfigError at ``bench_runtime.bundle`` when none does."""
-    from workbench.methods.registry import default_method, uses_decision_policy
-
-    deciders = [m for m in methods if uses_decision_policy(m)]
-    if not deciders:
+    :func:`~workbench.methods.registry.decision_method` (the default among those that decide with the fitted
+    decision policy). A ConfigError at ``bench_runtime.bundle`` when none does."""
+    method = decision_method(methods)
+    if method is None:
         raise ConfigError(
             f"the bundle's methods ({', '.join(methods)}) hold none that decides with the fitted decision policy",
             "bench_runtime.bundle",
         )
-    return default_method(deciders)
+    return method
 
 
 def measure_decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[str, Any] | None:
