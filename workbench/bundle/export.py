@@ -487,10 +487,10 @@ def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
 def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str, Any]], learned: Any) -> dict[str, str]:
     """Export = evaluate, checked: each shipped method's decision parameters (its options; the decision's τ) hash to the
     digest the evaluate stage recorded for what it ran (``summary.json``'s ``parameters_sha256``; recomputed from its
-    ``options`` / ``d2rag_tau`` for a run made before the digest). ConfigError naming the method, what would ship and
+    ``options`` and τ for a run made before the digest). ConfigError naming the method, what would ship and
     what evaluate ran (the values that differ, and both digests) otherwise — an ``evaluate.params`` file edited after
     the run. Returns ``{method: digest}`` of the methods evaluate ran (the manifest's ``provenance.evaluated``)."""
-    from workbench.bundle.learned import parameters_digests
+    from workbench.bundle.learned import parameters_digests, recorded_tau
 
     summary = run.json("evaluate", "summary.json")
     if not summary:
@@ -498,10 +498,11 @@ def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str,
     tau = learned.tau if learned is not None else None
     shipped = parameters_digests({m: options[m] for m in methods}, tau)
     ran = summary.get("options") or {}
-    recorded = summary.get("parameters_sha256") or parameters_digests(ran, summary.get("d2rag_tau"))
+    their_tau = recorded_tau(summary)  # the τ evaluate ran at, under its method's key
+    recorded = summary.get("parameters_sha256") or parameters_digests(ran, their_tau)
     for method in methods:
         if method in recorded and recorded[method] != shipped[method]:
-            differs = _differences(options[method], ran.get(method), tau, summary.get("d2rag_tau"), method)
+            differs = _differences(options[method], ran.get(method), tau, their_tau, method)
             raise ConfigError(
                 f"{method}: the bundle would ship {differs[0]} but evaluate ran {differs[1]} (parameters sha256 "
                 f"{shipped[method][:12]} vs evaluate's {recorded[method][:12]}): they changed after evaluate ran (an "

@@ -36,8 +36,9 @@ def load_learned(
 
     ``collect_dir`` supplies the LARS scorer the collection fitted (``lars_scorer.json``), which the ``lars`` feature
     needs at answer time, and the stats settings the features were collected with (``metadata.json``). A ``study``
-    output whose ``best_params.json`` holds ``d2rag_tau`` replaces classify's τ (rule ``study``). The calibrate
-    output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its questions against."""
+    output whose ``best_params.json`` holds a shipped τ (:func:`recorded_tau`) replaces classify's (rule
+    ``study``). The calibrate output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its
+    questions against."""
     from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
     from workbench.methods.learned import load_learned as load_artifact
 
@@ -64,7 +65,7 @@ def load_learned(
             lars = load_artifact(collect_dir / "lars_scorer.json", expect={"lars"})
         stats = collected_stats(collect_dir)
     rule, tau = str(threshold.get("rule", "")), threshold["tau"]
-    studied = study_params(study_dir).get("d2rag_tau") if study_dir is not None else None
+    studied = recorded_tau(study_params(study_dir))
     if studied is not None:
         rule, tau = "study", float(studied)
     ood_file = calibrate_dir / "ood.json"  # absent from calibrate outputs made before the OOD profile
@@ -83,10 +84,21 @@ def collected_stats(collect_dir: Path) -> Any:
 
 
 def study_params(study_dir: Path | None) -> dict[str, Any]:
-    """A study stage's ``best_params.json`` (``{"methods": {method: options}, "d2rag_tau": τ}``; {} without one)."""
+    """A study stage's ``best_params.json`` (``{"methods": {method: options}, "<method>_<param>": a learned part's
+    value, ...}``; {} without one)."""
     if study_dir is None or not (study_dir / "best_params.json").is_file():
         return {}
     return json.loads((study_dir / "best_params.json").read_text())
+
+
+def recorded_tau(record: dict[str, Any]) -> Any:
+    """The decision policy's τ a run's record holds (a study's ``best_params.json``, evaluate's ``summary.json``):
+    under the first of the registry's :func:`~workbench.methods.registry.learned_keys` for ``tau`` it gives
+    (``<method>_<param>`` of a method's study parameter that sets τ, D²-RAG's ``tau``), as recorded; None when it
+    gives none."""
+    from workbench.methods.registry import learned_keys
+
+    return next((record[key] for key in learned_keys("tau") if record.get(key) is not None), None)
 
 
 def read_params(path: Path) -> dict[str, Any]:
@@ -149,41 +161,42 @@ def option_setters(config: Any, name: str, study_dir: Path | None) -> dict[str, 
 
 
 def _params_tau(config: Any) -> tuple[float, str] | None:
-    """``(τ, file)`` of the last of ``config.evaluate.params`` that gives D²-RAG's τ (None: none does)."""
+    """``(τ, file)`` of the last of ``config.evaluate.params`` that gives the decision policy's τ (None: none
+    does)."""
     found = [(read_params(Path(p)).get("tau"), str(p)) for p in config.evaluate.params]
     found = [(float(tau), path) for tau, path in found if tau is not None]
     return found[-1] if found else None
 
 
 def config_params_tau(config: Any) -> float | None:
-    """D²-RAG's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
+    """The decision policy's τ from the last of ``config.evaluate.params`` that gives one (None: none does)."""
     found = _params_tau(config)
     return None if found is None else found[0]
 
 
 def tau_setter(config: Any, study_dir: Path | None, learned: Any) -> Setter:
-    """Who set D²-RAG's τ as :func:`evaluated_learned` resolves it (``learned``: what it returned): the last
-    ``evaluate.params`` file giving one, else the run's study (``best_params.json``'s ``d2rag_tau``), else classify
-    (``source``: the rule it chose τ by)."""
+    """Who set the decision policy's τ as :func:`evaluated_learned` resolves it (``learned``: what it returned): the
+    last ``evaluate.params`` file giving one, else the run's study (its ``best_params.json``'s
+    :func:`recorded_tau`), else classify (``source``: the rule it chose τ by)."""
     found = _params_tau(config)
     if found is not None:
         return Setter("params", found[1])
-    if study_dir is not None and study_params(study_dir).get("d2rag_tau") is not None:
+    if recorded_tau(study_params(study_dir)) is not None:
         return Setter("study", str(study_dir / "best_params.json"))
     return Setter("classify", getattr(learned, "tau_rule", None) or None)
 
 
-def parameters_digests(options: dict[str, dict[str, Any]], d2rag_tau: float | None) -> dict[str, str]:
-    """``{method: sha256}`` of the decision parameters each method runs with: its options and, for D²-RAG (and its
-    oracle variant), the τ of its retrieval decision. The evaluate stage records them (``summary.json``'s
+def parameters_digests(options: dict[str, dict[str, Any]], tau: float | None) -> dict[str, str]:
+    """``{method: sha256}`` of the decision parameters each method runs with: its options and, for a method that
+    decides with the fitted decision policy (D²-RAG and its oracle variant), the policy's ``tau``. The evaluate
+    stage records them (``summary.json``'s
     ``parameters_sha256``) and the export recomputes them for what it ships: a difference is refused, so a bundle
     never ships a parameter evaluate did not run (an ``evaluate.params`` file edited after the run)."""
     from workbench.core.hashing import stable_hash
+    from workbench.methods.registry import uses_decision_policy
 
     return {
-        method: stable_hash(
-            {"options": values, **({"tau": d2rag_tau} if method in ("d2rag", "d2rag_oracle") else {})}, length=64
-        )
+        method: stable_hash({"options": values, **({"tau": tau} if uses_decision_policy(method) else {})}, length=64)
         for method, values in options.items()
     }
 

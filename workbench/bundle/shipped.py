@@ -1,7 +1,8 @@
 """What a bundle decides, read from its manifest alone — the one record every reader renders.
 
 The export writes D²-RAG's retrieval decision once: the rule (``decision``: the router or classifier, its features,
-τ), who set τ and α and on which questions (``provenance.fitted``: classify, a study, a parameters file, or
+τ), who set τ and the deciding method's decision settings (its spec's ``decision_settings``: D²-RAG's α) and on
+which questions (``provenance.fitted``: classify, a study, a parameters file, or
 ``workbench decide`` after the run), and *their* held-out figures (the row of ``metrics.routing`` that ``chosen``
 names: classify's routing table, or the predictions routed again at the shipped τ when a study, a parameters file or
 ``decide`` moved it). The model card, the run report's bundle and routing
@@ -24,8 +25,8 @@ from typing import Any
 from workbench.core.formatting import fmt
 
 KINDS = {"logistic": "LR", "mlp": "MLP"}
-ALPHAS = ("alpha_pos", "alpha_neg")
-GREEK = {"alpha_pos": "α_pos", "alpha_neg": "α_neg"}
+GREEK_LETTERS = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "theta": "θ", "lambda": "λ", "tau": "τ"}
+"""A setting whose name starts with a Greek letter's is printed with the letter (``alpha_pos`` as ``α_pos``)."""
 SETTER_WORDS = {"study": "the study", "params": "a parameters file", "decide": "`workbench decide`"}
 """Who moved τ from classify's, in words (the card, the report)."""
 
@@ -72,8 +73,9 @@ class HeldOut:
 @dataclass(frozen=True)
 class ShippedDecision:
     """D²-RAG's retrieval decision as a bundle ships it: the router (``name``: kind and features, its
-    ``calibrator``), τ (``always_retrieve`` when it is above 1: no feature is computed), α, and the held-out figures
-    measured at that τ (None when the manifest holds none at it)."""
+    ``calibrator``), τ (``always_retrieve`` when it is above 1: no feature is computed), the deciding method's
+    decision settings (``alphas``: D²-RAG's α, by setting name), and the held-out figures measured at that τ (None
+    when the manifest holds none at it)."""
 
     name: str
     features: list[str]
@@ -105,11 +107,28 @@ def _setting(value: Any, record: Any, fallback: str) -> Setting:
     return Setting(value, set_by, record.get("split"), record.get("questions"), source)
 
 
-def _alpha_default(name: str) -> Any:
-    """D²-RAG's own default of ``name`` (imported only when a bundle ships the default)."""
+def symbol(name: str) -> str:
+    """A setting's name as printed: its leading Greek letter's name as the letter (``alpha_pos`` → ``α_pos``)."""
+    head, sep, rest = name.partition("_")
+    return GREEK_LETTERS.get(head, head) + sep + rest
+
+
+def _decider(methods: Any) -> tuple[str | None, tuple[str, ...]]:
+    """The method whose decision settings go with the decision (the registry's
+    :func:`~workbench.methods.registry.decision_method` of ``methods``, else of every known method) and those
+    settings (its spec's ``decision_settings``); ``(None, ())`` when no method decides with the policy."""
+    from workbench.methods.registry import METHOD_TABLE, decision_method
+
+    names = [str(m) for m in methods] if isinstance(methods, list | tuple | dict) else []
+    method = decision_method(names) or decision_method()
+    return method, (METHOD_TABLE[method].decision_settings if method is not None else ())
+
+
+def _default(method: str, name: str) -> Any:
+    """Method ``method``'s own default of setting ``name`` (imported only when a bundle ships the default)."""
     from workbench.methods.registry import settings_class
 
-    return getattr(settings_class("d2rag")(), name)
+    return getattr(settings_class(method)(), name)
 
 
 def _number(value: Any) -> float | None:
@@ -144,7 +163,8 @@ def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None
 
 def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) -> ShippedDecision | None:
     """The decision a bundle ships (module docstring), or None for a bundle without D²-RAG. ``with_defaults``: read
-    the value of an α the bundle leaves at D²-RAG's default from the method (imports it); else that value is None."""
+    the deciding method and the value of a decision setting the bundle leaves at its default from the method
+    registry (imports it); else no decision setting is read (``alphas`` is empty)."""
     decision = manifest.get("decision")
     if not isinstance(decision, dict):
         return None
@@ -152,11 +172,13 @@ def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) ->
     rule = str(decision.get("rule") or "")
     tau_record = fitted.get("decision.tau")
     tau = _setting(decision.get("tau"), tau_record, "study" if rule == "study" else "classify")
-    options = ((manifest.get("methods") or {}).get("d2rag") or {}).get("options") or {}
+    methods = manifest.get("methods") or {}
+    method, shown = _decider(methods) if with_defaults else (None, ())
+    options = ((methods.get(method) if isinstance(methods, dict) else None) or {}).get("options") or {}
     alphas = {}
-    for name in ALPHAS:
-        value = options.get(name, _alpha_default(name) if with_defaults else None)
-        alphas[name] = _setting(value, fitted.get(f"d2rag.{name}"), "recipe" if name in options else "default")
+    for name in shown:
+        value = options.get(name, _default(str(method), name))
+        alphas[name] = _setting(value, fitted.get(f"{method}.{name}"), "recipe" if name in options else "default")
     routing = (manifest.get("metrics") or {}).get("routing") or {}
     # a bundle without the record, whose τ a study moved, holds its routing row at classify's τ: not this decision's
     measured = "shipped_by" in routing or tau.set_by == "classify"
@@ -188,8 +210,8 @@ def decision_line(decision: ShippedDecision) -> str:
         what = f"D²-RAG retrieves for every question: τ = {tau_text(decision)}, so `{decision.name}` is never computed"
     else:
         what = f"D²-RAG retrieves iff P(correct) < τ = {tau_text(decision)} under `{decision.name}`"
-    alphas = ", ".join(f"{GREEK[name]} = {s.value_text()} ({s.origin()})" for name, s in decision.alphas.items())
-    line = f"{what}; τ set by {decision.tau.origin()}; {alphas}"
+    shown = [f"{symbol(name)} = {s.value_text()} ({s.origin()})" for name, s in decision.alphas.items()]
+    line = "; ".join([what, f"τ set by {decision.tau.origin()}", *([", ".join(shown)] if shown else [])])
     held = decision.held_out
     if held is None:
         return line + "; no held-out figure at this τ"
@@ -215,7 +237,8 @@ def decision_view(manifest: dict[str, Any]) -> dict[str, Any] | None:
 def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     """The decision a finished run would ship, before any export (what its report shows when the run exports
     nothing): D²-RAG's parts as evaluate runs them (:func:`~workbench.bundle.learned.evaluated_learned`), who set τ
-    and α, no held-out figure (only the export routes the evaluation split again at a moved τ). None without
+    and the deciding method's decision settings (that of ``evaluate.methods``' gold-free ones, else of every known
+    method), no held-out figure (only the export routes the evaluation split again at a moved τ). None without
     classify's outputs."""
     from workbench.bundle.learned import evaluated_learned, evaluated_options, option_setters, tau_setter
 
@@ -227,11 +250,14 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     classifier = router["spec"]["kind"] if router else chosen["chosen"]
     calibrator = router["spec"]["calibrator"] if router else config.calibrate.kind
     setter = tau_setter(config, stage_dir("study"), learned)
-    options = evaluated_options(config, "d2rag", stage_dir("study"))
-    setters = option_setters(config, "d2rag", stage_dir("study"))
+    from workbench.methods.registry import GOLD_METHODS
+
+    method, shown = _decider([m for m in config.evaluate.methods if m not in GOLD_METHODS])
+    options = evaluated_options(config, str(method), stage_dir("study"))
+    setters = option_setters(config, str(method), stage_dir("study"))
     alphas = {
-        name: _run_setting(options.get(name, _alpha_default(name)), setters.get(name), stage_dir("study"))
-        for name in ALPHAS
+        name: _run_setting(options.get(name, _default(str(method), name)), setters.get(name), stage_dir("study"))
+        for name in shown
     }
     features = list(learned.features)
     return ShippedDecision(

@@ -69,7 +69,9 @@ __all__ = [
     "build_method",
     "check_options",
     "configure",
+    "decision_method",
     "default_method",
+    "learned_keys",
     "method_settings",
     "method_spec",
     "missing_method",
@@ -200,6 +202,26 @@ def default_method(names: Iterable[str]) -> str:
     if not names:
         raise ValueError("no method to choose from")
     return max(names, key=lambda n: (METHOD_TABLE[n].rank if n in METHOD_TABLE else 0, -names.index(n)))
+
+
+def decision_method(names: Iterable[str] | None = None) -> str | None:
+    """The method whose facts go with the fitted decision policy (the settings a shipped decision shows beside τ,
+    the method a benchmark times on the decision path): the :func:`default_method` of those of ``names`` (default:
+    the whole table) that use the decision policy; None when none does."""
+    deciders = [n for n in (METHOD_TABLE if names is None else names) if uses_decision_policy(n)]
+    return default_method(deciders) if deciders else None
+
+
+def learned_keys(part: str) -> list[str]:
+    """``<method>_<param>`` for every study parameter that sets learned part ``part`` (a spec's ``learned_params``),
+    in the table's order: the keys under which a study's ``best_params.json`` holds a shipped value of it, and
+    evaluate's ``summary.json`` the value it ran with (``tau``: D²-RAG's ``d2rag_tau``)."""
+    return [
+        f"{name}_{param}"
+        for name, spec in METHOD_TABLE.items()
+        for param, target in spec.learned_params.items()
+        if target == part
+    ]
 
 
 def settings_class(name: str) -> type | None:

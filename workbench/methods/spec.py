@@ -146,6 +146,8 @@ class MethodSpec:
       ``evaluate_dir -> markdown lines``: its own section of the evaluate report (after the methods table).
     * ``gold_free_twin`` — a ``gold`` variant's gold-free twin, exported in its place (the learned-utility variant
       of a method whose oracle variant reads the gold answer).
+    * ``decision_settings`` — of a method that uses the decision policy: the settings a shipped decision shows
+      beside τ, with who set them (D²-RAG's ``alpha_pos`` / ``alpha_neg``: :mod:`workbench.bundle.shipped`).
     """
 
     name: str
@@ -172,6 +174,7 @@ class MethodSpec:
     agreements: tuple[AgreementRow, ...] = ()
     report: Callable[[Path], list[str]] | None = None
     gold_free_twin: str | None = None
+    decision_settings: tuple[str, ...] = ()
 
     def settings_class(self) -> type | None:
         """The settings dataclass (imported now when the spec holds a function returning it), or None."""

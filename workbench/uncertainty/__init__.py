@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from workbench.uncertainty.features import (
-    D2RAG_FEATURES,
     FEATURES,
     SEED_FEATURES,
     Feature,
@@ -20,7 +19,6 @@ from workbench.uncertainty.features import (
 from workbench.uncertainty.stats import STATS, MissingStatError, StatSpec
 
 __all__ = [
-    "D2RAG_FEATURES",
     "FEATURES",
     "SEED_FEATURES",
     "STATS",

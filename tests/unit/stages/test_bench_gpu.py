@@ -20,7 +20,7 @@ from workbench.bench.gpu import run as bench_gpu
 from workbench.bench.gpu.settings import BenchGpuSection
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
-from workbench.uncertainty.features import D2RAG_FEATURES
+from workbench.uncertainty.features import SEED_FEATURES
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
 PASSAGES = [
@@ -56,7 +56,7 @@ def test_the_recipe_validates_with_the_gpu_defaults():
     assert config.stages == ["build_data", "bench_gpu", "report_bench_gpu"]
     section = config.bench_gpu
     assert section.device == "cuda" and section.dtype == "bfloat16"
-    assert section.models == ["smollm2-135m", "llama-1b"] and section.features == list(D2RAG_FEATURES)
+    assert section.models == ["smollm2-135m", "llama-1b"] and section.features == list(SEED_FEATURES)
     assert section.batch_sizes == [1, 8, 32, 64] and section.concurrency == [1, 8, 32, 64]
     assert section.decode_batch_sizes == [1, 8, 32]
 

@@ -8,7 +8,7 @@ from typing import Any
 from workbench.core.config import doc, printable
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
-from workbench.uncertainty.features import D2RAG_FEATURES
+from workbench.uncertainty.features import SEED_FEATURES
 
 
 @dataclass
@@ -43,7 +43,7 @@ class BenchFeaturesSection:
 
     split: str = doc("split the questions come from", "test")
     questions: int = doc("questions measured (the same ones for every way)", 8)
-    features: list[str] = doc("features measured (default: the 18 of D²-RAG)", list(D2RAG_FEATURES))
+    features: list[str] = doc("features measured (default: the seed feature set (18))", list(SEED_FEATURES))
     samples: int = doc("answers sampled per question (N)", 5)
     temperature: float = doc("sampling temperature", 0.7)
     max_new_tokens: int = doc("length cap of the greedy answer and of each sample", 16)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
-from workbench.uncertainty.features import D2RAG_FEATURES
+from workbench.uncertainty.features import SEED_FEATURES
 
 
 @dataclass
@@ -38,7 +38,7 @@ class BenchGpuSection:
         "full)",
         16,
     )
-    features: list[str] = doc("features collected (default: the 18 of D²-RAG)", list(D2RAG_FEATURES))
+    features: list[str] = doc("features collected (default: the seed feature set (18))", list(SEED_FEATURES))
     samples: int = doc("answers sampled per question (N)", 5)
     temperature: float = doc("sampling temperature", 0.7)
     max_new_tokens: int = doc(

@@ -47,6 +47,7 @@ from workbench.bench.report import write_bench_report
 from workbench.bench.runtime.report import BANNED, write_runtime_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.registry import decision_method
 from workbench.stages.context import StageContext
 
 # Batching across requests: in-process, the engine answers this many questions in one batch against one at a
@@ -162,11 +163,24 @@ def _parity(run_dir: Path, rt_numpy: Any, rt_onnx: Any) -> tuple[dict[str, Any],
     return out, rows
 
 
+def deciding_method(methods: list[str]) -> str:
+    """The method of a bundle's ``methods`` whose answers this benchmark times on the decision path: the registry's
+    :func:`~workbench.methods.registry.decision_method` (the default among those that decide with the fitted
+    decision policy). A ConfigError at ``bench_runtime.bundle`` when none does."""
+    method = decision_method(methods)
+    if method is None:
+        raise ConfigError(
+            f"the bundle's methods ({', '.join(methods)}) hold none that decides with the fitted decision policy",
+            "bench_runtime.bundle",
+        )
+    return method
+
+
 def measure_decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> dict[str, Any] | None:
-    """What deciding costs per question with the shipped router: measured — the ``features`` step of D²-RAG's
-    trace over ``questions`` (cold-cache counts: what the generation cache served is counted as work) — and priced
-    from the run's per-stat costs for the shipped router's features against every collected feature. None when the
-    run has no per-stat costs (collected before they existed)."""
+    """What deciding costs per question with the shipped router: measured — the ``features`` step of the trace of
+    the bundle's deciding method (:func:`deciding_method`) over ``questions`` (cold-cache counts: what the generation
+    cache served is counted as work) — and priced from the run's per-stat costs for the shipped router's features
+    against every collected feature. None when the run has no per-stat costs (collected before they existed)."""
     from workbench.routing.cost import CostModel, RetrievalCost
     from workbench.routing.search import decision_cost
     from workbench.uncertainty.stat_costs import load_stat_costs
@@ -183,14 +197,16 @@ def measure_decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> 
     # τ > 1 retrieves for every question: D²-RAG computes no feature (decision_cost)
     priced = {"shipped": decision_cost(model.features_cost(shipped), tau), "all": model.features_cost(collected)}
     priced["shipped"] = {key: float(priced["shipped"].get(key, 0.0)) for key in priced["all"]}
+    method = deciding_method(list(runtime.methods))
     measured: dict[str, float] = {}
     for question in questions:
-        steps = runtime.answer(question, method="d2rag").trace.get("steps", [])
+        steps = runtime.answer(question, method=method).trace.get("steps", [])
         cost = next((step.get("cost", {}) for step in steps if step["name"] == "features"), {})
         for key in ("lm_calls", "prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs"):
             value = float(cost.get(key, 0.0)) + float(cost.get(f"cached_{key}", 0.0))
             measured[key] = measured.get(key, 0.0) + value / max(len(questions), 1)
     return {
+        "method": method,
         "split": split,
         "tau": tau,
         "shipped_features": shipped,
@@ -323,10 +339,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     end_to_end = _end_to_end(run_dir, rt_numpy.root, list(section.end_to_end_methods), threads)
     question = _questions(run_dir, 1)[0]
     ctx.log.info("first answer in a fresh interpreter (models, corpus, retriever built)")
+    method = deciding_method(list(rt_numpy.methods))
     first = _python(
-        FIRST.format(path=str(rt_numpy.root), method="d2rag", question=question, banned=BANNED, threads=threads or 1),
+        FIRST.format(path=str(rt_numpy.root), method=method, question=question, banned=BANNED, threads=threads or 1),
         threads,
     )
+    first["method"] = method
     ctx.log.info(
         "serve: %d requests at concurrency %s, then %d abandoned",
         section.serve_requests,

@@ -180,6 +180,7 @@ _COMMON: dict[str, Any] = {
     "deferred": ("features",),
     "needs": frozenset({"step_logits"}),  # contrastive decoding reads the per-step logits of two streams
     "decide": decide,
+    "decision_settings": ("alpha_pos", "alpha_neg"),  # the contrastive α a shipped decision shows beside τ
 }
 
 METHODS = (

@@ -67,19 +67,8 @@ from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared
 from workbench.methods.common import context_block, generate_answers, prompt_for
 from workbench.methods.d2rag.settings import MODES, D2RAGSettings
 from workbench.methods.seper.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
+from workbench.methods.seper.utility_classifier import utility_class  # the one cut of δ into classes
 from workbench.uncertainty.calculators import StatSettings
-
-
-def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
-    """``"noisy"`` if δ < τ_neg (checked first, as in the code), ``"relevant"`` if δ > τ_pos, else ``"neutral"``
-    (also for NaN)."""
-    if math.isnan(delta):
-        return "neutral"
-    if delta < tau_neg:
-        return "noisy"
-    if delta > tau_pos:
-        return "relevant"
-    return "neutral"
 
 
 def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: float) -> tuple[str, str]:

@@ -4,8 +4,8 @@ Spec §13.1 recommends, in place of the gold-using ΔSePer at inference, a ``uti
 gold exists": target "3 classes via the same τ's", model "LR or small GBM, thresholds from dev". This is that
 estimator, on the open-answer features of :data:`~workbench.methods.seper.utility.UTILITY_FEATURES`:
 
-* **Labels.** ΔSePer cut at τ_pos / τ_neg exactly as D²-RAG cuts δ (:func:`~workbench.methods.d2rag.utility_class`:
-  noisy iff δ < τ_neg, relevant iff δ > τ_pos, else neutral; defaults 0.12 / −0.10, spec §7.3 / §13.3).
+* **Labels.** ΔSePer cut at τ_pos / τ_neg by :func:`utility_class`, the cut D²-RAG decodes a δ by (noisy iff
+  δ < τ_neg, relevant iff δ > τ_pos, else neutral; defaults 0.12 / −0.10, spec §7.3 / §13.3).
 * **Model.** A multinomial logistic regression on standardised inputs (NaN imputed with the training means), L2
   penalty ``l2`` on the standardised weights (scikit-learn's ``C = 1 / l2``; ``l2 = 0``: none), **balanced class
   weights** (each class weighs ``n / (3 · n_class)``), so a minority class — "noisy" — is predicted at all; an
@@ -73,10 +73,21 @@ _KEYS = frozenset(
 )
 
 
-def class_labels(delta: Sequence[float] | np.ndarray, tau_pos: float, tau_neg: float) -> np.ndarray:
-    """The utility class of each ΔSePer value, cut as D²-RAG cuts δ (an array of class names)."""
-    from workbench.methods.d2rag import utility_class
+def utility_class(delta: float, tau_pos: float, tau_neg: float) -> str:
+    """The utility class of a utility δ (ΔSePer or a prediction of it), the cut D²-RAG decodes by (spec §7.2):
+    ``"noisy"`` if δ < τ_neg (checked first, as in the code), ``"relevant"`` if δ > τ_pos, else ``"neutral"`` (also
+    for NaN)."""
+    if math.isnan(delta):
+        return "neutral"
+    if delta < tau_neg:
+        return "noisy"
+    if delta > tau_pos:
+        return "relevant"
+    return "neutral"
 
+
+def class_labels(delta: Sequence[float] | np.ndarray, tau_pos: float, tau_neg: float) -> np.ndarray:
+    """The utility class of each ΔSePer value (:func:`utility_class`: an array of class names)."""
     return np.asarray([utility_class(float(v), tau_pos, tau_neg) for v in np.asarray(delta, dtype=float)], dtype=str)
 
 

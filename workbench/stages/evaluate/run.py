@@ -18,7 +18,8 @@ Outputs:
 * ``summary.json`` — per method (:func:`~workbench.methods.evaluation.summary_metrics`): mean EM / F1 / containment,
   retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
   tokens and the uncached totals per question, latency p50 / p95, fallbacks; and ``options`` (each method's options
-  as it ran: :func:`evaluated_options`) and ``d2rag_tau`` (D²-RAG's τ: :func:`evaluated_learned`) — the export
+  as it ran: :func:`evaluated_options`) and the decision policy's τ (:func:`evaluated_learned`; under each key of
+  :func:`~workbench.methods.registry.learned_keys` for ``tau``, ``<method>_tau`` of D²-RAG) — the export
   builds the bundle with the same two functions, and ``bench_runtime`` checks the bundle against these records —
   and ``parameters_sha256`` (:func:`~workbench.bundle.learned.parameters_digests`: per method, a digest of those
   options and τ), which the export recomputes for what it ships and refuses to ship anything else.
@@ -55,6 +56,7 @@ from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.core.formatting import counted
 from workbench.methods.evaluation import summarise
+from workbench.methods.registry import learned_keys
 from workbench.stages.context import StageContext
 
 
@@ -158,7 +160,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "notes": notes,
             "reuse_generations": section.reuse_generations,
             "options": options,  # what each method ran with (study and evaluate.params laid over the recipe's)
-            "d2rag_tau": learned.tau if learned is not None else None,
+            **{key: learned.tau if learned is not None else None for key in learned_keys("tau")},
             # the digest of each method's decision parameters: the export refuses to ship others
             "parameters_sha256": parameters_digests(options, learned.tau if learned is not None else None),
         },

@@ -17,8 +17,8 @@ class EvaluateSection:
     split: str = doc("split to answer", "test")
     limit: int | None = doc("first N questions of the split (null: all)", 10)
     methods: list[str] = doc(
-        "methods to run: no_rag, standard_rag, oracle (gold-dependent), dtr, dense_rag, d2rag, d2rag_oracle "
-        "(gold-dependent utility), insemrag, insemrag_distilled (InSemRAG with the distilled controller)",
+        "methods to run: any of the method registry's (`workbench config evaluate` lists each with its options; "
+        "docs/methods/); those that read the gold answer evaluate only and never ship",
         ["no_rag", "standard_rag", "oracle", "dtr", "dense_rag", "d2rag", "insemrag"],
     )
     options: dict[str, dict] = doc(

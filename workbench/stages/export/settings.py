@@ -23,7 +23,9 @@ class ExportSection:
         "where bundles go: <dir>/<name>/<version>/ and <dir>/<name>/<name>-<version>.tar.gz", "artifacts/bundles"
     )
     methods: list[str] | None = doc(
-        "methods in the bundle (null: evaluate.methods without the gold-using oracle and d2rag_oracle)", None
+        "methods in the bundle (null: evaluate.methods without the gold-using ones, a gold-using variant replaced by "
+        "its gold-free twin)",
+        None,
     )
     archive: bool = doc("also write the .tar.gz", True)
     on_retriever_failure: Literal["error", "closed_book"] = doc(
@@ -36,7 +38,7 @@ class ExportSection:
         "let the bundle, answering on a served model, score decision features that server does not give exactly"
         " (P(True) / verbalized confidence absent without echo; see docs/served-models.md) with calibrators fitted on"
         " exact values: every answer then carries a note naming them (false: such a server is refused at the first"
-        " d2rag answer)",
+        " answer that computes them)",
         False,
     )
 

@@ -14,11 +14,10 @@ from workbench.core.settings import RecipeView
 class StudySection:
     """The 'study' stage: Optuna studies of the methods' thresholds and decoding coefficients (docs/studies.md)."""
 
-    methods: list[str] = doc("methods to tune (dtr, d2rag, dense_rag, insemrag)", ["dtr", "d2rag"])
+    methods: list[str] = doc("methods to tune: any with a study space (docs/studies.md)", ["dtr", "d2rag"])
     space: dict[str, dict] = doc(
         "per method {parameter: {low, high[, log][, int]} | {choices: [...]} | {breakpoints: true}}; a method not "
-        "named gets its default space (dtr: tau on a log scale; d2rag: tau, alpha_pos, alpha_neg; dense_rag: theta "
-        "over its DSE breakpoints)",
+        "named gets its method's default space (docs/studies.md lists them)",
         {},
     )
     split: str = doc("split every trial is scored on", "val")

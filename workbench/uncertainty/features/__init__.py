@@ -72,9 +72,6 @@ SEED_FEATURES: tuple[str, ...] = tuple(f.name for f in _ALL[:18])
 """The 18 features of the seed papers' feature set, in the column order of D²-RAG's feature vector u (spec §3.1,
 rows 0–17): the default of the feature benchmarks."""
 
-D2RAG_FEATURES = SEED_FEATURES
-"""Deprecated alias of :data:`SEED_FEATURES` (kept while other modules still import it)."""
-
 
 def _check_registry() -> None:
     """Fail at import if a feature breaks the contract (unique names, ±1 orientation, known stats and category)."""
@@ -168,7 +165,6 @@ def compute_features(
 
 
 __all__ = [
-    "D2RAG_FEATURES",
     "FEATURES",
     "SEED_FEATURES",
     "AttentionScore",
