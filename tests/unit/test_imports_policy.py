@@ -25,18 +25,19 @@ from tests.tools.import_policy import (
 from workbench.core import heavy_imports
 from workbench.core.heavy_imports import HEAVY_MODULES, LAZY_IMPORTERS, PLATFORM_MODULES
 
-FOLLOWING = ("workbench/cli", "workbench/serve", "workbench/backends/generator")
-"""The folders whose function-level imports must all be justified (split by job in issue 44, their imports hoisted)."""
+FOLLOWING = ("workbench/cli", "workbench/serve", "workbench/backends/generator", "workbench/bench", "workbench/reports")
+"""The folders whose function-level imports must all be justified (their imports hoisted in issue 44)."""
 
-UNJUSTIFIED_CEILING = 602
-"""Function-level imports of the whole package the policy does not justify, counted when the policy came in (of
-1,049, after hoisting those of cli/, serve/ and backends/generator/; `python -m tests.tools.import_policy report`
-lists them). It may only go down: after hoisting some
+UNJUSTIFIED_CEILING = 462
+"""Function-level imports of the whole package the policy does not justify: 602 when the policy came in (after
+hoisting those of cli/, serve/ and backends/generator/), 462 of 963 once bench/ and reports/ were hoisted too
+(`python -m tests.tools.import_policy report` lists them). It may only go down: after hoisting some
 (`python -m tests.tools.import_policy hoist FILE`), lower it to the new count."""
 
-MODULE_NAME_STRINGS_CEILING = 93
-""""module:Name" strings in the package when the policy came in (the stage registry 71, the learned-part table of
-methods/learned.py 12, recipe.py 5, the method registry 4, evaluate settings 1). They belong at the plugin boundary
+MODULE_NAME_STRINGS_CEILING = 18
+""""module:Name" strings in the package: 93 when the policy came in (the stage registry 71, the learned-part table of
+methods/learned.py 12, recipe.py 5, the method registry 4, evaluate settings 1), 18 once stages and methods became
+packages (the learned-part table, recipe.py's moved names, evaluate settings 1). They belong at the plugin boundary
 only: the count may only go down."""
 
 

@@ -8,8 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.choice import CalibratorChoice
+from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
-from workbench.metrics.bootstrap import N_RESAMPLES, describe
+from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
+from workbench.metrics.ranking import auroc, auroc_rows
+from workbench.metrics.rejection import prr, spearman
+from workbench.plots import grouped_bars, heatmap, horizontal_bars, rejection_curves, reliability_grid, roc_curves
+from workbench.reports.router import router_lines
 
 
 def _minmax(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -20,8 +26,6 @@ def _minmax(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], str]:
     """Markdown for the calibration section (+ its PNGs in ``out_dir``); also returns the evaluation split."""
-    from workbench.metrics.rejection import spearman
-    from workbench.plots import grouped_bars, heatmap, reliability_grid
 
     meta = json.loads((calibrate_dir / "summary.json").read_text())
     metrics = json.loads((calibrate_dir / "metrics.json").read_text())
@@ -104,7 +108,6 @@ def choice_lines(meta: dict[str, Any]) -> list[str]:
     """Markdown: which calibrator each feature got and why (``summary.json``'s ``choices``; nothing for a run made
     before them) — every candidate's out-of-fold log loss on the fit split, the raw score's AUROC there against the
     chosen calibrator's out-of-fold one, and a bold line for each feature whose calibrator loses ranking."""
-    from workbench.calibration.choice import CalibratorChoice
 
     records = meta.get("choices")
     if not records:
@@ -158,7 +161,6 @@ def _role_lines(selection: dict) -> list[str]:
 
 def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     """Markdown for the decision-classifier section and the routing table (+ its PNGs in ``out_dir``)."""
-    from workbench.plots import rejection_curves, roc_curves
 
     selection = json.loads((classify_dir / "selection.json").read_text())
     routing = json.loads((classify_dir / "routing.json").read_text())
@@ -201,7 +203,6 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     lines += ["", "![ROC](roc.png) ![rejection](rejection.png)", ""]
     if "lr_weights" in pred:
         lines += lr_weight_lines(pred, labels, split, out_dir)
-    from workbench.reports.router import router_lines
 
     return lines + router_lines(classify_dir, out_dir)
 
@@ -210,8 +211,6 @@ def lr_weight_lines(pred: dict[str, Any], labels: np.ndarray, split: str, out_di
     """Markdown for the LR weights plot (``lr_weights.png``), after a bold paragraph naming each weight whose sign the
     feature's own AUROC on ``split`` contradicts (:func:`workbench.classify.weight_flags.flag_weights`); the plot
     marks those features too."""
-    from workbench.classify.weight_flags import describe_flags, flag_weights
-    from workbench.plots import horizontal_bars
 
     flags = flag_weights(pred["lr_weights"], pred["features"], labels)
     relabel = {flag.feature: flag.label(split) for flag in flags}
@@ -284,9 +283,6 @@ def paired_bootstrap(
     accounts for the scorers ranking the same questions), by :func:`workbench.metrics.bootstrap.bootstrap_intervals`.
     Resamples with one class only make the figures NaN: the interval is then the percentile one of the defined
     resamples, and NaN when more than half were undefined (see that module)."""
-    from workbench.metrics.bootstrap import bootstrap_intervals
-    from workbench.metrics.ranking import auroc_rows
-    from workbench.metrics.rejection import prr
 
     y = np.asarray(labels, dtype=float)
     arrays = {name: np.asarray(values, dtype=float) for name, values in scores.items()}
@@ -307,8 +303,6 @@ def paired_bootstrap(
 
 def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: str, split: str) -> list[str]:
     """Markdown: do LR / MLP over the calibrated features rank correctness better than the best single feature?"""
-    from workbench.metrics.ranking import auroc
-    from workbench.metrics.rejection import prr
 
     scores = {k: pred[k] for k in ("LR", "MLP") if k in pred}
     if not scores:
@@ -345,7 +339,6 @@ def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: 
 
 
 def _auroc(values: list[float], labels: np.ndarray) -> float:
-    from workbench.metrics.ranking import auroc
 
     value = auroc(values, labels)
     return -1.0 if np.isnan(value) else value

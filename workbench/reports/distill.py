@@ -7,13 +7,18 @@ stage places them); it also draws ``distill_data_rows.png`` (rows per decision a
 from __future__ import annotations
 
 import json
+import json as _json
 from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import counted, fmt, markdown_table
+from workbench.core.formatting import fmt as _fmt
+from workbench.core.formatting import markdown_table as _table
+from workbench.distill.traces import DECISIONS
 from workbench.distill.traces import DECISIONS as _DECISIONS
 from workbench.distill.traces import SOURCES as _SOURCES
 from workbench.distill.traces import TRACE_SPLITS as _SPLITS
+from workbench.plots import grouped_bars, loss_curve
 
 __all__ = ["distill_data_lines", "distill_lines"]
 
@@ -103,7 +108,6 @@ def distill_data_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines of the ``distill_data`` section from the stage output ``stage_dir``: the teacher, rows per
     decision and source in each split, the unusable teacher replies skipped per decision, the label balance of the
     single-token decisions and the teacher's cost per question; draws ``distill_data_rows.png`` into ``out_dir``."""
-    from workbench.plots import grouped_bars
 
     summary = json.loads((Path(stage_dir) / "summary.json").read_text())
     splits = summary.get("splits", {})
@@ -156,12 +160,6 @@ def distill_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     ``heldout.json``): the training record and ``distill_loss.png`` (drawn into ``out_dir``), the held-out agreement
     of base and student with the teacher's and the gold rows per decision, parse failures of the generative
     decisions, and controller latency and tokens per decision."""
-    import json as _json
-
-    from workbench.core.formatting import fmt as _fmt
-    from workbench.core.formatting import markdown_table as _table
-    from workbench.distill.traces import DECISIONS
-    from workbench.plots import loss_curve
 
     stage_dir, out_dir = Path(stage_dir), Path(out_dir)
     summary = _json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))

@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from workbench.metrics.bootstrap import N_RESAMPLES
+from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_interval
+from workbench.metrics.ranking import auroc_rows
+from workbench.plots import grouped_bars
 
 
 def bootstrap_auroc(
@@ -21,8 +23,6 @@ def bootstrap_auroc(
     then the interval is the percentile one of the defined resamples (NaN when fewer than half are). Small splits
     with few correct answers give wide intervals; the report prints them so nobody over-reads a rank.
     """
-    from workbench.metrics.bootstrap import bootstrap_interval
-    from workbench.metrics.ranking import auroc_rows
 
     s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
     return bootstrap_interval(
@@ -63,7 +63,6 @@ def feature_section(collect_dir: Path, out_dir: Path, split: str = "test") -> li
     The table shows each split's AUROC for ``correct_contains`` with a 90% BCa bootstrap interval on ``split``, the
     share of correct answers, and the features' collection cost per question.
     """
-    from workbench.plots import grouped_bars
 
     summary = json.loads((collect_dir / "summary.json").read_text())
     meta = json.loads((collect_dir / "metadata.json").read_text())

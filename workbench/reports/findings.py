@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.bundle.shipped import run_decision, shipped_decision, tau_text
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import counted, fmt
 
@@ -105,7 +106,6 @@ def _reference_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def decision_lines(config: Any, stage_dir: StageDir) -> list[str]:
     """What ships and its held-out figures (module docstring); [] when the run has no D²-RAG decision."""
-    from workbench.bundle.shipped import run_decision, shipped_decision, tau_text
 
     manifest = _exported_manifest(stage_dir("export"))
     decision = shipped_decision(manifest) if manifest is not None else run_decision(config, stage_dir)

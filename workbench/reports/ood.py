@@ -17,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.ood import CHECKS
 from workbench.calibration.ood_rates import describe_rate
 from workbench.core.formatting import fmt
+from workbench.metrics.calibration import ece
+from workbench.metrics.ranking import auroc
 
 ROLES = {
     "threshold": "the threshold split (in-sample: set to the target here)",
@@ -30,8 +33,6 @@ ROLES = {
 
 def _metric(name: str, values: np.ndarray, labels: np.ndarray) -> float | None:
     """AUROC or ECE (10 equal-width bins) of ``values`` against ``labels``; None where undefined."""
-    from workbench.metrics.calibration import ece
-    from workbench.metrics.ranking import auroc
 
     if values.size == 0:
         return None
@@ -72,7 +73,6 @@ def _in_order(rates: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def rates_table(rates: dict[str, Any], target: float) -> list[str]:
     """Markdown rows: each measured split's role, flagged count, rate with its interval and each check's count."""
-    from workbench.calibration.ood import CHECKS
 
     level = next(iter(rates.values()))["level"] if rates else 0.9
     lines = [

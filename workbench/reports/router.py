@@ -8,8 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.bundle.shipped import SETTER_WORDS, decision_line, run_decision, shipped_decision
 from workbench.core.formatting import fmt, markdown_table
+from workbench.plots import cost_quality_front, tau_sweep_plot
 from workbench.routing.pick import points_text
+from workbench.routing.sweep import row_at
 
 UNIT_WORDS = {"tokens": "LM tokens", "seconds": "seconds", "lm_calls": "LM calls"}
 
@@ -96,7 +99,6 @@ def shipped_lines(
     infer`` render it), or, for a run that exports nothing, as it would ship; and whether that is classify's pick or
     who replaced its τ; then, with ``out_dir``, the τ sweep of the shipped router with the shipped τ marked
     (:func:`tau_sweep_lines`). [] when the run has no D²-RAG decision."""
-    from workbench.bundle.shipped import SETTER_WORDS, decision_line, run_decision, shipped_decision
 
     manifest = None
     if export_dir is not None and (export_dir / "bundle.json").is_file():
@@ -128,8 +130,6 @@ def tau_sweep_lines(classify_dir: Path, out_dir: Path, shipped_tau: float, set_b
     """The τ sweep of the shipped router on the evaluation split (classify's ``tau_sweep.json``): a table of the
     rows nearest each retrieval-rate decile plus the shipped τ's (and classify's, when τ was moved) and
     ``tau_sweep.png``, both with the shipped τ marked. [] for a classify output made before the sweep."""
-    from workbench.plots import tau_sweep_plot
-    from workbench.routing.sweep import row_at
 
     path = classify_dir / "tau_sweep.json"
     predictions = classify_dir / "predictions.json"
@@ -221,7 +221,6 @@ def _rule_text(record: dict[str, Any]) -> str:
 
 def router_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     """Markdown (+ ``router_front.png`` in ``out_dir``) for the router search; [] when the run had none."""
-    from workbench.plots import cost_quality_front
 
     path = classify_dir / "router.json"
     if not path.is_file():

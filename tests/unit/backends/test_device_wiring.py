@@ -195,7 +195,6 @@ class Stop(Exception):
 def test_bench_features_builds_its_embedder_on_embedder_device(monkeypatch, tmp_path):
     import datasets
 
-    import workbench.backends.factory as factory
     from workbench.bench.features import run as bench_features
     from workbench.data.dataset_store import save_dataset_dict
     from workbench.data.schema import QAExample, examples_to_dataset
@@ -206,8 +205,9 @@ def test_bench_features_builds_its_embedder_on_embedder_device(monkeypatch, tmp_
         seen.update(kwargs)
         raise Stop
 
-    monkeypatch.setattr(factory, "build_generator", lambda *a, **k: SimpleNamespace(device="cpu"))
-    monkeypatch.setattr(factory, "build_embedder", fake_embedder)
+    # the benchmark imports the factory's builders at its top: patch the names it calls
+    monkeypatch.setattr(bench_features, "build_generator", lambda *a, **k: SimpleNamespace(device="cpu"))
+    monkeypatch.setattr(bench_features, "build_embedder", fake_embedder)
     examples = [QAExample("q0", "Who wrote Hamlet?", ["Shakespeare"])]
     save_dataset_dict(datasets.DatasetDict({"test": examples_to_dataset(examples)}), tmp_path / "build_data" / "qa")
     config = config_with(embedder="cuda:1")

@@ -14,7 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.factory import build_generator
+from workbench.backends.lora import resolve_model
+from workbench.backends.passage_table import passages_of
+from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
+from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
+from workbench.bench.backends.report import write_backends_report
 from workbench.bench.harness import measure, thread_counts, timed
+from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.data.corpus import corpus_sample
 from workbench.stages.context import StageContext
@@ -55,9 +62,6 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 
 
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
-    from workbench.backends.factory import build_generator
-    from workbench.backends.lora import resolve_model
-    from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
 
     section, gen_cfg = ctx.config.bench, ctx.config.generator
     generator = build_generator(  # no generation cache: the timings measure generation
@@ -70,7 +74,6 @@ def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, A
         device_key="generator.device",
         prompt_format=gen_cfg.prompt_format,
     )
-    from workbench.backends.passage_table import passages_of
 
     retriever = ctx.resources.retriever(corpus)
     hits = retriever.search([r["question"] for r in rows], k=5)
@@ -104,7 +107,6 @@ def _bench_nli(ctx: StageContext) -> dict[str, Any]:
 
 
 def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
-    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 
     section = ctx.config.bench
     sample = corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
@@ -172,8 +174,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and ``speedup.png`` to the report directory from ``bench_backends``' ``bench.json``
     (:func:`workbench.bench.backends.report.write_backends_report`)."""
-    from workbench.bench.backends.report import write_backends_report
-    from workbench.bench.report import write_bench_report
 
     return write_bench_report(
         ctx,

@@ -7,6 +7,7 @@ from typing import Literal
 
 from workbench.core.config import doc
 from workbench.core.settings import RecipeView
+from workbench.stages.settings.shared import check_split
 
 
 @dataclass
@@ -32,6 +33,5 @@ class BenchSection:
 
 def check(config: RecipeView) -> None:
     """bench_backends's load check: the ``test`` split it always reads gets questions (blamed on data.fractions)."""
-    from workbench.stages.settings.shared import check_split
 
     check_split(config, "bench_backends", "data.fractions", "test")

@@ -30,12 +30,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workbench.backends.cost import CostCounter
 from workbench.bench.decoding.report import write_decoding_report
 from workbench.bench.decoding.settings import validate_section
-from workbench.bench.harness import thread_counts
+from workbench.bench.harness import measure, thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.methods.base import Tools
+from workbench.methods.common import context_block, prompt_for
 from workbench.stages.context import StageContext
 
 
@@ -49,8 +52,6 @@ def build_pairs(
     section; ``bench_gpu`` passes its own). Returns ``(experts, amateurs, no_context)``; ``no_context`` counts the
     questions retrieval found nothing for (their expert prompt is the closed-book one).
     """
-    from workbench.methods.base import Tools
-    from workbench.methods.common import context_block, prompt_for
 
     section = section if section is not None else ctx.config.bench_decoding
     tools = Tools(
@@ -219,8 +220,6 @@ def benchmark_contrastive(
     """
     import numpy as np
 
-    from workbench.backends.cost import CostCounter
-    from workbench.bench.harness import measure
     from workbench.decoding.contrastive import (
         ContrastiveGeneration,
         contrastive_generate,

@@ -23,7 +23,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from contextlib import nullcontext
 from typing import Any
+
+from workbench.core.memory import PeakMemory, current_rss_bytes, return_freed_memory
 
 WAYS = ("none", "after", "before")
 
@@ -65,14 +69,11 @@ def measure_prefill(spec: dict[str, Any]) -> dict[str, Any]:
     """One way's prefill in this process (see the module docstring): ``spec`` holds the section's shape, ``way``,
     ``context`` and ``threads``. Returns ``base_bytes`` (RSS before the forward), ``peak_bytes``, ``seconds``,
     ``per_span`` (whether the peak is the forward's own) and ``recorded`` (the shape of what the recorder kept)."""
-    import time
-    from contextlib import nullcontext
 
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from workbench.backends.attention_diag import last_layer_logdiag
-    from workbench.core.memory import PeakMemory, current_rss_bytes, return_freed_memory
 
     torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(0)

@@ -41,12 +41,23 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from workbench.backends.cost import CostCounter
+from workbench.backends.factory import build_embedder, build_generator
+from workbench.backends.lora import resolve_model
+from workbench.backends.nli import AnswerEquivalenceJudge
+from workbench.backends.prompts import encode
+from workbench.bench.features.attention_memory import measure_attention_memory
 from workbench.bench.features.report import SELF_PROMPTING, write_feature_cost_report
 from workbench.bench.features.settings import validate_section
 from workbench.bench.harness import Measured, measure, thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
+from workbench.core.logs import track
+from workbench.core.memory import megabytes
 from workbench.stages.context import StageContext
+from workbench.stages.nli_eval import build_judge
+from workbench.uncertainty.calculators import ANSWER_SYSTEM, UNAVAILABLE_STATS, StatSettings, compute_stats
+from workbench.uncertainty.features import required_stats
 
 
 def _forwards(cost: Any) -> int:
@@ -122,8 +133,6 @@ def naive_generate(
     """
     import torch
 
-    from workbench.backends.prompts import encode
-
     model, tokenizer, counter = generator.model, generator.tokenizer, generator.counter
     device = next(model.parameters()).device
     common: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
@@ -155,8 +164,6 @@ def naive_generate(
 def stats_for(features: list[str]) -> set[str]:
     """The stats the stats graph computes for ``features`` (``lars``, whose fitted scorer the graph cannot produce,
     costed as the greedy answer's log-probs it reads)."""
-    from workbench.uncertainty.calculators import UNAVAILABLE_STATS
-    from workbench.uncertainty.features import required_stats
 
     stats = required_stats(features)
     if stats & UNAVAILABLE_STATS:  # lars: its scorer reads the greedy answer's log-probs
@@ -171,7 +178,6 @@ def collect_stats(
     (each stat once per question, batched over questions, one NLI matrix shared): the *workbench* way this stage
     times, and what ``bench_gpu`` times per batch size and through ``serve-model``. ``generator`` is any generator
     (in-process or served); ``settings`` a :class:`~workbench.uncertainty.calculators.StatSettings`."""
-    from workbench.uncertainty.calculators import compute_stats
 
     return compute_stats(
         rows, stats_for(features), generator=generator, judge=judge, embedder=embedder, settings=settings
@@ -183,9 +189,6 @@ def uncached_scorers(ctx: StageContext, counter: Any, *, device: str | None = No
     counted in ``counter``, so every measured way pays for what it embeds and judges. ``device`` replaces
     ``embedder.device`` (the ``answer_equivalence`` judge runs where its embedder does); a model judge runs on
     ``nli.device``."""
-    from workbench.backends.factory import build_embedder
-    from workbench.backends.nli import AnswerEquivalenceJudge
-    from workbench.stages.nli_eval import build_judge
 
     embedder = build_embedder(
         ctx.config.embedder.model,
@@ -221,7 +224,6 @@ class _ReencodingGenerator:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Measure the parts ``bench_features.parts`` names — ``cost`` (:func:`measure_cost`) and ``attention_memory``
     (:func:`~workbench.bench.features.attention_memory.measure_attention_memory`) — and write ``bench.json``."""
-    from workbench.bench.features.attention_memory import measure_attention_memory
 
     section = ctx.config.bench_features
     validate_section(section)
@@ -241,7 +243,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def memory_summary(memory: dict[str, Any]) -> dict[str, Any]:
     """The stage summary's figures of the attention-memory part, at its longest context: each way's rise over the
     RSS before the forward (MB; None where not run) and the ``before`` way's analytic extra memory."""
-    from workbench.core.memory import megabytes
 
     longest = max(memory["contexts"], key=lambda row: row["context"])
     out: dict[str, Any] = {"memory_context": longest["context"]}
@@ -257,12 +258,7 @@ def measure_cost(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any]]:
     part) and the stage summary's ratios."""
     import torch
 
-    from workbench.backends.cost import CostCounter
-    from workbench.backends.factory import build_generator
-    from workbench.backends.lora import resolve_model
-    from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
 
     section, gen_cfg = ctx.config.bench_features, ctx.config.generator
     features = list(section.features)

@@ -8,7 +8,7 @@ from typing import Any
 from workbench.core.config import doc, printable
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
-from workbench.uncertainty.features import SEED_FEATURES
+from workbench.uncertainty.features import SEED_FEATURES, get_features
 
 
 @dataclass
@@ -76,7 +76,6 @@ def validate_section(section: Any) -> None:
     """Raise a one-line :class:`ConfigError` naming ``bench_features.<key>`` for a setting that cannot be measured
     (an unknown feature name or part, no part, fewer than one question / sample / token / paraphrase / repeat, an
     attention-memory shape whose heads do not group over its key/value heads, no context, a negative budget)."""
-    from workbench.uncertainty.features import get_features
 
     get_features(list(section.features))  # unknown names → ConfigError
     for key in ("questions", "samples", "max_new_tokens", "paraphrases", "repeats", "per_feature_repeats"):

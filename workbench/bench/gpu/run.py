@@ -33,12 +33,21 @@ that names its card.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import platform
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from workbench.assets import no_training_imports
+from workbench.backends.cost import CostCounter
+from workbench.backends.device import resolve_device
+from workbench.backends.factory import build_generator, build_served_generator
+from workbench.backends.lora import resolve_model
+from workbench.bench.decoding.run import benchmark_section, build_pairs
+from workbench.bench.features.run import collect_stats, measure_ways, uncached_scorers
 from workbench.bench.gpu.report import write_gpu_report
 from workbench.bench.gpu.settings import MODEL_SHAPES, ModelShape, validate_section
 from workbench.bench.harness import thread_counts
@@ -46,6 +55,7 @@ from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
+from workbench.uncertainty.calculators import StatSettings
 
 MAX_POSITIONS = 8192
 """The context window every built model declares (SmolLM2's)."""
@@ -119,8 +129,6 @@ def build_random_model(
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from workbench.assets import no_training_imports
-
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     vocab = max(shape.vocab or 0, len(tokenizer))
     config = LlamaConfig(
@@ -192,7 +200,6 @@ def _in_use_mb(device: str) -> float | None:
 
 def _release(device: str) -> None:
     """Give the caching allocator's free blocks back to the device, so the next model starts clean."""
-    import gc
 
     gc.collect()
     if _is_cuda(device):
@@ -202,7 +209,6 @@ def _release(device: str) -> None:
 
 
 def _stat_settings(section: Any) -> Any:
-    from workbench.uncertainty.calculators import StatSettings
 
     return StatSettings(
         samples=section.samples,
@@ -245,9 +251,6 @@ def measure_model(
     ``peak_memory_mb``). ``progress``, when given, is called with that dict after each measurement (the stage keeps
     a partial ``bench.json`` with it). Raises ``ValueError`` when ``rows`` or the pairs are too few.
     """
-    from workbench.backends.factory import build_generator
-    from workbench.bench.decoding.run import benchmark_section
-    from workbench.bench.features.run import collect_stats, measure_ways
 
     features = list(section.features)
     sizes = [int(b) for b in section.batch_sizes]
@@ -342,8 +345,6 @@ def measure_serve(
     least ``max(questions, largest concurrency x prompts per request)`` rows (else ``ValueError``). ``progress``, when
     given, is called with that dict after each concurrency.
     """
-    from workbench.backends.factory import build_served_generator
-    from workbench.bench.features.run import collect_stats, measure_ways
     from workbench.bench.served.run import servable_features, serve_model_command
     from workbench.serve.load import free_port, server_process
 
@@ -434,16 +435,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     than the largest measurement needs (:func:`questions_needed`). Returns a flat summary: per model the best
     collection rate, the largest concurrency's served rate and the largest B's contrastive / greedy time ratio.
     """
-    import tempfile
 
     import datasets
     import torch
 
-    from workbench.backends.cost import CostCounter
-    from workbench.backends.device import resolve_device
-    from workbench.backends.lora import resolve_model
-    from workbench.bench.decoding.run import build_pairs
-    from workbench.bench.features.run import uncached_scorers
     from workbench.data.dataset_store import load_saved_dataset_dict
 
     section = ctx.config.bench_gpu

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
-from workbench.uncertainty.features import SEED_FEATURES
+from workbench.uncertainty.features import SEED_FEATURES, get_features
 
 
 @dataclass
@@ -100,7 +100,6 @@ def validate_section(section: Any) -> None:
     other than cpu / cuda / cuda:N, no model or an unknown or repeated shape, an unknown feature or none, no batch
     size, a list with a value < 1 or a repeat, a count < 1, a non-finite or negative α, a temperature ≤ 0. Syntax
     only: whether this machine has CUDA is the stage's business (it skips)."""
-    from workbench.uncertainty.features import get_features
 
     if not isinstance(section.device, str) or not _DEVICE.fullmatch(section.device):
         raise ConfigError(f"unknown device {section.device!r} (use cuda, cuda:N, or cpu for tests)", "bench_gpu.device")

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
+import importlib.util
 import os
+import platform
 import shutil
 import statistics
 import tempfile
@@ -41,10 +44,18 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.factory import build_retriever
+from workbench.backends.retrieval_engines import ENGINES, Connection
+from workbench.backends.retrieval_lucene import anserini
+from workbench.backends.retrievers import BM25Retriever, DenseRetriever, as_corpus
 from workbench.bench.harness import measure, thread_counts, timed
+from workbench.bench.report import write_bench_report
+from workbench.bench.retrievers.report import write_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, WorkbenchError
+from workbench.core.memory import return_freed_memory
 from workbench.stages.context import StageContext
+from workbench.stages.index_engine import WRITERS, push_corpus
 
 TABLE = "bench_passages"
 """The pgvector table / Milvus collection the benchmark writes (``bench_passages_large`` for the scale tier)."""
@@ -257,7 +268,6 @@ class Built:
 
 
 def _build_bm25(corpus: Any, workdir: Path) -> Built:
-    from workbench.backends.retrievers import BM25Retriever
 
     built = timed(lambda: BM25Retriever(corpus, cache=False))  # indexing is one build, timed once
     retriever, seconds = built.value, built.seconds
@@ -269,7 +279,6 @@ def _build_bm25(corpus: Any, workdir: Path) -> Built:
 
 
 def _build_dense(corpus: Any, vectors: SyntheticVectors) -> Built:
-    from workbench.backends.retrievers import DenseRetriever, as_corpus
 
     built = timed(lambda: DenseRetriever(corpus, vectors, index="flat", cache=False))
     flat_bytes = len(as_corpus(corpus)) * vectors.dim * 4  # flat: the raw vectors
@@ -277,7 +286,6 @@ def _build_dense(corpus: Any, vectors: SyntheticVectors) -> Built:
 
 
 def _connection(uri: str, index: str, channel: str, batch_size: int) -> Any:
-    from workbench.backends.retrieval_engines import Connection
 
     # one query per call, one connection per calling thread: the threads set the concurrency
     return Connection(uri, index, channel=channel, batch_size=batch_size, max_concurrency=1, timeout_s=600.0)
@@ -288,10 +296,6 @@ def _build_external(
 ) -> Built:
     """Push ``corpus`` through ``workbench index``'s writer of ``name`` (:func:`push_corpus`), then open a retriever
     per channel (:func:`workbench.backends.factory.build_retriever`); the seconds cover both."""
-    import importlib
-
-    from workbench.backends.factory import build_retriever
-    from workbench.stages.index_engine import WRITERS, push_corpus
 
     module, cls = WRITERS[name]
 
@@ -385,10 +389,6 @@ class Tier:
 
 def unavailable(name: str, channels: Sequence[str]) -> str | None:
     """Why backend ``name`` cannot be measured here on ``channels`` (None: it can)."""
-    import importlib.util
-
-    from workbench.backends.retrieval_engines import ENGINES
-    from workbench.stages.index_engine import WRITERS
 
     spec = ENGINES.get(name)
     if spec is None:
@@ -427,12 +427,9 @@ def measure_backend(
 ) -> dict[str, Any]:
     """Index ``tier`` into backend ``name``, time its channels' queries, compare their top-k lists with the
     references, and sample the engine's memory meanwhile (see the module docstring)."""
-    from workbench.core.memory import return_freed_memory
 
     return_freed_memory()
     if name == "lucene":  # the JVM's start is a cost per process, not the index's: before the baseline
-        from workbench.backends.retrieval_lucene import anserini
-
         anserini()
     probe = engine_probe(name, postgres)
     memory: dict[str, Any] | None = None
@@ -493,7 +490,6 @@ def measure_tier(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Measure each of ``backends`` on the channels of ``channels_wanted`` it has; ``(rows, not_run)`` where
     ``not_run`` says why a backend was not measured (or failed: the error's first line)."""
-    from workbench.backends.retrieval_engines import ENGINES
 
     rows: dict[str, Any] = {}
     not_run: dict[str, str] = {}
@@ -524,7 +520,6 @@ def measure_tier(
 
 def machine() -> dict[str, Any]:
     """The machine and thread counts the figures were measured with."""
-    import platform
 
     import faiss
 
@@ -599,8 +594,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def report(ctx: StageContext) -> dict[str, Any]:
     """Write ``report.md`` and its plots to the report directory
     (:func:`workbench.bench.retrievers.report.write_report`)."""
-    from workbench.bench.report import write_bench_report
-    from workbench.bench.retrievers.report import write_report
 
     return write_bench_report(
         ctx, "bench_retrievers", lambda bench, tmp: write_report(bench, tmp, name=ctx.config.name, rerun=ctx.rerun)

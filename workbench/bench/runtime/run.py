@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,10 +46,16 @@ import numpy as np
 from workbench.bench.harness import measure, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.runtime.report import BANNED, write_runtime_report
+from workbench.bundle.export import export_run
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.paths import PROJECT_ROOT
 from workbench.methods.registry import decision_method
+from workbench.routing.cost import CostModel, RetrievalCost
+from workbench.routing.search import decision_cost
+from workbench.runtime import load_bundle
 from workbench.stages.context import StageContext
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 # Batching across requests: in-process, the engine answers this many questions in one batch against one at a
 # time (the report's goal: :data:`workbench.bench.runtime.report.SERVER_SHARE_GOAL`).
@@ -57,7 +64,6 @@ ENGINE_BATCH = 8
 
 def _python(code: str, threads: int) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter; it prints one JSON line last, which is returned."""
-    import os
 
     env = dict(os.environ)
     if threads > 0:
@@ -181,9 +187,6 @@ def measure_decision_cost(run_dir: Path, runtime: Any, questions: list[str]) -> 
     the bundle's deciding method (:func:`deciding_method`) over ``questions`` (cold-cache counts: what the generation
     cache served is counted as work) — and priced from the run's per-stat costs for the shipped router's features
     against every collected feature. None when the run has no per-stat costs (collected before they existed)."""
-    from workbench.routing.cost import CostModel, RetrievalCost
-    from workbench.routing.search import decision_cost
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     costs = load_stat_costs(run_dir / "stages/collect")
     if costs is None:
@@ -230,7 +233,6 @@ def _end_to_end(run_dir: Path, bundle: Path, methods: list[str], threads: int) -
     traces = datasets.load_from_disk(str(traces_dir)).to_list()
     summary_path = run_dir / "stages/evaluate/summary.json"
     ran = (json.loads(summary_path.read_text()).get("options") or {}) if summary_path.is_file() else {}
-    from workbench.runtime import load_bundle
 
     rt = load_bundle(bundle)
     out = {}
@@ -307,8 +309,6 @@ def _serve_errors(serve: dict[str, Any]) -> int:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Measure the bundle (see the module docstring); write ``bench.json``."""
-    from workbench.bundle.export import export_run
-    from workbench.runtime import load_bundle
 
     section = ctx.config.bench_runtime
     run_dir = Path(section.run)
@@ -390,9 +390,6 @@ def _fuzz(profile: str, scratch: Path) -> dict[str, Any] | None:
     """Run the fuzz suite (``tests/fuzz`` of a source checkout) with a Hypothesis ``profile`` in a fresh pytest
     process; its case counts per property, the seconds it took and whether every property held. None when off or
     when the package is not a source checkout (the suite is not installed with it)."""
-    import os
-
-    from workbench.core.paths import PROJECT_ROOT
 
     suite = PROJECT_ROOT / "tests" / "fuzz"
     if profile == "none" or not suite.is_dir():

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.plots import grouped_bars
+
 GOAL_VS_IN_PROCESS = 0.8
 """serve-model at the highest concurrency collects at least this share of the in-process batched rate."""
 GOAL_VS_OWN_LOWEST = 3.0
@@ -109,7 +111,6 @@ def write_served_report(bench: dict[str, Any], out_dir: Path, *, name: str, reru
     """Write ``report.md`` (:func:`report_lines` under a header) and ``throughput.png`` (questions/s per engine and
     concurrency) for the benchmark record ``bench`` into ``out_dir``; ``name`` titles the report and ``rerun`` is the
     command that regenerates it. Returns the ``report.md`` path."""
-    from workbench.plots import grouped_bars
 
     levels = [str(c) for c in bench["settings"]["concurrency"]]
     series = {"in-process": [bench["in_process"]["questions_per_s"]] * len(levels)}

@@ -27,13 +27,24 @@ from typing import Any
 
 import numpy as np
 
+from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, package_dir
+from workbench.backends.capabilities import missing_capabilities
+from workbench.backends.factory import build_generator, build_served_generator
+from workbench.backends.lora import resolve_model
 from workbench.bench.harness import thread_counts, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.served.report import write_served_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.methods.backend_needs import feature_needs
+from workbench.metrics.qa import score_answer
+from workbench.metrics.ranking import auroc
+from workbench.metrics.rejection import spearman
 from workbench.serve.load import free_port, server_process
+from workbench.stages.collect.run import stat_settings
 from workbench.stages.context import StageContext
+from workbench.uncertainty.calculators import UNAVAILABLE_STATS, compute_stats
+from workbench.uncertainty.features import compute_features, required_stats
 
 LLAMA_CPP_NAME = "gguf"
 """The name llama.cpp's server serves the GGUF file under (``--model_alias``)."""
@@ -41,9 +52,6 @@ LLAMA_CPP_NAME = "gguf"
 
 def _collect(generator: Any, rows: list[dict], features: list[str], ctx: StageContext) -> list[dict[str, float]]:
     """The features of every row, by the stats graph (as the collect stage computes them)."""
-    from workbench.stages.collect.run import stat_settings
-    from workbench.uncertainty.calculators import UNAVAILABLE_STATS, compute_stats
-    from workbench.uncertainty.features import compute_features, required_stats
 
     needed = (required_stats(features) - UNAVAILABLE_STATS) | {"greedy_text", "greedy_logprobs", "greedy_eos"}
     stats = compute_stats(
@@ -71,8 +79,6 @@ def _timed_collect(generator: Any, rows: list[dict], features: list[str], ctx: S
 def agreement(exact: list[dict], served: list[dict], features: list[str], labels: list[float]) -> dict[str, Any]:
     """Per feature: Spearman ρ between the in-process and the served values, the largest absolute difference, and
     the AUROC of each against ``labels`` (and their difference); plus the share of identical greedy answers."""
-    from workbench.metrics.ranking import auroc
-    from workbench.metrics.rejection import spearman
 
     out: dict[str, Any] = {
         "greedy_identical": float(np.mean([a["_greedy"] == b["_greedy"] for a, b in zip(exact, served, strict=True)]))
@@ -96,8 +102,6 @@ def agreement(exact: list[dict], served: list[dict], features: list[str], labels
 def servable_features(features: list[str], capabilities: Any) -> tuple[list[str], dict[str, list[str]]]:
     """``(servable, skipped)``: the ``features`` a server with ``capabilities`` can give, in order, and each other
     feature with the capabilities it lacks (hidden states, attention, per-step logits are not in the protocol)."""
-    from workbench.backends.capabilities import missing_capabilities
-    from workbench.methods.backend_needs import feature_needs
 
     skipped = {f: missing_capabilities(feature_needs(f), capabilities) for f in features}
     skipped = {f: m for f, m in skipped.items() if m}
@@ -115,7 +119,6 @@ def _bench_engine(
     in_process_rate: float,
 ) -> dict[str, Any]:
     """Capabilities, throughput per concurrency and agreement of one running server."""
-    from workbench.backends.factory import build_served_generator
 
     section, features = ctx.config.bench_served, list(ctx.config.bench_served.features)
     # every client of this server: uncached, the recipe's tokenizer, seed and prompt format
@@ -209,7 +212,6 @@ def _llama_cpp_command(port: int, gguf: Path, threads: int) -> list[str]:
 
 def _embedded_gguf(ref: str) -> Path | None:
     """The GGUF file an embedded generator name is converted from (None for other references)."""
-    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, package_dir
 
     if ref in EMBEDDED_ADAPTERS:  # an adapter over a base: llama.cpp would serve the base without it
         return None
@@ -223,10 +225,7 @@ def _embedded_gguf(ref: str) -> Path | None:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Collect in-process, then through each engine; save ``bench.json``; return the headline ratios."""
 
-    from workbench.backends.factory import build_generator
-    from workbench.backends.lora import resolve_model
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.metrics.qa import score_answer
 
     section, features = ctx.config.bench_served, list(ctx.config.bench_served.features)
     if ctx.config.generator.backend != "hf":
