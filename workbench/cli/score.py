@@ -46,6 +46,9 @@ def score_command(
         str, typer.Option("--shard", help="'i/N': score only the rows whose position mod N == i.")
     ] = "0/1",
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="With --bundle: runtime override key=value (docs/bundles.md).")
+    ] = None,
     base_url: BaseUrlOption = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
@@ -60,14 +63,14 @@ def score_command(
     records = read_records(input_file)  # every row checked before anything is built or written
     chosen = tuple(f.strip() for f in (features or "").split(",") if f.strip())
     if bundle is not None:
-        scorer, settings, ref = _bundle_scorer(
-            bundle, chosen, batch, shard, device, base_url, served_model, api_key_env
-        )
+        served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+        runtime = load_runtime(bundle, overrides, None, device, **served)
+        scorer, settings, ref = _bundle_scorer(runtime, chosen, batch, shard)
     else:
         if model is None:
             raise ConfigError("give --model (a local model directory) or --bundle", "score")
-        if base_url is not None:
-            raise ConfigError("--base-url scores with a bundle's served model: give --bundle too", "score")
+        if base_url is not None or overrides:
+            raise ConfigError("--base-url and --set apply to a bundle: give --bundle too", "score")
         scorer, settings = _model_scorer(model, chosen, nli, embedder, samples, max_new_tokens, batch, shard, device)
         ref = model
     settings.check()
@@ -78,19 +81,13 @@ def score_command(
     typer.echo(f"{summary['rows']} records scored → {out / 'scores.jsonl'}" + (f" (NaN: {nans})" if nans else ""))
 
 
-def _bundle_scorer(
-    bundle: Path, chosen: tuple[str, ...], batch: int, shard: str, device: str | None, *served: str | None
-) -> tuple[Any, Any, str]:
-    """The scorer of a bundle: its generator, judge and embedder, its collection's stats settings, its LARS scorer
-    and its decisions; the features are its decision features plus ``chosen``."""
+def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str) -> tuple[Any, Any, str]:
+    """The scorer of a loaded bundle: its generator, judge and embedder, its collection's stats settings, its LARS
+    scorer and its decisions; the features are its decision features plus ``chosen``."""
     from workbench.scoring.decisions import bundle_decider, decision_features
     from workbench.scoring.run import Scorer, ScoreSettings
     from workbench.uncertainty.calculators import StatSettings
 
-    base_url, served_model, api_key_env = served
-    runtime = load_runtime(
-        bundle, None, None, device, base_url=base_url, served_model=served_model, api_key_env=api_key_env
-    )
     names = tuple(dict.fromkeys([*decision_features(runtime), *chosen]))
     if not names:
         raise ConfigError("the bundle decides on no features: name some with --features", "--features")

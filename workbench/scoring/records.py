@@ -112,7 +112,7 @@ def read_records(path: str | Path) -> list[ScoreRecord]:
         where = f"{path}: row {position + 1}"
         record = check_row(row, position, where)
         if record.id in seen:
-            raise DataError(f"field 'id' repeats the id of row {seen[record.id] + 1}; ids must be unique", where)
+            raise DataError(f"field 'id' repeats the id of row {seen[record.id] + 1}; {SCHEMA_LINE}", where)
         seen[record.id] = position
         records.append(record)
     counts = {len(r.samples) for r in records if r.samples is not None}
