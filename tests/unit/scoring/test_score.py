@@ -1,0 +1,282 @@
+"""``workbench score`` (workbench/scoring): parity with ``collect`` on the answers it made, bad records refused in one
+line with nothing written, resume and shards, NaN reasons, and a bundle's P(correct) and decisions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from workbench.backends.capabilities import Capabilities
+from workbench.core.errors import DataError
+from workbench.scoring.records import read_records
+from workbench.scoring.run import UNDEFINED, Scorer, ScoreSettings, merge_scores, run_fingerprint, score_file
+from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
+
+pytest.importorskip("torch")
+
+FEATURES = ["confidence", "dtr_nll", "entropy", "mars", "attention_score", "ptrue"]
+QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Where does the Nile flow?", "Is Paris a city?"]
+SAMPLES = 3
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    from tests.tiny_models import build_tiny_llama
+    from workbench.backends.generator import Generator
+
+    lm = build_tiny_llama(
+        tmp_path_factory.mktemp("tiny-peaked"), seed=3, max_positions=4096, tie_embeddings=False, initializer_range=1.0
+    )
+    return Generator(lm, batch_size=8, seed=5)
+
+
+@pytest.fixture(scope="module")
+def collected(generator, tmp_path_factory):
+    """``collect``'s own records (its collect_split, greedy answers and samples) for :data:`QUESTIONS`, with the
+    token ids of each answer and sample (the same greedy / seeded decode again)."""
+    from workbench.stages.collect.run import collect_split
+    from workbench.stages.collect.settings import CollectSection
+
+    section = CollectSection(features=FEATURES, labels=[], samples=SAMPLES, max_new_tokens=TOKENS, batch_questions=4)
+    ctx = SimpleNamespace(
+        config=SimpleNamespace(collect=section, seed=0),
+        counter=generator.counter,
+        resources=SimpleNamespace(generator=lambda: generator),
+        scratch_dir=tmp_path_factory.mktemp("collect-scratch"),
+    )
+    rows = [{"id": f"q{i}", "question": q, "answers": ["x"]} for i, q in enumerate(QUESTIONS)]
+    tools = {"judge": None, "embedder": None, "passages": None, "llm_judge": None}
+    records = collect_split(ctx, "test", rows, tools)
+    prompts = [generator.build_prompt(q, None, max_new_tokens=TOKENS, system=ANSWER_SYSTEM).text for q in QUESTIONS]
+    greedy = generator.generate(prompts, temperature=0.0, max_new_tokens=TOKENS, stop=("\n",))
+    sampled = generator.generate(prompts, temperature=0.7, n=SAMPLES, seed=None, max_new_tokens=TOKENS, stop=("\n",))
+    for i, (record, answer) in enumerate(zip(records, greedy, strict=True)):
+        assert answer.text.strip() == record["greedy_answer"]
+        record["token_ids"] = [int(t) for t in answer.token_ids]
+        group = sampled[i * SAMPLES : (i + 1) * SAMPLES]
+        assert [s.text.strip() for s in group] == record["sample_answers"]
+        record["samples"] = [
+            {"text": s.text, "token_ids": [int(t) for t in s.token_ids], "eos": s.finish_reason == "eos"} for s in group
+        ]
+    return records
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _records_file(collected, path: Path, **extra) -> Path:
+    rows = [
+        {
+            "id": r["id"],
+            "question": r["question"],
+            "answer": r["greedy_answer"],
+            "eos": len(r["greedy_logprobs"]) != r["closed_new_tokens"],
+            "token_ids": r["token_ids"],
+            "samples": r["samples"],
+            **extra,
+        }
+        for r in collected
+    ]
+    return _write(path, rows)
+
+
+def _score(path: Path, out: Path, generator, features=FEATURES, batch=8, shard="0/1", scorer=None) -> dict:
+    settings = ScoreSettings(tuple(features), StatSettings(samples=SAMPLES, max_new_tokens=TOKENS), batch, shard)
+    return score_file(
+        read_records(path), out, settings, scorer or Scorer(generator), run_fingerprint(path, settings, "tiny", None)
+    )
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+
+
+def test_score_on_collects_answers_gives_collects_feature_values(collected, generator, tmp_path):
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    summary = _score(path, tmp_path / "out", generator)
+    rows = _rows(tmp_path / "out")
+    assert [r["id"] for r in rows] == [r["id"] for r in collected] and summary["rows"] == len(QUESTIONS)
+    for row, record in zip(rows, collected, strict=True):
+        assert row["reasons"] == {}
+        for name in FEATURES:  # token-level ones teacher-forced, entropy from the given samples
+            assert row["features"][name] == pytest.approx(record[name], rel=1e-4, abs=1e-4), name
+
+
+def test_given_logprobs_are_used_as_they_are(collected, generator, tmp_path):
+    rows = [
+        {"id": r["id"], "question": r["question"], "answer": r["greedy_answer"], "logprobs": [-0.5] * 3}
+        for r in collected
+    ]
+    _score(_write(tmp_path / "given.jsonl", rows), tmp_path / "out", generator, features=["confidence", "token_sar"])
+    for row in _rows(tmp_path / "out"):
+        assert row["features"]["confidence"] == pytest.approx(-0.5)
+        # token_sar pairs tokens with log-probs: NaN with the reason when the given ones cover other tokens
+        assert row["features"]["token_sar"] is None and "given log-probs cover 3 tokens" in row["reasons"]["token_sar"]
+
+
+def test_a_served_model_without_echo_says_why_token_features_are_nan(collected, generator, tmp_path):
+    class NoEcho:
+        capabilities = Capabilities(logprobs=True)
+
+        def __getattr__(self, name):
+            return getattr(generator, name)
+
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    _score(path, tmp_path / "out", generator, features=["confidence", "ptrue"], scorer=Scorer(NoEcho()))
+    for row in _rows(tmp_path / "out"):
+        assert row["features"]["confidence"] is None and row["features"]["ptrue"] is not None
+        assert "gives no prompt log-probabilities (echo)" in row["reasons"]["confidence"]
+
+
+def test_a_nan_feature_gets_the_reason_of_its_missing_stat_else_undefined():
+    from workbench.scoring.run import nan_reasons
+
+    reasons = nan_reasons({"dense": float("nan"), "confidence": 1.0}, {"dense_answers": "needs contexts"})
+    assert reasons == {"dense": "needs contexts"}
+    assert nan_reasons({"confidence": float("nan")}, {}) == {"confidence": UNDEFINED}
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"question": "q", "answer": "a"}, "missing field 'id'"),
+        ({"id": "x", "answer": "a"}, "missing field 'question'"),
+        ({"id": "x", "question": "q", "answer": 3}, "field 'answer' must be a string"),
+        ({"id": "x", "question": "q", "answer": "a", "logprobs": [0.5]}, "field 'logprobs'"),
+        ({"id": "x", "question": "q", "answer": "a", "eos": "yes"}, "field 'eos'"),
+        ({"id": "x", "question": "q", "answer": "a", "contexts": "p"}, "field 'contexts'"),
+        ({"id": "x", "question": "q", "answer": "a", "samples": [1]}, "field 'samples[0]'"),
+        ({"id": "a", "question": "q", "answer": "a"}, "field 'id' repeats the id of row 1"),
+    ],
+)
+def test_a_bad_record_is_one_line_naming_file_row_and_field_and_nothing_is_written(
+    tmp_path, monkeypatch, capsys, row, field
+):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "bad.jsonl", [{"id": "a", "question": "q", "answer": "a"}, row])
+    monkeypatch.setattr(sys, "argv", ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--model", "x"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    message = capsys.readouterr().err.strip()
+    assert exited.value.code == 2
+    assert "\n" not in message and f"{path}: row 2" in message and field in message and "docs/score.md" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_parquet_and_hf_dataset_records_are_read(tmp_path):
+    import datasets
+
+    rows = [{"id": 1, "question": "q", "answer": "a"}, {"id": 2, "question": "r", "answer": ""}]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "r.parquet"))
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "hf"))
+    for path in (tmp_path / "r.parquet", tmp_path / "hf"):
+        assert [(r.id, r.answer.text) for r in read_records(path)] == [("1", "a"), ("2", "")]
+    duplicate = [{"id": "1", "question": "q", "answer": "a"}, {"id": "1", "question": "q", "answer": "b"}]
+    datasets.Dataset.from_list(duplicate).save_to_disk(str(tmp_path / "dup"))
+    with pytest.raises(DataError, match="row 2"):
+        read_records(tmp_path / "dup")
+
+
+def test_resume_skips_finished_chunks_and_shards_merge_into_the_whole(collected, generator, tmp_path, monkeypatch):
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    whole = tmp_path / "whole"
+    _score(path, whole, generator, features=["confidence", "dtr_nll"], batch=2)
+    assert len(list((whole / "chunks").glob("chunk-*.jsonl"))) == 2
+    (whole / "chunks" / "chunk-0000002.jsonl").unlink()  # an interrupted run: one chunk left to do
+    import workbench.scoring.run as run
+
+    calls = []
+    real = run.score_chunk
+    monkeypatch.setattr(run, "score_chunk", lambda records, *a: calls.append(len(records)) or real(records, *a))
+    _score(path, whole, generator, features=["confidence", "dtr_nll"], batch=2)
+    assert calls == [2]
+    with pytest.raises(DataError, match="another input or other settings"):
+        _score(path, whole, generator, features=["confidence"], batch=2)
+    for i in range(2):
+        _score(path, tmp_path / f"shard{i}", generator, features=["confidence", "dtr_nll"], batch=2, shard=f"{i}/2")
+    merge_scores([tmp_path / "shard0", tmp_path / "shard1"], tmp_path / "merged")
+    merged, alone = _rows(tmp_path / "merged"), _rows(whole)
+    assert [(r["id"], r["position"]) for r in merged] == [(r["id"], r["position"]) for r in alone]
+    for a, b in zip(merged, alone, strict=True):  # other batches pad differently: float32 noise only
+        assert a["features"] == pytest.approx(b["features"], rel=1e-5)
+    with pytest.raises(DataError, match="two shards"):
+        merge_scores([tmp_path / "shard0", tmp_path / "shard0"], tmp_path / "again")
+
+
+def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+    from tests.bundle_run import write_corpus
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
+    root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
+    overrides = {
+        "generator": str(tiny_lm_long_dir),
+        "embedder": str(tiny_encoder_dir),
+        "allow_model_mismatch": True,
+        "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
+        "allow_corpus_mismatch": True,
+    }
+    runtime = load_bundle(root, overrides)
+    decide = bundle_decider(runtime)
+    values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
+    made = decide(values)
+    expected = runtime.decide(values)
+    assert made["p_correct"] == pytest.approx(expected.p_correct)
+    assert made["decisions"]["d2rag"] == {"retrieve": bool(expected.retrieve), "tau": runtime.policy.tau, "imputed": []}
+    assert made["decisions"]["no_rag"] == {"retrieve": None, "reason": NOT_FROM_FEATURES}
+    with_nan = decide({**values, "entropy": float("nan")})
+    assert with_nan["decisions"]["d2rag"]["imputed"] == ["entropy"] and np.isfinite(with_nan["p_correct"])
+
+
+def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
+    tmp_path, monkeypatch, capsys, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.cli import main
+    from workbench.runtime import load_bundle
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
+    root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=20)
+    sets = [f"generator={tiny_lm_long_dir}", f"embedder={tiny_encoder_dir}", "allow_model_mismatch=true"]
+    sets += [f"corpus={corpus}", "allow_corpus_mismatch=true"]
+    rows = [
+        {"id": 7, "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+        {"id": 8, "question": "Q?", "answer": ""},
+    ]
+    path = _write(tmp_path / "log.jsonl", rows)
+    args = ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--bundle", str(root)]
+    monkeypatch.setattr(sys, "argv", [*args, *(part for s in sets for part in ("--set", s))])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None)
+    assert "2 records scored" in capsys.readouterr().out
+    scored = _rows(tmp_path / "out")
+    runtime = load_bundle(
+        root,
+        {
+            "generator": str(tiny_lm_long_dir),
+            "embedder": str(tiny_encoder_dir),
+            "allow_model_mismatch": True,
+            "corpus": str(corpus),
+            "allow_corpus_mismatch": True,
+        },
+    )
+    assert [r["id"] for r in scored] == ["7", "8"]
+    assert set(scored[0]["features"]) == set(runtime.policy.features)
+    for row in scored:  # P(correct) is the bundle's own policy on the scored features
+        assert row["p_correct"] == pytest.approx(runtime.decide(row["features"]).p_correct)
+        assert row["decisions"]["d2rag"]["retrieve"] == (row["p_correct"] < runtime.policy.tau)
+    assert scored[1]["features"]["confidence"] is None and scored[1]["reasons"]["confidence"]  # an empty answer
+    assert json.loads((tmp_path / "out" / "score.json").read_text())["generator"] == "tiny 1.0.0"
