@@ -27,14 +27,19 @@ TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def generator(tmp_path_factory):
+def lm_dir(tmp_path_factory):
     from tests.tiny_models import build_tiny_llama
-    from workbench.backends.generator import Generator
 
-    lm = build_tiny_llama(
+    return build_tiny_llama(
         tmp_path_factory.mktemp("tiny-peaked"), seed=3, max_positions=4096, tie_embeddings=False, initializer_range=1.0
     )
-    return Generator(lm, batch_size=8, seed=5)
+
+
+@pytest.fixture(scope="module")
+def generator(lm_dir):
+    from workbench.backends.generator import Generator
+
+    return Generator(lm_dir, batch_size=8, seed=5)
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +285,27 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
         assert row["decisions"]["d2rag"]["retrieve"] == (row["p_correct"] < runtime.policy.tau)
     assert scored[1]["features"]["confidence"] is None and scored[1]["reasons"]["confidence"]  # an empty answer
     assert json.loads((tmp_path / "out" / "score.json").read_text())["generator"] == "tiny 1.0.0"
+
+
+def test_a_served_model_with_echo_scores_as_in_process(lm_dir, generator, tmp_path):
+    from workbench.backends.factory import build_served_generator
+    from workbench.serve.openai_server import start_in_thread
+
+    rows = [
+        {"id": "a", "question": QUESTIONS[0], "answer": "Paris"},
+        {"id": "b", "question": QUESTIONS[1], "answer": "William Shakespeare", "eos": True},
+    ]
+    path = _write(tmp_path / "text.jsonl", rows)
+    features = ["confidence", "dtr_nll", "mars"]
+    _score(path, tmp_path / "local", generator, features=features)
+    with start_in_thread(str(lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as server:
+        served = build_served_generator(
+            base_url=server.base_url, model="tiny", tokenizer=str(lm_dir), top_logprobs=5, batch_size=4, cache=False
+        )
+        try:
+            assert served.capabilities.echo
+            _score(path, tmp_path / "served", generator, features=features, scorer=Scorer(served))
+        finally:
+            served.close()
+    for a, b in zip(_rows(tmp_path / "local"), _rows(tmp_path / "served"), strict=True):
+        assert b["reasons"] == {} and b["features"] == pytest.approx(a["features"], abs=1e-5)
