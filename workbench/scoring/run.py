@@ -32,6 +32,7 @@ from workbench.core.atomic import atomic_directory, atomic_write_json, atomic_wr
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import path_sha256
 from workbench.core.logs import track
+from workbench.core.shards import parse_shard
 from workbench.scoring.given import NO_ATTENTION, NO_HIDDEN, SAMPLE_TOKEN_STATS, force_texts
 from workbench.scoring.records import ScoreRecord
 from workbench.uncertainty.calculators import (
@@ -74,13 +75,7 @@ class ScoreSettings:
         get_features(self.features)
         if self.batch < 1:
             raise ConfigError("must be >= 1", "--batch")
-        try:
-            index, count = (int(part) for part in self.shard.split("/"))
-        except ValueError:
-            raise ConfigError("shard must look like 'i/N'", "--shard") from None
-        if count < 1 or not 0 <= index < count:
-            raise ConfigError("shard needs 0 <= i < N", "--shard")
-        return index, count
+        return parse_shard(self.shard, "--shard")
 
 
 @dataclass
@@ -206,7 +201,7 @@ def run_fingerprint(input_path: Path, settings: ScoreSettings, generator_ref: st
     """What a checkpoint must agree with to be resumed: the input's sha256, the settings, the model and bundle."""
     return {
         "schema_version": SCHEMA_VERSION,
-        "input": str(input_path),
+        "input": str(Path(input_path).resolve()),
         "input_sha256": path_sha256(input_path),
         "features": list(settings.features),
         "stats": settings.stats.to_dict(),

@@ -309,3 +309,20 @@ def test_a_served_model_with_echo_scores_as_in_process(lm_dir, generator, tmp_pa
             served.close()
     for a, b in zip(_rows(tmp_path / "local"), _rows(tmp_path / "served"), strict=True):
         assert b["reasons"] == {} and b["features"] == pytest.approx(a["features"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shard", "batch", "features", "where"),
+    [
+        ("2", 8, ("confidence",), "--shard"),
+        ("2/2", 8, ("confidence",), "--shard"),
+        ("0/1", 0, ("confidence",), "--batch"),
+        ("0/1", 8, (), "--features"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_option(shard, batch, features, where):
+    from workbench.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        ScoreSettings(features, StatSettings(), batch, shard).check()
+    assert refused.value.where == where
