@@ -128,11 +128,11 @@ def _model_scorer(
     settings = ScoreSettings(chosen, StatSettings(samples=samples, max_new_tokens=max_new_tokens), batch, shard)
     settings.check()
     needed = required_stats(chosen)
+    if embedder is None and (needed & _EMBEDDED or (needed & _JUDGED and nli == "answer_equivalence")):
+        raise ConfigError("a selected feature (or its answer_equivalence NLI judge) needs --embedder", "--features")
     shared: dict[str, Any] = {}
 
     def embedded() -> Any:
-        if embedder is None:
-            raise ConfigError("a selected feature (or the NLI judge) needs an embedder: give --embedder", "score")
         if "embedder" not in shared:
             shared["embedder"] = build_embedder(embedder, device=device or "cpu")
         return shared["embedder"]

@@ -326,3 +326,22 @@ def test_bad_settings_are_refused_naming_the_option(shard, batch, features, wher
     with pytest.raises(ConfigError) as refused:
         ScoreSettings(features, StatSettings(), batch, shard).check()
     assert refused.value.where == where
+
+
+def test_workbench_score_with_a_local_model(lm_dir, tmp_path, monkeypatch, capsys):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "log.jsonl", [{"id": "a", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}])
+    base = ["workbench", "score", str(path), "--model", str(lm_dir)]
+    monkeypatch.setattr(sys, "argv", [*base, "--out", str(tmp_path / "nli"), "--features", "semantic_entropy"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2 and "needs --embedder" in capsys.readouterr().err
+    assert not (tmp_path / "nli").exists()
+    monkeypatch.setattr(sys, "argv", [*base, "--out", str(tmp_path / "out"), "--features", "confidence,dtr_nll"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None) and "1 records scored" in capsys.readouterr().out
+    (row,) = _rows(tmp_path / "out")
+    assert row["id"] == "a" and row["features"]["confidence"] == pytest.approx(row["features"]["dtr_nll"])
+    assert row["features"]["confidence"] < 0 and "p_correct" not in row
