@@ -84,7 +84,7 @@ def score_command(
 def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str) -> tuple[Any, Any, str]:
     """The scorer of a loaded bundle: its generator, judge and embedder, its collection's stats settings, its LARS
     scorer and its decisions; the features are its decision features plus ``chosen``."""
-    from workbench.scoring.decisions import bundle_decider, decision_features
+    from workbench.scoring.decisions import bundle_decider, decision_features, decision_stats
     from workbench.scoring.run import Scorer, ScoreSettings
     from workbench.uncertainty.calculators import StatSettings
 
@@ -102,6 +102,7 @@ def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str
         embedder=tools.embedder,
         lars_scorer=getattr(learned, "lars_scorer", None),
         decide=bundle_decider(runtime),
+        decision_stats=decision_stats(runtime),
     )
     return scorer, ScoreSettings(names, stats, batch, shard), f"{runtime.name} {runtime.version}"
 

@@ -81,14 +81,16 @@ class ScoreSettings:
 @dataclass
 class Scorer:
     """The tools a chunk is scored with: the ``generator`` (in process or served), the NLI ``judge`` and the
-    ``embedder`` (None when no selected feature needs them), the bundle's ``lars_scorer`` and a ``decide`` function
-    (``features -> {p_correct, decisions}``, :func:`workbench.scoring.decisions.bundle_decider`; None: no bundle)."""
+    ``embedder`` (None when no selected feature needs them), the bundle's ``lars_scorer``, a ``decide`` function
+    (``(features, stats) -> {p_correct, decisions}``, :func:`workbench.scoring.decisions.bundle_decider`; None: no
+    bundle) and the ``decision_stats`` its methods' own rules read."""
 
     generator: Any
     judge: Any = None
     embedder: Any = None
     lars_scorer: Any = None
     decide: Any = None
+    decision_stats: frozenset[str] = frozenset()
 
 
 def settings_for(records: Sequence[ScoreRecord], settings: ScoreSettings) -> ScoreSettings:
@@ -103,7 +105,7 @@ def score_chunk(records: Sequence[ScoreRecord], settings: ScoreSettings, scorer:
     """The output rows (:data:`ROW_FIELDS`) of one chunk of records."""
     generator = scorer.generator
     stats_settings = settings.stats
-    needed = required_stats(settings.features) - UNAVAILABLE_STATS
+    needed = (required_stats(settings.features) | scorer.decision_stats) - UNAVAILABLE_STATS
     if "lars" in settings.features:
         needed |= {"greedy_logprobs"}
     prompts = [
@@ -173,7 +175,7 @@ def score_chunk(records: Sequence[ScoreRecord], settings: ScoreSettings, scorer:
             "reasons": nan_reasons(values, absent),
         }
         if scorer.decide is not None:
-            row.update(scorer.decide(values))
+            row.update(scorer.decide(values, st))
         result.append(row)
     return result
 

@@ -218,13 +218,27 @@ def test_resume_skips_finished_chunks_and_shards_merge_into_the_whole(collected,
         merge_scores([tmp_path / "shard0", tmp_path / "shard0"], tmp_path / "again")
 
 
-def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
-    from tests.bundle_run import write_corpus
-    from workbench.runtime import load_bundle
-    from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider
+def _bundle_with_dtr(tmp_path: Path, tau: float) -> Path:
+    """A copy of the fixture bundle that ships DTR too (τ = ``tau``), its manifest digest re-made."""
+    from workbench.bundle.manifest import content_digest
 
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
     root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["methods"]["dtr"] = {"options": {"tau": tau}, "requires_gold": False}
+    manifest["content_sha256"] = content_digest(manifest, manifest["files"])
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.methods.dtr import decide as dtr_decide
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider, decision_stats
+
     overrides = {
         "generator": str(tiny_lm_long_dir),
         "embedder": str(tiny_encoder_dir),
@@ -232,15 +246,20 @@ def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy(tmp_path, tin
         "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
         "allow_corpus_mismatch": True,
     }
-    runtime = load_bundle(root, overrides)
+    runtime = load_bundle(_bundle_with_dtr(tmp_path, tau=1.0), overrides)
+    assert decision_stats(runtime) == {"greedy_logprobs", "greedy_eos"}
     decide = bundle_decider(runtime)
     values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
-    made = decide(values)
+    confident = {"greedy_logprobs": [-0.2, -0.4], "greedy_eos": False}  # u = 0.3 < τ
+    made = decide(values, confident)
     expected = runtime.decide(values)
     assert made["p_correct"] == pytest.approx(expected.p_correct)
     assert made["decisions"]["d2rag"] == {"retrieve": bool(expected.retrieve), "tau": runtime.policy.tau, "imputed": []}
     assert made["decisions"]["no_rag"] == {"retrieve": None, "reason": NOT_FROM_FEATURES}
-    with_nan = decide({**values, "entropy": float("nan")})
+    assert made["decisions"]["dtr"] == {"retrieve": False, "score": pytest.approx(0.3), "tau": 1.0}
+    unsure = decide(values, {"greedy_logprobs": [-2.0, -1.0], "greedy_eos": False})["decisions"]["dtr"]
+    assert unsure["retrieve"] is True and unsure["retrieve"] == bool(dtr_decide(1.5, 1.0))
+    with_nan = decide({**values, "entropy": float("nan")}, confident)
     assert with_nan["decisions"]["d2rag"]["imputed"] == ["entropy"] and np.isfinite(with_nan["p_correct"])
 
 
@@ -251,8 +270,7 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
     from workbench.cli import main
     from workbench.runtime import load_bundle
 
-    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
-    root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
+    root = _bundle_with_dtr(tmp_path, tau=0.5)
     corpus = write_corpus(tmp_path / "corpus.jsonl", n=20)
     sets = [f"generator={tiny_lm_long_dir}", f"embedder={tiny_encoder_dir}", "allow_model_mismatch=true"]
     sets += [f"corpus={corpus}", "allow_corpus_mismatch=true"]
@@ -283,6 +301,8 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
     for row in scored:  # P(correct) is the bundle's own policy on the scored features
         assert row["p_correct"] == pytest.approx(runtime.decide(row["features"]).p_correct)
         assert row["decisions"]["d2rag"]["retrieve"] == (row["p_correct"] < runtime.policy.tau)
+        dtr = row["decisions"]["dtr"]  # DTR's own rule on u = -dtr_nll, with the bundle's τ
+        assert dtr["score"] == pytest.approx(-row["features"]["dtr_nll"]) and dtr["retrieve"] == (dtr["score"] >= 0.5)
     assert scored[1]["features"]["confidence"] is None and scored[1]["reasons"]["confidence"]  # an empty answer
     assert json.loads((tmp_path / "out" / "score.json").read_text())["generator"] == "tiny 1.0.0"
 
