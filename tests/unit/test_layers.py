@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "workbench.distill": 5,
     "workbench.bundle": 5,
     "workbench.runtime": 5,
+    "workbench.scoring": 5,  # score: user records through the stats graph, a bundle through the runtime
     "workbench.serve": 5,
     "workbench.reports": 5,  # report writers read stage outputs as files; the report stages call them
     "workbench.stages": 6,

@@ -2,8 +2,8 @@
 
 Each verb lives in the module of its group (:mod:`~workbench.cli.recipes`, :mod:`~workbench.cli.evaluate`,
 :mod:`~workbench.cli.bundles`, :mod:`~workbench.cli.answering`, :mod:`~workbench.cli.model_server`,
-:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.doctor`); those modules import only typer and the workbench's
-light core at import time, so ``workbench --help`` stays fast.
+:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.score`, :mod:`~workbench.cli.doctor`); those modules import
+only typer and the workbench's light core at import time, so ``workbench --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from workbench.cli.recipes import (
     validate_command,
 )
 from workbench.cli.retrieval import index_command, serve_retriever_command
+from workbench.cli.score import score_command, score_merge_command
 
 app = typer.Typer(
     name="workbench",
@@ -65,6 +66,8 @@ VERBS = (
     ("export", export_command),
     ("decide", decide_command),
     ("bundles", bundles_command),
+    ("score", score_command),
+    ("score-merge", score_merge_command),
     ("infer", infer_command),
     ("serve", serve_command),
     ("serve-model", serve_model_command),

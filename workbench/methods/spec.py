@@ -136,7 +136,10 @@ class MethodSpec:
       -> values``: the only values of its ``breakpoints`` parameter a study needs to try, from a run's trace
       records (DENSE-RAG's θ).
     * ``decide`` — its one retrieval decision rule, ``(score, tau) -> retrieve`` (scalars or numpy arrays): the
-      method, the runtime, the study's replays and the bundle's decision records all call it.
+      method, the runtime, the study's replays and the bundle's decision records all call it; ``decision_score`` —
+      ``(stats, settings) -> score``: the score ``decide`` reads, from one question's stats (those named in
+      ``decision_stats``) and the method's typed settings, when the stats graph gives it (``workbench score``
+      decides with it; None: the score comes from the method's own pipeline).
     * ``needs`` — the generator capabilities it needs beyond generation
       (:mod:`workbench.backends.capabilities` names).
     * ``rank`` — the default method of a bundle or a run is the one of highest rank (the first among equals).
@@ -167,6 +170,8 @@ class MethodSpec:
     learned_params: Mapping[str, str] = field(default_factory=dict)
     breakpoints: Callable[[Sequence[dict[str, Any]]], list[float]] | None = None
     decide: Callable[[Any, Any], Any] | None = None
+    decision_score: Callable[[Mapping[str, Any], Any], float] | None = None
+    decision_stats: tuple[str, ...] = ()
     needs: frozenset[str] = frozenset()
     rank: int = 0
     package: str = "workbench"

@@ -152,6 +152,8 @@ def compute_stats(
     dense_settings: Any = None,
     nli_saved: dict[str, int] | None = None,
     cost_meter: Any = None,
+    answers: Sequence[Any] | None = None,
+    samples: Sequence[Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One ``{stat: value}`` dict per example (each needs a ``"question"``) holding every stat in ``needed``.
 
@@ -167,6 +169,12 @@ def compute_stats(
     :class:`~workbench.uncertainty.nli_matrix.NLIMatrices`). ``cost_meter`` (optional, a
     :class:`~workbench.uncertainty.stat_costs.StatCostMeter` over the generator's, judge's and embedder's counters)
     receives each step's cost, charged to its component; the stats are the same with or without it.
+
+    ``answers`` / ``samples`` (optional) are a *given answer source*: one closed-book answer per example / one list of
+    ``settings.samples`` sampled answers per example, as :class:`~workbench.backends.generation_types.Generation`
+    objects (e.g. existing answers teacher-forced by :mod:`workbench.scoring.given`), used in place of the greedy
+    generation / the sampling call, so every stat downstream is computed from them exactly as from generated ones
+    (``sample_hidden`` only where each given sample holds ``hidden_last``).
     """
     settings = settings or StatSettings()
     settings.validate()
@@ -191,6 +199,11 @@ def compute_stats(
         if contexts is None or len(contexts) != len(examples):
             raise DataError("DENSE stats need one list of retrieved chunks per example (contexts=)", "compute_stats")
     questions = [str(ex["question"]) for ex in examples]
+    for given, name in ((answers, "answers"), (samples, "samples")):
+        if given is not None and len(given) != len(questions):
+            raise DataError(f"{len(given)} given {name} for {len(questions)} examples", "compute_stats")
+    if samples is not None and any(len(group) != settings.samples for group in samples):
+        raise DataError(f"each example needs {settings.samples} given samples (settings.samples)", "compute_stats")
     out: list[dict[str, Any]] = [{} for _ in questions]
     if not questions:
         return out
@@ -224,27 +237,33 @@ def compute_stats(
     if need_greedy:  # no hidden states, no attention weights: the decode runs as bare greedy decoding does
         mark = meter.mark() if meter is not None else None
         extra = {"return_answer_attention": True} if decode_attention else {}
-        answered = generator.generate([*prompts, *para_prompts], temperature=0.0, **common, **extra)
-        greedy, para_texts = answered[: len(prompts)], [g.text.strip() for g in answered[len(prompts) :]]
+        own = list(answers) if answers is not None else []  # a given answer is not decoded again
+        decode = [*(prompts if answers is None else []), *para_prompts]
+        answered = generator.generate(decode, temperature=0.0, **common, **extra) if decode else []
+        greedy = own if answers is not None else answered[: len(prompts)]
+        para_generations = answered[len(decode) - len(para_prompts) :]
+        para_texts = [g.text.strip() for g in para_generations]
         if meter is not None:  # one decode loop: each prompt's own cost to its component
-            groups = {"greedy": greedy, **({"paraphrase": answered[len(prompts) :]} if para_prompts else {})}
+            groups = {"greedy": greedy, **({"paraphrase": para_generations} if para_prompts else {})}
             meter.charge_generations(mark, groups)
-    samples: list[list[Any]] = [[] for _ in questions]
-    if need_samples:
+    sampled: list[list[Any]] = [[] for _ in questions]
+    if need_samples and samples is not None:  # given samples: nothing is sampled
+        sampled = [list(group) for group in samples]
+    elif need_samples:
         mark = meter.mark() if meter is not None else None
         n = settings.samples
         hidden = middle_layer(generator) if "sample_hidden" in needed else None
         flat = generator.generate(
             prompts, temperature=settings.temperature, n=n, seed=settings.seed, return_hidden_layer=hidden, **common
         )
-        samples = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
+        sampled = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
         if meter is not None:
             meter.charge(mark, "samples")
     mark = meter.mark() if meter is not None else None
     eos_scored: dict[str, int] = {}
-    eos_extra = _eos_logprobs(generator, prompts, greedy, samples, needed, eos_scored)
+    eos_extra = _eos_logprobs(generator, prompts, greedy, sampled, needed, eos_scored)
     greedy_texts = [g.text.strip() for g in greedy]
-    sample_texts = [[s.text.strip() for s in group] for group in samples]
+    sample_texts = [[s.text.strip() for s in group] for group in sampled]
     if meter is not None and eos_scored:  # one scoring pass: split by the answers each component had scored
         meter.charge_shares(mark, eos_scored)
 
@@ -261,13 +280,13 @@ def compute_stats(
         if need_samples:
             row["sample_texts"] = sample_texts[i]
             logprobs = []
-            for j, s in enumerate(samples[i]):
+            for j, s in enumerate(sampled[i]):
                 lp = [float(v) for v in s.logprobs]
                 extra = eos_extra.get(("s", i, j))
                 logprobs.append([*lp, extra[0]] if extra is not None else lp)
             row["sample_logprobs"] = logprobs
-            if "sample_hidden" in needed:
-                row["sample_hidden"] = np.stack([np.asarray(s.hidden_last, dtype=np.float32) for s in samples[i]])
+            if "sample_hidden" in needed and all(s.hidden_last is not None for s in sampled[i]):
+                row["sample_hidden"] = np.stack([np.asarray(s.hidden_last, dtype=np.float32) for s in sampled[i]])
     if meter is not None and reader is not None:  # reading the answers (MARS importance decodes the greedy tokens)
         meter.charge(mark, reader)
 

@@ -11,6 +11,7 @@ first use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from workbench.core.errors import DataError
@@ -38,6 +39,14 @@ def _read_replay(steps: dict[str, dict[str, Any]], trace: dict[str, Any]) -> tup
         raise DataError(f"trace of {trace.get('method')} lacks {exc}", "replay") from None
 
 
+def _decision_score(stats: Mapping[str, Any], settings: DTRSettings) -> float:
+    """u, the closed-book answer's normalised NLL, from its stats (the same :class:`~workbench.uncertainty.features.
+    dtr.DtrNll` the method reads, with its ``include_eos``)."""
+    from workbench.uncertainty.features.dtr import DtrNll
+
+    return DtrNll(include_eos=bool(settings.include_eos)).raw(stats)
+
+
 METHOD = MethodSpec(
     "dtr",
     "DTR: retrieve iff the closed-book answer's normalised NLL >= tau; dual-path retrieval",
@@ -54,6 +63,8 @@ METHOD = MethodSpec(
     space={"tau": {"low": 0.01, "high": 10.0, "log": True}},
     replay=ReplayRule(always=0.0, branch_steps=("closed_book",), read=_read_replay),
     decide=decide,
+    decision_score=_decision_score,
+    decision_stats=("greedy_logprobs", "greedy_eos"),
     needs=frozenset({"logprobs"}),  # u reads the answer's log-probs
 )
 """DTR's spec."""

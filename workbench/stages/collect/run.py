@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.prompts import passage_line
+from workbench.core import shards
 from workbench.core.atomic import atomic_write_json, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.stages.context import StageContext
@@ -93,14 +94,8 @@ def labels_for(options: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``"i/N"`` → ``(i, N)`` with 0 <= i < N; anything else raises :class:`ConfigError`."""
-    try:
-        index, count = (int(part) for part in str(text).split("/"))
-    except ValueError:
-        raise ConfigError(f"shard must look like 'i/N', got {text!r}", "collect.shard") from None
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"shard {text!r} needs 0 <= i < N", "collect.shard")
-    return index, count
+    """``"i/N"`` → ``(i, N)`` with 0 <= i < N; anything else raises :class:`ConfigError` at ``collect.shard``."""
+    return shards.parse_shard(text, "collect.shard")
 
 
 def check_features(names: list[str]) -> None:

@@ -1,0 +1,367 @@
+"""``workbench score`` (workbench/scoring): parity with ``collect`` on the answers it made, bad records refused in one
+line with nothing written, resume and shards, NaN reasons, and a bundle's P(correct) and decisions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from workbench.backends.capabilities import Capabilities
+from workbench.core.errors import DataError
+from workbench.scoring.records import read_records
+from workbench.scoring.run import UNDEFINED, Scorer, ScoreSettings, merge_scores, run_fingerprint, score_file
+from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
+
+pytest.importorskip("torch")
+
+FEATURES = ["confidence", "dtr_nll", "entropy", "mars", "attention_score", "ptrue"]
+QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Where does the Nile flow?", "Is Paris a city?"]
+SAMPLES = 3
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory):
+    from tests.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(
+        tmp_path_factory.mktemp("tiny-peaked"), seed=3, max_positions=4096, tie_embeddings=False, initializer_range=1.0
+    )
+
+
+@pytest.fixture(scope="module")
+def generator(lm_dir):
+    from workbench.backends.generator import Generator
+
+    return Generator(lm_dir, batch_size=8, seed=5)
+
+
+@pytest.fixture(scope="module")
+def collected(generator, tmp_path_factory):
+    """``collect``'s own records (its collect_split, greedy answers and samples) for :data:`QUESTIONS`, with the
+    token ids of each answer and sample (the same greedy / seeded decode again)."""
+    from workbench.stages.collect.run import collect_split
+    from workbench.stages.collect.settings import CollectSection
+
+    section = CollectSection(features=FEATURES, labels=[], samples=SAMPLES, max_new_tokens=TOKENS, batch_questions=4)
+    ctx = SimpleNamespace(
+        config=SimpleNamespace(collect=section, seed=0),
+        counter=generator.counter,
+        resources=SimpleNamespace(generator=lambda: generator),
+        scratch_dir=tmp_path_factory.mktemp("collect-scratch"),
+    )
+    rows = [{"id": f"q{i}", "question": q, "answers": ["x"]} for i, q in enumerate(QUESTIONS)]
+    tools = {"judge": None, "embedder": None, "passages": None, "llm_judge": None}
+    records = collect_split(ctx, "test", rows, tools)
+    prompts = [generator.build_prompt(q, None, max_new_tokens=TOKENS, system=ANSWER_SYSTEM).text for q in QUESTIONS]
+    greedy = generator.generate(prompts, temperature=0.0, max_new_tokens=TOKENS, stop=("\n",))
+    sampled = generator.generate(prompts, temperature=0.7, n=SAMPLES, seed=None, max_new_tokens=TOKENS, stop=("\n",))
+    for i, (record, answer) in enumerate(zip(records, greedy, strict=True)):
+        assert answer.text.strip() == record["greedy_answer"]
+        record["token_ids"] = [int(t) for t in answer.token_ids]
+        group = sampled[i * SAMPLES : (i + 1) * SAMPLES]
+        assert [s.text.strip() for s in group] == record["sample_answers"]
+        record["samples"] = [
+            {"text": s.text, "token_ids": [int(t) for t in s.token_ids], "eos": s.finish_reason == "eos"} for s in group
+        ]
+    return records
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _records_file(collected, path: Path, **extra) -> Path:
+    rows = [
+        {
+            "id": r["id"],
+            "question": r["question"],
+            "answer": r["greedy_answer"],
+            "eos": len(r["greedy_logprobs"]) != r["closed_new_tokens"],
+            "token_ids": r["token_ids"],
+            "samples": r["samples"],
+            **extra,
+        }
+        for r in collected
+    ]
+    return _write(path, rows)
+
+
+def _score(path: Path, out: Path, generator, features=FEATURES, batch=8, shard="0/1", scorer=None) -> dict:
+    settings = ScoreSettings(tuple(features), StatSettings(samples=SAMPLES, max_new_tokens=TOKENS), batch, shard)
+    return score_file(
+        read_records(path), out, settings, scorer or Scorer(generator), run_fingerprint(path, settings, "tiny", None)
+    )
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+
+
+def test_score_on_collects_answers_gives_collects_feature_values(collected, generator, tmp_path):
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    summary = _score(path, tmp_path / "out", generator)
+    rows = _rows(tmp_path / "out")
+    assert [r["id"] for r in rows] == [r["id"] for r in collected] and summary["rows"] == len(QUESTIONS)
+    for row, record in zip(rows, collected, strict=True):
+        assert row["reasons"] == {}
+        for name in FEATURES:  # token-level ones teacher-forced, entropy from the given samples
+            assert row["features"][name] == pytest.approx(record[name], rel=1e-4, abs=1e-4), name
+
+
+def test_given_logprobs_are_used_as_they_are(collected, generator, tmp_path):
+    rows = [
+        {"id": r["id"], "question": r["question"], "answer": r["greedy_answer"], "logprobs": [-0.5] * 3}
+        for r in collected
+    ]
+    _score(_write(tmp_path / "given.jsonl", rows), tmp_path / "out", generator, features=["confidence", "token_sar"])
+    for row in _rows(tmp_path / "out"):
+        assert row["features"]["confidence"] == pytest.approx(-0.5)
+        # token_sar pairs tokens with log-probs: NaN with the reason when the given ones cover other tokens
+        assert row["features"]["token_sar"] is None and "given log-probs cover 3 tokens" in row["reasons"]["token_sar"]
+
+
+def test_a_served_model_without_echo_says_why_token_features_are_nan(collected, generator, tmp_path):
+    class NoEcho:
+        capabilities = Capabilities(logprobs=True)
+
+        def __getattr__(self, name):
+            return getattr(generator, name)
+
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    _score(path, tmp_path / "out", generator, features=["confidence", "ptrue"], scorer=Scorer(NoEcho()))
+    for row in _rows(tmp_path / "out"):
+        assert row["features"]["confidence"] is None and row["features"]["ptrue"] is not None
+        assert "gives no prompt log-probabilities (echo)" in row["reasons"]["confidence"]
+
+
+def test_a_nan_feature_gets_the_reason_of_its_missing_stat_else_undefined():
+    from workbench.scoring.run import nan_reasons
+
+    reasons = nan_reasons({"dense": float("nan"), "confidence": 1.0}, {"dense_answers": "needs contexts"})
+    assert reasons == {"dense": "needs contexts"}
+    assert nan_reasons({"confidence": float("nan")}, {}) == {"confidence": UNDEFINED}
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"question": "q", "answer": "a"}, "missing field 'id'"),
+        ({"id": "x", "answer": "a"}, "missing field 'question'"),
+        ({"id": "x", "question": "q", "answer": 3}, "field 'answer' must be a string"),
+        ({"id": "x", "question": "q", "answer": "a", "logprobs": [0.5]}, "field 'logprobs'"),
+        ({"id": "x", "question": "q", "answer": "a", "eos": "yes"}, "field 'eos'"),
+        ({"id": "x", "question": "q", "answer": "a", "contexts": "p"}, "field 'contexts'"),
+        ({"id": "x", "question": "q", "answer": "a", "samples": [1]}, "field 'samples[0]'"),
+        ({"id": "a", "question": "q", "answer": "a"}, "field 'id' repeats the id of row 1"),
+    ],
+)
+def test_a_bad_record_is_one_line_naming_file_row_and_field_and_nothing_is_written(
+    tmp_path, monkeypatch, capsys, row, field
+):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "bad.jsonl", [{"id": "a", "question": "q", "answer": "a"}, row])
+    monkeypatch.setattr(sys, "argv", ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--model", "x"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    message = capsys.readouterr().err.strip()
+    assert exited.value.code == 2
+    assert "\n" not in message and f"{path}: row 2" in message and field in message and "docs/score.md" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_parquet_and_hf_dataset_records_are_read(tmp_path):
+    import datasets
+
+    rows = [{"id": 1, "question": "q", "answer": "a"}, {"id": 2, "question": "r", "answer": ""}]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "r.parquet"))
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "hf"))
+    for path in (tmp_path / "r.parquet", tmp_path / "hf"):
+        assert [(r.id, r.answer.text) for r in read_records(path)] == [("1", "a"), ("2", "")]
+    duplicate = [{"id": "1", "question": "q", "answer": "a"}, {"id": "1", "question": "q", "answer": "b"}]
+    datasets.Dataset.from_list(duplicate).save_to_disk(str(tmp_path / "dup"))
+    with pytest.raises(DataError, match="row 2"):
+        read_records(tmp_path / "dup")
+
+
+def test_resume_skips_finished_chunks_and_shards_merge_into_the_whole(collected, generator, tmp_path, monkeypatch):
+    path = _records_file(collected, tmp_path / "answers.jsonl")
+    whole = tmp_path / "whole"
+    _score(path, whole, generator, features=["confidence", "dtr_nll"], batch=2)
+    assert len(list((whole / "chunks").glob("chunk-*.jsonl"))) == 2
+    (whole / "chunks" / "chunk-0000002.jsonl").unlink()  # an interrupted run: one chunk left to do
+    import workbench.scoring.run as run
+
+    calls = []
+    real = run.score_chunk
+    monkeypatch.setattr(run, "score_chunk", lambda records, *a: calls.append(len(records)) or real(records, *a))
+    _score(path, whole, generator, features=["confidence", "dtr_nll"], batch=2)
+    assert calls == [2]
+    with pytest.raises(DataError, match="another input or other settings"):
+        _score(path, whole, generator, features=["confidence"], batch=2)
+    for i in range(2):
+        _score(path, tmp_path / f"shard{i}", generator, features=["confidence", "dtr_nll"], batch=2, shard=f"{i}/2")
+    merge_scores([tmp_path / "shard0", tmp_path / "shard1"], tmp_path / "merged")
+    merged, alone = _rows(tmp_path / "merged"), _rows(whole)
+    assert [(r["id"], r["position"]) for r in merged] == [(r["id"], r["position"]) for r in alone]
+    for a, b in zip(merged, alone, strict=True):  # other batches pad differently: float32 noise only
+        assert a["features"] == pytest.approx(b["features"], rel=1e-5)
+    with pytest.raises(DataError, match="two shards"):
+        merge_scores([tmp_path / "shard0", tmp_path / "shard0"], tmp_path / "again")
+
+
+def _bundle_with_dtr(tmp_path: Path, tau: float) -> Path:
+    """A copy of the fixture bundle that ships DTR too (τ = ``tau``), its manifest digest re-made."""
+    from workbench.bundle.manifest import content_digest
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
+    root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["methods"]["dtr"] = {"options": {"tau": tau}, "requires_gold": False}
+    manifest["content_sha256"] = content_digest(manifest, manifest["files"])
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.methods.dtr import decide as dtr_decide
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider, decision_stats
+
+    overrides = {
+        "generator": str(tiny_lm_long_dir),
+        "embedder": str(tiny_encoder_dir),
+        "allow_model_mismatch": True,
+        "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
+        "allow_corpus_mismatch": True,
+    }
+    runtime = load_bundle(_bundle_with_dtr(tmp_path, tau=1.0), overrides)
+    assert decision_stats(runtime) == {"greedy_logprobs", "greedy_eos"}
+    decide = bundle_decider(runtime)
+    values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
+    confident = {"greedy_logprobs": [-0.2, -0.4], "greedy_eos": False}  # u = 0.3 < τ
+    made = decide(values, confident)
+    expected = runtime.decide(values)
+    assert made["p_correct"] == pytest.approx(expected.p_correct)
+    assert made["decisions"]["d2rag"] == {"retrieve": bool(expected.retrieve), "tau": runtime.policy.tau, "imputed": []}
+    assert made["decisions"]["no_rag"] == {"retrieve": None, "reason": NOT_FROM_FEATURES}
+    assert made["decisions"]["dtr"] == {"retrieve": False, "score": pytest.approx(0.3), "tau": 1.0}
+    unsure = decide(values, {"greedy_logprobs": [-2.0, -1.0], "greedy_eos": False})["decisions"]["dtr"]
+    assert unsure["retrieve"] is True and unsure["retrieve"] == bool(dtr_decide(1.5, 1.0))
+    with_nan = decide({**values, "entropy": float("nan")}, confident)
+    assert with_nan["decisions"]["d2rag"]["imputed"] == ["entropy"] and np.isfinite(with_nan["p_correct"])
+
+
+def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
+    tmp_path, monkeypatch, capsys, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.cli import main
+    from workbench.runtime import load_bundle
+
+    root = _bundle_with_dtr(tmp_path, tau=0.5)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=20)
+    sets = [f"generator={tiny_lm_long_dir}", f"embedder={tiny_encoder_dir}", "allow_model_mismatch=true"]
+    sets += [f"corpus={corpus}", "allow_corpus_mismatch=true"]
+    rows = [
+        {"id": 7, "question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+        {"id": 8, "question": "Q?", "answer": ""},
+    ]
+    path = _write(tmp_path / "log.jsonl", rows)
+    args = ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--bundle", str(root)]
+    monkeypatch.setattr(sys, "argv", [*args, *(part for s in sets for part in ("--set", s))])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None)
+    assert "2 records scored" in capsys.readouterr().out
+    scored = _rows(tmp_path / "out")
+    runtime = load_bundle(
+        root,
+        {
+            "generator": str(tiny_lm_long_dir),
+            "embedder": str(tiny_encoder_dir),
+            "allow_model_mismatch": True,
+            "corpus": str(corpus),
+            "allow_corpus_mismatch": True,
+        },
+    )
+    assert [r["id"] for r in scored] == ["7", "8"]
+    assert set(scored[0]["features"]) == set(runtime.policy.features)
+    for row in scored:  # P(correct) is the bundle's own policy on the scored features
+        assert row["p_correct"] == pytest.approx(runtime.decide(row["features"]).p_correct)
+        assert row["decisions"]["d2rag"]["retrieve"] == (row["p_correct"] < runtime.policy.tau)
+        dtr = row["decisions"]["dtr"]  # DTR's own rule on u = -dtr_nll, with the bundle's τ
+        assert dtr["score"] == pytest.approx(-row["features"]["dtr_nll"]) and dtr["retrieve"] == (dtr["score"] >= 0.5)
+    assert scored[1]["features"]["confidence"] is None and scored[1]["reasons"]["confidence"]  # an empty answer
+    assert json.loads((tmp_path / "out" / "score.json").read_text())["generator"] == "tiny 1.0.0"
+
+
+def test_a_served_model_with_echo_scores_as_in_process(lm_dir, generator, tmp_path):
+    from workbench.backends.factory import build_served_generator
+    from workbench.serve.openai_server import start_in_thread
+
+    rows = [
+        {"id": "a", "question": QUESTIONS[0], "answer": "Paris"},
+        {"id": "b", "question": QUESTIONS[1], "answer": "William Shakespeare", "eos": True},
+    ]
+    path = _write(tmp_path / "text.jsonl", rows)
+    features = ["confidence", "dtr_nll", "mars"]
+    _score(path, tmp_path / "local", generator, features=features)
+    with start_in_thread(str(lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as server:
+        served = build_served_generator(
+            base_url=server.base_url, model="tiny", tokenizer=str(lm_dir), top_logprobs=5, batch_size=4, cache=False
+        )
+        try:
+            assert served.capabilities.echo
+            _score(path, tmp_path / "served", generator, features=features, scorer=Scorer(served))
+        finally:
+            served.close()
+    for a, b in zip(_rows(tmp_path / "local"), _rows(tmp_path / "served"), strict=True):
+        assert b["reasons"] == {} and b["features"] == pytest.approx(a["features"], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shard", "batch", "features", "where"),
+    [
+        ("2", 8, ("confidence",), "--shard"),
+        ("2/2", 8, ("confidence",), "--shard"),
+        ("0/1", 0, ("confidence",), "--batch"),
+        ("0/1", 8, (), "--features"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_option(shard, batch, features, where):
+    from workbench.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        ScoreSettings(features, StatSettings(), batch, shard).check()
+    assert refused.value.where == where
+
+
+def test_workbench_score_with_a_local_model(lm_dir, tmp_path, monkeypatch, capsys):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "log.jsonl", [{"id": "a", "question": "Who wrote Hamlet?", "answer": "Shakespeare"}])
+    base = ["workbench", "score", str(path), "--model", str(lm_dir)]
+    monkeypatch.setattr(sys, "argv", [*base, "--out", str(tmp_path / "nli"), "--features", "semantic_entropy"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2 and "needs --embedder" in capsys.readouterr().err
+    assert not (tmp_path / "nli").exists()
+    monkeypatch.setattr(sys, "argv", [*base, "--out", str(tmp_path / "out"), "--features", "confidence,dtr_nll"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None) and "1 records scored" in capsys.readouterr().out
+    (row,) = _rows(tmp_path / "out")
+    assert row["id"] == "a" and row["features"]["confidence"] == pytest.approx(row["features"]["dtr_nll"])
+    assert row["features"]["confidence"] < 0 and "p_correct" not in row

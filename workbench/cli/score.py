@@ -1,0 +1,154 @@
+"""Verbs that score existing answers: ``score`` (features, and with a bundle P(correct) and decisions, for records
+of question and answer, without regenerating the answer) and ``score-merge`` (join the shards of one input)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from workbench.cli.answering import ApiKeyEnvOption, BaseUrlOption, ServedModelOption, load_runtime
+from workbench.cli.output import VerboseOption, silence_third_party
+from workbench.core.errors import ConfigError
+
+_JUDGED = {"nli_probs", "nli_index_greedy", "nli_index_samples", "nli_texts", "paraphrase_answers"}
+_JUDGED |= {"paraphrase_nli_probs", "dense_answers", "dense_nli_probs"}
+_EMBEDDED = {"token_relevance", "sts_samples"}
+
+
+def score_command(
+    input_file: Annotated[
+        Path, typer.Argument(help="Records: .jsonl, .parquet or an HF dataset folder (docs/score.md).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output directory (resumed when it holds checkpoints).")],
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="Score with this bundle's model and settings; add P(correct) and decisions."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Without --bundle: the generator (a local model directory).")
+    ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option("--features", help="Comma-separated features (default with --bundle: the ones it decides on)."),
+    ] = None,
+    nli: Annotated[str, typer.Option("--nli", help="Without --bundle: the NLI judge kind.")] = "answer_equivalence",
+    embedder: Annotated[
+        str | None, typer.Option("--embedder", help="Without --bundle: the embedder (when a feature needs one).")
+    ] = None,
+    samples: Annotated[int, typer.Option("--samples", help="Without --bundle: samples generated per question.")] = 5,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", help="Without --bundle: the answer prompt's token budget.")
+    ] = 16,
+    batch: Annotated[int, typer.Option("--batch", help="Records per checkpointed chunk.")] = 8,
+    shard: Annotated[
+        str, typer.Option("--shard", help="'i/N': score only the rows whose position mod N == i.")
+    ] = "0/1",
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="With --bundle: runtime override key=value (docs/bundles.md).")
+    ] = None,
+    base_url: BaseUrlOption = None,
+    served_model: ServedModelOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Score existing answers: each record's features by teacher-forcing its answer (samples generated only when the
+    records give none); with --bundle, P(correct) and each method's decision. Writes OUT/scores.jsonl."""
+    silence_third_party(verbose)
+    from workbench.scoring.records import read_records
+    from workbench.scoring.run import run_fingerprint, score_file
+
+    records = read_records(input_file)  # every row checked before anything is built or written
+    chosen = tuple(f.strip() for f in (features or "").split(",") if f.strip())
+    if bundle is not None:
+        served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
+        runtime = load_runtime(bundle, overrides, None, device, **served)
+        scorer, settings, ref = _bundle_scorer(runtime, chosen, batch, shard)
+    else:
+        if model is None:
+            raise ConfigError("give --model (a local model directory) or --bundle", "score")
+        if base_url is not None or overrides:
+            raise ConfigError("--base-url and --set apply to a bundle: give --bundle too", "score")
+        scorer, settings = _model_scorer(model, chosen, nli, embedder, samples, max_new_tokens, batch, shard, device)
+        ref = model
+    settings.check()
+    summary = score_file(
+        records, out, settings, scorer, run_fingerprint(input_file, settings, ref, str(bundle) if bundle else None)
+    )
+    nans = ", ".join(f"{name} {count}" for name, count in summary["nan_count"].items() if count)
+    typer.echo(f"{summary['rows']} records scored → {out / 'scores.jsonl'}" + (f" (NaN: {nans})" if nans else ""))
+
+
+def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str) -> tuple[Any, Any, str]:
+    """The scorer of a loaded bundle: its generator, judge and embedder, its collection's stats settings, its LARS
+    scorer and its decisions; the features are its decision features plus ``chosen``."""
+    from workbench.scoring.decisions import bundle_decider, decision_features, decision_stats
+    from workbench.scoring.run import Scorer, ScoreSettings
+    from workbench.uncertainty.calculators import StatSettings
+
+    names = tuple(dict.fromkeys([*decision_features(runtime), *chosen]))
+    if not names:
+        raise ConfigError("the bundle decides on no features: name some with --features", "--features")
+    tools = runtime.tools()
+    learned = runtime.learned
+    stats = learned.stats if learned is not None and learned.stats is not None else None
+    if stats is None:
+        stats = StatSettings(max_new_tokens=int(runtime.manifest["answering"].get("max_new_tokens", 16)))
+    scorer = Scorer(
+        tools.generator,
+        judge=tools.judge,
+        embedder=tools.embedder,
+        lars_scorer=getattr(learned, "lars_scorer", None),
+        decide=bundle_decider(runtime),
+        decision_stats=decision_stats(runtime),
+    )
+    return scorer, ScoreSettings(names, stats, batch, shard), f"{runtime.name} {runtime.version}"
+
+
+def _model_scorer(
+    model: str,
+    chosen: tuple[str, ...],
+    nli: str,
+    embedder: str | None,
+    samples: int,
+    max_new_tokens: int,
+    batch: int,
+    shard: str,
+    device: str | None,
+) -> tuple[Any, Any]:
+    """The scorer of a local generator, with the judge and embedder built only when a feature needs them."""
+    from workbench.backends.factory import build_embedder, build_generator, build_judge
+    from workbench.scoring.run import Scorer, ScoreSettings
+    from workbench.uncertainty.calculators import StatSettings
+    from workbench.uncertainty.features import required_stats
+
+    if not chosen:
+        raise ConfigError("name the features to compute (without --bundle there is no default)", "--features")
+    settings = ScoreSettings(chosen, StatSettings(samples=samples, max_new_tokens=max_new_tokens), batch, shard)
+    settings.check()
+    needed = required_stats(chosen)
+    if embedder is None and (needed & _EMBEDDED or (needed & _JUDGED and nli == "answer_equivalence")):
+        raise ConfigError("a selected feature (or its answer_equivalence NLI judge) needs --embedder", "--features")
+    shared: dict[str, Any] = {}
+
+    def embedded() -> Any:
+        if "embedder" not in shared:
+            shared["embedder"] = build_embedder(embedder, device=device or "cpu")
+        return shared["embedder"]
+
+    generator = build_generator(model, device=device or "cpu", max_context=None)
+    judge = build_judge(nli, embedder=embedded, generator=lambda: generator) if needed & _JUDGED else None
+    return Scorer(generator, judge=judge, embedder=embedded() if needed & _EMBEDDED else None), settings
+
+
+def score_merge_command(
+    out: Annotated[Path, typer.Argument(help="The merged output directory (must not exist).")],
+    shards: Annotated[list[Path], typer.Argument(help="The shards' --out directories.")],
+) -> None:
+    """Join the outputs of `workbench score --shard i/N` runs of one input into OUT (rows in input order)."""
+    from workbench.scoring.run import merge_scores
+
+    summary = merge_scores(shards, out)
+    typer.echo(f"{summary['rows']} records from {len(shards)} shard(s) → {out / 'scores.jsonl'}")
