@@ -2,7 +2,8 @@
 
 Each verb lives in the module of its group (:mod:`~workbench.cli.recipes`, :mod:`~workbench.cli.evaluate`,
 :mod:`~workbench.cli.bundles`, :mod:`~workbench.cli.answering`, :mod:`~workbench.cli.model_server`,
-:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.doctor`); those modules import only typer and the workbench's
+:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.monitoring`,
+:mod:`~workbench.cli.doctor`); those modules import only typer and the workbench's
 light core at import time, so ``workbench --help`` stays fast.
 """
 
@@ -17,6 +18,7 @@ from workbench.cli.bundles import bundles_command, decide_command, export_comman
 from workbench.cli.doctor import doctor_command
 from workbench.cli.evaluate import evaluate_command, study_command
 from workbench.cli.model_server import serve_model_command
+from workbench.cli.monitoring import monitor_command
 from workbench.cli.recipes import (
     config_command,
     cp_command,
@@ -67,6 +69,7 @@ VERBS = (
     ("bundles", bundles_command),
     ("infer", infer_command),
     ("serve", serve_command),
+    ("monitor", monitor_command),
     ("serve-model", serve_model_command),
     ("serve-retriever", serve_retriever_command),
     ("doctor", doctor_command),

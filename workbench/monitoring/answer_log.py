@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import DataError
+from workbench.core.strict_json import loads_strict
 from workbench.monitoring.reference import feature_series
 
 LOG_VERSION = 1
@@ -111,7 +112,6 @@ def check_record(record: Any, features: Iterable[str], where: str, row: int) -> 
 def read_log(path: str | Path, features: Iterable[str]) -> list[dict[str, Any]]:
     """The records of the answer log at ``path`` in file order, each checked (:func:`check_record`; blank lines
     skipped); DataError naming the file, row and field of the first bad one, or an empty log."""
-    from workbench.core.strict_json import loads_strict
 
     path = Path(path)
     names = list(features)

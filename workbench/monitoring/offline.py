@@ -15,9 +15,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from workbench.monitoring.answer_log import record_values
+from workbench.bundle.files import BundleFiles
+from workbench.core.atomic import atomic_write_json
+from workbench.core.errors import DataError
+from workbench.monitoring.answer_log import read_log, record_values
 from workbench.monitoring.drift import window_drift
-from workbench.monitoring.reference import DriftReference
+from workbench.monitoring.reference import DriftReference, read_reference
+from workbench.monitoring.window import NO_REFERENCE
+from workbench.plots import drift_over_time
+from workbench.runtime.opening import open_bundle
 
 REPORT = "drift.json"
 PLOT = "drift.png"
@@ -73,7 +79,6 @@ def plot_report(report: dict[str, Any], path: Path, title: str) -> Path | None:
     """``drift.png``: PSI per series over the report's windows (None, nothing written, without matplotlib)."""
     if importlib.util.find_spec("matplotlib") is None:
         return None
-    from workbench.plots import drift_over_time
 
     psi = {
         name: [_shown(w["series"][name]) for w in report["windows"]]
@@ -98,13 +103,6 @@ def monitor_log(
     directory or ``.tar.gz``, verified as every load is), written to ``out`` (``drift.json``, and ``drift.png``
     when matplotlib is installed). Everything is read and checked before anything is written: DataError (one line
     naming the file, row and field) for a bad log, a bundle without a reference, or a window under 1."""
-    from workbench.bundle.files import BundleFiles
-    from workbench.core.atomic import atomic_write_json
-    from workbench.core.errors import DataError
-    from workbench.monitoring.answer_log import read_log
-    from workbench.monitoring.reference import read_reference
-    from workbench.monitoring.window import NO_REFERENCE
-    from workbench.runtime.opening import open_bundle
 
     if window is not None and window < 1:
         raise DataError(f"--window must be at least 1, got {window}", "monitor")

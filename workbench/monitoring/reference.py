@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import DataError
+from workbench.core.strict_json import loads_strict
 from workbench.monitoring.settings import DriftSettings
 
 FORMAT = "workbench-drift-reference"
@@ -228,7 +229,6 @@ def _parse_series(name: Any, data: Any, where: str) -> SeriesReference:
 def read_reference(files: Any, manifest: Mapping[str, Any], where: str) -> DriftReference | None:
     """The bundle's reference through its verified files (:class:`~workbench.bundle.files.BundleFiles`), or None for
     a bundle without one (exported before schema 1.6, or without a decision); DataError when it is malformed."""
-    from workbench.core.strict_json import loads_strict
 
     block = manifest.get("monitoring")
     if not isinstance(block, dict) or block.get("file") is None:

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from workbench.core.errors import StorageError
 from workbench.monitoring.answer_log import log_record, record_values
+from workbench.monitoring.drift import window_drift
 from workbench.monitoring.reference import DriftReference
 from workbench.monitoring.settings import DriftSettings
 
@@ -44,7 +46,6 @@ class RollingMonitor:
     ) -> RollingMonitor:
         """A monitor whose answer log (when ``log_path`` is given) is opened for appending now (a path that cannot be
         opened fails here, before serving)."""
-        from workbench.core.errors import StorageError
 
         log = None
         if log_path is not None:
@@ -91,7 +92,6 @@ class RollingMonitor:
         """``GET /drift``'s body: the bundle, the settings, whether any series alarms, and per series its
         statistic (PSI), threshold, status, alarm, window count and KS (``reference: false`` and a note without
         a reference)."""
-        from workbench.monitoring.drift import window_drift
 
         window = self.window()
         base: dict[str, Any] = {
