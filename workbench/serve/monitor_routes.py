@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workbench.serve.answer_schema import OODTally
 from workbench.serve.answering import json_safe
@@ -159,18 +160,18 @@ class RequestMetrics:
     """ASGI middleware: each HTTP request's route, method, status and seconds into :class:`ServeMetrics` (a request
     whose client left before a response counts as 499)."""
 
-    def __init__(self, app: Any, metrics: ServeMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServeMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = [499]
 
-        async def sending(message: Any) -> None:
+        async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
             await send(message)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.unit.core.test_storage_refusals import cli
 from tests.unit.serve.fake_runtime import FakeRuntime, serving
 from workbench.bundle.files import BundleFiles
 from workbench.bundle.integrity import file_table
@@ -167,16 +167,7 @@ def bundle_with_reference(target: Path, features: tuple[str, ...]) -> Path:
 
 def _cli(monkeypatch, capsys, *args: str) -> tuple[int, list[str]]:
     """``workbench monitor ARGS`` through the console entry point: its exit status and stderr lines."""
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", "monitor", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.err.strip().splitlines()
+    return cli(monkeypatch, capsys, "monitor", *args)
 
 
 def _log(path: Path, rows: list[dict]) -> Path:
