@@ -7,7 +7,9 @@ Thread-safe: the answering worker adds answers, the routes read summaries. With 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import threading
 import time
@@ -21,6 +23,8 @@ from workbench.monitoring.answer_log import log_record, record_values
 from workbench.monitoring.drift import window_drift
 from workbench.monitoring.reference import DriftReference
 from workbench.monitoring.settings import DriftSettings
+
+logger = logging.getLogger("workbench.serve")
 
 NO_REFERENCE = "no reference: the bundle carries no reference distributions (exported before schema 1.6); re-export"
 """What monitoring says for a bundle without ``monitoring/reference.json``."""
@@ -39,6 +43,7 @@ class RollingMonitor:
         self._lock = threading.Lock()
         self._windows: dict[str, deque[float]] = {}
         self.answers = 0
+        self.log_error: str | None = None
 
     @classmethod
     def open(
@@ -73,10 +78,21 @@ class RollingMonitor:
                     if window is None:
                         window = self._windows[name] = deque(maxlen=self.settings.window)
                     window.append(value)
-                if self._log is not None:
-                    self._log.write(json.dumps(record, sort_keys=True) + "\n")
             if self._log is not None:
-                self._log.flush()
+                self._write_log(records)
+
+    def _write_log(self, records: Sequence[dict[str, Any]]) -> None:
+        """Append ``records`` to the log; a failed write (a full disk) stops the log, with one logged error, and
+        never fails the answers (they are already computed and counted)."""
+        try:
+            self._log.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))  # type: ignore[union-attr]
+            self._log.flush()  # type: ignore[union-attr]
+        except OSError as exc:
+            self.log_error = f"the answer log stopped: {type(exc).__name__} {exc.strerror or ''}".strip()
+            logger.error("%s; answers are still served and monitored", self.log_error)
+            with contextlib.suppress(OSError):
+                self._log.close()  # type: ignore[union-attr]
+            self._log = None
 
     def window(self) -> dict[str, list[float]]:
         """A copy of every series' current window."""
@@ -101,6 +117,7 @@ class RollingMonitor:
             "window": self.settings.window,
             "settings": self.settings.__dict__.copy(),
             "means": {name: self.window_mean(name) for name in ("p_correct", "retrieval", "ood")},
+            "answer_log_error": self.log_error,
         }
         if self.reference is None:
             return {**base, "reference": False, "note": NO_REFERENCE, "alarm": False, "series": {}}
