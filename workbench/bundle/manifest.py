@@ -482,6 +482,10 @@ class MonitoringBlock:
     split: str | None = None
     rows: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.rows is not None and self.rows < 0:
+            raise ValueError(f"'monitoring.rows' must be >= 0, got {self.rows}")
+
 
 @dataclass
 class FileRecord:

@@ -6,41 +6,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.core.test_storage_refusals import cli
+from tests.unit.monitoring.bundles import FIXTURE, bundle_with_reference, synthetic_reference
 from tests.unit.serve.fake_runtime import FakeRuntime, serving
 from workbench.bundle.files import BundleFiles
 from workbench.bundle.integrity import file_table
-from workbench.bundle.manifest import seal
 from workbench.core.errors import DataError
-from workbench.monitoring.reference import REFERENCE_FILE, build_reference
-from workbench.monitoring.settings import DriftSettings
+from workbench.monitoring.reference import REFERENCE_FILE
 from workbench.serve import ServeLimits, create_app
 
 LIMITS = ServeLimits(max_batch=32, max_body_bytes=65536, max_question_chars=400, max_question_tokens=400)
-SETTINGS = DriftSettings(window=50, min_count=20)
 SECRET = "ZEBRA-QUARTZ-4471"
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
-
-
-def _reference(features: tuple[str, ...] = ("entropy", "length")):
-    """A reference where questions are 20-40 characters long (the fake runtime's ``length`` feature)."""
-    rng = np.random.default_rng(0)
-    n = 400
-    values = {"entropy": -rng.exponential(size=n), "length": rng.integers(20, 41, size=n).astype(float)}
-    values.update({name: rng.normal(size=n) for name in features if name not in values})
-    p = rng.uniform(0.5, 0.95, size=n)
-    return build_reference(
-        "calib", {f: values[f] for f in features}, p, (p < 0.4).astype(float), (rng.random(n) < 0.05), SETTINGS
-    )
 
 
 class MonitoredRuntime(FakeRuntime):
@@ -49,7 +32,7 @@ class MonitoredRuntime(FakeRuntime):
     def __init__(self, root: Path) -> None:
         super().__init__()
         root.joinpath("monitoring").mkdir(parents=True)
-        (root / REFERENCE_FILE).write_text(json.dumps(_reference().to_dict()))
+        (root / REFERENCE_FILE).write_text(json.dumps(synthetic_reference().to_dict()))
         self.root = root
         self.manifest = {"monitoring": {"file": REFERENCE_FILE}, "files": file_table(root, [REFERENCE_FILE])}
         self.files = BundleFiles(root, self.manifest)
@@ -146,23 +129,6 @@ def test_the_answer_log_holds_numbers_only_and_monitor_reads_it(monitored, tmp_p
     assert report["records"] == len(records) and report["window"] == 50 and report["alarm"] is True
     assert report["summary"]["feature:length"]["alarm_windows"] >= 1
     assert SECRET not in (out / "drift.json").read_text()
-
-
-def bundle_with_reference(target: Path, features: tuple[str, ...]) -> Path:
-    """The committed tiny bundle with a drift reference added and its manifest sealed again (what an export of
-    schema 1.6 writes), so it verifies as any bundle does."""
-    root = Path(shutil.copytree(FIXTURE, target))
-    (root / "monitoring").mkdir()
-    (root / REFERENCE_FILE).write_text(json.dumps(_reference(features).to_dict()))
-    manifest = json.loads((root / "manifest.json").read_text())
-    manifest["decision"]["features"] = list(features)
-    manifest["monitoring"] = {"file": REFERENCE_FILE, "split": "calib", "rows": 400}
-    manifest["files"] = file_table(
-        root, [p.relative_to(root).as_posix() for p in root.rglob("*.*") if p.name != "manifest.json"]
-    )
-    seal(manifest, manifest["files"])
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return root
 
 
 def _cli(monkeypatch, capsys, *args: str) -> tuple[int, list[str]]:
