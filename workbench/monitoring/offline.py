@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def drift_report(reference: DriftReference, records: list[dict[str, Any]], windo
         "window": size,
         "reference_split": reference.split,
         "reference_rows": reference.rows,
-        "settings": reference.settings.__dict__.copy(),
+        "settings": asdict(reference.settings),
         "alarm": any(w["alarm"] for w in windows),
         "summary": summary,
         "windows": windows,

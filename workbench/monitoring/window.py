@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,14 +109,13 @@ class RollingMonitor:
         """``GET /drift``'s body: the bundle, the settings, whether any series alarms, and per series its
         statistic (PSI), threshold, status, alarm, window count and KS (``reference: false`` and a note without
         a reference)."""
-
         window = self.window()
         base: dict[str, Any] = {
             "bundle": self.bundle,
             "version": self.version,
             "answers": self.answers,
             "window": self.settings.window,
-            "settings": self.settings.__dict__.copy(),
+            "settings": asdict(self.settings),
             "means": {name: self.window_mean(name) for name in ("p_correct", "retrieval", "ood")},
             "answer_log_error": self.log_error,
         }
