@@ -33,20 +33,22 @@ MAX_LINE_BYTES = 1 << 20
 
 def log_record(answer: Any, bundle: str, version: str, when: float) -> dict[str, Any]:
     """The log record of one :class:`~workbench.runtime.runtime.RuntimeAnswer` answered at ``when``."""
-    ood = answer.ood if isinstance(answer.ood, dict) else None
-    features = answer.features if isinstance(answer.features, dict) else None
-    return {
+    ood = getattr(answer, "ood", None)
+    ood = ood if isinstance(ood, dict) else None
+    features = getattr(answer, "features", None)
+    features = features if isinstance(features, dict) else None
+    return {  # getattr: a runtime's answer need only have to_dict() and ood (ServableRuntime); the rest is optional
         "log": LOG_VERSION,
         "time": round(float(when), 3),
         "bundle": bundle,
         "version": version,
-        "method": answer.method,
-        "p_correct": _finite(answer.p_correct),
-        "tau": _finite(answer.tau),
+        "method": str(getattr(answer, "method", "")),
+        "p_correct": _finite(getattr(answer, "p_correct", None)),
+        "tau": _finite(getattr(answer, "tau", None)),
         "features": {str(k): _finite(v) for k, v in features.items()} if features is not None else None,
-        "retrieved": bool(answer.retrieved),
+        "retrieved": bool(getattr(answer, "retrieved", False)),
         "ood": bool(ood.get("flag")) if ood is not None else None,
-        "latency_s": _finite(answer.latency_s),
+        "latency_s": _finite(getattr(answer, "latency_s", None)),
     }
 
 

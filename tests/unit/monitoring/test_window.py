@@ -51,3 +51,16 @@ def test_a_failing_answer_log_stops_with_one_error_and_never_fails_the_answers(c
 def test_an_answer_log_that_cannot_be_opened_fails_before_serving(tmp_path):
     with pytest.raises(StorageError, match="cannot open the answer log"):
         RollingMonitor.open(None, "b", "1.0.0", tmp_path / "missing-dir" / "log.jsonl")
+
+
+def test_an_answer_with_only_what_serve_requires_is_monitored():
+    class Minimal:  # ServableRuntime's answers need only to_dict() and ood
+        def __init__(self) -> None:
+            self.ood = {"flag": True, "checks": ["question_form"], "action": "reported"}
+
+        def to_dict(self) -> dict:
+            return {}
+
+    monitor = RollingMonitor(None, "b", "1.0.0")
+    monitor.add([Minimal(), Minimal()])
+    assert monitor.answers == 2 and monitor.window_mean("ood") == 1.0 and "p_correct" not in monitor.window()
