@@ -287,6 +287,41 @@ def test_serve_answers_over_http_as_the_runtime_does(tiny_run):
         assert load["errors"] == 0 and load["requests"] == 8
 
 
+def test_the_bundle_carries_reference_distributions_of_its_calibration_split(tiny_run):
+    """Issue 45 item 3: export writes monitoring/reference.json (schema 1.6) from the calibrate stage's fit split —
+    the decision features' raw values, the shipped decision's P(correct) on them, its retrieval rate — and serve's
+    /drift reads it from the verified bundle."""
+    import httpx
+
+    from workbench.bundle.files import BundleFiles
+    from workbench.monitoring.reference import read_reference
+    from workbench.serve import serve_process
+
+    tmp, _ = tiny_run
+    root = _bundle(tiny_run)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["schema_version"] == "1.6" and manifest["monitoring"]["file"] in manifest["files"]
+    reference = read_reference(BundleFiles(root, manifest), manifest, str(root))
+    stages = tmp / "run" / "stages"
+    split = json.loads((stages / "calibrate/summary.json").read_text())["fit_split"]
+    rows = json.loads((stages / "calibrate/calibrated.json").read_text())[split]
+    features = manifest["decision"]["features"]
+    assert reference.split == split == manifest["monitoring"]["split"] and reference.rows == len(rows["id"])
+    assert {f"feature:{f}" for f in features} | {"p_correct", "retrieval"} <= set(reference.series)
+    for feature in features:  # every calibration row's raw value (fewer than 1000: the whole sorted sample)
+        assert list(reference.series[f"feature:{feature}"].sample) == pytest.approx(sorted(rows["raw"][feature]))
+    runtime = load_bundle(root)
+    p = runtime.policy.p_correct([[rows["raw"][f][i] for f in features] for i in range(len(rows["id"]))])
+    assert list(reference.series["p_correct"].sample) == pytest.approx(sorted(p.tolist()))
+    retrieval = reference.series["retrieval"].proportions[1]
+    assert retrieval == pytest.approx(float((p < manifest["decision"]["tau"]).mean()))
+    with serve_process(root, args=["--max-batch", "2"]) as url:
+        httpx.post(f"{url}/answer", json={"question": "Who wrote Hamlet?", "method": "d2rag"}, timeout=60)
+        drift = httpx.get(f"{url}/drift", timeout=60).json()
+    assert drift["reference"] is True and drift["answers"] == 1 and drift["reference_split"] == split
+    assert drift["series"][f"feature:{features[0]}"]["count"] == 1 and not drift["alarm"]
+
+
 def test_a_re_run_with_another_report_directory_keeps_the_version_and_the_bytes(tiny_run, tmp_path):
     import shutil
 

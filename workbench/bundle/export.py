@@ -456,6 +456,7 @@ def _write_learned(
         save_learned(learned.lars_scorer, tmp / "learned" / "lars.json")
         blocks["decision"]["files"]["lars"] = "learned/lars.json"
     _write_ood(learned, tmp, blocks["decision"])
+    blocks["monitoring"] = _write_reference(run, learned, tmp)
     if learned.utility is not None:
         save_learned(learned.utility, tmp / "learned" / "utility.json")
         blocks["utility"] = {
@@ -482,6 +483,44 @@ def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
     if learned.ood is not None:
         save_learned(learned.ood, tmp / "learned" / "ood.json")
         decision["files"]["ood"] = "learned/ood.json"
+
+
+def _write_reference(run: _Run, learned: Any, tmp: Path) -> dict[str, Any] | None:
+    """``monitoring/reference.json`` (:mod:`workbench.monitoring.reference`): the reference distributions of the
+    decision's raw features, its P(correct), its retrieval decision and the OOD flag on the calibrate stage's fit
+    split, with ``export.drift``'s settings; returns the manifest's ``monitoring`` block (None: the run has no
+    calibrated rows to describe)."""
+    import numpy as np
+
+    from workbench.monitoring.reference import REFERENCE_FILE, build_reference
+
+    calibrated = run.json("calibrate", "calibrated.json")
+    summary = run.json("calibrate", "summary.json") or {}
+    split = summary.get("fit_split")
+    if not calibrated or split not in calibrated or not calibrated[split]["id"]:
+        return None
+    rows = calibrated[split]
+    features = list(learned.features)
+    if any(f not in rows["raw"] for f in features):
+        return None
+    raw = np.column_stack([np.asarray(rows["raw"][f], dtype=float) for f in features])
+    p_correct = learned.policy().p_correct(raw)
+    checks = (run.json("calibrate", "ood_checks.json") or {}).get(split)
+    flags = None
+    if learned.ood is not None and checks and checks["id"] == rows["id"]:  # the flag on the same rows
+        flags = np.asarray([bool(c) for c in checks["checks"]], dtype=float)
+    reference = build_reference(
+        split,
+        {f: raw[:, j] for j, f in enumerate(features)},
+        p_correct,
+        (p_correct < learned.tau).astype(float),
+        flags,
+        run.config.export.drift,
+    )
+    path = tmp / REFERENCE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(reference.to_dict(), indent=1, sort_keys=True) + "\n")
+    return {"file": REFERENCE_FILE, "split": split, "rows": reference.rows}
 
 
 def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str, Any]], learned: Any) -> dict[str, str]:
@@ -718,6 +757,7 @@ def export_run(
             "decision": blocks.get("decision"),
             "utility": blocks.get("utility"),
             "controller_adapter": blocks.get("controller_adapter"),
+            **({"monitoring": blocks["monitoring"]} if blocks.get("monitoring") else {}),
             "methods": {m: _method_record(m, options[m]) for m in methods},
             "metrics": metrics,
             "provenance": provenance,

@@ -474,6 +474,20 @@ class MethodRecord:
 
 
 @dataclass
+class MonitoringBlock:
+    """``monitoring`` (schema 1.6): the reference distributions drift monitoring compares served answers with
+    (``file``, :mod:`workbench.monitoring.reference`), from the run's ``split`` of ``rows`` questions."""
+
+    file: str
+    split: str | None = None
+    rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and self.rows < 0:
+            raise ValueError(f"'monitoring.rows' must be >= 0, got {self.rows}")
+
+
+@dataclass
 class FileRecord:
     """One entry of ``files``."""
 
@@ -512,6 +526,7 @@ class Manifest:
     controller_adapter: AdapterBlock | None = None
     identity: IdentityBlock | None = None
     external_retriever: ExternalRetrieverBlock | None = None
+    monitoring: MonitoringBlock | None = None
     metrics: dict | None = None
     provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)
@@ -648,6 +663,9 @@ def referenced_files(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
     adapter = manifest.get("controller_adapter")
     if isinstance(adapter, dict):
         out.append(("controller_adapter.file", adapter.get("file")))
+    monitoring = manifest.get("monitoring")
+    if isinstance(monitoring, dict):
+        out.append(("monitoring.file", monitoring.get("file")))
     return out
 
 

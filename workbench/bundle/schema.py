@@ -17,6 +17,8 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
     learned/utility.json       D²-RAG's utility predictor (when the run fitted one)
     learned/adapter.json (+ .safetensors)   a distilled controller adapter (when the run has one), and beside it
                                the same adapter for peft: adapter_config.json, adapter_model.safetensors, README.md
+    monitoring/reference.json  the reference distributions of drift monitoring (schema 1.6; docs/monitoring.md):
+                               the decision features, P(correct), retrieval and OOD rates on the calibration split
     plots/*.png                figures of the model card
 
 **Compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``. A minor version adds optional fields only, so a reader
@@ -35,7 +37,7 @@ from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 5
+SCHEMA_MINOR = 6
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 IDENTITY_MINOR = 3
 """The first minor whose manifests seal their ``name`` and ``version`` (``identity``, inside the content digest)."""

@@ -1,5 +1,5 @@
 """The ``workbench`` command: ls, cp, validate, config, stages, run, evaluate, merge, export, decide, bundles, score,
-score-merge, infer, serve, serve-model, serve-retriever, doctor.
+score-merge, infer, serve, monitor, serve-model, serve-retriever, doctor.
 
 The Typer app is assembled in :mod:`workbench.cli.app` from one module per verb group; this module holds the console
 entry point (:func:`main`).

@@ -232,10 +232,18 @@ def serve_command(
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     on_ood: OnOodOption = None,
+    answer_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--answer-log",
+            help="Append one JSON line per answer (features, P(correct), decision, OOD flag; no question text) for "
+            "`workbench monitor` (docs/monitoring.md).",
+        ),
+    ] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Serve a bundle as a JSON HTTP API (FastAPI + uvicorn): GET /health, GET /ready, GET /methods, POST /answer,
-    /docs, /redoc.
+    /docs, /redoc, and drift monitoring: GET /metrics (Prometheus), GET /drift.
 
     Requests are queued (bounded by --max-queue) and those waiting for the same method are answered together, up to
     --max-batch-questions questions per batch; see docs/bundles.md for the status codes.
@@ -259,4 +267,4 @@ def serve_command(
         max_batch_questions=max_batch_questions if max_batch_questions is not None else batch_size,
         timeout_s=timeout,
     )
-    run_server(runtime, host=host, port=port, limits=limits, warm=warm)
+    run_server(runtime, host=host, port=port, limits=limits, warm=warm, answer_log=answer_log)

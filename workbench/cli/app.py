@@ -2,8 +2,9 @@
 
 Each verb lives in the module of its group (:mod:`~workbench.cli.recipes`, :mod:`~workbench.cli.evaluate`,
 :mod:`~workbench.cli.bundles`, :mod:`~workbench.cli.answering`, :mod:`~workbench.cli.model_server`,
-:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.score`, :mod:`~workbench.cli.doctor`); those modules import
-only typer and the workbench's light core at import time, so ``workbench --help`` stays fast.
+:mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.score`, :mod:`~workbench.cli.monitoring`,
+:mod:`~workbench.cli.doctor`); those modules import only typer and the workbench's light core at import time, so
+``workbench --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from workbench.cli.bundles import bundles_command, decide_command, export_comman
 from workbench.cli.doctor import doctor_command
 from workbench.cli.evaluate import evaluate_command, study_command
 from workbench.cli.model_server import serve_model_command
+from workbench.cli.monitoring import monitor_command
 from workbench.cli.recipes import (
     config_command,
     cp_command,
@@ -70,6 +72,7 @@ VERBS = (
     ("score-merge", score_merge_command),
     ("infer", infer_command),
     ("serve", serve_command),
+    ("monitor", monitor_command),
     ("serve-model", serve_model_command),
     ("serve-retriever", serve_retriever_command),
     ("doctor", doctor_command),

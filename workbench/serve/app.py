@@ -3,9 +3,11 @@
 Routes: ``GET /health`` (liveness), ``GET /ready`` (readiness: :mod:`workbench.serve.readiness`), ``GET /methods``,
 ``POST /answer`` (one question or a batch), ``GET /docs`` (Swagger UI) and
 ``GET /redoc`` (ReDoc), both from assets shipped in a Python package (``fastapi-offline``), so they work offline, and
-``GET /openapi.json``, and the OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` (the bundle's
-methods as chat models; see :mod:`workbench.serve.openai_bundle`). Every error body is ``{"detail": "<one line>"}``
-(on ``/v1`` paths OpenAI's ``{"error": {...}}``, an invalid request 400), one status code per kind of failure:
+``GET /openapi.json``, the OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` (the bundle's
+methods as chat models; see :mod:`workbench.serve.openai_bundle`), and drift monitoring: ``GET /metrics``
+(Prometheus) and ``GET /drift`` (:mod:`workbench.serve.monitor_routes`, docs/monitoring.md). Every error body is
+``{"detail": "<one line>"}`` (on ``/v1`` paths OpenAI's ``{"error": {...}}``, an invalid request 400), one status
+code per kind of failure:
 
 ====  =====================================================================================================
 422   the request is invalid: malformed JSON (also a repeated key, NaN, nesting past 64 levels, a number of
@@ -50,6 +52,7 @@ needs the asyncio event loop (uvicorn's, with or without uvloop).
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -63,6 +66,7 @@ from workbench.serve.chat_routes import add_chat_routes
 from workbench.serve.docs_pages import add_docs_pages, docs_assets
 from workbench.serve.http_errors import add_error_handlers
 from workbench.serve.limits import DEFAULT_LIMITS, ServeLimits
+from workbench.serve.monitor_routes import RequestMetrics, ServeMetrics, add_monitor_routes, open_monitor
 from workbench.serve.readiness import WarmUp
 from workbench.serve.scheduler import BatchScheduler
 from workbench.serve.strict_body import StrictJSONRoute
@@ -71,7 +75,13 @@ from workbench.serve.uvicorn_run import run_uvicorn
 __all__ = ["ServableRuntime", "ServeLimits", "create_app", "run_server"]
 
 
-def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *, warm: bool = True) -> FastAPI:
+def create_app(
+    runtime: ServableRuntime,
+    limits: ServeLimits = DEFAULT_LIMITS,
+    *,
+    warm: bool = True,
+    answer_log: str | Path | None = None,
+) -> FastAPI:
     """A FastAPI app serving ``runtime`` under ``limits`` (see the module docstring for routes and status codes).
 
     ``GET /health`` (liveness: 200 as soon as the server runs) → ``{"status": "ok", "ready", "bundle", "version",
@@ -85,7 +95,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     ``on_ood``) → ``{"bundle", "version", "method", "answers": [RuntimeAnswer.to_dict() without "trace" unless
     traces]}``. The app's scheduler is ``app.state.scheduler`` (closed when the app shuts down; :func:`run_server`
     closes it as soon as shutdown begins, which interrupts a running batch), its :class:`OODTally` ``app.state.ood``,
-    its warm-up ``app.state.warm_up`` (stopped when the app shuts down).
+    its warm-up ``app.state.warm_up`` (stopped when the app shuts down), its drift monitor ``app.state.monitor``
+    (every answer goes into its rolling window, and as one record into ``answer_log`` when given: opened here,
+    closed when the app shuts down).
     """
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits must be a ServeLimits, got {type(limits).__name__}", "serve.limits")
@@ -101,6 +113,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     fields = tuple(answer_request.model_fields)
 
     ood = OODTally()
+    monitor = open_monitor(runtime, answer_log)
 
     def answer_batch(questions: list[str], key: Any) -> Sequence[Any]:
         if isinstance(key, tuple):  # (method, on_ood): a request that set on_ood is batched with its like only
@@ -108,6 +121,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
         else:
             answers = runtime.answer_many(questions, key)
         ood.add(answers)
+        monitor.add(answers)
         return answers
 
     scheduler = BatchScheduler(
@@ -117,8 +131,9 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     )
     warm_up = WarmUp((lambda: runtime.warm(answer=True)) if warm else None)
     assets = docs_assets()
-    routes = "GET /health, GET /ready, GET /methods, POST /answer, GET /v1/models, POST /v1/chat/completions" + (
-        ", GET /docs, GET /redoc" if assets else ""
+    routes = (
+        "GET /health, GET /ready, GET /methods, POST /answer, GET /v1/models, POST /v1/chat/completions, "
+        "GET /metrics, GET /drift" + (", GET /docs, GET /redoc" if assets else "")
     )
     chat_fields = tuple(oai.ChatCompletionRequest.model_fields)
     started = time.time()
@@ -129,6 +144,7 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
         yield
         warm_up.close()
         scheduler.close()  # waiting requests get 503 instead of hanging until the process exits
+        monitor.close()
 
     app = FastAPI(
         title=f"workbench — {runtime.name} {runtime.version}",
@@ -155,12 +171,16 @@ def create_app(runtime: ServableRuntime, limits: ServeLimits = DEFAULT_LIMITS, *
     app.state.scheduler = scheduler
     app.state.ood = ood
     app.state.warm_up = warm_up
+    app.state.monitor = monitor
+    metrics = ServeMetrics(monitor, ood)
     app.add_middleware(oai.V1BodySizeLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: counts every request, a 413 too
 
     add_error_handlers(app, fields, chat_fields, routes)
     context = ServeContext(runtime, limits, methods, default, scheduler, warm_up, ood, started)
     add_answer_routes(app, context, answer_request, answer_body)
     add_chat_routes(app, context)
+    add_monitor_routes(app, monitor, metrics)
     add_docs_pages(app, assets)
     return app
 
@@ -173,6 +193,7 @@ def run_server(
     limits: ServeLimits = DEFAULT_LIMITS,
     log_level: str = "info",
     warm: bool = True,
+    answer_log: str | Path | None = None,
 ) -> None:
     """Serve ``runtime`` with uvicorn until interrupted (Ctrl-C, SIGTERM: within seconds, a running batch or the
     warm-up interrupted); binds to localhost unless ``host`` says otherwise.
@@ -181,10 +202,11 @@ def run_server(
     when ``port`` is 0). With ``warm`` the runtime is warmed from then on (:func:`create_app`): ``GET /health``
     answers at once, ``GET /ready`` once warm. A warm-up that fails stops the server, and its exception is raised
     here (a :class:`~workbench.core.errors.WorkbenchError` for a model that cannot load: the CLI's one line). The API
-    has no authentication: bind another interface only behind something that provides it.
+    has no authentication: bind another interface only behind something that provides it. ``answer_log``: a JSONL
+    file each answer's record is appended to (:mod:`workbench.monitoring.answer_log`; ``workbench monitor`` reads it).
     """
 
-    app = create_app(runtime, limits, warm=warm)
+    app = create_app(runtime, limits, warm=warm, answer_log=answer_log)
     warm_up: WarmUp = app.state.warm_up
 
     def shutdown() -> None:

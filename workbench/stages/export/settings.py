@@ -9,6 +9,7 @@ from typing import Literal
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView
+from workbench.monitoring.settings import DriftSettings
 
 
 @dataclass
@@ -40,6 +41,11 @@ class ExportSection:
         " exact values: every answer then carries a note naming them (false: such a server is refused at the first"
         " answer that computes them)",
         False,
+    )
+    drift: DriftSettings = doc(
+        "drift monitoring of the bundle in serve (/metrics, /drift) and `workbench monitor`: the reference's bins and "
+        "the alarm thresholds, stored in the bundle (docs/monitoring.md)",
+        DriftSettings(),
     )
 
 
