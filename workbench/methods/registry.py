@@ -29,6 +29,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
+from importlib.metadata import entry_points  # the table is built at import (refresh below): the plugins' entry points
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,8 +118,6 @@ def _specs_of(source: Any) -> list[MethodSpec]:
 
 def _plugin_specs() -> list[MethodSpec]:
     """The specs of every ``workbench.methods`` entry point; a broken one is a one-line ConfigError naming it."""
-    from importlib.metadata import entry_points
-
     out: list[MethodSpec] = []
     for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
         where = f"entry point {ENTRY_POINT_GROUP}:{point.name}"

@@ -10,6 +10,15 @@ from workbench.core.errors import ConfigError
 from workbench.core.settings import KeyFirstError, RecipeView
 
 
+def options_template(indent: int) -> str:
+    """Every method's options as commented YAML (:func:`workbench.methods.registry.options_template`), what
+    ``workbench config`` prints under ``evaluate.options``."""
+    # the registry gathers the method plugins' entry points: loaded when the template is printed, not with the recipe
+    from workbench.methods.registry import options_template as template
+
+    return template(indent)
+
+
 @dataclass
 class EvaluateSection:
     """The 'evaluate' stage: run methods over a split, save their traces, compare them."""
@@ -25,7 +34,7 @@ class EvaluateSection:
         "per-method settings by field name, e.g. {dtr: {tau: 1.2}, insemrag: {controller: heuristic}} "
         "(docs/methods/ lists them)",
         {},
-        template="workbench.methods.registry:options_template",
+        template=options_template,
     )
     max_new_tokens: int = doc("answer length cap of every final answer", 16)
     passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
