@@ -32,6 +32,7 @@ from workbench.core.config import (
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.paths import recipes_dir
 from workbench.core.settings import KeyFirstError, PairedKeyError
+from workbench.stages.fit_utility.settings import INERT_UNDER_CLASSIFIER
 from workbench.stages.registry import STAGES, StageSpec
 from workbench.stages.settings.shared import (
     DataSection,
@@ -43,11 +44,13 @@ from workbench.stages.settings.shared import (
     check_data_section,
     check_retrieval_section,
     check_split,
+    dataset_splits,
     resolve_data_defaults,
     resolve_retrieval_backend,
 )
 
 __all__ = [
+    "INERT_UNDER_CLASSIFIER",
     "DataSection",
     "EmbedderSection",
     "GeneratorSection",
@@ -58,6 +61,7 @@ __all__ = [
     "RetrievalSection",
     "RunSettings",
     "builtin_recipes",
+    "dataset_splits",
     "expand_dir",
     "find_recipe",
     "load_recipe",
@@ -157,24 +161,20 @@ def recipe_schema() -> type:
     return _SCHEMAS[key]
 
 
-_MOVED: dict[str, str] = {
-    "Agreement": "workbench.stages.agreements:Agreement",
-    "AGREEMENT_WHEN": "workbench.stages.agreements:AGREEMENT_WHEN",
-    "STAGE_AGREEMENTS": "workbench.stages.agreements:AGREEMENTS",
-    "dataset_splits": "workbench.stages.settings.shared:dataset_splits",
-    "INERT_UNDER_CLASSIFIER": "workbench.stages.fit_utility.settings:INERT_UNDER_CLASSIFIER",
-}
-"""Names this module held before the stages owned their settings, and where they live now."""
-
-
 def __getattr__(name: str) -> Any:
-    """Each stage's section class by its name (``from workbench.recipe import CollectSection``) and the names in
-    :data:`_MOVED`, resolved where they live now (PEP 562)."""
-    import importlib
+    """Each stage's section class by its name (``from workbench.recipe import CollectSection``) and the agreements
+    names this module held before the stages owned their settings (``Agreement``, ``AGREEMENT_WHEN``,
+    ``STAGE_AGREEMENTS``), resolved on first use (PEP 562)."""
+    if name in ("Agreement", "AGREEMENT_WHEN", "STAGE_AGREEMENTS"):
+        # the agreements table gathers the methods' rows, so it loads the method registry and its entry points:
+        # imported when asked for, as load_checks does, so that importing the recipe module stays light
+        from workbench.stages import agreements
 
-    if name in _MOVED:
-        module, attr = _MOVED[name].split(":")
-        return getattr(importlib.import_module(module), attr)
+        return {
+            "Agreement": agreements.Agreement,
+            "AGREEMENT_WHEN": agreements.AGREEMENT_WHEN,
+            "STAGE_AGREEMENTS": agreements.AGREEMENTS,
+        }[name]
     for spec in STAGES.values():
         if spec.settings_name == name:
             return spec.settings_class()
@@ -430,7 +430,6 @@ def _check_dirs(config: Any) -> None:
 def recipe_template(cls: type | None = None, indent: int = 0) -> str:
     """Every key of the schema (``cls``, default: :func:`recipe_schema`) as commented YAML:
     ``key: default  # type — meaning``; a field whose ``doc`` names a ``template`` gets that function's lines too."""
-    import importlib
     import typing
 
     import yaml
@@ -456,8 +455,7 @@ def recipe_template(cls: type | None = None, indent: int = 0) -> str:
         shown = yaml.safe_dump(default, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
         lines.append(f"{pad}{fld.name}: {shown}  # {type_name(tp)} — {text}")
         if "template" in fld.metadata:  # e.g. evaluate.options: each method's settings, from the method table
-            module, func = fld.metadata["template"].split(":")
-            lines.append(getattr(importlib.import_module(module), func)(indent + 1))
+            lines.append(fld.metadata["template"](indent + 1))
     return "\n".join(lines)
 
 

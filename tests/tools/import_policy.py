@@ -179,8 +179,10 @@ def closure(module: str, root: Path) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def pulled_at_import(module: str, root: Path) -> frozenset[str]:
-    """The top-level names of the outside modules importing ``module`` imports (see :func:`closure`)."""
-    return frozenset(name.split(".")[0] for name in closure(module, root)[0])
+    """The top-level names of the outside modules importing ``module`` imports (see :func:`closure`), and those of
+    them listed in :data:`HEAVY_MODULES` by their dotted name (``importlib.metadata``)."""
+    outside = closure(module, root)[0]
+    return frozenset(name.split(".")[0] for name in outside) | {name for name in outside if name in HEAVY_MODULES}
 
 
 def heavy(names: frozenset[str] | set[str]) -> set[str]:

@@ -220,15 +220,13 @@ def _generator_record(run: _Run) -> dict[str, Any]:
 
 
 def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
-    """Each method's settings as the evaluate stage runs it (:func:`workbench.bundle.learned.evaluated_options`: the
+    """Each method's settings as the evaluate stage runs it (:func:`workbench.bundle.learned.evaluated_config`: the
     recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files), so the bundle runs what the
     metrics block reports."""
-    from workbench.bundle.learned import evaluated_options
-    from workbench.methods.registry import check_options
+    from workbench.bundle.learned import evaluated_config
 
-    out = {name: evaluated_options(run.config, name, run.stage("study")) for name in methods}
-    check_options(methods, out)
-    return out
+    # the run's config.yaml configured each method when it loaded; a study's or params file's values again here
+    return {name: evaluated_config(run.config, name, run.stage("study")).given for name in methods}
 
 
 def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -2,13 +2,12 @@
 classifier or router and its τ, the utility predictor, the LARS scorer, the stats settings, the OOD profile), the
 study's chosen parameters and the ``evaluate.params`` files.
 
-The evaluate stage runs its methods with these and the bundle export ships the same (:func:`evaluated_options`,
-:func:`evaluated_learned`), so a bundle runs what evaluate measured: evaluate records their digest
-(:func:`parameters_digests`) and the export checks it. Who set each value — classify, the study, a parameters file,
-the recipe, a method default — is told by the same layering (:func:`option_setters`, :func:`tau_setter`), for the
-bundle's provenance. Everything here reads files (JSON and the
-learned-artifact protocol of :mod:`workbench.methods.learned`) and imports no stage: it sits below the stages, with
-the bundle.
+The evaluate stage runs its methods with these and the bundle export ships the same (:func:`evaluated_config`,
+:func:`evaluated_options`, :func:`evaluated_learned`), so a bundle runs what evaluate measured: evaluate records
+their digest (:func:`parameters_digests`) and the export checks it. Who set each value — classify, the study, a
+parameters file, the recipe, a method default — is told by the same layering (:func:`option_setters`,
+:func:`tau_setter`), for the bundle's provenance. Everything here reads files (JSON and the learned-artifact protocol
+of :mod:`workbench.methods.learned`) and imports no stage: it sits below the stages, with the bundle.
 """
 
 from __future__ import annotations
@@ -153,6 +152,15 @@ def evaluated_options(config: Any, name: str, study_dir: Path | None) -> dict[st
     for _, layer in option_layers(config, name, study_dir):
         options.update(layer)
     return options
+
+
+def evaluated_config(config: Any, name: str, study_dir: Path | None) -> Any:
+    """Method ``name``'s :class:`~workbench.methods.registry.MethodConfig` as the evaluate stage runs it: the
+    recipe's, configured when the recipe was loaded (``config.evaluate.method_config``), with the layers of
+    :func:`evaluated_options` over it — configured again only when a layer sets a value the recipe did not give
+    (the run's study, an ``evaluate.params`` file, the retriever's k of a baseline: a new source). The bundle export
+    calls it too."""
+    return config.evaluate.method_config(name).updated(evaluated_options(config, name, study_dir))
 
 
 def option_setters(config: Any, name: str, study_dir: Path | None) -> dict[str, Setter]:

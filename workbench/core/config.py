@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -24,14 +25,19 @@ T = TypeVar("T")
 
 
 def doc(
-    text: str, default: Any = MISSING, *, minimum: int | None = None, template: str | None = None, **kwargs: Any
+    text: str,
+    default: Any = MISSING,
+    *,
+    minimum: int | None = None,
+    template: Callable[[int], str] | None = None,
+    **kwargs: Any,
 ) -> Any:
     """A dataclass field with documentation: ``x: int = doc("what x means", 3)``.
 
     Omitting ``default`` makes the field required. Mutable defaults (lists, dicts, dataclasses) are copied per
     instance. ``minimum`` is the smallest value an integer field (or each item of an integer list) accepts when it
     is not 1, the default minimum of a recipe's integers (checked at load; stored as the field's ``minimum``
-    metadata). ``template`` is ``"module:function"``: ``function(indent) -> str`` adds commented lines under the key
+    metadata). ``template`` is a function, ``template(indent) -> str``, that adds commented lines under the key
     in ``workbench config`` (e.g. each method's options).
     """
     metadata: dict[str, Any] = {"doc": text}

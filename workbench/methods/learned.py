@@ -7,7 +7,8 @@ malformed); an artifact with large tensors also has ``tensors()`` and takes ``fr
 safetensors for tensors). The stages write their outputs with it, the evaluation stage and the bundle loader read
 them with it, so a run directory and a bundle hold the same bytes.
 
-**A fixed table.** :data:`LEARNED_KINDS` maps each ``kind`` to one of the workbench's own classes. The file only
+**A fixed table.** :data:`~workbench.methods.learned_kinds.LEARNED_KINDS` maps each ``kind`` to one of the
+workbench's own classes (imported when an artifact is first read or written: the classes import numpy). The file only
 names a kind; an unknown kind is refused, and nothing named in a file is ever imported or executed.
 
 =====================  ===========================================================  ==============================
@@ -26,7 +27,6 @@ kind                   class                                                    
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,22 +34,6 @@ from typing import Any
 
 from workbench.core.artifact_io import envelope_check, parse_artifact, read_artifact, write_artifact
 from workbench.core.errors import DataError
-
-LEARNED_KINDS: dict[str, str] = {
-    "calibrator_set": "workbench.calibration.calibrator_set:CalibratorSet",
-    "isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
-    "centered_isotonic": "workbench.calibration.isotonic:IsotonicCalibrator",
-    "platt": "workbench.calibration.platt:PlattCalibrator",
-    "beta": "workbench.calibration.beta:BetaCalibrator",
-    "raw": "workbench.calibration.raw:RawCalibrator",
-    "logistic": "workbench.classify.logistic:LogisticModel",
-    "mlp": "workbench.classify.mlp:MLPModel",
-    "lars": "workbench.uncertainty.features.probability:LarsLikeScorer",
-    "ridge_utility": "workbench.methods.seper.utility:UtilityPredictor",
-    "logistic_utility": "workbench.methods.seper.utility_classifier:UtilityClassifier",
-    "ood_profile": "workbench.calibration.ood:OODProfile",
-}
-"""kind → ``module:Class`` of the workbench's own learned artifacts (the only classes a file can become)."""
 
 CLASSIFIER_KINDS = frozenset({"logistic", "mlp"})
 """Kinds a retrieval-decision classifier can be."""
@@ -60,14 +44,17 @@ UTILITY_KINDS = frozenset({"logistic_utility", "ridge_utility"})
 
 
 def _class_of(kind: str, where: str) -> type:
+    """The class of learned-artifact ``kind``; DataError at ``where`` for a kind the table does not hold."""
+    from workbench.methods.learned_kinds import LEARNED_KINDS
+
     if kind not in LEARNED_KINDS:
         raise DataError(f"unknown learned-artifact kind {kind!r} (known: {', '.join(LEARNED_KINDS)})", where)
-    module, name = LEARNED_KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+    return LEARNED_KINDS[kind]
 
 
 def learned_from_dict(d: Any, expect: Iterable[str] | None = None, where: str = "learned artifact") -> Any:
-    """The artifact a dict describes (its ``kind`` looked up in :data:`LEARNED_KINDS`); ``expect`` restricts the kinds
+    """The artifact a dict describes (its ``kind`` looked up in
+    :data:`~workbench.methods.learned_kinds.LEARNED_KINDS`); ``expect`` restricts the kinds
     accepted. DataError on an unknown or unexpected kind or a malformed dict."""
     envelope_check(d, where)
     kind = d["kind"]
@@ -92,6 +79,8 @@ def _built(make: Callable[[], Any], kind: str, where: str) -> Any:
 def save_learned(obj: Any, path: str | Path) -> list[Path]:
     """Write ``obj`` (a learned artifact, see the module docstring) to ``path`` (+ a safetensors file when it has
     tensors); atomic, byte-identical for identical parameters. Returns the written files."""
+    from workbench.methods.learned_kinds import LEARNED_KINDS
+
     if getattr(obj, "kind", None) not in LEARNED_KINDS:
         raise DataError(f"a {type(obj).__name__} is not a learned artifact the workbench can save", str(path))
     tensors = obj.tensors() if hasattr(obj, "tensors") else None

@@ -28,7 +28,8 @@ import importlib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
+from importlib.metadata import entry_points  # the table is built at import (refresh below): the plugins' entry points
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,12 +68,12 @@ __all__ = [
     "adapter_file",
     "build_controller",
     "build_method",
+    "check_method_names",
     "check_options",
     "configure",
     "decision_method",
     "default_method",
     "learned_keys",
-    "method_settings",
     "method_spec",
     "missing_method",
     "option_fields",
@@ -117,8 +118,6 @@ def _specs_of(source: Any) -> list[MethodSpec]:
 
 def _plugin_specs() -> list[MethodSpec]:
     """The specs of every ``workbench.methods`` entry point; a broken one is a one-line ConfigError naming it."""
-    from importlib.metadata import entry_points
-
     out: list[MethodSpec] = []
     for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
         where = f"entry point {ENTRY_POINT_GROUP}:{point.name}"
@@ -272,15 +271,31 @@ def _located(name: str, exc: ConfigError, given: Mapping[str, Any]) -> ConfigErr
 
 @dataclass(frozen=True)
 class MethodConfig:
-    """One method's ``evaluate.options`` entry, configured once: its ``spec``, the settings ``values`` as given, the
-    typed ``settings`` instance made from them (None: no settings class, or a deferred setting is given and the
-    builder makes them) and the checked ``options`` instance (None: no options class)."""
+    """One method's ``evaluate.options`` entry, configured once: its ``spec``, the entry as ``given`` (what a run
+    records and digests), the settings ``values`` among it, the typed ``settings`` instance made from them (None: no
+    settings class, or a deferred setting is given and the builder makes them) and the checked ``options`` instance
+    (None: no options class)."""
 
     name: str
     spec: MethodSpec
     values: dict[str, Any]
     settings: Any
     options: Any
+    given: dict[str, Any] = field(default_factory=dict)
+
+    def updated(self, given: Mapping[str, Any], where: str = "evaluate.methods") -> MethodConfig:
+        """The config of the entry ``given``: this one when ``given`` is the entry it was made from (nothing is
+        validated again), else :func:`configure` of ``given`` (a new source of values: a study's parameters, an
+        ``evaluate.params`` file)."""
+        given = dict(given)
+        return self if given == self.given else configure(self.name, given, where)
+
+    def checked_settings(self) -> Any:
+        """The typed settings, or, when a deferred setting is given (the builder makes the settings then), the
+        settings of the other values with the deferred ones at their defaults; None for a method without settings."""
+        if self.settings is not None:
+            return self.settings
+        return self.spec.make_settings({k: v for k, v in self.values.items() if k not in self.spec.deferred})
 
 
 def configure(name: str, given: Any, where: str = "evaluate.methods") -> MethodConfig:
@@ -298,30 +313,28 @@ def configure(name: str, given: Any, where: str = "evaluate.methods") -> MethodC
         settings = _settings(name, entry, checked)
     except ConfigError as exc:
         raise _located(name, exc, given) from None
-    return MethodConfig(name, entry, values, settings if checked == values else None, options)
+    return MethodConfig(name, entry, values, settings if checked == values else None, options, dict(given))
 
 
-def method_settings(name: str, given: Mapping[str, Any] | None) -> Any:
-    """Method ``name``'s validated settings from its options ``given`` (None for a method without settings; its
-    deferred settings left at their defaults). Errors as :func:`check_options`'s."""
-    config = configure(name, given)
-    if config.settings is not None:
-        return config.settings
-    return _settings(name, config.spec, {k: v for k, v in config.values.items() if k not in config.spec.deferred})
-
-
-def check_options(methods: list[str], options: dict[str, Any]) -> dict[str, MethodConfig]:
-    """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
-    known methods, every option a known setting with a valid value. Raises a one-line :class:`ConfigError` whose
-    ``where`` is the bad option's key (``evaluate.options.<method>.<key>``), or the method's entry when no single
-    given key is at fault. Returns the :class:`MethodConfig` of every method given options."""
+def check_method_names(methods: list[str], options: Mapping[str, Any]) -> None:
+    """``evaluate.methods`` names known methods (at least one) and ``evaluate.options`` only known methods; else a
+    one-line :class:`ConfigError` at the key at fault."""
     unknown = [m for m in methods if m not in METHOD_TABLE]
     if unknown or not methods:
         raise ConfigError(f"unknown or no method(s) {unknown} (known: {', '.join(METHODS)})", "evaluate.methods")
     strays = sorted(set(options) - set(METHOD_TABLE))
     if strays:
         raise ConfigError(f"options for unknown method(s) {strays} (known: {', '.join(METHODS)})", "evaluate.options")
-    return {name: configure(name, given) for name, given in options.items()}
+
+
+def check_options(methods: list[str], options: dict[str, Any]) -> dict[str, MethodConfig]:
+    """Check ``evaluate.methods`` and ``evaluate.options`` before anything runs: known method names, options only for
+    known methods (:func:`check_method_names`), every option a known setting with a valid value. Raises a one-line
+    :class:`ConfigError` whose ``where`` is the bad option's key (``evaluate.options.<method>.<key>``), or the
+    method's entry when no single given key is at fault. Returns the :class:`MethodConfig` of every method of
+    ``methods`` and of every method given options (in that order), each configured once."""
+    check_method_names(methods, options)
+    return {name: configure(name, options.get(name)) for name in dict.fromkeys([*methods, *options])}
 
 
 # ------------------------------------------------------------------------------------------------------ template

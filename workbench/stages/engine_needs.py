@@ -16,18 +16,20 @@ from typing import Any
 from workbench.core.errors import ConfigError
 
 
-def _method_uses(config: Any) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """``(key, method, options)`` for every method the recipe's stages build over the run's retriever."""
+def _method_uses(config: Any) -> Iterator[tuple[str, str, Any]]:
+    """``(key, method, its MethodConfig)`` for every method the recipe's stages build over the run's retriever (the
+    evaluate section's configs, made once at load; distill_data's InSemRAG options configured here)."""
+    from workbench.methods.registry import configure
+
     stages = set(config.stages)
-    options = dict(config.evaluate.options or {})
     if "evaluate" in stages:
         for name in config.evaluate.methods:
-            yield f"evaluate.options.{name}", name, options.get(name) or {}
+            yield f"evaluate.options.{name}", name, config.evaluate.method_config(name)
     if "study" in stages:
         for name in config.study.methods:
-            yield f"evaluate.options.{name}", name, options.get(name) or {}
+            yield f"evaluate.options.{name}", name, config.evaluate.method_config(name)
     if "distill_data" in stages:
-        yield "distill_data.insemrag", "insemrag", dict(config.distill_data.insemrag or {})
+        yield "distill_data.insemrag", "insemrag", configure("insemrag", dict(config.distill_data.insemrag or {}))
 
 
 def check_engine_needs(config: Any) -> None:
@@ -35,7 +37,6 @@ def check_engine_needs(config: Any) -> None:
     and no index of this process's own, and ``seper_eval`` searches the whole corpus; else a one-line
     :class:`ConfigError` naming the key."""
     from workbench.backends.retrieval_engines import ENGINES
-    from workbench.methods.registry import method_settings
 
     backend = config.retrieval.backend
     spec = ENGINES[backend]
@@ -46,8 +47,8 @@ def check_engine_needs(config: Any) -> None:
             f"backend {backend} holds the whole corpus, so a sample of it cannot be searched there: set null",
             "seper_eval.corpus_size",
         )
-    for key, name, given in _method_uses(config):
-        settings = method_settings(name, given)
+    for key, name, method_config in _method_uses(config):
+        settings = method_config.checked_settings()
         refusal = settings.engine_refusal() if hasattr(settings, "engine_refusal") else None
         if refusal is not None:
             raise ConfigError(f"{name} over backend {backend}: {refusal[0]}", f"{key}.{refusal[1]}")

@@ -59,7 +59,8 @@ def metrics_of(records: Sequence[dict[str, Any]]) -> dict[str, float]:
 class MethodObjective:
     """Scores parameter settings of one method on fixed ``rows``.
 
-    ``options`` are the method's base options (the recipe's ``evaluate.options[method]``); ``learned`` the run's
+    ``options`` are the method's base options: its :class:`~workbench.methods.registry.MethodConfig` (the recipe's
+    ``evaluate.options[method]``, configured once) or a mapping, configured here once; ``learned`` the run's
     learned parts (a parameter of the spec's ``learned_params`` replaces one of them: D²-RAG's ``tau``). A method is
     built as a bundle builds it: ``utility_fallback = "none"``, never with a gold-using oracle utility.
     Calling it with a parameter dict returns ``(metrics, kind)``; results are memoised by parameters.
@@ -72,7 +73,7 @@ class MethodObjective:
         rows: Sequence[dict[str, Any]],
         specs: Sequence[ParamSpec],
         *,
-        options: dict[str, Any] | None = None,
+        options: Any = None,
         learned: Any = None,
         batch_questions: int = 8,
         progress: bool = False,
@@ -81,7 +82,10 @@ class MethodObjective:
         self.tools = tools
         self.method = method
         self.rows = list(rows)
-        self.options = dict(options or {})
+        from workbench.methods.registry import MethodConfig, configure
+
+        # typed once: a run's trials lay their parameters over it, configuring only what they change
+        self.config = options if isinstance(options, MethodConfig) else configure(method, dict(options or {}))
         self.learned = learned
         self.batch_questions = batch_questions
         self.progress = progress
@@ -100,7 +104,7 @@ class MethodObjective:
         from workbench.methods.registry import build_method, method_spec
 
         spec = method_spec(self.method)
-        options = dict(self.options)
+        options = dict(self.config.given)
         learned = self.learned
         for name, value in params.items():
             if name in spec.learned_params:  # a parameter of a learned part (D²-RAG's τ), not an option
@@ -113,7 +117,8 @@ class MethodObjective:
                 learned = dataclasses.replace(learned, **{spec.learned_params[name]: float(value)})
             else:
                 options[name] = value
-        method = build_method(self.method, self.tools, options, learned, utility_fallback="none")
+        config = self.config.updated(options)  # the same instance when the trial sets no option
+        method = build_method(self.method, self.tools, config, learned, utility_fallback="none")
         if report is None:
             return evaluate_built(
                 self.method, method, self.rows, batch_questions=self.batch_questions, progress=self.progress

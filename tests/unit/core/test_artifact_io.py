@@ -12,7 +12,8 @@ from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.classify.logistic import LogisticModel
 from workbench.core.artifact_io import read_artifact, write_artifact
 from workbench.core.errors import DataError
-from workbench.methods.learned import LEARNED_KINDS, learned_from_dict, load_learned, save_learned
+from workbench.methods.learned import learned_from_dict, load_learned, save_learned
+from workbench.methods.learned_kinds import LEARNED_KINDS
 from workbench.methods.seper.utility import UtilityPredictor
 
 

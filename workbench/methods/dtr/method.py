@@ -198,6 +198,9 @@ class DTR(Method):
     object with ``search(queries, k)`` returning corpus rows of ``tools.corpus``); None takes the one
     ``settings.retriever`` / ``dense_index`` name (a dense index over ``tools.corpus`` by default, shared with other
     methods built on the same tools). See the module docstring for the steps.
+
+    ``settings`` come validated from their source (the registry configures a recipe's or a bundle's options once;
+    by hand: ``DTRSettings(...).validate()``): the constructor does not check them again.
     """
 
     name = "dtr"
@@ -210,7 +213,7 @@ class DTR(Method):
         retriever: Any = None,
     ) -> None:
         super().__init__(tools)
-        self.settings = settings.validate()
+        self.settings = settings
         if tools.embedder is None:
             raise ConfigError("DTR's adaptive information selection needs an embedder (tools.embedder)", "dtr")
         self._retriever = retriever

@@ -47,8 +47,8 @@ from typing import Any
 
 from workbench.bundle.learned import (  # what the run learned, read below the stages (the export reads the same)
     config_params_tau,
+    evaluated_config,
     evaluated_learned,
-    evaluated_options,
     load_learned,
     parameters_digests,
 )
@@ -72,9 +72,10 @@ def run_learned(ctx: StageContext, *, with_study: bool = True) -> Any:
     )
 
 
-def method_options(ctx: StageContext, name: str) -> dict[str, Any]:
-    """Method ``name``'s options in this run (:func:`evaluated_options`)."""
-    return evaluated_options(ctx.config, name, ctx.inputs.get("study"))
+def method_config(ctx: StageContext, name: str) -> Any:
+    """Method ``name``'s typed config in this run (:func:`evaluated_config`: the recipe's options, the run's study and
+    the ``evaluate.params`` files laid over them), configured once."""
+    return evaluated_config(ctx.config, name, ctx.inputs.get("study"))
 
 
 def params_tau(ctx: StageContext) -> float | None:
@@ -109,10 +110,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.registry import build_method, check_options, configure
+    from workbench.methods.registry import build_method
 
     section = ctx.config.evaluate
-    check_options(section.methods, section.options)  # load_recipe checked it too; a config built in code may not be
+    section.method_configs()  # configured when the recipe loaded (the same instances); a config built in code: now
     qa = load_saved_dataset_dict(ctx.inputs["build_data"] / "qa")
     if section.split not in qa:
         raise ConfigError(f"split {section.split!r} not in the dataset (has: {', '.join(qa)})", "evaluate.split")
@@ -121,10 +122,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     tools = build_tools(ctx, corpus)
     learned = evaluated_learned(ctx.config, ctx.inputs.get)
-    options = {name: method_options(ctx, name) for name in section.methods}
-    # each method's options (the recipe's, the study's and the params files' laid over them) made its typed settings
-    # once; the builder gets them as they are
-    configs = {name: configure(name, options[name]) for name in section.methods}
+    # each method's typed config: the recipe's, configured again only where the study or a params file set a value
+    configs = {name: method_config(ctx, name) for name in section.methods}
+    options = {name: config.given for name, config in configs.items()}
     methods = {}  # all built first: a bad option fails before any question is answered
     for name in section.methods:
         methods[name] = build_method(

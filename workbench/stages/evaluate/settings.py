@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import KeyFirstError, RecipeView
+
+if TYPE_CHECKING:
+    from workbench.methods.registry import MethodConfig
+
+
+def options_template(indent: int) -> str:
+    """Every method's options as commented YAML (:func:`workbench.methods.registry.options_template`), what
+    ``workbench config`` prints under ``evaluate.options``."""
+    # the registry gathers the method plugins' entry points: loaded when the template is printed, not with the recipe
+    from workbench.methods.registry import options_template as template
+
+    return template(indent)
 
 
 @dataclass
@@ -25,7 +39,7 @@ class EvaluateSection:
         "per-method settings by field name, e.g. {dtr: {tau: 1.2}, insemrag: {controller: heuristic}} "
         "(docs/methods/ lists them)",
         {},
-        template="workbench.methods.registry:options_template",
+        template=options_template,
     )
     max_new_tokens: int = doc("answer length cap of every final answer", 16)
     passage_chars: int = doc("each passage is cut to this many characters in prompts", 400)
@@ -38,6 +52,36 @@ class EvaluateSection:
         "every method generates its own text, so its LM calls, tokens and latency are its own",
         False,
     )
+
+    # ``options`` stays the plain mapping the user wrote (``config.yaml`` and ``workbench config`` print it as given);
+    # the typed configuration of each method's entry is kept beside the fields, made once and handed on from there
+
+    def method_config(self, name: str, where: str = "evaluate.methods") -> MethodConfig:
+        """Method ``name``'s :class:`~workbench.methods.registry.MethodConfig` from its ``options`` entry: configured
+        (validated) the first time it is asked for — by the recipe's load check — and the same instance after that,
+        until the entry changes (a config edited in code is configured again). Errors as
+        :func:`~workbench.methods.registry.configure`'s; ``where`` names the list the method came from."""
+        from workbench.methods.registry import configure  # the registry reads the method plugins' entry points
+
+        given = self.options.get(name)
+        made = self.__dict__.setdefault("_configured", {})
+        if name not in made or made[name][0] != given:
+            made[name] = (copy.deepcopy(given), configure(name, given, where))
+        return made[name][1]
+
+    def method_configs(self) -> dict[str, MethodConfig]:
+        """The :class:`~workbench.methods.registry.MethodConfig` of every method of ``methods`` and of every method
+        given ``options`` (:meth:`method_config`), after checking their names
+        (:func:`~workbench.methods.registry.check_method_names`)."""
+        from workbench.methods.registry import check_method_names
+
+        check_method_names(self.methods, self.options)
+        return {name: self.method_config(name) for name in dict.fromkeys([*self.methods, *self.options])}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields only: a copy or a pickle configures its methods again when asked (the configurations hold the
+        method specs' functions)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_configured"}
 
 
 def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]]) -> None:
@@ -60,17 +104,17 @@ def check_distilled_controller(config: RecipeView, users: list[tuple[str, str]])
 
 
 def check(config: RecipeView) -> None:
-    """evaluate's load check: every method's options (:func:`workbench.methods.registry.check_options`), a method
+    """evaluate's load check: every method's options, configured once (:meth:`EvaluateSection.method_configs`), a method
     with learned parts only with the stages that make them, a distilled InSemRAG controller it can read, study
     parameter files of methods it evaluates (:func:`workbench.stages.export.settings.check_method_params`: each
     method's own rule)."""
     from workbench.bundle.learned import read_params
-    from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE, check_options
+    from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE
     from workbench.stages.export.settings import check_method_params, decision_ready
 
     section = config.evaluate
     try:
-        check_options(section.methods, section.options)
+        section.method_configs()  # configured once here: evaluate, the study and the export use these
     except ConfigError as exc:  # its key is e.g. evaluate.options.dtr: reported as the method options always were
         raise KeyFirstError(exc.what, exc.where or "evaluate") from None
     unready = [m for m in section.methods if not decision_ready(config, m)]

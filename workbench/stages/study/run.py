@@ -164,8 +164,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         specs, spec_of_method = specs_by_method[method], facts[method]
         if spec_of_method.hooks.check_study_space is not None:
             spec_of_method.hooks.check_study_space([spec.name for spec in specs], prepared.get(method))
-        options = dict(config.evaluate.options.get(method, {}) or {})
-        common = {"options": options, "learned": learned, "batch_questions": section.batch_questions}
+        # the recipe's options as configured at load: a trial configures only the values it changes
+        common = {
+            "options": config.evaluate.method_config(method),
+            "learned": learned,
+            "batch_questions": section.batch_questions,
+        }
         on_val = MethodObjective(tools, method, rows["split"], specs, **common)
         defaults = default_params(method, specs, learned)
         breakpoints = None

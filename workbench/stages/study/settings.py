@@ -56,7 +56,7 @@ def check(config: RecipeView) -> None:
     """study's load check: tunable methods with valid spaces and options, known constraint metrics, then each studied
     method's own check (its spec's ``hooks.check_study``: D²-RAG's learned parts, gold-free utility and τ replay
     budget; InSemRAG's keep_threshold only with an LM controller)."""
-    from workbench.methods.registry import INSEMRAG_METHODS, check_options, method_spec
+    from workbench.methods.registry import INSEMRAG_METHODS, check_method_names, method_spec
     from workbench.stages.evaluate.settings import check_distilled_controller
     from workbench.tuning.space import default_spaces, parse_spaces
     from workbench.tuning.study import CONSTRAINT_METRICS
@@ -69,8 +69,9 @@ def check(config: RecipeView) -> None:
     if len(set(section.methods)) != len(section.methods):
         raise ConfigError(f"a method is listed twice: {section.methods}", "study.methods")
     parse_spaces(list(section.methods), dict(section.space), "study.space")
-    options = {m: config.evaluate.options.get(m, {}) for m in section.methods}
-    check_options(list(section.methods), options)
+    check_method_names(list(section.methods), {})
+    for method in section.methods:  # its evaluate.options, configured once (the study's trials start from them)
+        config.evaluate.method_config(method)
     for name, limit in section.constraints.items():
         if name not in CONSTRAINT_METRICS:
             raise ConfigError(
