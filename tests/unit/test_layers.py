@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "workbench.bundle": 5,
     "workbench.runtime": 5,
     "workbench.serve": 5,
-    "workbench.reports": 5,  # report writers read stage outputs as files; the report stages call them
+    "workbench.reports": 5,  # what the reports share (findings, time table, section contract); no stage
     "workbench.stages": 6,
     "workbench.bench": 6,  # the benchmarks: stages of bench recipes, beside the pipeline's
     "workbench.recipe": 6,

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt, markdown_table
-from workbench.reports.answer import MODE_TITLES
+from workbench.reports.modes import MODE_TITLES
+from workbench.reports.section import Section, SectionInput
 
 
 def _training_line(summary: dict[str, Any]) -> str:
@@ -122,3 +123,8 @@ def reader_lines(stage_dir: Path, out_dir: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def section(view: SectionInput) -> Section:
+    """The ``tune_reader`` stage's section of the run's report (:func:`reader_lines`)."""
+    return Section(reader_lines(view.stage_dir, view.out_dir))
