@@ -1,6 +1,6 @@
 """What a recipe step is (:class:`StageSpec`): its name, what it reads, which config sections its output depends on,
-where its run code, settings, load check and report section live. The stage table (:mod:`workbench.stages.registry`) and the
-benchmark table (:mod:`workbench.bench.registry`) gather these from their packages."""
+where its run code, settings, load check and report section live. The stage table (:mod:`workbench.stages.registry`)
+and the benchmark table (:mod:`workbench.bench.registry`) gather these from their packages."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from workbench.core.formatting import fmt, markdown_table
 from workbench.distill.traces import DECISIONS
-from workbench.plots import loss_curve
 from workbench.reports.section import Section, SectionInput
+from workbench.reports.training import lora_loss_plot
 
 
 def distill_lines(stage_dir: Path, out_dir: Path) -> list[str]:
@@ -22,14 +22,7 @@ def distill_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     stage_dir, out_dir = Path(stage_dir), Path(out_dir)
     summary = json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))
     heldout = json.loads((stage_dir / "heldout.json").read_text(encoding="utf-8"))
-    curve = summary.get("loss_curve") or []
-    if curve:
-        loss_curve(
-            out_dir / "distill_loss.png",
-            curve,
-            title=f"distill: training loss, {summary.get('base_model')} + LoRA",
-            resumed_from=summary.get("resumed_from_step"),
-        )
+    curve = lora_loss_plot(summary, out_dir / "distill_loss.png", "distill")
     training, lora = summary.get("training", {}), summary.get("lora", {})
     decisions = [d for d in DECISIONS if d in heldout.get("student", {})]
     rows_trained = summary.get("rows_by_decision", {})
