@@ -139,7 +139,7 @@ def test_the_distill_stage_trains_writes_the_adapter_and_scores_base_and_student
     tiny_lm_long_dir, traces, tmp_path, monkeypatch
 ):
     from workbench.backends.lora import resolve_adapter_model
-    from workbench.reports.distill import distill_lines
+    from workbench.stages.distill.report import distill_lines
 
     run_dir = tmp_path / "run"
     config = _config(tiny_lm_long_dir, merge=True)

@@ -83,7 +83,7 @@ def test_distill_data_writes_the_trace_dataset_and_counts_unusable_replies(
 ):
     from workbench.distill.traces import DECISIONS, TRACE_COLUMNS, load_traces
     from workbench.methods.controller import CONTROLLER_SYSTEM
-    from workbench.reports.distill import distill_data_lines
+    from workbench.stages.distill_data.report import distill_data_lines
 
     run_recipe(load_recipe("evaluate", _overrides(tmp_path, tiny_lm_long_dir, tiny_encoder_dir)))
     stage = tmp_path / "run" / "stages" / "distill_data"

@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     "workbench.scoring": 5,  # score: user records through the stats graph, a bundle through the runtime
     "workbench.serve": 5,
     "workbench.monitoring": 5,  # drift against a bundle's reference: read by serve, monitor, built by export
-    "workbench.reports": 5,  # report writers read stage outputs as files; the report stages call them
+    "workbench.reports": 5,  # what the reports share (findings, time table, section contract); no stage
     "workbench.stages": 6,
     "workbench.bench": 6,  # the benchmarks: stages of bench recipes, beside the pipeline's
     "workbench.recipe": 6,

@@ -7,7 +7,7 @@ their outputs cannot be read: a finding is never worth a crash after a run that 
 * **answers** (``answer``): closed-book against RAG quality, and the question templates where retrieval helps most
   and where it hurts;
 * **best feature** (``collect``): the feature with the highest AUROC for closed-book correctness on the held-out split,
-  with its 90% BCa interval (:func:`~workbench.reports.features.auroc_interval`);
+  with its 90% BCa interval (:func:`~workbench.reports.auroc.auroc_interval`);
 * **ships** (``classify``, ``export``): D²-RAG's decision — router, τ and who set it, the pick rule — as the bundle
   records it (:func:`~workbench.bundle.shipped.shipped_decision`), or, when the run exports nothing, as it would ship
   (:func:`~workbench.bundle.shipped.run_decision`);
@@ -69,7 +69,7 @@ def answer_line(answer_dir: Path) -> str | None:
 def feature_line(collect_dir: Path, split: str | None) -> str | None:
     """The feature with the highest AUROC on ``split`` (the held-out split; None: ``test`` when collected, else the
     last collected split) with its interval; None without any AUROC."""
-    from workbench.reports.features import auroc_interval, split_rows
+    from workbench.reports.auroc import auroc_interval, split_rows
 
     summary = json.loads((collect_dir / "summary.json").read_text())
     splits = list(summary["splits"])

@@ -1,6 +1,6 @@
 """What a recipe step is (:class:`StageSpec`): its name, what it reads, which config sections its output depends on,
-where its run code, settings and load check live. The stage table (:mod:`workbench.stages.registry`) and the
-benchmark table (:mod:`workbench.bench.registry`) gather these from their packages."""
+where its run code, settings, load check and report section live. The stage table (:mod:`workbench.stages.registry`)
+and the benchmark table (:mod:`workbench.bench.registry`) gather these from their packages."""
 
 from __future__ import annotations
 
@@ -44,6 +44,13 @@ class StageSpec:
     the objects of its light settings module and ``entry`` as the ``"module:function"`` of its run code, imported
     when the stage runs; the rows not yet packaged give all three as ``"module:name"``. Settings two stages must
     keep equal are declared in :data:`workbench.stages.agreements.AGREEMENTS`.
+
+    ``report`` is the stage's section of the run's report (a
+    :data:`~workbench.reports.section.SectionWriter`: :class:`~workbench.reports.section.SectionInput` →
+    :class:`~workbench.reports.section.Section`), given like ``entry`` as the ``"module:function"`` of the package's
+    ``report.py`` (imported only when the ``report`` stage runs) or as the function itself; None when the stage's
+    output has no section. The ``report`` stage places the sections of the stages it reads in the order of its
+    ``optional_inputs``.
     """
 
     name: str
@@ -62,6 +69,7 @@ class StageSpec:
     section: str | None = None
     check: str | Callable[[Any], None] | None = None
     splits: tuple[str, ...] = ()
+    report: str | Callable[[Any], Any] | None = None
 
     @property
     def section_key(self) -> str | None:
@@ -94,6 +102,10 @@ class StageSpec:
     def load_check(self) -> Callable[[Any], None] | None:
         """Import and return the stage's own load check (None when it has none)."""
         return _resolve(self.check) if self.check else None
+
+    def load_report(self) -> Callable[[Any], Any] | None:
+        """Import and return the stage's report section writer (None when its output has no section)."""
+        return _resolve(self.report) if self.report else None
 
     def inputs_in(self, stages: list[str]) -> tuple[str, ...]:
         """The stages this one reads in a recipe running ``stages``: its inputs, then its optional inputs that run."""

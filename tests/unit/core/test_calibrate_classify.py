@@ -12,9 +12,10 @@ import pytest
 
 from workbench.core.errors import DataError
 from workbench.recipe import RecipeConfig
-from workbench.reports.calibration import calibration_sections
 from workbench.stages.calibrate import run as calibrate
+from workbench.stages.calibrate.report import calibration_lines
 from workbench.stages.classify import run as classify
+from workbench.stages.classify.report import routing_lines
 
 
 def _rows(n: int, seed: int, nan_rows: int = 0) -> list[dict]:
@@ -182,7 +183,7 @@ def test_classify_chooses_tau_out_of_fold_on_rows_that_chose_nothing_else(stages
     val_selection = json.loads((ctx.out_dir / "selection.json").read_text())
     assert val_selection["tau_from"] == "val" and val_selection["tau_folds"] is None
     assert val_selection["roles"]["tau"] == val_selection["roles"]["model_choice"]
-    text = "\n".join(calibration_sections(cal_dir, cls_dir, tmp_path))
+    text = "\n".join(calibration_lines(cal_dir, tmp_path)[0] + routing_lines(cls_dir, tmp_path))
     assert "| classifier τ | out-of-fold predictions over all" in text
 
 
@@ -201,7 +202,7 @@ def test_classify_refuses_oof_tau_with_too_few_questions_of_a_class(tmp_path):
 
 def test_report_sections_show_the_routing_table_and_plots(stages_done, tmp_path):
     _, cal_dir, cls_dir, _, _ = stages_done
-    lines = calibration_sections(cal_dir, cls_dir, tmp_path)
+    lines = calibration_lines(cal_dir, tmp_path)[0] + routing_lines(cls_dir, tmp_path)
     text = "\n".join(lines)
     assert "| **LR** |" in text and "| Oracle |" in text and "AUROC before → after" in text
     for png in ("reliability.png", "roc.png", "rejection.png", "lr_weights.png", "feature_correlation.png"):
@@ -222,7 +223,7 @@ def test_bad_collections_get_one_line_errors(tmp_path):
 
 
 def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_itself():
-    from workbench.reports.calibration import paired_bootstrap
+    from workbench.stages.classify.report import paired_bootstrap
 
     rng = np.random.default_rng(0)
     labels = np.array([0, 1] * 30, dtype=float)
@@ -237,7 +238,7 @@ def test_paired_bootstrap_separates_a_perfect_scorer_from_noise_and_ties_from_it
 
 
 def test_paired_bootstrap_gives_nan_without_both_classes():
-    from workbench.reports.calibration import paired_bootstrap
+    from workbench.stages.classify.report import paired_bootstrap
 
     labels = np.ones(40)
     out = paired_bootstrap({"a": list(np.linspace(0, 1, 40))}, labels, "a", draws=50)

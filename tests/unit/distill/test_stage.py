@@ -60,7 +60,7 @@ def test_section_checks():
 
 def test_report_section_tables(tmp_path):
     from workbench.distill.traces import DECISIONS
-    from workbench.reports.distill import distill_data_lines
+    from workbench.stages.distill_data.report import distill_data_lines
 
     def split(name, replies, skipped):
         return {

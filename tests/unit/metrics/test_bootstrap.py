@@ -109,7 +109,7 @@ def test_constant_figures_nan_figures_and_tiny_samples():
 
 
 def test_stage_wrappers_use_the_helper():
-    from workbench.reports.features import bootstrap_auroc
+    from workbench.reports.auroc import bootstrap_auroc
     from workbench.routing.front import bootstrap_interval as front_interval
     from workbench.stages.seper_eval.run import bootstrap_mean_interval
 

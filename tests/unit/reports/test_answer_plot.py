@@ -6,7 +6,7 @@ import json
 
 from tests.plot_capture import error_bars
 from workbench.metrics.proportion import wilson_interval
-from workbench.reports.answer import answer_section, template_intervals, template_plot
+from workbench.stages.answer.report import answer_section, template_intervals, template_plot
 
 SUMMARY = {  # the help-desk case: company questions need retrieval, general ones are hurt by it
     "split": "test",

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from workbench.reports.features import MIN_PER_CLASS, feature_section
+from workbench.reports.auroc import MIN_PER_CLASS
+from workbench.stages.collect.report import feature_section
 
 
 def write_collect(folder, positives: int, n: int = 40) -> None:

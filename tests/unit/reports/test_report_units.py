@@ -27,7 +27,7 @@ def test_unit_panels_give_each_quantity_its_own_axis(tmp_path):
 
 def test_the_evaluate_report_draws_cost_as_two_unit_panels(tmp_path, monkeypatch):
     import workbench.plots as plots
-    from workbench.reports.evaluate import evaluate_section
+    from workbench.stages.evaluate.report import evaluate_section
 
     drawn = {}
     monkeypatch.setattr(plots, "unit_panels", lambda path, groups, panels, **kw: drawn.update({path.name: panels}))
@@ -42,7 +42,7 @@ def test_the_evaluate_report_draws_cost_as_two_unit_panels(tmp_path, monkeypatch
 
 
 def test_the_study_report_prints_an_absolute_sqlite_url(tmp_path, monkeypatch):
-    import workbench.reports.study as report_study
+    import workbench.stages.study.report as report_study
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(report_study, "history_plot", lambda path, *a: path)

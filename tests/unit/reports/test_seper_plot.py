@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.plot_capture import error_bars
-from workbench.reports.seper import seper_section
+from workbench.stages.seper_eval.report import seper_section
 
 
 def _entry(mean_s, low_s, high_s):

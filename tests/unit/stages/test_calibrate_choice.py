@@ -14,8 +14,9 @@ from tests.unit.core.test_calibrate_classify import _collection, _ctx, _rows
 from workbench.calibration import CalibratorChoice, out_of_fold_predict
 from workbench.core.errors import ConfigError
 from workbench.methods.learned import load_learned
-from workbench.reports.calibration import calibration_lines, lr_weight_lines
 from workbench.stages.calibrate import run as calibrate
+from workbench.stages.calibrate.report import calibration_lines
+from workbench.stages.classify.report import lr_weight_lines
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 
 from workbench.core.errors import ConfigError
 from workbench.recipe import RecipeConfig, load_recipe
-from workbench.reports.ood import ood_section
 from workbench.stages.calibrate import run as calibrate
+from workbench.stages.calibrate.ood_report import ood_section
 
 TEMPLATES = [
     "Was {} {} German or American? Reply with one word.",

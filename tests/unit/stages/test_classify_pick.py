@@ -40,7 +40,7 @@ def _classify(calibrated, name: str, **pick) -> tuple:
 
 
 def test_best_quality_ships_a_router_that_beats_always_rag(calibrated, tmp_path):
-    from workbench.reports.router import router_lines
+    from workbench.stages.classify.router_report import router_lines
 
     out, record = _classify(calibrated, "best", pick="best_quality")
     pick = record["pick"]
@@ -82,7 +82,7 @@ def test_the_sweep_is_the_shipped_routers_on_the_evaluation_split(calibrated):
 
 
 def test_the_tau_sweep_section_marks_the_shipped_and_classifys_tau(calibrated, tmp_path):
-    from workbench.reports.router import tau_sweep_lines
+    from workbench.stages.classify.router_report import tau_sweep_lines
 
     out, record = _classify(calibrated, "marks")
     text = "\n".join(tau_sweep_lines(out, tmp_path, 0.5, "decide"))

@@ -117,10 +117,11 @@ def test_the_routing_table_charges_each_router_its_own_stats(routed):
 
 
 def test_the_report_answers_which_router_to_ship_with_a_front_plot(routed, tmp_path):
-    from workbench.reports.calibration import calibration_sections
+    from workbench.stages.calibrate.report import calibration_lines
+    from workbench.stages.classify.report import routing_lines
 
     _, _, cal_dir, cls_dir, _ = routed
-    text = "\n".join(calibration_sections(cal_dir, cls_dir, tmp_path))
+    text = "\n".join(calibration_lines(cal_dir, tmp_path)[0] + routing_lines(cls_dir, tmp_path))
     assert "### Choosing a router: cost against quality" in text and "| **Router** |" in text
     assert "pays for itself" in text and "90% interval" in text
     assert (tmp_path / "router_front.png").stat().st_size > 2000

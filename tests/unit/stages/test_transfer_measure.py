@@ -12,7 +12,7 @@ import pytest
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.platt import PlattCalibrator
 from workbench.metrics.ranking import auroc
-from workbench.reports.transfer import transfer_section
+from workbench.stages.transfer.report import transfer_section
 from workbench.stages.transfer.run import measure, shift, template_of
 
 

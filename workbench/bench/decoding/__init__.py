@@ -21,6 +21,7 @@ SPECS: tuple[StageSpec, ...] = (
         settings=BenchDecodingSection,
         check=check,
         splits=("bench_decoding.split",),
+        report=f"{__name__}.report:section",
     ),
     report_spec(__name__, "report_bench_decoding", "write the contrastive-decoding benchmark report", "bench_decoding"),
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt
+from workbench.reports.section import Section, SectionInput
 
 VARIANTS = ("greedy", "batched", "sequential")  # the main table's forwards column
 PLOTTED = (*VARIANTS, "padded")
@@ -199,3 +200,8 @@ def decoding_section(bench_dir: Path, out_dir: Path, name: str) -> list[str]:
     lines = report_lines(bench, name)
     lines[0] = "## Contrastive decoding cost"
     return [line.replace("(seconds.png)", "(decoding_seconds.png)") for line in lines]
+
+
+def section(view: SectionInput) -> Section:
+    """The ``bench_decoding`` stage's section of the run's main report (:func:`decoding_section`)."""
+    return Section(decoding_section(view.stage_dir, view.out_dir, view.config.name))

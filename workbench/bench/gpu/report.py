@@ -28,6 +28,18 @@ def _mib(value: float | None) -> str:
     return fmt(value, 0)
 
 
+def _rate_cells(model: dict[str, Any], entry: dict[str, Any], level: str) -> list[str]:
+    """The first cells of a throughput row (collection per batch size, serve-model per concurrency): the model, the
+    entry's ``level``, its questions, questions/s and seconds (:func:`_spread`)."""
+    return [
+        f"`{model['name']}`",
+        str(entry[level]),
+        str(entry["questions"]),
+        fmt(entry["questions_per_s"], 2),
+        _spread(entry),
+    ]
+
+
 def skipped_lines(bench: dict[str, Any], name: str, rerun: str) -> list[str]:
     """The report of a skipped run: the reason, the machine, and where figures come from."""
     m = bench.get("machine", {})
@@ -107,11 +119,7 @@ def _collection_lines(bench: dict[str, Any]) -> list[str]:
     s = bench["settings"]
     rows = [
         [
-            f"`{model['name']}`",
-            str(c["batch_size"]),
-            str(c["questions"]),
-            fmt(c["questions_per_s"], 2),
-            _spread(c),
+            *_rate_cells(model, c, "batch_size"),
             fmt(c["token_forwards"], 0),
             fmt(c["lm_calls"], 0),
             fmt(c["nli_pairs"], 0),
@@ -160,14 +168,7 @@ def _serve_lines(bench: dict[str, Any]) -> list[str]:
         else ""
     )
     rows = [
-        [
-            f"`{model['name']}`",
-            str(level["concurrency"]),
-            str(level["questions"]),
-            fmt(level["questions_per_s"], 2),
-            _spread(level),
-            _mib(level["server_memory_mb"]),
-        ]
+        [*_rate_cells(model, level, "concurrency"), _mib(level["server_memory_mb"])]
         for model in served
         for level in model["serve"]["levels"]
     ]
@@ -287,47 +288,44 @@ def _aligned(
     return levels, series
 
 
+def _bar_plot(
+    path: Path,
+    models: list[dict[str, Any]],
+    measured: tuple[str | tuple[str, str], str, str],
+    *,
+    tick: str,
+    title: str,
+    ylabel: str = "questions / s",
+) -> Path:
+    """A grouped-bar plot at ``path``, one bar per model: ``measured`` is ``(entries, level, value)`` of
+    :func:`_aligned`; ``tick`` formats a level (``"B = {}"``). Returns ``path``."""
+    from workbench.plots import grouped_bars
+
+    levels, series = _aligned(models, *measured)
+    grouped_bars(path, [tick.format(x) for x in levels], series, title=title, ylabel=ylabel, ylim=None)
+    return path
+
+
 def write_plots(bench: dict[str, Any], out_dir: Path) -> list[Path]:
     """The measured run's plots in ``out_dir``: ``collection.png`` (questions/s per batch size, one bar per model),
     ``serve.png`` (questions/s per concurrency) and ``decoding.png`` (batched contrastive / greedy time per B), each
     only when its measurement ran. Returns the paths written."""
-    from workbench.plots import grouped_bars
-
-    models, written = bench["models"], []
-    sizes, series = _aligned(models, "collection", "batch_size", "questions_per_s")
-    grouped_bars(
-        out_dir / "collection.png",
-        [f"B = {b}" for b in sizes],
-        series,
-        title=f"(a) {len(bench['settings']['features'])} features collected in process: questions/s",
-        ylabel="questions / s",
-        ylim=None,
-    )
-    written.append(out_dir / "collection.png")
+    models = bench["models"]
+    title = f"(a) {len(bench['settings']['features'])} features collected in process: questions/s"
+    measured: tuple[str | tuple[str, str], str, str] = ("collection", "batch_size", "questions_per_s")
+    written = [_bar_plot(out_dir / "collection.png", models, measured, tick="B = {}", title=title)]
     served = [m for m in models if m.get("serve")]
     if served:
-        levels, series = _aligned(served, ("serve", "levels"), "concurrency", "questions_per_s")
-        grouped_bars(
-            out_dir / "serve.png",
-            [f"concurrency {c}" for c in levels],
-            series,
-            title="(b) serve-model: questions/s",
-            ylabel="questions / s",
-            ylim=None,
-        )
-        written.append(out_dir / "serve.png")
+        measured = (("serve", "levels"), "concurrency", "questions_per_s")
+        title = "(b) serve-model: questions/s"
+        written.append(_bar_plot(out_dir / "serve.png", served, measured, tick="concurrency {}", title=title))
     decoded = [m for m in models if m["decoding"]]
     if decoded:
-        pairs, series = _aligned(decoded, "decoding", "pairs", "ratio_batched_vs_greedy")
-        grouped_bars(
-            out_dir / "decoding.png",
-            [f"B = {b}" for b in pairs],
-            series,
-            title="(c) contrastive decoding: batched time / greedy time",
-            ylabel="x greedy",
-            ylim=None,
+        measured = ("decoding", "pairs", "ratio_batched_vs_greedy")
+        title = "(c) contrastive decoding: batched time / greedy time"
+        written.append(
+            _bar_plot(out_dir / "decoding.png", decoded, measured, tick="B = {}", title=title, ylabel="x greedy")
         )
-        written.append(out_dir / "decoding.png")
     return written
 
 

@@ -1,5 +1,5 @@
 """D²-RAG's section of the evaluate report: the learned utility next to the oracle ΔSePer (the spec's ``report``,
-called by :mod:`workbench.reports.evaluate`)."""
+called by :mod:`workbench.stages.evaluate.report`)."""
 
 from __future__ import annotations
 

@@ -19,5 +19,6 @@ SPECS: tuple[StageSpec, ...] = (
         uses=("generator",),
         settings=AnswerSection,
         splits=("answer.split",),
+        report=f"{__name__}.report:section",
     ),
 )

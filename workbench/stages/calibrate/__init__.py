@@ -24,5 +24,6 @@ SPECS: tuple[StageSpec, ...] = (
         uses=("embedder",),
         settings=CalibrateSection,
         check=check,
+        report=f"{__name__}.report:section",
     ),
 )

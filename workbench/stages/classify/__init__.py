@@ -19,5 +19,6 @@ SPECS: tuple[StageSpec, ...] = (
         inputs=("calibrate", "collect"),
         settings=ClassifySection,
         check=check,
+        report=f"{__name__}.report:section",
     ),
 )

@@ -22,5 +22,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=CollectSection,
         check=check,
         splits=("collect.splits",),
+        report=f"{__name__}.report:section",
     ),
 )

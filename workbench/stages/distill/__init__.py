@@ -19,5 +19,6 @@ SPECS: tuple[StageSpec, ...] = (
         multi_process=True,  # every rank of a torchrun / srun launch trains; rank 0 writes
         settings=DistillSection,
         check=check,
+        report=f"{__name__}.report:section",
     ),
 )

@@ -20,5 +20,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=DistillDataSection,
         check=check,
         splits=("distill_data.split", "distill_data.heldout_split"),
+        report=f"{__name__}.report:section",
     ),
 )

@@ -26,5 +26,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=EvaluateSection,
         check=check,
         splits=("evaluate.split",),
+        report=f"{__name__}.report:section",
     ),
 )

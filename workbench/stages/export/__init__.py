@@ -19,5 +19,6 @@ SPECS: tuple[StageSpec, ...] = (
         cacheable=False,
         settings=ExportSection,
         check=check,
+        report=f"{__name__}.report:section",
     ),
 )

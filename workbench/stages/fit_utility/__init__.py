@@ -22,5 +22,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=FitUtilitySection,
         check=check,
         splits=("fit_utility.split",),
+        report=f"{__name__}.report:section",
     ),
 )

@@ -1,5 +1,5 @@
 """Stage ``report_nli``: the NLI judges' accuracy table and the cross-encoder's training record, as Markdown + PNG
-(written by :func:`workbench.reports.nli.write_nli_report`)."""
+(written by :func:`workbench.stages.report_nli.report.write_nli_report`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from workbench.core.atomic import atomic_directory
-from workbench.reports.nli import write_nli_report
 from workbench.stages.context import StageContext
 from workbench.stages.nli_eval import best_judge
+from workbench.stages.report_nli.report import write_nli_report
 
 
 def run(ctx: StageContext) -> dict[str, Any]:

@@ -21,5 +21,6 @@ SPECS: tuple[StageSpec, ...] = (
         uses=("generator", "embedder"),
         settings=SeperEvalSection,
         splits=("seper_eval.split",),
+        report=f"{__name__}.report:section",
     ),
 )

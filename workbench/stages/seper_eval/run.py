@@ -15,7 +15,7 @@ never a runtime signal.
 Outputs: ``per_question/`` (an HF dataset: question, retriever, passage ids, gold passage retrieved, SePer terms)
 and ``summary.json`` (per retriever: mean ΔSePer-S / -H with a 90% BCa bootstrap interval, mean SePer with context,
 recall of the gold passage; the ranking by mean ΔSePer-S; ``intervals``: how the intervals were made). The run's
-main report renders it (:func:`workbench.reports.seper.seper_section`).
+main report renders it (:func:`workbench.stages.seper_eval.report.seper_section`).
 """
 
 from __future__ import annotations

@@ -23,5 +23,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=StudySection,
         check=check,
         splits=("study.split", "study.test_split"),
+        report=f"{__name__}.report:section",
     ),
 )

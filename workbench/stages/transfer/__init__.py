@@ -31,5 +31,6 @@ SPECS: tuple[StageSpec, ...] = (
         settings=TransferSection,
         check=check,
         splits=("transfer.split",),
+        report=f"{__name__}.report:section",
     ),
 )

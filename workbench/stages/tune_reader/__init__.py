@@ -23,5 +23,6 @@ SPECS: tuple[StageSpec, ...] = (
         uses=("generator",),
         settings=TuneReaderSection,
         check=check,
+        report=f"{__name__}.report:section",
     ),
 )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from workbench.reports.section import Section, SectionInput
+
 
 def seper_section(seper_dir: Path, out_dir: Path) -> list[str]:
     """Report lines: retrievers ranked by mean ΔSePer, with intervals and gold-passage recall, plus a bar plot.
@@ -56,3 +58,8 @@ def seper_section(seper_dir: Path, out_dir: Path) -> list[str]:
             f"| {recall} |"
         )
     return [*lines, "", "![retrievers by ΔSePer](seper_retrievers.png)", ""]
+
+
+def section(view: SectionInput) -> Section:
+    """The ``seper_eval`` stage's section of the run's report (:func:`seper_section`)."""
+    return Section(seper_section(view.stage_dir, view.out_dir))

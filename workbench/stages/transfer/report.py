@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt
+from workbench.reports.section import Section, SectionInput
 
 TITLES = {"in_distribution": "in distribution", "shifted": "shifted"}
 
@@ -251,3 +252,8 @@ def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
         "its false-positive rate how many of its own (docs/transfer.md).",
         "",
     ]
+
+
+def section(view: SectionInput) -> Section:
+    """The ``transfer`` stage's section of the run's report (:func:`transfer_section`)."""
+    return Section(transfer_section(view.stage_dir, view.out_dir))

@@ -1,4 +1,6 @@
-"""Report sections for the ``calibrate`` and ``classify`` stages: calibration quality and the routing table."""
+"""Report section for the ``classify`` stage: the retrieval-decision classifiers against the best single feature, the
+routing table, the router the run picked (:mod:`workbench.stages.classify.router_report`) and the decision the run
+ships."""
 
 from __future__ import annotations
 
@@ -8,139 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from workbench.calibration.choice import CalibratorChoice
 from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
 from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
 from workbench.metrics.ranking import auroc, auroc_rows
-from workbench.metrics.rejection import prr, spearman
-from workbench.plots import grouped_bars, heatmap, horizontal_bars, rejection_curves, reliability_grid, roc_curves
-from workbench.reports.router import router_lines
-
-
-def _minmax(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Raw scores mapped to [0, 1] by the fit split's range (the 'before calibration' probabilities)."""
-    lo, hi = float(np.min(reference)), float(np.max(reference))
-    return np.clip((values - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.full(values.shape, 0.5)
-
-
-def calibration_lines(calibrate_dir: Path, out_dir: Path) -> tuple[list[str], str]:
-    """Markdown for the calibration section (+ its PNGs in ``out_dir``); also returns the evaluation split."""
-
-    meta = json.loads((calibrate_dir / "summary.json").read_text())
-    metrics = json.loads((calibrate_dir / "metrics.json").read_text())
-    data = json.loads((calibrate_dir / "calibrated.json").read_text())
-    features, fit = meta["features"], meta["fit_split"]
-    split = meta.get("eval_split") or next((s for s in sorted(data) if s != fit), fit)
-    labels = np.asarray(data[split]["label"])
-    bad = meta["nan"]["bad_values"]
-    n_bad = sum(sum(v.values()) for v in bad.values())
-    chosen = "Calibrators chosen per feature" if meta["kind"] == "auto" else f"`{meta['kind']}` calibrators"
-    lines = [
-        "## Calibration",
-        "",
-        f"{chosen} for `{meta['label']}` fitted on `{fit}` (out of fold there: each question "
-        f"calibrated by a calibrator that never saw it) and applied to `{split}` ({len(labels)} questions, "
-        f"{int(labels.sum())} positive). NaN / inf values: {n_bad}, policy `{meta['nan']['policy']}`"
-        + (f" ({json.dumps(bad)})" if n_bad else "")
-        + ".",
-        "",
-        *choice_lines(meta),
-        "Ranking metrics before and after calibration — a calibrator may merge close scores into one step, "
-        "which can only lower AUROC / PRR; ECE and Brier are for the calibrated probabilities.",
-        "",
-        "| feature | AUROC before → after | PRR before → after | AURAC after | ECE after | Brier after |",
-        "|---|---|---|---:|---:|---:|",
-    ]
-    for name in features:
-        m = metrics[name][split]
-        b, a = m["before"], m["after"]
-        lines.append(
-            f"| {name} | {fmt(b['auroc'])} → {fmt(a['auroc'])} | {fmt(b['prr'])} → {fmt(a['prr'])} | {fmt(a['aurac'])} "
-            f"| {fmt(a['ece'])} | {fmt(a['brier'])} |"
-        )
-    ranked = sorted(features, key=lambda f: -(metrics[f][split]["after"]["auroc"] or 0.0))
-    panels = {}
-    for name in ranked[:4]:
-        raw_fit = np.asarray(data[fit]["raw"][name])
-        raw = np.asarray(data[split]["raw"][name])
-        panels[name] = (_minmax(raw, raw_fit), np.asarray(data[split]["calibrated"][name]), labels)
-    reliability_grid(out_dir / "reliability.png", panels, title=f"Reliability on {split}: min-max raw vs calibrated")
-    grouped_bars(
-        out_dir / "feature_auroc_prr.png",
-        features,
-        {
-            "AUROC": [metrics[f][split]["after"]["auroc"] or 0.5 for f in features],
-            "PRR": [metrics[f][split]["after"]["prr"] or 0.0 for f in features],
-        },
-        title=f"Calibrated features on {split}: AUROC and PRR",
-        ylabel="score",
-        ylim=None,
-        rotate=45,
-    )
-    raw = np.asarray([data[split]["raw"][f] for f in features])
-    corr = np.asarray([[spearman(raw[i], raw[j]) for j in range(len(features))] for i in range(len(features))])
-    heatmap(out_dir / "feature_correlation.png", corr, features, title=f"Spearman correlation of features on {split}")
-    lines += [
-        "",
-        "![reliability](reliability.png)",
-        "",
-        "The four best-ranking features; *before* maps the raw score to [0, 1] by the fit split's range.",
-        "",
-        "![AUROC and PRR per feature](feature_auroc_prr.png)",
-        "",
-        "![feature correlation](feature_correlation.png)",
-        "",
-    ]
-    return lines, split
-
-
-RULE_WORDS = {
-    "log_loss": "lowest log loss",
-    "ranking": "lowest log loss that keeps the ranking",
-    "fixed": "set by the recipe",
-    "too_few": "too few of a class to compare",
-}
-"""How each choice rule (:data:`workbench.calibration.choice.RULES`) reads in the report."""
-
-
-def choice_lines(meta: dict[str, Any]) -> list[str]:
-    """Markdown: which calibrator each feature got and why (``summary.json``'s ``choices``; nothing for a run made
-    before them) — every candidate's out-of-fold log loss on the fit split, the raw score's AUROC there against the
-    chosen calibrator's out-of-fold one, and a bold line for each feature whose calibrator loses ranking."""
-
-    records = meta.get("choices")
-    if not records:
-        return []
-    choices = {name: CalibratorChoice.from_dict(record) for name, record in records.items()}
-    kinds = list(meta.get("candidates") or next(iter(choices.values())).candidates)
-    lines = [
-        f"Each feature's calibrator: among {', '.join(f'`{k}`' for k in kinds)}, the one with the lowest out-of-fold "
-        f"log loss on `{meta['fit_split']}` (the same folds for every kind), unless it loses ranking the raw score "
-        f"had — its map not strictly increasing and its out-of-fold AUROC more than {meta.get('rank_tolerance', 0.01)} "
-        "below the raw score's —, then the lowest-loss one that keeps it. A strictly increasing map (Platt, beta "
-        "calibration, unless fitted flat) keeps every order of the raw scores, so its AUROC is the raw score's on any "
-        "data (*same order* below).",
-        "",
-        "| feature | calibrator | chosen by | " + " | ".join(f"log loss {k}" for k in kinds) + " | AUROC raw → "
-        "calibrated (out of fold) | ranking |",
-        "|---|---|---|" + "---:|" * len(kinds) + "---|---|",
-    ]
-    for name, choice in choices.items():
-        losses = {c.kind: fmt(c.log_loss) for c in choice.candidates}
-        cells = [f"**{losses[k]}**" if k == choice.chosen else losses.get(k, "–") for k in kinds]
-        ranking = "**lost**" if choice.ranking_lost else "kept"
-        after = "same order" if choice.chosen_fit.strictly_increasing else fmt(choice.chosen_fit.auroc)
-        lines.append(
-            f"| {name} | `{choice.chosen}` | {RULE_WORDS[choice.rule]} | {' | '.join(cells)} "
-            f"| {fmt(choice.raw_auroc)} → {after} | {ranking} |"
-        )
-    notes = [
-        f"- **{name}**: {choice.describe()}."
-        for name, choice in choices.items()
-        if choice.ranking_lost or choice.rule == "ranking"
-    ]
-    return [*lines, "", *notes, *([""] if notes else [])]
+from workbench.metrics.rejection import prr
+from workbench.plots import horizontal_bars, rejection_curves, roc_curves
+from workbench.reports.section import Section, SectionInput
+from workbench.stages.calibrate.ood_report import ood_section
+from workbench.stages.classify.router_report import router_lines, shipped_lines
 
 
 def _role_lines(selection: dict) -> list[str]:
@@ -344,11 +222,11 @@ def _auroc(values: list[float], labels: np.ndarray) -> float:
     return -1.0 if np.isnan(value) else value
 
 
-def calibration_sections(calibrate_dir: Path | None, classify_dir: Path | None, out_dir: Path) -> list[str]:
-    """The calibration section, then the routing section, for whichever of the two stages the run has."""
-    lines: list[str] = []
-    if calibrate_dir is not None:
-        lines += calibration_lines(calibrate_dir, out_dir)[0]
-    if classify_dir is not None:
-        lines += routing_lines(classify_dir, out_dir)
-    return lines
+def section(view: SectionInput) -> Section:
+    """The ``classify`` stage's section of the run's report: :func:`routing_lines`, the decision the run ships as its
+    bundle records it (:func:`~workbench.stages.classify.router_report.shipped_lines`), then the calibrate stage's
+    out-of-distribution check when the run has it (it closes the calibration and routing sections)."""
+    calibrate_dir = view.stage_output("calibrate")
+    lines = routing_lines(view.stage_dir, view.out_dir)
+    lines += shipped_lines(view.stage_output("export"), view.config, view.stage_output, view.out_dir)
+    return Section(lines + ood_section(calibrate_dir))

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from workbench.bundle.shipped import decision_line, provenance_lines, shipped_decision
+from workbench.reports.section import Section, SectionInput
 
 
 def bundle_section(export_dir: Path) -> list[str]:
@@ -39,3 +40,8 @@ def bundle_section(export_dir: Path) -> list[str]:
     if shipped is not None:
         lines += [f"Its decision (`manifest.json`, as its card shows it): {decision_line(shipped)}.", ""]
     return lines + provenance_lines(manifest)
+
+
+def section(view: SectionInput) -> Section:
+    """The ``export`` stage's section of the run's report (:func:`bundle_section`)."""
+    return Section(bundle_section(view.stage_dir))

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt, markdown_table
-from workbench.reports.answer import MODE_TITLES
+from workbench.reports.modes import MODE_TITLES
+from workbench.reports.section import Section, SectionInput
+from workbench.reports.training import lora_loss_plot
 
 
 def _training_line(summary: dict[str, Any]) -> str:
@@ -41,19 +43,13 @@ def _training_line(summary: dict[str, Any]) -> str:
 
 def reader_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines of the reader-adapter section (module doc) from the ``tune_reader`` output ``stage_dir``."""
-    from workbench.plots import grouped_bars, loss_curve
+    from workbench.plots import grouped_bars
 
     stage_dir, out_dir = Path(stage_dir), Path(out_dir)
     summary = json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))
     lines = ["## Reader adapter", "", _training_line(summary), ""]
-    curve = summary.get("loss_curve") or []
+    curve = lora_loss_plot(summary, out_dir / "reader_loss.png", "tune_reader")
     if curve:
-        loss_curve(
-            out_dir / "reader_loss.png",
-            curve,
-            title=f"tune_reader: training loss, {summary.get('base_model')} + LoRA",
-            resumed_from=summary.get("resumed_from_step"),
-        )
         first = curve[0]["loss"]
         tail = [p["loss"] for p in curve[-10:]]
         lines += [
@@ -122,3 +118,8 @@ def reader_lines(stage_dir: Path, out_dir: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def section(view: SectionInput) -> Section:
+    """The ``tune_reader`` stage's section of the run's report (:func:`reader_lines`)."""
+    return Section(reader_lines(view.stage_dir, view.out_dir))

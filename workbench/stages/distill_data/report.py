@@ -1,4 +1,4 @@
-"""Report sections of the controller distillation: the ``distill_data`` stage's trace dataset.
+"""Report section for the ``distill_data`` stage: the controller distillation's trace dataset.
 
 :func:`distill_data_lines` reads a ``distill_data`` output's ``summary.json`` and returns Markdown lines (the report
 stage places them); it also draws ``distill_data_rows.png`` (rows per decision and source) into the report folder.
@@ -7,20 +7,15 @@ stage places them); it also draws ``distill_data_rows.png`` (rows per decision a
 from __future__ import annotations
 
 import json
-import json as _json
 from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import counted, fmt, markdown_table
-from workbench.core.formatting import fmt as _fmt
-from workbench.core.formatting import markdown_table as _table
-from workbench.distill.traces import DECISIONS
 from workbench.distill.traces import DECISIONS as _DECISIONS
 from workbench.distill.traces import SOURCES as _SOURCES
 from workbench.distill.traces import TRACE_SPLITS as _SPLITS
-from workbench.plots import grouped_bars, loss_curve
-
-__all__ = ["distill_data_lines", "distill_lines"]
+from workbench.plots import grouped_bars
+from workbench.reports.section import Section, SectionInput
 
 
 def _teacher_line(summary: dict[str, Any]) -> str:
@@ -154,123 +149,6 @@ def distill_data_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------------------------ distill
-def distill_lines(stage_dir: Path, out_dir: Path) -> list[str]:
-    """Markdown lines of the ``distill`` section from the stage output ``stage_dir`` (``summary.json`` and
-    ``heldout.json``): the training record and ``distill_loss.png`` (drawn into ``out_dir``), the held-out agreement
-    of base and student with the teacher's and the gold rows per decision, parse failures of the generative
-    decisions, and controller latency and tokens per decision."""
-
-    stage_dir, out_dir = Path(stage_dir), Path(out_dir)
-    summary = _json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))
-    heldout = _json.loads((stage_dir / "heldout.json").read_text(encoding="utf-8"))
-    curve = summary.get("loss_curve") or []
-    if curve:
-        loss_curve(
-            out_dir / "distill_loss.png",
-            curve,
-            title=f"distill: training loss, {summary.get('base_model')} + LoRA",
-            resumed_from=summary.get("resumed_from_step"),
-        )
-    training, lora = summary.get("training", {}), summary.get("lora", {})
-    decisions = [d for d in DECISIONS if d in heldout.get("student", {})]
-    rows_trained = summary.get("rows_by_decision", {})
-    resumed = summary.get("resumed_from_step")
-    lines = [
-        "## Distilled controller",
-        "",
-        f"Student: `{summary.get('base_model')}` + LoRA (r {lora.get('r')}, alpha {lora.get('alpha')}, dropout "
-        f"{lora.get('dropout')}, on {', '.join(lora.get('target_modules', []))}; "
-        f"{lora.get('trainable_parameters')} trainable parameters), trained on {summary.get('rows_trained')} rows "
-        f"({', '.join(summary.get('sources', []))}; {summary.get('tokens')} tokens, "
-        f"{summary.get('truncated_rows')} truncated) for {training.get('epochs')} epoch(s): "
-        f"{summary.get('steps')} optimizer steps, lr {training.get('learning_rate')}, batch "
-        f"{training.get('batch_size')} x {training.get('grad_accum')} accumulation, precision "
-        f"{training.get('precision')}, strategy {training.get('strategy')} on {summary.get('world_size')} "
-        f"{summary.get('accelerator')} process(es), seed {training.get('seed')}: {_fmt(summary.get('seconds'), 0)} s"
-        + (f" (resumed from the step-{resumed} checkpoint)" if resumed else "")
-        + ". Mean loss per epoch: "
-        + (" → ".join(_fmt(v) for v in summary.get("epoch_losses", [])) or "–")
-        + ".",
-        "",
-    ]
-    if curve:
-        lines += ["![training loss](distill_loss.png)", ""]
-    lines += [
-        "Held-out rows, read as InSemRAG reads its controller (next-token log-probs for the single-token decisions, "
-        "greedy replies through the controller's parsers otherwise). `base` is the base model prompted as the "
-        "controller before training. Single-token decisions: accuracy (F1) against the teacher's and the gold "
-        "labels; generative decisions: token F1 of the reply to the teacher's.",
-        "",
-    ]
-    body = []
-    for d in decisions:
-        base, student = heldout["base"][d], heldout["student"][d]
-        counts = heldout.get("rows", {}).get(d, {})
-        cells = [d, str(rows_trained.get(d, 0)), f"{counts.get('teacher', 0)} / {counts.get('gold', 0)}"]
-        for source in ("teacher", "gold"):
-            for model in (base, student):
-                figures = model.get(source, {})
-                if model["kind"] == "single_token":
-                    cells.append(
-                        f"{_fmt(figures.get('accuracy'))} ({_fmt(figures.get('f1'), 2)})" if figures.get("n") else "–"
-                    )
-                else:
-                    cells.append(_fmt(figures.get("token_f1")) if figures.get("n") else "–")
-        body.append(cells)
-    header = [
-        "decision",
-        "rows trained",
-        "held-out teacher / gold",
-        "teacher: base",
-        "teacher: student",
-        "gold: base",
-        "gold: student",
-    ]
-    lines += [*_table(header, body), ""]
-    parse = [
-        [
-            d,
-            _fmt(heldout["base"][d]["parse_failure_rate"], 1, style="%"),
-            _fmt(heldout["student"][d]["parse_failure_rate"], 1, style="%"),
-        ]
-        for d in decisions
-    ]
-    lines += [
-        "Unusable replies (the controller fell back: unparsable generations, unreadable verdicts):",
-        "",
-        *_table(["decision", "base", "student"], parse),
-        "",
-        "Controller cost per decision on the held-out rows (generative replies decoded in batches):",
-        "",
-    ]
-    cost = []
-    for d in decisions:
-        base, student = heldout["base"][d], heldout["student"][d]
-        cost.append(
-            [
-                d,
-                _fmt(base["seconds_per_decision"], 3),
-                _fmt(student["seconds_per_decision"], 3),
-                _fmt(base["tokens_per_decision"], 0),
-                _fmt(student["tokens_per_decision"], 0),
-                _fmt(base["generated_tokens_per_decision"], 1),
-                _fmt(student["generated_tokens_per_decision"], 1),
-            ]
-        )
-    lines += [
-        *_table(
-            [
-                "decision",
-                "seconds: base",
-                "seconds: student",
-                "tokens: base",
-                "tokens: student",
-                "generated: base",
-                "generated: student",
-            ],
-            cost,
-        ),
-        "",
-    ]
-    return lines
+def section(view: SectionInput) -> Section:
+    """The ``distill_data`` stage's section of the run's report (:func:`distill_data_lines`)."""
+    return Section(distill_data_lines(view.stage_dir, view.out_dir))

@@ -9,6 +9,7 @@ from typing import Any
 
 from workbench.core.formatting import fmt
 from workbench.plots.trials import history_plot, pareto_plot
+from workbench.reports.section import Section, SectionInput
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -84,3 +85,8 @@ def study_section(study_dir: Path, out_dir: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def section(view: SectionInput) -> Section:
+    """The ``study`` stage's section of the run's report (:func:`study_section`)."""
+    return Section(study_section(view.stage_dir, view.out_dir))

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import counted, fmt
+from workbench.reports.modes import MODE_TITLES
+from workbench.reports.section import Section, SectionInput
 
-MODE_TITLES = {"closed_book": "closed-book", "rag": "RAG", "gold": "gold passage"}
 """Answering mode → the title the reports print."""
 
 
@@ -166,3 +167,10 @@ def answer_section(answer_dir: Path, out_dir: Path, config: Any) -> tuple[list[s
         "",
     ]
     return settings, section
+
+
+def section(view: SectionInput) -> Section:
+    """The ``answer`` stage's section of the run's report (:func:`answer_section`), its settings in the report's
+    setup list."""
+    setup, lines = answer_section(view.stage_dir, view.out_dir, view.config)
+    return Section(lines, setup)

@@ -1,0 +1,94 @@
+"""Report section for the ``evaluate`` stage: the methods side by side (quality, retrieval, cost, latency)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workbench.core.formatting import counted
+from workbench.reports.section import Section, SectionInput
+
+
+def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
+    """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
+    from workbench.methods.registry import METHODS
+    from workbench.plots import grouped_bars, unit_panels
+
+    summary = json.loads((evaluate_dir / "summary.json").read_text())
+    rank = {name: i for i, name in enumerate(METHODS)}  # summaries written before "order" existed: registry order
+    names = summary.get("order") or sorted(summary["methods"], key=lambda m: rank.get(m, len(rank)))
+    methods = {name: summary["methods"][name] for name in names}
+    grouped_bars(
+        out_dir / "methods_quality.png",
+        names,
+        {
+            label: [methods[m][key] for m in names]
+            for key, label in (("em", "EM"), ("f1", "token F1"), ("contains", "containment"))
+        },
+        title=f"Methods on {counted(summary['questions'], summary['split'] + ' question')}",
+        ylabel="score",
+        rotate=30,
+    )
+    unit_panels(
+        out_dir / "methods_cost.png",
+        names,
+        {
+            "LM calls per question": ([methods[m]["lm_calls"] for m in names], "LM calls"),
+            "p50 latency per question": ([methods[m]["latency_p50"] for m in names], "seconds"),
+        },
+        title="Cost per question",
+    )
+    lines = [
+        "## Methods end to end",
+        "",
+        f"{summary['questions']} `{summary['split']}` question{'' if summary['questions'] == 1 else 's'} per "
+        "method; every answer's trace (each step with its "
+        "decisions and cost) is in the run's `stages/evaluate/traces` dataset. `oracle` reads the gold answer "
+        "(an upper bound for routing). "
+        + (
+            "Generations were **reused** from the on-disk cache where earlier stages made them, so LM calls, tokens "
+            "and latency understate the cost of methods whose answers were cached."
+            if summary.get("reuse_generations")
+            else "Every method generated its own text (generation cache off), so LM calls, tokens and latency are "
+            "each method's own."
+        )
+        + (
+            " DTR answers a batch of questions together: each batched call's cost and wall time are split evenly "
+            "over the batch's questions, so its LM calls / q and latency are per-question shares (throughput), "
+            "where the other methods' are one question's own."
+            if "dtr" in names
+            else ""
+        ),
+        "",
+        "| method | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
+        "| latency p50 (s) | p95 (s) | fallbacks |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in methods.items():
+        lines.append(
+            f"| {name} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} | {row['retrieval_rate']:.2f} "
+            f"| {row['lm_calls']:.1f} | {row['tokens']:.0f} | {row['nli_pairs']:.0f} | {row['latency_p50']:.2f} "
+            f"| {row['latency_p95']:.2f} | {row['fallbacks']} |"
+        )
+    for method, note in summary.get("notes", {}).items():
+        lines.append(f"\n*{method}*: {note}.")
+    lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
+    return lines + method_sections(evaluate_dir, names)
+
+
+def method_sections(evaluate_dir: Path, names: list[str]) -> list[str]:
+    """The evaluated methods' own report sections (each spec's ``report``, once per section, in ``names``' order)."""
+    from workbench.methods.registry import METHOD_TABLE
+
+    seen, lines = set(), []
+    for name in names:
+        report = METHOD_TABLE[name].report if name in METHOD_TABLE else None
+        if report is not None and report not in seen:
+            seen.add(report)
+            lines += report(evaluate_dir)
+    return lines
+
+
+def section(view: SectionInput) -> Section:
+    """The ``evaluate`` stage's section of the run's report (:func:`evaluate_section`)."""
+    return Section(evaluate_section(view.stage_dir, view.out_dir))
