@@ -80,10 +80,11 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 
 def manifest_notes(manifest: dict[str, Any], where: str) -> list[str]:
-    """What a reader should know about an accepted manifest: a newer minor schema, fields this workbench ignores."""
+    """What a reader should know about a manifest :func:`parse_manifest` accepted: a newer minor schema, fields this
+    workbench ignores. Its methods' options are not validated again (parse_manifest did)."""
     from workbench.bundle.manifest import check_manifest
 
-    return check_schema(manifest, where) + check_manifest(manifest, where)
+    return check_schema(manifest, where) + check_manifest(manifest, where, method_options=False)
 
 
 def parse_manifest(data: bytes, where: str) -> dict[str, Any]:

@@ -594,15 +594,20 @@ def _build(cls: type, data: Any, path: str, where: str, unknown: list[str]) -> A
         raise DataError(exc.what, where) from None
 
 
-def check_manifest(manifest: Any, where: str) -> list[str]:
+def check_manifest(manifest: Any, where: str, *, method_options: bool = True) -> list[str]:
     """Validate a parsed manifest against the schema (see the module docstring); returns notes naming the fields this
-    workbench does not know. DataError (one line naming the field) on a missing, mistyped or out-of-range value."""
+    workbench does not know. DataError (one line naming the field) on a missing, mistyped or out-of-range value.
+
+    ``method_options=False`` leaves out the methods' options (each method's settings class): for a manifest that
+    :func:`~workbench.bundle.integrity.parse_manifest` already accepted, so a bundle's options are validated once when
+    it is opened (the runtime configures them again only with the caller's overrides laid over, a new source)."""
     unknown: list[str] = []
     parsed = _build(Manifest, manifest, "", where, unknown)
     for key, cls in MAPPING_OF.items():
         for name, entry in getattr(parsed, key).items():
             _build(cls, entry, f"{key}.{name}.", where, unknown)
-    _check_method_options(parsed.methods, where)
+    if method_options:
+        _check_method_options(parsed.methods, where)
     notes = _check_identity(parsed, manifest, where)
     if unknown:
         shown = ", ".join(sorted(unknown)[:8]) + (" …" if len(unknown) > 8 else "")
