@@ -5,31 +5,43 @@ The policy (:mod:`workbench.core.heavy_imports`): an import inside a function is
 top would make the module pull, at import, a heavy module (:data:`~workbench.core.heavy_imports.HEAVY_MODULES`) it does
 not pull already; when it is of a platform-only standard module (:data:`~workbench.core.heavy_imports.PLATFORM_MODULES`)
 or guarded by ``try: ... except ImportError`` (an optional package); when a lazy importer
-(:data:`~workbench.core.heavy_imports.LAZY_IMPORTERS`: the CLI verbs) imports a workbench module; and when the module
-is imported by a light entry point (:data:`~workbench.core.heavy_imports.LIGHT_ENTRY_POINTS`: ``workbench.runtime``,
-``workbench.cli``) and the import would make that entry point import a module it does not import yet. Everything here
-reads source files (``ast``); nothing is imported, so what a module imports at run time by other means than an import
-statement is seen only for a registry's ``"module:Name"`` strings (counted as imports of the module that holds them).
+(:data:`~workbench.core.heavy_imports.LAZY_IMPORTERS`: the CLI verbs) imports a workbench module; when it is listed,
+with its reason, in :data:`~workbench.core.heavy_imports.KEPT_INSIDE`; when at the top it would close an import loop
+(the module it imports imports this one back at import); and when the module is imported by a light entry point
+(:data:`~workbench.core.heavy_imports.LIGHT_ENTRY_POINTS`: ``workbench.runtime``, ``workbench.cli``,
+``workbench.recipe``) and the import would make that entry point import a module it does not import yet.
+
+The verdicts read source files (``ast``); nothing is imported. What a module imports at import is followed through
+the package: its import statements outside functions, the ``"module:Name"`` strings of its import-time code (counted
+as imports of the module that holds them), and a package's lazy exports (PEP 562 ``__getattr__``: ``from
+workbench.methods.dtr import DTR`` imports ``workbench.methods.dtr.method``; see :func:`lazy_export_modules`).
+What escapes the reading (``importlib`` with a computed name) is caught by ``hoist --check``, which imports.
 
 Run from the repository root::
 
-    python -m tests.tools.import_policy report            # counts, and every unjustified import by file
-    python -m tests.tools.import_policy hoist FILE ...    # move a file's unjustified imports to its top
-    python -m tests.tools.import_policy hoist --all       # ... in every file of the package
-    python -m tests.tools.import_policy strings           # "module:Name" strings, by file
+    python -m tests.tools.import_policy report                  # counts, and every unjustified import by file
+    python -m tests.tools.import_policy hoist [--check] FILE ...  # move a file's unjustified imports to its top
+    python -m tests.tools.import_policy hoist [--check] --all     # ... in every file of the package
+    python -m tests.tools.import_policy strings                 # "module:Name" strings, by file
 
 ``hoist`` leaves an import where it is when its name is bound to something else at module level, or when the function
 rebinds it; it then runs ``ruff check --fix --select I,F401`` and ``ruff format`` on what it changed (``ruff check``
-may then ask to merge an ``if`` whose body was only the import and another ``if``: SIM102). A hoisted import
-binds its name when the module loads, not when the function runs: run the tests afterwards (a test that patches the
-imported name in its home module, not in the importer, then needs its target updated), and lower
-``UNJUSTIFIED_CEILING`` in tests/unit/test_imports_policy.py to the new count.
+may then ask to merge an ``if`` whose body was only the import and another ``if``: SIM102). With ``--check`` it then
+imports each light entry point and each changed module in fresh interpreters (:func:`keep_if_light`) and undoes the
+hoist of every file that makes an entry point import a module it did not, or makes an import fail (a loop shows as
+``ImportError: ... partially initialized module``); such an import stays inside its function, listed in
+:data:`~workbench.core.heavy_imports.KEPT_INSIDE` with its reason. A hoisted import binds its name when the module
+loads, not when the function runs: run the tests afterwards (a test that patches the imported name in its home
+module, not in the importer, then needs its target updated), and lower ``UNJUSTIFIED_CEILING`` in
+tests/unit/test_imports_policy.py to the new count.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import os
 import re
 import subprocess
 import sys
@@ -38,7 +50,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from workbench.core.heavy_imports import HEAVY_MODULES, LAZY_IMPORTERS, LIGHT_ENTRY_POINTS, PLATFORM_MODULES
+from workbench.core.heavy_imports import (
+    HEAVY_MODULES,
+    KEPT_INSIDE,
+    LAZY_IMPORTERS,
+    LIGHT_ENTRY_POINTS,
+    PLATFORM_MODULES,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 """The package the policy covers."""
@@ -138,16 +156,87 @@ def import_time_strings(tree: ast.AST) -> Iterator[str]:
 
 
 def resolve(name: str, root: Path) -> list[str]:
-    """The package modules importing ``name`` runs: the longest module prefixing it and every package above it."""
+    """The package modules importing ``name`` runs: the longest module prefixing it, every package above it, and,
+    when the rest of ``name`` is a name that module does not bind but exports lazily (PEP 562, see
+    :func:`lazy_export_modules`), the modules its ``__getattr__`` imports to find it."""
     files = package_modules(root)
-    while name and name not in files:
-        name = name.rpartition(".")[0]
+    found = name
+    while found and found not in files:
+        found = found.rpartition(".")[0]
     out = []
-    while name:
-        if name in files:
-            out.append(name)
-        name = name.rpartition(".")[0]
+    module = found
+    while module:
+        if module in files:
+            out.append(module)
+        module = module.rpartition(".")[0]
+    attribute = name[len(found) + 1 :].partition(".")[0] if found else ""
+    if attribute:
+        for lazy in lazy_export_modules(found, attribute, root):
+            out.extend(m for m in resolve(lazy, root) if m not in out)
     return out
+
+
+def _defines(module: str, name: str, root: Path) -> bool:
+    """Whether ``module`` binds ``name`` at module level or lists it in ``__all__``."""
+    tree = parsed(package_modules(root)[module])
+    if name in _module_bindings(tree):
+        return True
+    exported = [
+        e.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        and isinstance(node.value, ast.List | ast.Tuple)
+        for e in node.value.elts
+        if isinstance(e, ast.Constant)
+    ]
+    return name in exported
+
+
+@cache
+def lazy_export_modules(module: str, name: str, root: Path) -> tuple[str, ...]:
+    """The package modules ``from module import name`` imports through ``module``'s PEP 562 ``__getattr__`` when
+    ``module`` does not bind ``name`` itself (empty when it does, or has no ``__getattr__``). Three forms are read:
+    ``__getattr__ = lazy_exports(__name__, "a", "b")`` (a method package: its submodules are tried in order until one
+    binds the name), a module-level table whose key is ``name`` and whose value names a submodule (``"chunkers"``) or a
+    ``"module:Name"`` target, and, failing those, every import inside a ``def __getattr__``."""
+    files = package_modules(root)
+    tree = parsed(files[module])
+    if _defines(module, name, root):
+        return ()
+    getattr_def = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            getattr_def = node
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__getattr__" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).endswith("lazy_exports")
+        ):
+            out = []
+            for arg in node.value.args[1:]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and f"{module}.{arg.value}" in files:
+                    out.append(f"{module}.{arg.value}")
+                    if _defines(out[-1], name, root):
+                        break
+            return tuple(out)
+    if getattr_def is None:
+        return ()
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not isinstance(value, ast.Dict):
+            continue
+        for key, target in zip(value.keys, value.values, strict=True):
+            if not (isinstance(key, ast.Constant) and key.value == name and isinstance(target, ast.Constant)):
+                continue
+            text = str(target.value)
+            if MODULE_NAME_STRING.match(text):
+                return (text.partition(":")[0],)
+            if f"{module}.{text}" in files:
+                return (f"{module}.{text}",)
+    inner = [n for n in ast.walk(getattr_def) if isinstance(n, ast.Import | ast.ImportFrom)]
+    return tuple(name for node in inner for name in statement_modules(node) if name.split(".")[0] == root.name)
 
 
 @cache
@@ -252,15 +341,43 @@ def verdict(importer: str, node: ast.Import | ast.ImportFrom, guarded: bool, roo
     lazy = lazy_importer(importer)
     if lazy and any(name.split(".")[0] == package for name in names):
         return f"lazy importer: {lazy}"
-    added: set[str] = set()
     for name in names:
-        if name.split(".")[0] == package:
-            for module in resolve(name, root):
-                added |= heavy(pulled_at_import(module, root))
+        if name.split(".")[0] == package and (kept := KEPT_INSIDE.get(f"{importer} -> {name}")):
+            return f"kept inside: {kept}"
+    added: set[str] = set()
+    targets = [module for name in names if name.split(".")[0] == package for module in resolve(name, root)]
+    for module in targets:
+        added |= heavy(pulled_at_import(module, root))
     added -= own
     if added:
         return f"pulls {', '.join(sorted(added))}"
+    for name in names:
+        if name.split(".")[0] == package and (loop := import_cycle(importer, name, root)):
+            return "cycle: " + " -> ".join(loop)
     return _keeps_light(importer, node, root)
+
+
+def import_cycle(importer: str, name: str, root: Path) -> list[str] | None:
+    """The loop importing ``name`` at the top of ``importer`` would close (``importer``, the modules between, and
+    ``importer`` again), or None. The packages above ``importer`` are not followed: Python imports them before
+    ``importer``, so reaching one is no loop (a package's ``__init__`` importing a module that imports a sibling is
+    fine)."""
+    above = {".".join(importer.split(".")[:end]) for end in range(1, importer.count(".") + 1)}
+    start = [m for m in resolve(name, root) if m not in above and m != importer]
+    parent: dict[str, str] = {m: importer for m in start}
+    todo = list(start)
+    while todo:
+        module = todo.pop(0)
+        for inner in direct_imports(module, root)[1]:
+            if inner == importer:
+                path = [importer, module]
+                while path[-1] in parent and parent[path[-1]] != importer:
+                    path.append(parent[path[-1]])
+                return [importer, *reversed(path[1:]), importer]
+            if inner not in parent and inner not in above:
+                parent[inner] = module
+                todo.append(inner)
+    return None
 
 
 def _keeps_light(importer: str, node: ast.Import | ast.ImportFrom, root: Path) -> str | None:
@@ -410,6 +527,99 @@ def _after_imports(tree: ast.Module) -> int:
     return end
 
 
+def forget() -> None:
+    """Drop what was read and derived from the package's files (after :func:`hoist` changed one)."""
+    for cached in (package_modules, parsed, direct_imports, closure, lazy_export_modules):
+        cached.cache_clear()
+
+
+PROBE = """
+import importlib, json, os, sys
+
+found = {}
+for name in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a fresh import of `name` in a copy of this small interpreter
+        os.close(read)
+        try:
+            importlib.import_module(name)
+            text = json.dumps(sorted(sys.modules))
+        except BaseException as exc:
+            text = json.dumps(f"{type(exc).__name__}: {exc}")
+        with os.fdopen(write, "w") as out:
+            out.write(text)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as inp:
+        found[name] = json.loads(inp.read())
+    os.waitpid(pid, 0)
+print(json.dumps(found))
+"""
+"""Run by :func:`import_probe`: imports each module named in ``argv[1]`` (JSON) in a forked child of its own."""
+
+
+def import_probe(names: list[str], root: Path = PACKAGE) -> dict[str, list[str] | str]:
+    """Import each of ``names`` (dotted) in a fresh interpreter of its own (a forked child of one new process, from
+    ``root``'s parent): module name → the sorted ``sys.modules`` after the import, or the error's one line (an import
+    cycle shows as ``ImportError: ... partially initialized module``)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root.parent),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(names)],
+        cwd=root.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def probe_problems(before: dict[str, list[str] | str], modules: list[str], root: Path = PACKAGE) -> list[str]:
+    """What is wrong now compared with ``before`` (an :func:`import_probe` of the light entry points): an entry point
+    that fails or imports a module it did not, or one of ``modules`` that fails to import on its own."""
+    after = import_probe([*before, *modules], root)
+    problems = []
+    for entry, was in before.items():
+        now = after[entry]
+        if isinstance(now, str):
+            problems.append(f"import {entry} fails: {now}")
+        elif not isinstance(was, str) and (grown := sorted(set(now) - set(was))):
+            problems.append(f"import {entry} grows by {len(grown)} modules ({', '.join(grown[:3])}, ...)")
+    problems += [f"import {m} fails: {after[m]}" for m in modules if isinstance(after[m], str)]
+    return problems
+
+
+def keep_if_light(
+    paths: list[Path],
+    originals: dict[Path, str],
+    hoisted: dict[Path, str],
+    before: dict[str, list[str] | str],
+    root: Path = PACKAGE,
+) -> tuple[list[Path], list[str]]:
+    """Write the ``hoisted`` text of ``paths`` and keep it where :func:`probe_problems` finds nothing; a batch with a
+    problem is halved until the files at fault are found, and those get their ``originals`` back. Returns the files
+    kept and one line per file refused."""
+    for path in paths:
+        path.write_text(hoisted[path], encoding="utf-8")
+    problems = probe_problems(before, [module_name(path, root) for path in paths], root)
+    if not problems:
+        return paths, []
+    for path in paths:
+        path.write_text(originals[path], encoding="utf-8")
+    if len(paths) == 1:
+        return [], [f"{paths[0]}: not hoisted: {'; '.join(problems)}"]
+    half = len(paths) // 2
+    kept_a, refused_a = keep_if_light(paths[:half], originals, hoisted, before, root)
+    kept_b, refused_b = keep_if_light(paths[half:], originals, hoisted, before, root)
+    return kept_a + kept_b, refused_a + refused_b
+
+
 # ---------------------------------------------------------------------- "module:Name" strings
 
 
@@ -431,6 +641,12 @@ def main(argv: list[str] | None = None) -> int:
     hoisting = sub.add_parser("hoist", help="move unjustified function-level imports to the top of their module")
     hoisting.add_argument("files", nargs="*", type=Path)
     hoisting.add_argument("--all", action="store_true", help="every file of the package")
+    hoisting.add_argument(
+        "--check",
+        action="store_true",
+        help="import the light entry points and each changed module in fresh interpreters, and undo a file's hoist "
+        "that makes one import more modules or fail",
+    )
     sub.add_parser("strings", help='"module:Name" strings, by file')
     args = parser.parse_args(argv)
     root = PACKAGE.parent
@@ -448,18 +664,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{len(found)} "module:Name" strings in {len({p for p, _, _ in found})} files')
         return 0
     files = sorted({item.path for item in unjustified(function_imports())}) if args.all else args.files
-    changed = []
+    before = import_probe(list(LIGHT_ENTRY_POINTS)) if args.check else {}
+    originals: dict[Path, str] = {}
     for path in files:
         path = Path(path).resolve()
+        text = path.read_text(encoding="utf-8")
         count, kept = hoist(path)
+        forget()  # the next file's verdicts see this one's new top-level imports
         for line in kept:
             print(line)
         if count:
-            changed.append(str(path))
+            originals[path] = text
             print(f"{path.relative_to(root)}: {count} import(s) hoisted")
-    if changed:
-        subprocess.run([sys.executable, "-m", "ruff", "check", "--fix", "--select", "I,F401", *changed], check=False)
-        subprocess.run([sys.executable, "-m", "ruff", "format", *changed], check=False)
+    if not originals:
+        return 0
+    changed = [str(path) for path in originals]
+    subprocess.run([sys.executable, "-m", "ruff", "check", "--fix", "--select", "I,F401", *changed], check=False)
+    subprocess.run([sys.executable, "-m", "ruff", "format", *changed], check=False)
+    if args.check:
+        hoisted = {path: path.read_text(encoding="utf-8") for path in originals}
+        for path, text in originals.items():
+            path.write_text(text, encoding="utf-8")
+        kept_files, refused = keep_if_light(list(originals), originals, hoisted, before)
+        for line in refused:
+            print(line)
+        print(f"{len(kept_files)} file(s) hoisted, {len(refused)} refused by the import check")
     return 0
 
 
