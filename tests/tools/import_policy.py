@@ -95,9 +95,14 @@ def package_modules(root: Path) -> dict[str, Path]:
     return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
 
 
-@cache
 def parsed(path: Path) -> ast.Module:
-    """The syntax tree of ``path`` (cached: the test and the tool read each file once)."""
+    """The syntax tree of ``path`` (cached by the file's modification time: the test and the tool read each file once,
+    and again only after it changed)."""
+    return _parse(path, path.stat().st_mtime_ns)
+
+
+@cache
+def _parse(path: Path, mtime_ns: int) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
@@ -404,10 +409,13 @@ def _keeps_light(importer: str, node: ast.Import | ast.ImportFrom, root: Path) -
     return None
 
 
-def function_imports(root: Path = PACKAGE) -> list[FunctionImport]:
-    """Every import statement inside a function of the package at ``root``, with its verdict."""
+def function_imports(root: Path = PACKAGE, only: Path | None = None) -> list[FunctionImport]:
+    """Every import statement inside a function of the package at ``root`` (or of its file ``only``), with its
+    verdict."""
     out = []
     for importer, path in package_modules(root).items():
+        if only is not None and path != only:
+            continue
         for node, function, guarded in _imports_in_functions(parsed(path).body, None, False):
             reason = verdict(importer, node, guarded, root)
             out.append(FunctionImport(path, node.lineno, tuple(imported_names(node)), reason, node, function))
@@ -472,7 +480,7 @@ def hoist(path: Path, root: Path = PACKAGE) -> tuple[int, list[str]]:
     """Move the unjustified function-level imports of ``path`` to the top of its module; returns how many moved and
     one line per import left in place (and why)."""
     tree = parsed(path)
-    items = [item for item in unjustified(function_imports(root)) if item.path == path]
+    items = unjustified(function_imports(root, only=path))
     bindings = _module_bindings(tree)
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     moved: list[FunctionImport] = []
@@ -528,8 +536,9 @@ def _after_imports(tree: ast.Module) -> int:
 
 
 def forget() -> None:
-    """Drop what was read and derived from the package's files (after :func:`hoist` changed one)."""
-    for cached in (package_modules, parsed, direct_imports, closure, lazy_export_modules):
+    """Drop what was derived from the package's files (after :func:`hoist` changed one; :func:`parsed` reads a file
+    again when its modification time changed)."""
+    for cached in (direct_imports, closure, lazy_export_modules):
         cached.cache_clear()
 
 
