@@ -137,7 +137,43 @@ def import_time_modules(tree: ast.AST) -> list[str]:
     ``"module:Name"`` strings in its import-time code (a registry's entries: counted as imported, since a registry is
     read at import by whoever composes it, as ``workbench.recipe`` composes the stages' settings)."""
     names = [name for node in import_time_statements(tree) for name in statement_modules(node)]
-    return names + [text.partition(":")[0] for text in import_time_strings(tree)]
+    return names + [text.partition(":")[0] for text in import_time_strings(tree)] + computed_imports(tree)
+
+
+def computed_imports(tree: ast.Module) -> list[str]:
+    """The modules a table of names makes a module import by computed name: ``f"workbench.stages.{name}" for name in
+    STAGE_PACKAGES`` (anywhere in the module), where ``STAGE_PACKAGES`` is a module-level tuple or list of strings
+    (the stage and benchmark tables, whose packages :func:`workbench.stages.spec.gather_specs` imports when the table
+    is built). Counted as imported, as a registry's ``"module:Name"`` strings are."""
+    tables: dict[str, list[str]] = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Tuple | ast.List):
+            items = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if items and len(items) == len(value.elts):
+                tables[target.id] = items
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.GeneratorExp | ast.ListComp | ast.SetComp) or len(node.generators) != 1:
+            continue
+        loop = node.generators[0]
+        parts = node.elt.values if isinstance(node.elt, ast.JoinedStr) else []
+        if (
+            isinstance(loop.iter, ast.Name)
+            and loop.iter.id in tables
+            and isinstance(loop.target, ast.Name)
+            and len(parts) == 2
+            and isinstance(parts[0], ast.Constant)
+            and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.", str(parts[0].value))
+            and isinstance(parts[1], ast.FormattedValue)
+            and isinstance(parts[1].value, ast.Name)
+            and parts[1].value.id == loop.target.id
+        ):
+            out += [f"{parts[0].value}{item}" for item in tables[loop.iter.id]]
+    return out
 
 
 def statement_modules(node: ast.Import | ast.ImportFrom, package: str = PACKAGE.name) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.tools.import_policy import (
     PACKAGE,
+    computed_imports,
     function_imports,
     hoist,
     import_probe,
@@ -443,3 +444,45 @@ def test_the_import_check_keeps_a_hoist_only_where_the_entry_point_stays_light(t
     assert len(refused) == 2
     assert "import toypkg.entry grows by 1 modules (toypkg.side" in refused[0]
     assert "import toypkg.b fails: ImportError" in refused[1]
+
+
+def test_a_table_of_names_imported_by_computed_name_counts_as_imports(tmp_path, monkeypatch):
+    import tests.tools.import_policy as policy
+
+    tree = ast.parse(
+        textwrap.dedent(
+            """
+            PARTS: tuple[str, ...] = ("light", "heavy")
+            LABELS = ("not", "modules")
+
+
+            def gather():
+                return load_all(tuple(f"toypkg.parts.{name}" for name in PARTS))
+
+
+            def labels():
+                return [f"label {name}" for name in LABELS]  # not a dotted prefix: no import
+            """
+        )
+    )
+    assert computed_imports(tree) == ["toypkg.parts.light", "toypkg.parts.heavy"]
+    package = _package(
+        tmp_path,
+        {
+            "parts/__init__.py": "",
+            "parts/light.py": "VALUE = 1\n",
+            "parts/heavy.py": "def f():\n    import toypkg.spawn\n",
+            "spawn.py": "import subprocess\n",
+            "table.py": """
+                import importlib
+
+                PARTS = ("light", "heavy")
+                SPECS = [importlib.import_module(name) for name in [f"toypkg.parts.{part}" for part in PARTS]]
+                """,
+            "entry.py": "import toypkg.table\n",
+        },
+    )
+    monkeypatch.setattr(policy, "LIGHT_ENTRY_POINTS", {"toypkg.entry": "its import time is a contract"})
+    verdicts = {item.path.name: item.reason for item in function_imports(package)}
+    # the entry point reaches parts.heavy only through the table: hoisting would make it import subprocess
+    assert verdicts == {"heavy.py": "keeps toypkg.entry light: adds subprocess and 1 more"}
