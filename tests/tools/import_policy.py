@@ -234,6 +234,25 @@ def _defines(module: str, name: str, root: Path) -> bool:
     return name in exported
 
 
+def lazy_export_table(module: str, root: Path) -> tuple[str, ...]:
+    """The submodules (dotted, in order) of ``module``'s ``__getattr__ = lazy_exports(__name__, "a", "b")``, the method
+    packages' on-first-use exports; empty when it has none."""
+    files = package_modules(root)
+    for node in parsed(files[module]).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__getattr__" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).endswith("lazy_exports")
+        ):
+            return tuple(
+                f"{module}.{arg.value}"
+                for arg in node.value.args[1:]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and f"{module}.{arg.value}" in files
+            )
+    return ()
+
+
 @cache
 def lazy_export_modules(module: str, name: str, root: Path) -> tuple[str, ...]:
     """The package modules ``from module import name`` imports through ``module``'s PEP 562 ``__getattr__`` when
@@ -245,23 +264,17 @@ def lazy_export_modules(module: str, name: str, root: Path) -> tuple[str, ...]:
     tree = parsed(files[module])
     if _defines(module, name, root):
         return ()
-    getattr_def = None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
-            getattr_def = node
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "__getattr__" for t in node.targets)
-            and isinstance(node.value, ast.Call)
-            and ast.unparse(node.value.func).endswith("lazy_exports")
-        ):
-            out = []
-            for arg in node.value.args[1:]:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and f"{module}.{arg.value}" in files:
-                    out.append(f"{module}.{arg.value}")
-                    if _defines(out[-1], name, root):
-                        break
-            return tuple(out)
+    lazy = lazy_export_table(module, root)
+    if lazy:
+        out = []
+        for part in lazy:
+            out.append(part)
+            if _defines(part, name, root):
+                break
+        return tuple(out)
+    getattr_def = next(
+        (node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"), None
+    )
     if getattr_def is None:
         return ()
     for node in tree.body:
@@ -387,6 +400,8 @@ def verdict(importer: str, node: ast.Import | ast.ImportFrom, guarded: bool, roo
             return f"kept inside: {kept}"
     added: set[str] = set()
     targets = [module for name in names if name.split(".")[0] == package for module in resolve(name, root)]
+    if lazy_parts := set(targets) & set(lazy_export_table(importer, root)):
+        return f"lazy export: {importer} imports {min(lazy_parts)} on first use"
     for module in targets:
         added |= heavy(pulled_at_import(module, root))
     added -= own

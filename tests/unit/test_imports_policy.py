@@ -313,6 +313,12 @@ LAZY_TOY = {
         SPEC = "light"
 
         __getattr__ = lazy_exports(__name__, "settings", "impl")
+
+
+        def build():
+            from toypkg.meth.impl import Thing  # the package's implementation: imported on first use
+
+            return Thing
         """,
     "meth/settings.py": "SETTINGS = 1\n",
     "meth/impl.py": "import numpy\n\nThing = numpy\n",
@@ -364,6 +370,8 @@ LAZY_TOY = {
 def test_the_checker_follows_lazy_package_exports(tmp_path):
     package = _package(tmp_path, LAZY_TOY)
     verdicts = {item.modules[-1]: item.reason for item in function_imports(package) if item.path.name == "user.py"}
+    inside = [item.reason for item in function_imports(package) if item.path.parent.name == "meth"]
+    assert inside == ["lazy export: toypkg.meth imports toypkg.meth.impl on first use"]
     assert verdicts == {
         "toypkg.meth.SPEC": None,
         "toypkg.meth.SETTINGS": None,

@@ -174,7 +174,6 @@ def test_the_run_generator_gets_the_sections_format_and_a_second_model_auto(monk
 def test_a_bundle_runtime_uses_the_recorded_format(monkeypatch):
     from types import SimpleNamespace
 
-    import workbench.backends.factory as factory
     from workbench.backends.cost import CostCounter
     from workbench.runtime import tools
     from workbench.runtime.options import runtime_options
@@ -185,7 +184,7 @@ def test_a_bundle_runtime_uses_the_recorded_format(monkeypatch):
         seen.append(kwargs["prompt_format"])
         raise RuntimeError("built")
 
-    monkeypatch.setattr(factory, "build_generator", stop)
+    monkeypatch.setattr(tools, "build_generator", stop)  # the runtime's tools bind the factory's builders
     monkeypatch.setattr(tools, "_checked_model", lambda *a, **k: SimpleNamespace())
     for record in ({"ref": "x", "prompt_format": "completion"}, {"ref": "x"}):  # the second: an older bundle
         manifest = {"models": {"generator": record, "embedder": {"ref": "y"}}, "answering": {}}
