@@ -235,9 +235,13 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         return shared["embedder"]
 
     nli = models["nli"]
-    if nli.get("model") and nli.get("weights_sha256"):
-        if weights_digest(nli["model"]) != nli["weights_sha256"] and not allow:
-            raise AssetError("the NLI judge's weights differ from the bundle's", str(nli["model"]))
+    if (
+        nli.get("model")
+        and nli.get("weights_sha256")
+        and weights_digest(nli["model"]) != nli["weights_sha256"]
+        and not allow
+    ):
+        raise AssetError("the NLI judge's weights differ from the bundle's", str(nli["model"]))
     judge = build_judge(
         nli["kind"],
         model=nli.get("model"),

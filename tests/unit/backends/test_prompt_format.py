@@ -156,14 +156,14 @@ def test_the_format_changes_the_generation_cache_key(tiny_lm_dir, tmp_path):
 
 # ---------------------------------------------------------------------- wiring: run, second models, bundles
 def test_the_run_generator_gets_the_sections_format_and_a_second_model_auto(monkeypatch, tiny_lm_dir):
-    import workbench.backends.factory as factory
+    import workbench.stages.context as context  # binds the factory's build_generator at its top
     from workbench.assets import resolve_generator
     from workbench.backends.cost import CostCounter
     from workbench.recipe import load_recipe
     from workbench.stages.context import Resources
 
     seen: list[str] = []
-    monkeypatch.setattr(factory, "build_generator", lambda *a, **k: seen.append(k["prompt_format"]) or object())
+    monkeypatch.setattr(context, "build_generator", lambda *a, **k: seen.append(k["prompt_format"]) or object())
     config = load_recipe("quickstart", [f"generator.model={tiny_lm_dir}", "generator.prompt_format=completion"]).config
     resources = Resources(config, CostCounter())
     resources.generator()
