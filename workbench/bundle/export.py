@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from workbench import __version__
 from workbench.assets import (
     EMBEDDED_ADAPTERS,
@@ -57,6 +59,7 @@ from workbench.assets import (
 from workbench.backends.cost import CostCounter
 from workbench.backends.factory import build_generator
 from workbench.backends.lora import copy_adapter, resolve_model
+from workbench.backends.retrieval_engines import ENGINES
 from workbench.backends.served_probe import fingerprint_probe
 from workbench.bundle.archive import write_archive
 from workbench.bundle.card import model_card
@@ -82,6 +85,9 @@ from workbench.bundle.provenance import (
     run_held_out,
 )
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.calibration.choice import choice_notes
+from workbench.classify.onnx_decision import export_decision_onnx
 from workbench.core.artifact_io import read_artifact
 from workbench.core.atomic import atomic_directory, atomic_write_text
 from workbench.core.config import to_plain
@@ -89,8 +95,16 @@ from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
 from workbench.core.paths import PROJECT_ROOT
 from workbench.data.article_splits import training_data_leak
+from workbench.data.corpus import corpus_fingerprint
+from workbench.methods.learned import save_learned
+from workbench.methods.registry import METHOD_TABLE, METHODS, check_options, method_spec, uses_decision_policy
+from workbench.plots import grouped_bars
 from workbench.recipe import load_recipe
+from workbench.stages.classify.router import cost_model
+from workbench.stages.classify.run import routing_table
 from workbench.stages.context import Resources
+from workbench.uncertainty.features import get_features
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 PROVENANCE = ("created", "workbench", "recipe")
 """Kept from the first export of the same content, so an unchanged re-export is byte-identical."""
@@ -249,7 +263,6 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
     """Each method's settings as the evaluate stage runs it (:func:`workbench.bundle.learned.evaluated_options`: the
     recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files), so the bundle runs what the
     metrics block reports."""
-    from workbench.methods.registry import check_options
 
     out = {name: evaluated_options(run.config, name, run.stage("study")) for name in methods}
     check_options(methods, out)
@@ -259,7 +272,6 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
 def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """A method's manifest entry: its options, and (for a method a third-party package provides) that package, so a
     runtime without it says what to install."""
-    from workbench.methods.registry import method_spec
 
     package = method_spec(name, "export.methods").package
     return {"options": options, "requires_gold": False, **({"package": package} if package != "workbench" else {})}
@@ -267,7 +279,6 @@ def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _decides(methods: list[str]) -> bool:
     """Whether any of ``methods`` decides with the run's fitted decision policy (the bundle then ships it)."""
-    from workbench.methods.registry import uses_decision_policy
 
     return any(uses_decision_policy(m) for m in methods)
 
@@ -277,7 +288,6 @@ def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
     bundle runs it, gold-free: ConfigError for a study whose preparation record (its spec's ``hooks.prepared_key``:
     the utility it was tuned with) does not say ``requires_gold: false``, and for a parameters file the method's
     ``hooks.check_params`` refuses."""
-    from workbench.methods.registry import METHOD_TABLE
 
     hint = "tuned with the gold-using oracle utility (or not recorded how), and the bundle runs the gold-free one"
     best = run.json("study", "best_params.json") or {}
@@ -301,7 +311,6 @@ def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
 
 
 def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
-    from workbench.methods.registry import METHOD_TABLE, METHODS
 
     def ready(method: str) -> bool:  # the run made the learned parts the method cannot run without
         return all(run.stage(stage) is not None for stage in METHOD_TABLE[method].requires_stages)
@@ -384,7 +393,6 @@ def _drop_evaluated(metrics: dict[str, Any], method: str) -> None:
 
 
 def _corpus_record(run: _Run) -> dict[str, Any]:
-    from workbench.data.corpus import corpus_fingerprint
 
     data = run.config.data
     record: dict[str, Any] = {
@@ -429,11 +437,6 @@ def _write_learned(
     """Write learned/* for the methods that decide with the fitted policy (when exported, with ``learned``:
     :func:`evaluated_learned`'s parts, or a ``decided`` point's); returns the manifest's ``decision`` and ``utility``
     blocks."""
-    from workbench.calibration.calibrator_set import CalibratorSet
-    from workbench.calibration.choice import choice_notes
-    from workbench.classify.onnx_decision import export_decision_onnx
-    from workbench.methods.learned import save_learned
-    from workbench.methods.registry import uses_decision_policy
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")
@@ -496,7 +499,6 @@ def _write_learned(
 def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
     """``learned/ood.json``, named by ``decision.files.ood``, when the run's calibrate stage fitted an OOD profile
     (docs/ood.md); nothing for a run made before it."""
-    from workbench.methods.learned import save_learned
 
     if learned.ood is not None:
         save_learned(learned.ood, tmp / "learned" / "ood.json")
@@ -534,7 +536,6 @@ def _differences(
     mine: dict[str, Any], theirs: dict[str, Any] | None, tau: float | None, their_tau: float | None, method: str
 ) -> tuple[str, str]:
     """``(what ships, what evaluate ran)``: the options (and the decision's τ) that differ, in words."""
-    from workbench.methods.registry import uses_decision_policy
 
     if theirs is None:
         return "other parameters", "the recorded ones"
@@ -553,11 +554,6 @@ def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any, 
     evaluation split (a ``decided`` point's own, for a router it refitted) is routed again at the shipped τ
     (classify's own routing table, :func:`workbench.stages.classify.run.routing_table`, with its cost model) and added
     as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
-    import numpy as np
-
-    from workbench.stages.classify.router import cost_model
-    from workbench.stages.classify.run import routing_table
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     routing = metrics.get("routing")
     if not routing or learned is None:
@@ -651,8 +647,6 @@ def export_run(
     ConfigError / DataError (one line, nothing written) on a bad name or version, a missing or unfinished run, a
     gold-using method, or an explicit version that exists with other content (unless ``force``).
     """
-    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
-    from workbench.uncertainty.features import get_features
 
     run = _Run(Path(run_dir))
     name = check_name(name or run.config.name, "export.name")
@@ -766,7 +760,6 @@ def _external_retriever(run: _Run) -> dict[str, Any] | None:
     """The manifest's ``external_retriever`` block of a run on the user's engine (None for an in-process backend):
     the engine reached with the recipe's connection and the run's embedder, its index fingerprinted
     (:func:`workbench.bundle.external.external_record`); a one-line EngineError when it cannot be reached."""
-    from workbench.backends.retrieval_engines import ENGINES
 
     config = run.config
     if not ENGINES[config.retrieval.backend].external:
@@ -810,7 +803,6 @@ def _pick_version(bundle_root: Path, version: str, digest: str, force: bool) -> 
 
 def _write_plots(manifest: dict[str, Any], staging: Path) -> None:
     """The model card's figures: routed quality per router, and the methods side by side (when the run has them)."""
-    from workbench.plots import grouped_bars
 
     metrics = manifest["metrics"]
     routing = metrics.get("routing")
