@@ -23,17 +23,20 @@ hub — an explicit hub id. Nothing here falls back to a hub id on its own.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
 from workbench.core.paths import cache_dir
@@ -236,8 +239,6 @@ def _convert_once(target: Path, produce: Callable[[Path], None]) -> None:
     finished it meanwhile, ``produce(tmp)`` writes into a temporary directory that replaces ``target`` on success."""
     from filelock import FileLock
 
-    from workbench.core.atomic import atomic_directory
-
     with FileLock(str(target) + ".lock"):
         if (target / "config.json").is_file():  # another process converted it while we waited
             return
@@ -312,8 +313,6 @@ def expected_sha256(checksums: Path, filename: str) -> str:
 def join_parts(parts: list[Path], target: Path, sha256: str) -> Path:
     """Concatenate ``parts`` in order into ``target`` (written to a temporary name, renamed only when the joined
     bytes hash to ``sha256``); a missing part or a wrong digest is a one-line AssetError and leaves no ``target``."""
-    import hashlib
-    import tempfile
 
     for part in parts:
         if not part.is_file():
@@ -466,7 +465,6 @@ def weights_digest(path: str | Path) -> str | None:
     the sha256 of ``merged-adapter``, a NUL byte and that file's bytes — since the merged floats may differ in their
     last bits between machines.
     """
-    import hashlib
 
     root = Path(path)
     if not root.exists():
@@ -482,7 +480,6 @@ def combine_weight_files(files: list[tuple[str, str]]) -> str:
     """The weights digest of ``(name, sha256)`` pairs (:func:`weight_files`): the sha256 of one line per file, in
     order — its name, a NUL byte, its sha256 in hex, a newline. What ``sha256sum`` cannot give in one call: an
     adapter's model card shows the files and the shell line that reproduces it."""
-    import hashlib
 
     outer = hashlib.sha256()
     for name, digest in files:
@@ -498,8 +495,6 @@ def weight_files(path: str | Path) -> list[tuple[str, str]]:
     Hashing a 500 MB checkpoint takes about a second, so digests are memoised in ``cache_dir("hashes")`` by path, size
     and modification time; a changed file (new size or mtime) is hashed again.
     """
-    import hashlib
-    import json
 
     root = Path(path)
     if not root.exists():
@@ -527,8 +522,6 @@ def weight_files(path: str | Path) -> list[tuple[str, str]]:
             changed = True
         out.append((file.name if root.is_file() else file.relative_to(root).as_posix(), digest))
     if changed:
-        from workbench.core.atomic import atomic_write_json
-
         atomic_write_json(memo_path, memo)
     return out
 

@@ -10,6 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from workbench.assets import asset_report
+from workbench.core.paths import cache_dir
+
 REQUIRED = (
     "torch",
     "transformers",
@@ -36,8 +39,6 @@ def _row(*cells: str) -> list[str]:
 
 def run_doctor() -> int:
     """Print assets, library versions, threads, devices and caches; return 0 when nothing required is missing."""
-    from workbench.assets import asset_report
-    from workbench.core.paths import cache_dir
 
     console = Console()
     missing: list[str] = []

@@ -144,20 +144,20 @@ def test_the_distill_stage_trains_writes_the_adapter_and_scores_base_and_student
     run_dir = tmp_path / "run"
     config = _config(tiny_lm_long_dir, merge=True)
     # first attempt: interrupted after training (the adapter write fails); its checkpoints stay in the scratch dir
-    import workbench.backends.lora as lora_module  # run() imports save_lora_adapter from it when it runs
+    import workbench.stages.distill.run as distill_run  # binds lora's save_lora_adapter at its top
 
-    original = lora_module.save_lora_adapter
+    original = distill_run.save_lora_adapter
 
     def broken(*args, **kwargs):
         raise KeyboardInterrupt("simulated interruption after training")
 
-    monkeypatch.setattr(lora_module, "save_lora_adapter", broken)
+    monkeypatch.setattr(distill_run, "save_lora_adapter", broken)
     with pytest.raises(KeyboardInterrupt):
         _run_stage(config, run_dir, traces)
     assert not (run_dir / "stages" / "distill").exists()  # nothing half-written
     checkpoints = sorted(p.name for p in (run_dir / "scratch" / "distill-testkey" / "checkpoints").iterdir())
     assert checkpoints == ["step-00000006.ckpt", "step-00000012.ckpt"]  # 48 rows / 8 per batch: 6 steps an epoch
-    monkeypatch.setattr(lora_module, "save_lora_adapter", original)
+    monkeypatch.setattr(distill_run, "save_lora_adapter", original)
 
     out, flat = _run_stage(config, run_dir, traces)
     summary = json.loads((out / "summary.json").read_text())

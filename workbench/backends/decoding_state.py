@@ -11,6 +11,7 @@ positions decoding will add (:func:`reserve_positions`), the parts of a forward'
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,6 @@ def forward_outputs(out: Any, params: DecodingParams) -> dict[str, Any]:
 def cache_argument(model: Any) -> str:
     """The forward keyword for the KV cache: ``cache`` in newer transformers (``past_key_values`` is deprecated
     there, removal announced for 5.40), ``past_key_values`` in older ones and in remote-code models."""
-    import inspect
 
     try:
         parameters = inspect.signature(model.forward).parameters

@@ -17,6 +17,7 @@ processes to read and write the same file; only texts missing from it are encode
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing
@@ -25,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from workbench.assets import resolve_embedder
 from workbench.backends.cost import CostCounter
 from workbench.backends.device import resolve_device
 from workbench.core.errors import AssetError, DataError
@@ -114,7 +116,6 @@ def pooled_chain(path: str | Path) -> dict[str, Any] | None:
     """``{"pooling": mode, "normalize": bool, "max_seq_length": int | None, "do_lower_case": bool}`` when the
     sentence-transformers directory ``path`` is Transformer → Pooling (one of mean / cls / max) [→ Normalize]; None
     for any other layout (then sentence-transformers loads it)."""
-    import json
 
     root = Path(path)
     try:
@@ -264,7 +265,6 @@ class Embedder(CachedEmbedder):
     ) -> None:
         if batch_size < 1:
             raise DataError(f"batch_size must be >= 1, got {batch_size}", "Embedder")
-        from workbench.assets import resolve_embedder
 
         self.resolved = resolve_embedder(str(model))
         self.batch_size = batch_size

@@ -8,6 +8,8 @@ Each function imports its backend lazily; nothing here knows about recipes or bu
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,10 @@ from workbench.backends.cost import CostCounter
 from workbench.backends.device import DEVICES as DEVICES  # re-exported: the factory's public device names
 from workbench.backends.device import check_device as check_device
 from workbench.backends.device import resolve_device
+from workbench.backends.served_client import ServedSettings
+from workbench.backends.shared_weights import share_equal_weights
 from workbench.core.errors import AssetError, ConfigError, WorkbenchError
+from workbench.core.memory import return_freed_memory
 
 
 @contextlib.contextmanager
@@ -93,10 +98,6 @@ def build_generator(
 
 def _share_weights(generator: Any, donor: Any) -> None:
     """Point ``generator``'s model at ``donor``'s equal tensors and return the freed copies to the system."""
-    import logging
-
-    from workbench.backends.shared_weights import share_equal_weights
-    from workbench.core.memory import return_freed_memory
 
     shared = share_equal_weights(generator.model, donor)
     if shared:
@@ -129,7 +130,6 @@ def build_served_generator(
     unless ``capabilities`` are given), with the on-disk generation cache when ``cache``; a server that cannot be
     reached or does not serve ``model`` is a one-line :class:`~workbench.backends.served_client.ServedModelError`."""
     from workbench.backends.served import ServedGenerator
-    from workbench.backends.served_client import ServedSettings
 
     generation_cache = None
     if cache:
@@ -187,7 +187,6 @@ def build_served_embedder(
     (``/v1/embeddings``; probed once), with the on-disk embedding cache when ``cache``; a server that cannot be
     reached or does not embed with ``model`` is a one-line :class:`~workbench.backends.served_client.ServedModelError`
     naming the URL."""
-    from workbench.backends.served_client import ServedSettings
     from workbench.backends.served_embedder import ServedEmbedder
 
     settings = ServedSettings(base_url, model, api_key_env, timeout_s, retries, max_concurrency, section="embedder")
@@ -301,7 +300,6 @@ def _external(module: str, cls: str) -> Builder:
     (``embeds_queries`` False: a retriever server)."""
 
     def build(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
-        import importlib
 
         if connection is None:
             raise ConfigError("an external retrieval backend needs retrieval.connection", "retrieval.connection")

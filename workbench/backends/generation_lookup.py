@@ -14,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from workbench.backends.gencache import GenerationCache
 from workbench.backends.generation_types import DecodingParams, Generation
 
 
@@ -74,7 +75,6 @@ class CachedGenerations:
     # ------------------------------------------------------------------ the cache
     def _key(self, prompt: Hashable, sample: int, params: DecodingParams) -> str:
         """Cache key of one sample (see :meth:`~workbench.backends.gencache.GenerationCache.make_key`)."""
-        from workbench.backends.gencache import GenerationCache
 
         request = {**params.key_fields(), "max_context": self.max_context, **self._key_extra(prompt)}
         return GenerationCache.make_key(self.fingerprint, self._key_text(prompt), request, sample)

@@ -33,14 +33,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.assets import ADAPTER_SOURCE_FILE as MERGED_SOURCE_FILE
-from workbench.backends.peft_dir import lora_config  # peft's LoraConfig of a payload (lives with the peft files)
+from workbench.assets import EMBEDDED_ADAPTERS, ResolvedModel, adapter_reference, model_weights, resolve_generator
+from workbench.backends.peft_dir import (
+    PEFT_FILES,
+    base_reference,
+    lora_config,  # peft's LoraConfig of a payload (lives with the peft files)
+    write_peft_files,
+)
+from workbench.core.artifact_io import read_artifact, write_artifact
+from workbench.core.atomic import atomic_directory
 from workbench.core.errors import AssetError, DataError
 from workbench.core.hashing import stable_hash
+from workbench.core.paths import cache_dir
 
 if TYPE_CHECKING:
     from workbench.assets import ResolvedModel
@@ -103,8 +113,6 @@ def save_lora_adapter(
     (else it is resolved here), to name it portably in ``adapter_config.json``. ValueError when a LoRA setting is
     missing, the format is unknown or the model holds no LoRA weights.
     """
-    from workbench.backends.peft_dir import base_reference, write_peft_files
-    from workbench.core.artifact_io import write_artifact
 
     if adapter_format not in ADAPTER_FORMATS:
         raise ValueError(f"unknown adapter format {adapter_format!r} (one of {ADAPTER_FORMATS})")
@@ -142,10 +150,6 @@ def copy_adapter(source: str | Path, target_dir: str | Path) -> list[Path]:
     (:data:`workbench.backends.peft_dir.PEFT_FILES`) copied byte for byte — or, for an adapter written before them,
     written (its base resolved here to name it; when the base cannot be resolved or the payload lacks a LoRA key, a
     warning and no peft files). Returns the written paths (``adapter.json`` last)."""
-    import shutil
-
-    from workbench.backends.peft_dir import PEFT_FILES, base_reference, write_peft_files
-    from workbench.core.artifact_io import read_artifact, write_artifact
 
     file = adapter_path(source)
     payload, tensors = read_artifact(file)
@@ -182,7 +186,6 @@ def adapter_path(path: str | Path) -> Path:
 def read_adapter(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(payload, tensors)`` of an adapter (module doc), checked: DataError when the file is tampered with (sha256
     mismatch), is not a ``lora_adapter`` of this version and format, lacks a key, or holds no tensors."""
-    from workbench.core.artifact_io import read_artifact
 
     file = adapter_path(path)
     where = str(file)
@@ -209,7 +212,6 @@ def resolve_model(ref: str) -> ResolvedModel:
     (:data:`workbench.assets.EMBEDDED_ADAPTERS`, source ``embedded:<name>``), an ``adapter.json`` or a directory
     holding one (source ``adapter``) — to its merged model (:func:`resolve_adapter_model`), anything else with
     :func:`workbench.assets.resolve_generator`. What every consumer of ``generator.model`` calls."""
-    from workbench.assets import EMBEDDED_ADAPTERS, ResolvedModel, adapter_reference, resolve_generator
 
     adapter = adapter_reference(str(ref))
     if adapter is None:
@@ -228,9 +230,6 @@ def resolve_adapter_model(path: str | Path) -> ResolvedModel:
     not match the LoRA layers peft builds on the base. The merged model is built once per (adapter, base) and reused.
     """
     from filelock import FileLock
-
-    from workbench.assets import ResolvedModel
-    from workbench.core.paths import cache_dir
 
     file = adapter_path(path)
     payload, tensors = read_adapter(file)
@@ -273,7 +272,6 @@ def adapter_identity(file: Path) -> str:
 
 def _base_digest(base: ResolvedModel) -> str | None:
     """The weights digest of an adapter's base (:func:`workbench.assets.model_weights`)."""
-    from workbench.assets import model_weights
 
     return model_weights(base)["weights_sha256"]
 
@@ -292,8 +290,6 @@ def _merge(
     import torch
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from workbench.core.atomic import atomic_directory
 
     log.info("merging the LoRA adapter %s into its base (once)", where)
     try:

@@ -19,9 +19,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from workbench.backends.nli import CROSS_ENCODER_MARKER, NLI_LABELS, CrossEncoderNLI, NLIJudge
+from workbench.assets import resolve_embedder
+from workbench.backends.nli import CROSS_ENCODER_MARKER, NLI_LABELS, CrossEncoderNLI, NLIJudge, with_question
 from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.logs import progress as show_progress
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +112,6 @@ def _train_loop(
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from workbench.core.logs import progress as show_progress
-
     batch_size, epochs = settings["batch_size"], settings["epochs"]
     steps = epochs * ((len(pairs) + batch_size - 1) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
@@ -148,7 +148,6 @@ def _train_loop(
 
 
 def _with_q(pair: LabelledPair, text: str) -> str:
-    from workbench.backends.nli import with_question
 
     return with_question(_question(pair), text)
 
@@ -187,8 +186,6 @@ def train_cross_encoder(
     if not train or not val:
         raise DataError("need at least one training and one validation pair", "train_cross_encoder")
     if base_model is None:
-        from workbench.assets import resolve_embedder
-
         base_model = resolve_embedder("minilm").path
     settings = {
         "base_model": str(base_model),

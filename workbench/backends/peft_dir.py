@@ -34,6 +34,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.assets import (
+    ADAPTER_SOURCE_FILE,
+    EMBEDDED_ADAPTERS,
+    EMBEDDED_GENERATORS,
+    hub_snapshot,
+    model_weights,
+    weight_files,
+)
+from workbench.core.atomic import atomic_write_bytes, atomic_write_text
+
 if TYPE_CHECKING:
     from workbench.assets import ResolvedModel
 
@@ -64,7 +74,6 @@ def base_reference(base_ref: str, base: ResolvedModel) -> dict[str, Any]:
     "weights_sha256", "check"}`` (``check``: what the sha256 was computed from, :func:`digest_inputs`). ``base_ref``:
     the reference the recipe gave; ``base``: it resolved (:func:`workbench.backends.lora.resolve_model`). ``name``
     never holds a local path."""
-    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, model_weights
 
     weights = model_weights(base)
     digest = weights["weights_sha256"]
@@ -94,7 +103,6 @@ def digest_inputs(base: ResolvedModel) -> dict[str, Any]:
     """What the base's weights sha256 (:func:`workbench.assets.weights_digest`) is computed from, for the card:
     ``{"files": [[name, sha256], ...]}`` (its weight files, in order: :func:`workbench.assets.weight_files`), or for
     a merged adapter ``{"merged_from": <the text of its ADAPTER_SOURCE_FILE>}``; {} when its files are not here."""
-    from workbench.assets import ADAPTER_SOURCE_FILE, hub_snapshot, weight_files
 
     if base.source == "hub":
         snapshot = hub_snapshot(base.path)
@@ -145,8 +153,6 @@ def write_peft_files(
     :func:`base_reference` of its base. Returns the written paths."""
     import numpy as np
     from safetensors.numpy import save
-
-    from workbench.core.atomic import atomic_write_bytes, atomic_write_text
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,10 +19,12 @@ environment variable the recipe names and is never written anywhere.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -206,7 +208,6 @@ class EngineError(WorkbenchError):
 def import_client(module: str, backend: str) -> Any:
     """The engine client ``module`` for ``backend``; a one-line :class:`EngineError` naming the extra to install
     when it is absent."""
-    import importlib
 
     try:
         return importlib.import_module(module)
@@ -331,7 +332,6 @@ class ExternalRetriever(Retriever):
         workers = min(self.connection.max_concurrency, len(jobs))
         if workers <= 1:
             return [self._search_one(query, vector, k) for query, vector in jobs]
-        from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(lambda job: self._search_one(job[0], job[1], k), jobs))

@@ -14,6 +14,7 @@ instead, after starting the JVM the way this machine needs (:func:`anserini`): t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -59,7 +60,6 @@ _anserini: Anserini | None = None
 
 
 def _anserini_jar() -> str:
-    import importlib.util
 
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:

@@ -17,6 +17,7 @@ import sys
 import threading
 import types
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,6 @@ def _import_milvus_lite() -> None:
     if importlib.util.find_spec("pkg_resources") is not None:
         importlib.import_module("milvus_lite")
         return
-    from importlib import metadata
 
     module = types.ModuleType("pkg_resources")
     module.DistributionNotFound = metadata.PackageNotFoundError  # type: ignore[attr-defined]

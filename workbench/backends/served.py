@@ -54,10 +54,12 @@ from typing import Any
 
 import numpy as np
 
+from workbench.assets import ResolvedModel, declared_prompt_format
 from workbench.backends.capabilities import Capabilities
 from workbench.backends.cost import CostCounter
 from workbench.backends.generation_lookup import CachedGenerations, decoding_params
 from workbench.backends.generation_types import DecodingParams, Generation, Scored, eos_token_ids
+from workbench.backends.lora import resolve_model
 from workbench.backends.prompts import (
     CLOSED_BOOK_TEMPLATE,
     CONTEXT_TEMPLATE,
@@ -80,6 +82,7 @@ from workbench.backends.served_answers import (
     usage_tokens,
 )
 from workbench.backends.served_client import ServedClient, ServedModelError, ServedSettings, answer_size_cap
+from workbench.backends.served_probe import fingerprint_probe, probe
 from workbench.core.errors import AssetError
 from workbench.core.hashing import stable_hash
 
@@ -252,8 +255,6 @@ class ServedGenerator(CachedGenerations):
     ) -> None:
         """Load the tokenizer and the model's facts, probe the server (unless ``capabilities`` are given), settle the
         context window and the EOS ids, and record the probe answers (see the class docstring)."""
-        from workbench.assets import ResolvedModel
-        from workbench.backends.served_probe import fingerprint_probe, probe
 
         settings = self.settings
         self.tokenizer, tokenizer_fp, tokenizer_path = _load_tokenizer(tokenizer)
@@ -276,8 +277,6 @@ class ServedGenerator(CachedGenerations):
         self._eos_texts = frozenset(t for t in texts if t)
         self.prompts = None
         if self.tokenizer is not None:
-            from workbench.assets import declared_prompt_format
-
             declared = declared_prompt_format(tokenizer_path)
             self.prompts = PromptRenderer(self.tokenizer, settings.model, prompt_format, declared)
         else:
@@ -831,8 +830,6 @@ def _load_tokenizer(ref: str | None) -> tuple[Any, str, str]:
     if ref is None:
         return None, "", ""
     from transformers import AutoTokenizer
-
-    from workbench.backends.lora import resolve_model
 
     resolved = resolve_model(ref)
     try:

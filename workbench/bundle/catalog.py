@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.integrity import read_manifest, verify_bundle_dir
+from workbench.bundle.provenance import splits_of
 from workbench.bundle.schema import bundle_versions
+from workbench.bundle.shipped import shipped_decision
 from workbench.core.errors import DataError
 
 
@@ -29,8 +31,6 @@ def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
     """The shipped decision as every reader renders it (:func:`workbench.bundle.shipped.shipped_decision`): τ, who
     set it, and its held-out routed quality and retrieval rate at that τ; and the splits the shipped parts were
     fitted on and the held-out figures measured on (``provenance``)."""
-    from workbench.bundle.provenance import splits_of
-    from workbench.bundle.shipped import shipped_decision
 
     out: dict[str, Any] = {}
     decision = shipped_decision(manifest, with_defaults=False)

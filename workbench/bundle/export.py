@@ -44,13 +44,67 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from workbench import __version__
+from workbench.assets import (
+    EMBEDDED_ADAPTERS,
+    EMBEDDED_EMBEDDERS,
+    EMBEDDED_GENERATORS,
+    model_weights,
+    package_version,
+    resolve_embedder,
+    weights_digest,
+)
+from workbench.backends.cost import CostCounter
+from workbench.backends.factory import build_generator
+from workbench.backends.lora import copy_adapter, resolve_model
+from workbench.backends.retrieval_engines import ENGINES
+from workbench.backends.served_probe import fingerprint_probe
 from workbench.bundle.archive import write_archive
-from workbench.bundle.integrity import file_table, gold_methods, read_manifest, verify_bundle_dir
+from workbench.bundle.card import model_card
+from workbench.bundle.external import external_record
+from workbench.bundle.integrity import file_digest, file_table, gold_methods, read_manifest, verify_bundle_dir
+from workbench.bundle.learned import (
+    Setter,
+    evaluated_learned,
+    evaluated_options,
+    parameters_digests,
+    read_params,
+    recorded_tau,
+    tau_setter,
+)
 from workbench.bundle.manifest import seal, unversioned_digest
+from workbench.bundle.provenance import (
+    RunQuestions,
+    check_held_out,
+    check_reader_articles,
+    reader_training_record,
+    records,
+    run_fitted,
+    run_held_out,
+)
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.calibration.choice import choice_notes
+from workbench.classify.onnx_decision import export_decision_onnx
+from workbench.core.artifact_io import read_artifact
 from workbench.core.atomic import atomic_directory, atomic_write_text
+from workbench.core.config import to_plain
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
+from workbench.core.paths import PROJECT_ROOT
+from workbench.data.article_splits import training_data_leak
+from workbench.data.corpus import corpus_fingerprint
+from workbench.methods.learned import save_learned
+from workbench.methods.registry import METHOD_TABLE, METHODS, check_options, method_spec, uses_decision_policy
+from workbench.plots import grouped_bars
+from workbench.recipe import load_recipe
+from workbench.stages.classify.router import cost_model
+from workbench.stages.classify.run import routing_table
+from workbench.stages.context import Resources
+from workbench.uncertainty.features import get_features
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 PROVENANCE = ("created", "workbench", "recipe")
 """Kept from the first export of the same content, so an unchanged re-export is byte-identical."""
@@ -79,7 +133,6 @@ class _Run:
     """A finished run directory: its config, and the outputs of the stages its manifest lists as current."""
 
     def __init__(self, run_dir: Path) -> None:
-        from workbench.recipe import load_recipe
 
         self.dir = run_dir
         if not (run_dir / "config.yaml").is_file():
@@ -112,7 +165,6 @@ class _Run:
 
 
 def _git_commit() -> str | None:
-    from workbench.core.paths import PROJECT_ROOT
 
     if not (PROJECT_ROOT / ".git").exists():
         return None
@@ -127,15 +179,6 @@ def _git_commit() -> str | None:
 
 def _model_record(kind: str, ref: str) -> dict[str, Any]:
     """Name, source, package and weights digest of a generator / embedder reference."""
-    from workbench.assets import (
-        EMBEDDED_ADAPTERS,
-        EMBEDDED_EMBEDDERS,
-        EMBEDDED_GENERATORS,
-        model_weights,
-        package_version,
-        resolve_embedder,
-    )
-    from workbench.backends.lora import resolve_model
 
     resolved = resolve_model(ref) if kind == "generator" else resolve_embedder(ref)
     embedded = EMBEDDED_GENERATORS if kind == "generator" else EMBEDDED_EMBEDDERS
@@ -203,9 +246,6 @@ def _generator_record(run: _Run) -> dict[str, Any]:
                 "approximate_features": served.get("approximate_features") or {},
             },
         }
-    from workbench.backends.factory import build_generator
-    from workbench.backends.lora import resolve_model
-    from workbench.backends.served_probe import fingerprint_probe
 
     generator = build_generator(
         resolve_model(section.model),
@@ -232,7 +272,6 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
 def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """A method's manifest entry: its options, and (for a method a third-party package provides) that package, so a
     runtime without it says what to install."""
-    from workbench.methods.registry import method_spec
 
     package = method_spec(name, "export.methods").package
     return {"options": options, "requires_gold": False, **({"package": package} if package != "workbench" else {})}
@@ -240,7 +279,6 @@ def _method_record(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _decides(methods: list[str]) -> bool:
     """Whether any of ``methods`` decides with the run's fitted decision policy (the bundle then ships it)."""
-    from workbench.methods.registry import uses_decision_policy
 
     return any(uses_decision_policy(m) for m in methods)
 
@@ -250,8 +288,6 @@ def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
     bundle runs it, gold-free: ConfigError for a study whose preparation record (its spec's ``hooks.prepared_key``:
     the utility it was tuned with) does not say ``requires_gold: false``, and for a parameters file the method's
     ``hooks.check_params`` refuses."""
-    from workbench.bundle.learned import read_params
-    from workbench.methods.registry import METHOD_TABLE
 
     hint = "tuned with the gold-using oracle utility (or not recorded how), and the bundle runs the gold-free one"
     best = run.json("study", "best_params.json") or {}
@@ -275,7 +311,6 @@ def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
 
 
 def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
-    from workbench.methods.registry import METHOD_TABLE, METHODS
 
     def ready(method: str) -> bool:  # the run made the learned parts the method cannot run without
         return all(run.stage(stage) is not None for stage in METHOD_TABLE[method].requires_stages)
@@ -358,7 +393,6 @@ def _drop_evaluated(metrics: dict[str, Any], method: str) -> None:
 
 
 def _corpus_record(run: _Run) -> dict[str, Any]:
-    from workbench.data.corpus import corpus_fingerprint
 
     data = run.config.data
     record: dict[str, Any] = {
@@ -368,8 +402,6 @@ def _corpus_record(run: _Run) -> dict[str, Any]:
         "chunk_overlap": data.chunk_overlap,
     }
     if data.corpus != "wiki":
-        from workbench.bundle.integrity import file_digest
-
         path = Path(data.corpus)
         record["source"] = str(path.resolve())
         record["source_sha256"] = file_digest(path) if path.is_file() else None
@@ -405,18 +437,10 @@ def _write_learned(
     """Write learned/* for the methods that decide with the fitted policy (when exported, with ``learned``:
     :func:`evaluated_learned`'s parts, or a ``decided`` point's); returns the manifest's ``decision`` and ``utility``
     blocks."""
-    from workbench.calibration.calibrator_set import CalibratorSet
-    from workbench.calibration.choice import choice_notes
-    from workbench.classify.onnx_decision import export_decision_onnx
-    from workbench.core.artifact_io import read_artifact
-    from workbench.methods.learned import save_learned
-    from workbench.methods.registry import uses_decision_policy
 
     blocks: dict[str, Any] = {}
     adapter = run.stage("distill")
     if adapter is not None and (adapter / "adapter.json").is_file():  # with its peft files: a peft adapter directory
-        from workbench.backends.lora import copy_adapter
-
         copy_adapter(adapter, tmp / "learned")
         payload, _ = read_artifact(tmp / "learned" / "adapter.json")
         blocks["controller_adapter"] = {"file": "learned/adapter.json", "kind": payload["kind"]}
@@ -476,7 +500,6 @@ def _write_learned(
 def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
     """``learned/ood.json``, named by ``decision.files.ood``, when the run's calibrate stage fitted an OOD profile
     (docs/ood.md); nothing for a run made before it."""
-    from workbench.methods.learned import save_learned
 
     if learned.ood is not None:
         save_learned(learned.ood, tmp / "learned" / "ood.json")
@@ -527,7 +550,6 @@ def _check_evaluated(run: _Run, methods: list[str], options: dict[str, dict[str,
     ``options`` and τ for a run made before the digest). ConfigError naming the method, what would ship and
     what evaluate ran (the values that differ, and both digests) otherwise — an ``evaluate.params`` file edited after
     the run. Returns ``{method: digest}`` of the methods evaluate ran (the manifest's ``provenance.evaluated``)."""
-    from workbench.bundle.learned import parameters_digests, recorded_tau
 
     summary = run.json("evaluate", "summary.json")
     if not summary:
@@ -553,7 +575,6 @@ def _differences(
     mine: dict[str, Any], theirs: dict[str, Any] | None, tau: float | None, their_tau: float | None, method: str
 ) -> tuple[str, str]:
     """``(what ships, what evaluate ran)``: the options (and the decision's τ) that differ, in words."""
-    from workbench.methods.registry import uses_decision_policy
 
     if theirs is None:
         return "other parameters", "the recorded ones"
@@ -572,11 +593,6 @@ def _shipped_row(run: _Run, metrics: dict[str, Any], learned: Any, setter: Any, 
     evaluation split (a ``decided`` point's own, for a router it refitted) is routed again at the shipped τ
     (classify's own routing table, :func:`workbench.stages.classify.run.routing_table`, with its cost model) and added
     as its own row; ``classify_pick`` keeps classify's row, ``shipped_by`` who set τ."""
-    import numpy as np
-
-    from workbench.stages.classify.router import cost_model
-    from workbench.stages.classify.run import routing_table
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     routing = metrics.get("routing")
     if not routing or learned is None:
@@ -615,17 +631,6 @@ def _provenance(
     figure was measured on, the evaluated parameters' digests. Refuses (ConfigError) a bundle whose held-out figures
     share questions with anything it ships. Adds the shipped decision's row to ``metrics.routing`` first
     (:func:`_shipped_row`)."""
-    from workbench.bundle.learned import Setter, tau_setter
-    from workbench.bundle.provenance import (
-        RunQuestions,
-        check_held_out,
-        check_reader_articles,
-        reader_training_record,
-        records,
-        run_fitted,
-        run_held_out,
-    )
-    from workbench.data.article_splits import training_data_leak
 
     if learned is not None:
         setter = tau_setter(run.config, run.stage("study"), learned) if decided is None else Setter("decide")
@@ -681,11 +686,6 @@ def export_run(
     ConfigError / DataError (one line, nothing written) on a bad name or version, a missing or unfinished run, a
     gold-using method, or an explicit version that exists with other content (unless ``force``).
     """
-    from workbench import __version__
-    from workbench.bundle.learned import evaluated_learned
-    from workbench.core.config import to_plain
-    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
-    from workbench.uncertainty.features import get_features
 
     run = _Run(Path(run_dir))
     name = check_name(name or run.config.name, "export.name")
@@ -764,8 +764,6 @@ def export_run(
         if engine is not None:
             manifest["external_retriever"] = engine
         if config.nli.kind in ("cross_encoder", "hf"):
-            from workbench.assets import weights_digest
-
             manifest["models"]["nli"]["model"] = config.nli.model
             manifest["models"]["nli"]["weights_sha256"] = weights_digest(config.nli.model)
         _write_plots(manifest, staging)
@@ -777,7 +775,6 @@ def export_run(
         if unchanged:  # keep the first export's provenance, so the manifest (and the archive) stay byte-identical
             previous = read_manifest(bundle_root / version)
             manifest.update({key: previous[key] for key in PROVENANCE if key in previous})
-        from workbench.bundle.card import model_card
 
         atomic_write_text(staging / "README.md", model_card(manifest))
         manifest["files"] = file_table(
@@ -803,14 +800,10 @@ def _external_retriever(run: _Run) -> dict[str, Any] | None:
     """The manifest's ``external_retriever`` block of a run on the user's engine (None for an in-process backend):
     the engine reached with the recipe's connection and the run's embedder, its index fingerprinted
     (:func:`workbench.bundle.external.external_record`); a one-line EngineError when it cannot be reached."""
-    from workbench.backends.retrieval_engines import ENGINES
 
     config = run.config
     if not ENGINES[config.retrieval.backend].external:
         return None
-    from workbench.backends.cost import CostCounter
-    from workbench.bundle.external import external_record
-    from workbench.stages.context import Resources
 
     resources = Resources(config, CostCounter())
     retriever = resources.retriever(None)  # no corpus: the probes' passages come from the engine
@@ -850,7 +843,6 @@ def _pick_version(bundle_root: Path, version: str, digest: str, force: bool) -> 
 
 def _write_plots(manifest: dict[str, Any], staging: Path) -> None:
     """The model card's figures: routed quality per router, and the methods side by side (when the run has them)."""
-    from workbench.plots import grouped_bars
 
     metrics = manifest["metrics"]
     routing = metrics.get("routing")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from workbench.bundle.manifest import RECORDED_CONNECTION
+
 PROBE_QUERIES: tuple[str, ...] = (
     "Which river flows through the capital city?",
     "Who wrote the novel and when was it published?",
@@ -75,7 +77,6 @@ def external_record(backend: str, connection: Any, retriever: Any, on_failure: s
     :class:`~workbench.backends.retrieval_engines.ExternalRetriever` reached through ``connection``): how to reach
     it without its credentials, ``on_failure`` and its fingerprint over :data:`PROBE_QUERIES`."""
     from workbench.backends.retrieval_engines import public_uri
-    from workbench.bundle.manifest import RECORDED_CONNECTION
 
     recorded = {name: getattr(connection, name) for name in RECORDED_CONNECTION}
     recorded.update(uri=public_uri(connection.uri), fields=dict(connection.fields))
@@ -91,7 +92,6 @@ def record_connection(record: dict[str, Any], uri: str | None = None) -> Any:
     """The :class:`~workbench.backends.retrieval_engines.Connection` an ``external_retriever`` block describes (``uri``:
     another address of the same index, e.g. the engine seen from the serving host)."""
     from workbench.backends.retrieval_engines import Connection
-    from workbench.bundle.manifest import RECORDED_CONNECTION
 
     recorded = {name: record["connection"][name] for name in RECORDED_CONNECTION if name in record["connection"]}
     return Connection(**{**recorded, "uri": uri or recorded["uri"]})

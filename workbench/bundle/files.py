@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.integrity import safe_relative
+from workbench.core.artifact_io import parse_artifact
 from workbench.core.errors import DataError
 
 
@@ -64,7 +65,6 @@ class BundleFiles:
     def path(self, value: Any, field: str) -> Path:
         """The path of the listed file ``value`` after checking its bytes (for a reader that needs a path, such as
         the adapter loader); a learned JSON's tensor file must be listed and intact too."""
-        from workbench.core.artifact_io import parse_artifact
 
         name = self.name(value, field)
         data = self.read(name, field)

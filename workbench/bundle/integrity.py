@@ -16,7 +16,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from workbench.bundle.manifest import referenced_files
+from workbench.bundle.manifest import check_content_digest, check_manifest, referenced_files
 from workbench.bundle.schema import ALLOWED_SUFFIXES, MANIFEST, MAX_MANIFEST_BYTES, check_schema
 from workbench.core.errors import DataError
 
@@ -82,14 +82,12 @@ def read_manifest(root: Path) -> dict[str, Any]:
 def manifest_notes(manifest: dict[str, Any], where: str) -> list[str]:
     """What a reader should know about a manifest :func:`parse_manifest` accepted: a newer minor schema, fields this
     workbench ignores. Its methods' options are not validated again (parse_manifest did)."""
-    from workbench.bundle.manifest import check_manifest
 
     return check_schema(manifest, where) + check_manifest(manifest, where, method_options=False)
 
 
 def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
     """A manifest from its bytes (what :func:`read_manifest` checks, for a manifest read out of an archive too)."""
-    from workbench.bundle.manifest import check_content_digest, check_manifest
     from workbench.core.strict_json import loads_strict
 
     if len(data) > MAX_MANIFEST_BYTES:

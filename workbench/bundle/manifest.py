@@ -24,7 +24,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
+from workbench.bundle.schema import IDENTITY_MINOR, check_name, parse_semver, schema_minor
 from workbench.core.bounds import CHARS, NEW_TOKENS, PASSAGES, SEED
+from workbench.core.config import LocatedYAML, build_dataclass
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.hashing import stable_hash
 
@@ -358,7 +360,6 @@ class ProvenanceBlock:
     evaluated: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from workbench.core.config import LocatedYAML, build_dataclass
 
         known = {f.name for f in dataclasses.fields(QuestionsRecord)}
         for group in ("fitted", "held_out"):
@@ -532,7 +533,6 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from workbench.bundle.schema import check_name, parse_semver
 
         _in_range("seed", self.seed, "seed")
         _sha256_or_none(self.content_sha256, "content_sha256")
@@ -583,7 +583,6 @@ def _known_only(cls: type, data: dict[str, Any], path: str, unknown: list[str]) 
 
 
 def _build(cls: type, data: Any, path: str, where: str, unknown: list[str]) -> Any:
-    from workbench.core.config import LocatedYAML, build_dataclass
 
     if not isinstance(data, dict):
         raise DataError(f"'{path.rstrip('.') or 'manifest'}' must be a mapping, got {type(data).__name__}", where)
@@ -618,7 +617,6 @@ def check_manifest(manifest: Any, where: str, *, method_options: bool = True) ->
 def _check_identity(parsed: Manifest, manifest: dict[str, Any], where: str) -> list[str]:
     """Refuse a ``name`` or ``version`` other than the ``identity`` block's (required from schema 1.3 on); a note for
     an older manifest, whose name and version nothing covers."""
-    from workbench.bundle.schema import IDENTITY_MINOR, schema_minor
 
     identity = parsed.identity
     if identity is None:

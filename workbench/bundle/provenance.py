@@ -27,8 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.core.errors import ConfigError, DataError
+from workbench.assets import adapter_reference
+from workbench.bundle.learned import Setter, option_setters, read_params, tau_setter
+from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.data.article_splits import ids_sha256
+from workbench.tuning.space import default_spaces
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,6 @@ class RunQuestions:
 def reader_training_record(ref: str) -> dict[str, Any] | None:
     """The ``training_data`` record (:mod:`workbench.data.article_splits`) of the adapter the model reference ``ref``
     names (an embedded adapter, an ``adapter.json`` or its directory), or None: no adapter, or one recording none."""
-    from workbench.assets import adapter_reference
-    from workbench.core.errors import AssetError
 
     try:
         file = adapter_reference(str(ref))
@@ -221,7 +222,6 @@ def _setter_questions(setter: Any, study: Questions | None, fit: Questions) -> Q
     """The questions behind a value set by ``setter`` (:class:`~workbench.bundle.learned.Setter`): classify's fit
     questions, the study's, a parameters file's own record (a file written by hand, recording none: the user's choice,
     fitted on nothing), or none for the recipe and a default."""
-    from workbench.bundle.learned import read_params
 
     if setter.stage == "classify":
         return Questions("classify", fit.split, fit.ids, setter.source)
@@ -250,9 +250,7 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
     study's parameters and every parameter a study or a parameters file set, ``controller_adapter``,
     ``models.generator`` for a reader adapter). ``run``: the finished run (``config``, ``stage(name)``,
     ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
-    from workbench.bundle.learned import Setter, option_setters, tau_setter
     from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
-    from workbench.tuning.space import default_spaces
 
     config = run.config
     out: dict[str, Questions] = {}

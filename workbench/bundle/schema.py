@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from workbench import __version__
 from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
@@ -105,7 +106,6 @@ def check_schema(manifest: dict[str, Any], where: str) -> list[str]:
     if major != SCHEMA_MAJOR:
         writer = manifest.get("workbench", {}).get("version") if isinstance(manifest.get("workbench"), dict) else None
         writer = writer if isinstance(writer, str) else "unknown"
-        from workbench import __version__
 
         advice = (
             f"install workbench {writer} (which wrote it) or a later release that reads schema {major}.x"

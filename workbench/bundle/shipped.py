@@ -22,7 +22,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.core.formatting import fmt
+from workbench.bundle.learned import (
+    evaluated_learned,
+    evaluated_options,
+    option_setters,
+    read_params,
+    study_params,
+    tau_setter,
+)
+from workbench.core.formatting import fmt, markdown_table
 
 KINDS = {"logistic": "LR", "mlp": "MLP"}
 GREEK_LETTERS = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "theta": "θ", "lambda": "λ", "tau": "τ"}
@@ -240,7 +248,6 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     and the deciding method's decision settings (that of ``evaluate.methods``' gold-free ones, else of every known
     method), no held-out figure (only the export routes the evaluation split again at a moved τ). None without
     classify's outputs."""
-    from workbench.bundle.learned import evaluated_learned, evaluated_options, option_setters, tau_setter
 
     learned = evaluated_learned(config, stage_dir)
     if learned is None:
@@ -276,7 +283,6 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
 def _run_setting(value: Any, setter: Any, study_dir: Any) -> Setting:
     """A value of a run before export, with the split and count of the questions its study recorded (a study's or a
     parameters file's ``fitted_on``; none for classify, the recipe or a default — the export records those)."""
-    from workbench.bundle.learned import read_params, study_params
 
     if setter is None:
         return Setting(value, "default")
@@ -310,8 +316,6 @@ def provenance_lines(manifest: dict[str, Any]) -> list[str]:
                 where += " (out of fold)"
             out.append([f"`{name}`", str(record.get(by)), where, count, f"`{digest[:12]}`" if digest else "—"])
         return out
-
-    from workbench.core.formatting import markdown_table
 
     lines = [
         "What each shipped part and parameter was fitted or tuned on (— : fitted on nothing, a user's choice or a "

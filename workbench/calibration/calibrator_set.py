@@ -19,6 +19,7 @@ import numpy as np
 
 from workbench.calibration.base import Calibrator
 from workbench.calibration.catalog import calibrator_from_dict
+from workbench.calibration.choice import CalibratorChoice
 from workbench.core.errors import DataError
 
 INF_CLIP = 1e10
@@ -133,7 +134,6 @@ class CalibratorSet:
 def _attach_choices(choices: Any, calibrators: dict[str, Calibrator], where: str) -> None:
     """Check each saved choice record (:meth:`CalibratorChoice.from_dict`) and give it to its feature's calibrator;
     DataError for a record of an unknown feature or one whose chosen kind is not the calibrator's."""
-    from workbench.calibration.choice import CalibratorChoice
 
     if not isinstance(choices, dict):
         raise DataError("choices must be a mapping of feature to record", where)

@@ -12,6 +12,7 @@ from typing import Any
 
 from workbench.calibration.ood import CHECKS
 from workbench.metrics.bootstrap import LEVEL
+from workbench.metrics.proportion import wilson_interval
 
 
 def flag_summary(
@@ -21,7 +22,6 @@ def flag_summary(
     checks: the flagged share (None without questions), its Wilson ``interval`` at ``level`` ([low, high]; None
     without questions) and how often each check of ``names`` (default :data:`~workbench.calibration.ood.CHECKS`)
     failed."""
-    from workbench.metrics.proportion import wilson_interval
 
     n = len(checks)
     flagged = sum(1 for failed in checks if failed)

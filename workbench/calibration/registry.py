@@ -8,6 +8,7 @@ from typing import Any
 
 from workbench.calibration.base import Calibrator
 from workbench.calibration.catalog import KINDS, RAW, calibrator_from_dict, new_calibrator
+from workbench.calibration.choice import ChoosingCalibrator
 from workbench.core.errors import ConfigError
 
 __all__ = ["AUTO", "KINDS", "RAW", "calibrator_from_dict", "make_calibrator"]
@@ -27,7 +28,6 @@ def make_calibrator(kind: str, **kw: Any) -> Calibrator:
             known = ", ".join((*KINDS, AUTO, RAW))
             raise ConfigError(f"unknown calibrator kind {kind!r} (known: {known})", "calibrator")
         return new_calibrator(kind, **kw)
-    from workbench.calibration.choice import ChoosingCalibrator
 
     try:
         return ChoosingCalibrator(**kw)

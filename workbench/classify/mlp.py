@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from workbench.calibration.logistic_fit import sigmoid
 from workbench.calibration.standardize import fit_standardizer
 from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
 from workbench.core.errors import ConfigError, DataError
@@ -215,7 +216,6 @@ class MLPModel:
         """P(correct) for each row of ``X`` (raw features), a float64 vector ``[rows]``; DataError on bad input.
 
         Pure numpy (float32 weights, float64 arithmetic): no torch needed, as in the runtime."""
-        from workbench.calibration.logistic_fit import sigmoid
 
         h = (as_features(X, n_features=self.n_features) - self.mean) / self.scale
         layers = self.layers()

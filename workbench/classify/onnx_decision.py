@@ -39,6 +39,7 @@ from workbench.calibration.isotonic import IsotonicCalibrator
 from workbench.calibration.platt import PlattCalibrator
 from workbench.calibration.raw import RawCalibrator
 from workbench.classify.onnx_export import CLASSIFIER_INPUTS, OUTPUT_NAME, RAW_INPUT
+from workbench.core.atomic import atomic_write_bytes
 from workbench.core.errors import ConfigError, DataError
 
 __all__ = [
@@ -266,7 +267,6 @@ def export_decision_onnx(
     """Write the decision graph — raw features → imputation → ``calibrators`` → the classifier graph ``classifier``
     (a path or bytes of an :func:`~workbench.classify.onnx_export.export_onnx` graph) → ``p_correct`` (and
     ``retrieve`` = p < ``tau`` with a τ) — to ``path`` atomically and return the path (:func:`decision_graph`)."""
-    from workbench.core.atomic import atomic_write_bytes
 
     data = classifier if isinstance(classifier, bytes) else Path(classifier).read_bytes()
     proto = decision_graph(calibrators, data, tau)

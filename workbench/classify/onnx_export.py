@@ -28,6 +28,7 @@ from workbench.classify.mlp import MLPModel
 from workbench.classify.onnx_check import check_bounded_graph, check_self_contained, graph_kind, parse_model
 from workbench.core.atomic import atomic_write_bytes
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.strict_json import loads_strict
 
 INPUT_NAME = "calibrated_features"
 """The classifier graph's input: calibrated features (the calibrators' outputs), float32."""
@@ -199,7 +200,6 @@ class OnnxClassifier:
         if len(shape) != 2:
             raise DataError(f"the graph's input {self.input_name!r} must be [batch, features]", where)
         meta = self.session.get_modelmeta().custom_metadata_map
-        from workbench.core.strict_json import loads_strict
 
         names = (
             loads_strict(meta["feature_names"], f"{where}: feature_names metadata") if "feature_names" in meta else []

@@ -22,6 +22,8 @@ from workbench.classify.inputs import as_features, as_labels, resolve_feature_na
 from workbench.classify.logistic import LogisticModel, fit_logistic
 from workbench.classify.mlp import MLPConfig, MLPModel, fit_mlp
 from workbench.core.errors import ConfigError
+from workbench.metrics.ranking import auroc
+from workbench.metrics.rejection import prr
 
 KINDS = ("logistic", "mlp")
 
@@ -153,8 +155,6 @@ def out_of_fold_proba(
 
 
 def _score(p_correct: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    from workbench.metrics.ranking import auroc
-    from workbench.metrics.rejection import prr
 
     return float(prr(p_correct, y)), float(auroc(p_correct, y))
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.metrics.ranking import auroc
+
 INTERCEPT = "(intercept)"
 """The key :meth:`~workbench.classify.logistic.LogisticModel.weights` gives the intercept (never flagged)."""
 
@@ -42,7 +44,6 @@ def flag_weights(
     """The flags (module docstring) of ``weights`` (feature → weight, the intercept ignored) given each feature's
     values on the held-out split (``features``) and its 0/1 ``labels``, in the order of ``weights``. A zero weight, a
     feature without values or one with an undefined AUROC (one class) is not flagged."""
-    from workbench.metrics.ranking import auroc
 
     named = {name: float(w) for name, w in weights.items() if name != INTERCEPT}
     if not named:

@@ -20,6 +20,7 @@ from typing import Any
 
 from workbench.core.atomic import atomic_write_bytes, atomic_write_text
 from workbench.core.errors import DataError
+from workbench.core.strict_json import loads_strict
 
 TENSORS_KEY = "tensors"
 
@@ -96,7 +97,6 @@ def parse_artifact(
     """``(payload, tensors)`` from an artifact's JSON bytes; ``read_sibling(name)`` returns the bytes of the tensor
     file the JSON names (a bundle loader passes a reader of verified bytes). The JSON is read strictly (no duplicate
     keys, NaN or runaway nesting: :mod:`workbench.core.strict_json`); DataError naming ``where`` on anything wrong."""
-    from workbench.core.strict_json import loads_strict
 
     if len(data) > MAX_ARTIFACT_JSON_BYTES:
         raise DataError(f"artifact JSON over the limit of {MAX_ARTIFACT_JSON_BYTES} bytes", where)

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workbench.core.atomic import atomic_write_json
+
 
 def canonical_json(obj: Any) -> str:
     """Serialise ``obj`` deterministically: sorted keys, no whitespace, non-JSON values via ``str``."""
@@ -67,7 +69,6 @@ def _memoised_sha256(files: list[Path]) -> list[str]:
     large = [f for f in files if f.stat().st_size >= MEMO_MIN_BYTES]
     if not large:
         return [file_sha256(f) for f in files]
-    from workbench.core.atomic import atomic_write_json
     from workbench.core.paths import cache_dir
 
     memo_path = cache_dir("hashes") / "files.json"

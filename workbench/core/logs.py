@@ -12,6 +12,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rich import get_console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
 T = TypeVar("T")
 
 _STATE = {"quiet": False}
@@ -58,7 +62,6 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> No
     logged with ``extra=FILE_ONLY`` goes to the file alone. Calling it again replaces the previous handlers (a new
     run gets a new log file).
     """
-    from rich.logging import RichHandler
 
     numeric = LEVELS[level]
     logger = logging.getLogger("workbench")
@@ -87,7 +90,6 @@ def setup_logging(level: str = "info", log_file: str | Path | None = None) -> No
 def is_terminal() -> bool:
     """Whether the console (rich's, on stdout) is an interactive terminal: progress bars draw there; elsewhere (a log
     file, a pipe, CI) progress is written as :class:`ProgressLines`."""
-    from rich import get_console
 
     return get_console().is_terminal
 
@@ -221,15 +223,6 @@ def progress(
         yield _Hidden()
         return
     if is_terminal() and not is_quiet():
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),

@@ -37,9 +37,14 @@ handlers (replaced per run, ``propagate`` off). None of these is restored when t
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,9 +136,6 @@ def return_freed_memory() -> int:
     Before collecting, :func:`release_kept_import_errors` lets go of the frames (and the models in their locals)
     that the import errors Optuna keeps would hold.
     """
-    import contextlib
-    import ctypes
-    import gc
 
     before = current_rss_bytes()
     release_kept_import_errors()  # frames Optuna's kept import errors hold would keep their locals alive
@@ -178,7 +180,6 @@ def release_kept_import_errors() -> int:
             keepers.append((keeper, attribute))
     if not keepers:
         return 0
-    import warnings
 
     count = 0
     with warnings.catch_warnings():  # a deprecated alias warns when its class is read (torch.distributed.reduce_op)
@@ -225,7 +226,6 @@ def _threshold_from_environment() -> int | None:
     ``MALLOC_MMAP_THRESHOLD_`` or the tunable ``glibc.malloc.mmap_threshold`` fix it at their value; the trim
     threshold, top pad or mmap count set the same ways fix it at glibc's initial 128 KiB (any of them turns the
     adjustment off)."""
-    import os
 
     tunables = dict(
         item.split("=", 1) for item in os.environ.get("GLIBC_TUNABLES", "").split(":") if item.count("=") == 1
@@ -255,7 +255,6 @@ def mmap_threshold() -> int | None:
 
 def _mallopt_threshold(value: int) -> bool:
     """``mallopt(M_MMAP_THRESHOLD, value)``; True where glibc took it (False off glibc: nothing changes)."""
-    import ctypes
 
     if not sys.platform.startswith("linux"):
         return False

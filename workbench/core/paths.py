@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -35,7 +36,6 @@ def recipes_dir() -> Path:
     source = PROJECT_ROOT / "recipes"
     if source.is_dir():
         return source
-    import importlib.util
 
     # recipes/ holds no Python, so the package is a namespace package: its one search location is the folder
     spec = importlib.util.find_spec("workbench.builtin_recipes")

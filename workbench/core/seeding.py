@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from workbench.core.hashing import stable_hash
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, numpy and (if it is already imported) torch, for reproducible runs.
@@ -24,6 +26,5 @@ def seed_everything(seed: int) -> None:
 
 def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed derived deterministically from ``seed`` and any labels (e.g. a stage name and a shard)."""
-    from workbench.core.hashing import stable_hash
 
     return int(stable_hash([seed, *parts], length=8), 16) & 0x7FFFFFFF

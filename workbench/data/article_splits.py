@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from workbench.assets import wiki_summaries_path
 from workbench.core.errors import DataError
 
 WIKI_DATASET = "wiki-qa"
@@ -107,8 +108,6 @@ def ids_sha256(ids: Iterable[str]) -> str:
 
 def _summaries_file(path: str | Path | None) -> Path:
     if path is None:
-        from workbench.assets import wiki_summaries_path
-
         return wiki_summaries_path()
     return Path(path)
 

@@ -10,12 +10,16 @@ corpus).
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.data.chunkers import Chunk, Chunker, chunk_documents, make_chunk_id
+from workbench.core.errors import ConfigError, DataError
+from workbench.data.chunkers import Chunk, Chunker, FixedSizeChunker, RecursiveChunker, chunk_documents, make_chunk_id
+from workbench.data.field_mapping import map_corpus_row
+from workbench.data.record_files import read_rows
 
 if TYPE_CHECKING:
     import datasets
@@ -37,8 +41,6 @@ def corpus_features() -> Any:
 def make_chunker(chunking: str, size: int = 600, overlap: int = 100) -> Chunker | None:
     """The corpus chunker ``chunking`` names (``none`` → None: one passage per document); ``size`` / ``overlap`` in
     characters (``overlap`` for fixed chunking only)."""
-    from workbench.core.errors import ConfigError
-    from workbench.data.chunkers import FixedSizeChunker, RecursiveChunker
 
     if chunking == "fixed":
         return FixedSizeChunker(size=size, overlap=overlap, unit="chars")
@@ -69,9 +71,6 @@ def read_corpus_file(path: str | Path, fields: Mapping[str, str] | None = None) 
 
     DataError naming the file (and the row) for a record without those fields, or a ``doc_id`` seen before: a
     document id names one document (retrieval recall, chunk ids and gold passages all count on it)."""
-    from workbench.core.errors import DataError
-    from workbench.data.field_mapping import map_corpus_row
-    from workbench.data.record_files import read_rows
     from workbench.data.wikiqa import WikiArticle
 
     documents = []
@@ -264,7 +263,6 @@ def corpus_fingerprint(corpus: Any) -> str:
 def corpus_sample(corpus: Any, rows: Sequence[dict], size: int, seed: int) -> Any:
     """Every chunk of the ``rows``' gold documents (``gold_passages[*].doc_id``) plus seeded random other chunks, up
     to ``size`` passages in all, in corpus order — a smaller corpus whose questions keep their gold passages."""
-    import random
 
     gold_docs = {p["doc_id"] for r in rows for p in r["gold_passages"]}
     doc_ids = corpus["doc_id"]

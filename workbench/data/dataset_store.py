@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datasets import DatasetDict, load_from_disk
+from datasets import utils as hf_utils
+
 from workbench.core.atomic import atomic_directory, atomic_write_json
 from workbench.core.errors import DataError
 from workbench.core.hashing import canonical_json, tree_sha256
@@ -41,8 +44,6 @@ def save_dataset_dict(dd: datasets.DatasetDict, path: str | Path) -> str:
     Splits with no rows are not written (``datasets`` cannot load them back) but are recorded with 0 rows, so
     :func:`load_saved_dataset_dict` recreates them. Returns the fingerprint.
     """
-    from datasets import DatasetDict
-    from datasets import utils as hf_utils
 
     fingerprint = dataset_dict_fingerprint(dd)
     filled = DatasetDict({split: dd[split] for split in dd if dd[split].num_rows > 0})
@@ -103,7 +104,6 @@ def _empty_splits(record: dict[str, Any], path: Path) -> list[str]:
 
 def _load_filled(path: Path, expect_files: bool) -> dict[str, datasets.Dataset]:
     """The splits ``save_to_disk`` wrote under ``path`` (none when only empty splits were saved)."""
-    from datasets import DatasetDict, load_from_disk
 
     if not expect_files:
         return {}
@@ -124,7 +124,6 @@ def load_saved_dataset_dict(path: str | Path, *, verify: bool = True) -> dataset
     0 rows come back as empty datasets with the QA features, in the saved split order. Raises :class:`DataError`
     naming ``path`` when the directory is missing, incomplete, altered or unreadable.
     """
-    from datasets import DatasetDict
 
     path = Path(path)
     record = _read_record(path)

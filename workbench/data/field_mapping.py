@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from workbench.core.config import printable
 from workbench.core.errors import ConfigError, DataError
 from workbench.data.article_splits import SPLITS
 
@@ -53,14 +55,12 @@ MAX_SHOWN_CHARS = 80
 
 def is_user_file(source: str) -> bool:
     """Whether a data source names a local file of a type the workbench reads (:data:`USER_FILE_SUFFIXES`)."""
-    from pathlib import Path
 
     return Path(str(source).strip()).suffix.lower() in USER_FILE_SUFFIXES
 
 
 def shown(value: Any) -> str:
     """A value read from a user's file as an error quotes it: its repr, control characters escaped, cut short."""
-    from workbench.core.config import printable
 
     return printable(repr(value), MAX_SHOWN_CHARS)
 

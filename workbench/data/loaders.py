@@ -21,11 +21,15 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import datasets
+
 from workbench.core.errors import DataError
+from workbench.data.dataset_store import load_saved_dataset_dict
 from workbench.data.field_mapping import USER_FILE_SUFFIXES
 from workbench.data.hub_formats import HubFormat, get_format, known_names
 from workbench.data.record_files import read_rows
 from workbench.data.schema import rows_to_dataset
+from workbench.data.user_dataset import read_user_dataset
 
 __all__ = ["load_hub", "load_local_qa", "load_qa_dataset", "load_raw_local", "read_rows", "source_kind"]
 
@@ -50,7 +54,6 @@ def load_local_qa(path: str | Path, *, limit: int | None = None) -> datasets.Dat
 
     A bad row raises :class:`DataError` naming the file and the row number (1-based, counting records).
     """
-    from workbench.data.user_dataset import read_user_dataset
 
     _check_limit(limit)
     return rows_to_dataset(read_user_dataset(path, limit=limit).rows, str(path))
@@ -91,7 +94,6 @@ def load_hub(name: str, split: str | None = None, *, limit: int | None = None) -
     fmt = get_format(name)
     split = split or fmt.default_split
     where = f"hub:{fmt.name} {fmt.describe()} [{split}]"
-    import datasets
 
     try:
         raw = datasets.load_dataset(fmt.path, fmt.config, split=split)
@@ -109,7 +111,6 @@ def load_hub(name: str, split: str | None = None, *, limit: int | None = None) -
 
 
 def _load_saved(path: Path, split: str | None) -> datasets.Dataset:
-    from workbench.data.dataset_store import load_saved_dataset_dict
 
     dd = load_saved_dataset_dict(path)
     if split is None and len(dd) == 1:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from datasets import Features, List, Value
+from datasets import Dataset, Features, List, Value
 
 from workbench.core.errors import DataError
 
@@ -221,7 +221,6 @@ def examples_to_dataset(examples: Iterable[QAExample]) -> datasets.Dataset:
 
 def rows_to_dataset(rows: Sequence[Mapping[str, Any]], where: str) -> datasets.Dataset:
     """A dataset with :data:`QA_FEATURES` from already-validated rows; duplicate ids raise :class:`DataError`."""
-    from datasets import Dataset
 
     seen: set[str] = set()
     for number, row in enumerate(rows, start=1):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.assets import wiki_summaries_path
 from workbench.core.errors import DataError
 from workbench.data.chunkers import split_sentences
 from workbench.data.schema import Passage
@@ -61,8 +62,6 @@ def load_articles(path: str | Path | None = None) -> list[WikiArticle]:
     naming the file when it cannot be read or is not a JSON object of such entries.
     """
     if path is None:
-        from workbench.assets import wiki_summaries_path
-
         path = wiki_summaries_path()
     where = str(path)
     try:

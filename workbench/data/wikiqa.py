@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from datasets import DatasetDict
+
 from workbench.data.article_splits import (  # the article split lives in a light module (recipe checks use it)
     DEFAULT_FRACTIONS,
     DEFAULT_OOD_TOPICS,
@@ -56,6 +58,7 @@ from workbench.data.wiki_articles import (  # the articles and the text helpers 
     strip_qualifier,
     title_variants,
 )
+from workbench.data.wiki_choice import ChoiceBuilder
 
 if TYPE_CHECKING:
     import datasets
@@ -312,13 +315,10 @@ def build_wikiqa(
         raise ValueError(f"max_per_template must be a positive integer or None, got {max_per_template!r}")
     ood_topics = DEFAULT_OOD_TOPICS if ood_topics is None else tuple(ood_topics)
     assignment = assign_splits(articles, seed=seed, fractions=fractions, ood_topics=ood_topics)
-    from datasets import DatasetDict
 
     description_counts = _description_counts(articles)
     choices = None
     if any(t in CHOICE_TEMPLATES for t in templates):
-        from workbench.data.wiki_choice import ChoiceBuilder
-
         choices = ChoiceBuilder(articles, seed=seed)
     result = {}
     for index, split in enumerate((*SPLITS, OOD_SPLIT)):

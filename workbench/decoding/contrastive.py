@@ -55,6 +55,10 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.decoding_state import reserve_positions
+from workbench.backends.generator import DecodingParams, DecodingRow, join_states, joinable, select_rows
+from workbench.backends.prefix_reuse import common_prefix_length, plan_prefix_groups, row_prefix_cache
+
 __all__ = [
     "ContrastiveGeneration",
     "StepChoice",
@@ -249,8 +253,6 @@ def contrastive_generate(
     """
     import torch
 
-    from workbench.backends.generator import DecodingParams
-
     experts, amateurs = list(expert_prompts), list(amateur_prompts)
     if len(experts) != len(amateurs):
         raise ValueError(f"{len(experts)} expert prompts but {len(amateurs)} amateur prompts")
@@ -335,7 +337,6 @@ def _record(generator: Any, chunk: list[_Pair], active: list[int], choice: StepC
 
 
 def _new_rows(chunk: list[_Pair]) -> None:
-    from workbench.backends.generator import DecodingRow
 
     for i, pair in enumerate(chunk):
         pair.row = DecodingRow(job=i, sample=0, generator=None)
@@ -357,7 +358,6 @@ def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: li
     prompts share (the system prompt) when that saves more prefill tokens than the generator's own prefix reuse
     among the amateurs.
     """
-    from workbench.backends.generator import join_states, joinable
 
     if max(map(len, expert_ids)) == max(map(len, amateur_ids)) or generator.joinable_cache is False:
         return generator.prefill(expert_ids + amateur_ids, params)
@@ -371,7 +371,6 @@ def prefill_streams(generator: Any, expert_ids: list[list[int]], amateur_ids: li
 def shared_prefix_length(expert_ids: list[list[int]], amateur_ids: list[list[int]]) -> int:
     """The number of leading tokens every expert and amateur prompt share, at most every amateur's length − 1 (an
     amateur continuing them keeps a token of its own, whose logits start its stream)."""
-    from workbench.backends.prefix_reuse import common_prefix_length
 
     first = expert_ids[0]
     length = min(len(ids) - 1 for ids in amateur_ids)
@@ -400,7 +399,6 @@ def prefill_amateurs(
     prompt (up to float rounding) and ``prefill_tokens`` counts every prompt token (the saving goes to
     ``prefix_reused_tokens``).
     """
-    from workbench.backends.prefix_reuse import plan_prefix_groups, row_prefix_cache
 
     length = shared_prefix_length(expert_ids, amateur_ids)
     if length >= 1 and generator.reuses_prefixes(params):
@@ -422,8 +420,6 @@ def _keep_pairs(
     """
     import torch
 
-    from workbench.backends.generator import select_rows
-
     n = len(active)
     rows = torch.tensor(keep + [n + k for k in keep] if stacked else keep, dtype=torch.long)
     index = torch.tensor(keep, dtype=torch.long, device=alphas.device)
@@ -438,7 +434,6 @@ def _keep_pairs(
 
 def _decode_batched(generator: Any, chunk: list[_Pair], params: Any, dynamic: bool) -> None:
     """Rows 0..n-1 are the experts and rows n..2n-1 the amateurs of the n active pairs; one forward per step."""
-    from workbench.backends.decoding_state import reserve_positions
 
     _new_rows(chunk)
     state = prefill_streams(generator, [p.ids_expert for p in chunk], [p.ids_amateur for p in chunk], params)

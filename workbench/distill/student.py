@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.backends.factory import backend_errors
+from workbench.backends.prompts import encode
 from workbench.core.errors import ConfigError, DataError
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -74,7 +76,6 @@ class EncodedRow:
 def encode_row(tokenizer: Any, prompt: str, target: str, *, single_token: bool, max_length: int) -> EncodedRow:
     """Tokenise one trace row (module doc). ``prompt`` is the rendered chat prompt; DataError when the target
     encodes to no token; ValueError when ``max_length < 2``."""
-    from workbench.backends.prompts import encode
 
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
@@ -251,8 +252,6 @@ def load_student(model_dir: str, lora: LoraSettings) -> tuple[Any, Any]:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from workbench.backends.factory import backend_errors
 
     with backend_errors("student model", str(model_dir)):
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -61,6 +61,7 @@ from workbench.methods.controller import (
     FollowUp,
     PromptedLMController,
     Relevance,
+    parse_verdict,
 )
 
 if TYPE_CHECKING:
@@ -308,7 +309,6 @@ class PromptRecorder:
 def verdict_score(raw: Any) -> float | None:
     """p(Yes) of one yes / no verdict as the prompted controller reads it: a ``{"yes": lp, "no": lp}`` log-prob
     pair (log-prob mode) → p(Yes) / (p(Yes) + p(No)); a generated text → its parsed verdict; None when unreadable."""
-    from workbench.methods.controller import parse_verdict
 
     if isinstance(raw, Mapping):
         try:

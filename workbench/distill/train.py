@@ -39,9 +39,22 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workbench.backends.lora import lora_state_dict
 from workbench.core.errors import ConfigError, DataError
-from workbench.core.logs import quiet_lightning
-from workbench.distill.student import LoraSettings, RowStats
+from workbench.core.logs import ProgressLines, is_quiet, is_terminal, quiet_lightning
+from workbench.distill.student import (
+    EpochShuffle,
+    LoaderProgress,
+    LoraSettings,
+    RowStats,
+    collate,
+    encode_rows,
+    load_student,
+    loss_recorder_class,
+    resumable_loader_class,
+    student_module_class,
+    use_gradient_checkpointing,
+)
 
 log = logging.getLogger(__name__)
 
@@ -304,8 +317,6 @@ def step_lines_class() -> type:
     rate, the ETA and the step's loss; rank 0 only): the trainer's progress where output is not a terminal."""
     import lightning
 
-    from workbench.core.logs import ProgressLines
-
     class StepLines(lightning.pytorch.Callback):
         def __init__(self) -> None:
             self.lines: ProgressLines | None = None
@@ -425,19 +436,6 @@ def train_student(
     import lightning
     import torch
 
-    from workbench.core.logs import is_quiet, is_terminal
-    from workbench.distill.student import (
-        EpochShuffle,
-        LoaderProgress,
-        collate,
-        encode_rows,
-        load_student,
-        loss_recorder_class,
-        resumable_loader_class,
-        student_module_class,
-        use_gradient_checkpointing,
-    )
-
     if not rows:
         raise DataError("no training rows: nothing to train on", settings.section)
     started = time.perf_counter()
@@ -544,6 +542,5 @@ def train_in_stage(
 
 def _gather_state(model: Any) -> dict[str, Any]:
     """The LoRA weights of the trained model (gathered across ranks under ZeRO-3)."""
-    from workbench.backends.lora import lora_state_dict
 
     return lora_state_dict(model)

@@ -28,8 +28,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from workbench.backends.passage_table import PassageTable, passages_of
+from workbench.backends.prompts import passage_line
+from workbench.core.errors import ConfigError
 
 COST_FIELDS = (
     "lm_calls",
@@ -208,7 +212,6 @@ class Passage:
     def prompt_text(self, max_chars: int | None = None) -> str:
         """``"title: text"``, the text cut to ``max_chars`` at a word boundary (:func:`~workbench.backends.prompts.
         passage_line`, the format every stage and the runtime share)."""
-        from workbench.backends.prompts import passage_line
 
         return passage_line(self.title, self.text, max_chars)
 
@@ -240,7 +243,6 @@ class Tools:
         passage_chars: int = 400,
         max_new_tokens: int = 16,
     ) -> None:
-        from workbench.backends.passage_table import passages_of
 
         self.generator = generator
         self.retriever = retriever
@@ -300,7 +302,6 @@ class Tools:
         pool of its lexical channel.
         """
         from workbench.backends.retrievers import DenseRetriever, PooledDenseRetriever, as_corpus
-        from workbench.core.errors import ConfigError
 
         if self.embedder is None:
             raise ConfigError("a dense retriever needs an embedder (tools.embedder is None)", "tools")
@@ -339,7 +340,6 @@ class Tools:
         same connection and corpus searching the other one (built once, shared). An engine without that channel is
         a one-line :class:`~workbench.core.errors.ConfigError` naming ``retrieval.backend``."""
         from workbench.backends.retrieval_engines import ENGINES
-        from workbench.core.errors import ConfigError
 
         own = self.retriever
         if not self.on_engine:
@@ -358,7 +358,6 @@ class Tools:
             raise ConfigError("the engine's dense channel needs an embedder (tools.embedder is None)", "tools")
 
         def build() -> Any:
-            from dataclasses import replace
 
             connection = replace(own.connection, channel=channel)
             embedder = self.embedder if channel == "dense" else None
@@ -374,7 +373,6 @@ class Tools:
 
     def column(self, name: str) -> list:
         """A corpus column as a list (read once; a growing passage table's own live column)."""
-        from workbench.backends.passage_table import PassageTable
 
         if isinstance(self.corpus, PassageTable):
             return self.corpus[name]

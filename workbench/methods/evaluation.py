@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from workbench.core.logs import track
+from workbench.methods.registry import build_method
+from workbench.metrics.qa import score_answer
+
 if TYPE_CHECKING:
     from workbench.methods.base import Method, Tools
     from workbench.methods.learned import LearnedParts
@@ -78,7 +82,6 @@ def evaluate_method(
     """Build method ``name`` with ``options`` and ``learned`` (:func:`~workbench.methods.registry.build_method`;
     :class:`~workbench.core.errors.ConfigError` for a bad name, option or missing learned part) and answer ``rows``
     with it (:func:`evaluate_built`). The generation cache is whatever ``tools.generator.cache`` is."""
-    from workbench.methods.registry import build_method
 
     method = build_method(name, tools, options, learned, utility_fallback=utility_fallback)
     return evaluate_built(name, method, rows, batch_questions=batch_questions, progress=progress)
@@ -95,7 +98,6 @@ def evaluate_built(
     """Answer ``rows`` (QA example dicts: ``id``, ``question``, ``answers``, optional ``options``) with an already
     built ``method`` in batches of ``batch_questions`` (``method.answer_many``; a progress bar when ``progress``);
     one :func:`trace_record` per answer, in row order, labelled ``name``, and their :func:`summary_metrics`."""
-    from workbench.core.logs import track
 
     if batch_questions < 1:
         raise ValueError(f"batch_questions must be >= 1, got {batch_questions}")
@@ -115,7 +117,6 @@ def trace_record(method: str, example: dict[str, Any], answer: Any) -> dict[str,
     field of the trace (``lm_calls``, ``prefill_tokens``, ..., ``cached_*``, ``seconds``), ``tokens`` (prefill +
     decoded + scored), ``cached_tokens`` (cached prefill + cached decoded), ``lm_calls_uncached`` /
     ``tokens_uncached`` (real + cached) and the full trace as JSON (``trace``)."""
-    from workbench.metrics.qa import score_answer
 
     scores = score_answer(answer.text, list(example["answers"]), list(example.get("options") or []))
     trace = answer.trace.to_dict()

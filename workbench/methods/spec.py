@@ -10,10 +10,13 @@ This module imports nothing heavy: the registry, the tuning layer and the runtim
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from workbench.core.errors import ConfigError
 
 __all__ = ["AgreementRow", "BuildRequest", "MethodHooks", "MethodSpec", "ReplayRule", "Tunable", "lazy_exports"]
 
@@ -191,7 +194,6 @@ class MethodSpec:
         """The :class:`dataclasses.Field` of every option: its settings', then its options' (with the variant's
         ``defaults`` laid over the fields' own)."""
         import copy
-        from dataclasses import MISSING, fields
 
         out = []
         for cls in (self.settings_class(), self.options):
@@ -210,7 +212,6 @@ class MethodSpec:
     def make_settings(self, values: Mapping[str, Any]) -> Any:
         """The settings class over ``values``, validated (a value of the wrong kind reaching the dataclass is a
         :class:`~workbench.core.errors.ConfigError` too); None for a method without settings."""
-        from workbench.core.errors import ConfigError
 
         cls = self.settings_class()
         if cls is None:
@@ -229,7 +230,6 @@ def lazy_exports(package: str, *modules: str) -> Callable[[str], Any]:
     does not define is looked up, on first use, in its ``modules`` (submodule names, in order) — so
     ``from workbench.methods.dtr import DTR`` works without ``import workbench.methods.dtr`` loading the
     implementation."""
-    import importlib
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):

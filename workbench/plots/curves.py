@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import workbench.plots.figure as figure
+from workbench.metrics.ranking import auroc
+from workbench.metrics.rejection import rejection_curve
 
 
 def loss_curve(path: Path, curve: Sequence[dict], *, title: str, resumed_from: int | None = None) -> Path:
@@ -58,7 +60,6 @@ def roc_curves(path: Path, curves: dict[str, Sequence[float]], labels: Sequence[
 
     Higher score = positive class (label 1); NaN pairs are dropped. Each legend entry carries the AUROC; a series
     with one class left (or all NaN) is not drawn and is listed as "(undefined)". The chance diagonal is dashed."""
-    from workbench.metrics.ranking import auroc
 
     figure.require(curves, "curves", "roc_curves")
     plt = figure.pyplot()
@@ -85,7 +86,6 @@ def rejection_curves(path: Path, curves: dict[str, Sequence[float]], quality: Se
     first), one per confidence series, with the "oracle" (confidence = quality) and "random" (mean quality) lines.
 
     NaN pairs are dropped per series; a series with nothing left is listed as "(undefined)"."""
-    from workbench.metrics.rejection import rejection_curve
 
     figure.require(curves, "curves", "rejection_curves")
     plt = figure.pyplot()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import workbench.plots.figure as figure
+from workbench.metrics.calibration import ece, reliability_table
 from workbench.plots.bars import draw_bars
 
 
@@ -23,7 +24,6 @@ def reliability_grid(
     predicted probability against the observed frequency (marker area grows with the bin count), for "before"
     and "after", with the diagonal (perfect calibration) dashed and each curve's ECE in the legend. At most four
     panels per row."""
-    from workbench.metrics.calibration import ece, reliability_table
 
     figure.require(panels, "panels", "reliability_grid")
     plt = figure.pyplot()
@@ -70,7 +70,6 @@ def transfer_panels(
     condition's ``(low, high)`` for a group); right, the reliability diagram of each
     condition's ``(probabilities, labels)`` in ``reliability`` (equal-width bins, marker area by count, ECE in the
     legend, the diagonal dashed)."""
-    from workbench.metrics.calibration import ece, reliability_table
 
     figure.require(aurocs, "conditions", "transfer_panels")
     plt = figure.pyplot()

@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.calibration.registry import make_calibrator
+from workbench.classify.mlp import MLPConfig
+from workbench.classify.select import fit_one, split_train_val
 from workbench.core.errors import ConfigError, DataError
 
 INPUTS = ("calibrated", "raw")
@@ -127,16 +131,12 @@ class RoutingData:
 
 def _fit_parts(spec: RouterSpec, x: np.ndarray, y: np.ndarray, data: RoutingData) -> tuple[list[Any], Any]:
     """Per-feature calibrators fitted on ``x`` / ``y``, and the classifier fitted on their outputs."""
-    from workbench.calibration.registry import make_calibrator
-    from workbench.classify.select import fit_one, split_train_val
 
     calibrators = [make_calibrator(spec.calibrator).fit(x[:, j], y) for j in range(x.shape[1])]
     inputs = _transform(calibrators, x)
     x_stop = y_stop = None
     config = data.mlp_config
     if spec.kind == "mlp":
-        from workbench.classify.mlp import MLPConfig
-
         config = config or MLPConfig()
         train, val = split_train_val(y, data.val_fraction, data.seed)
         x_stop, y_stop, inputs, y = inputs[val], y[val], inputs[train], y[train]
@@ -175,7 +175,6 @@ class FittedRouter:
     def calibrator_set(self, medians: Mapping[str, float], ranges: Mapping[str, Any]) -> Any:
         """The :class:`~workbench.calibration.calibrator_set.CalibratorSet` a bundle ships (the fit split's medians
         and ranges of these features, for imputation)."""
-        from workbench.calibration.calibrator_set import CalibratorSet
 
         feats = self.spec.features
         return CalibratorSet(

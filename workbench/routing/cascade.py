@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.uncertainty.stat_costs import feature_components
+
 
 def cascade_route(
     p_cheap: np.ndarray, p_full: np.ndarray, low: float, high: float, tau: float
@@ -27,7 +29,6 @@ def cascade_route(
 def cascade_features_cost(model: Any, cheap: tuple[str, ...], full: tuple[str, ...], band_rate: float) -> dict:
     """Per-question feature cost of a cascade: the cheap features' components, plus ``band_rate`` × the components
     only the full router's features need."""
-    from workbench.uncertainty.stat_costs import feature_components
 
     base = feature_components(cheap)
     extra = feature_components(full) - base
@@ -37,6 +38,5 @@ def cascade_features_cost(model: Any, cheap: tuple[str, ...], full: tuple[str, .
 
 def cheap_features(features: tuple[str, ...]) -> tuple[str, ...]:
     """The features among ``features`` whose stats need only the greedy answer (free once it is generated)."""
-    from workbench.uncertainty.stat_costs import feature_components
 
     return tuple(f for f in features if feature_components([f]) <= {"greedy"})

@@ -21,7 +21,7 @@ from workbench.routing.candidates import FittedRouter, RouterSpec, RoutingData, 
 from workbench.routing.cost import CostModel
 from workbench.routing.front import RoutePoint, compare_to_always, pareto
 from workbench.routing.pick import PickRule, cheapest_within, pick_router
-from workbench.routing.search import decision_cost, forward_selection, router_study
+from workbench.routing.search import decision_cost, forward_selection, router_study, spec_points
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,6 @@ def choose_router(
         )
         points += found
     if not any(p.kind == "single" for p in points):  # forward selection found no signal: the full set at every τ
-        from workbench.routing.search import spec_points
-
         points += spec_points(template, fit, fit_model, "fallback")
     references = baseline_points(fit, fit_model)
     always_q, delta = references[1].quality, settings.pick.epsilon

@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.classify.threshold import candidate_thresholds
+from workbench.metrics.bootstrap import bootstrap_intervals, mean_interval
+
 
 @dataclass
 class RoutePoint:
@@ -75,7 +78,6 @@ def pareto(points: Sequence[RoutePoint]) -> list[RoutePoint]:
 def tau_sweep(p_correct: np.ndarray) -> np.ndarray:
     """Every τ that gives a distinct retrieval set for ``p_correct`` (retrieve iff p < τ): 0, the midpoints of the
     sorted unique values and 1 + ε (:func:`~workbench.classify.threshold.candidate_thresholds`)."""
-    from workbench.classify.threshold import candidate_thresholds
 
     return candidate_thresholds(np.asarray(p_correct, dtype=float))
 
@@ -85,7 +87,6 @@ def bootstrap_interval(
 ) -> tuple[float, float]:
     """BCa interval of the mean of ``values`` (one per question) over ``draws`` resamples of the questions
     (:func:`workbench.metrics.bootstrap.mean_interval`; NaN with fewer than two questions)."""
-    from workbench.metrics.bootstrap import mean_interval
 
     return mean_interval(values, n_resamples=draws, level=level, seed=seed).as_tuple()
 
@@ -106,7 +107,6 @@ def compare_to_always(
     figures) of the quality difference (router − Always-RAG, in points of the score) and of the relative saving
     (1 − router cost / Always-RAG cost); a figure constant over the resamples gets the percentile interval (its
     value twice), and NaN intervals with fewer than two questions or no Always-RAG cost."""
-    from workbench.metrics.bootstrap import bootstrap_intervals
 
     routed, always = np.asarray(routed, dtype=float), np.asarray(always, dtype=float)
     cost = np.asarray(router_cost, dtype=float)

@@ -32,6 +32,7 @@ import numpy as np
 
 from workbench.classify.threshold import ABOVE_ONE
 from workbench.core.errors import ConfigError
+from workbench.metrics.bootstrap import mean_interval
 from workbench.routing.cost import scalar_cost
 from workbench.routing.front import RoutePoint
 
@@ -251,7 +252,6 @@ def _guard(
     point: RoutePoint, always_quality: float, paired: Callable[[RoutePoint], np.ndarray] | None, draws: int, seed: int
 ) -> dict[str, Any]:
     """The interval guard's record for ``point``: passed iff the paired interval's low end is above 0."""
-    from workbench.metrics.bootstrap import mean_interval
 
     record: dict[str, Any] = {
         "candidate": point.name,

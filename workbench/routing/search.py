@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.metrics.ranking import auroc
 from workbench.routing.candidates import RouterSpec, RoutingData
 from workbench.routing.cascade import cascade_features_cost, cascade_route, cheap_features
 from workbench.routing.cost import CostModel
@@ -87,7 +88,6 @@ def forward_selection(
 ) -> tuple[list[ForwardStep], list[RoutePoint]]:
     """Greedy forward selection by AUROC gain per added cost; ``template`` gives the kind, inputs and calibrator.
     Returns the path and every τ point of every set on it."""
-    from workbench.metrics.ranking import auroc
 
     chosen: list[str] = []
     remaining = list(candidates)

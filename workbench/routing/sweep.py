@@ -16,6 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from workbench.metrics.bootstrap import bootstrap_intervals
+from workbench.metrics.proportion import wilson_interval
+from workbench.routing.front import tau_sweep
+
 
 def sweep_rows(
     p_correct: Sequence[float],
@@ -34,9 +38,6 @@ def sweep_rows(
     (``qa_rag``) and ``difference_interval`` (paired BCa), and ``cost`` — ``cost(tau, rate)`` per question, when
     given. Intervals at 90 %, over ``draws`` resamples of the questions (seeded); None with fewer than two
     questions. ValueError on unequal lengths."""
-    from workbench.metrics.bootstrap import bootstrap_intervals
-    from workbench.metrics.proportion import wilson_interval
-    from workbench.routing.front import tau_sweep
 
     p = np.asarray(p_correct, dtype=float).reshape(-1)
     closed, rag = np.asarray(qa_closed, dtype=float).reshape(-1), np.asarray(qa_rag, dtype=float).reshape(-1)

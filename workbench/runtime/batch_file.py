@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from workbench.core.errors import ConfigError, DataError, storage_error
+from workbench.core.logs import track
 from workbench.core.regular_files import lock_exclusive, open_regular
 from workbench.core.strict_json import loads_strict
 from workbench.runtime.questions import question_problem
@@ -314,7 +315,6 @@ def answer_file(
     ``answer_many(questions, method, batch_size=)``. Everything is checked — the method, the input, every row
     already written — before ``runtime.method`` is called, and it is not called at all when nothing is left.
     """
-    from workbench.core.logs import track
 
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}", "batch_size")

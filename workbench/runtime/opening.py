@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.archive import ArchiveLimits
-from workbench.bundle.integrity import verify_bundle_dir
+from workbench.bundle.extract_cache import unpacked
+from workbench.bundle.files import BundleFiles
+from workbench.bundle.integrity import manifest_notes, verify_bundle_dir
+from workbench.bundle.schema import bundle_versions
 from workbench.core.errors import DataError
+from workbench.core.paths import cache_dir
 
 
 def latest_version(name_dir: Path) -> Path:
     """The highest ``X.Y.Z`` version directory under a bundle's name directory (``artifacts/bundles/NAME``)."""
-    from workbench.bundle.schema import bundle_versions
 
     versions = bundle_versions(name_dir)
     if not versions:
@@ -40,7 +43,6 @@ def open_bundle(
     (unpacked under ``extract_dir``, by default the workbench cache, within ``limits``). ``lease``
     (:class:`~workbench.bundle.extract_cache.ExtractLease`; None for a directory) keeps the unpacked copy from being
     pruned while it is held: whoever uses the directory holds it."""
-    from workbench.bundle.integrity import manifest_notes
 
     path = Path(path)
     limits = limits or ArchiveLimits()
@@ -51,9 +53,6 @@ def open_bundle(
         root = path
         manifest = verify_bundle_dir(root)
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
-        from workbench.bundle.extract_cache import unpacked
-        from workbench.core.paths import cache_dir
-
         base = Path(extract_dir) if extract_dir is not None else cache_dir("bundles")
         root, manifest, lease = unpacked(path, base, limits)
     elif not path.exists():
@@ -141,7 +140,6 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     Every file is read through :class:`~workbench.bundle.files.BundleFiles` (listed in the manifest, bytes checked
     against its sha256). Both classifiers are read and compared (:func:`check_backends_agree`); ``classifier`` picks
     which one answers: the numpy weights (``learned/classifier.json``) or the ONNX graph (ONNX Runtime)."""
-    from workbench.bundle.files import BundleFiles
     from workbench.classify.onnx_export import OnnxClassifier
     from workbench.classify.policy import check_tau
     from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts

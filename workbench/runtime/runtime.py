@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends.cost import CostCounter
+from workbench.bundle.archive import ArchiveLimits
 from workbench.core.errors import ConfigError, DataError
 from workbench.runtime.options import RuntimeOptions, runtime_options
 from workbench.runtime.questions import question_problem
@@ -562,7 +563,6 @@ def load_bundle(path: str | Path, overrides: dict[str, Any] | RuntimeOptions | N
     major, or prompts that differ from the features' collection; an EngineError when the bundle's external retriever
     cannot be reached or holds another index (its tools are built here, see the module docstring).
     """
-    from workbench.bundle.archive import ArchiveLimits
     from workbench.runtime.opening import open_bundle
 
     options = runtime_options(overrides)

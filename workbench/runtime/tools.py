@@ -18,13 +18,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.assets import model_weights, no_training_imports, resolve_embedder, weights_digest
+from workbench.backends.factory import (
+    build_embedder,
+    build_generator,
+    build_judge,
+    build_retriever,
+    build_served_embedder,
+    build_served_generator,
+)
+from workbench.backends.lora import resolve_model
+from workbench.backends.served_probe import compare_probes
+from workbench.bundle.external import engine_fingerprint, fingerprint_differences, record_connection
 from workbench.core.errors import AssetError, DataError
+from workbench.methods.base import Tools
 
 
 def _checked_model(kind: str, record: dict[str, Any], override: str | None, allow: bool, notes: list[str]) -> Any:
     """The resolved model for ``kind`` (the manifest's, or ``override``), its weights compared with the manifest."""
-    from workbench.assets import model_weights, no_training_imports, resolve_embedder
-    from workbench.backends.lora import resolve_model
 
     ref = override or record["ref"]
     resolve = resolve_model if kind == "generator" else resolve_embedder
@@ -52,8 +63,6 @@ def served_runtime_generator(manifest: dict[str, Any], options: Any, counter: An
     another model is refused in one line unless ``allow_model_mismatch`` (then every trace says so). A method the
     server cannot serve (D²-RAG's contrastive decoding needs per-step logits) is refused when it is asked for
     (:meth:`workbench.runtime.runtime.Runtime.method`), so the bundle's other methods still answer."""
-    from workbench.backends.factory import build_served_generator
-    from workbench.backends.served_probe import compare_probes
 
     record = manifest["models"]["generator"]
     served = record.get("served") or {}
@@ -114,7 +123,6 @@ def served_runtime_embedder(record: dict[str, Any], options: Any, counter: Any, 
     (:func:`~workbench.backends.served_embedder.compare_embedding_probes`); another model is refused in one line
     unless ``allow_model_mismatch`` (then every trace says so). An unreachable server is a one-line
     :class:`~workbench.backends.served_client.ServedModelError` naming the URL."""
-    from workbench.backends.factory import build_served_embedder
     from workbench.backends.served_embedder import compare_embedding_probes
 
     served = record["served"]
@@ -168,9 +176,7 @@ def external_runtime_retriever(
     against the bundle's fingerprint (:mod:`workbench.bundle.external`). ``verdict`` is ``"match"`` or what differs,
     allowed by ``allow_retriever_mismatch`` (every trace then says so); else a one-line EngineError naming the URI
     without credentials, as for an engine that cannot be reached."""
-    from workbench.backends.factory import build_retriever
     from workbench.backends.retrieval_engines import EngineError, redact_uri
-    from workbench.bundle.external import engine_fingerprint, fingerprint_differences, record_connection
 
     connection = record_connection(record, options.retriever_uri)
     retriever = build_retriever(record["backend"], corpus, embedder=embedder, counter=counter, connection=connection)
@@ -196,8 +202,6 @@ def external_runtime_retriever(
 def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
     """The :class:`~workbench.methods.base.Tools` of a bundle (see the module docstring); on an external retriever
     the fingerprint verdict is ``tools.shared("retriever_check", ...)``."""
-    from workbench.backends.factory import build_embedder, build_generator, build_judge, build_retriever
-    from workbench.methods.base import Tools
 
     models = manifest["models"]
     answering = manifest["answering"]
@@ -231,11 +235,13 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
         return shared["embedder"]
 
     nli = models["nli"]
-    if nli.get("model") and nli.get("weights_sha256"):
-        from workbench.assets import weights_digest
-
-        if weights_digest(nli["model"]) != nli["weights_sha256"] and not allow:
-            raise AssetError("the NLI judge's weights differ from the bundle's", str(nli["model"]))
+    if (
+        nli.get("model")
+        and nli.get("weights_sha256")
+        and weights_digest(nli["model"]) != nli["weights_sha256"]
+        and not allow
+    ):
+        raise AssetError("the NLI judge's weights differ from the bundle's", str(nli["model"]))
     judge = build_judge(
         nli["kind"],
         model=nli.get("model"),

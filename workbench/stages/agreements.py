@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from workbench.core.settings import PairedKeyError, RecipeView, value_at
+from workbench.stages.export.settings import exported_methods
 
 Relation = Literal["equal", "among", "differs"]
 """How ``key``'s value must relate to ``other``'s: equal to it, one of its items (``other`` is a list), or not equal."""
@@ -45,7 +46,6 @@ class Agreement:
 def _method_used(config: RecipeView, method: str, uses: tuple[str, ...]) -> bool:
     """Whether ``method`` is used by one of ``uses`` in this recipe: evaluated, exported or tuned in a study (each only
     when its stage runs)."""
-    from workbench.stages.export.settings import exported_methods
 
     stages = config.stages
     return (

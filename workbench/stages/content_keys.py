@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_EMBEDDERS, EMBEDDED_GENERATORS
 from workbench.core.hashing import path_sha256
 
 
@@ -74,11 +75,8 @@ def _local_path(value: Any, setting: PathSetting) -> Path | None:
     embedded model's name, a hub id, a path that does not exist: the loader of that setting says so when used)."""
     if not isinstance(value, str) or not value or value in setting.names:
         return None
-    if setting.model:
-        from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_EMBEDDERS, EMBEDDED_GENERATORS
-
-        if value in EMBEDDED_GENERATORS or value in EMBEDDED_EMBEDDERS or value in EMBEDDED_ADAPTERS:
-            return None  # resolved as the embedded asset even when a same-named path exists (workbench.assets)
+    if setting.model and (value in EMBEDDED_GENERATORS or value in EMBEDDED_EMBEDDERS or value in EMBEDDED_ADAPTERS):
+        return None  # resolved as the embedded asset even when a same-named path exists (workbench.assets)
     path = Path(value).expanduser()
     return path if path.exists() else None
 

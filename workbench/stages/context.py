@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.backends.cost import CostCounter
+from workbench.backends.factory import (
+    build_embedder,
+    build_generator,
+    build_judge,
+    build_retriever,
+    build_served_embedder,
+    build_served_generator,
+)
+from workbench.backends.lora import resolve_model
+from workbench.core.memory import return_freed_memory
 from workbench.core.settings import RecipeView
+from workbench.stages.backend_needs import approximations, check_capabilities
 from workbench.stages.spec import StageSpec
 
 
@@ -59,7 +70,6 @@ class Resources:
         ``controller_generator`` keeps the run's ``generator``, which it may be), except a served generator (a
         remote model holds no memory here, and re-probing its server costs time), and return the freed memory to
         the system (:func:`~workbench.core.memory.return_freed_memory`). Returns the names dropped."""
-        from workbench.core.memory import return_freed_memory
 
         keep = set(kinds) | ({"generator"} if "controller_generator" in kinds else set())
         dropped = [
@@ -97,7 +107,6 @@ class Resources:
         """The run's :class:`workbench.backends.generator.Generator` (with the generation cache if enabled)."""
 
         def build():
-            from workbench.backends.lora import resolve_model
 
             section = self.config.generator
             if section.backend == "openai":
@@ -109,8 +118,6 @@ class Resources:
     def _build_served_generator(self) -> Any:
         """The run's generator on an OpenAI-compatible server: probed once, then every part of the run that the
         server cannot serve is refused in one line (:func:`workbench.stages.backend_needs.check_capabilities`)."""
-        from workbench.backends.factory import build_served_generator
-        from workbench.stages.backend_needs import check_capabilities
 
         section = self.config.generator
         generator = build_served_generator(
@@ -139,7 +146,6 @@ class Resources:
         generator = self._built.get("generator")
         if generator is None or not getattr(generator, "served", False):
             return None
-        from workbench.stages.backend_needs import approximations
 
         return {
             "base_url": generator.settings.base_url,
@@ -161,7 +167,6 @@ class Resources:
         template), since the section's format was chosen for the run's model. A second model passes the run's
         generator as ``share_weights_with``: the layers it holds alike with it (an adapter over the same base changes
         only its target layers) stay one resident copy."""
-        from workbench.backends.factory import build_generator
 
         section = self.config.generator
         return build_generator(
@@ -213,7 +218,6 @@ class Resources:
         interface)."""
 
         def build():
-            from workbench.backends.factory import build_embedder, build_served_embedder
 
             section = self.config.embedder
             if section.backend == "openai":
@@ -256,13 +260,10 @@ class Resources:
         """The run's retriever over ``corpus`` (a Dataset with ``chunk_id`` and ``text``), as ``retrieval`` says."""
 
         def build():
-            from workbench.backends.factory import build_retriever
 
             section = self.config.retrieval
             connection = None
             if section.backend not in ("bm25", "dense", "hybrid"):
-                from dataclasses import asdict
-
                 from workbench.backends.retrieval_engines import Connection
 
                 connection = Connection(**asdict(section.connection))
@@ -276,7 +277,6 @@ class Resources:
         """The NLI judge ``kind`` (default: the recipe's ``nli.kind``) on the run's shared embedder / generator;
         ``model`` is the checkpoint of ``cross_encoder`` / ``hf`` judges (default: ``nli.model``), placed on
         ``nli.device`` (the other judges run where the embedder / generator runs)."""
-        from workbench.backends.factory import build_judge
 
         kind = kind or self.config.nli.kind
         model = model if model is not None else self.config.nli.model

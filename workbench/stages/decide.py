@@ -31,8 +31,19 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bundle.decided import DecidedPoint
+from workbench.bundle.export import export_run, finished_run
+from workbench.bundle.provenance import Questions
+from workbench.classify.threshold import ABOVE_ONE
 from workbench.core.errors import ConfigError, DataError
-from workbench.routing.pick import BUDGETS
+from workbench.methods.learned import load_learned
+from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
+from workbench.routing.candidates import RouterSpec, fit_router
+from workbench.routing.choose import measure_point
+from workbench.routing.front import RoutePoint, tau_sweep
+from workbench.routing.pick import BUDGETS, pick_router, pick_rule
+from workbench.stages.classify.router import ROUTER_FILES, cost_model, routing_data, write_router
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 PICK_FLAGS = {
     "rule": "--pick",
@@ -76,7 +87,6 @@ class DecideRequest:
     def rule(self, default_epsilon: float) -> Any:
         """The checked :class:`~workbench.routing.pick.PickRule` of ``--pick`` (``default_epsilon`` when no
         ``--epsilon``)."""
-        from workbench.routing.pick import pick_rule
 
         return pick_rule(
             str(self.pick),
@@ -118,11 +128,6 @@ def decide_run(
     and ``root`` default to the run's ``export`` section). ConfigError / DataError (one line, nothing written) for a
     run without calibrate and classify outputs or without a router search, or a collection without per-stat
     costs."""
-    from workbench.bundle.decided import DecidedPoint
-    from workbench.bundle.export import export_run, finished_run
-    from workbench.bundle.provenance import Questions
-    from workbench.routing.candidates import RouterSpec
-    from workbench.routing.choose import measure_point
 
     run = finished_run(run_dir)
     config, section = run.config, run.config.classify
@@ -138,7 +143,6 @@ def decide_run(
             "none): re-run classify with a router search",
             "decide",
         )
-    from workbench.methods.registry import uses_decision_policy
 
     exported = config.export.methods or config.evaluate.methods
     deciders = [m for m in exported if uses_decision_policy(m)]
@@ -217,8 +221,6 @@ def _choose(run: Any, request: DecideRequest, fit: Any, shipped: Any, fit_split:
     """The operating point ``request`` asks for (module docstring): τ by hand, the shipped router's τ at a retrieval
     rate on the fit split (out of fold), or the pick rule over classify's stored routers (a different one refitted on
     the fit split)."""
-    from workbench.bundle.provenance import Questions
-    from workbench.routing.candidates import RouterSpec, fit_router
 
     section, seed = run.config.classify, run.config.seed
     if request.tau is not None:
@@ -254,7 +256,6 @@ def tau_for_rate(p_correct: np.ndarray, rate: float) -> tuple[float, float]:
     """``(τ, achieved rate)``: the largest τ among those that change the retrieval set of ``p_correct``
     (:func:`~workbench.routing.front.tau_sweep`) whose retrieval rate (share with P(correct) < τ) is at most
     ``rate``; τ = 0 (never retrieve) when even the smallest non-empty set is larger."""
-    from workbench.routing.front import tau_sweep
 
     p = np.asarray(p_correct, dtype=float)
     best = (0.0, 0.0)
@@ -270,8 +271,6 @@ def _routing_inputs(
 ) -> tuple[Any, Any, Any]:
     """The fit split (with classify's folds, so out-of-fold predictions replay classify's), the evaluation split and
     its cost model, as classify built them."""
-    from workbench.stages.classify.router import cost_model, routing_data
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     config, section = run.config, run.config.classify
     collect = run.stage("collect")
@@ -286,9 +285,6 @@ def _routing_inputs(
 def _repick(run: Any, fit: Any, rule: Any, *, draws: int, seed: int) -> Any:
     """The pick rule applied again to classify's stored router points (``router.json``), guarded by the fit split's
     out-of-fold routed scores, replayed."""
-    from workbench.routing.candidates import RouterSpec
-    from workbench.routing.front import RoutePoint
-    from workbench.routing.pick import pick_router
 
     record = run.json("classify", "router.json")
     if record is None:
@@ -305,8 +301,6 @@ def _repick(run: Any, fit: Any, rule: Any, *, draws: int, seed: int) -> Any:
 
 def _point(d: dict[str, Any]) -> Any:
     """A :class:`~workbench.routing.front.RoutePoint` read back from ``router.json``."""
-    from workbench.classify.threshold import ABOVE_ONE
-    from workbench.routing.front import RoutePoint
 
     def number(value: Any) -> float:
         return math.nan if value is None else float(value)
@@ -331,8 +325,6 @@ def _point(d: dict[str, Any]) -> Any:
 def _write_refit(run: Any, router: Any, evaluation: Any, directory: Path) -> tuple[Path, np.ndarray, dict]:
     """A refitted router's files in ``directory`` (as classify writes its pick), its P(correct) on the evaluation
     split and its ``selection.json``-style block."""
-    from workbench.methods.learned import load_learned
-    from workbench.stages.classify.router import ROUTER_FILES, write_router
 
     calibrate_set = load_learned(run.stage("calibrate") / "calibrators.json", expect={"calibrator_set"})
     write_router(directory, router, calibrate_set, evaluation)
@@ -343,7 +335,6 @@ def _write_refit(run: Any, router: Any, evaluation: Any, directory: Path) -> tup
 
 def _note(record: dict[str, Any], eval_split: str) -> str:
     """The manifest note: who moved the decision, from what to what, and what the held-out figures are."""
-    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
 
     held = record["held_out"]
     before = record["classify"]

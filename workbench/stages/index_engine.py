@@ -14,6 +14,7 @@ used as it is, after checking it holds what the recipe's corpus says).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -21,7 +22,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from workbench.backends.factory import build_embedder
+from workbench.backends.retrieval_engines import ENGINES, Connection, EngineError, redact_uri
 from workbench.core.errors import ConfigError
+from workbench.core.logs import progress
+from workbench.data.corpus import build_corpus
+from workbench.stages.build_data.run import _documents, make_chunker
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +85,6 @@ class IndexReport:
 
 def open_writer(config: Any) -> IndexWriter:
     """The writer of the recipe's external backend (ConfigError for an in-process one or a retriever server)."""
-    import importlib
-
-    from workbench.backends.retrieval_engines import ENGINES, Connection
 
     backend = config.retrieval.backend
     if backend not in WRITERS:
@@ -98,8 +101,6 @@ def open_writer(config: Any) -> IndexWriter:
 
 def recipe_corpus(config: Any) -> Any:
     """The passage corpus ``build_data`` makes for the recipe's data section (a Dataset)."""
-    from workbench.data.corpus import build_corpus
-    from workbench.stages.build_data.run import _documents, make_chunker
 
     documents, _ = _documents(config.data, None)
     return build_corpus(documents, chunker=make_chunker(config.data))
@@ -107,7 +108,6 @@ def recipe_corpus(config: Any) -> Any:
 
 def recipe_embedder(config: Any) -> Any:
     """The run's embedder, as the stages build it."""
-    from workbench.backends.factory import build_embedder
 
     section = config.embedder
     return build_embedder(
@@ -120,8 +120,6 @@ def push_corpus(corpus: Any, writer: IndexWriter, embedder: Any, batch_size: int
     title and text) the engine lacks, ``batch_size`` at a time (see the module docstring), then check every id is
     present; a one-line EngineError when one is not. ``embedder`` is None for a writer that stores no vectors
     (``needs_vectors`` False)."""
-    from workbench.backends.retrieval_engines import EngineError
-    from workbench.core.logs import progress
 
     start = time.perf_counter()
     names = ("chunk_id", "doc_id", "title", "text")
@@ -157,7 +155,6 @@ def _vectors(embedder: Any, rows: list[dict[str, Any]]) -> np.ndarray:
 
 def adopt_index(corpus: Any, writer: IndexWriter, embedder: Any, where: str) -> IndexReport:
     """Check an existing index against the corpus without writing (see the module docstring)."""
-    from workbench.backends.retrieval_engines import EngineError
 
     if not writer.exists():
         raise EngineError("no such index to adopt: push the corpus with `workbench index` first", where)
@@ -186,7 +183,6 @@ def adopt_index(corpus: Any, writer: IndexWriter, embedder: Any, where: str) -> 
 
 def run_index(config: Any, *, adopt: bool = False) -> IndexReport:
     """``workbench index``: push the recipe's corpus into its engine, or adopt the index there (``adopt``)."""
-    from workbench.backends.retrieval_engines import redact_uri
 
     writer = open_writer(config)
     try:

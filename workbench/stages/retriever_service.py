@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.backends.cost import CostCounter
+from workbench.stages.context import Resources
+
 
 def recipe_retriever(config: Any) -> Any:
     """A :class:`~workbench.serve.retriever_app.ServedIndex` of the recipe ``config``'s retriever and corpus, built
     now (an in-process index is built or loaded from its cache; an engine is reached and checked): a one-line
     :class:`~workbench.core.errors.WorkbenchError` when it cannot be."""
-    from workbench.backends.cost import CostCounter
     from workbench.backends.retrieval_engines import ENGINES
     from workbench.serve.retriever_app import ServedIndex
-    from workbench.stages.context import Resources
     from workbench.stages.index_engine import recipe_corpus
 
     section = config.retrieval

@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.assets import WIKI_PACKAGE, package_version, resolve_embedder, wiki_summaries_path
 from workbench.backends.cost import CostCounter
+from workbench.backends.lora import resolve_model
 from workbench.core.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from workbench.core.config import dump_yaml, to_plain
 from workbench.core.errors import ConfigError, WorkbenchError
@@ -57,6 +59,8 @@ from workbench.core.run_dirs import check_report_dir, check_run_dir, claim_run_d
 from workbench.core.seeding import seed_everything
 from workbench.core.tracking import NullTracker, make_tracker
 from workbench.recipe import LoadedRecipe, RecipeConfig
+from workbench.reports.findings import UNREADABLE, end_of_run_lines
+from workbench.stages.content_keys import path_digests
 from workbench.stages.context import Resources, StageContext
 from workbench.stages.registry import STAGES, StageSpec
 from workbench.uncertainty.features import plugin_versions
@@ -121,21 +125,15 @@ def asset_fingerprint(kind: str, config: RecipeConfig) -> str:
         # the served name and the tokenizer: a server swapping weights under one name is caught by the probe record
         return stable_hash(["served", config.generator.model, config.generator.tokenizer])
     if kind == "generator":
-        from workbench.backends.lora import resolve_model
-
         return resolve_model(config.generator.model).fingerprint
     if kind == "embedder" and config.embedder.backend == "openai":
         # the served name: a server swapping models under one name is caught by the cached probe vectors
         return stable_hash(["served-embedder", config.embedder.model])
     if kind == "embedder":
-        from workbench.assets import resolve_embedder
-
         return resolve_embedder(config.embedder.model).fingerprint
     if kind == "data":
         dataset = config.data.dataset
         if dataset == "wiki-qa":
-            from workbench.assets import WIKI_PACKAGE, package_version, wiki_summaries_path
-
             path = wiki_summaries_path()
             return stable_hash([package_version(WIKI_PACKAGE[1]), path.stat().st_size])
         path = Path(dataset)
@@ -196,7 +194,6 @@ def stage_key(spec: StageSpec, config: RecipeConfig, input_keys: dict[str, str])
     """The cache key of a stage's output (see :class:`StageSpec`), with the contents of every local file or directory
     its settings name (:func:`workbench.stages.content_keys.path_digests`: the corpus, a dataset file, model and
     adapter directories, ``evaluate.params`` files), so editing one re-runs the stages that read it."""
-    from workbench.stages.content_keys import path_digests
 
     plain = to_plain(config)
     material = {
@@ -441,7 +438,6 @@ def _run_locked(recipe: LoadedRecipe, run_dir: Path, force: set[str]) -> RunResu
 def _findings(config: RecipeConfig, result: RunResult) -> list[str]:
     """The run's findings and its report's path (the ``report`` a stage's summary names), or [] when they cannot be
     read: a finished run never fails for its summary."""
-    from workbench.reports.findings import UNREADABLE, end_of_run_lines
 
     report = next((str(s.summary["report"]) for s in result.stages if "report" in s.summary), None)
     try:

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.core.errors import ConfigError
+from workbench.methods.evaluation import evaluate_built
+from workbench.methods.registry import build_method, method_spec
 from workbench.tuning.replay import ReplayTable, replay_rule, replay_table
 from workbench.tuning.space import ParamSpec
 
@@ -100,8 +103,6 @@ class MethodObjective:
         With ``report``, the rows are answered ``batch_questions`` at a time and after each batch
         ``report(batch index, mean objective so far)`` is called; when it returns True the run stops and
         :class:`Pruned` is raised (a study prunes a long trial that is already worse than most)."""
-        from workbench.methods.evaluation import evaluate_built
-        from workbench.methods.registry import build_method, method_spec
 
         spec = method_spec(self.method)
         options = dict(self.config.given)
@@ -109,8 +110,6 @@ class MethodObjective:
         for name, value in params.items():
             if name in spec.learned_params:  # a parameter of a learned part (D²-RAG's τ), not an option
                 if learned is None:
-                    from workbench.core.errors import ConfigError
-
                     stages = " and ".join(spec.requires_stages)
                     where = f"study.space.{self.method}"
                     raise ConfigError(f"{self.method}'s {name} needs the run's {stages} stages", where)

@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from workbench.core.errors import DataError
+from workbench.methods.registry import METHOD_TABLE
 from workbench.methods.spec import ReplayRule
+from workbench.metrics.qa import score_answer
 
 __all__ = ["QUALITY", "ReplayTable", "replay_rule", "replay_table", "replayable"]
 
@@ -39,7 +41,6 @@ QUALITY = ("em", "f1", "contains")
 def replay_rule(method: str) -> ReplayRule:
     """The :class:`~workbench.methods.spec.ReplayRule` of ``method``; a DataError when it has no replayable
     threshold."""
-    from workbench.methods.registry import METHOD_TABLE
 
     rules = {name: spec.replay for name, spec in METHOD_TABLE.items() if spec.replay is not None}
     if method not in rules:
@@ -49,7 +50,6 @@ def replay_rule(method: str) -> ReplayRule:
 
 def replayable(method: str) -> bool:
     """Whether ``method``'s spec says how to replay its threshold."""
-    from workbench.methods.registry import METHOD_TABLE
 
     return method in METHOD_TABLE and METHOD_TABLE[method].replay is not None
 
@@ -115,8 +115,6 @@ def replay_table(method: str, records: Sequence[dict[str, Any]], examples: Seque
     DataError when a record is not an always-retrieve trace of ``method`` (a question that did not reach its
     retrieval decision's "retrieve" side), or (D²-RAG) when its closed-book answer a_para is not the answer the method
     returns without retrieval (the stats budget differs from the answer budget)."""
-    from workbench.methods.registry import METHOD_TABLE
-    from workbench.metrics.qa import score_answer
 
     rule = replay_rule(method)
     if len(records) != len(examples):

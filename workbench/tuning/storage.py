@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,6 @@ def _journal_path(url: str) -> Path | None:
 
 def open_storage(url: str, where: str = "study.storage") -> Any:
     """An Optuna storage for ``url`` (see the module docstring); one-line ConfigError when it cannot be opened."""
-    import warnings
 
     import optuna
     from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback

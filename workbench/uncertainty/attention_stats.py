@@ -9,6 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.attention_diag import last_layer_logdiag
+from workbench.backends.decoding_state import left_padded_batch
+from workbench.backends.prompts import encode
+
 __all__ = ["ATTENTION_SCOPE", "answer_attention_logdiag"]
 
 ATTENTION_SCOPE = "answer_positions"
@@ -46,10 +50,6 @@ def answer_attention_logdiag(generator: Any, prompts: Sequence[str], answers: Se
     returned weights instead (:func:`_eager_diagonals`: every layer's ``(batch, heads, L, L)`` weights).
     """
     import torch
-
-    from workbench.backends.attention_diag import last_layer_logdiag
-    from workbench.backends.decoding_state import left_padded_batch
-    from workbench.backends.prompts import encode
 
     model = generator.model
     heads = int(model.config.num_attention_heads)

@@ -51,6 +51,7 @@ import numpy as np
 from workbench.backends.prompts import ANSWER_SYSTEM
 from workbench.core.errors import DataError
 from workbench.uncertainty.attention_stats import ATTENTION_SCOPE, answer_attention_logdiag
+from workbench.uncertainty.dense_stats import dense_stats
 from workbench.uncertainty.features import get_features
 from workbench.uncertainty.features.probability import heuristic_token_importance
 from workbench.uncertainty.nli_matrix import NLIMatrices, judge_is_symmetric
@@ -325,8 +326,6 @@ def compute_stats(
         for reason, count in saved.items():
             nli_saved[reason] = nli_saved.get(reason, 0) + count
     if needed & DENSE_STATS:
-        from workbench.uncertainty.dense_stats import dense_stats
-
         assert contexts is not None  # checked above
         mark = meter.mark() if meter is not None else None
         dense = dense_stats(

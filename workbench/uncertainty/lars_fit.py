@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.oof import stratified_folds
 from workbench.core.errors import DataError
+from workbench.uncertainty.features.probability import LarsLikeScorer
 
 
 def cross_fit_lars(
@@ -36,8 +38,6 @@ def cross_fit_lars(
     Raises :class:`DataError` when the fit split has fewer than two examples of either class (a fold's scorer
     could not be fitted); ``n_folds`` is lowered to the minority-class count when that is smaller.
     """
-    from workbench.calibration.oof import stratified_folds
-    from workbench.uncertainty.features.probability import LarsLikeScorer
 
     y = (np.asarray(fit_labels, dtype=float) > 0.5).astype(float)
     minority = int(min(y.sum(), y.size - y.sum()))

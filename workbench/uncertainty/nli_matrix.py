@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.nli import AnswerEquivalenceJudge
 from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 
 SELF_PAIR = np.zeros(3, dtype=np.float64)
@@ -38,7 +39,6 @@ def judge_is_symmetric(judge: Any) -> bool:
     flag = getattr(judge, "symmetric", None)
     if isinstance(flag, bool):
         return flag
-    from workbench.backends.nli import AnswerEquivalenceJudge
 
     return isinstance(judge, AnswerEquivalenceJudge)
 

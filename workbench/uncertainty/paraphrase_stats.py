@@ -4,6 +4,7 @@ cleaning of a small chat model's reply down to the one reworded question (:func:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -117,7 +118,6 @@ def paraphrase_token_cap(generator: Any, questions: Sequence[str], settings: Sta
     """The token cap of one paraphrasing call: ⌈``paraphrase_length_ratio`` × the longest question's tokens⌉ +
     ``paraphrase_length_margin``, at most ``paraphrase_max_new_tokens`` (a paraphrase is about as long as its
     question; the forced reply opening leaves no preamble to pay for)."""
-    import math
 
     longest = max((len(generator.tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions), default=0)
     cap = math.ceil(settings.paraphrase_length_ratio * longest) + settings.paraphrase_length_margin

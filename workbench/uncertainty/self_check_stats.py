@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.decoding_state import left_padded_batch
+from workbench.backends.prompts import encode
+
 SELF_CHECK_PROMPT = (
     "Question: {question}\n"
     "Answers that came to mind, with how often each came up:\n{ideas}\n"
@@ -118,9 +121,6 @@ def two_position_read(
     ``scored_tokens`` (suffix tokens).
     """
     import torch
-
-    from workbench.backends.decoding_state import left_padded_batch
-    from workbench.backends.prompts import encode
 
     if getattr(generator, "served", False):  # no model here: two next-token reads, exact or NaN
         return _served_two_position_read(generator, chats, suffix, first_options, second_options)

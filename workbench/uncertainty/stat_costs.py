@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.backends.cost import generation_cost
 from workbench.core.errors import DataError
 from workbench.uncertainty.features import get_features
 from workbench.uncertainty.stats import DERIVED_STATS
@@ -209,7 +210,6 @@ class StatCostMeter:
         (``groups``: component → its ``Generation`` objects, ``n = 1``): LM calls, prompt and decoded tokens (and
         their cached parts) by each prompt's own cold cost (:func:`~workbench.backends.cost.generation_cost`),
         everything else (batches, wall seconds) by prompt count."""
-        from workbench.backends.cost import generation_cost
 
         delta = self._delta(mark)
         cold = {name: dict.fromkeys(_COLD, 0.0) for name in groups}

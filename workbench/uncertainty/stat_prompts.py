@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from workbench.backends.prompts import ANSWER_SYSTEM
+from workbench.backends.prompts import ANSWER_SYSTEM, CLOSED_BOOK_TEMPLATE, CONTEXT_TEMPLATE, format_passages
+from workbench.core.hashing import stable_hash
+from workbench.uncertainty.dense_stats import REPHRASE_PROMPT
 from workbench.uncertainty.paraphrase_stats import PARAPHRASE_PROMPT, PARAPHRASE_REPLY_PREFIX
 from workbench.uncertainty.self_check_stats import (
     CONFIDENCE_OPTIONS,
@@ -40,8 +42,6 @@ system prompt and templates, the passage format)."""
 
 def _prompt_parts() -> dict[str, list[Any]]:
     """The texts (and option tokens) of each prompt group, in a fixed order."""
-    from workbench.backends.prompts import CLOSED_BOOK_TEMPLATE, CONTEXT_TEMPLATE, format_passages
-    from workbench.uncertainty.dense_stats import REPHRASE_PROMPT
 
     passage_sample = format_passages(["Title", "Other"], ["word " * 30, "short text"], 40)
     return {
@@ -62,7 +62,6 @@ def prompt_fingerprints() -> dict[str, str]:
     """One hash per prompt group: ``answer`` (system prompt, closed-book and context templates, passage format),
     ``self_check`` (the P(True) / verbalized-confidence prompt, reply opening and option tokens), ``paraphrase``
     (Self-Detection's rewording prompt and reply opening) and ``rephrase`` (DENSE's chunk rephrasing)."""
-    from workbench.core.hashing import stable_hash
 
     return {name: stable_hash(parts) for name, parts in _prompt_parts().items()}
 
@@ -90,6 +89,5 @@ def prompts_fingerprint() -> str:
     compute other features than its calibrators were fitted on, so it refuses the bundle. A bundle without
     ``prompt_groups`` (schema 1.0) is checked against this whole-set fingerprint.
     """
-    from workbench.core.hashing import stable_hash
 
     return stable_hash([part for parts in _prompt_parts().values() for part in parts])

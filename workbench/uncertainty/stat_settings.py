@@ -3,7 +3,7 @@ paraphrase budget, the seed), recorded in a collection's metadata and a bundle's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from workbench.core.bounds import NEW_TOKENS, SAMPLES, SEED, TEMPERATURE, check_counts, check_int, check_number
@@ -59,7 +59,6 @@ class StatSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict (``stop`` as a list)."""
-        from dataclasses import asdict
 
         out = asdict(self)
         out["stop"] = list(self.stop)
@@ -69,7 +68,6 @@ class StatSettings:
     def from_dict(cls, d: Any, where: str = "stats settings") -> StatSettings:
         """Settings from :meth:`to_dict` output (e.g. a collection's ``metadata.json`` or a bundle manifest);
         ConfigError on an unknown key or a bad value (a retired key is ignored)."""
-        from dataclasses import fields
 
         if not isinstance(d, dict):
             raise ConfigError(f"expected a mapping of settings, got {type(d).__name__}", where)

@@ -226,7 +226,6 @@ def test_bench_features_builds_its_embedder_on_embedder_device(monkeypatch, tmp_
 
 
 def test_runtime_gives_its_device_to_every_model(monkeypatch):
-    import workbench.backends.factory as factory
     from workbench.runtime import tools
     from workbench.runtime.options import runtime_options
 
@@ -240,8 +239,8 @@ def test_runtime_gives_its_device_to_every_model(monkeypatch):
         return build
 
     for name in ("build_generator", "build_embedder", "build_judge"):
-        monkeypatch.setattr(factory, name, fake(name))
-    monkeypatch.setattr(factory, "build_retriever", lambda *a, **k: SimpleNamespace())
+        monkeypatch.setattr(tools, name, fake(name))  # the runtime's tools bind the factory's builders
+    monkeypatch.setattr(tools, "build_retriever", lambda *a, **k: SimpleNamespace())
     monkeypatch.setattr(tools, "_checked_model", lambda *a, **k: "model")
     monkeypatch.setattr(tools, "runtime_corpus", lambda *a, **k: dict(CORPUS))
     manifest = {

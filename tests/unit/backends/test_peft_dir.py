@@ -144,11 +144,11 @@ def test_a_relative_base_and_an_adapter_base_are_named_without_paths(tiny_lm_dir
 
 
 def test_a_hub_base_keeps_its_hub_id_and_revision(monkeypatch):
-    import workbench.assets as assets
+    import workbench.backends.peft_dir as peft_dir  # binds model_weights at its top
     from workbench.assets import ResolvedModel
     from workbench.backends.peft_dir import base_reference, model_card, peft_config_document
 
-    monkeypatch.setattr(assets, "model_weights", lambda resolved: {"weights_sha256": "cd" * 32, "revision": "abc123"})
+    monkeypatch.setattr(peft_dir, "model_weights", lambda resolved: {"weights_sha256": "cd" * 32, "revision": "abc123"})
     hub = ResolvedModel("org/model", "org/model", "f" * 16, "hub")
     base = base_reference("org/model", hub)
     assert (base["name"], base["revision"]) == ("org/model", "abc123")

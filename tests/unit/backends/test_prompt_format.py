@@ -156,14 +156,14 @@ def test_the_format_changes_the_generation_cache_key(tiny_lm_dir, tmp_path):
 
 # ---------------------------------------------------------------------- wiring: run, second models, bundles
 def test_the_run_generator_gets_the_sections_format_and_a_second_model_auto(monkeypatch, tiny_lm_dir):
-    import workbench.backends.factory as factory
+    import workbench.stages.context as context  # binds the factory's build_generator at its top
     from workbench.assets import resolve_generator
     from workbench.backends.cost import CostCounter
     from workbench.recipe import load_recipe
     from workbench.stages.context import Resources
 
     seen: list[str] = []
-    monkeypatch.setattr(factory, "build_generator", lambda *a, **k: seen.append(k["prompt_format"]) or object())
+    monkeypatch.setattr(context, "build_generator", lambda *a, **k: seen.append(k["prompt_format"]) or object())
     config = load_recipe("quickstart", [f"generator.model={tiny_lm_dir}", "generator.prompt_format=completion"]).config
     resources = Resources(config, CostCounter())
     resources.generator()
@@ -174,7 +174,6 @@ def test_the_run_generator_gets_the_sections_format_and_a_second_model_auto(monk
 def test_a_bundle_runtime_uses_the_recorded_format(monkeypatch):
     from types import SimpleNamespace
 
-    import workbench.backends.factory as factory
     from workbench.backends.cost import CostCounter
     from workbench.runtime import tools
     from workbench.runtime.options import runtime_options
@@ -185,7 +184,7 @@ def test_a_bundle_runtime_uses_the_recorded_format(monkeypatch):
         seen.append(kwargs["prompt_format"])
         raise RuntimeError("built")
 
-    monkeypatch.setattr(factory, "build_generator", stop)
+    monkeypatch.setattr(tools, "build_generator", stop)  # the runtime's tools bind the factory's builders
     monkeypatch.setattr(tools, "_checked_model", lambda *a, **k: SimpleNamespace())
     for record in ({"ref": "x", "prompt_format": "completion"}, {"ref": "x"}):  # the second: an older bundle
         manifest = {"models": {"generator": record, "embedder": {"ref": "y"}}, "answering": {}}

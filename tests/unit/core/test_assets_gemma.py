@@ -115,7 +115,7 @@ def test_doctor_does_not_count_an_absent_optional_asset_as_missing(monkeypatch, 
         {"asset": "gemma3", "package": "g", "status": "not installed (optional: x)", "path": "", "version": "",
          "optional": "yes"},
     ]  # fmt: skip
-    monkeypatch.setattr(assets, "asset_report", lambda: rows)
+    monkeypatch.setattr(doctor, "asset_report", lambda: rows)
     doctor.run_doctor()
     assert "asset gemma3" not in capsys.readouterr().out
     rows[0]["status"] = "MISSING"

@@ -141,7 +141,7 @@ def test_default_articles_come_from_the_summaries_loader(tmp_path, monkeypatch):
         for a in ARTICLES
     }
     path.write_text(json.dumps(rows))
-    monkeypatch.setattr("workbench.assets.wiki_summaries_path", lambda: path)
+    monkeypatch.setattr("workbench.data.wiki_articles.wiki_summaries_path", lambda: path)
     assert build_nli_pairs(val_fraction=0.34, seed=1) == build_nli_pairs(ARTICLES, val_fraction=0.34, seed=1)
     assert build_answer_pairs(n=6, seed=2) == build_answer_pairs(ARTICLES, n=6, seed=2)
 

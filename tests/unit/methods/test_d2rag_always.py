@@ -54,16 +54,16 @@ def _method(tools, utility, tau=ABOVE_ONE, **settings):
 
 
 def test_always_retrieve_computes_only_the_closed_book_answer_the_utility_reads(tools, monkeypatch):
-    import workbench.uncertainty.calculators as calculators
+    import workbench.methods.d2rag.method as d2rag_method  # binds compute_stats at its top
 
     asked: list[set] = []
-    real = calculators.compute_stats
+    real = d2rag_method.compute_stats
 
     def spy(examples, needed, **kwargs):
         asked.append(set(needed))
         return real(examples, needed, **kwargs)
 
-    monkeypatch.setattr(calculators, "compute_stats", spy)
+    monkeypatch.setattr(d2rag_method, "compute_stats", spy)
     utility = _LearnedUtility()
     method = _method(tools, utility)
     answer = method.answer(EXAMPLE)

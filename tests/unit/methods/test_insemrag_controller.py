@@ -5,8 +5,6 @@ when it names the same weights) whose LM calls count in the run's counter; a dis
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -120,11 +118,11 @@ def test_a_controller_model_that_cannot_load_names_the_option(ctools, tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ distilled
 def fake_lora(monkeypatch, model_dir, seen):
-    """Stand in for ``workbench.backends.lora`` (no adapter to train or merge here): resolve any adapter to
-    ``model_dir``, recording the path asked for; the real module is tested with its own tests."""
+    """Stand in for ``workbench.backends.lora`` where the controller options use it (no adapter to train or merge
+    here): resolve any adapter to ``model_dir``, recording the path asked for; the real module is tested with its own
+    tests."""
     from workbench.assets import ResolvedModel
-
-    module = types.ModuleType("workbench.backends.lora")
+    from workbench.methods.insemrag import controller_options  # binds lora's resolvers at its top
 
     def resolve_adapter_model(path):
         seen.append(Path(path))
@@ -135,9 +133,8 @@ def fake_lora(monkeypatch, model_dir, seen):
 
         return resolve_generator(str(ref))
 
-    module.resolve_adapter_model = resolve_adapter_model
-    module.resolve_model = resolve_model
-    monkeypatch.setitem(sys.modules, "workbench.backends.lora", module)
+    monkeypatch.setattr(controller_options, "resolve_adapter_model", resolve_adapter_model)
+    monkeypatch.setattr(controller_options, "resolve_model", resolve_model)
 
 
 def test_insemrag_distilled_reads_the_runs_distill_output_through_the_lora_module(

@@ -64,8 +64,9 @@ def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
         generator=None,
         judge=None,
     )
-    monkeypatch.setattr("workbench.stages.evaluate.run.build_tools", lambda ctx, corpus, **kwargs: tools)
-    monkeypatch.setattr("workbench.methods.common.context_block", lambda passages, chars: "[1] a passage")
+    # the stage binds these at its top: patch them there
+    monkeypatch.setattr(fit_utility, "build_tools", lambda ctx, corpus, **kwargs: tools)
+    monkeypatch.setattr(fit_utility, "context_block", lambda passages, chars: "[1] a passage")
 
     def labels(examples, contexts, **kwargs):
         out = []
@@ -78,8 +79,8 @@ def test_the_stage_logs_why_it_dropped_pairs(tmp_path, monkeypatch):
         n = len(questions)
         return UtilityInputs(rng.normal(size=(n, len(UTILITY_FEATURES))), ["a"] * n, ["b"] * n, [None] * n)
 
-    monkeypatch.setattr("workbench.uncertainty.seper.delta_seper", labels)
-    monkeypatch.setattr("workbench.methods.seper.utility.utility_inputs", features)
+    monkeypatch.setattr(fit_utility, "delta_seper", labels)
+    monkeypatch.setattr(fit_utility, "utility_inputs", features)
     section = FitUtilitySection(limit=20, folds=2, model="ridge", batch_questions=6)
     log = _Log()
     out_dir = tmp_path / "out"

@@ -37,7 +37,7 @@ def test_the_study_records_a_gold_free_utility_and_refuses_none():
 
 
 def test_the_objective_never_builds_d2rag_with_the_oracle(monkeypatch):
-    from workbench.methods import evaluation, registry
+    from workbench.tuning import objective  # binds build_method and evaluate_built at its top
     from workbench.tuning.objective import MethodObjective
 
     seen = {}
@@ -46,8 +46,8 @@ def test_the_objective_never_builds_d2rag_with_the_oracle(monkeypatch):
         seen.update(kwargs)
         return object()
 
-    monkeypatch.setattr(registry, "build_method", build)
-    monkeypatch.setattr(evaluation, "evaluate_built", lambda *a, **k: SimpleNamespace(records=[]))
+    monkeypatch.setattr(objective, "build_method", build)
+    monkeypatch.setattr(objective, "evaluate_built", lambda *a, **k: SimpleNamespace(records=[]))
     MethodObjective(None, "d2rag", [], [], learned=SimpleNamespace(tau=0.5)).run({"alpha_pos": 0.5})
     assert seen["utility_fallback"] == "none"  # what a bundle runs without a fitted utility
 

@@ -30,6 +30,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from workbench.backends.cost import CostCounter
 from workbench.bench.decoding.report import write_decoding_report
 from workbench.bench.decoding.settings import validate_section
@@ -37,6 +39,7 @@ from workbench.bench.harness import measure, thread_counts
 from workbench.bench.report import write_bench_report
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.decoding.contrastive import ContrastiveGeneration, contrastive_generate, sequential_contrastive_generate
 from workbench.methods.base import Tools
 from workbench.methods.common import context_block, prompt_for
 from workbench.stages.context import StageContext
@@ -218,13 +221,6 @@ def benchmark_contrastive(
     2B rows relative to one of B rows. ``ratio_batched_vs_greedy`` is the headline number (target ≤ ``target_ratio``);
     ``parity`` says whether batched, sequential and padded chose the same tokens.
     """
-    import numpy as np
-
-    from workbench.decoding.contrastive import (
-        ContrastiveGeneration,
-        contrastive_generate,
-        sequential_contrastive_generate,
-    )
 
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from workbench.methods.base import Answer, Method, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers
+from workbench.metrics.qa import score_answer
 
 
 def _note_truncation(trace: Trace, output: Any) -> None:
@@ -100,7 +101,6 @@ class OracleRouting(Method):
         self.closed, self.rag = NoRAG(tools), StandardRAG(tools, k)
 
     def answer(self, example: dict[str, Any]) -> Answer:
-        from workbench.metrics.qa import score_answer
 
         first = self.closed.answer(example)
         trace = Trace(self.name, steps=list(first.trace.steps))

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.prompts import cut_text
 from workbench.methods.controller.base import Controller, normalise_weights, uniform_weights
 from workbench.methods.controller.decisions import (
     ChannelWeights,
@@ -104,7 +105,6 @@ class PromptedLMController(Controller):
         return list(self.generator.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop))
 
     def _passage(self, text: str) -> str:
-        from workbench.backends.prompts import cut_text
 
         return cut_text(" ".join(text.split()), self.passage_chars)
 

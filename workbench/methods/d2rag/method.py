@@ -62,13 +62,23 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.cost import generation_cost
-from workbench.core.errors import ConfigError
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.classify.policy import Decision, DecisionPolicy, check_tau
+from workbench.core.errors import ConfigError, DataError
+from workbench.decoding.contrastive import contrastive_generate
 from workbench.methods.base import Answer, Method, Passage, Tools, Trace, shared_step
 from workbench.methods.common import context_block, generate_answers, prompt_for
 from workbench.methods.d2rag.settings import MODES, D2RAGSettings
-from workbench.methods.seper.utility import UTILITY_CLASSES, UtilityEstimate, closed_from_stats
+from workbench.methods.seper.utility import (
+    UTILITY_CLASSES,
+    NoUtility,
+    OracleUtility,
+    UtilityEstimate,
+    closed_from_stats,
+)
 from workbench.methods.seper.utility_classifier import utility_class  # the one cut of δ into classes
-from workbench.uncertainty.calculators import StatSettings
+from workbench.uncertainty.calculators import UNAVAILABLE_STATS, StatSettings, compute_stats
+from workbench.uncertainty.features import compute_features, get_features, required_stats
 
 
 def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: float) -> tuple[str, str]:
@@ -76,8 +86,6 @@ def decoding_class(estimate: UtilityEstimate, i: int, tau_pos: float, tau_neg: f
     else δ cut at τ_pos / τ_neg by :func:`utility_class` (``how`` ``"delta"``). DataError on a class name that is not
     one of :data:`~workbench.methods.seper.utility.UTILITY_CLASSES`."""
     if estimate.classes is not None:
-        from workbench.core.errors import DataError
-
         klass = str(estimate.classes[i])
         if klass not in UTILITY_CLASSES:
             raise DataError(f"unknown utility class {klass!r} (known: {', '.join(UTILITY_CLASSES)})", "d2rag utility")
@@ -133,11 +141,6 @@ class D2RAG(Method):
         ood_profile: Any = None,
     ) -> None:
         super().__init__(tools)
-        from workbench.calibration.calibrator_set import CalibratorSet
-        from workbench.classify.policy import DecisionPolicy, check_tau
-        from workbench.core.errors import DataError
-        from workbench.uncertainty.calculators import UNAVAILABLE_STATS
-        from workbench.uncertainty.features import get_features, required_stats
 
         self.settings = settings or D2RAGSettings()
         self.settings.validate()
@@ -209,7 +212,6 @@ class D2RAG(Method):
     def _stage1_stats(self) -> set[str]:
         """The stats Stage 1 computes when it does not score (τ > 1): a_para, only when the utility reads it as its
         closed-book answer (a learned utility, a_para made with the utility's budget and newline stop)."""
-        from workbench.methods.seper.utility import NoUtility, OracleUtility
 
         if not self.a_para_for_utility or isinstance(self.utility, NoUtility | OracleUtility):
             return set()
@@ -228,8 +230,6 @@ class D2RAG(Method):
     # ------------------------------------------------------------------ stage 1
     def raw_features(self, examples: Sequence[dict[str, Any]]) -> tuple[list[dict[str, float]], list[dict[str, Any]]]:
         """``(raw oriented features, stats)`` per question: one batched stats-graph pass (+ the LARS scorer)."""
-        from workbench.uncertainty.calculators import compute_stats
-        from workbench.uncertainty.features import compute_features
 
         tools = self.tools
         rows = compute_stats(
@@ -323,8 +323,6 @@ class D2RAG(Method):
         """τ > 1: every question retrieves, so no feature, calibration or classifier runs; only the stats the utility
         reads (:meth:`_stage1_stats`) are computed. The ``features`` step says what was skipped; ``decide`` records p
         as None."""
-        from workbench.classify.policy import Decision
-        from workbench.uncertainty.calculators import compute_stats
 
         tools, needed = self.tools, self._stage1_stats()
         empty = np.zeros(0)
@@ -469,7 +467,6 @@ class D2RAG(Method):
 
     def _answer_contrastive(self, work: list[_Question], klass: str) -> None:
         """Contrastive decoding of every question of one class (``relevant`` or ``noisy``) in one batched call."""
-        from workbench.decoding.contrastive import contrastive_generate
 
         if not work:
             return

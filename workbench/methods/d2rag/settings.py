@@ -10,6 +10,7 @@ from workbench.core.bounds import NEW_TOKENS, PASSAGES, check_int, check_number
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.uncertainty.calculators import StatSettings
+from workbench.uncertainty.features import get_features
 
 __all__ = ["ALPHA_BOUND", "MODES", "D2RAGSettings"]
 
@@ -86,8 +87,6 @@ class D2RAGSettings:
         check_int(self.k, "k", f"{where}.k", PASSAGES)
         check_int(self.max_new_tokens, "max_new_tokens", f"{where}.max_new_tokens", NEW_TOKENS, optional=True)
         if self.features is not None:
-            from workbench.uncertainty.features import get_features
-
             if not self.features:
                 raise ConfigError("features must not be empty", f"{where}.features")
             get_features(self.features)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.methods.dense_rag.breakpoints import dense_breakpoints
 from workbench.methods.spec import BuildRequest, MethodSpec, Tunable, lazy_exports
 
 __all__ = ["METHOD"]
@@ -39,7 +40,6 @@ def _build(req: BuildRequest) -> Any:
 
 
 def _breakpoints(records: Any) -> list[float]:
-    from workbench.methods.dense_rag.breakpoints import dense_breakpoints
 
     return dense_breakpoints(records)
 

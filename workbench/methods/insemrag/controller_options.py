@@ -14,6 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS, adapter_reference
+from workbench.backends.factory import build_generator
+from workbench.backends.lora import resolve_adapter_model, resolve_model
 from workbench.core.bounds import NEW_TOKENS, check_int
 from workbench.core.config import doc
 from workbench.core.errors import AssetError, ConfigError
@@ -85,7 +88,6 @@ def adapter_file(spec: str | Path) -> Path | None:
     """The adapter file a controller model reference names by path — an ``adapter.json`` or a directory holding one
     (a ``distill`` stage output): :func:`workbench.assets.adapter_reference` — else None (a model reference; an
     embedded adapter name is one, resolved like the answering model)."""
-    from workbench.assets import EMBEDDED_ADAPTERS, adapter_reference
 
     return None if str(spec) in EMBEDDED_ADAPTERS else adapter_reference(str(spec))
 
@@ -95,7 +97,6 @@ def _check_model_spec(spec: Any, where: str) -> None:
     path that does not exist (embedded names and explicit hub ids pass; they are resolved when built)."""
     if not isinstance(spec, str | Path) or not str(spec).strip():
         raise ConfigError(f"controller_model must be a model reference or an adapter path, got {spec!r}", where)
-    from workbench.assets import EMBEDDED_ADAPTERS, EMBEDDED_GENERATORS
 
     ref = str(spec)
     path = Path(ref).expanduser()
@@ -115,7 +116,6 @@ def resolve_controller_model(spec: str | Path) -> Any:
     """The :class:`~workbench.assets.ResolvedModel` of a controller model reference: a distilled adapter
     (:func:`adapter_file`) is merged over its base by :func:`workbench.backends.lora.resolve_adapter_model`; anything
     else is resolved like the answering model (:func:`workbench.backends.lora.resolve_model`)."""
-    from workbench.backends.lora import resolve_adapter_model, resolve_model
 
     adapter = adapter_file(spec)
     if adapter is not None:
@@ -144,7 +144,6 @@ def _shared_controller_generator(tools: Tools) -> Callable[[str], Any]:
             return run
 
         def build() -> Any:
-            from workbench.backends.factory import build_generator
 
             return build_generator(
                 resolved,

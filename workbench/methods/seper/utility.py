@@ -48,10 +48,13 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.standardize import fit_standardizer
 from workbench.core.errors import DataError
 from workbench.data.nli_labels import ENTAILMENT
 from workbench.methods.base import Tools
 from workbench.methods.common import generate_answers
+from workbench.metrics.qa import exact_match, token_f1
+from workbench.uncertainty.seper import delta_seper
 
 UTILITY_FEATURES: tuple[str, ...] = (
     "score_max",
@@ -125,7 +128,6 @@ def impute_and_standardise(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     """``(mean, scale, z)`` of a feature matrix: NaN cells filled with their column's mean (0 for an all-NaN column),
     then each column standardised (:func:`~workbench.calibration.standardize.fit_standardizer`: a constant column
     gets scale 1). ``mean`` doubles as the imputation value at prediction time."""
-    from workbench.calibration.standardize import fit_standardizer
 
     with np.errstate(all="ignore"):
         column_means = np.nanmean(arr, axis=0)
@@ -164,7 +166,6 @@ def utility_inputs(
     closed: Sequence[ClosedAnswer] | None = None,
 ) -> UtilityInputs:
     """Gold-free utility features of each (question, context) pair, batched (see the module docstring)."""
-    from workbench.metrics.qa import exact_match, token_f1
 
     questions, contexts, scores = list(questions), list(contexts), list(scores)
     n = len(questions)
@@ -433,8 +434,6 @@ class OracleUtility:
             if math.isnan(values[i]) and ex.get("answers") and contexts[i] and ex.get("question")
         ]
         if self.compute and todo and tools.judge is not None:
-            from workbench.uncertainty.seper import delta_seper
-
             labels = delta_seper(
                 [{"question": str(examples[i]["question"]), "answers": list(examples[i]["answers"])} for i in todo],
                 [contexts[i] for i in todo],

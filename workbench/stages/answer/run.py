@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.passage_table import passages_of
 from workbench.backends.prompts import ANSWER_SYSTEM, format_passages
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
@@ -70,8 +71,6 @@ def mode_contexts(
     contexts: list[str | None] = [None] * len(rows)
     retrieved: list[list[str]] = [[] for _ in rows]
     if mode == "rag":
-        from workbench.backends.passage_table import passages_of
-
         retriever = ctx.resources.retriever(corpus)
         results = retriever.search([r["question"] for r in rows], k=ctx.config.retrieval.k)
         passages = passages_of(retriever, corpus)  # after the search: an external engine may have added passages

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.regular_files import check_regular
 from workbench.data.article_splits import SPLITS
 from workbench.data.field_mapping import is_user_file
+from workbench.data.user_dataset import read_user_dataset, split_by_column
 from workbench.stages.context import StageContext
 from workbench.stages.settings.shared import DataSection, data_fractions, split_readers
 
@@ -81,7 +83,6 @@ def _documents(section: DataSection, articles) -> tuple[list, list[str]]:
 def _read_user_dataset(section: DataSection, documents: list, limit: int | None = None):
     """The user's dataset file read through ``data.fields`` and ``data.split_column`` (gold passages given by doc id
     resolved in ``documents``)."""
-    from workbench.data.user_dataset import read_user_dataset
 
     return read_user_dataset(
         section.dataset,
@@ -96,7 +97,6 @@ def _read_user_dataset(section: DataSection, documents: list, limit: int | None 
 def _user_splits(config: Any, documents: list, log):
     """The user's dataset file as train / calib / val / test: by its split column, else by the fractions."""
     from workbench.data.schema import rows_to_dataset
-    from workbench.data.user_dataset import split_by_column
 
     section = config.data
     user = _read_user_dataset(section, documents)
@@ -176,7 +176,6 @@ def check_data_files(config: Any) -> list[str]:
     :data:`VALIDATE_ROWS` rows are mapped through ``data.fields`` and checked against the QA schema, every row's split
     is read from ``data.split_column``, and the splits the stages read must get questions. Returns one line per file
     saying what was checked; raises the one-line DataError build_data would (the file, and the row)."""
-    from workbench.core.regular_files import check_regular
     from workbench.data.loaders import source_kind
     from workbench.data.wikiqa import load_articles
 

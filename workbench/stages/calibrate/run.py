@@ -43,8 +43,18 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.calibrator_set import CalibratorSet, impute_value
+from workbench.calibration.choice import CalibratorChoice, choose_calibrator
+from workbench.calibration.ood import OODProfile
+from workbench.calibration.ood_features import FeatureNovelty
+from workbench.calibration.ood_rates import flag_summary
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.data.article_splits import OOD_SPLIT
+from workbench.methods.learned import save_learned
+from workbench.metrics.calibration import brier, ece
+from workbench.metrics.ranking import auroc
+from workbench.metrics.rejection import aurac, prr
 from workbench.stages.context import StageContext
 
 CARRIED = (
@@ -120,7 +130,6 @@ def apply_nan_policy(
     Imputing follows :func:`~workbench.calibration.calibrator_set.impute_value`: NaN → the fit split's median of the
     feature, ±inf → the end of its finite range on that side. ``counts["medians"]`` and ``counts["ranges"]`` hold
     those fit-split values: what inference imputes with."""
-    from workbench.calibration.calibrator_set import impute_value
 
     if policy not in ("impute", "drop"):
         raise ConfigError(f"nan_policy must be impute or drop, got {policy!r}", "calibrate.nan_policy")
@@ -156,8 +165,6 @@ def apply_nan_policy(
 
 def ranking_metrics(confidence: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
     """AUROC, PRR and AURAC of a confidence score (None where undefined)."""
-    from workbench.metrics.ranking import auroc
-    from workbench.metrics.rejection import aurac, prr
 
     values = {"auroc": auroc(confidence, labels), "prr": prr(confidence, labels), "aurac": aurac(confidence, labels)}
     return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
@@ -165,7 +172,6 @@ def ranking_metrics(confidence: np.ndarray, labels: np.ndarray) -> dict[str, flo
 
 def probability_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
     """ECE (10 equal-width bins) and Brier score of calibrated probabilities."""
-    from workbench.metrics.calibration import brier, ece
 
     values = {"ece": ece(probs, labels), "brier": brier(probs, labels)}
     return {k: (None if math.isnan(v) else round(float(v), 4)) for k, v in values.items()}
@@ -180,7 +186,6 @@ def split_questions(qa: Any, split: str, limit: int | None) -> list[str]:
 def measured_role(split: str, threshold_split: str | None) -> str:
     """What a split's OOD flag rate measures: ``threshold`` (the split that set it: in-sample), ``shift`` (wiki-qa's
     held-out topics: a detection rate) or ``in_distribution`` (held out: a false-positive rate)."""
-    from workbench.data.article_splits import OOD_SPLIT
 
     if split == threshold_split:
         return "threshold"
@@ -192,7 +197,6 @@ def fit_ood(section: Any, qa: Any, embedder: Any, fit_split: str) -> Any:
     questions of build_data's fit split and their embeddings by the run's ``embedder``, its threshold set for
     ``calibrate.ood_fpr`` on ``calibrate.ood_split`` (null: the fit split cross-fitted). DataError naming the setting
     when the fit split has too few questions for ``ood_neighbours`` or the threshold split too few for the target."""
-    from workbench.calibration.ood import OODProfile
 
     fit_questions = split_questions(qa, fit_split, section.ood_limit)
     if section.ood_neighbours >= len(fit_questions):
@@ -226,7 +230,6 @@ def measure_ood(
     rate over its first ``calibrate.ood_limit`` build_data questions with a Wilson interval
     (:func:`~workbench.calibration.ood_rates.flag_summary`); under ``features``, where the split was collected, the
     rate of the features-only ``detector`` on its ``clean`` rows (None: not measured)."""
-    from workbench.calibration.ood_rates import flag_summary
 
     rates = {}
     for split in dict.fromkeys([section.ood_split, *splits]):
@@ -253,10 +256,7 @@ def write_ood(
     ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order), for
     the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
     collection without a ``question`` column)."""
-    from workbench.calibration.ood_features import FeatureNovelty
-    from workbench.data.article_splits import OOD_SPLIT
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.learned import save_learned
 
     section = ctx.config.calibrate
     if "question" not in rows[fit_split][0]:
@@ -287,7 +287,6 @@ def write_ood(
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Fit, apply and measure the calibrators; write the JSON outputs (and the OOD profile: :func:`write_ood`)."""
-    from workbench.calibration.choice import CalibratorChoice, choose_calibrator
 
     section = ctx.config.calibrate
     rows, summary = load_collection(ctx.inputs["collect"])
@@ -362,8 +361,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "features": features,
         "nan": nan_counts,
     }
-    from workbench.calibration.calibrator_set import CalibratorSet
-    from workbench.methods.learned import save_learned
 
     calibrator_set = CalibratorSet(tuple(features), calibrators, nan_counts["medians"], nan_counts["ranges"])
     save_learned(calibrator_set, ctx.out_dir / "calibrators.json")

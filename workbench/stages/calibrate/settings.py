@@ -8,6 +8,7 @@ from typing import Literal
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView
+from workbench.stages.settings.shared import check_split
 
 
 @dataclass
@@ -86,7 +87,6 @@ def check_ood(config: RecipeView) -> None:
     split evaluate or transfer reports is declared in :data:`workbench.stages.agreements.AGREEMENTS`."""
     from workbench.calibration.ood import min_questions
     from workbench.data.article_splits import OOD_SPLIT
-    from workbench.stages.settings.shared import check_split
 
     section = config.calibrate
     if not 0.0 < section.ood_fpr < 1.0:

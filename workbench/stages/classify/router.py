@@ -20,9 +20,18 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.oof import stratified_folds
+from workbench.classify.mlp import MLPConfig
+from workbench.classify.onnx_export import export_onnx, run_onnx
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
+from workbench.methods.learned import load_learned, save_learned
+from workbench.routing.candidates import RoutingData
+from workbench.routing.choose import RouterSearch, choose_router
+from workbench.routing.cost import CostModel, retrieval_cost
+from workbench.stages.classify.settings import pick_rule_of
 from workbench.stages.context import StageContext
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 ONNX_TOLERANCE = 1e-5
 
@@ -30,7 +39,6 @@ ONNX_TOLERANCE = 1e-5
 def mlp_config(section: Any) -> Any:
     """The MLP settings of the ``classify`` section (:class:`~workbench.classify.mlp.MLPConfig`), for the stage's
     classifiers and the router search alike."""
-    from workbench.classify.mlp import MLPConfig
 
     return MLPConfig(
         hidden_sizes=tuple(section.mlp_hidden_sizes),
@@ -46,7 +54,6 @@ def mlp_config(section: Any) -> Any:
 def cost_model(costs: dict[str, Any], split: str, columns: dict[str, Any], section: Any) -> Any:
     """The :class:`~workbench.routing.cost.CostModel` of ``split``: collect's measured component costs and the
     retrieval cost model (measured, or the recipe's ``retrieval_seconds`` / ``retrieval_tokens``)."""
-    from workbench.routing.cost import CostModel, retrieval_cost
 
     split_costs = (costs.get("splits") or {}).get(split)
     if not split_costs:
@@ -62,8 +69,6 @@ def cost_model(costs: dict[str, Any], split: str, columns: dict[str, Any], secti
 
 def routing_data(split_data: dict[str, Any], features: list[str], section: Any, seed: int, folds: bool) -> Any:
     """One split of ``calibrated.json`` as :class:`~workbench.routing.candidates.RoutingData`."""
-    from workbench.calibration.oof import stratified_folds
-    from workbench.routing.candidates import RoutingData
 
     raw = np.asarray([split_data["raw"][f] for f in features], dtype=float).T.reshape(-1, len(features))
     label = np.asarray(split_data["label"], dtype=float)
@@ -92,8 +97,6 @@ def write_router(out_dir: Path, router: Any, calibrate_set: Any, evaluation: Any
     stage's medians and ranges of its features (for imputation), its classifier (learned artifacts) and its ONNX
     graph, checked against numpy on ``evaluation`` (:class:`~workbench.routing.candidates.RoutingData`). Returns
     the largest |Δ|; DataError above :data:`ONNX_TOLERANCE`."""
-    from workbench.classify.onnx_export import export_onnx, run_onnx
-    from workbench.methods.learned import save_learned
 
     shipped = router.calibrator_set(calibrate_set.medians, calibrate_set.ranges)
     save_learned(shipped, out_dir / ROUTER_FILES["calibrators"])
@@ -112,9 +115,6 @@ def search_router(
 ) -> dict[str, Any] | None:
     """Run the router search (None when ``classify.router_search`` is off); write its files; return the
     ``router`` block of ``selection.json``."""
-    from workbench.methods.learned import load_learned
-    from workbench.routing.choose import RouterSearch, choose_router
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     section = ctx.config.classify
     if section.router_search == "none":
@@ -127,7 +127,6 @@ def search_router(
             "classify.router_search: none",
             "classify.router_search",
         )
-    from workbench.stages.classify.settings import pick_rule_of
 
     rule = pick_rule_of(section)
     settings = RouterSearch(

@@ -35,11 +35,18 @@ from typing import Any
 
 import numpy as np
 
-from workbench.classify.select import split_train_val
+from workbench.calibration.oof import stratified_folds
+from workbench.classify.onnx_export import export_onnx, run_onnx
+from workbench.classify.select import out_of_fold_proba, split_train_val, train_classifiers
+from workbench.classify.threshold import choose_threshold
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
-from workbench.stages.classify.router import mlp_config
+from workbench.methods.learned import CLASSIFIER_KINDS, load_learned, save_learned
+from workbench.routing.search import decision_cost
+from workbench.routing.sweep import sweep_rows
+from workbench.stages.classify.router import cost_model, mlp_config, search_router
 from workbench.stages.context import StageContext
+from workbench.uncertainty.stat_costs import load_stat_costs
 
 ONNX_TOLERANCE = 1e-5
 QA_SCORES = ("em", "f1", "contains")
@@ -120,8 +127,6 @@ def tau_sweep_record(
     routed ``classify.routed_score`` and retrieval rate at every τ with intervals, ``classify.router_bootstrap``
     resamples), priced by the cost ``model`` in ``classify.cost_unit`` when there is one (its ``features`` decide,
     nothing at τ > 1); with Always-RAG's and No-RAG's score beside it. ``tau_sweep.json``, which the report draws."""
-    from workbench.routing.search import decision_cost
-    from workbench.routing.sweep import sweep_rows
 
     score = section.routed_score
     closed, rag = cols[f"correct_{score}"], cols[f"rag_{score}"]
@@ -145,11 +150,6 @@ def tau_sweep_record(
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, select, threshold, export and route; write the models, ONNX graphs and JSON results."""
-    from workbench.calibration.oof import stratified_folds
-    from workbench.classify.onnx_export import export_onnx, run_onnx
-    from workbench.classify.select import out_of_fold_proba, train_classifiers
-    from workbench.classify.threshold import choose_threshold
-    from workbench.methods.learned import save_learned
 
     section = ctx.config.classify
     calib_dir = ctx.inputs["calibrate"]
@@ -255,8 +255,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         save_learned(model, ctx.out_dir / f"{kind}.json")
         if kind == "logistic":
             predictions["lr_weights"] = model.weights()
-    from workbench.stages.classify.router import cost_model, search_router
-    from workbench.uncertainty.stat_costs import load_stat_costs
 
     router = search_router(ctx, data, features, fit_split, eval_split)
     features_of = {name: [name] for name in features} | {"LR": list(features), "MLP": list(features)}
@@ -321,7 +319,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 def _router_proba(out_dir: Any, raw: np.ndarray) -> np.ndarray:
     """P(correct) of the shipped router (as saved) for raw rows in its feature order."""
-    from workbench.methods.learned import CLASSIFIER_KINDS, load_learned
 
     calibrators = load_learned(out_dir / "router_calibrators.json", expect={"calibrator_set"})
     classifier = load_learned(out_dir / "router_classifier.json", expect=CLASSIFIER_KINDS)

@@ -55,12 +55,34 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.prompts import passage_line
+from workbench.backends.passage_table import passages_of
+from workbench.backends.prompts import number_chunks, passage_line
 from workbench.core import shards
-from workbench.core.atomic import atomic_write_json, atomic_write_text
+from workbench.core.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
+from workbench.core.logs import track
+from workbench.methods.learned import save_learned
+from workbench.metrics.llm_judge import LLMCorrectnessJudge
+from workbench.metrics.qa import score_answer
+from workbench.metrics.ranking import auroc
+from workbench.stages.backend_needs import approximations
 from workbench.stages.context import StageContext
-from workbench.uncertainty.stat_costs import STAT_COSTS_FILE
+from workbench.stages.nli_eval import build_judge
+from workbench.uncertainty.calculators import (
+    ANSWER_SYSTEM,
+    ATTENTION_SCOPE,
+    UNAVAILABLE_STATS,
+    StatSettings,
+    compute_stats,
+    prompt_group_fingerprints,
+    prompts_fingerprint,
+    unavailable_features,
+)
+from workbench.uncertainty.dense_stats import DenseSettings
+from workbench.uncertainty.features import compute_features, get_features, required_stats
+from workbench.uncertainty.lars_fit import cross_fit_lars
+from workbench.uncertainty.seper import SeperSettings, delta_seper
+from workbench.uncertainty.stat_costs import STAT_COSTS_FILE, StatCostMeter, stat_costs_document
 
 _GOLD = {"requires_gold": True}
 LABELS: dict[str, dict[str, Any]] = {
@@ -100,8 +122,6 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def check_features(names: list[str]) -> None:
     """Refuse an empty list, unknown features and features whose stats nothing can produce (one-line ConfigError)."""
-    from workbench.uncertainty.calculators import unavailable_features
-    from workbench.uncertainty.features import get_features
 
     if not names:
         raise ConfigError("name at least one feature", "collect.features")
@@ -130,7 +150,6 @@ def check_section(section: Any) -> None:
 def stat_settings(section: Any) -> Any:
     """The :class:`~workbench.uncertainty.calculators.StatSettings` a ``collect`` section asks for (samples,
     temperature, answer length, paraphrases); bench_served collects with the same."""
-    from workbench.uncertainty.calculators import StatSettings
 
     return StatSettings(
         samples=section.samples,
@@ -148,7 +167,6 @@ class _Passages:
     """The corpus and its retriever: top-k passage texts (and ids) per question, as prompt-ready chunks."""
 
     def __init__(self, ctx: StageContext, corpus: Any) -> None:
-        from workbench.backends.passage_table import passages_of
 
         self.retriever = ctx.resources.retriever(corpus)
         # read at each search: an external engine may add passages the corpus lacks
@@ -166,12 +184,6 @@ class _Passages:
 
 def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], tools: dict[str, Any]) -> list[dict]:
     """Features (timed and costed), then labels, for one chunk of questions; one record per question."""
-    from workbench.backends.prompts import number_chunks
-    from workbench.metrics.qa import score_answer
-    from workbench.uncertainty.calculators import ANSWER_SYSTEM, UNAVAILABLE_STATS, compute_stats
-    from workbench.uncertainty.dense_stats import DenseSettings
-    from workbench.uncertainty.features import compute_features, required_stats
-    from workbench.uncertainty.stat_costs import StatCostMeter
 
     section = ctx.config.collect
     generator = ctx.resources.generator()
@@ -245,8 +257,6 @@ def _collect_chunk(ctx: StageContext, rows: list[dict], positions: list[int], to
                 rag_answer_seconds=answer_seconds,
             )
     if "seper" in section.labels:
-        from workbench.uncertainty.seper import SeperSettings, delta_seper
-
         settings = SeperSettings(
             samples=section.seper_samples,
             temperature=section.seper_temperature,
@@ -305,7 +315,6 @@ def _read_chunks(folder: Path) -> list[dict]:
 
 def collect_split(ctx: StageContext, split: str, rows: list[dict], tools: dict[str, Any]) -> list[dict]:
     """Collect one split chunk by chunk, skipping checkpointed chunks; return all records ordered by position."""
-    from workbench.core.logs import track
 
     section = ctx.config.collect
     index, count = parse_shard(section.shard)
@@ -330,7 +339,6 @@ def collect_split(ctx: StageContext, split: str, rows: list[dict], tools: dict[s
 def fit_lars_column(by_split: dict[str, list[dict]], fit_split: str, folds: int, seed: int) -> Any:
     """Fill the ``lars`` column of every split (cross-fitted on ``fit_split``); return the scorer fitted on all of
     ``fit_split`` (a :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`)."""
-    from workbench.uncertainty.lars_fit import cross_fit_lars
 
     if fit_split not in by_split:
         raise DataError(f"lars is fitted on split {fit_split!r}, which was not collected", "collect.lars_fit_split")
@@ -349,7 +357,6 @@ def fit_lars_column(by_split: dict[str, list[dict]], fit_split: str, folds: int,
 
 def summarise_split(records: list[dict], features: list[str], labels: list[str]) -> dict[str, Any]:
     """Rows, label means, each feature's AUROC for ``correct_contains`` and its NaN count."""
-    from workbench.metrics.ranking import auroc
 
     target = [r["correct_contains"] for r in records]
     out: dict[str, Any] = {
@@ -370,11 +377,7 @@ def _write_outputs(out_dir: Path, by_split: dict[str, list[dict]], features: lis
     """Fit LARS when selected (not in a partial shard), then save one dataset per split plus the JSON docs."""
     import datasets
 
-    from workbench.uncertainty.features import get_features
-
     if "lars" in features and meta.get("shard", "0/1") in ("0/1", "merged"):
-        from workbench.methods.learned import save_learned
-
         save_learned(
             fit_lars_column(by_split, meta["lars_fit_split"], meta["lars_folds"], meta["seed"]),
             out_dir / "lars_scorer.json",
@@ -411,7 +414,6 @@ def _nan_rows(by_split: dict[str, list[dict]], features: dict[str, str]) -> dict
 def _stat_costs(by_split: dict[str, list[dict]], features: list[str]) -> dict[str, Any] | None:
     """``stat_costs.json`` from the records' ``stat_cost`` shares and rag timings; None when a record lacks its
     share (rows collected before the stage measured it)."""
-    from workbench.uncertainty.stat_costs import stat_costs_document
 
     if any("stat_cost" not in r for records in by_split.values() for r in records):
         return None
@@ -430,9 +432,6 @@ def build_tools(ctx: StageContext) -> dict[str, Any]:
     ``llm_judge`` (each None when nothing needs it)."""
     import datasets
 
-    from workbench.stages.nli_eval import build_judge
-    from workbench.uncertainty.features import required_stats
-
     section = ctx.config.collect
     needed = required_stats(section.features)
     judged = bool(needed & _JUDGED) or "dense" in section.features or "seper" in section.labels
@@ -446,8 +445,6 @@ def build_tools(ctx: StageContext) -> dict[str, Any]:
         corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
         tools["passages"] = _Passages(ctx, corpus)
     if "llm_judge" in section.labels:
-        from workbench.metrics.llm_judge import LLMCorrectnessJudge
-
         tools["llm_judge"] = LLMCorrectnessJudge(ctx.resources.generator())
     return tools
 
@@ -455,12 +452,6 @@ def build_tools(ctx: StageContext) -> dict[str, Any]:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Collect every configured split; write datasets and JSON docs; return rows and accuracy per split."""
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.uncertainty.calculators import (
-        ATTENTION_SCOPE,
-        prompt_group_fingerprints,
-        prompts_fingerprint,
-    )
-    from workbench.uncertainty.features import required_stats
 
     section = ctx.config.collect
     check_section(section)
@@ -493,8 +484,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     }
     generator = ctx.resources.generator()
     if getattr(generator, "served", False):
-        from workbench.stages.backend_needs import approximations
-
         meta["served"] = {"approximate_features": approximations(ctx.config, generator.capabilities)}
     summary = _write_outputs(ctx.out_dir, by_split, list(section.features), meta)
     out: dict[str, Any] = {}
@@ -516,8 +505,6 @@ def merge_shards(dirs: list[str | Path], out: str | Path) -> dict[str, Any]:
     exist yet; it is written atomically (nothing is left behind on an error). LARS is fitted here when selected.
     """
     import datasets
-
-    from workbench.core.atomic import atomic_directory
 
     dirs = [Path(d) for d in dirs]
     if not dirs:

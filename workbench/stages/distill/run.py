@@ -37,18 +37,28 @@ the other ranks leave the process when training ends.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import math
+import os
 import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+from workbench.backends.factory import build_generator
+from workbench.backends.lora import resolve_adapter_model, resolve_model, save_lora_adapter
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.distill.traces import load_traces
+from workbench.distill.train import section_settings, train_in_stage
+from workbench.methods.controller import CHANNELS, INTENTS, PromptedLMController
+from workbench.metrics.qa import token_f1
+from workbench.metrics.rejection import spearman
 from workbench.stages.context import StageContext
 
 SOURCES = ("teacher", "gold")
@@ -62,9 +72,6 @@ _BUDGET = re.compile(r"at most (\d+) words")
 def validate_section(section: Any) -> None:
     """The load-time checks of a ``distill`` section (no torch import): LoRA and training values, the sources, and
     that a DeepSpeed strategy has its package installed. ConfigError naming the ``distill.*`` key."""
-    import importlib.util
-
-    from workbench.distill.train import section_settings
 
     section_settings(section, "distill", 0)
     sources = list(section.sources)
@@ -88,7 +95,6 @@ def check_launch(processes: int, environ: Mapping[str, str] | None = None) -> No
     command line, i.e. the whole ``workbench run`` in each, without the launcher variables that tell the runner a
     process is a rank above 0 (:func:`workbench.stages.runner.run_other_rank`), so each would try to run the whole
     recipe."""
-    import os
 
     env = os.environ if environ is None else environ
     if processes > 1 and not any(name in env for name in LAUNCHER_VARIABLES):
@@ -102,9 +108,6 @@ def check_launch(processes: int, environ: Mapping[str, str] | None = None) -> No
 # ------------------------------------------------------------------------------------------------------ stage
 def run(ctx: StageContext) -> dict[str, Any]:
     """Train, write the adapter, score base and student on the held-out rows (module doc)."""
-    from workbench.backends.lora import resolve_adapter_model, resolve_model, save_lora_adapter
-    from workbench.distill.traces import load_traces
-    from workbench.distill.train import section_settings, train_in_stage
 
     section = ctx.config.distill
     validate_section(section)
@@ -238,7 +241,6 @@ class _ReplayGenerator:
 
     def generate(self, prompts: Sequence[str], **kwargs: Any) -> list[Any]:
         """Recorded and answered from ``replies`` when set; else the model's ``generate``."""
-        from types import SimpleNamespace
 
         prompts = list(prompts)
         key = json.dumps(kwargs, sort_keys=True, default=list)
@@ -256,8 +258,6 @@ def _score_model(
     ctx: StageContext, model: Any, heldout: Mapping[str, list[dict[str, Any]]], device: str, batch_size: int
 ) -> dict[str, dict[str, Any]]:
     """Per decision, the held-out figures of ``model`` read as the controller (module doc)."""
-    from workbench.backends.factory import build_generator
-    from workbench.methods.controller import PromptedLMController
 
     generator = build_generator(
         model, device=device, batch_size=batch_size, cache=False, counter=ctx.counter, seed=ctx.config.seed
@@ -303,7 +303,6 @@ def _single_token(
     """(predicted answer or None, score, unreadable) per row: p(Yes) for yes / no decisions (one batched call of
     the controller's scorer), the intent distribution for channel_weights (one controller call per row, as the
     controller makes them)."""
-    from workbench.methods.controller import CHANNELS, INTENTS
 
     if decision == "channel_weights":
         predictions, scores, failed = [], [], []
@@ -409,7 +408,6 @@ def _single_token_figures(
     decision: str, rows: Sequence[Mapping[str, Any]], predictions: Sequence[str | None], scores: Sequence[float]
 ) -> dict[str, Any]:
     """Accuracy / F1 against the teacher rows and the gold rows (and the p(Yes) rank correlation with the teacher)."""
-    from workbench.metrics.rejection import spearman
 
     out: dict[str, Any] = {}
     positive = None if decision == "channel_weights" else "Yes"
@@ -434,7 +432,6 @@ def _single_token_figures(
 
 def _generative_figures(rows: Sequence[Mapping[str, Any]], replies: Sequence[str]) -> dict[str, Any]:
     """Token F1 of the replies to the teacher's (and gold) targets."""
-    from workbench.metrics.qa import token_f1
 
     out: dict[str, Any] = {}
     for source in SOURCES:

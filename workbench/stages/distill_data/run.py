@@ -37,6 +37,8 @@ from typing import Any
 
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import AssetError, ConfigError, DataError, WorkbenchError
+from workbench.core.logs import track
+from workbench.methods.base import Tools
 from workbench.stages.context import StageContext
 
 __all__ = ["insemrag_parts", "load_teacher", "run", "validate_section"]
@@ -155,11 +157,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.backends.retrieval_engines import ENGINES
-    from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.gold import GoldLabeler
     from workbench.distill.traces import DECISIONS, RecordingController, deduplicate, save_traces
-    from workbench.methods.base import Tools
     from workbench.methods.controller import HeuristicController
     from workbench.methods.insemrag import InSemRAG
 

@@ -55,8 +55,9 @@ from workbench.bundle.learned import (  # what the run learned, read below the s
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.core.formatting import counted
-from workbench.methods.evaluation import summarise
-from workbench.methods.registry import learned_keys
+from workbench.methods.base import Tools
+from workbench.methods.evaluation import evaluate_built, summarise
+from workbench.methods.registry import build_method, check_options, configure, learned_keys
 from workbench.stages.context import StageContext
 
 
@@ -90,7 +91,6 @@ def build_tools(
 
     ``passage_chars`` / ``max_new_tokens`` default to the evaluate section's (the methods' prompts and answers).
     """
-    from workbench.methods.base import Tools
 
     config = ctx.config
     return Tools(
@@ -173,7 +173,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def _answer_all(ctx: StageContext, methods: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any]:
     """Every method answers ``rows`` in batches (a progress bar each): one
     :class:`~workbench.methods.evaluation.MethodEvaluation` per method, in ``methods``' order."""
-    from workbench.methods.evaluation import evaluate_built
 
     results = []
     for name, method in methods.items():

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.bundle.export import export_run
 from workbench.core.atomic import atomic_write_json
 from workbench.stages.context import StageContext
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
     """Export the run (the stages before this one) to ``export.dir``; return name, version and path."""
-    from workbench.bundle.export import export_run
 
     section = ctx.config.export
     result = export_run(

@@ -39,8 +39,15 @@ import numpy as np
 
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
-from workbench.methods.seper.utility import UTILITY_CLASSES
+from workbench.core.logs import track
+from workbench.methods.common import context_block
+from workbench.methods.learned import save_learned
+from workbench.methods.seper.utility import UTILITY_CLASSES, UTILITY_FEATURES, UtilityPredictor, utility_inputs
+from workbench.methods.seper.utility_classifier import UtilityClassifier, class_labels, macro_f1
+from workbench.metrics.rejection import spearman
 from workbench.stages.context import StageContext
+from workbench.stages.evaluate.run import build_tools
+from workbench.uncertainty.seper import SeperSettings, delta_seper
 
 CLASSES = UTILITY_CLASSES
 """The utility classes in report order (:data:`workbench.methods.seper.utility.UTILITY_CLASSES`)."""
@@ -100,7 +107,6 @@ def out_of_fold(
 ) -> np.ndarray:
     """Each row's prediction by a :class:`UtilityPredictor` fitted on the other folds (``feature_names``: one per
     column of ``X``, default the utility features)."""
-    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
 
     names = feature_names or UTILITY_FEATURES
     pred = np.full(y.shape, np.nan)
@@ -148,7 +154,6 @@ def class_quality(truth: Sequence[str], guess: Sequence[str]) -> dict[str, Any]:
     (None for a class with no label), ``macro_f1`` (:func:`~workbench.methods.seper.utility_classifier.macro_f1`),
     ``confusion[a][b]`` (pairs of label class ``a`` predicted ``b``), ``predicted`` and ``labels`` (counts per
     class)."""
-    from workbench.methods.seper.utility_classifier import macro_f1
 
     truth, guess = list(truth), list(guess)
     confusion = {a: dict.fromkeys(CLASSES, 0) for a in CLASSES}
@@ -168,7 +173,6 @@ def class_quality(truth: Sequence[str], guess: Sequence[str]) -> dict[str, Any]:
 
 def regression_figures(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """R² (against the labels' mean), MAE, the MAE of always predicting the labels' mean, Spearman ρ."""
-    from workbench.metrics.rejection import spearman
 
     residual = float(np.sum((y - pred) ** 2))
     total = float(np.sum((y - y.mean()) ** 2))
@@ -183,7 +187,6 @@ def regression_figures(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 def regression_quality(y: np.ndarray, pred: np.ndarray, tau_pos: float, tau_neg: float) -> dict[str, Any]:
     """:func:`regression_figures` plus the :func:`class_quality` of the prediction cut at τ_pos / τ_neg, and
     ``majority_agreement``: the agreement of always predicting the labels' commonest class (in sample)."""
-    from workbench.methods.seper.utility_classifier import class_labels
 
     truth = class_labels(y, tau_pos, tau_neg).tolist()
     guess = class_labels(pred, tau_pos, tau_neg).tolist()
@@ -219,8 +222,6 @@ def fit_and_score(
     parameters for the summary)``. Columns: ``oof_class`` always; ``oof_p_<class>`` (classifier) or
     ``oof_prediction`` (ridge, δ). The oof block is :func:`oof_quality` (+ :func:`regression_figures` for the
     ridge) with the τ's that cut the labels."""
-    from workbench.methods.seper.utility import UTILITY_FEATURES, UtilityPredictor
-    from workbench.methods.seper.utility_classifier import UtilityClassifier, class_labels
 
     folds = fold_ids(len(y), section.folds, seed)
     truth = class_labels(y, tau_pos, tau_neg).tolist()
@@ -257,12 +258,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     (``fit_utility.model``), and write its out-of-fold figures next to the majority baseline's."""
     import datasets
 
-    from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.common import context_block
-    from workbench.methods.seper.utility import UTILITY_FEATURES, utility_inputs
-    from workbench.stages.evaluate.run import build_tools
-    from workbench.uncertainty.seper import SeperSettings, delta_seper
 
     section = ctx.config.fit_utility
     validate_section(section)
@@ -328,7 +324,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         j = rows_used.get(i)
         for name, values in columns.items():
             record[name] = values[j] if j is not None else (None if name == "oof_class" else float("nan"))
-    from workbench.methods.learned import save_learned
 
     save_learned(model, ctx.out_dir / "utility.json")
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "pairs"))

@@ -24,10 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.core.logs import track
+from workbench.data.corpus import corpus_sample
+from workbench.methods.common import context_block
+from workbench.methods.dtr import DTR, DTRSettings
 from workbench.metrics.bootstrap import N_RESAMPLES, describe, mean_interval
 from workbench.stages.context import StageContext
+from workbench.stages.evaluate.run import build_tools
+from workbench.uncertainty.seper import SeperSettings, delta_seper
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "dtr", "gold", "random")
 """Context sources: four retrievers, and two controls — ``gold`` (the question's own gold passages: the most a
@@ -45,7 +52,6 @@ def bootstrap_mean_interval(values: list[float], *, draws: int = N_RESAMPLES, se
 
 def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools: Any, k: int) -> list[list[Any]]:
     """Top-k passages per question from retriever ``kind`` (DTR: its selected passages, retrieval forced)."""
-    from workbench.backends.retrievers import BM25Retriever, DenseRetriever, HybridRetriever
 
     if kind in CONTROLS:
         return _control_contexts(kind, rows, tools, k, ctx.config.seed)
@@ -66,8 +72,6 @@ def _contexts(ctx: StageContext, kind: str, rows: list[dict], corpus: Any, tools
             )
 
     if kind == "dtr":
-        from workbench.methods.dtr import DTR, DTRSettings
-
         # both paths search the ``dense`` row's own index (the paper's dense retrieval): the two rows differ only
         # by DTR's pseudo-context path and its adaptive selection; τ = 0 retrieves for every question (u >= 0)
         settings = DTRSettings(tau=0.0, k=k, n_per_path=max(k, 5))
@@ -110,11 +114,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Retrieve with every retriever, compute ΔSePer for every (question, context), rank the retrievers."""
     import datasets
 
-    from workbench.core.logs import track
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.common import context_block
-    from workbench.stages.evaluate.run import build_tools
-    from workbench.uncertainty.seper import SeperSettings, delta_seper
 
     section = ctx.config.seper_eval
     unknown = [r for r in section.retrievers if r not in RETRIEVERS]
@@ -126,8 +126,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = list(qa[section.split].select(range(min(section.limit, len(qa[section.split])))))
     corpus = datasets.load_from_disk(str(ctx.inputs["build_data"] / "corpus"))
     if section.corpus_size is not None:
-        from workbench.data.corpus import corpus_sample
-
         corpus = corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
     tools = build_tools(ctx, corpus)
     tools.passage_chars = section.passage_chars

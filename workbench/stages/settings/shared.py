@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
+from workbench.core.settings import value_at
 
 
 @dataclass
@@ -321,7 +322,6 @@ FIXED_SPLITS: dict[str, tuple[str, ...]] = {"bench_backends": ("test",)}
 def split_readers(config: Any) -> dict[str, tuple[str, str]]:
     """Each split the recipe's stages read from build_data → ``(stage, key)``: the first stage (in the recipe's order)
     that reads it and the dotted key naming it (``data.fractions`` for a split a stage always reads)."""
-    from workbench.core.settings import value_at
     from workbench.stages.registry import STAGES
 
     readers: dict[str, tuple[str, str]] = {}

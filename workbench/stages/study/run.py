@@ -42,9 +42,12 @@ from dataclasses import fields
 from typing import Any
 
 from workbench.bundle.learned import read_params
+from workbench.bundle.provenance import question_record
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.stages.context import StageContext
+from workbench.tuning.space import parse_spaces
+from workbench.tuning.storage import describe_storage, open_storage, storage_url
 
 __all__ = ["default_params", "read_params", "run", "tau_verdict"]
 
@@ -117,13 +120,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Run every method's study; write the parameter files and the summary."""
     import datasets
 
-    from workbench.bundle.provenance import question_record
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.methods.registry import method_spec
     from workbench.stages.evaluate.run import build_tools, run_learned
     from workbench.tuning.objective import MethodObjective
-    from workbench.tuning.space import parse_spaces
-    from workbench.tuning.storage import describe_storage, open_storage, storage_url
     from workbench.tuning.study import StudySettings, run_study
 
     config, section = ctx.config, ctx.config.study

@@ -36,8 +36,18 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bundle.learned import load_learned as load_shipped
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.calibration.ood_features import FeatureNovelty
+from workbench.calibration.ood_rates import flag_summary
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.learned import load_learned
+from workbench.metrics.bootstrap import bootstrap_intervals
+from workbench.metrics.calibration import brier, ece
+from workbench.metrics.ranking import auroc
+from workbench.stages.calibrate.run import binary_labels
+from workbench.stages.collect.run import LABELS, build_tools, collect_split
 from workbench.stages.context import StageContext
 
 CONDITIONS = ("in_distribution", "shifted")
@@ -113,7 +123,6 @@ def collect_shifted(ctx: StageContext, rows: list[dict[str, Any]]) -> list[dict[
     features, passages), with labels ``rag`` (and what ``calibrate.label`` needs) and no shard; checkpointed in this
     stage's scratch directory. The ``lars`` feature is scored by the collection's scorer (NaN without one); each
     record gets its ``template`` and its articles' ``doc_ids``."""
-    from workbench.stages.collect.run import LABELS, build_tools, collect_split
 
     config = ctx.config
     labels = {"rag", LABELS.get(config.calibrate.label, {}).get("needs")} - {None}  # + what calibrate's label needs
@@ -131,14 +140,12 @@ def collect_shifted(ctx: StageContext, rows: list[dict[str, Any]]) -> list[dict[
 
 def _features_detector(calibrate_dir: Path) -> Any:
     """The calibrate stage's detector on the uncertainty features (``ood_features.json``; None without one)."""
-    from workbench.calibration.ood_features import FeatureNovelty
 
     path = calibrate_dir / "ood_features.json"
     return FeatureNovelty.from_dict(json.loads(path.read_text())) if path.is_file() else None
 
 
 def _lars_scorer(collect_dir: Path) -> Any:
-    from workbench.methods.learned import load_learned
 
     path = collect_dir / "lars_scorer.json"
     return load_learned(path, expect={"lars"}) if path.is_file() else None
@@ -179,7 +186,6 @@ def _finite(value: float) -> float | None:
 
 def _ece(p: np.ndarray, y: np.ndarray) -> float:
     """ECE (10 equal-width bins), NaN when ``p`` leaves [0, 1] (a raw-input router's values are not probabilities)."""
-    from workbench.metrics.calibration import ece
 
     finite = p[np.isfinite(p)]
     if finite.size == 0 or finite.min() < 0.0 or finite.max() > 1.0:
@@ -193,7 +199,6 @@ def paired_intervals(
     """A ``LEVEL`` interval of each statistic over the same ``draws`` resamples of ``n`` questions (each statistic
     takes the resampled indices): the workbench's one bootstrap helper
     (:func:`workbench.metrics.bootstrap.bootstrap_intervals`: BCa, the percentile interval where BCa is undefined)."""
-    from workbench.metrics.bootstrap import bootstrap_intervals
 
     if n == 0 or draws < 1:
         return {name: [None, None] for name in statistics}
@@ -244,9 +249,6 @@ def measure(
     OOD flag (``ood``: :func:`~workbench.calibration.ood_rates.flag_summary` of each row's failed checks
     ``ood_checks``; None without a profile); bootstrap intervals (``draws`` paired resamples); and the same per
     template."""
-    from workbench.calibration.ood_rates import flag_summary
-    from workbench.metrics.calibration import brier
-    from workbench.metrics.ranking import auroc
 
     n = len(records)
     y = np.asarray(labels, dtype=float)
@@ -359,12 +361,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Build and collect the shifted questions, measure both conditions, write ``transfer.json`` and ``shifted/``."""
     import datasets
 
-    from workbench.bundle.learned import load_learned as load_shipped
-    from workbench.calibration.calibrator_set import CalibratorSet
-    from workbench.calibration.ood_rates import flag_summary
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.learned import load_learned
-    from workbench.stages.calibrate.run import binary_labels
 
     config, section = ctx.config, ctx.config.transfer
     check_recipe(config)

@@ -43,8 +43,10 @@ import gc
 import json
 from typing import Any
 
+from workbench.backends.lora import READER_FORMAT, save_lora_adapter
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
+from workbench.data.article_splits import WIKI_DATASET, split_articles, training_data_record
 from workbench.stages.context import StageContext
 from workbench.stages.tune_reader.settings import validate_section
 
@@ -54,7 +56,6 @@ SECTION = "tune_reader"
 def training_data(config: Any, split: str) -> dict[str, Any]:
     """The training-data record of an adapter trained on ``split`` of ``config``'s data
     (:func:`workbench.data.article_splits.training_data_record`; the recipe's ``seed`` is the data seed)."""
-    from workbench.data.article_splits import training_data_record
 
     return training_data_record(
         dataset=config.data.dataset,
@@ -77,7 +78,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Render the training rows, train, write the adapter, score base and tuned model (module doc)."""
     import datasets
 
-    from workbench.backends.lora import READER_FORMAT, save_lora_adapter
     from workbench.data.dataset_store import load_saved_dataset_dict
     from workbench.distill.reader import reader_rows
     from workbench.distill.train import section_settings, train_in_stage
@@ -143,7 +143,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 def _training_record(ctx: StageContext, questions: list[dict[str, Any]]) -> dict[str, Any]:
     """The adapter's training-data record (:func:`training_data`); DataError when a wiki-qa training question comes
     from an article outside the recorded split (the built data and the record would disagree)."""
-    from workbench.data.article_splits import WIKI_DATASET, split_articles
 
     config = ctx.config
     record = training_data(config, config.tune_reader.split)
