@@ -15,10 +15,14 @@ No stage module imports this one.
 from __future__ import annotations
 
 import dataclasses
+import string
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from workbench.core.config import (
     LocatedYAML,
@@ -31,9 +35,9 @@ from workbench.core.config import (
 )
 from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.core.paths import recipes_dir
-from workbench.core.settings import KeyFirstError, PairedKeyError
+from workbench.core.settings import KeyFirstError, PairedKeyError, value_at
 from workbench.stages.fit_utility.settings import INERT_UNDER_CLASSIFIER
-from workbench.stages.registry import STAGES, StageSpec
+from workbench.stages.registry import STAGES, StageSpec, validate_stage_list
 from workbench.stages.settings.shared import (
     DataSection,
     EmbedderSection,
@@ -48,6 +52,7 @@ from workbench.stages.settings.shared import (
     resolve_data_defaults,
     resolve_retrieval_backend,
 )
+from workbench.stages.tune_reader.settings import check_reader_adapter
 
 __all__ = [
     "INERT_UNDER_CLASSIFIER",
@@ -185,7 +190,6 @@ def expand_dir(template: str, name: str, key: str) -> Path:
     """``template`` with ``{name}`` replaced by the recipe ``name``. Any other placeholder (``{foo}``, ``{0}``,
     ``{name.attr}``, ``{name!r}``) or a lone brace raises a one-line :class:`ConfigError` naming ``key``; ``{{`` and
     ``}}`` stand for braces."""
-    import string
 
     hint = "the only placeholder is {name} (write {{ and }} for braces)"
     try:
@@ -248,7 +252,6 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Loaded
     if overrides:
         located = apply_overrides(located, overrides)
     config = build_dataclass(recipe_schema(), located.data, located)
-    from workbench.stages.registry import validate_stage_list
 
     validate_stage_list(config.stages, located.where(("stages",)))
     backend_key = ("retrieval", "backend")
@@ -331,7 +334,6 @@ def _check_data(config: Any) -> None:
 
 def _integer_kind(tp: Any) -> str | None:
     """``"int"`` for ``int`` / ``int | None``, ``"list"`` for ``list[int]``, else None."""
-    import typing
 
     if tp is int:
         return "int"
@@ -346,7 +348,6 @@ def _integer_kind(tp: Any) -> str | None:
 def _integers(obj: Any, prefix: str = "") -> list[tuple[str, int, int]]:
     """Every integer value of the config tree ``obj`` with its dotted key (list items under the list's key) and the
     smallest value its field accepts (its ``minimum`` metadata, else 1)."""
-    import typing
 
     out: list[tuple[str, int, int]] = []
     hints = typing.get_type_hints(type(obj))
@@ -403,7 +404,6 @@ def _check_devices(config: Any) -> None:
 def _check_splits(config: Any) -> None:
     """Every split a stage of the recipe reads (its ``splits`` keys in the stage table) exists in the dataset and can
     hold questions."""
-    from workbench.core.settings import value_at
 
     for stage in config.stages:
         for key in STAGES[stage].splits:
@@ -415,7 +415,6 @@ def _check_splits(config: Any) -> None:
 def _check_reader_adapter(config: Any) -> None:
     """An answer-reader adapter as ``generator.model`` was trained on articles this data configuration keeps in
     ``train`` (:func:`workbench.stages.tune_reader.check_reader_adapter`)."""
-    from workbench.stages.tune_reader.settings import check_reader_adapter
 
     check_reader_adapter(config)
 
@@ -430,9 +429,6 @@ def _check_dirs(config: Any) -> None:
 def recipe_template(cls: type | None = None, indent: int = 0) -> str:
     """Every key of the schema (``cls``, default: :func:`recipe_schema`) as commented YAML:
     ``key: default  # type — meaning``; a field whose ``doc`` names a ``template`` gets that function's lines too."""
-    import typing
-
-    import yaml
 
     cls = recipe_schema() if cls is None else cls
     lines: list[str] = []

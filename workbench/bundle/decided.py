@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bundle.provenance import Questions
+from workbench.methods.learned import CLASSIFIER_KINDS, load_learned
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,6 @@ class DecidedPoint:
     def apply(self, learned: Any) -> Any:
         """``learned`` (:class:`~workbench.methods.learned.LearnedParts` as evaluate ran them) with this router and
         τ; the utility, the LARS scorer, the stats settings and the OOD profile stay the run's."""
-        from workbench.methods.learned import CLASSIFIER_KINDS, load_learned
 
         files = self.router["files"]
         calibrators = load_learned(self.router_dir / files["calibrators"], expect={"calibrator_set"})

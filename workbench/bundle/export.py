@@ -67,8 +67,8 @@ from workbench.bundle.external import external_record
 from workbench.bundle.integrity import file_digest, file_table, gold_methods, read_manifest, verify_bundle_dir
 from workbench.bundle.learned import (
     Setter,
+    evaluated_config,
     evaluated_learned,
-    evaluated_options,
     parameters_digests,
     read_params,
     recorded_tau,
@@ -97,7 +97,8 @@ from workbench.core.paths import PROJECT_ROOT
 from workbench.data.article_splits import training_data_leak
 from workbench.data.corpus import corpus_fingerprint
 from workbench.methods.learned import save_learned
-from workbench.methods.registry import METHOD_TABLE, METHODS, check_options, method_spec, uses_decision_policy
+from workbench.methods.registry import METHOD_TABLE, METHODS, method_spec, uses_decision_policy
+from workbench.monitoring.reference import REFERENCE_FILE, build_reference
 from workbench.plots import grouped_bars
 from workbench.recipe import load_recipe
 from workbench.stages.classify.router import cost_model
@@ -263,7 +264,6 @@ def _method_options(run: _Run, methods: list[str]) -> dict[str, dict[str, Any]]:
     """Each method's settings as the evaluate stage runs it (:func:`workbench.bundle.learned.evaluated_config`: the
     recipe's ``evaluate.options``, the run's study, then the ``evaluate.params`` files), so the bundle runs what the
     metrics block reports."""
-    from workbench.bundle.learned import evaluated_config
 
     # the run's config.yaml configured each method when it loaded; a study's or params file's values again here
     return {name: evaluated_config(run.config, name, run.stage("study")).given for name in methods}
@@ -511,9 +511,6 @@ def _write_reference(run: _Run, learned: Any, tmp: Path) -> dict[str, Any] | Non
     decision's raw features, its P(correct), its retrieval decision and the OOD flag on the calibrate stage's fit
     split, with ``export.drift``'s settings; returns the manifest's ``monitoring`` block (None: the run has no
     calibrated rows to describe)."""
-    import numpy as np
-
-    from workbench.monitoring.reference import REFERENCE_FILE, build_reference
 
     calibrated = run.json("calibrate", "calibrated.json")
     summary = run.json("calibrate", "summary.json") or {}

@@ -20,6 +20,7 @@ from typing import Any
 from workbench.bundle.integrity import safe_relative
 from workbench.core.artifact_io import parse_artifact
 from workbench.core.errors import DataError
+from workbench.methods.learned import load_learned_bytes
 
 
 class BundleFiles:
@@ -76,7 +77,6 @@ class BundleFiles:
     def learned(self, value: Any, field: str, expect: set[str] | frozenset[str]) -> Any:
         """The learned artifact (:mod:`workbench.methods.learned`) in the listed JSON file ``value``, parsed from its
         verified bytes; its tensor file, if any, read the same way."""
-        from workbench.methods.learned import load_learned_bytes
 
         name = self.name(value, field)
         parent = os.path.dirname(name)

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import ConfigError
+from workbench.core.hashing import stable_hash
+from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
+from workbench.methods.learned import load_learned as load_artifact
 
 
 def load_learned(
@@ -38,8 +41,6 @@ def load_learned(
     output whose ``best_params.json`` holds a shipped τ (:func:`recorded_tau`) replaces classify's (rule
     ``study``). The calibrate output's ``ood.json``, when there is one, is the OOD profile D²-RAG checks its
     questions against."""
-    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
-    from workbench.methods.learned import load_learned as load_artifact
 
     if calibrate_dir is None or classify_dir is None:
         return None
@@ -200,7 +201,6 @@ def parameters_digests(options: dict[str, dict[str, Any]], tau: float | None) ->
     stage records them (``summary.json``'s
     ``parameters_sha256``) and the export recomputes them for what it ships: a difference is refused, so a bundle
     never ships a parameter evaluate did not run (an ``evaluate.params`` file edited after the run)."""
-    from workbench.core.hashing import stable_hash
     from workbench.methods.registry import uses_decision_policy
 
     return {

@@ -31,6 +31,7 @@ from workbench.assets import adapter_reference
 from workbench.bundle.learned import Setter, option_setters, read_params, tau_setter
 from workbench.core.errors import AssetError, ConfigError, DataError
 from workbench.data.article_splits import ids_sha256
+from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
 from workbench.tuning.space import default_spaces
 
 
@@ -250,7 +251,6 @@ def run_fitted(run: Any, methods: Sequence[str], learned: Any, questions: RunQue
     study's parameters and every parameter a study or a parameters file set, ``controller_adapter``,
     ``models.generator`` for a reader adapter). ``run``: the finished run (``config``, ``stage(name)``,
     ``json(stage, file)``); ``learned``: D²-RAG's parts as exported (None without)."""
-    from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
 
     config = run.config
     out: dict[str, Questions] = {}

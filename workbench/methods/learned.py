@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.artifact_io import envelope_check, parse_artifact, read_artifact, write_artifact
-from workbench.core.errors import DataError
+from workbench.core.errors import ConfigError, DataError
 
 CLASSIFIER_KINDS = frozenset({"logistic", "mlp"})
 """Kinds a retrieval-decision classifier can be."""
@@ -170,7 +170,6 @@ class LearnedParts:
         classifier)."""
         from workbench.calibration.calibrator_set import CalibratorSet
         from workbench.classify.policy import DecisionPolicy
-        from workbench.core.errors import ConfigError
 
         if self.classifier is None or self.tau is None:
             raise ConfigError("no classifier or τ: run the calibrate and classify stages", "learned parts")

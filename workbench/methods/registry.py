@@ -33,6 +33,8 @@ from importlib.metadata import entry_points  # the table is built at import (ref
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from workbench.core.config import to_plain, type_name
 from workbench.core.errors import ConfigError
 from workbench.methods.base import Method, Tools
@@ -341,7 +343,6 @@ def check_options(methods: list[str], options: dict[str, Any]) -> dict[str, Meth
 def options_template(indent: int = 0) -> str:
     """Every method's options as commented YAML, one block per method of the table: ``key: default  # type —
     meaning`` (what ``workbench config`` prints under ``evaluate.options``)."""
-    import yaml
 
     pad = "  " * indent
     lines = []

@@ -10,6 +10,7 @@ This module imports nothing heavy: the registry, the tuning layer and the runtim
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
@@ -193,7 +194,6 @@ class MethodSpec:
     def option_fields(self) -> list[Any]:
         """The :class:`dataclasses.Field` of every option: its settings', then its options' (with the variant's
         ``defaults`` laid over the fields' own)."""
-        import copy
 
         out = []
         for cls in (self.settings_class(), self.options):

@@ -22,6 +22,7 @@ from workbench.bundle.integrity import manifest_notes, verify_bundle_dir
 from workbench.bundle.schema import bundle_versions
 from workbench.core.errors import DataError
 from workbench.core.paths import cache_dir
+from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
 
 
 def latest_version(name_dir: Path) -> Path:
@@ -142,7 +143,6 @@ def read_learned_parts(root: Path, manifest: dict[str, Any], classifier: str = "
     which one answers: the numpy weights (``learned/classifier.json``) or the ONNX graph (ONNX Runtime)."""
     from workbench.classify.onnx_export import OnnxClassifier
     from workbench.classify.policy import check_tau
-    from workbench.methods.learned import CLASSIFIER_KINDS, UTILITY_KINDS, LearnedParts
     from workbench.uncertainty.calculators import StatSettings
     from workbench.uncertainty.features import check_recorded_features
 

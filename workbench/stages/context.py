@@ -20,6 +20,7 @@ from workbench.backends.factory import (
 from workbench.backends.lora import resolve_model
 from workbench.core.memory import return_freed_memory
 from workbench.core.settings import RecipeView
+from workbench.methods.registry import resolve_controller_model, same_weights
 from workbench.stages.backend_needs import approximations, check_capabilities
 from workbench.stages.spec import StageSpec
 
@@ -199,7 +200,6 @@ class Resources:
             return self.generator()
 
         def build():
-            from workbench.methods.registry import resolve_controller_model, same_weights
 
             resolved = resolve_controller_model(spec)
             run = self.generator()

@@ -21,7 +21,7 @@ import numpy as np
 
 from workbench.core.errors import ConfigError
 from workbench.methods.evaluation import evaluate_built
-from workbench.methods.registry import build_method, method_spec
+from workbench.methods.registry import MethodConfig, build_method, configure, method_spec
 from workbench.tuning.replay import ReplayTable, replay_rule, replay_table
 from workbench.tuning.space import ParamSpec
 
@@ -85,7 +85,6 @@ class MethodObjective:
         self.tools = tools
         self.method = method
         self.rows = list(rows)
-        from workbench.methods.registry import MethodConfig, configure
 
         # typed once: a run's trials lay their parameters over it, configuring only what they change
         self.config = options if isinstance(options, MethodConfig) else configure(method, dict(options or {}))

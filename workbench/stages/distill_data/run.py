@@ -39,6 +39,7 @@ from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import AssetError, ConfigError, DataError, WorkbenchError
 from workbench.core.logs import track
 from workbench.methods.base import Tools
+from workbench.methods.registry import CONTROLLER_TOKENS, check_options
 from workbench.stages.context import StageContext
 
 __all__ = ["insemrag_parts", "load_teacher", "run", "validate_section"]
@@ -51,7 +52,6 @@ def insemrag_parts(options: Any) -> tuple[Any, dict[str, Any]]:
     method registry's own option checks (errors at ``distill_data.insemrag``); ``controller`` may only be
     ``prompted`` (the teacher is one) and the teacher's model is ``distill_data.teacher``, not ``controller_model``."""
     from workbench.methods.insemrag import InSemRAGSettings
-    from workbench.methods.registry import CONTROLLER_TOKENS, check_options
 
     where = "distill_data.insemrag"
     if not isinstance(options, dict):

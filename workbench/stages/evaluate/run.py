@@ -57,7 +57,7 @@ from workbench.core.errors import ConfigError
 from workbench.core.formatting import counted
 from workbench.methods.base import Tools
 from workbench.methods.evaluation import evaluate_built, summarise
-from workbench.methods.registry import build_method, check_options, configure, learned_keys
+from workbench.methods.registry import build_method, learned_keys
 from workbench.stages.context import StageContext
 
 
@@ -110,7 +110,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.registry import build_method
 
     section = ctx.config.evaluate
     section.method_configs()  # configured when the recipe loaded (the same instances); a config built in code: now

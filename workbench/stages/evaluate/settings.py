@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import KeyFirstError, RecipeView
+from workbench.stages.export.settings import check_method_params, decision_ready
 
 if TYPE_CHECKING:
     from workbench.methods.registry import MethodConfig
@@ -110,7 +111,6 @@ def check(config: RecipeView) -> None:
     method's own rule)."""
     from workbench.bundle.learned import read_params
     from workbench.methods.registry import INSEMRAG_METHODS, METHOD_TABLE
-    from workbench.stages.export.settings import check_method_params, decision_ready
 
     section = config.evaluate
     try:

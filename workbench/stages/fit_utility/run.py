@@ -47,32 +47,11 @@ from workbench.methods.seper.utility_classifier import UtilityClassifier, class_
 from workbench.metrics.rejection import spearman
 from workbench.stages.context import StageContext
 from workbench.stages.evaluate.run import build_tools
+from workbench.stages.fit_utility.settings import validate_section
 from workbench.uncertainty.seper import SeperSettings, delta_seper
 
 CLASSES = UTILITY_CLASSES
 """The utility classes in report order (:data:`workbench.methods.seper.utility.UTILITY_CLASSES`)."""
-
-
-def validate_section(section: Any) -> None:
-    """The load check of a ``fit_utility`` section (counts, folds, l2, model, dev_fraction, -1 <= tau_neg < tau_pos
-    <= 1); a one-line ConfigError naming the ``fit_utility.*`` key."""
-    for key in ("k", "passage_chars", "max_new_tokens", "samples", "batch_questions"):
-        value = getattr(section, key)
-        if value < 1:
-            raise ConfigError(f"must be >= 1, got {value}", f"fit_utility.{key}")
-    if section.folds < 2:
-        raise ConfigError(f"must be >= 2, got {section.folds}", "fit_utility.folds")
-    if section.limit is not None and section.limit < section.folds:
-        raise ConfigError(f"needs at least folds={section.folds} questions, got {section.limit}", "fit_utility.limit")
-    if not math.isfinite(section.l2) or section.l2 < 0:
-        raise ConfigError(f"must be a finite number >= 0, got {section.l2}", "fit_utility.l2")
-    if section.model not in ("classifier", "ridge"):
-        raise ConfigError(f"must be classifier or ridge, got {section.model!r}", "fit_utility.model")
-    if not (math.isfinite(section.dev_fraction) and 0.0 <= section.dev_fraction < 1.0):
-        raise ConfigError(f"must be in [0, 1), got {section.dev_fraction}", "fit_utility.dev_fraction")
-    low, high = section.tau_neg, section.tau_pos
-    if not (math.isfinite(low) and math.isfinite(high) and -1.0 <= low < high <= 1.0):
-        raise ConfigError(f"need -1 <= tau_neg < tau_pos <= 1, got {low} / {high}", "fit_utility.tau_neg")
 
 
 def dropped_line(questions: int, no_passages: int, not_finite: int, label: str) -> str | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.core.config import doc
+from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView, check_own_section
 from workbench.methods.d2rag.pipeline import INERT_UNDER_CLASSIFIER, classifier_utility
 
@@ -55,9 +57,29 @@ class FitUtilitySection:
     batch_questions: int = doc("questions per batch", 8)
 
 
-def check(config: RecipeView) -> None:
-    """fit_utility's load check: :func:`workbench.stages.fit_utility.run.validate_section` on its section (the
-    settings it shares with D²-RAG are :data:`workbench.stages.agreements.AGREEMENTS`)."""
-    from workbench.stages.fit_utility.run import validate_section
+def validate_section(section: Any) -> None:
+    """The load check of a ``fit_utility`` section (counts, folds, l2, model, dev_fraction, -1 <= tau_neg < tau_pos
+    <= 1); a one-line ConfigError naming the ``fit_utility.*`` key."""
+    for key in ("k", "passage_chars", "max_new_tokens", "samples", "batch_questions"):
+        value = getattr(section, key)
+        if value < 1:
+            raise ConfigError(f"must be >= 1, got {value}", f"fit_utility.{key}")
+    if section.folds < 2:
+        raise ConfigError(f"must be >= 2, got {section.folds}", "fit_utility.folds")
+    if section.limit is not None and section.limit < section.folds:
+        raise ConfigError(f"needs at least folds={section.folds} questions, got {section.limit}", "fit_utility.limit")
+    if not math.isfinite(section.l2) or section.l2 < 0:
+        raise ConfigError(f"must be a finite number >= 0, got {section.l2}", "fit_utility.l2")
+    if section.model not in ("classifier", "ridge"):
+        raise ConfigError(f"must be classifier or ridge, got {section.model!r}", "fit_utility.model")
+    if not (math.isfinite(section.dev_fraction) and 0.0 <= section.dev_fraction < 1.0):
+        raise ConfigError(f"must be in [0, 1), got {section.dev_fraction}", "fit_utility.dev_fraction")
+    low, high = section.tau_neg, section.tau_pos
+    if not (math.isfinite(low) and math.isfinite(high) and -1.0 <= low < high <= 1.0):
+        raise ConfigError(f"need -1 <= tau_neg < tau_pos <= 1, got {low} / {high}", "fit_utility.tau_neg")
 
+
+def check(config: RecipeView) -> None:
+    """fit_utility's load check: :func:`validate_section` on its section (the settings it shares with D²-RAG are
+    :data:`workbench.stages.agreements.AGREEMENTS`). It imports no run code, so loading a recipe stays light."""
     check_own_section("fit_utility", validate_section, config)

@@ -45,6 +45,7 @@ from workbench.bundle.learned import read_params
 from workbench.bundle.provenance import question_record
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
+from workbench.methods.registry import method_spec
 from workbench.stages.context import StageContext
 from workbench.tuning.space import parse_spaces
 from workbench.tuning.storage import describe_storage, open_storage, storage_url
@@ -55,7 +56,6 @@ __all__ = ["default_params", "read_params", "run", "tau_verdict"]
 def default_params(method: str, specs: Any, learned: Any) -> dict[str, Any]:
     """The paper defaults of the parameters in ``specs`` (a learned part's parameter, D²-RAG's ``tau``: the value
     the run's stages chose)."""
-    from workbench.methods.registry import method_spec
 
     method_facts = method_spec(method, "study.methods")
     cls = method_facts.settings_class()
@@ -121,7 +121,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import datasets
 
     from workbench.data.dataset_store import load_saved_dataset_dict
-    from workbench.methods.registry import method_spec
     from workbench.stages.evaluate.run import build_tools, run_learned
     from workbench.tuning.objective import MethodObjective
     from workbench.tuning.study import StudySettings, run_study

@@ -8,6 +8,7 @@ from typing import Literal
 from workbench.core.config import doc
 from workbench.core.errors import ConfigError
 from workbench.core.settings import RecipeView
+from workbench.stages.evaluate.settings import check_distilled_controller
 
 
 @dataclass
@@ -57,7 +58,6 @@ def check(config: RecipeView) -> None:
     method's own check (its spec's ``hooks.check_study``: D²-RAG's learned parts, gold-free utility and τ replay
     budget; InSemRAG's keep_threshold only with an LM controller)."""
     from workbench.methods.registry import INSEMRAG_METHODS, check_method_names, method_spec
-    from workbench.stages.evaluate.settings import check_distilled_controller
     from workbench.tuning.space import default_spaces, parse_spaces
     from workbench.tuning.study import CONSTRAINT_METRICS
 

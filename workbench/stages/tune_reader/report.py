@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.formatting import fmt, markdown_table
+from workbench.plots import grouped_bars
 from workbench.reports.modes import MODE_TITLES
 from workbench.reports.section import Section, SectionInput
 from workbench.reports.training import lora_loss_plot
@@ -43,7 +44,6 @@ def _training_line(summary: dict[str, Any]) -> str:
 
 def reader_lines(stage_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines of the reader-adapter section (module doc) from the ``tune_reader`` output ``stage_dir``."""
-    from workbench.plots import grouped_bars
 
     stage_dir, out_dir = Path(stage_dir), Path(out_dir)
     summary = json.loads((stage_dir / "summary.json").read_text(encoding="utf-8"))
