@@ -33,6 +33,18 @@ def _isolated_cache(tmp_path_factory):
     os.environ.pop("WORKBENCH_CACHE_DIR", None)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _wiki_qa_built_once():
+    """wiki-qa over the embedded articles is built once per test process for each set of settings
+    (tests/wiki_qa_once.py says why that changes no result); builds over other articles run every time."""
+    from tests.wiki_qa_once import BuiltOnce
+    from workbench.data import wikiqa
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wikiqa, "build_wikiqa", BuiltOnce(wikiqa.build_wikiqa, wikiqa.load_articles))
+        yield
+
+
 def pytest_configure(config):
     # Two pytest workers on two cores: one torch thread each avoids costly oversubscription.
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -99,7 +99,8 @@ def test_evaluate_runs_every_method_with_tiny_models(tmp_path, tiny_lm_long_dir,
         "collect.limit=60",
         f"collect.features=[{','.join(FEATURES)}]",
         "classify.seeds=[0]",
-        "classify.mlp_max_epochs=20",
+        "classify.kinds=[logistic]",  # D²-RAG ships the router (an LR); the MLP would only cost Lightning fits
+        "classify.router_trials=20",  # the evaluate recipe's router study, smaller: nothing here reads its front
         "classify.threshold_rule=target_rate",
         "classify.target_rate=0.5",
         "retrieval.k=2",

@@ -61,15 +61,24 @@ def toy_run(tmp_path_factory, tiny_lm_long_dir, tiny_encoder_dir):
     return tmp
 
 
-def test_the_real_collect_stage_computes_the_plugin_feature(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+def test_the_real_collect_stage_computes_the_plugin_feature(toy_run, tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+    import shutil
+
     from workbench.recipe import load_recipe
     from workbench.stages.runner import run_recipe
 
+    # the toy run's data settings (its corpus file included), so its build_data output (copied with the run marker
+    # that makes the copy a run directory) is this run's, cached
+    run = tmp_path / "run"
+    shutil.copytree(toy_run / "run" / "stages" / "build_data", run / "stages" / "build_data")
+    shutil.copy2(toy_run / "run" / ".workbench-run", run)
     with installed(TOY_FEATURE):
-        overrides = run_overrides(tmp_path, tiny_lm_long_dir, tiny_encoder_dir, *RECIPE_KEYS)
+        overrides = run_overrides(toy_run, tiny_lm_long_dir, tiny_encoder_dir, *RECIPE_KEYS)
+        overrides += [f"run_dir={run}", f"report.dir={tmp_path}/report", f"export.dir={tmp_path}/bundles"]
         overrides += ["stages=[build_data,collect]", "collect.limit=3", "collect.splits=[calib]"]
-        run_recipe(load_recipe("quickstart", overrides))
-    out = tmp_path / "run" / "stages" / "collect"
+        result = run_recipe(load_recipe("quickstart", overrides))
+    assert result.stage("build_data").cached and not result.stage("collect").cached
+    out = run / "stages" / "collect"
     described = {f["name"]: f for f in json.loads((out / "features.json").read_text())}
     assert described[TOY_NAME]["package"] == {"name": "toy-feature", "version": "0.1"}
     assert "package" not in described["confidence"]

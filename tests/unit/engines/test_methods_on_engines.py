@@ -43,7 +43,7 @@ def overrides(tmp_path, lm_dir, encoder_dir, backend: str, uri: str, variant: st
         "collect.limit=40",
         f"collect.features=[{','.join(FEATURES)}]",
         "classify.seeds=[0]",
-        "classify.mlp_max_epochs=5",
+        "classify.kinds=[logistic]",  # D²-RAG ships the router (an LR); the MLP would only cost Lightning fits
         "classify.threshold_rule=target_rate",
         "classify.target_rate=1.0",  # D²-RAG retrieves for every question
         "retrieval.k=2",
