@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "workbench.bench": 6,  # the benchmarks: stages of bench recipes, beside the pipeline's
     "workbench.recipe": 6,
     "workbench.bundle.export": 6,  # export loads a finished run's recipe (workbench.recipe); no stage
+    "workbench.recalibration": 6,  # recalibrate: refits with the calibrate stage's imputation, writes a bundle version
     "workbench.cli": 7,
     "workbench.doctor": 7,
     "workbench.__main__": 7,

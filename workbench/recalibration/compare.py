@@ -1,0 +1,170 @@
+"""Refit a bundle's calibrators on feedback and compare them with the bundle's own on a held-out part of it.
+
+:func:`recalibrate` splits the feedback into a fit part and a held-out part (seeded, stratified by label:
+:func:`holdout_split`), refits each feature's calibrator on the fit part with the ``calibrate`` stage's own fitting
+(:func:`~workbench.calibration.choice.choose_calibrator`, restricted to the kind the bundle shipped; NaN and ±inf
+imputed by the stage's :func:`~workbench.stages.calibrate.run.apply_nan_policy`, whose fit-part medians and ranges the
+new set stores), and measures on the held-out part, per feature, the AUROC and ECE of the bundle's calibrators
+(before) and of the refit (after), with paired BCa intervals (:mod:`workbench.metrics.bootstrap`).
+
+**Refusals** (one-line :class:`~workbench.core.errors.DataError`):
+
+* *too small*: the held-out part must hold at least :data:`MIN_PER_CLASS` answers of each label, so that every
+  AUROC and ECE it reports (and their intervals) rests on both classes; the message names the number of feedback rows
+  that would give it at this held-out fraction and label balance;
+* *not better*: the refit is better when the mean ECE over the features on the held-out part is lower after than
+  before; otherwise the comparison is refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.calibration.calibrator_set import CalibratorSet
+from workbench.calibration.choice import choose_calibrator
+from workbench.core.errors import ConfigError, DataError
+from workbench.metrics.bootstrap import N_RESAMPLES, Interval, bootstrap_intervals, describe
+from workbench.metrics.calibration import ece
+from workbench.metrics.ranking import auroc
+from workbench.recalibration.feedback import Feedback
+from workbench.stages.calibrate.run import apply_nan_policy
+
+MIN_PER_CLASS = 10
+"""The least number of held-out answers of each label (correct and wrong) a comparison is made on."""
+
+FOLDS = 5
+"""Out-of-fold folds of the refit's calibrator choice (the ``calibrate`` stage's default)."""
+
+
+@dataclass
+class Recalibration:
+    """The refitted set (``calibrators``), the sizes of the fit and held-out parts and the held-out comparison
+    (``metrics``: :func:`comparison`'s dict); ``better``: the mean held-out ECE went down."""
+
+    calibrators: CalibratorSet
+    fit_rows: int
+    holdout_rows: int
+    metrics: dict[str, Any]
+    better: bool
+
+
+def holdout_split(labels: np.ndarray, holdout: float, seed: int) -> np.ndarray:
+    """A mask of the held-out rows: ``round(holdout · n_c)`` of each label's ``n_c`` rows, drawn with
+    ``np.random.default_rng(seed)`` (stratified, deterministic by seed)."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(labels.size, dtype=bool)
+    for value in (0, 1):
+        rows = np.flatnonzero(labels == value)
+        mask[rng.permutation(rows)[: round(holdout * rows.size)]] = True
+    return mask
+
+
+def required_rows(labels: np.ndarray, holdout: float) -> int:
+    """The number of feedback rows whose held-out part holds :data:`MIN_PER_CLASS` of each label at this held-out
+    fraction and this file's label balance (0 when one label is absent: no size suffices)."""
+    minority = min(float(labels.mean()), 1.0 - float(labels.mean()))
+    return 0 if minority == 0.0 else math.ceil(MIN_PER_CLASS / (holdout * minority))
+
+
+def recalibrate(
+    bundle_set: CalibratorSet,
+    feedback: Sequence[Feedback],
+    *,
+    holdout: float = 0.3,
+    seed: int = 0,
+    force: bool = False,
+    n_resamples: int = N_RESAMPLES,
+    where: str = "feedback",
+) -> Recalibration:
+    """Refit ``bundle_set``'s calibrators on the fit part of ``feedback`` and compare (module docstring). The
+    features of each row are ``bundle_set.features`` in order (:func:`~workbench.recalibration.feedback.read_feedback`).
+    ConfigError on a held-out fraction outside (0, 1); DataError (naming ``where``) when refused."""
+    if not 0.0 < holdout < 1.0:
+        raise ConfigError(f"the held-out fraction must be between 0 and 1, got {holdout}", "recalibrate.holdout")
+    labels = np.array([r.label for r in feedback], dtype=int)
+    raw = np.array([r.features for r in feedback], dtype=float).reshape(len(feedback), len(bundle_set.features))
+    held = holdout_split(labels, holdout, seed)
+    held_counts = (int((labels[held] == 0).sum()), int((labels[held] == 1).sum()))
+    if min(held_counts) < MIN_PER_CLASS:
+        need = required_rows(labels, holdout)
+        size = f"about {need} feedback rows at this label balance" if need else "feedback with both labels"
+        raise DataError(
+            f"the held-out part ({held_counts[1]} correct, {held_counts[0]} wrong of {labels.size} rows at "
+            f"--holdout {holdout}) is too small to show a difference: it needs {MIN_PER_CLASS} of each label, "
+            f"so {size}",
+            where,
+        )
+    features = list(bundle_set.features)
+    clean, _, counts = apply_nan_policy({"fit": raw[~held], "holdout": raw[held]}, "fit", "impute", features)
+    refit = {}
+    for j, name in enumerate(features):
+        kind = bundle_set.calibrators[name].kind
+        refit[name], _ = choose_calibrator(clean["fit"][:, j], labels[~held], [kind], folds=FOLDS, seed=seed)
+    new_set = CalibratorSet(tuple(features), refit, counts["medians"], counts["ranges"])
+    before = bundle_set.transform(np.array([bundle_set.clean(row)[0] for row in raw[held]]))
+    after = new_set.transform(clean["holdout"])
+    mean_before, mean_after = (
+        float(np.mean([ece(p[:, j], labels[held]) for j in range(len(features))])) for p in (before, after)
+    )
+    better = mean_after < mean_before
+    if not better and not force:  # refused before the bootstrap's cost
+        raise DataError(
+            f"the refit is not better on the held-out part (mean ECE {mean_before:.4f} before, {mean_after:.4f} "
+            "after): nothing written (--force writes it anyway)",
+            where,
+        )
+    metrics = comparison(features, before, after, labels[held], seed, n_resamples)
+    return Recalibration(new_set, int((~held).sum()), int(held.sum()), metrics, bool(better))
+
+
+def comparison(
+    features: Sequence[str], before: np.ndarray, after: np.ndarray, labels: np.ndarray, seed: int, n_resamples: int
+) -> dict[str, Any]:
+    """Per feature ``{auroc, ece} → {before, after, before_ci, after_ci}`` of the calibrated probabilities ``before``
+    and ``after`` (``[n, features]``) against ``labels``, and ``mean_ece`` (over the features) with the interval of
+    its change (after − before); every interval from the same seeded resamples (paired)."""
+
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        y = labels[idx]
+        values = []
+        for probs in (before[idx], after[idx]):
+            values += [auroc(probs[:, j], y) for j in range(probs.shape[1])]
+            values += [ece(probs[:, j], y) for j in range(probs.shape[1])]
+        k = len(features)
+        values.append(float(np.mean(values[3 * k : 4 * k]) - np.mean(values[k : 2 * k])))
+        return np.array(values)
+
+    point = statistic(np.arange(labels.size))
+    intervals = bootstrap_intervals(statistic, labels.size, n_resamples=n_resamples, seed=seed)
+    k = len(features)
+    out: dict[str, Any] = {"rows": int(labels.size), "intervals": describe(n_resamples), "features": {}}
+    for j, name in enumerate(features):
+        out["features"][name] = {
+            metric: {
+                "before": _number(point[offset + j]),
+                "after": _number(point[2 * k + offset + j]),
+                "before_ci": _interval(intervals[offset + j]),
+                "after_ci": _interval(intervals[2 * k + offset + j]),
+            }
+            for metric, offset in (("auroc", 0), ("ece", k))
+        }
+    out["mean_ece"] = {
+        "before": float(np.mean(point[k : 2 * k])),
+        "after": float(np.mean(point[3 * k : 4 * k])),
+        "change": float(point[-1]),
+        "change_ci": _interval(intervals[-1]),
+    }
+    return out
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else round(float(value), 6)
+
+
+def _interval(interval: Interval) -> dict[str, Any]:
+    return {"low": _number(interval.low), "high": _number(interval.high), "method": interval.method}
