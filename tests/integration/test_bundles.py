@@ -300,7 +300,7 @@ def test_the_bundle_carries_reference_distributions_of_its_calibration_split(tin
     tmp, _ = tiny_run
     root = _bundle(tiny_run)
     manifest = json.loads((root / "manifest.json").read_text())
-    assert manifest["schema_version"] == "1.6" and manifest["monitoring"]["file"] in manifest["files"]
+    assert manifest["schema_version"] == "1.7" and manifest["monitoring"]["file"] in manifest["files"]
     reference = read_reference(BundleFiles(root, manifest), manifest, str(root))
     stages = tmp / "run" / "stages"
     split = json.loads((stages / "calibrate/summary.json").read_text())["fit_split"]

@@ -489,6 +489,34 @@ class MonitoringBlock:
 
 
 @dataclass
+class RecalibrationBlock:
+    """``recalibration`` (schema 1.7): this version's calibrators were refitted from labelled feedback by
+    ``workbench recalibrate`` (:mod:`workbench.recalibration`): the ``parent`` version they replace, the feedback
+    file's ``feedback_sha256`` and row counts, the held-out fraction and ``seed`` of the split, whether the refit was
+    ``forced`` past a worse held-out comparison, and ``metrics``: before / after AUROC and ECE on the held-out
+    feedback with their intervals."""
+
+    parent: str
+    feedback_sha256: str
+    feedback_rows: int
+    fit_rows: int
+    holdout_rows: int
+    holdout: float
+    seed: int
+    forced: bool
+    metrics: dict
+
+    def __post_init__(self) -> None:
+        parse_semver(self.parent, "recalibration.parent")
+        _sha256_or_none(self.feedback_sha256, "recalibration.feedback_sha256")
+        for name in ("feedback_rows", "fit_rows", "holdout_rows"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"'recalibration.{name}' must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"'recalibration.holdout' must be between 0 and 1, got {self.holdout}")
+
+
+@dataclass
 class FileRecord:
     """One entry of ``files``."""
 
@@ -528,6 +556,7 @@ class Manifest:
     identity: IdentityBlock | None = None
     external_retriever: ExternalRetrieverBlock | None = None
     monitoring: MonitoringBlock | None = None
+    recalibration: RecalibrationBlock | None = None
     metrics: dict | None = None
     provenance: ProvenanceBlock | None = None
     notes: list[str] = field(default_factory=list)

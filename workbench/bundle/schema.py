@@ -21,6 +21,9 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
                                the decision features, P(correct), retrieval and OOD rates on the calibration split
     plots/*.png                figures of the model card
 
+A version written by ``workbench recalibrate`` is its parent with ``learned/calibrators.json`` and the decision graph
+refitted on feedback and a ``recalibration`` block in the manifest (schema 1.7; :mod:`workbench.recalibration`).
+
 **Compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``. A minor version adds optional fields only, so a reader
 accepts every minor of its own major (fields it does not know are ignored, and listed in the runtime's notes); a
 different major is refused with the workbench version that reads it. Only the suffixes in :data:`ALLOWED_SUFFIXES`
@@ -38,7 +41,7 @@ from workbench.core.errors import DataError
 
 FORMAT = "workbench-bundle"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 6
+SCHEMA_MINOR = 7
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 IDENTITY_MINOR = 3
 """The first minor whose manifests seal their ``name`` and ``version`` (``identity``, inside the content digest)."""

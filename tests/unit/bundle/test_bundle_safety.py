@@ -48,7 +48,7 @@ def _write_manifest(root: Path, manifest: dict) -> None:
 # ----------------------------------------------------------------------------------------------- what loads
 def test_the_committed_fixture_loads_and_decides_without_a_model(bundle):
     rt = load_bundle(bundle)
-    assert rt.manifest["schema_version"] == "1.0" and SCHEMA_VERSION == "1.6"  # an older minor loads as it is
+    assert rt.manifest["schema_version"] == "1.0" and SCHEMA_VERSION == "1.7"  # an older minor loads as it is
     assert rt.methods == ("d2rag", "no_rag", "standard_rag") and rt._tools is None  # nothing heavy built yet
     features = rt.policy.features
     low = rt.decide(dict.fromkeys(features, -5.0))

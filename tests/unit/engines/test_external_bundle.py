@@ -103,7 +103,7 @@ def test_the_manifest_records_the_engine_and_no_byte_holds_the_password(bundles,
     """No file of the bundles, their archives, the run directory (its logs, config, stage outputs) or the report."""
     manifest = json.loads((bundles["error"] / "manifest.json").read_text())
     record = manifest["external_retriever"]
-    assert manifest["schema_version"] == "1.6" and manifest["answering"]["retriever"] == "pgvector"
+    assert manifest["schema_version"] == "1.7" and manifest["answering"]["retriever"] == "pgvector"
     connection = record["connection"]
     assert connection["uri"] == engine[2] and "rag@" in connection["uri"] and connection["index"] == "passages"
     assert connection["credentials_env"] == CREDENTIALS_ENV and record["on_failure"] == "error"

@@ -1,0 +1,76 @@
+"""A recalibration written as a new bundle version beside its parent (workbench/recalibration/version.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import numpy as np
+import pytest
+
+from workbench.bundle.integrity import verify_bundle_dir
+from workbench.core.errors import DataError
+from workbench.recalibration import version as version_module
+from workbench.recalibration.compare import recalibrate
+from workbench.recalibration.feedback import read_feedback
+from workbench.recalibration.version import bundle_calibrators, write_version
+from workbench.runtime import load_bundle
+
+from .feedback_data import TINY, shifted_rows, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def refit(tmp_path_factory):
+    """The tiny bundle copied as ``tiny/1.0.0``, shifted feedback, and its recalibration."""
+    root = tmp_path_factory.mktemp("bundles")
+    parent = shutil.copytree(TINY, root / "tiny" / "1.0.0")
+    feedback = write_jsonl(root / "feedback.jsonl", shifted_rows(200))
+    _, calibrators = bundle_calibrators(parent)
+    result = recalibrate(calibrators, read_feedback(feedback, calibrators.features), n_resamples=20)
+    return parent, feedback, result
+
+
+def test_new_version_loads_verifies_and_answers_with_the_refit(refit):
+    parent, feedback, result = refit
+    written = write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False)
+    assert written == parent.parent / "1.1.0"
+    manifest = verify_bundle_dir(written)
+    block = manifest["recalibration"]
+    assert block["parent"] == "1.0.0" and manifest["version"] == "1.1.0" and manifest["schema_version"] == "1.7"
+    assert block["feedback_sha256"] == hashlib.sha256(feedback.read_bytes()).hexdigest()
+    assert block["metrics"]["mean_ece"] == result.metrics["mean_ece"] and block["holdout_rows"] == result.holdout_rows
+    _, shipped = bundle_calibrators(written)
+    assert shipped.to_dict() == result.calibrators.to_dict()
+    runtime = load_bundle(written)  # the runtime's own checks: digests, numpy / ONNX agreement on raw points
+    assert runtime.version == "1.1.0"
+    onnx = load_bundle(written, {"classifier": "onnx"})
+    probe = {f: float(np.mean(shipped.ranges[f])) for f in shipped.features}
+    u = result.calibrators.transform([result.calibrators.clean(probe)[0]])[0]
+    decision = runtime.decide(probe)
+    assert np.allclose(decision.calibrated, u) and abs(onnx.decide(probe).p_correct - decision.p_correct) < 1e-5
+    _, own = bundle_calibrators(parent)
+    assert not np.allclose(own.transform([own.clean(probe)[0]])[0], u)  # the parent keeps its own calibrators
+    second = write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False)
+    assert second.name == "1.2.0" and (parent.parent / "1.1.0" / "manifest.json").is_file()
+
+
+def test_a_failed_write_leaves_nothing(refit, tmp_path, monkeypatch):
+    parent, feedback, result = refit
+    out = tmp_path / "out"
+
+    def broken(*args, **kwargs):
+        raise DataError("the graph cannot be built", "test")
+
+    monkeypatch.setattr(version_module, "export_decision_onnx", broken)
+    with pytest.raises(DataError, match="the graph cannot be built"):
+        write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False, out=out)
+    assert list(out.iterdir()) == []
+
+
+def test_a_tampered_parent_is_refused(refit, tmp_path):
+    parent, feedback, result = refit
+    copy = shutil.copytree(parent, tmp_path / "tiny" / "1.0.0")
+    (copy / "learned" / "classifier.json").write_text("{}")
+    with pytest.raises(DataError, match=r"classifier\.json"):
+        write_version(copy, result, feedback, holdout=0.3, seed=0, forced=False)
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["1.0.0"]
