@@ -3,8 +3,8 @@
 Each verb lives in the module of its group (:mod:`~workbench.cli.recipes`, :mod:`~workbench.cli.evaluate`,
 :mod:`~workbench.cli.bundles`, :mod:`~workbench.cli.answering`, :mod:`~workbench.cli.model_server`,
 :mod:`~workbench.cli.retrieval`, :mod:`~workbench.cli.score`, :mod:`~workbench.cli.monitoring`,
-:mod:`~workbench.cli.doctor`); those modules import only typer and the workbench's light core at import time, so
-``workbench --help`` stays fast.
+:mod:`~workbench.cli.recalibrate`, :mod:`~workbench.cli.doctor`); those modules import only typer and the
+workbench's light core at import time, so ``workbench --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from workbench.cli.doctor import doctor_command
 from workbench.cli.evaluate import evaluate_command, study_command
 from workbench.cli.model_server import serve_model_command
 from workbench.cli.monitoring import monitor_command
+from workbench.cli.recalibrate import recalibrate_command
 from workbench.cli.recipes import (
     config_command,
     cp_command,
@@ -73,6 +74,7 @@ VERBS = (
     ("infer", infer_command),
     ("serve", serve_command),
     ("monitor", monitor_command),
+    ("recalibrate", recalibrate_command),
     ("serve-model", serve_model_command),
     ("serve-retriever", serve_retriever_command),
     ("doctor", doctor_command),

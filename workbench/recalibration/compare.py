@@ -30,7 +30,7 @@ from workbench.calibration.choice import choose_calibrator
 from workbench.core.errors import ConfigError, DataError
 from workbench.metrics.bootstrap import N_RESAMPLES, Interval, bootstrap_intervals, describe
 from workbench.metrics.calibration import ece
-from workbench.metrics.ranking import auroc
+from workbench.metrics.ranking import auroc_rows
 from workbench.recalibration.feedback import Feedback
 from workbench.stages.calibrate.run import apply_nan_policy
 
@@ -129,18 +129,18 @@ def comparison(
     and ``after`` (``[n, features]``) against ``labels``, and ``mean_ece`` (over the features) with the interval of
     its change (after − before); every interval from the same seeded resamples (paired)."""
 
-    def statistic(idx: np.ndarray) -> np.ndarray:
+    def statistic(idx: np.ndarray) -> np.ndarray:  # idx: (..., n) resamples → (figures, ...), vectorized
         y = labels[idx]
         values = []
-        for probs in (before[idx], after[idx]):
-            values += [auroc(probs[:, j], y) for j in range(probs.shape[1])]
-            values += [ece(probs[:, j], y) for j in range(probs.shape[1])]
+        for probs in (before, after):
+            values += [auroc_rows(probs[:, j][idx], y) for j in range(probs.shape[1])]
+            values += [_ece_rows(probs[:, j][idx], y) for j in range(probs.shape[1])]
         k = len(features)
-        values.append(float(np.mean(values[3 * k : 4 * k]) - np.mean(values[k : 2 * k])))
-        return np.array(values)
+        values.append(np.mean(values[3 * k : 4 * k], axis=0) - np.mean(values[k : 2 * k], axis=0))
+        return np.stack(values)
 
     point = statistic(np.arange(labels.size))
-    intervals = bootstrap_intervals(statistic, labels.size, n_resamples=n_resamples, seed=seed)
+    intervals = bootstrap_intervals(statistic, labels.size, n_resamples=n_resamples, seed=seed, vectorized=True)
     k = len(features)
     out: dict[str, Any] = {"rows": int(labels.size), "intervals": describe(n_resamples), "features": {}}
     for j, name in enumerate(features):
@@ -160,6 +160,14 @@ def comparison(
         "change_ci": _interval(intervals[-1]),
     }
     return out
+
+
+def _ece_rows(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """:func:`~workbench.metrics.calibration.ece` of every row of ``probs`` / ``labels`` (shape ``(..., n)``)."""
+    flat = [
+        ece(p, y) for p, y in zip(probs.reshape(-1, probs.shape[-1]), labels.reshape(-1, labels.shape[-1]), strict=True)
+    ]
+    return np.array(flat).reshape(probs.shape[:-1])
 
 
 def _number(value: float) -> float | None:

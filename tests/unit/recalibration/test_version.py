@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -74,3 +75,31 @@ def test_a_tampered_parent_is_refused(refit, tmp_path):
     with pytest.raises(DataError, match=r"classifier\.json"):
         write_version(copy, result, feedback, holdout=0.3, seed=0, forced=False)
     assert sorted(p.name for p in copy.parent.iterdir()) == ["1.0.0"]
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``workbench recalibrate *args`` through the console entry point."""
+    from workbench import cli
+
+    monkeypatch.setattr(sys, "argv", ["workbench", "recalibrate", *args])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    out = capsys.readouterr()
+    return int(exit_.value.code or 0), out.out, out.err
+
+
+def test_cli_writes_the_version_or_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+    parent = shutil.copytree(TINY, tmp_path / "tiny" / "1.0.0")
+    rows = shifted_rows(200)
+    feedback = write_jsonl(tmp_path / "feedback.jsonl", rows)
+    code, out, err = run_cli(monkeypatch, capsys, "--bundle", str(parent), "--feedback", str(feedback))
+    assert code == 0 and "mean ECE" in out and f"wrote {parent.parent / '1.1.0'}" in out, err
+    assert verify_bundle_dir(parent.parent / "1.1.0")["recalibration"]["forced"] is False
+    small = write_jsonl(tmp_path / "small.jsonl", rows[:40])
+    code, out, err = run_cli(monkeypatch, capsys, "--bundle", str(parent), "--feedback", str(small))
+    assert code == 2 and err.startswith(f"error: {small}: the held-out part") and err.count("\n") == 1
+    rows[5]["label"] = 3
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    code, _, err = run_cli(monkeypatch, capsys, "--bundle", str(parent), "--feedback", str(bad))
+    assert code == 2 and f"{bad}: row 6: field 'label' must be 0 or 1" in err
+    assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0", "1.1.0"]  # nothing written by a refusal
