@@ -6,8 +6,9 @@ A feedback row is a ``workbench score`` record (``id``, ``question``, ``answer``
 ``features`` takes them from the ``scores.jsonl`` of ``workbench score`` (``--scores``), joined by ``id``.
 
 Every row is checked before anything is fitted or written: a duplicate id, a label outside {0, 1}, an id the scores
-file does not hold, a feature the calibrators need that neither gives — one :class:`DataError` naming the file, the
-row (1-based) and the field. Values read from the files are never echoed.
+file does not hold, an answer other than the one the scores file scored for that id, a feature the calibrators need
+that neither gives — one :class:`DataError` naming the file, the row (1-based) and the field. Values read from the
+files are never echoed.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ class Feedback:
     features: tuple[float, ...]
 
 
-def read_scores(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
-    """``id → (row number, features)`` of a ``scores.jsonl`` written by ``workbench score``; DataError naming the row
-    and field on a row without an ``id`` or a ``features`` object, or a repeated id."""
+def read_scores(path: str | Path) -> dict[str, tuple[int, dict[str, Any], Any]]:
+    """``id → (row number, features, answer)`` of a ``scores.jsonl`` written by ``workbench score`` (``answer`` None
+    when the row has none); DataError naming the row and field on a row without an ``id`` or a ``features`` object,
+    or a repeated id."""
     path = Path(path)
-    out: dict[str, tuple[int, dict[str, Any]]] = {}
+    out: dict[str, tuple[int, dict[str, Any], Any]] = {}
     for number, row in enumerate(read_rows(path), 1):
         where = f"{path}: row {number}"
         raw_id = row.get("id") if isinstance(row, dict) else None
@@ -49,7 +51,7 @@ def read_scores(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
             raise DataError("field 'features' must be an object (scores.jsonl of workbench score)", where)
         if str(raw_id) in out:
             raise DataError(f"field 'id' repeats the id of row {out[str(raw_id)][0]}", where)
-        out[str(raw_id)] = (number, row["features"])
+        out[str(raw_id)] = (number, row["features"], row.get("answer"))
     return out
 
 
@@ -82,7 +84,9 @@ def read_feedback(path: str | Path, features: Sequence[str], scores: str | Path 
                 )
             if record.id not in scored:
                 raise DataError(f"field 'id' is not an id of the scores file {scores}", where)
-            number, values = scored[record.id]
+            number, values, scored_answer = scored[record.id]
+            if isinstance(scored_answer, str) and scored_answer.strip() != record.answer.text.strip():
+                raise DataError(f"field 'answer' differs from the answer row {number} of {scores} scored", where)
             source = f"{scores}: row {number}"
         out.append(Feedback(record.id, int(label), _feature_values(values, features, source)))
     return out

@@ -89,6 +89,12 @@ def test_features_come_from_the_scores_file_by_id(tmp_path):
     assert [r.id for r in read] == ["q0", "q1", "q2", "q3"]
     assert read[0].features == tuple(scores[0]["features"][f] for f in features)
     assert np.isnan(read[1].features[features.index("entropy")])
+    scores[0]["answer"] = "another answer"
+    write_jsonl(tmp_path / "scores.jsonl", scores)
+    with pytest.raises(DataError, match=r"f.jsonl: row 1: field 'answer' differs from the answer row 1 of .*scores"):
+        read_feedback(tmp_path / "f.jsonl", features, scores_path)
+    scores[0]["answer"] = rows[0]["answer"]
+    write_jsonl(tmp_path / "scores.jsonl", scores)
     rows[2]["id"] = "unknown"
     with pytest.raises(DataError, match=r"f.jsonl: row 3: field 'id' is not an id of the scores file"):
         read_feedback(write_jsonl(tmp_path / "f.jsonl", rows), features, scores_path)
