@@ -1,7 +1,7 @@
 """The feedback ``workbench recalibrate`` reads: labelled answers, with the features the bundle's calibrators need.
 
 A feedback row is a ``workbench score`` record (``id``, ``question``, ``answer``: checked by
-:func:`~workbench.scoring.records.check_row`) plus ``label`` (0 or 1: was the answer correct) and, optionally,
+:func:`~workbench.scoring.records.read_records`) plus ``label`` (0 or 1: was the answer correct) and, optionally,
 ``features`` (feature name → oriented value, ``null`` for NaN, as ``scores.jsonl`` writes them). A row without
 ``features`` takes them from the ``scores.jsonl`` of ``workbench score`` (``--scores``), joined by ``id``.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import DataError
-from workbench.scoring.records import check_row, read_rows
+from workbench.scoring.records import read_records, read_rows
 
 FEEDBACK_LINE = "a feedback row is {id, question, answer, label: 0|1, features?} (docs/monitoring.md)"
 """The line every bad-feedback error ends with."""
@@ -60,18 +60,12 @@ def read_feedback(path: str | Path, features: Sequence[str], scores: str | Path 
     :class:`Feedback` carrying ``features`` in order (see the module docstring); ``scores`` is a ``scores.jsonl``
     giving the features of rows that carry none."""
     path = Path(path)
+    records = read_records(path)  # id, question, answer checked; ids unique (score's own reader)
     rows = read_rows(path)
-    if not rows:
-        raise DataError("the file holds no feedback rows", str(path))
     scored = read_scores(scores) if scores is not None else None
     out: list[Feedback] = []
-    seen: dict[str, int] = {}
-    for position, row in enumerate(rows):
-        where = f"{path}: row {position + 1}"
-        record = check_row(row, position, where)
-        if record.id in seen:
-            raise DataError(f"field 'id' repeats the id of row {seen[record.id] + 1}; {FEEDBACK_LINE}", where)
-        seen[record.id] = position
+    for record, row in zip(records, rows, strict=True):
+        where = f"{path}: row {record.position + 1}"
         label = row.get("label")
         if isinstance(label, bool) or label not in (0, 1):
             raise DataError(f"field 'label' must be 0 or 1; {FEEDBACK_LINE}", where)
