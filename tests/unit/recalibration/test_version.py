@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 
@@ -103,3 +104,29 @@ def test_cli_writes_the_version_or_refuses_in_one_line(tmp_path, monkeypatch, ca
     code, _, err = run_cli(monkeypatch, capsys, "--bundle", str(parent), "--feedback", str(bad))
     assert code == 2 and f"{bad}: row 6: field 'label' must be 0 or 1" in err
     assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0", "1.1.0"]  # nothing written by a refusal
+
+
+def test_the_recalibration_block_is_checked_on_load(refit, tmp_path):
+    from tests.unit.bundle.test_bundle_attacks import _reseal
+
+    parent, feedback, result = refit
+    written = write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False, out=tmp_path / "tiny")
+    manifest = json.loads((written / "manifest.json").read_text())
+    manifest["recalibration"]["holdout"] = 2.0
+    _reseal(written, manifest)
+    with pytest.raises(DataError, match=r"'recalibration.holdout' must be between 0 and 1"):
+        verify_bundle_dir(written)
+
+
+def test_a_bundle_with_a_monitoring_reference_keeps_it(refit, tmp_path):
+    from tests.unit.monitoring.bundles import bundle_with_reference
+
+    _, feedback, result = refit
+    parent = bundle_with_reference(tmp_path / "tiny" / "1.0.0", tuple(result.calibrators.features))
+    written = write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False)
+    manifest = load_bundle(written).manifest
+    assert manifest["monitoring"] == verify_bundle_dir(parent)["monitoring"]
+    assert (written / "monitoring" / "reference.json").read_bytes() == (
+        parent / "monitoring" / "reference.json"
+    ).read_bytes()
+    assert "recalibrated from 1.0.0" in manifest["notes"][-1]
