@@ -300,7 +300,6 @@ def _external(module: str, cls: str) -> Builder:
     (``embeds_queries`` False: a retriever server)."""
 
     def build(corpus: Any, embedder: Callable[[], Any] | None, counter: CostCounter | None, connection: Any) -> Any:
-
         if connection is None:
             raise ConfigError("an external retrieval backend needs retrieval.connection", "retrieval.connection")
         retriever = getattr(importlib.import_module(module), cls)

@@ -148,7 +148,6 @@ def _train_loop(
 
 
 def _with_q(pair: LabelledPair, text: str) -> str:
-
     return with_question(_question(pair), text)
 
 

@@ -60,7 +60,6 @@ _anserini: Anserini | None = None
 
 
 def _anserini_jar() -> str:
-
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
         raise EngineError("backend lucene needs pyserini: pip install 'workbench[engines]'", "retrieval.backend")

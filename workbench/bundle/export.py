@@ -134,7 +134,6 @@ class _Run:
     """A finished run directory: its config, and the outputs of the stages its manifest lists as current."""
 
     def __init__(self, run_dir: Path) -> None:
-
         self.dir = run_dir
         if not (run_dir / "config.yaml").is_file():
             raise DataError("not a run directory (no config.yaml): run a recipe first", str(run_dir))
@@ -166,7 +165,6 @@ class _Run:
 
 
 def _git_commit() -> str | None:
-
     if not (PROJECT_ROOT / ".git").exists():
         return None
     try:
@@ -311,7 +309,6 @@ def _check_tuned_gold_free(run: _Run, methods: list[str]) -> None:
 
 
 def _choose_methods(run: _Run, requested: list[str] | None, notes: list[str]) -> list[str]:
-
     def ready(method: str) -> bool:  # the run made the learned parts the method cannot run without
         return all(run.stage(stage) is not None for stage in METHOD_TABLE[method].requires_stages)
 
@@ -393,7 +390,6 @@ def _drop_evaluated(metrics: dict[str, Any], method: str) -> None:
 
 
 def _corpus_record(run: _Run) -> dict[str, Any]:
-
     data = run.config.data
     record: dict[str, Any] = {
         "source": data.corpus,

@@ -360,7 +360,6 @@ class ProvenanceBlock:
     evaluated: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-
         known = {f.name for f in dataclasses.fields(QuestionsRecord)}
         for group in ("fitted", "held_out"):
             for name, entry in getattr(self, group).items():
@@ -562,7 +561,6 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-
         _in_range("seed", self.seed, "seed")
         _sha256_or_none(self.content_sha256, "content_sha256")
         check_name(self.name, "name")
@@ -612,7 +610,6 @@ def _known_only(cls: type, data: dict[str, Any], path: str, unknown: list[str]) 
 
 
 def _build(cls: type, data: Any, path: str, where: str, unknown: list[str]) -> Any:
-
     if not isinstance(data, dict):
         raise DataError(f"'{path.rstrip('.') or 'manifest'}' must be a mapping, got {type(data).__name__}", where)
     known = _known_only(cls, data, path, unknown)

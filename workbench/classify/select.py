@@ -155,7 +155,6 @@ def out_of_fold_proba(
 
 
 def _score(p_correct: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-
     return float(prr(p_correct, y)), float(auroc(p_correct, y))
 
 

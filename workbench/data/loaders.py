@@ -111,7 +111,6 @@ def load_hub(name: str, split: str | None = None, *, limit: int | None = None) -
 
 
 def _load_saved(path: Path, split: str | None) -> datasets.Dataset:
-
     dd = load_saved_dataset_dict(path)
     if split is None and len(dd) == 1:
         split = next(iter(dd))

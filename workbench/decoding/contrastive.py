@@ -337,7 +337,6 @@ def _record(generator: Any, chunk: list[_Pair], active: list[int], choice: StepC
 
 
 def _new_rows(chunk: list[_Pair]) -> None:
-
     for i, pair in enumerate(chunk):
         pair.row = DecodingRow(job=i, sample=0, generator=None)
         pair.columns = [[] for _ in range(6)]

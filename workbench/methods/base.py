@@ -358,7 +358,6 @@ class Tools:
             raise ConfigError("the engine's dense channel needs an embedder (tools.embedder is None)", "tools")
 
         def build() -> Any:
-
             connection = replace(own.connection, channel=channel)
             embedder = self.embedder if channel == "dense" else None
             # the same passage table: a passage either channel adds from the engine has one row for both

@@ -108,7 +108,6 @@ class Resources:
         """The run's :class:`workbench.backends.generator.Generator` (with the generation cache if enabled)."""
 
         def build():
-
             section = self.config.generator
             if section.backend == "openai":
                 return self._build_served_generator()
@@ -200,7 +199,6 @@ class Resources:
             return self.generator()
 
         def build():
-
             resolved = resolve_controller_model(spec)
             run = self.generator()
             if same_weights(run.resolved, resolved):
@@ -218,7 +216,6 @@ class Resources:
         interface)."""
 
         def build():
-
             section = self.config.embedder
             if section.backend == "openai":
                 return build_served_embedder(
@@ -260,7 +257,6 @@ class Resources:
         """The run's retriever over ``corpus`` (a Dataset with ``chunk_id`` and ``text``), as ``retrieval`` says."""
 
         def build():
-
             section = self.config.retrieval
             connection = None
             if section.backend not in ("bm25", "dense", "hybrid"):

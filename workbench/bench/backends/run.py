@@ -62,7 +62,6 @@ def _measure_prompts(generator, prompts: list[str], section) -> dict[str, Any]:
 
 
 def _bench_generator(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
-
     section, gen_cfg = ctx.config.bench, ctx.config.generator
     generator = build_generator(  # no generation cache: the timings measure generation
         resolve_model(gen_cfg.model),
@@ -107,7 +106,6 @@ def _bench_nli(ctx: StageContext) -> dict[str, Any]:
 
 
 def _bench_retrieval(ctx: StageContext, rows: list[dict], corpus) -> dict[str, Any]:
-
     section = ctx.config.bench
     sample = corpus_sample(corpus, rows, section.corpus_size, ctx.config.seed)
     queries = [r["question"] for r in rows]

@@ -209,7 +209,6 @@ def _release(device: str) -> None:
 
 
 def _stat_settings(section: Any) -> Any:
-
     return StatSettings(
         samples=section.samples,
         temperature=section.temperature,

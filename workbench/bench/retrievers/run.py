@@ -268,7 +268,6 @@ class Built:
 
 
 def _build_bm25(corpus: Any, workdir: Path) -> Built:
-
     built = timed(lambda: BM25Retriever(corpus, cache=False))  # indexing is one build, timed once
     retriever, seconds = built.value, built.seconds
     saved = workdir / "bm25s"
@@ -279,14 +278,12 @@ def _build_bm25(corpus: Any, workdir: Path) -> Built:
 
 
 def _build_dense(corpus: Any, vectors: SyntheticVectors) -> Built:
-
     built = timed(lambda: DenseRetriever(corpus, vectors, index="flat", cache=False))
     flat_bytes = len(as_corpus(corpus)) * vectors.dim * 4  # flat: the raw vectors
     return Built({"dense": built.value}, built.seconds, flat_bytes)
 
 
 def _connection(uri: str, index: str, channel: str, batch_size: int) -> Any:
-
     # one query per call, one connection per calling thread: the threads set the concurrency
     return Connection(uri, index, channel=channel, batch_size=batch_size, max_concurrency=1, timeout_s=600.0)
 

@@ -101,7 +101,6 @@ class OracleRouting(Method):
         self.closed, self.rag = NoRAG(tools), StandardRAG(tools, k)
 
     def answer(self, example: dict[str, Any]) -> Answer:
-
         first = self.closed.answer(example)
         trace = Trace(self.name, steps=list(first.trace.steps))
         scores = score_answer(first.text, list(example["answers"]), list(example.get("options") or []))

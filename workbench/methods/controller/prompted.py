@@ -105,7 +105,6 @@ class PromptedLMController(Controller):
         return list(self.generator.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, stop=stop))
 
     def _passage(self, text: str) -> str:
-
         return cut_text(" ".join(text.split()), self.passage_chars)
 
     def _scores(self, messages: Sequence[str]) -> list[tuple[float | None, Any]]:

@@ -40,7 +40,6 @@ def _build(req: BuildRequest) -> Any:
 
 
 def _breakpoints(records: Any) -> list[float]:
-
     return dense_breakpoints(records)
 
 

@@ -144,7 +144,6 @@ def _shared_controller_generator(tools: Tools) -> Callable[[str], Any]:
             return run
 
         def build() -> Any:
-
             return build_generator(
                 resolved,
                 device=str(getattr(run, "device", "cpu")),

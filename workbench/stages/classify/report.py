@@ -217,7 +217,6 @@ def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: 
 
 
 def _auroc(values: list[float], labels: np.ndarray) -> float:
-
     value = auroc(values, labels)
     return -1.0 if np.isnan(value) else value
 

@@ -167,7 +167,6 @@ class _Passages:
     """The corpus and its retriever: top-k passage texts (and ids) per question, as prompt-ready chunks."""
 
     def __init__(self, ctx: StageContext, corpus: Any) -> None:
-
         self.retriever = ctx.resources.retriever(corpus)
         # read at each search: an external engine may add passages the corpus lacks
         self.passages = passages_of(self.retriever, corpus)

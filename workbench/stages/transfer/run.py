@@ -146,7 +146,6 @@ def _features_detector(calibrate_dir: Path) -> Any:
 
 
 def _lars_scorer(collect_dir: Path) -> Any:
-
     path = collect_dir / "lars_scorer.json"
     return load_learned(path, expect={"lars"}) if path.is_file() else None
 
