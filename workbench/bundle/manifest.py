@@ -492,8 +492,9 @@ class RecalibrationBlock:
     """``recalibration`` (schema 1.7): this version's calibrators were refitted from labelled feedback by
     ``workbench recalibrate`` (:mod:`workbench.recalibration`): the ``parent`` version they replace, the feedback
     file's ``feedback_sha256`` and row counts, the held-out fraction and ``seed`` of the split, whether the refit was
-    ``forced`` past a worse held-out comparison, and ``metrics``: before / after AUROC and ECE on the held-out
-    feedback with their intervals."""
+    ``forced`` past a worse held-out comparison, what was ``refitted`` (``calibrators``, and ``tau`` / ``router``
+    when asked), and ``metrics``: before / after AUROC and ECE on the held-out feedback with their intervals (and the
+    retrieval rate and routed quality of both decisions, ``metrics.routing``)."""
 
     parent: str
     feedback_sha256: str
@@ -504,9 +505,13 @@ class RecalibrationBlock:
     seed: int
     forced: bool
     metrics: dict
+    refitted: list = field(default_factory=lambda: ["calibrators"])
 
     def __post_init__(self) -> None:
         parse_semver(self.parent, "recalibration.parent")
+        known = ("calibrators", "tau", "router")
+        if "calibrators" not in self.refitted or any(r not in known for r in self.refitted):
+            raise ValueError("'recalibration.refitted' must list calibrators and, optionally, tau and router")
         _sha256_or_none(self.feedback_sha256, "recalibration.feedback_sha256")
         for name in ("feedback_rows", "fit_rows", "holdout_rows"):
             if getattr(self, name) < 0:

@@ -2,13 +2,15 @@
 
 A feedback row is a ``workbench score`` record (``id``, ``question``, ``answer``: checked by
 :func:`~workbench.scoring.records.read_records`) plus ``label`` (0 or 1: was the answer correct) and, optionally,
-``features`` (feature name → oriented value, ``null`` for NaN, as ``scores.jsonl`` writes them). A row without
-``features`` takes them from the ``scores.jsonl`` of ``workbench score`` (``--scores``), joined by ``id``.
+``label_retrieved`` (0 or 1: was the answer made *with* retrieval correct; what routed quality and the
+``max_routed_score`` rule read) and ``features`` (feature name → oriented value, ``null`` for NaN, as ``scores.jsonl``
+writes them). A row without ``features`` takes them from the ``scores.jsonl`` of ``workbench score`` (``--scores``),
+joined by ``id``.
 
-Every row is checked before anything is fitted or written: a duplicate id, a label outside {0, 1}, an id the scores
-file does not hold, an answer other than the one the scores file scored for that id, a feature the calibrators need
-that neither gives — one :class:`DataError` naming the file, the row (1-based) and the field. Values read from the
-files are never echoed.
+Every row is checked before anything is fitted or written: a duplicate id, a label or ``label_retrieved`` outside
+{0, 1}, an id the scores file does not hold, an answer other than the one the scores file scored for that id, a
+feature the calibrators need that neither gives — one :class:`DataError` naming the file, the row (1-based) and the
+field. Values read from the files are never echoed.
 """
 
 from __future__ import annotations
@@ -22,18 +24,23 @@ from typing import Any
 from workbench.core.errors import DataError
 from workbench.scoring.records import read_records, read_rows
 
-FEEDBACK_LINE = "a feedback row is {id, question, answer, label: 0|1, features?} (docs/monitoring.md)"
+FEEDBACK_LINE = (
+    "a feedback row is {id, question, answer, label: 0|1, label_retrieved?: 0|1, features?} (docs/monitoring.md)"
+)
 """The line every bad-feedback error ends with."""
 
 
 @dataclass(frozen=True)
 class Feedback:
-    """One checked feedback row: its ``id``, its ``label`` (0 or 1) and its raw oriented ``features`` in the order
-    asked for (NaN where the value was ``null``)."""
+    """One checked feedback row: its ``id``, its ``label`` (0 or 1), its raw oriented ``features`` in the order
+    asked for (NaN where the value was ``null``), ``label_retrieved`` (0 or 1, None when the row has none) and the
+    ``question`` (what the OOD flag of the monitoring reference checks)."""
 
     id: str
     label: int
     features: tuple[float, ...]
+    label_retrieved: int | None = None
+    question: str = ""
 
 
 def read_scores(path: str | Path) -> dict[str, tuple[int, dict[str, Any], Any]]:
@@ -66,9 +73,8 @@ def read_feedback(path: str | Path, features: Sequence[str], scores: str | Path 
     out: list[Feedback] = []
     for record, row in zip(records, rows, strict=True):
         where = f"{path}: row {record.position + 1}"
-        label = row.get("label")
-        if isinstance(label, bool) or label not in (0, 1):
-            raise DataError(f"field 'label' must be 0 or 1; {FEEDBACK_LINE}", where)
+        label = _binary(row, "label", where)
+        retrieved = _binary(row, "label_retrieved", where) if row.get("label_retrieved") is not None else None
         values = row.get("features")
         source = where
         if values is None:
@@ -82,8 +88,17 @@ def read_feedback(path: str | Path, features: Sequence[str], scores: str | Path 
             if isinstance(scored_answer, str) and scored_answer.strip() != record.answer.text.strip():
                 raise DataError(f"field 'answer' differs from the answer row {number} of {scores} scored", where)
             source = f"{scores}: row {number}"
-        out.append(Feedback(record.id, int(label), _feature_values(values, features, source)))
+        values = _feature_values(values, features, source)
+        out.append(Feedback(record.id, label, values, retrieved, record.question))
     return out
+
+
+def _binary(row: dict[str, Any], field: str, where: str) -> int:
+    """``row[field]`` as 0 or 1; DataError naming the field otherwise (a boolean included: JSON's true is no label)."""
+    value = row.get(field)
+    if isinstance(value, bool) or value not in (0, 1):
+        raise DataError(f"field '{field}' must be 0 or 1; {FEEDBACK_LINE}", where)
+    return int(value)
 
 
 def _feature_values(values: Any, features: Sequence[str], where: str) -> tuple[float, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -103,7 +104,8 @@ def test_cli_writes_the_version_or_refuses_in_one_line(tmp_path, monkeypatch, ca
     bad = write_jsonl(tmp_path / "bad.jsonl", rows)
     code, _, err = run_cli(monkeypatch, capsys, "--bundle", str(parent), "--feedback", str(bad))
     assert code == 2 and f"{bad}: row 6: field 'label' must be 0 or 1" in err
-    assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0", "1.1.0"]  # nothing written by a refusal
+    # nothing written by a refusal; the version's archive beside it
+    assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0", "1.1.0", "tiny-1.1.0.tar.gz"]
 
 
 def test_the_recalibration_block_is_checked_on_load(refit, tmp_path):
@@ -118,11 +120,14 @@ def test_the_recalibration_block_is_checked_on_load(refit, tmp_path):
         verify_bundle_dir(written)
 
 
-def test_a_bundle_with_a_monitoring_reference_keeps_it(refit, tmp_path):
+def test_a_recalibration_without_fit_rows_keeps_the_monitoring_reference(refit, tmp_path):
+    """A :class:`Recalibration` made without the fit part's rows (by hand) has nothing to describe: the parent's
+    reference stays (test_refit.py: with them, it is rebuilt)."""
     from tests.unit.monitoring.bundles import bundle_with_reference
 
     _, feedback, result = refit
     parent = bundle_with_reference(tmp_path / "tiny" / "1.0.0", tuple(result.calibrators.features))
+    result = dataclasses.replace(result, fit_features=None)
     written = write_version(parent, result, feedback, holdout=0.3, seed=0, forced=False)
     manifest = load_bundle(written).manifest
     assert manifest["monitoring"] == verify_bundle_dir(parent)["monitoring"]
