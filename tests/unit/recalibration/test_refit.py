@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from workbench.bundle.integrity import verify_bundle_dir
+from workbench.calibration.ood import OODProfile
 from workbench.classify.logistic import fit_logistic
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.learned import save_learned
 from workbench.monitoring.reference import REFERENCE_FILE
 from workbench.recalibration import version as version_module
 from workbench.recalibration.compare import holdout_split, recalibrate
@@ -239,3 +241,59 @@ def test_cli_refits_tau_prints_routed_quality_and_refuses_in_one_line(tmp_path, 
     tau = verify_bundle_dir(parent.parent / "1.1.0")["decision"]
     assert tau["rule"] == "max_routed_score" and f"→ {tau['tau']:.4f} (rule max_routed_score)" in out
     assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0", "1.1.0"]
+
+
+def test_the_reference_flags_the_feedback_questions_with_the_bundles_ood_profile(tiny, tmp_path):
+    from tests.unit.runtime.test_ood_runtime import EITHER_OR, FIT, OPEN, _bundle
+
+    _, calibrators, decision, _ = tiny
+    parent = _bundle(tmp_path)
+    rows = shifted_rows(200)
+    for i, row in enumerate(rows):  # a third open questions (their form fails the profile's), the rest like its fit
+        row["question"] = OPEN if i % 3 == 0 else EITHER_OR
+    path = write_jsonl(tmp_path / "f.jsonl", rows)
+    feedback = read_feedback(path, calibrators.features)
+    result = recalibrate(calibrators, feedback, decision=decision, n_resamples=20)
+    written = write_version(parent, result, path, holdout=0.3, seed=0, forced=False, archive=False)
+    series = json.loads((written / REFERENCE_FILE).read_text())["series"]["ood"]
+    flagged = sum(q == OPEN for q in result.fit_questions) / len(result.fit_questions)
+    assert 0.2 < flagged < 0.5 and series["proportions"] == pytest.approx([1 - flagged, flagged])
+
+    embedded = OODProfile.fit(FIT, np.random.default_rng(0).normal(size=(len(FIT), 4)), embedder="fp")
+    embedded.embedding.threshold = 0.5  # about the median novelty of the embed below: some fire, some do not
+    with_embedding = _bundle(tmp_path / "embedding", profile=embedded)
+    written = write_version(with_embedding, result, path, holdout=0.3, seed=0, forced=False, archive=False)
+    assert "ood" not in json.loads((written / REFERENCE_FILE).read_text())["series"]  # no embedder, no parent series
+
+    def embed(questions):  # vectors unlike the fit questions'
+        return np.random.default_rng(1).normal(size=(len(questions), 4)) + np.array([4.0, 0.0, 0.0, 0.0])
+
+    far = write_version(with_embedding, result, path, holdout=0.3, seed=0, forced=False, archive=False, embed=embed)
+    checked = embedded.check_questions(list(result.fit_questions), embed)
+    assert any("question_embedding" in c.checks for c in checked)
+    share = sum(c.ood for c in checked) / len(checked)
+    assert share > flagged
+    assert json.loads((far / REFERENCE_FILE).read_text())["series"]["ood"]["proportions"] == pytest.approx(
+        [1 - share, share]
+    )
+
+
+def test_without_the_embedder_the_parents_ood_series_is_kept_and_said(tiny, tmp_path):
+    from tests.unit.bundle.test_bundle_attacks import _reseal
+    from tests.unit.monitoring.bundles import bundle_with_reference
+    from tests.unit.runtime.test_ood_runtime import FIT
+
+    _, calibrators, decision, path = tiny
+    parent = bundle_with_reference(tmp_path / "tiny" / "1.0.0", tuple(calibrators.features))
+    profile = OODProfile.fit(FIT, np.random.default_rng(0).normal(size=(len(FIT), 4)), embedder="fp")
+    manifest = json.loads((parent / "manifest.json").read_text())
+    for file in save_learned(profile, parent / "learned" / "ood.json"):
+        manifest["files"][f"learned/{file.name}"] = {}
+    manifest["decision"]["files"]["ood"] = "learned/ood.json"
+    _reseal(parent, manifest)
+    result = recalibrate(calibrators, read_feedback(path, calibrators.features), decision=decision, n_resamples=20)
+    written = write_version(parent, result, path, holdout=0.3, seed=0, forced=False, archive=False)
+    old = json.loads((parent / REFERENCE_FILE).read_text())["series"]
+    new = json.loads((written / REFERENCE_FILE).read_text())["series"]
+    assert new["ood"] == old["ood"] and new["p_correct"] != old["p_correct"]
+    assert "ood series is 1.0.0's" in verify_bundle_dir(written)["notes"][-1]
