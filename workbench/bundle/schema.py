@@ -21,8 +21,9 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
                                the decision features, P(correct), retrieval and OOD rates on the calibration split
     plots/*.png                figures of the model card
 
-A version written by ``workbench recalibrate`` is its parent with ``learned/calibrators.json`` and the decision graph
-refitted on feedback and a ``recalibration`` block in the manifest (schema 1.7; :mod:`workbench.recalibration`).
+A version written by ``workbench recalibrate`` is its parent with ``learned/calibrators.json`` (and, when asked, τ and
+``learned/classifier.json``) refitted on feedback, the decision graph rebuilt, the monitoring reference rebuilt from the
+feedback and a ``recalibration`` block in the manifest (schema 1.7; :mod:`workbench.recalibration`).
 
 **Compatibility.** ``schema_version`` is ``"MAJOR.MINOR"``. A minor version adds optional fields only, so a reader
 accepts every minor of its own major (fields it does not know are ignored, and listed in the runtime's notes); a

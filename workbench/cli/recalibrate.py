@@ -15,7 +15,8 @@ def recalibrate_command(
     feedback: Annotated[
         Path,
         typer.Option(
-            "--feedback", help="Labelled feedback: rows of id, question, answer, label (0/1), features? (JSONL...)."
+            "--feedback",
+            help="Labelled feedback: rows of id, question, answer, label (0/1), label_retrieved?, features? (JSONL…).",
         ),
     ],
     scores: Annotated[

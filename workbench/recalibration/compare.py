@@ -119,6 +119,8 @@ def recalibrate(
     if not 0.0 < holdout < 1.0:
         raise ConfigError(f"the held-out fraction must be between 0 and 1, got {holdout}", "recalibrate.holdout")
     refitted = check_refit(refit, decision)
+    if tau_rule is not None and "tau" not in refitted:
+        raise ConfigError("--tau-rule re-chooses tau: add --refit tau", "recalibrate.tau_rule")
     labels = np.array([r.label for r in feedback], dtype=int)
     raw = np.array([r.features for r in feedback], dtype=float).reshape(len(feedback), len(bundle_set.features))
     given = [r.label_retrieved for r in feedback]

@@ -97,6 +97,8 @@ def test_max_routed_score_without_label_retrieved_is_refused_naming_field_and_ru
     with pytest.raises(DataError, match=r"'label_retrieved'.*max_routed_score.*--tau-rule target_rate") as info:
         recalibrate(calibrators, rows, decision=decision, refit=["tau"], tau_rule="max_routed_score")
     assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"--tau-rule re-chooses tau: add --refit tau"):
+        recalibrate(calibrators, rows, decision=decision, tau_rule="max_f1")
     with pytest.raises(ConfigError, match=r"--refit takes calibrators, tau, router"):
         recalibrate(calibrators, rows, decision=decision, refit=["everything"])
     study = dataclasses.replace(decision, rule="study")
