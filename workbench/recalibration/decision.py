@@ -34,6 +34,7 @@ from workbench.classify.select import out_of_fold_proba, split_train_val, train_
 from workbench.classify.threshold import RULES, ThresholdChoice, choose_threshold
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.learned import CLASSIFIER_KINDS
+from workbench.stages.classify.settings import ClassifySection
 
 REFITS = ("calibrators", "tau", "router")
 """What ``--refit`` may name; the calibrators are refitted always."""
@@ -66,19 +67,19 @@ class ParentDecision:
 def parent_decision(manifest: dict[str, Any], files: Any) -> ParentDecision:
     """The :class:`ParentDecision` of a verified bundle: its ``decision`` block, its classifier read through its
     verified ``files`` (:class:`~workbench.bundle.files.BundleFiles`), and the recipe's ``classify`` settings it
-    records (the classify stage's defaults where it records none)."""
+    records (:class:`~workbench.stages.classify.settings.ClassifySection`'s defaults where it records none)."""
     decision = manifest["decision"]
     classifier = files.learned(decision["files"]["classifier"], "decision.files.classifier", CLASSIFIER_KINDS)
     classify = ((manifest.get("recipe") or {}).get("resolved") or {}).get("classify") or {}
-    target = classify.get("target_rate")
+    defaults = ClassifySection()
     return ParentDecision(
         classifier=classifier,
         tau=check_tau(decision["tau"], "decision.tau"),
         rule=str(decision.get("rule") or ""),
-        target_rate=None if target is None else float(target),
-        tau_folds=int(classify.get("tau_folds", 5)),
-        val_fraction=float(classify.get("val_fraction", 0.3)),
-        logistic_c=float(classify.get("logistic_c", 1.0)),
+        target_rate=float(classify.get("target_rate", defaults.target_rate)),
+        tau_folds=int(classify.get("tau_folds", defaults.tau_folds)),
+        val_fraction=float(classify.get("val_fraction", defaults.val_fraction)),
+        logistic_c=float(classify.get("logistic_c", defaults.logistic_c)),
     )
 
 
@@ -173,7 +174,7 @@ def refit_tau(
         extra = {"target_rate": decision.target_rate}
     elif rule == "max_routed_score":
         extra = {"qa_closed": labels.astype(float), "qa_rag": np.asarray(retrieved, dtype=float)}
-    return choose_threshold(np.clip(p_correct, 0.0, 1.0), labels, rule=rule, **extra)
+    return choose_threshold(p_correct, labels, rule=rule, **extra)
 
 
 def _kind_settings(decision: ParentDecision, seed: int) -> tuple[str, MLPConfig | None, int]:
