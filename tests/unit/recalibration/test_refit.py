@@ -15,7 +15,7 @@ from workbench.calibration.ood import OODProfile
 from workbench.classify.logistic import fit_logistic
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.learned import save_learned
-from workbench.monitoring.reference import REFERENCE_FILE
+from workbench.monitoring.reference import REFERENCE_FILE, reference_from_dict
 from workbench.recalibration import version as version_module
 from workbench.recalibration.compare import holdout_split, recalibrate
 from workbench.recalibration.feedback import read_feedback
@@ -201,6 +201,7 @@ def test_the_monitoring_reference_is_rebuilt_from_the_feedback(tiny, tmp_path):
     old = json.loads((parent / REFERENCE_FILE).read_text())
     new = json.loads((written / REFERENCE_FILE).read_text())
     assert new["settings"] == old["settings"] and new["rows"] == result.fit_rows
+    assert reference_from_dict(new, "reference").split == "feedback"  # what serve and monitor parse, strictly
     for j, name in enumerate(calibrators.features):
         assert new["series"][f"feature:{name}"]["sample"] == sorted(result.fit_features[:, j].tolist())
         assert new["series"][f"feature:{name}"] != old["series"][f"feature:{name}"]
