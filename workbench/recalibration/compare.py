@@ -65,7 +65,8 @@ class Recalibration:
     (``metrics``: :func:`comparison`'s dict, with ``routing`` when the parent's decision was given); ``better``: the
     module docstring's rule held. ``refitted`` names what was refitted; ``classifier`` is the refitted router (None:
     the parent's), ``tau`` and ``rule`` the re-chosen τ and its rule (None: the parent's). ``fit_features`` (the fit
-    part's raw features after the NaN policy) and ``fit_questions`` are what the new monitoring reference describes."""
+    part's raw features after the NaN policy) and ``fit_questions`` are what the new monitoring reference describes,
+    ``fit_ids`` the rows the manifest's provenance names as fitted on."""
 
     calibrators: CalibratorSet
     fit_rows: int
@@ -78,6 +79,7 @@ class Recalibration:
     rule: str | None = None
     fit_features: np.ndarray | None = None
     fit_questions: tuple[str, ...] = ()
+    fit_ids: tuple[str, ...] = ()
 
 
 def holdout_split(labels: np.ndarray, holdout: float, seed: int) -> np.ndarray:
@@ -162,6 +164,7 @@ def recalibrate(
     result = Recalibration(new_set, int((~held).sum()), int(held.sum()), {}, bool(better), refitted)
     result.fit_features = clean["fit"]
     result.fit_questions = tuple(r.question for r, h in zip(feedback, held, strict=True) if not h)
+    result.fit_ids = tuple(r.id for r, h in zip(feedback, held, strict=True) if not h)
     result.metrics = comparison(features, before, after, labels[held], seed, n_resamples)
     if decision is None:
         return result

@@ -15,7 +15,8 @@ The new version is the parent with these files rewritten and its manifest re-sea
 
 Every other file is copied from the parent's verified bytes (:class:`~workbench.bundle.files.BundleFiles`). The
 manifest keeps the parent's content, takes this workbench's schema version, the new ``version`` and ``created``, the
-new ``decision.tau`` / ``rule`` / ``always_retrieve`` when τ was re-chosen, and gains a ``recalibration`` block
+new ``decision.tau`` / ``rule`` / ``always_retrieve`` when τ was re-chosen, ``provenance.fitted`` records of the
+refitted parts (set by ``recalibrate`` on the ``feedback`` rows of the fit part), and gains a ``recalibration`` block
 (schema 1.7: parent version, feedback sha256, row counts, split, what was ``refitted``, before / after metrics) and a
 note saying what was refitted and what stays the parent's (the held-out ``metrics`` always do). The version is the
 next minor above the highest version of the name directory (1.0.0 → 1.1.0).
@@ -42,6 +43,7 @@ from workbench.bundle.card import model_card
 from workbench.bundle.files import BundleFiles
 from workbench.bundle.integrity import file_digest, file_table, verify_bundle_dir
 from workbench.bundle.manifest import seal
+from workbench.bundle.provenance import Questions
 from workbench.bundle.schema import MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.classify.onnx_decision import export_decision_onnx
@@ -55,6 +57,8 @@ from workbench.recalibration.decision import ParentDecision, describe_refit, par
 from workbench.recalibration.reference import SPLIT, feedback_reference
 
 CARD = "README.md"
+PROVENANCE_KEYS = {"calibrators": "decision.calibrators", "router": "decision.classifier", "tau": "decision.tau"}
+"""The ``provenance.fitted`` record of each refitted part."""
 
 
 def bundle_calibrators(root: str | Path) -> tuple[dict[str, Any], CalibratorSet]:
@@ -181,6 +185,12 @@ def _build(
     )
     if result.tau is not None:
         new["decision"].update(tau=policy.tau, rule=result.rule or policy.rule, always_retrieve=policy.tau > 1.0)
+    if result.fit_ids:  # provenance: what was fitted on which feedback rows (the card and `workbench bundles` say it)
+        provenance = new["provenance"] = dict(new.get("provenance") or {})
+        fitted = provenance["fitted"] = dict(provenance.get("fitted") or {})
+        for part in result.refitted:  # τ is chosen on out-of-fold P(correct) of those rows
+            rows = Questions("recalibrate", SPLIT, frozenset(result.fit_ids), out_of_fold=part == "tau")
+            fitted[PROVENANCE_KEYS[part]] = rows.record("set_by")
     notes = [describe_refit(result.refitted, manifest["version"])]
     if result.fit_features is not None:
         ood = files.learned(paths["ood"], "decision.files.ood", {"ood_profile"}) if paths.get("ood") else None

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from workbench.bundle.integrity import verify_bundle_dir
+from workbench.bundle.shipped import shipped_decision
 from workbench.calibration.ood import OODProfile
 from workbench.classify.logistic import fit_logistic
 from workbench.core.errors import ConfigError, DataError
+from workbench.data.article_splits import ids_sha256
 from workbench.methods.learned import save_learned
 from workbench.monitoring.reference import REFERENCE_FILE, reference_from_dict
 from workbench.recalibration import version as version_module
@@ -125,6 +127,16 @@ def test_tau_refit_moves_tau_and_the_runtime_decides_by_it(tiny, tau_version):
     assert manifest["decision"]["tau"] == result.tau and manifest["recalibration"]["refitted"] == ["calibrators", "tau"]
     assert manifest["recalibration"]["metrics"]["routing"]["tau"]["after"] == result.tau
     assert "calibrators, tau and the decision graph are refitted" in manifest["notes"][-1]
+    fitted = manifest["provenance"]["fitted"]
+    assert fitted["decision.tau"] == {
+        "set_by": "recalibrate",
+        "split": "feedback",
+        "questions": result.fit_rows,
+        "ids_sha256": ids_sha256(result.fit_ids),
+        "out_of_fold": True,
+    }
+    assert fitted["decision.calibrators"]["set_by"] == "recalibrate" and "decision.classifier" not in fitted
+    assert shipped_decision(manifest).tau.origin() == f"recalibrate on `feedback`, {result.fit_rows} questions"
     assert "the classifier (router) and the held-out metrics are 1.0.0's" in manifest["notes"][-1]
     runtime, onnx = load_bundle(written), load_bundle(written, {"classifier": "onnx"})
     rng = np.random.default_rng(5)
