@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.bundle.shipped import SETTER_WORDS, decision_line, provenance_lines, shipped_decision
+from workbench.bundle.shipped import (
+    SETTER_WORDS,
+    Recalibrated,
+    decision_line,
+    provenance_lines,
+    shipped_decision,
+)
 from workbench.core.formatting import fmt
 
 EMBEDDED_CAVEAT = (
@@ -71,17 +77,24 @@ def model_card(manifest: dict[str, Any]) -> str:
             f"`{stats['nli_judge']}`, prompts `{stats['prompts']}` (the runtime uses exactly these)."
         )
     lines += ["", "## Intended use", "", EMBEDDED_CAVEAT, ""]
+    recalibrated = shipped.recalibrated if shipped is not None else None
+    if recalibrated is not None:
+        lines += feedback_section(recalibrated)
     routing = metrics.get("routing")
     if routing:
+        # a recalibration that moved τ or the router keeps the parent's row: it measured the parent's decision
+        parents = recalibrated is not None and recalibrated.moved
+        whose = f"{recalibrated.parent}'s run" if recalibrated is not None else "the run"
+        chosen = f"{recalibrated.parent}'s decision, not this version's" if parents else "this bundle"
         lines += [
-            f"## Held-out results ({routing['split']} split of the run)",
+            f"## Held-out results ({routing['split']} split of {whose})",
             "",
             "| router | retrieval rate | EM | token F1 | containment | LM calls / q | tokens / q |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         pick = routing.get("classify_pick")
         for row in routing["rows"]:
-            router = f"**{row['router']}** (this bundle)" if row["router"] == routing["chosen"] else row["router"]
+            router = f"**{row['router']}** ({chosen})" if row["router"] == routing["chosen"] else row["router"]
             if row["router"] == pick and pick != routing["chosen"]:
                 setter = routing.get("shipped_by")
                 router += f" (classify's τ; {SETTER_WORDS.get(setter, f'the {setter}')} replaced it)"
@@ -90,6 +103,13 @@ def model_card(manifest: dict[str, Any]) -> str:
                 f"{fmt(row['contains'])} | {fmt(row['lm_calls'], 1)} | {fmt(row['tokens'], 0)} |"
             )
         lines += ["", "Oracle retrieves exactly when the closed-book answer is wrong (it reads the gold answer).", ""]
+        if recalibrated is not None:
+            lines += [
+                f"Measured by {recalibrated.parent} with its calibrators"
+                + (f" and {recalibrated.parent}'s τ / router, which this version refitted." if parents else ".")
+                + " This version's figures on held-out feedback are above.",
+                "",
+            ]
         lines += ["![routing](plots/routing.png)", ""]
     evaluate = metrics.get("evaluate")
     if evaluate:
@@ -142,6 +162,40 @@ def model_card(manifest: dict[str, Any]) -> str:
         "The field-by-field format is documented in the workbench's `docs/bundles.md`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def feedback_section(recalibrated: Recalibrated) -> list[str]:
+    """The card's section of a recalibrated version: its parent's decision and its own on the held-out feedback
+    (τ, retrieval rate, the routing comparison's quality figure with this version's interval, mean ECE)."""
+    before, after, parent = recalibrated.before, recalibrated.after, recalibrated.parent
+    rows = recalibrated.rows if recalibrated.rows is not None else "the"
+    fitted = f" {recalibrated.fit_rows}" if recalibrated.fit_rows is not None else ""
+    lines = [
+        "## Held-out feedback (this version)",
+        "",
+        f"Recalibrated from {parent} by `workbench recalibrate`: {', '.join(recalibrated.refitted)} refitted on"
+        f"{fitted} feedback rows, both decisions measured on {rows} held-out ones — what this version ships was "
+        "measured here."
+        + ("" if recalibrated.moved else f" Its τ and router are {parent}'s, and so is the run's routing row below."),
+        "",
+    ]
+    if recalibrated.metric is None:
+        return [*lines, f"Mean ECE {fmt(before['mean_ece'])} ({parent}) → {fmt(after['mean_ece'])} (this version).", ""]
+    low, high = recalibrated.quality_ci
+    quality = recalibrated.metric.replace("_", " ")
+    return [
+        *lines,
+        f"| decision | τ | retrieval rate | {quality} | mean ECE |",
+        "|---|---:|---:|---:|---:|",
+        f"| {parent} | {fmt(before['tau'])} | {fmt(before['retrieval_rate'], 2)} | {fmt(before['quality'])} | "
+        f"{fmt(before['mean_ece'])} |",
+        f"| **this version** | {fmt(after['tau'])} | {fmt(after['retrieval_rate'], 2)} | {fmt(after['quality'])} "
+        f"[{fmt(low)}, {fmt(high)}] | {fmt(after['mean_ece'])} |",
+        "",
+        f"{quality.capitalize()}: {recalibrated.definition or recalibrated.metric}; "
+        f"{recalibrated.intervals or 'bootstrap intervals'}.",
+        "",
+    ]
 
 
 def _first_n(evaluate: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from workbench.bundle.integrity import read_manifest, verify_bundle_dir
 from workbench.bundle.provenance import splits_of
 from workbench.bundle.schema import bundle_versions
-from workbench.bundle.shipped import shipped_decision
+from workbench.bundle.shipped import measured_on, shipped_decision
 from workbench.core.errors import DataError
 
 
@@ -29,7 +29,9 @@ class BundleEntry:
 
 def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
     """The shipped decision as every reader renders it (:func:`workbench.bundle.shipped.shipped_decision`): τ, who
-    set it, and its held-out routed quality and retrieval rate at that τ; and the splits the shipped parts were
+    set it, its held-out routed quality and retrieval rate at that τ and where they were measured (a recalibrated
+    version: its routed quality on the held-out feedback, and its retrieval rate there when τ or the router moved);
+    and the splits the shipped parts were
     fitted on and the held-out figures measured on (``provenance``)."""
 
     out: dict[str, Any] = {}
@@ -40,6 +42,12 @@ def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
         if decision.held_out is not None:
             out["routed_contains"] = decision.held_out.contains
             out["retrieval_rate"] = decision.held_out.retrieval_rate
+        recalibrated = decision.recalibrated
+        if recalibrated is not None:
+            out["feedback_quality"] = recalibrated.after["quality"]
+            if recalibrated.moved:  # the parent's row is not this decision's: the feedback's rate is
+                out["retrieval_rate"] = recalibrated.after["retrieval_rate"]
+        out["measured_on"] = measured_on(decision)
     provenance = manifest.get("provenance")
     if isinstance(provenance, dict):
         out["fitted_on"] = ", ".join(splits_of((provenance.get("fitted") or {}).values())) or "—"

@@ -12,6 +12,13 @@ sections, ``workbench bundles``, serve's ``GET /methods`` and ``workbench infer`
 A bundle exported before the record existed (schema < 1.3) has no ``provenance``: τ's setter is read off
 ``decision.rule`` (``study`` or classify's rule), and when a study set τ its routing row was measured at classify's τ,
 not the shipped one — no held-out figure is shown for it rather than the wrong one.
+
+A version written by ``workbench recalibrate`` keeps its parent's ``metrics`` and adds a ``recalibration`` block with
+the held-out feedback's figures of the parent's decision and of its own (:class:`Recalibrated`). When τ or the router
+was refitted the decision is no longer the one the parent's routing row measured: that row is the parent's, never this
+version's ``held_out``, and the feedback's figures are what was measured for it. When only the calibrators were
+refitted (τ and the router are the parent's) the parent's row stays, with a line saying the calibrators were refitted
+on feedback after it was measured.
 """
 
 from __future__ import annotations
@@ -79,11 +86,39 @@ class HeldOut:
 
 
 @dataclass(frozen=True)
+class Recalibrated:
+    """A version written by ``workbench recalibrate`` (the manifest's ``recalibration`` block): its ``parent``
+    version, what was ``refitted``, the feedback rows fitted on (``fit_rows``) and held out (``rows``), and on the
+    held-out rows the ``before`` (the parent's decision) and ``after`` (this version's) values of τ, the retrieval
+    rate, the quality figure named by ``metric`` (``routed_quality`` or ``selective_accuracy``; None without a routing
+    comparison) and the mean ECE, by those keys; ``quality_ci``: the interval of this version's quality
+    (``low``, ``high``), ``intervals`` how the intervals were made and ``definition`` what the quality figure means
+    (the manifest's words). Values the manifest does not hold as finite numbers (or strings) are None."""
+
+    parent: str
+    refitted: tuple[str, ...]
+    fit_rows: int | None
+    rows: int | None
+    metric: str | None
+    definition: str | None
+    intervals: str | None
+    before: dict[str, float | None]
+    after: dict[str, float | None]
+    quality_ci: tuple[float | None, float | None]
+
+    @property
+    def moved(self) -> bool:
+        """Whether τ or the router was refitted: the decision itself is not the parent's."""
+        return bool(set(self.refitted) - {"calibrators"})
+
+
+@dataclass(frozen=True)
 class ShippedDecision:
     """D²-RAG's retrieval decision as a bundle ships it: the router (``name``: kind and features, its
     ``calibrator``), τ (``always_retrieve`` when it is above 1: no feature is computed), the deciding method's
-    decision settings (``alphas``: D²-RAG's α, by setting name), and the held-out figures measured at that τ (None
-    when the manifest holds none at it)."""
+    decision settings (``alphas``: D²-RAG's α, by setting name), the held-out figures measured at that τ (None
+    when the manifest holds none at it) and, for a version written by ``workbench recalibrate``, its record
+    (``recalibrated``; module docstring)."""
 
     name: str
     features: list[str]
@@ -94,6 +129,7 @@ class ShippedDecision:
     alphas: dict[str, Setting]
     always_retrieve: bool
     held_out: HeldOut | None
+    recalibrated: Recalibrated | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON of every field (:func:`decision_view` builds serve's from it)."""
@@ -155,10 +191,9 @@ def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None
     if row is None:
         return None
     held = ((manifest.get("provenance") or {}).get("held_out") or {}).get("decision") or {}
-    questions = held.get("questions") if isinstance(held, dict) else None
     return HeldOut(
         split=str(routing.get("split")),
-        questions=questions if isinstance(questions, int) and not isinstance(questions, bool) else None,
+        questions=_count(held.get("questions")) if isinstance(held, dict) else None,
         retrieval_rate=_number(row.get("retrieval_rate")),
         contains=_number(row.get("contains")),
         em=_number(row.get("em")),
@@ -166,6 +201,50 @@ def _held_out(manifest: dict[str, Any], measured_at_tau: bool) -> HeldOut | None
         lm_calls=_number(row.get("lm_calls")),
         tokens=_number(row.get("tokens")),
         row=str(row.get("router")),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _recalibrated(manifest: dict[str, Any]) -> Recalibrated | None:
+    """The manifest's ``recalibration`` block as :class:`Recalibrated` (None without one)."""
+    block = manifest.get("recalibration")
+    if not isinstance(block, dict):
+        return None
+    refitted = block.get("refitted")
+    parts = tuple(str(p) for p in refitted) if isinstance(refitted, list) and refitted else ("calibrators",)
+    metrics = block.get("metrics") if isinstance(block.get("metrics"), dict) else {}
+    routing = metrics.get("routing") if isinstance(metrics.get("routing"), dict) else {}
+
+    def pair(record: Any) -> tuple[float | None, float | None]:
+        record = record if isinstance(record, dict) else {}
+        return _number(record.get("before")), _number(record.get("after"))
+
+    figures = {
+        "tau": pair(routing.get("tau")),
+        "retrieval_rate": pair(routing.get("retrieval_rate")),
+        "quality": pair(routing.get("quality")),
+        "mean_ece": pair(metrics.get("mean_ece")),
+    }
+    quality = routing.get("quality") if isinstance(routing.get("quality"), dict) else {}
+    ci = quality.get("after_ci") if isinstance(quality.get("after_ci"), dict) else {}
+
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) else None
+
+    return Recalibrated(
+        parent=str(block.get("parent")),
+        refitted=parts,
+        fit_rows=_count(block.get("fit_rows")),
+        rows=_count(block.get("holdout_rows")),
+        metric=text(routing.get("metric")),
+        definition=text(routing.get("definition")),
+        intervals=text(routing.get("intervals")),
+        before={key: values[0] for key, values in figures.items()},
+        after={key: values[1] for key, values in figures.items()},
+        quality_ci=(_number(ci.get("low")), _number(ci.get("high"))),
     )
 
 
@@ -188,8 +267,10 @@ def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) ->
         value = options.get(name, _default(str(method), name))
         alphas[name] = _setting(value, fitted.get(f"{method}.{name}"), "recipe" if name in options else "default")
     routing = (manifest.get("metrics") or {}).get("routing") or {}
-    # a bundle without the record, whose τ a study moved, holds its routing row at classify's τ: not this decision's
-    measured = "shipped_by" in routing or tau.set_by == "classify"
+    recalibrated = _recalibrated(manifest)
+    # a bundle without the record, whose τ a study moved, holds its routing row at classify's τ: not this decision's;
+    # nor is the parent's row when a recalibration refitted τ or the router
+    measured = ("shipped_by" in routing or tau.set_by == "classify") and not (recalibrated and recalibrated.moved)
     features = [str(f) for f in decision.get("features") or []]
     kind = KINDS.get(str(decision.get("classifier")), str(decision.get("classifier")))
     calibrator = decision.get("calibrator")
@@ -204,6 +285,7 @@ def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) ->
         alphas=alphas,
         always_retrieve=bool(decision.get("always_retrieve", float(decision.get("tau", 0.0)) > 1.0)),
         held_out=_held_out(manifest, measured),
+        recalibrated=recalibrated,
     )
 
 
@@ -220,14 +302,56 @@ def decision_line(decision: ShippedDecision) -> str:
         what = f"D²-RAG retrieves iff P(correct) < τ = {tau_text(decision)} under `{decision.name}`"
     shown = [f"{symbol(name)} = {s.value_text()} ({s.origin()})" for name, s in decision.alphas.items()]
     line = "; ".join([what, f"τ set by {decision.tau.origin()}", *([", ".join(shown)] if shown else [])])
-    held = decision.held_out
+    held, recalibrated = decision.held_out, decision.recalibrated
+    if recalibrated is not None and recalibrated.moved:
+        return f"{line}; {feedback_text(recalibrated)}"
     if held is None:
         return line + "; no held-out figure at this τ"
     count = f", {held.questions} questions" if held.questions is not None else ""
-    return (
+    line = (
         f"{line}; held out (`{held.split}`{count}): retrieval rate {fmt(held.retrieval_rate, 2)}, routed "
         f"containment {fmt(held.contains)}, {fmt(held.tokens, 0)} tokens per question"
     )
+    if recalibrated is None:
+        return line
+    return (
+        f"{line}, measured by {recalibrated.parent}; the calibrators were refitted on feedback since (τ and the "
+        f"router are {recalibrated.parent}'s): {feedback_text(recalibrated)}"
+    )
+
+
+def feedback_text(recalibrated: Recalibrated) -> str:
+    """What a recalibration measured for its version on the held-out feedback, in words (the card, ``workbench
+    bundles``): ``measured on held-out feedback (60 rows; 140 fitted on, recalibrated from 1.0.0): retrieval rate
+    0.35, routed quality 0.71 (1.0.0's decision on them: 0.50, 0.66), mean ECE 0.052 (1.0.0's: 0.210)``."""
+    before, after = recalibrated.before, recalibrated.after
+    rows = f"{recalibrated.rows} rows" if recalibrated.rows is not None else "rows"
+    fitted = f"; {recalibrated.fit_rows} fitted on" if recalibrated.fit_rows is not None else ""
+    head = f"measured on held-out feedback ({rows}{fitted}, recalibrated from {recalibrated.parent}): "
+    ece = f"mean ECE {fmt(after['mean_ece'])} ({recalibrated.parent}'s: {fmt(before['mean_ece'])})"
+    if recalibrated.metric is None:
+        return head + ece
+    quality = recalibrated.metric.replace("_", " ")
+    return (
+        f"{head}retrieval rate {fmt(after['retrieval_rate'], 2)}, {quality} {fmt(after['quality'])} "
+        f"({recalibrated.parent}'s decision on them: {fmt(before['retrieval_rate'], 2)}, {fmt(before['quality'])}), "
+        f"{ece}"
+    )
+
+
+def measured_on(decision: ShippedDecision) -> str:
+    """Where the figures shown as this decision's were measured, in a few words (``workbench bundles``): the run's
+    held-out split, that split of the parent's run for a calibrators-only recalibration, the held-out feedback when a
+    recalibration moved the decision, or ``-`` (none)."""
+    held, recalibrated = decision.held_out, decision.recalibrated
+    if recalibrated is not None and recalibrated.moved:
+        rows = f", {recalibrated.rows} rows" if recalibrated.rows is not None else ""
+        return f"held-out feedback{rows} (recalibrated from {recalibrated.parent})"
+    if held is None:
+        return "-"
+    if recalibrated is not None:
+        return f"{held.split} of {recalibrated.parent}'s run (calibrators refitted on feedback since)"
+    return f"{held.split} of the run"
 
 
 def decision_view(manifest: dict[str, Any]) -> dict[str, Any] | None:

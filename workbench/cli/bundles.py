@@ -123,6 +123,8 @@ def bundles_command(
             e.metrics.get("tau_set_by", "-"),
             fmt(e.metrics.get("routed_contains")),
             fmt(e.metrics.get("retrieval_rate")),
+            e.metrics.get("measured_on", "-"),
+            fmt(e.metrics.get("feedback_quality")),
             e.metrics.get("fitted_on", "-"),
             e.metrics.get("held_out", "-"),
             e.status,
@@ -130,8 +132,10 @@ def bundles_command(
         ]
         for e in entries
     ]
-    # the shipped decision (workbench.bundle.shipped): τ, who set it, its held-out figures at that τ; the splits
+    # the shipped decision (workbench.bundle.shipped): τ, who set it, its held-out figures at that τ and where they were
+    # measured (a recalibrated version's on its held-out feedback); the splits
     header = ["bundle", "version", "created", "methods", "τ", "τ set by", "routed contains", "retrieval"]
+    header += ["measured on", "feedback quality"]
     header += ["fitted on", "held out", "status", "path"]
     if wide:
         echo_table(rows, header, unbounded=True)
