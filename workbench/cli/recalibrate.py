@@ -57,6 +57,7 @@ def recalibrate_command(
     version beside the parent when it is better."""
     from workbench.recalibration.compare import recalibrate
     from workbench.recalibration.feedback import read_feedback
+    from workbench.recalibration.reference import profile_embed
     from workbench.recalibration.version import bundle_decision, write_version
 
     manifest, calibrators, decision = bundle_decision(bundle)
@@ -74,8 +75,17 @@ def recalibrate_command(
         refit=("calibrators", *(refit or [])),
         tau_rule=tau_rule,
     )
+    embed = profile_embed(bundle, manifest)  # the OOD flag's embedding check, for the new monitoring reference
     path = write_version(
-        bundle, result, feedback, holdout=holdout, seed=seed, forced=not result.better, out=out, archive=archive
+        bundle,
+        result,
+        feedback,
+        holdout=holdout,
+        seed=seed,
+        forced=not result.better,
+        out=out,
+        archive=archive,
+        embed=embed,
     )
     mean = result.metrics["mean_ece"]
     typer.echo(

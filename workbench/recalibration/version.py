@@ -209,7 +209,7 @@ def _build(
         if kept:
             notes.append(
                 f"the monitoring reference's ood series is {manifest['version']}'s: its OOD flag's embedding check "
-                "needs the bundle's embedder, which recalibrate did not run"
+                "needs the embedder it was fitted with, which recalibrate was not given"
             )
     new["notes"] = [*manifest.get("notes", []), *notes]
     return new

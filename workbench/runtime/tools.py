@@ -16,6 +16,7 @@ Checks, each a one-line refusal unless the caller overrides on purpose (then not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from workbench.assets import model_weights, no_training_imports, resolve_embedder, weights_digest
@@ -199,6 +200,27 @@ def external_runtime_retriever(
     return retriever, f"differs (allowed): {differs}"
 
 
+def bundle_embedder(record: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Callable[[], Any]:
+    """The bundle's embedder (the manifest's ``models.embedder`` ``record``, or ``options.embedder``) as the runtime
+    uses it: a local one's weights are checked against the record now (:func:`_checked_model`; an embedded MiniLM is
+    resolved from its package), and the returned function builds it on its first call (a served one: checked against
+    the record's probe vectors, :func:`served_runtime_embedder`) and returns the same embedder on every call."""
+    served = record.get("source") == "served" and not options.embedder
+    if not served:
+        _checked_model("embedder", record, options.embedder, options.allow_model_mismatch, notes)
+    built: dict[str, Any] = {}
+
+    def embedder() -> Any:
+        if "embedder" not in built and served:
+            built["embedder"] = served_runtime_embedder(record, options, counter, notes)
+        elif "embedder" not in built:
+            ref = options.embedder or record["ref"]  # the reference, so caches keep their fingerprint
+            built["embedder"] = build_embedder(ref, counter=counter, device=options.device)
+        return built["embedder"]
+
+    return embedder
+
+
 def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, notes: list[str]) -> Any:
     """The :class:`~workbench.methods.base.Tools` of a bundle (see the module docstring); on an external retriever
     the fingerprint verdict is ``tools.shared("retriever_check", ...)``."""
@@ -221,19 +243,7 @@ def build_runtime_tools(manifest: dict[str, Any], options: Any, counter: Any, no
             counter=counter,
             seed=int(manifest.get("seed", 0)),
         )
-    served_embedder = models["embedder"].get("source") == "served" and not options.embedder
-    if not served_embedder:
-        _checked_model("embedder", models["embedder"], options.embedder, allow, notes)
-    shared: dict[str, Any] = {}
-
-    def embedder() -> Any:
-        if "embedder" not in shared and served_embedder:
-            shared["embedder"] = served_runtime_embedder(models["embedder"], options, counter, notes)
-        elif "embedder" not in shared:
-            ref = options.embedder or models["embedder"]["ref"]  # the reference, so caches keep their fingerprint
-            shared["embedder"] = build_embedder(ref, counter=counter, device=options.device)
-        return shared["embedder"]
-
+    embedder = bundle_embedder(models["embedder"], options, counter, notes)
     nli = models["nli"]
     if (
         nli.get("model")
