@@ -82,8 +82,8 @@ def model_card(manifest: dict[str, Any]) -> str:
         lines += feedback_section(recalibrated)
     routing = metrics.get("routing")
     if routing:
-        # a recalibration that moved τ or the router keeps the parent's row: it measured the parent's decision
-        parents = recalibrated is not None and recalibrated.moved
+        # a recalibrated version shows the parent's row as the parent's: new calibrators change the router's inputs
+        parents = recalibrated is not None
         whose = f"{recalibrated.parent}'s run" if recalibrated is not None else "the run"
         chosen = f"{recalibrated.parent}'s decision, not this version's" if parents else "this bundle"
         lines += [
@@ -176,7 +176,8 @@ def feedback_section(recalibrated: Recalibrated) -> list[str]:
         f"Recalibrated from {parent} by `workbench recalibrate`: {', '.join(recalibrated.refitted)} refitted on"
         f"{fitted} feedback rows, both decisions measured on {rows} held-out ones — what this version ships was "
         "measured here."
-        + ("" if recalibrated.moved else f" Its τ and router are {parent}'s, and so is the run's routing row below."),
+        + f" The run's routing table below measured {parent}'s decision: new calibrators change what the router reads,"
+        " so it is not this version's.",
         "",
     ]
     if recalibrated.metric is None:

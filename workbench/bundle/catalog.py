@@ -30,7 +30,7 @@ class BundleEntry:
 def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
     """The shipped decision as every reader renders it (:func:`workbench.bundle.shipped.shipped_decision`): τ, who
     set it, its held-out routed quality and retrieval rate at that τ and where they were measured (a recalibrated
-    version: its routed quality on the held-out feedback, and its retrieval rate there when τ or the router moved);
+    version: its routed quality and retrieval rate on the held-out feedback);
     and the splits the shipped parts were
     fitted on and the held-out figures measured on (``provenance``)."""
 
@@ -45,8 +45,8 @@ def _key_metrics(manifest: dict[str, Any]) -> dict[str, Any]:
         recalibrated = decision.recalibrated
         if recalibrated is not None:
             out["feedback_quality"] = recalibrated.after["quality"]
-            if recalibrated.moved:  # the parent's row is not this decision's: the feedback's rate is
-                out["retrieval_rate"] = recalibrated.after["retrieval_rate"]
+            out["retrieval_rate"] = recalibrated.after["retrieval_rate"]  # the parent's row is not this decision's
+            out.pop("routed_contains", None)
         out["measured_on"] = measured_on(decision)
     provenance = manifest.get("provenance")
     if isinstance(provenance, dict):

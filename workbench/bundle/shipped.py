@@ -14,11 +14,10 @@ A bundle exported before the record existed (schema < 1.3) has no ``provenance``
 not the shipped one — no held-out figure is shown for it rather than the wrong one.
 
 A version written by ``workbench recalibrate`` keeps its parent's ``metrics`` and adds a ``recalibration`` block with
-the held-out feedback's figures of the parent's decision and of its own (:class:`Recalibrated`). When τ or the router
-was refitted the decision is no longer the one the parent's routing row measured: that row is the parent's, never this
-version's ``held_out``, and the feedback's figures are what was measured for it. When only the calibrators were
-refitted (τ and the router are the parent's) the parent's row stays, with a line saying the calibrators were refitted
-on feedback after it was measured.
+the held-out feedback's figures of the parent's decision and of its own (:class:`Recalibrated`). Its decision is no
+longer the one the parent's routing row measured — new calibrators change what the router reads even when τ and the
+router are the parent's — so that row is the parent's, never this version's ``held_out``, and the feedback's figures
+are what was measured for it.
 """
 
 from __future__ import annotations
@@ -105,11 +104,6 @@ class Recalibrated:
     before: dict[str, float | None]
     after: dict[str, float | None]
     quality_ci: tuple[float | None, float | None]
-
-    @property
-    def moved(self) -> bool:
-        """Whether τ or the router was refitted: the decision itself is not the parent's."""
-        return bool(set(self.refitted) - {"calibrators"})
 
 
 @dataclass(frozen=True)
@@ -269,8 +263,9 @@ def shipped_decision(manifest: dict[str, Any], *, with_defaults: bool = True) ->
     routing = (manifest.get("metrics") or {}).get("routing") or {}
     recalibrated = _recalibrated(manifest)
     # a bundle without the record, whose τ a study moved, holds its routing row at classify's τ: not this decision's;
-    # nor is the parent's row when a recalibration refitted τ or the router
-    measured = ("shipped_by" in routing or tau.set_by == "classify") and not (recalibrated and recalibrated.moved)
+    # nor is the parent's row for a recalibrated version: even a calibrators-only refit changes the router's inputs,
+    # so which questions retrieve
+    measured = ("shipped_by" in routing or tau.set_by == "classify") and recalibrated is None
     features = [str(f) for f in decision.get("features") or []]
     kind = KINDS.get(str(decision.get("classifier")), str(decision.get("classifier")))
     calibrator = decision.get("calibrator")
@@ -303,20 +298,14 @@ def decision_line(decision: ShippedDecision) -> str:
     shown = [f"{symbol(name)} = {s.value_text()} ({s.origin()})" for name, s in decision.alphas.items()]
     line = "; ".join([what, f"τ set by {decision.tau.origin()}", *([", ".join(shown)] if shown else [])])
     held, recalibrated = decision.held_out, decision.recalibrated
-    if recalibrated is not None and recalibrated.moved:
+    if recalibrated is not None:
         return f"{line}; {feedback_text(recalibrated)}"
     if held is None:
         return line + "; no held-out figure at this τ"
     count = f", {held.questions} questions" if held.questions is not None else ""
-    line = (
+    return (
         f"{line}; held out (`{held.split}`{count}): retrieval rate {fmt(held.retrieval_rate, 2)}, routed "
         f"containment {fmt(held.contains)}, {fmt(held.tokens, 0)} tokens per question"
-    )
-    if recalibrated is None:
-        return line
-    return (
-        f"{line}, measured by {recalibrated.parent}; the calibrators were refitted on feedback since (τ and the "
-        f"router are {recalibrated.parent}'s): {feedback_text(recalibrated)}"
     )
 
 
@@ -341,17 +330,12 @@ def feedback_text(recalibrated: Recalibrated) -> str:
 
 def measured_on(decision: ShippedDecision) -> str:
     """Where the figures shown as this decision's were measured, in a few words (``workbench bundles``): the run's
-    held-out split, that split of the parent's run for a calibrators-only recalibration, the held-out feedback when a
-    recalibration moved the decision, or ``-`` (none)."""
+    held-out split, the held-out feedback for a recalibrated version, or ``-`` (none)."""
     held, recalibrated = decision.held_out, decision.recalibrated
-    if recalibrated is not None and recalibrated.moved:
+    if recalibrated is not None:
         rows = f", {recalibrated.rows} rows" if recalibrated.rows is not None else ""
         return f"held-out feedback{rows} (recalibrated from {recalibrated.parent})"
-    if held is None:
-        return "-"
-    if recalibrated is not None:
-        return f"{held.split} of {recalibrated.parent}'s run (calibrators refitted on feedback since)"
-    return f"{held.split} of the run"
+    return "-" if held is None else f"{held.split} of the run"
 
 
 def decision_view(manifest: dict[str, Any]) -> dict[str, Any] | None:

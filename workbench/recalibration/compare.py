@@ -18,10 +18,10 @@ the held-out rows by the parent's policy and by the new one and compares their r
   AUROC and ECE it reports (and their intervals) rests on both classes; the message names the number of feedback rows
   that would give it at this held-out fraction and label balance;
 * *not better*: the new version is better when the mean ECE over the features on the held-out part is lower after
-  than before, and — when τ or the router is refitted, which moves the decision itself — when its routed quality is
-  not worse beyond its interval either: the upper end of the 90% interval of the quality change (after − before) is
-  at least 0. Calibrators alone leave the classifier and τ as they were, so ECE is what they are judged on; a new τ
-  or router trades retrievals for quality, and a trade that measurably loses quality is no improvement however well
+  than before, and (when the parent's decision was given) its routed quality is not worse beyond its interval either:
+  the upper end of the 90% interval of the quality change (after − before) is at least 0. Every refit moves the
+  decision — new calibrators change what the router reads even with the parent's classifier and τ; a new τ or router
+  trades retrievals for quality — and a decision that measurably loses quality is no improvement however well
   calibrated. Otherwise the comparison is refused unless ``force``.
 """
 
@@ -189,8 +189,8 @@ def recalibrate(
     )
     routing["tau"] = {"before": decision.tau, "after": new.tau, "rule": result.rule or decision.rule}
     result.metrics["routing"] = routing
-    moved = bool(set(refitted) - {"calibrators"})
-    result.better = bool(better and (not moved or not_worse(routing)))
+    # even calibrators alone move the decision (they are what the router reads): every refit keeps the quality guard
+    result.better = bool(better and not_worse(routing))
     if not result.better and not force:
         quality = routing["quality"]
         raise DataError(
