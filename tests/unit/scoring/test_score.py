@@ -232,6 +232,17 @@ def _bundle_with(tmp_path: Path, methods: dict[str, dict]) -> Path:
     return root
 
 
+def _overrides(generator: Path, embedder: Path, corpus: Path) -> dict:
+    """Runtime overrides that run the fixture bundle on these tiny models and corpus."""
+    return {
+        "generator": str(generator),
+        "embedder": str(embedder),
+        "allow_model_mismatch": True,
+        "corpus": str(corpus),
+        "allow_corpus_mismatch": True,
+    }
+
+
 def _bundle_with_dtr(tmp_path: Path, tau: float) -> Path:
     """A copy of the fixture bundle that ships DTR too (τ = ``tau``)."""
     return _bundle_with(tmp_path, {"dtr": {"tau": tau}})
@@ -245,13 +256,7 @@ def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
     from workbench.runtime import load_bundle
     from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider, decision_stats
 
-    overrides = {
-        "generator": str(tiny_lm_long_dir),
-        "embedder": str(tiny_encoder_dir),
-        "allow_model_mismatch": True,
-        "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
-        "allow_corpus_mismatch": True,
-    }
+    overrides = _overrides(tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
     runtime = load_bundle(_bundle_with_dtr(tmp_path, tau=1.0), overrides)
     assert decision_stats(runtime) == {"greedy_logprobs", "greedy_eos"}
     decide = bundle_decider(runtime)
@@ -294,16 +299,7 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
     assert exited.value.code in (0, None)
     assert "2 records scored" in capsys.readouterr().out
     scored = _rows(tmp_path / "out")
-    runtime = load_bundle(
-        root,
-        {
-            "generator": str(tiny_lm_long_dir),
-            "embedder": str(tiny_encoder_dir),
-            "allow_model_mismatch": True,
-            "corpus": str(corpus),
-            "allow_corpus_mismatch": True,
-        },
-    )
+    runtime = load_bundle(root, _overrides(tiny_lm_long_dir, tiny_encoder_dir, corpus))
     assert [r["id"] for r in scored] == ["7", "8"]
     assert set(scored[0]["features"]) == set(runtime.policy.features)
     for row in scored:  # P(correct) is the bundle's own policy on the scored features
@@ -458,13 +454,7 @@ def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runt
         "insemrag": {"controller": "heuristic", "chunking": "corpus", "max_rounds": 1, "k1": 4, "k": 2},
         "insemrag_distilled": {"chunking": "corpus"},
     }
-    overrides = {
-        "generator": str(lm_dir),
-        "embedder": str(tiny_encoder_dir),
-        "allow_model_mismatch": True,
-        "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
-        "allow_corpus_mismatch": True,
-    }
+    overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
     runtime = load_bundle(_bundle_with(tmp_path, methods), overrides)
     decide = bundle_decider(runtime)
     values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
