@@ -218,8 +218,12 @@ def test_resume_skips_finished_chunks_and_shards_merge_into_the_whole(collected,
         merge_scores([tmp_path / "shard0", tmp_path / "shard0"], tmp_path / "again")
 
 
-def _bundle_with(tmp_path: Path, methods: dict[str, dict]) -> Path:
-    """A copy of the fixture bundle that ships ``methods`` (name → options) too, its manifest digest re-made."""
+def _bundle_with(tmp_path: Path, methods: dict[str, dict], adapter: Path | None = None) -> Path:
+    """A copy of the fixture bundle that ships ``methods`` (name → options) too, and the distilled controller
+    ``adapter`` (its directory) as an export ships it, its manifest digest re-made."""
+    import hashlib
+
+    from workbench.backends.lora import copy_adapter
     from workbench.bundle.manifest import content_digest
 
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
@@ -227,6 +231,12 @@ def _bundle_with(tmp_path: Path, methods: dict[str, dict]) -> Path:
     manifest = json.loads((root / "manifest.json").read_text())
     for name, options in methods.items():
         manifest["methods"][name] = {"options": options, "requires_gold": False}
+    if adapter is not None:
+        for path in copy_adapter(adapter, root / "learned"):
+            data = path.read_bytes()
+            entry = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            manifest["files"][path.relative_to(root).as_posix()] = entry
+        manifest["controller_adapter"] = {"file": "learned/adapter.json", "kind": "lora_adapter"}
     manifest["content_sha256"] = content_digest(manifest, manifest["files"])
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
@@ -441,6 +451,26 @@ def test_workbench_score_on_a_served_model_without_a_bundle(lm_dir, generator, t
     assert summary["generator"] == f"tiny at {server.base_url}" and summary["stats"]["samples"] == 2
 
 
+def _adapter(lm_dir: Path, out: Path) -> Path:
+    """A LoRA adapter over ``lm_dir`` as ``distill`` writes one (the distilled InSemRAG controller's)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import save_lora_adapter
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(lm_dir), config)
+    settings = {"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    fingerprint = resolve_generator(str(lm_dir)).fingerprint
+    save_lora_adapter(
+        peft_model, out, base_model=str(lm_dir), base_fingerprint=fingerprint, settings=settings, decisions=["refine"]
+    )
+    return out
+
+
 def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runtimes_own(
     tmp_path, lm_dir, tiny_encoder_dir
 ):
@@ -449,21 +479,20 @@ def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runt
     from workbench.scoring.decisions import bundle_decider
     from workbench.scoring.records import GivenText, ScoreRecord
 
+    small = {"chunking": "corpus", "max_rounds": 1, "k1": 4, "k": 2}
     methods = {
         "dense_rag": {"chunking": "corpus", "k": 2, "refine": False, "rephrase_max_new_tokens": 8, "theta": 0.3},
-        "insemrag": {"controller": "heuristic", "chunking": "corpus", "max_rounds": 1, "k1": 4, "k": 2},
-        "insemrag_distilled": {"chunking": "corpus"},
+        "insemrag": {"controller": "heuristic", **small},
+        "insemrag_distilled": {**small, "refine": False, "repair": False},  # its controller: the bundle's adapter
     }
     overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
-    runtime = load_bundle(_bundle_with(tmp_path, methods), overrides)
+    root = _bundle_with(tmp_path, methods, adapter=_adapter(lm_dir, tmp_path / "adapter"))
+    runtime = load_bundle(root, overrides)
     decide = bundle_decider(runtime)
     values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
     refined = []
     for question in ("Who wrote Hamlet?", "Which river flows through Paris?"):
         dense = {s["name"]: s["detail"] for s in runtime.answer(question, "dense_rag").trace["steps"]}["dense"]
-        steps = runtime.answer(question, "insemrag").trace["steps"]
-        first = {name: next(s["detail"] for s in steps if s["name"] == name) for name in ("elements", "enrich")}
-        weights = next(s["detail"] for s in steps if s["name"] == "weights")
         baselines = {m: runtime.answer(question, m).retrieved for m in ("no_rag", "standard_rag")}
         record = ScoreRecord(0, "x", question, GivenText("an answer"), tuple(dense["contexts"]))
         made = decide(values, {}, record)["decisions"]
@@ -475,16 +504,37 @@ def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runt
             "theta": 0.3,
         }
         refined.append(made["dense_rag"]["refine"])
-        # InSemRAG: the controller's decisions on the question, as its answer's first steps made them
-        insem = made["insemrag"]
-        assert insem["retrieve"] is True and insem["controller"] == "heuristic"
-        assert insem["elements"] == (list(first["elements"]["decision"]["elements"]) or [question])
-        assert insem["views"] == first["enrich"]["views"] and insem["weights"] == weights["weights"]
         for name, retrieved in baselines.items():  # the fixed decisions are what the runtime does
             assert made[name]["retrieve"] == retrieved
-        # without contexts DENSE-RAG cannot triage; without the distilled controller InSemRAG's twin cannot decide
+        # without contexts DENSE-RAG cannot triage
         bare = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a")))["decisions"]
         assert bare["dense_rag"] == {"retrieve": None, "reason": "needs the record's 'contexts'"}
-        assert made["insemrag_distilled"]["retrieve"] is None
-        assert "cannot build it here" in made["insemrag_distilled"]["reason"]
     assert sorted(refined) == [False, True]  # one context DENSE calls certain, one it would refine
+    # InSemRAG: the controller's decisions on the question, as its answer's first steps made them
+    question = "Who wrote Hamlet?"
+    made = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a")))["decisions"]
+    for method, controller in (("insemrag", "heuristic"), ("insemrag_distilled", "distilled")):
+        steps = runtime.answer(question, method).trace["steps"]
+        first = {n: next(s["detail"] for s in steps if s["name"] == n) for n in ("elements", "enrich", "weights")}
+        insem = made[method]
+        assert insem["retrieve"] is True and insem["controller"] == controller
+        assert insem["elements"] == (list(first["elements"]["decision"]["elements"]) or [question])
+        assert insem["views"] == first["enrich"]["views"] and insem["weights"] == first["weights"]["weights"]
+
+
+def test_a_distilled_insemrag_without_its_adapter_decides_nothing_and_says_why(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import NO_RECORD, bundle_decider
+    from workbench.scoring.records import GivenText, ScoreRecord
+
+    overrides = _overrides(tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
+    runtime = load_bundle(_bundle_with(tmp_path, {"insemrag_distilled": {"chunking": "corpus"}}), overrides)
+    values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
+    made = bundle_decider(runtime)(values, {}, ScoreRecord(0, "x", "Who wrote Hamlet?", GivenText("a")))
+    distilled = made["decisions"]["insemrag_distilled"]
+    assert distilled["retrieve"] is None and "cannot build it here" in distilled["reason"]
+    assert "distilled controller needs controller_model" in distilled["reason"]
+    assert bundle_decider(runtime)(values, {})["decisions"]["insemrag_distilled"]["reason"] == NO_RECORD
