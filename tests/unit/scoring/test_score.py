@@ -538,3 +538,41 @@ def test_a_distilled_insemrag_without_its_adapter_decides_nothing_and_says_why(
     assert distilled["retrieve"] is None and "cannot build it here" in distilled["reason"]
     assert "distilled controller needs controller_model" in distilled["reason"]
     assert bundle_decider(runtime)(values, {})["decisions"]["insemrag_distilled"]["reason"] == NO_RECORD
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tokenizer", "t"], "--tokenizer and --api-key-env apply to a served model"),
+        (["--served-model", "m"], "--set and --served-model apply to a bundle"),
+    ],
+)
+def test_served_options_without_their_server_or_bundle_are_refused_in_one_line(
+    tmp_path, monkeypatch, capsys, extra, message
+):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "log.jsonl", [{"id": "a", "question": "q", "answer": "a"}])
+    args = ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--model", "x", "--features", "confidence"]
+    monkeypatch.setattr(sys, "argv", [*args, *extra])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    error = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and "\n" not in error and message in error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "tokenizer", "reason"),
+    [
+        (Capabilities(logprobs=True), object(), "no prompt log-probabilities (echo)"),
+        (Capabilities(logprobs=True, echo=True), object(), "takes no token-id prompts"),
+        (Capabilities(logprobs=True, echo=True, token_prompts=True), None, "no local tokenizer"),
+        (Capabilities(logprobs=True, echo=True, token_prompts=True), object(), None),
+    ],
+)
+def test_a_served_model_teacher_forces_only_with_echo_token_prompts_and_a_tokenizer(capabilities, tokenizer, reason):
+    from workbench.scoring.given import can_teacher_force
+
+    said = can_teacher_force(SimpleNamespace(capabilities=capabilities, tokenizer=tokenizer))
+    assert said is None if reason is None else reason in said
