@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from workbench.cli.answering import ApiKeyEnvOption, BaseUrlOption, ServedModelOption, load_runtime
+from workbench.cli.answering import ApiKeyEnvOption, ServedModelOption, load_runtime
 from workbench.cli.output import VerboseOption, silence_third_party
 from workbench.core.errors import ConfigError
 
@@ -58,7 +58,14 @@ def score_command(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="With --bundle: runtime override key=value (docs/bundles.md).")
     ] = None,
-    base_url: BaseUrlOption = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            help="A model served at this OpenAI-compatible URL (…/v1), teacher-forced through echo: the bundle's "
+            "(its probe answers must match, docs/served-models.md) or, without --bundle, --model's.",
+        ),
+    ] = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     verbose: VerboseOption = False,
