@@ -509,6 +509,8 @@ def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runt
         # without contexts DENSE-RAG cannot triage
         bare = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a")))["decisions"]
         assert bare["dense_rag"] == {"retrieve": None, "reason": "needs the record's 'contexts'"}
+        empty = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a"), ()))["decisions"]["dense_rag"]
+        assert empty["retrieve"] is None and "'contexts' is empty" in empty["reason"]
     assert sorted(refined) == [False, True]  # one context DENSE calls certain, one it would refine
     # InSemRAG: the controller's decisions on the question, as its answer's first steps made them
     question = "Who wrote Hamlet?"

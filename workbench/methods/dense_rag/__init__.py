@@ -46,8 +46,11 @@ def _breakpoints(records: Any) -> list[float]:
 
 def _record_decision(method: Any, question: str, contexts: Sequence[str] | None) -> dict[str, Any]:
     """DENSE's triage of a logged context (the chunk texts DENSE judged, the ``dense`` step's ``contexts``): DENSE-RAG
-    always retrieves; ``refine`` says whether semantic chunking and refinement run (DSE₀ > θ)."""
-    return {"retrieve": True, **method.triage(question, list(contexts or ()))}
+    always retrieves; ``refine`` says whether semantic chunking and refinement run (DSE₀ > θ). An empty context
+    (retrieval found nothing: DENSE-RAG answers closed-book) has no triage: null with that reason."""
+    if not contexts:
+        return {"retrieve": None, "reason": "the record's 'contexts' is empty: there is no context to triage"}
+    return {"retrieve": True, **method.triage(question, list(contexts))}
 
 
 METHOD = MethodSpec(
