@@ -578,3 +578,30 @@ def test_a_served_model_teacher_forces_only_with_echo_token_prompts_and_a_tokeni
 
     said = can_teacher_force(SimpleNamespace(capabilities=capabilities, tokenizer=tokenizer))
     assert said is None if reason is None else reason in said
+
+
+def test_dtrs_decision_on_its_own_closed_book_answers_equals_the_runtimes(tmp_path, lm_dir, tiny_encoder_dir):
+    from tests.bundle_run import write_corpus
+    from workbench.cli.score import _bundle_scorer
+    from workbench.methods.common import generate_answers
+    from workbench.runtime import load_bundle
+
+    overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
+    runtime = load_bundle(_bundle_with(tmp_path, {"dtr": {"tau": 0.4}}), overrides)
+    rows, steps = [], []
+    for i, question in enumerate(QUESTIONS[:3]):
+        step = next(s["detail"] for s in runtime.answer(question, "dtr").trace["steps"] if s["name"] == "closed_book")
+        # the log's token ids: the same greedy call DTR's closed-book step makes
+        (made,) = generate_answers(runtime.tools(), [question], [None])
+        assert made.text.strip() == step["answer"]
+        ids = [int(t) for t in made.token_ids]
+        rows.append({"id": i, "question": question, "answer": step["answer"], "token_ids": ids, "eos": False})
+        steps.append(step)
+    path = _write(tmp_path / "log.jsonl", rows)
+    scorer, settings, ref = _bundle_scorer(runtime, (), 8, "0/1")
+    score_file(read_records(path), tmp_path / "out", settings, scorer, run_fingerprint(path, settings, ref, None))
+    decided = [row["decisions"]["dtr"] for row in _rows(tmp_path / "out")]
+    for dtr, step in zip(decided, steps, strict=True):
+        assert step["finish_reason"] != "eos" and not step["include_eos"]
+        assert dtr["retrieve"] == step["retrieve"] and dtr["score"] == pytest.approx(step["nll"], abs=1e-4)
+    assert {d["retrieve"] for d in decided} == {False, True}  # τ = 0.4 splits them: both decisions are checked
