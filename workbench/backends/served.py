@@ -691,18 +691,31 @@ class ServedGenerator(CachedGenerations):
                 f"{what} needs {', '.join(lacking)}, which this server does not give", self.settings.base_url
             )
 
-    def score(self, prompts: Sequence[str], continuations: Sequence[str], *, add_eos: bool = False) -> list[Scored]:
+    def score(
+        self,
+        prompts: Sequence[str],
+        continuations: Sequence[str],
+        *,
+        add_eos: bool = False,
+        continuation_ids: Sequence[Sequence[int] | None] | None = None,
+    ) -> list[Scored]:
         """As :meth:`Generator.score`: the prompt's and the continuation's token ids (tokenised apart, as
         in-process) sent with ``echo`` (and one generated token, ignored: not every server takes ``max_tokens = 0``);
-        entropies from the top-k (see :func:`topk_entropy`)."""
+        entropies from the top-k (see :func:`topk_entropy`). ``continuation_ids[i]``, when given (not None), are the
+        ids scored for continuation ``i`` instead of the tokenizer's split of its text (a generation's own tokens)."""
         self._need("echo", "token_prompts", what="scoring a continuation (echo)")
         prompts, continuations = list(prompts), list(continuations)
-        if len(prompts) != len(continuations):
-            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        given = list(continuation_ids) if continuation_ids is not None else [None] * len(prompts)
+        if not len(prompts) == len(continuations) == len(given):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations / {len(given)} id lists")
         assert self.tokenizer is not None
         jobs = []
-        for prompt, cont in zip(prompts, continuations, strict=True):
-            ids = list(self.tokenizer(cont, add_special_tokens=False)["input_ids"])
+        for prompt, cont, own in zip(prompts, continuations, given, strict=True):
+            ids = (
+                [int(t) for t in own]
+                if own is not None
+                else list(self.tokenizer(cont, add_special_tokens=False)["input_ids"])
+            )
             if add_eos:
                 ids.append(self.tokenizer.eos_token_id)
             jobs.append((prompt, cont, self.encode_prompt(prompt, max(self.max_context - len(ids), 1)), ids))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from workbench.cli.answering import ApiKeyEnvOption, BaseUrlOption, ServedModelOption, load_runtime
+from workbench.cli.answering import ApiKeyEnvOption, ServedModelOption, load_runtime
 from workbench.cli.output import VerboseOption, silence_third_party
 from workbench.core.errors import ConfigError
 
@@ -27,7 +27,16 @@ def score_command(
         typer.Option("--bundle", help="Score with this bundle's model and settings; add P(correct) and decisions."),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="Without --bundle: the generator (a local model directory).")
+        str | None,
+        typer.Option(
+            "--model", help="Without --bundle: the generator (a local model directory; with --base-url its name there)."
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer", help="Without --bundle, with --base-url: the served model's tokenizer (default: --model)."
+        ),
     ] = None,
     features: Annotated[
         str | None,
@@ -49,13 +58,21 @@ def score_command(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="With --bundle: runtime override key=value (docs/bundles.md).")
     ] = None,
-    base_url: BaseUrlOption = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            help="A model served at this OpenAI-compatible URL (…/v1), teacher-forced through echo: the bundle's "
+            "(its probe answers must match, docs/served-models.md) or, without --bundle, --model's.",
+        ),
+    ] = None,
     served_model: ServedModelOption = None,
     api_key_env: ApiKeyEnvOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Score existing answers: each record's features by teacher-forcing its answer (samples generated only when the
-    records give none); with --bundle, P(correct) and each method's decision. Writes OUT/scores.jsonl."""
+    records give none), with a bundle's model, a local --model, or --model served at --base-url (echo); with
+    --bundle, P(correct) and each method's decision. Writes OUT/scores.jsonl."""
     silence_third_party(verbose)
     from workbench.scoring.records import read_records
     from workbench.scoring.run import run_fingerprint, score_file
@@ -68,15 +85,25 @@ def score_command(
         scorer, settings, ref = _bundle_scorer(runtime, chosen, batch, shard)
     else:
         if model is None:
-            raise ConfigError("give --model (a local model directory) or --bundle", "score")
-        if base_url is not None or overrides:
-            raise ConfigError("--base-url and --set apply to a bundle: give --bundle too", "score")
-        scorer, settings = _model_scorer(model, chosen, nli, embedder, samples, max_new_tokens, batch, shard, device)
-        ref = model
+            raise ConfigError(
+                "give --model (a local model directory, or with --base-url its name there) or --bundle", "score"
+            )
+        if overrides or served_model is not None:
+            raise ConfigError("--set and --served-model apply to a bundle: give --bundle too", "score")
+        if base_url is None and (tokenizer is not None or api_key_env is not None):
+            raise ConfigError("--tokenizer and --api-key-env apply to a served model: give --base-url too", "score")
+        settings = _model_settings(chosen, nli, embedder, samples, max_new_tokens, batch, shard)
+        server = {"base_url": base_url, "tokenizer": tokenizer or model, "api_key_env": api_key_env}
+        scorer = _model_scorer(model, settings.features, nli, embedder, device, server if base_url else None)
+        ref = model if base_url is None else f"{model} at {base_url}"
     settings.check()
-    summary = score_file(
-        records, out, settings, scorer, run_fingerprint(input_file, settings, ref, str(bundle) if bundle else None)
-    )
+    try:
+        summary = score_file(
+            records, out, settings, scorer, run_fingerprint(input_file, settings, ref, str(bundle) if bundle else None)
+        )
+    finally:
+        if bundle is None and base_url is not None:
+            scorer.generator.close()  # the served generator's HTTP client (a bundle's runtime keeps its own)
     nans = ", ".join(f"{name} {count}" for name, count in summary["nan_count"].items() if count)
     typer.echo(f"{summary['rows']} records scored → {out / 'scores.jsonl'}" + (f" (NaN: {nans})" if nans else ""))
 
@@ -107,8 +134,7 @@ def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str
     return scorer, ScoreSettings(names, stats, batch, shard), f"{runtime.name} {runtime.version}"
 
 
-def _model_scorer(
-    model: str,
+def _model_settings(
     chosen: tuple[str, ...],
     nli: str,
     embedder: str | None,
@@ -116,11 +142,10 @@ def _model_scorer(
     max_new_tokens: int,
     batch: int,
     shard: str,
-    device: str | None,
-) -> tuple[Any, Any]:
-    """The scorer of a local generator, with the judge and embedder built only when a feature needs them."""
-    from workbench.backends.factory import build_embedder, build_generator, build_judge
-    from workbench.scoring.run import Scorer, ScoreSettings
+) -> Any:
+    """The settings of a run without a bundle: the named features (there is no default) and the command line's
+    sampling settings; a feature whose judge or embedder is not given is refused before anything is built."""
+    from workbench.scoring.run import ScoreSettings
     from workbench.uncertainty.calculators import StatSettings
     from workbench.uncertainty.features import required_stats
 
@@ -131,6 +156,25 @@ def _model_scorer(
     needed = required_stats(chosen)
     if embedder is None and (needed & _EMBEDDED or (needed & _JUDGED and nli == "answer_equivalence")):
         raise ConfigError("a selected feature (or its answer_equivalence NLI judge) needs --embedder", "--features")
+    return settings
+
+
+def _model_scorer(
+    model: str,
+    features: tuple[str, ...],
+    nli: str,
+    embedder: str | None,
+    device: str | None,
+    served: dict[str, str | None] | None,
+) -> Any:
+    """The scorer of a generator without a bundle — a local model directory, or (``served``: its ``base_url``,
+    ``tokenizer`` and ``api_key_env``) the model named ``model`` at an OpenAI-compatible server, probed for echo —
+    with the judge and embedder built only when a feature needs them."""
+    from workbench.backends.factory import build_embedder, build_generator, build_judge, build_served_generator
+    from workbench.scoring.run import Scorer
+    from workbench.uncertainty.features import required_stats
+
+    needed = required_stats(features)
     shared: dict[str, Any] = {}
 
     def embedded() -> Any:
@@ -138,9 +182,12 @@ def _model_scorer(
             shared["embedder"] = build_embedder(embedder, device=device or "cpu")
         return shared["embedder"]
 
-    generator = build_generator(model, device=device or "cpu", max_context=None)
+    if served is None:
+        generator = build_generator(model, device=device or "cpu", max_context=None)
+    else:
+        generator = build_served_generator(model=model, **served)
     judge = build_judge(nli, embedder=embedded, generator=lambda: generator) if needed & _JUDGED else None
-    return Scorer(generator, judge=judge, embedder=embedded() if needed & _EMBEDDED else None), settings
+    return Scorer(generator, judge=judge, embedder=embedded() if needed & _EMBEDDED else None)
 
 
 def score_merge_command(

@@ -144,6 +144,12 @@ class MethodSpec:
       ``(stats, settings) -> score``: the score ``decide`` reads, from one question's stats (those named in
       ``decision_stats``) and the method's typed settings, when the stats graph gives it (``workbench score``
       decides with it; None: the score comes from the method's own pipeline).
+    * ``fixed_retrieve`` — the retrieval decision of a method that makes the same one for every question (No-RAG:
+      never, Standard RAG: always; None: it decides per question). ``record_decision`` — ``(built method, question,
+      contexts) -> decision``: what the built method decides for a logged question (and its retrieved
+      ``contexts``, when ``record_needs`` names them) through the functions its own answer path calls, as a JSON
+      mapping with ``retrieve`` (DENSE-RAG's triage of the contexts, InSemRAG's controller decisions on the
+      question); ``workbench score`` reports it (None: nothing to decide from a record).
     * ``needs`` — the generator capabilities it needs beyond generation
       (:mod:`workbench.backends.capabilities` names).
     * ``rank`` — the default method of a bundle or a run is the one of highest rank (the first among equals).
@@ -176,6 +182,9 @@ class MethodSpec:
     decide: Callable[[Any, Any], Any] | None = None
     decision_score: Callable[[Mapping[str, Any], Any], float] | None = None
     decision_stats: tuple[str, ...] = ()
+    fixed_retrieve: bool | None = None
+    record_decision: Callable[[Any, str, Sequence[str] | None], Mapping[str, Any]] | None = None
+    record_needs: tuple[str, ...] = ()
     needs: frozenset[str] = frozenset()
     rank: int = 0
     package: str = "workbench"

@@ -50,16 +50,23 @@ def can_teacher_force(generator: Any) -> str | None:
     """None when ``generator`` can teacher-force an answer (in process, or a server with ``echo``), else the one-line
     reason why not."""
     capabilities = getattr(generator, "capabilities", None)
-    if capabilities is None or capabilities.has("echo"):
+    if capabilities is None:
         return None
-    return "the served model gives no prompt log-probabilities (echo): the answer cannot be teacher-forced"
+    if not capabilities.has("echo"):
+        return "the served model gives no prompt log-probabilities (echo): the answer cannot be teacher-forced"
+    if not capabilities.has("token_prompts"):
+        return "the server takes no token-id prompts: echo cannot be read at the answer's tokens"
+    if getattr(generator, "tokenizer", None) is None:
+        return "no local tokenizer for the served model (--tokenizer): echo cannot be read at the answer's tokens"
+    return None
 
 
 def force_texts(generator: Any, prompts: Sequence[str], given: Sequence[GivenText], *, score: bool) -> list[Forced]:
     """Each ``given[i]`` after ``prompts[i]`` as a :class:`Forced`. ``score``: teacher-force them — in process over
     token ids (the record's ``token_ids``, else the tokenizer's split of its text, plus EOS when it ended with one:
-    ``generator.prompt_logprobs``, one batched forward), on a served model with ``echo`` over the text
-    (``generator.score``); without ``score`` only the given log-probs and the tokenizer's ids are used."""
+    ``generator.prompt_logprobs``, one batched forward), on a served model with ``echo`` over the same ids sent as
+    a token-id prompt (``generator.score``); without ``score`` only the given log-probs and the tokenizer's ids are
+    used."""
     reason = can_teacher_force(generator) if score else "not teacher-forced"
     ids = [_token_ids(generator, g) for g in given]
     scored: list[Any] = [None] * len(given)
@@ -73,11 +80,18 @@ def force_texts(generator: Any, prompts: Sequence[str], given: Sequence[GivenTex
         seqs = [[*h, *t, *([eos] if g.eos else [])] for h, t, g in zip(heads, ids, given, strict=True)]
         for i, (head, read) in enumerate(zip(heads, generator.prompt_logprobs(seqs), strict=True)):
             scored[i] = (read.logprobs[len(head) - 1 :], read.entropies[len(head) - 1 :])
-    elif score and reason is None:  # a served model: echo over the text (its own split of it)
+    elif score and reason is None:  # a served model: echo over the record's token ids, else the tokenizer's split
         for eos in (False, True):
             rows = [i for i, g in enumerate(given) if g.eos == eos]
             out = (
-                generator.score([prompts[i] for i in rows], [given[i].text for i in rows], add_eos=eos) if rows else []
+                generator.score(
+                    [prompts[i] for i in rows],
+                    [given[i].text for i in rows],
+                    add_eos=eos,
+                    continuation_ids=[given[i].token_ids for i in rows],
+                )
+                if rows
+                else []
             )
             for i, read in zip(rows, out, strict=True):
                 ids[i] = [int(t) for t in read.token_ids[: len(read.token_ids) - int(eos)]]

@@ -82,8 +82,8 @@ class ScoreSettings:
 class Scorer:
     """The tools a chunk is scored with: the ``generator`` (in process or served), the NLI ``judge`` and the
     ``embedder`` (None when no selected feature needs them), the bundle's ``lars_scorer``, a ``decide`` function
-    (``(features, stats) -> {p_correct, decisions}``, :func:`workbench.scoring.decisions.bundle_decider`; None: no
-    bundle) and the ``decision_stats`` its methods' own rules read."""
+    (``(features, stats, record) -> {p_correct, decisions}``, :func:`workbench.scoring.decisions.bundle_decider`;
+    None: no bundle) and the ``decision_stats`` its methods' own rules read."""
 
     generator: Any
     judge: Any = None
@@ -175,7 +175,7 @@ def score_chunk(records: Sequence[ScoreRecord], settings: ScoreSettings, scorer:
             "reasons": nan_reasons(values, absent),
         }
         if scorer.decide is not None:
-            row.update(scorer.decide(values, st))
+            row.update(scorer.decide(values, st, record))
         result.append(row)
     return result
 

@@ -218,17 +218,44 @@ def test_resume_skips_finished_chunks_and_shards_merge_into_the_whole(collected,
         merge_scores([tmp_path / "shard0", tmp_path / "shard0"], tmp_path / "again")
 
 
-def _bundle_with_dtr(tmp_path: Path, tau: float) -> Path:
-    """A copy of the fixture bundle that ships DTR too (τ = ``tau``), its manifest digest re-made."""
+def _bundle_with(tmp_path: Path, methods: dict[str, dict], adapter: Path | None = None) -> Path:
+    """A copy of the fixture bundle that ships ``methods`` (name → options) too, and the distilled controller
+    ``adapter`` (its directory) as an export ships it, its manifest digest re-made."""
+    import hashlib
+
+    from workbench.backends.lora import copy_adapter
     from workbench.bundle.manifest import content_digest
 
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "bundles" / "tiny" / "1.0.0"
     root = Path(shutil.copytree(fixture, tmp_path / "tiny" / "1.0.0"))
     manifest = json.loads((root / "manifest.json").read_text())
-    manifest["methods"]["dtr"] = {"options": {"tau": tau}, "requires_gold": False}
+    for name, options in methods.items():
+        manifest["methods"][name] = {"options": options, "requires_gold": False}
+    if adapter is not None:
+        for path in copy_adapter(adapter, root / "learned"):
+            data = path.read_bytes()
+            entry = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            manifest["files"][path.relative_to(root).as_posix()] = entry
+        manifest["controller_adapter"] = {"file": "learned/adapter.json", "kind": "lora_adapter"}
     manifest["content_sha256"] = content_digest(manifest, manifest["files"])
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
+
+
+def _overrides(generator: Path, embedder: Path, corpus: Path) -> dict:
+    """Runtime overrides that run the fixture bundle on these tiny models and corpus."""
+    return {
+        "generator": str(generator),
+        "embedder": str(embedder),
+        "allow_model_mismatch": True,
+        "corpus": str(corpus),
+        "allow_corpus_mismatch": True,
+    }
+
+
+def _bundle_with_dtr(tmp_path: Path, tau: float) -> Path:
+    """A copy of the fixture bundle that ships DTR too (τ = ``tau``)."""
+    return _bundle_with(tmp_path, {"dtr": {"tau": tau}})
 
 
 def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
@@ -239,13 +266,7 @@ def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
     from workbench.runtime import load_bundle
     from workbench.scoring.decisions import NOT_FROM_FEATURES, bundle_decider, decision_stats
 
-    overrides = {
-        "generator": str(tiny_lm_long_dir),
-        "embedder": str(tiny_encoder_dir),
-        "allow_model_mismatch": True,
-        "corpus": str(write_corpus(tmp_path / "corpus.jsonl", n=20)),
-        "allow_corpus_mismatch": True,
-    }
+    overrides = _overrides(tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
     runtime = load_bundle(_bundle_with_dtr(tmp_path, tau=1.0), overrides)
     assert decision_stats(runtime) == {"greedy_logprobs", "greedy_eos"}
     decide = bundle_decider(runtime)
@@ -255,7 +276,9 @@ def test_a_bundle_adds_p_correct_and_decisions_from_its_own_policy_and_rules(
     expected = runtime.decide(values)
     assert made["p_correct"] == pytest.approx(expected.p_correct)
     assert made["decisions"]["d2rag"] == {"retrieve": bool(expected.retrieve), "tau": runtime.policy.tau, "imputed": []}
-    assert made["decisions"]["no_rag"] == {"retrieve": None, "reason": NOT_FROM_FEATURES}
+    assert made["decisions"]["no_rag"] == {"retrieve": False, "fixed": True}  # the baselines' fixed decisions
+    assert made["decisions"]["standard_rag"] == {"retrieve": True, "fixed": True}
+    assert NOT_FROM_FEATURES not in json.dumps(made)
     assert made["decisions"]["dtr"] == {"retrieve": False, "score": pytest.approx(0.3), "tau": 1.0}
     unsure = decide(values, {"greedy_logprobs": [-2.0, -1.0], "greedy_eos": False})["decisions"]["dtr"]
     assert unsure["retrieve"] is True and unsure["retrieve"] == bool(dtr_decide(1.5, 1.0))
@@ -270,7 +293,7 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
     from workbench.cli import main
     from workbench.runtime import load_bundle
 
-    root = _bundle_with_dtr(tmp_path, tau=0.5)
+    root = _bundle_with(tmp_path, {"dtr": {"tau": 0.5}, "insemrag": {"controller": "heuristic", "chunking": "corpus"}})
     corpus = write_corpus(tmp_path / "corpus.jsonl", n=20)
     sets = [f"generator={tiny_lm_long_dir}", f"embedder={tiny_encoder_dir}", "allow_model_mismatch=true"]
     sets += [f"corpus={corpus}", "allow_corpus_mismatch=true"]
@@ -286,16 +309,7 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
     assert exited.value.code in (0, None)
     assert "2 records scored" in capsys.readouterr().out
     scored = _rows(tmp_path / "out")
-    runtime = load_bundle(
-        root,
-        {
-            "generator": str(tiny_lm_long_dir),
-            "embedder": str(tiny_encoder_dir),
-            "allow_model_mismatch": True,
-            "corpus": str(corpus),
-            "allow_corpus_mismatch": True,
-        },
-    )
+    runtime = load_bundle(root, _overrides(tiny_lm_long_dir, tiny_encoder_dir, corpus))
     assert [r["id"] for r in scored] == ["7", "8"]
     assert set(scored[0]["features"]) == set(runtime.policy.features)
     for row in scored:  # P(correct) is the bundle's own policy on the scored features
@@ -303,6 +317,9 @@ def test_workbench_score_with_a_bundle_writes_features_p_correct_and_decisions(
         assert row["decisions"]["d2rag"]["retrieve"] == (row["p_correct"] < runtime.policy.tau)
         dtr = row["decisions"]["dtr"]  # DTR's own rule on u = -dtr_nll, with the bundle's τ
         assert dtr["score"] == pytest.approx(-row["features"]["dtr_nll"]) and dtr["retrieve"] == (dtr["score"] >= 0.5)
+        assert row["decisions"]["no_rag"] == {"retrieve": False, "fixed": True}
+        insem = row["decisions"]["insemrag"]  # decided from the record's question by the runtime's InSemRAG
+        assert insem["retrieve"] is True and insem["views"]["dense"] == row["question"]
     assert scored[1]["features"]["confidence"] is None and scored[1]["reasons"]["confidence"]  # an empty answer
     assert json.loads((tmp_path / "out" / "score.json").read_text())["generator"] == "tiny 1.0.0"
 
@@ -365,3 +382,226 @@ def test_workbench_score_with_a_local_model(lm_dir, tmp_path, monkeypatch, capsy
     (row,) = _rows(tmp_path / "out")
     assert row["id"] == "a" and row["features"]["confidence"] == pytest.approx(row["features"]["dtr_nll"])
     assert row["features"]["confidence"] < 0 and "p_correct" not in row
+
+
+def _split_ids(generator, text: str) -> list[int]:
+    """A tokenisation of ``text`` that is not the tokenizer's own: each character encoded alone."""
+    return [int(t) for c in text for t in generator.tokenizer(c, add_special_tokens=False)["input_ids"]]
+
+
+def test_given_token_ids_are_sent_to_a_served_model_as_the_prompt(lm_dir, generator, tmp_path):
+    from workbench.backends.factory import build_served_generator
+    from workbench.serve.openai_server import start_in_thread
+
+    answers = ["Paris", "William Shakespeare"]
+    ids = [_split_ids(generator, a) for a in answers]
+    own = [[int(t) for t in generator.tokenizer(a, add_special_tokens=False)["input_ids"]] for a in answers]
+    assert all(a != b for a, b in zip(ids, own, strict=True))  # the tokenizer would score other tokens
+    rows = [
+        {"id": str(i), "question": QUESTIONS[i], "answer": a, "token_ids": t, "eos": i == 1}
+        for i, (a, t) in enumerate(zip(answers, ids, strict=True))
+    ]
+    path = _write(tmp_path / "ids.jsonl", rows)
+    features = ["confidence", "dtr_nll", "mars"]
+    _score(path, tmp_path / "local", generator, features=features)
+    _score(
+        _write(tmp_path / "text.jsonl", [{k: v for k, v in r.items() if k != "token_ids"} for r in rows]),
+        tmp_path / "text",
+        generator,
+        features=features,
+    )
+    with start_in_thread(str(lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as server:
+        served = build_served_generator(
+            base_url=server.base_url, model="tiny", tokenizer=str(lm_dir), top_logprobs=5, batch_size=4, cache=False
+        )
+        try:
+            _score(path, tmp_path / "served", generator, features=features, scorer=Scorer(served))
+        finally:
+            served.close()
+    local, text, remote = _rows(tmp_path / "local"), _rows(tmp_path / "text"), _rows(tmp_path / "served")
+    for a, b, c in zip(local, remote, text, strict=True):
+        assert b["reasons"] == {} and b["features"] == pytest.approx(a["features"], abs=1e-4)
+        assert c["features"]["confidence"] != pytest.approx(a["features"]["confidence"], abs=1e-4)  # ids mattered
+
+
+def test_workbench_score_on_a_served_model_without_a_bundle(lm_dir, generator, tmp_path, monkeypatch, capsys):
+    from workbench.cli import main
+    from workbench.serve.openai_server import start_in_thread
+
+    rows = [
+        {"id": "a", "question": QUESTIONS[0], "answer": "Paris"},
+        {"id": "b", "question": QUESTIONS[1], "answer": "Shakespeare"},
+    ]
+    path = _write(tmp_path / "log.jsonl", rows)
+    features = "confidence,dtr_nll,entropy"
+    _score(path, tmp_path / "local", generator, features=["confidence", "dtr_nll"])
+    with start_in_thread(str(lm_dir), served_name="tiny", max_logprobs=1000, batch_size=4) as server:
+        args = ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--base-url", server.base_url]
+        args += ["--model", "tiny", "--tokenizer", str(lm_dir), "--features", features, "--samples", "2"]
+        monkeypatch.setattr(sys, "argv", args)
+        with pytest.raises(SystemExit) as exited:
+            main()
+    assert exited.value.code in (0, None) and "2 records scored" in capsys.readouterr().out
+    for row, local in zip(_rows(tmp_path / "out"), _rows(tmp_path / "local"), strict=True):
+        assert "p_correct" not in row and row["reasons"] == {}
+        for name in ("confidence", "dtr_nll"):  # echo teacher-forces the answer as in process
+            assert row["features"][name] == pytest.approx(local["features"][name], abs=1e-4)
+        assert np.isfinite(row["features"]["entropy"])  # from samples generated by the server
+    summary = json.loads((tmp_path / "out" / "score.json").read_text())
+    assert summary["generator"] == f"tiny at {server.base_url}" and summary["stats"]["samples"] == 2
+
+
+def _adapter(lm_dir: Path, out: Path) -> Path:
+    """A LoRA adapter over ``lm_dir`` as ``distill`` writes one (the distilled InSemRAG controller's)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from workbench.assets import resolve_generator
+    from workbench.backends.lora import save_lora_adapter
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(lm_dir), config)
+    settings = {"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    fingerprint = resolve_generator(str(lm_dir)).fingerprint
+    save_lora_adapter(
+        peft_model, out, base_model=str(lm_dir), base_fingerprint=fingerprint, settings=settings, decisions=["refine"]
+    )
+    return out
+
+
+def test_record_decisions_of_dense_rag_insemrag_and_the_baselines_equal_the_runtimes_own(
+    tmp_path, lm_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import bundle_decider
+    from workbench.scoring.records import GivenText, ScoreRecord
+
+    small = {"chunking": "corpus", "max_rounds": 1, "k1": 4, "k": 2}
+    methods = {
+        "dense_rag": {"chunking": "corpus", "k": 2, "refine": False, "rephrase_max_new_tokens": 8, "theta": 0.3},
+        "insemrag": {"controller": "heuristic", **small},
+        "insemrag_distilled": {**small, "refine": False, "repair": False},  # its controller: the bundle's adapter
+    }
+    overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
+    root = _bundle_with(tmp_path, methods, adapter=_adapter(lm_dir, tmp_path / "adapter"))
+    runtime = load_bundle(root, overrides)
+    decide = bundle_decider(runtime)
+    values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
+    refined = []
+    for question in ("Who wrote Hamlet?", "Which river flows through Paris?"):
+        dense = {s["name"]: s["detail"] for s in runtime.answer(question, "dense_rag").trace["steps"]}["dense"]
+        baselines = {m: runtime.answer(question, m).retrieved for m in ("no_rag", "standard_rag")}
+        record = ScoreRecord(0, "x", question, GivenText("an answer"), tuple(dense["contexts"]))
+        made = decide(values, {}, record)["decisions"]
+        # DENSE-RAG: its own triage of the logged contexts, as its answer made it
+        assert made["dense_rag"] == {
+            "retrieve": True,
+            "refine": not dense["certain"],
+            "score": pytest.approx(dense["dse"], abs=1e-6),
+            "theta": 0.3,
+        }
+        refined.append(made["dense_rag"]["refine"])
+        for name, retrieved in baselines.items():  # the fixed decisions are what the runtime does
+            assert made[name]["retrieve"] == retrieved
+        # without contexts DENSE-RAG cannot triage
+        bare = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a")))["decisions"]
+        assert bare["dense_rag"] == {"retrieve": None, "reason": "needs the record's 'contexts'"}
+        empty = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a"), ()))["decisions"]["dense_rag"]
+        assert empty["retrieve"] is None and "'contexts' is empty" in empty["reason"]
+    assert sorted(refined) == [False, True]  # one context DENSE calls certain, one it would refine
+    # InSemRAG: the controller's decisions on the question, as its answer's first steps made them
+    question = "Who wrote Hamlet?"
+    made = decide(values, {}, ScoreRecord(0, "x", question, GivenText("a")))["decisions"]
+    for method, controller in (("insemrag", "heuristic"), ("insemrag_distilled", "distilled")):
+        steps = runtime.answer(question, method).trace["steps"]
+        first = {n: next(s["detail"] for s in steps if s["name"] == n) for n in ("elements", "enrich", "weights")}
+        insem = made[method]
+        assert insem["retrieve"] is True and insem["controller"] == controller
+        assert insem["elements"] == (list(first["elements"]["decision"]["elements"]) or [question])
+        assert insem["views"] == first["enrich"]["views"] and insem["weights"] == first["weights"]["weights"]
+
+
+def test_a_distilled_insemrag_without_its_adapter_decides_nothing_and_says_why(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
+    from tests.bundle_run import write_corpus
+    from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import NO_RECORD, bundle_decider
+    from workbench.scoring.records import GivenText, ScoreRecord
+
+    overrides = _overrides(tiny_lm_long_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
+    runtime = load_bundle(_bundle_with(tmp_path, {"insemrag_distilled": {"chunking": "corpus"}}), overrides)
+    values = {"confidence": -0.4, "entropy": -0.8, "dtr_nll": -0.4}
+    made = bundle_decider(runtime)(values, {}, ScoreRecord(0, "x", "Who wrote Hamlet?", GivenText("a")))
+    distilled = made["decisions"]["insemrag_distilled"]
+    assert distilled["retrieve"] is None and "cannot build it here" in distilled["reason"]
+    assert "distilled controller needs controller_model" in distilled["reason"]
+    assert bundle_decider(runtime)(values, {})["decisions"]["insemrag_distilled"]["reason"] == NO_RECORD
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tokenizer", "t"], "--tokenizer and --api-key-env apply to a served model"),
+        (["--served-model", "m"], "--set and --served-model apply to a bundle"),
+    ],
+)
+def test_served_options_without_their_server_or_bundle_are_refused_in_one_line(
+    tmp_path, monkeypatch, capsys, extra, message
+):
+    from workbench.cli import main
+
+    path = _write(tmp_path / "log.jsonl", [{"id": "a", "question": "q", "answer": "a"}])
+    args = ["workbench", "score", str(path), "--out", str(tmp_path / "out"), "--model", "x", "--features", "confidence"]
+    monkeypatch.setattr(sys, "argv", [*args, *extra])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    error = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and "\n" not in error and message in error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "tokenizer", "reason"),
+    [
+        (Capabilities(logprobs=True), object(), "no prompt log-probabilities (echo)"),
+        (Capabilities(logprobs=True, echo=True), object(), "takes no token-id prompts"),
+        (Capabilities(logprobs=True, echo=True, token_prompts=True), None, "no local tokenizer"),
+        (Capabilities(logprobs=True, echo=True, token_prompts=True), object(), None),
+    ],
+)
+def test_a_served_model_teacher_forces_only_with_echo_token_prompts_and_a_tokenizer(capabilities, tokenizer, reason):
+    from workbench.scoring.given import can_teacher_force
+
+    said = can_teacher_force(SimpleNamespace(capabilities=capabilities, tokenizer=tokenizer))
+    assert said is None if reason is None else reason in said
+
+
+def test_dtrs_decision_on_its_own_closed_book_answers_equals_the_runtimes(tmp_path, lm_dir, tiny_encoder_dir):
+    from tests.bundle_run import write_corpus
+    from workbench.cli.score import _bundle_scorer
+    from workbench.methods.common import generate_answers
+    from workbench.runtime import load_bundle
+
+    overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
+    runtime = load_bundle(_bundle_with(tmp_path, {"dtr": {"tau": 0.4}}), overrides)
+    rows, steps = [], []
+    for i, question in enumerate(QUESTIONS[:3]):
+        step = next(s["detail"] for s in runtime.answer(question, "dtr").trace["steps"] if s["name"] == "closed_book")
+        # the log's token ids: the same greedy call DTR's closed-book step makes
+        (made,) = generate_answers(runtime.tools(), [question], [None])
+        assert made.text.strip() == step["answer"]
+        ids = [int(t) for t in made.token_ids]
+        rows.append({"id": i, "question": question, "answer": step["answer"], "token_ids": ids, "eos": False})
+        steps.append(step)
+    path = _write(tmp_path / "log.jsonl", rows)
+    scorer, settings, ref = _bundle_scorer(runtime, (), 8, "0/1")
+    score_file(read_records(path), tmp_path / "out", settings, scorer, run_fingerprint(path, settings, ref, None))
+    decided = [row["decisions"]["dtr"] for row in _rows(tmp_path / "out")]
+    for dtr, step in zip(decided, steps, strict=True):
+        assert step["finish_reason"] != "eos" and not step["include_eos"]
+        assert dtr["retrieve"] == step["retrieve"] and dtr["score"] == pytest.approx(step["nll"], abs=1e-4)
+    assert {d["retrieve"] for d in decided} == {False, True}  # τ = 0.4 splits them: both decisions are checked

@@ -48,13 +48,14 @@ def _build_oracle(req: BuildRequest) -> Any:
 
 
 METHODS = (
-    MethodSpec("no_rag", "answer closed-book", _build_no_rag, family="no_rag"),
+    MethodSpec("no_rag", "answer closed-book", _build_no_rag, family="no_rag", fixed_retrieve=False),
     MethodSpec(
         "standard_rag",
         "always retrieve the top k",
         _build_standard_rag,
         options=RetrievalOptions,
         family="standard_rag",
+        fixed_retrieve=True,
     ),
     MethodSpec(
         "oracle",

@@ -16,6 +16,7 @@ This ``__init__`` holds the spec only; every public name of ``settings``, ``deci
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from workbench.methods.dense_rag.breakpoints import dense_breakpoints
@@ -43,6 +44,15 @@ def _breakpoints(records: Any) -> list[float]:
     return dense_breakpoints(records)
 
 
+def _record_decision(method: Any, question: str, contexts: Sequence[str] | None) -> dict[str, Any]:
+    """DENSE's triage of a logged context (the chunk texts DENSE judged, the ``dense`` step's ``contexts``): DENSE-RAG
+    always retrieves; ``refine`` says whether semantic chunking and refinement run (DSE₀ > θ). An empty context
+    (retrieval found nothing: DENSE-RAG answers closed-book) has no triage: null with that reason."""
+    if not contexts:
+        return {"retrieve": None, "reason": "the record's 'contexts' is empty: there is no context to triage"}
+    return {"retrieve": True, **method.triage(question, list(contexts))}
+
+
 METHOD = MethodSpec(
     "dense_rag",
     "DENSE-RAG: semantic chunking and context refinement driven by degree-based semantic entropy",
@@ -53,5 +63,7 @@ METHOD = MethodSpec(
     tunable={"theta": Tunable("float", 0.0, None, breakpoints=True), "tau": Tunable("float", 0.0, 1.0)},
     space={"theta": {"breakpoints": True}},  # θ over the DSE₀ breakpoints
     breakpoints=_breakpoints,
+    record_decision=_record_decision,
+    record_needs=("contexts",),
 )
 """DENSE-RAG's spec."""

@@ -22,6 +22,7 @@ __all__ = [
     "classify_chunks",
     "entailment_verdicts",
     "is_better",
+    "is_certain",
     "is_unchanged",
     "parse_self_evaluation",
     "refill",
@@ -134,6 +135,12 @@ def should_stop(dse_min: float, flag: int, theta: float = 0.2, rule: str = "and"
     if rule == "or":
         return bool(low or flag == 1)
     raise ValueError(f"unknown stop rule {rule!r}; use 'and' or 'or'")
+
+
+def is_certain(dse: float, theta: float) -> bool:
+    """DENSE's triage (spec §4.7, Alg. 1): the model understands its context iff DSE ≤ θ; an uncertain one (DSE > θ,
+    or NaN: no answer) goes on to semantic chunking and refinement."""
+    return bool(dse <= theta)
 
 
 def select_answer(answers: Sequence[str]) -> str:

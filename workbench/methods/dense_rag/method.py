@@ -59,6 +59,7 @@ from workbench.methods.dense_rag.decisions import (
     classify_chunks,
     entailment_verdicts,
     is_better,
+    is_certain,
     parse_self_evaluation,
     refill,
     select_answer,
@@ -158,8 +159,9 @@ class DenseRAG(Method):
             chars = tools.passage_chars if s.chunking == "corpus" else max(tools.passage_chars, s.chunk_size)
             texts = [p.prompt_text(chars) for p in fixed]
             first = self._dense(memo, question, texts, rephrased)
-            certain = first.dse <= s.theta
+            certain = is_certain(first.dse, s.theta)
             step.update(
+                contexts=texts,
                 dse=first.dse,
                 answers=first.answers,
                 certain=certain,
@@ -352,6 +354,13 @@ class DenseRAG(Method):
             capped=capped,
             caps=[caps[c] for c in new],
         )
+
+    def triage(self, question: str, texts: list[str]) -> dict[str, Any]:
+        """DENSE's triage of a given context (the chunk ``texts``, as the ``dense`` step's ``contexts``) for
+        ``question``, as :meth:`answer` makes it: ``{"refine": not certain, "score": DSE₀, "theta": θ}`` (``refine``:
+        semantic chunking and refinement would run). ``workbench score`` decides with it from a record's contexts."""
+        run = self._dense(GenerationMemo(self.tools.generator), question, list(texts), set())
+        return {"refine": not is_certain(run.dse, self.settings.theta), "score": run.dse, "theta": self.settings.theta}
 
     # ------------------------------------------------------------------ helpers
     def _answer_tokens(self) -> int:

@@ -41,6 +41,11 @@ def _build(req: BuildRequest) -> Any:
     return method
 
 
+def _record_decision(method: Any, question: str, contexts: Any) -> dict[str, Any]:
+    """The controller's decisions on a logged question (elements, round 1's query views and channel weights)."""
+    return method.question_decisions(question)
+
+
 def _settings_class() -> type:
     # the settings read the controller's channel names, whose package loads the controllers: loaded when needed
     from workbench.methods.insemrag.settings import InSemRAGSettings
@@ -52,6 +57,7 @@ _COMMON: dict[str, Any] = {
     "settings": _settings_class,
     "options": ControllerOptions,
     "family": "insemrag",
+    "record_decision": _record_decision,
 }
 
 METHODS = (

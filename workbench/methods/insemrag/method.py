@@ -352,6 +352,57 @@ class InSemRAG(Method):
             )
         return repaired, sources
 
+    # ------------------------------------------------------------------ the question's own decisions
+    def _elements(self, trace: Trace, question: str) -> list[str]:
+        """The ``elements`` step: the controller's key information elements of the question (S6)."""
+        with trace.step("elements", self.tools.counter) as step:
+            step.update(controller=self.controller_info)
+            decision = self.controller.elements(question)
+            self._record(trace, step, "decision", decision, "elements")
+            return list(decision.elements) or [question]
+
+    def _query_plan(self, trace: Trace, round_: int, query: str) -> tuple[dict[str, str], dict[str, float]]:
+        """The ``enrich`` and ``weights`` steps of one query: its per-channel views (S1) and channel weights (S2)."""
+        s, controller, counter = self.settings, self.controller, self.tools.counter
+        with trace.step("enrich", counter) as step:
+            step.update(round=round_, query=query)
+            if s.enrich:
+                enrichment = controller.enrich(query)
+                self._record(trace, step, "decision", enrichment, "enrich")
+            else:
+                enrichment = Enrichment(dense=query, keywords=[], note="enrichment disabled")
+                step["disabled"] = True
+            views = self.query_views(query, enrichment)
+            step["views"] = views
+        with trace.step("weights", counter) as step:
+            step.update(round=round_, query=query)
+            if s.dynamic_weights:
+                decision = controller.channel_weights(query, self.channels)
+                self._record(trace, step, "decision", decision, "weights")
+                weights = self._checked_weights(trace, decision)
+            else:
+                step["disabled"] = True
+                weights = uniform_weights(self.channels)
+            step["weights"] = weights
+        return views, weights
+
+    def question_decisions(self, question: str) -> dict[str, Any]:
+        """What the controller decides from the question alone, by the steps :meth:`answer` runs first (elements,
+        then round 1's enrich and weights): ``{"retrieve": True, "controller", "elements", "views", "weights",
+        "fallbacks"}`` (InSemRAG always retrieves in round 1; ``fallbacks``: the controller's unusable replies).
+        ``workbench score`` reports it for a record's question."""
+        trace = Trace(self.name)
+        elements = self._elements(trace, question)
+        views, weights = self._query_plan(trace, 1, question)
+        return {
+            "retrieve": True,
+            "controller": self.controller_info["name"],
+            "elements": elements,
+            "views": views,
+            "weights": weights,
+            "fallbacks": trace.fallbacks,
+        }
+
     # ------------------------------------------------------------------ answer
     def answer(self, example: dict[str, Any]) -> Answer:
         question = str(example["question"])
@@ -359,37 +410,15 @@ class InSemRAG(Method):
         trace = Trace(self.name)
         evidence: dict[int, _Evidence] = {}  # by corpus row: a repaired chunk supersedes its raw one
 
-        with trace.step("elements", counter) as step:
-            step.update(controller=self.controller_info)
-            decision = controller.elements(question)
-            self._record(trace, step, "decision", decision, "elements")
-            elements = list(decision.elements) or [question]
-
+        elements = self._elements(trace, question)
         queries, asked, rounds, stop = [question], {question.strip().lower()}, 0, "max_rounds"
         for round_ in range(1, s.max_rounds + 1):
             rounds = round_
             views, weights = [], []
             for query in queries:
-                with trace.step("enrich", counter) as step:
-                    step.update(round=round_, query=query)
-                    if s.enrich:
-                        enrichment = controller.enrich(query)
-                        self._record(trace, step, "decision", enrichment, "enrich")
-                    else:
-                        enrichment = Enrichment(dense=query, keywords=[], note="enrichment disabled")
-                        step["disabled"] = True
-                    views.append(self.query_views(query, enrichment))
-                    step["views"] = views[-1]
-                with trace.step("weights", counter) as step:
-                    step.update(round=round_, query=query)
-                    if s.dynamic_weights:
-                        decision = controller.channel_weights(query, self.channels)
-                        self._record(trace, step, "decision", decision, "weights")
-                        weights.append(self._checked_weights(trace, decision))
-                    else:
-                        step["disabled"] = True
-                        weights.append(uniform_weights(self.channels))
-                    step["weights"] = weights[-1]
+                view, weight = self._query_plan(trace, round_, query)
+                views.append(view)
+                weights.append(weight)
 
             pools = self._retrieve(trace, round_, queries, views, weights)
             for query, pool in zip(queries, pools, strict=True):
