@@ -17,7 +17,13 @@ Guarantees:
   checks before every model forward, so within one decoding step — and its jobs fail with :class:`Abandoned`.
 * **one request's failure stays its own** — when a batch with several jobs raises, each job is answered again alone,
   so a question the runtime refuses fails only the request that sent it.
-* **FIFO per method** — the head job is always in the next batch; jobs of another method wait at most one batch.
+* **FIFO per method, fair between clients** — the head job is always in the next batch; jobs of another method wait
+  at most one batch. Behind the head, a batch takes each client's first waiting job before anyone's second (round
+  robin over :attr:`Job.client`, FIFO within a client), so a flood of requests from one client does not hold
+  another client's request back for more than one batch when it fits.
+* **a token budget** — with ``max_batch_tokens``, a batch takes jobs while their :attr:`Job.tokens` (the caller's
+  measure of their work, e.g. the tokens they may generate) add up to at most it; a single job over it still runs,
+  alone.
 * **batches stay full under a closed loop** — when a batch's clients get their answers they ask again a few
   milliseconds later, one by one; a worker that started on the first of them would alternate a batch of 1 with a
   batch of 7. So when the last batch served several requests and the queue holds fewer, the worker waits for them a
@@ -84,13 +90,16 @@ class Abandoned(Exception):
 class Job:
     """One request's work: ``questions`` for ``method``, to start before ``deadline`` (a ``time.monotonic()``
     instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them;
-    ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`)."""
+    ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`).
+    ``client`` names who sent it (batches take clients in turn); ``tokens`` is its share of ``max_batch_tokens``."""
 
     questions: list[str]
     method: str
     deadline: float
     future: Future[list[Any]] = field(default_factory=Future)
     abandoned: bool = False
+    client: str = ""
+    tokens: int = 0
 
 
 class BatchScheduler:
@@ -99,14 +108,24 @@ class BatchScheduler:
     ``answer(questions, method)`` must return one answer per question, in order; it is only ever called from the
     worker thread, one call at a time. ``max_queue`` bounds the questions waiting; ``max_batch_questions`` bounds the
     questions of one call, except that a single job larger than it is still answered whole (in one call);
-    ``max_gather_s`` bounds the wait for a batch's clients to come back (0: never wait). The worker starts with the
-    first :meth:`submit` and stops at :meth:`close`.
+    ``max_gather_s`` bounds the wait for a batch's clients to come back (0: never wait); ``max_batch_tokens`` (None:
+    no bound) bounds the :attr:`Job.tokens` of one call, except that a single job over it is still answered whole.
+    The worker starts with the first :meth:`submit` and stops at :meth:`close`.
     """
 
     def __init__(
-        self, answer: AnswerFn, *, max_queue: int, max_batch_questions: int, max_gather_s: float = 0.05
+        self,
+        answer: AnswerFn,
+        *,
+        max_queue: int,
+        max_batch_questions: int,
+        max_gather_s: float = 0.05,
+        max_batch_tokens: int | None = None,
     ) -> None:
-        for name, value in (("max_queue", max_queue), ("max_batch_questions", max_batch_questions)):
+        bounds = [("max_queue", max_queue), ("max_batch_questions", max_batch_questions)]
+        if max_batch_tokens is not None:
+            bounds.append(("max_batch_tokens", max_batch_tokens))
+        for name, value in bounds:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not max_gather_s >= 0:
@@ -115,6 +134,7 @@ class BatchScheduler:
         self.max_queue = max_queue
         self.max_batch_questions = max_batch_questions
         self.max_gather_s = max_gather_s
+        self.max_batch_tokens = max_batch_tokens
         self._last_batch = (0, 0.0)  # requests served and seconds taken by the last batch
         self._cond = threading.Condition()
         self._queue: deque[Job] = deque()
@@ -128,13 +148,16 @@ class BatchScheduler:
         self._counts = {"batches": 0, "answered": 0, "dropped": 0, "interrupted": 0}
 
     # ------------------------------------------------------------------ the request side (event loop)
-    def submit(self, questions: Sequence[str], method: str, deadline: float) -> Job:
-        """Queue ``questions`` for ``method``; the returned job's future carries the answers.
+    def submit(
+        self, questions: Sequence[str], method: str, deadline: float, *, client: str = "", tokens: int = 0
+    ) -> Job:
+        """Queue ``questions`` for ``method`` from ``client``, ``tokens`` its share of ``max_batch_tokens``; the
+        returned job's future carries the answers.
 
         Raises :class:`QueueFull` when they do not fit under ``max_queue`` and :class:`SchedulerClosed` after
         :meth:`close`. Never blocks on the model.
         """
-        job = Job(list(questions), method, deadline)
+        job = Job(list(questions), method, deadline, client=client, tokens=tokens)
         with self._cond:
             if self._closed:
                 raise SchedulerClosed("the server is shutting down")
@@ -252,18 +275,18 @@ class BatchScheduler:
             self._cond.wait(left)
 
     def _take_locked(self) -> tuple[str, list[Job]]:
-        """Remove the next batch from the queue: the head job's method, jobs in queue order while they fit. Jobs
-        cancelled or past their deadline are removed and skipped (never computed)."""
+        """Remove the next batch from the queue: the head job's method, its jobs in :meth:`_fair_order` while they
+        fit under ``max_batch_questions`` and ``max_batch_tokens``. Jobs cancelled or past their deadline are removed
+        and skipped (never computed)."""
         method = self._queue[0].method
         now = time.monotonic()
         taken: list[Job] = []
-        total = 0
-        for job in list(self._queue):
-            if job.method != method:
-                continue
+        total = tokens = 0
+        budget = math.inf if self.max_batch_tokens is None else self.max_batch_tokens
+        for job in self._fair_order(method):
             size = len(job.questions)
-            if taken and total + size > self.max_batch_questions:
-                break  # FIFO within a method: a later, smaller job does not overtake this one
+            if taken and (total + size > self.max_batch_questions or tokens + job.tokens > budget):
+                break  # in fair order: a later, smaller job does not overtake this one
             self._queue.remove(job)
             self._queued_questions -= size
             if not job.future.set_running_or_notify_cancel():
@@ -275,7 +298,20 @@ class BatchScheduler:
                 continue
             taken.append(job)
             total += size
+            tokens += job.tokens
         return method, taken
+
+    def _fair_order(self, method: str) -> list[Job]:
+        """The queued jobs of ``method``, clients in turn: every client's first job (in queue order), then every
+        client's second, and so on — the head job first, each client's jobs in their own order."""
+        turns: dict[str, int] = {}
+        ranked = []
+        for position, job in enumerate(self._queue):
+            if job.method == method:
+                turn = turns.get(job.client, 0)
+                turns[job.client] = turn + 1
+                ranked.append((turn, position, job))
+        return [job for _, _, job in sorted(ranked, key=lambda r: (r[0], r[1]))]
 
     def _answer_batch(self, method: str, jobs: list[Job]) -> None:
         questions = [q for job in jobs for q in job.questions]

@@ -107,6 +107,44 @@ def test_cancelled_and_expired_jobs_are_never_computed():
     scheduler.close()
 
 
+def test_a_flood_from_one_client_does_not_hold_another_back():
+    answer = Recorder()
+    scheduler, _ = _held(answer, "hold", max_queue=32, max_batch_questions=4)
+    flood = [scheduler.submit([f"a{i}"], "m", _later(), client="A") for i in range(8)]
+    other = scheduler.submit(["b0"], "m", _later(), client="B")
+    answer.gate.set()
+    assert other.future.result(5) == ["m:b0"] and [job.future.result(5) for job in flood]
+    # the head job leads; B's only job goes before A's second: B is in the first batch behind the running one
+    assert answer.calls == [["hold"], ["a0", "b0", "a1", "a2"], ["a3", "a4", "a5", "a6"], ["a7"]]
+    scheduler.close()
+
+
+def test_one_client_keeps_its_own_order_and_the_fifo_of_one_client_is_unchanged():
+    answer = Recorder()
+    scheduler, _ = _held(answer, "hold", max_batch_questions=3)
+    jobs = [scheduler.submit([name], "m", _later(), client=client) for name, client in
+            [("a0", "A"), ("a1", "A"), ("b0", "B"), ("b1", "B"), ("c0", "C")]]  # fmt: skip
+    answer.gate.set()
+    assert [job.future.result(5) for job in jobs]
+    assert answer.calls == [["hold"], ["a0", "b0", "c0"], ["a1", "b1"]]
+    scheduler.close()
+
+
+def test_the_token_budget_bounds_a_batch_and_a_larger_job_still_runs_alone():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_batch_tokens=10)
+    running = scheduler.submit(["hold"], "m", _later(), tokens=1)
+    assert answer.started.wait(5)
+    jobs = [scheduler.submit([name], "m", _later(), tokens=tokens) for name, tokens in
+            [("a", 4), ("b", 4), ("c", 4), ("big", 30), ("d", 2)]]  # fmt: skip
+    answer.gate.set()
+    assert running.future.result(5) and [job.future.result(5) for job in jobs]
+    # a + b = 8 fit under 10, c would make 12; the job over the budget is answered alone, in its turn
+    assert answer.calls == [["hold"], ["a", "b"], ["c"], ["big"], ["d"]]
+    scheduler.close()
+
+
 def test_a_lone_client_never_waits_for_others():
     answer = Recorder()
     scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=1.0)
@@ -231,7 +269,15 @@ def test_the_fastest_rate_per_method_is_kept():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_queue": 0}, {"max_batch_questions": 0}, {"max_queue": True}, {"max_gather_s": -1.0}]
+    "kwargs",
+    [
+        {"max_queue": 0},
+        {"max_batch_questions": 0},
+        {"max_queue": True},
+        {"max_gather_s": -1.0},
+        {"max_batch_tokens": 0},
+        {"max_batch_tokens": 2.5},
+    ],
 )
 def test_bad_settings_are_refused(kwargs):
     settings = {"max_queue": 4, "max_batch_questions": 4, **kwargs}
