@@ -64,11 +64,14 @@ class Prepared:
 @dataclass
 class Answered:
     """One work's answer: ``choices`` (its ``n`` choices without ``index``), ``prompt_tokens`` and
-    ``completion_tokens`` (generated tokens over the choices, each EOS included)."""
+    ``completion_tokens`` (generated tokens over the choices, each EOS included). For a streamed work, ``pieces``
+    holds per choice the character offsets where its text's pieces begin (one per listed token, the echoed prompt
+    first; with log-probs, aligned with the choice's log-prob entries); None otherwise."""
 
     choices: list[dict[str, Any]]
     prompt_tokens: int
     completion_tokens: int
+    pieces: list[list[int]] | None = None
 
 
 def _logprob(value: float | None) -> float | None:
@@ -212,7 +215,21 @@ class ModelEngine:
         gens = p.gens or [None] * work.sampling.n
         choices = [self._chat_choice(p, g) if work.kind == "chat" else self._completion_choice(p, g) for g in gens]
         completion = sum(len(g.token_ids) + (g.finish_reason == "eos") for g in p.gens)
-        return Answered(choices, len(p.ids), int(completion))
+        pieces = [self._pieces(p, g, c) for g, c in zip(gens, choices, strict=True)] if work.stream else None
+        return Answered(choices, len(p.ids), int(completion), pieces)
+
+    def _pieces(self, p: Prepared, gen: Any, choice: dict[str, Any]) -> list[int]:
+        """Where a streamed choice's pieces begin: each listed token's text offset (with log-probs, exactly the
+        offsets of the choice's log-prob entries, so piece i carries entry i); without log-probs the echoed prompt
+        is one piece."""
+        work = p.work
+        if work.logprobs is not None:
+            if work.kind == "completion":
+                return list(choice["logprobs"]["text_offset"])
+            return [offset for *_, offset in self._steps(gen, work.logprobs)]
+        prefix = len(p.echo_text) if work.kind == "completion" and work.echo else 0
+        answer = [] if gen is None else self._offsets([int(i) for i in gen.token_ids], gen.text, special=False)
+        return ([0] if prefix else []) + [prefix + offset for offset in answer]
 
     # ------------------------------------------------------------------ the OpenAI shapes
     def _completion_choice(self, p: Prepared, gen: Any) -> dict[str, Any]:

@@ -276,7 +276,7 @@ def test_errors_are_one_line_openai_bodies(server, client, gen):
     for path, body, status in (
         ("/completions", "{bad json", 422),
         ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": "3"}), 422),
-        ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "stream": True}), 400),
+        ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "n": "2", "stream": True}), 422),
         ("/nope", "{}", 404),
     ):
         reply = httpx.post(f"{server.base_url}{path}", content=body, headers={"content-type": "application/json"})

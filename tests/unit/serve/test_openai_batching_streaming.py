@@ -1,0 +1,182 @@
+"""``workbench serve-model`` across requests and streamed: concurrent one-prompt requests answered in fewer forward
+batches than requests with the answers each would get alone, the token budget of one engine call, and ``stream:
+true`` read by the official ``openai`` client — against a live server over a tiny random model."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+NAME = "tiny"
+PROMPT = "The capital of France"
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_lm_dir):
+    from workbench.backends.generator import Generator
+
+    return Generator(tiny_lm_dir, max_context=128)
+
+
+def _start(gen, **limits):
+    from workbench.serve.openai_server import ModelServeLimits, start_in_thread
+
+    return start_in_thread(gen, served_name=NAME, limits=replace(ModelServeLimits(max_logprobs=20), **limits))
+
+
+@pytest.fixture(scope="module")
+def server(gen):
+    running = _start(gen)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
+
+
+@pytest.fixture
+def held_first_call(gen, monkeypatch) -> Iterator[tuple[threading.Event, list[int]]]:
+    """``gen.generate`` records each call's prompt count; its first call waits for the yielded event, so the
+    requests sent meanwhile queue up behind it."""
+    inner, release, sizes = gen.generate, threading.Event(), []
+
+    def generate(prompts, **kwargs):
+        sizes.append(len(prompts))
+        if len(sizes) == 1:
+            release.wait(10)
+        return inner(prompts, **kwargs)
+
+    monkeypatch.setattr(gen, "generate", generate)
+    yield release, sizes
+    release.set()
+
+
+def _queued_requests(server) -> int:
+    return httpx.get(f"{server.url}/health", timeout=5).json()["queue"]["queued_requests"]
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def _concurrently(server, held: tuple[threading.Event, list[int]], asks: list) -> list:
+    """Run ``asks`` at once while the first holds the worker; release it once all the others are queued."""
+    release, sizes = held
+    with ThreadPoolExecutor(len(asks)) as pool:
+        first = pool.submit(asks[0])
+        _until(lambda: sizes, "the first request never reached the engine")
+        rest = [pool.submit(ask) for ask in asks[1:]]
+        _until(lambda: _queued_requests(server) == len(asks) - 1, "the requests never queued up")
+        release.set()
+        return [first.result(30)] + [f.result(30) for f in rest]
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
+def test_concurrent_one_prompt_requests_share_forwards_and_answer_as_alone(server, gen, held_first_call, temperature):
+    sizes = held_first_call[1]
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
+    prompts = [f"{PROMPT} {i}" for i in range(8)]
+    batches = gen.counter.lm_batches
+
+    def ask(prompt: str):
+        return lambda: client.completions.create(
+            model=NAME, prompt=prompt, max_tokens=4, temperature=temperature, seed=11, logprobs=2
+        )
+
+    answers = _concurrently(server, held_first_call, [ask(p) for p in prompts])
+    forwards = gen.counter.lm_batches - batches
+    assert sizes == [1, 7] and forwards == 2  # 8 requests: the held one, then the other 7 in one forward batch
+    for prompt, answer in zip(prompts, answers, strict=True):
+        alone = gen.generate([prompt], max_new_tokens=4, temperature=temperature, seed=11, stop=None, top_logprobs=2)
+        choice = answer.choices[0]
+        assert choice.text == alone[0].text  # the rule: a sample depends on (seed, prompt, index), not its batch
+        np.testing.assert_allclose(choice.logprobs.token_logprobs, alone[0].logprobs, atol=1e-4)
+
+
+def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_call):
+    sizes = held_first_call[1]
+    with _start(gen, max_batch_tokens=8) as small:  # two requests of 4 tokens per call
+        client = openai.OpenAI(base_url=small.base_url, api_key="x", max_retries=0, timeout=60)
+        asks = [
+            lambda i=i: client.completions.create(model=NAME, prompt=f"{PROMPT} {i}", max_tokens=4, temperature=0)
+            for i in range(7)
+        ]
+        answers = _concurrently(small, held_first_call, asks)
+        assert sizes == [1, 2, 2, 2] and all(a.choices[0].text is not None for a in answers)
+        # one request over the budget still runs, alone
+        big = client.completions.create(model=NAME, prompt=[PROMPT, PROMPT], n=2, max_tokens=4, temperature=0)
+        assert len(big.choices) == 4 and sizes[-1] == 2
+
+
+# ---------------------------------------------------------------------------------------------------- streaming
+
+
+def _events(response: httpx.Response) -> list[dict | str]:
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    out: list[dict | str] = []
+    for block in response.text.split("\n\n"):
+        if block:
+            assert block.startswith("data: ")
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_streamed_chat_joins_to_the_whole_answer_with_the_openai_client(client, gen):
+    messages = [{"role": "user", "content": "Who wrote Hamlet?"}]
+    kwargs = {"model": NAME, "messages": messages, "max_tokens": 8, "temperature": 1.0, "seed": 1, "logprobs": True}
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+    assert all(c.object == "chat.completion.chunk" for c in chunks) and len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    body = [c for c in chunks if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in body)
+    assert text == whole.choices[0].message.content and text
+    entries = [e for c in body if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in entries] == [e.token for e in whole.choices[0].logprobs.content]
+    assert len([c for c in body if c.choices[0].delta.content]) > 1  # sent in pieces, not in one
+    assert [c.choices[0].finish_reason for c in body][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_streamed_completions_of_several_prompts_and_samples(server, client):
+    kwargs = {"model": NAME, "prompt": [PROMPT, "Hello"], "max_tokens": 5, "temperature": 1.0, "seed": 3, "n": 2}
+    whole = client.completions.create(**kwargs, logprobs=1)
+    chunks = list(client.completions.create(**kwargs, logprobs=1, stream=True))
+    for choice in whole.choices:
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == choice.index]
+        assert "".join(m.text for m in mine) == choice.text and mine[-1].finish_reason == choice.finish_reason
+        assert [t for m in mine for t in m.logprobs.tokens] == choice.logprobs.tokens
+    # raw events: the OpenAI shape, ending with [DONE]; echo puts the prompt first
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 3, "temperature": 0, "echo": True, "stream": True}
+    events = _events(httpx.post(f"{server.base_url}/completions", json=body, timeout=30))
+    assert events[-1] == "[DONE]" and all(e["object"] == "text_completion" for e in events[:-1])
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]).startswith(PROMPT)
+    assert all("usage" not in e for e in events[:-1])  # no include_usage: no usage field at all
+
+
+def test_a_refused_streamed_request_is_an_ordinary_json_error(server):
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 3, "n": 0, "stream": True}
+    reply = httpx.post(f"{server.base_url}/completions", json=body, timeout=30)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "n"
+    wrong = {"model": NAME, "prompt": PROMPT, "stream": True, "stream_options": {"include_usage": "yes"}}
+    assert httpx.post(f"{server.base_url}/completions", json=wrong, timeout=30).status_code == 422
