@@ -180,3 +180,46 @@ def test_a_refused_streamed_request_is_an_ordinary_json_error(server):
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "n"
     wrong = {"model": NAME, "prompt": PROMPT, "stream": True, "stream_options": {"include_usage": "yes"}}
     assert httpx.post(f"{server.base_url}/completions", json=wrong, timeout=30).status_code == 422
+
+
+# ---------------------------------------------------------------------------------------------------- bench-served
+
+
+def test_stream_load_times_first_tokens_and_the_report_states_them(server):
+    from workbench.bench.served.report import report_lines
+    from workbench.bench.served.streamed import stream_load
+
+    questions = ["Who wrote Hamlet?", "What is the capital of France?"]
+    loads = {
+        str(c): stream_load(server.base_url, NAME, questions, concurrency=c, requests=4, max_tokens=3) for c in (1, 4)
+    }
+    for load in loads.values():
+        assert load["errors"] == 0 and load["requests"] == 4
+        assert 0 < load["ttft_p50_s"] <= load["p50_s"] <= load["p95_s"] and load["tokens_per_s"] > 0
+    bad = stream_load(server.base_url, "no-such-model", questions, concurrency=1, requests=2, max_tokens=3)
+    assert bad["errors"] == 2 and bad["ttft_p50_s"] is None  # a 404 is counted, never timed
+    row = {
+        "rates": {"1": {"questions_per_s": 0.4}, "4": {"questions_per_s": 0.6}},
+        "vs_in_process": 0.6,
+        "vs_own_lowest": 1.5,
+        "one_prompt_per_request": {"1": {"questions_per_s": 0.3}, "4": {"questions_per_s": 0.9}},
+        "streamed": loads,
+        "capabilities": {"n": True},
+        "skipped": {},
+        "agreement": {"greedy_identical": 1.0},
+    }
+    bench = {
+        "questions": 2,
+        "features": [],
+        "settings": {"concurrency": [1, 4]},
+        "in_process": {"questions_per_s": 1.0, "batch_size": 8},
+        "engines": {"serve_model": row},
+        "accuracy": 0.5,
+    }
+    text = "\n".join(report_lines(bench))
+    assert "single-prompt requests at concurrency 4: 0.90x the in-process batched rate (goal ≥ 0.8x: **met**)" in text
+    first = (
+        f"time to first token at concurrency 1 / 4: {loads['1']['ttft_p50_s']:.3f} s / {loads['4']['ttft_p50_s']:.3f} s"
+    )
+    assert first in text and "## Streaming" in text
+    assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text

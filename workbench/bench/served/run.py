@@ -9,11 +9,12 @@ compares them, in one run on one machine:
 3. **llama.cpp** — ``llama-cpp-python``'s OpenAI-compatible server on the embedded GGUF file (the quantised weights
    the embedded SmolLM2 is converted from), when the package is installed; else one line says it was not run.
 
-Per engine: the probed capabilities, questions/s per concurrency, and per feature the agreement with the in-process
-values — Spearman rank correlation, the largest absolute difference, and AUROC of the greedy answer's correctness
-in-process vs served. Features an engine cannot serve are listed with the capability it lacks. Output:
-``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots
-(:mod:`workbench.bench.served.report`).
+Per engine: the probed capabilities, questions/s per concurrency, streamed one-question chat requests per
+concurrency (time to first token, latency, tokens/s: :mod:`workbench.bench.served.streamed`), and per feature the
+agreement with the in-process values — Spearman rank correlation, the largest absolute difference, and AUROC of
+the greedy answer's correctness in-process vs served. Features an engine cannot serve are listed with the
+capability it lacks. Output: ``bench.json``; the report stage ``report_bench_served`` turns it into tables and
+plots (:mod:`workbench.bench.served.report`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from workbench.backends.lora import resolve_model
 from workbench.bench.harness import thread_counts, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.served.report import write_served_report
+from workbench.bench.served.streamed import stream_load
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.methods.backend_needs import feature_needs
@@ -155,6 +157,18 @@ def _bench_engine(
             option_reads=dict(generator.option_reads),
         )
         generator.close()
+    questions = [str(row["question"]) for row in rows]
+    result["streamed"] = {}
+    for concurrency in section.concurrency:  # a chat front-end's load: one question per streamed request
+        requests = max(section.stream_requests, concurrency)
+        load = stream_load(
+            base_url, served_name, questions, concurrency=concurrency, requests=requests,
+            max_tokens=section.stream_max_tokens,
+        )  # fmt: skip
+        result["streamed"][str(concurrency)] = load
+        ctx.log.info(
+            "%s streamed at concurrency %d: first token after %s s (p50)", name, concurrency, load["ttft_p50_s"]
+        )
     top = str(max(section.concurrency))
     low = str(min(section.concurrency))
     result["vs_in_process"] = result["rates"][top]["questions_per_s"] / in_process_rate

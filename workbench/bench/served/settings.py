@@ -29,6 +29,10 @@ class BenchServedSection:
         ],
     )
     concurrency: list[int] = doc("requests in flight per served measurement", [1, 4, 16])
+    stream_requests: int = doc(
+        "streamed one-question chat requests sent per concurrency level (time to first token, latency, tokens/s)", 32
+    )
+    stream_max_tokens: int = doc("max_tokens of each streamed request", 16)
     top_logprobs: int = doc("alternatives per token asked of the servers (and serve-model's --max-logprobs)", 20)
     engines: list[Literal["serve_model", "llama_cpp"]] = doc(
         "servers measured: serve_model (`workbench serve-model`), llama_cpp (llama-cpp-python's server on the embedded"
