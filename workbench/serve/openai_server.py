@@ -20,9 +20,12 @@ The reference the served backend (:mod:`workbench.backends.served`) is tested ag
 Requests are checked (:mod:`workbench.serve.openai_schema`), split into one work per prompt and queued on a
 :class:`~workbench.serve.scheduler.BatchScheduler` whose batching key is the decoding parameters: the works waiting
 together with equal parameters are answered by ONE ``Generator.generate`` call (:mod:`workbench.serve.openai_engine`);
-greedy and sampled requests never share one. A request without ``seed`` gets a fresh seed (its samples differ from
-every other request's); one with a seed is reproducible. The generation cache is off unless the generator was given
-one.
+greedy and sampled requests never share one. This is request-level batching: a request joins the next call, not a
+running one. One call generates at most ``max_batch_tokens`` tokens (prompts × n × max_tokens over its requests), and
+takes the clients (their IP addresses) in turn behind the head request. ``stream: true`` answers the same result as
+server-sent events (:mod:`workbench.serve.openai_stream`), once it is computed. A request without ``seed`` gets a
+fresh seed (its samples differ from every other request's); one with a seed is reproducible. The generation cache is
+off unless the generator was given one.
 
 **Work per request** is bounded (:class:`ModelServeLimits`): prompts × ``n``, those sequences × ``max_tokens``, the
 prompt tokens echoed with log-probs. **A request whose client disconnects** is dropped from the queue, and a running

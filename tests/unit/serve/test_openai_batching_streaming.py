@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,32 +17,27 @@ pytest.importorskip("torch")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-NAME = "tiny"
-PROMPT = "The capital of France"
+from tests.unit.serve.test_openai_server_limits import NAME, PROMPT, _start  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def gen(tiny_lm_dir):
+    """The tiny random model, loaded once for this module (and the server below)."""
     from workbench.backends.generator import Generator
 
     return Generator(tiny_lm_dir, max_context=128)
 
 
-def _start(gen, **limits):
-    from workbench.serve.openai_server import ModelServeLimits, start_in_thread
-
-    return start_in_thread(gen, served_name=NAME, limits=replace(ModelServeLimits(max_logprobs=20), **limits))
-
-
 @pytest.fixture(scope="module")
 def server(gen):
-    running = _start(gen)
-    yield running
-    running.stop()
+    """A live ``serve-model`` over ``gen``, with the limits tests' settings."""
+    with _start(gen) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def client(server):
+    """The official ``openai`` client of ``server``."""
     return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
 
 
