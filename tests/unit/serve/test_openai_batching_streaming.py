@@ -41,14 +41,19 @@ def client(server):
     return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
 
 
+calls: list[list] = []  # the prompts of each generate call under held_first_call (cleared by it)
+
+
 @pytest.fixture
 def held_first_call(gen, monkeypatch) -> Iterator[tuple[threading.Event, list[int]]]:
-    """``gen.generate`` records each call's prompt count; its first call waits for the yielded event, so the
-    requests sent meanwhile queue up behind it."""
+    """``gen.generate`` records each call's prompt count (and prompts: ``calls``); its first call waits for the yielded
+    event, so the requests sent meanwhile queue up behind it."""
     inner, release, sizes = gen.generate, threading.Event(), []
+    calls.clear()
 
     def generate(prompts, **kwargs):
         sizes.append(len(prompts))
+        calls.append(list(prompts))
         if len(sizes) == 1:
             release.wait(10)
         return inner(prompts, **kwargs)
@@ -119,6 +124,35 @@ def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_
         # one request over the budget still runs, alone
         big = client.completions.create(model=NAME, prompt=[PROMPT, PROMPT], n=2, max_tokens=4, temperature=0)
         assert len(big.choices) == 4 and sizes[-1] == 2
+
+
+def test_a_flood_from_one_client_address_does_not_hold_another_back(gen, held_first_call):
+    release, _ = held_first_call
+    with _start(gen, max_batch_prompts=3) as small:
+
+        def post(prompt: str, address: str):
+            def send() -> httpx.Response:
+                transport = httpx.HTTPTransport(local_address=address)  # another source address: another client
+                with httpx.Client(transport=transport, timeout=30) as http:
+                    body = {"model": NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+                    return http.post(f"{small.base_url}/completions", json=body)
+
+            return send
+
+        with ThreadPoolExecutor(7) as pool:
+            first = pool.submit(post("flood 0", "127.0.0.1"))
+            _until(lambda: calls, "the first request never reached the engine")
+            flood = []
+            for i in range(1, 6):  # queued one after another: their order is known
+                flood.append(pool.submit(post(f"flood {i}", "127.0.0.1")))
+                _until(lambda i=i: _queued_requests(small) == i, "the flood never queued up")
+            other = pool.submit(post("other", "127.0.0.2"))  # last in the queue
+            _until(lambda: _queued_requests(small) == 6, "the other client's request never queued")
+            release.set()
+            answers = [first.result(30), *(f.result(30) for f in flood), other.result(30)]
+    assert all(a.status_code == 200 for a in answers)
+    # FIFO alone would answer "other" in the third call; taking clients in turn puts it in the first one it fits
+    assert calls[1] == ["flood 1", "other", "flood 2"] and calls[2] == ["flood 3", "flood 4", "flood 5"]
 
 
 # ---------------------------------------------------------------------------------------------------- streaming
