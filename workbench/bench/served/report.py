@@ -52,7 +52,6 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
                 "the server's batching across concurrent requests buys; the rows above send "
                 f"{bench['in_process']['batch_size']} prompts per request.",
             ]
-    lines += _streamed_lines(engines, levels)
     if "serve_model" in engines:
         row, top = engines["serve_model"], levels[-1]
         single = (row.get("one_prompt_per_request") or {}).get(top)
@@ -70,6 +69,7 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
             f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
         ]
+    lines += _streamed_lines(engines, levels)
     lines += ["", "## Capabilities probed", ""]
     if engines:
         caps = list(next(iter(engines.values()))["capabilities"])
