@@ -99,7 +99,7 @@ class ModelServeLimits:
     ``max_echo_tokens`` prompt tokens a request may echo with log-probs (400 beyond each), ``default_max_tokens``
     when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
     ``max_batch_prompts`` prompts per engine call across requests, ``max_batch_tokens`` tokens one engine call may
-    generate across requests (prompts × n × max_tokens summed; a request over it alone still runs, alone),
+    generate across requests (prompts × n × max_tokens summed; a single request over it still runs, alone),
     ``max_gather_s`` how long the worker may wait for
     a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
     of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request (400 beyond)."""
