@@ -40,7 +40,7 @@ def add_chat_routes(app: FastAPI, ctx: ServeContext) -> None:
     @app.post(
         "/v1/chat/completions",
         response_model=oai.ChatCompletion,
-        responses=oai.RESPONSES,
+        responses={**oai.RESPONSES, 200: oai.STREAMED_RESPONSE},
         summary="OpenAI: answer the last user message with the method named by `model`",
     )
     async def chat_completions(body: oai.ChatCompletionRequest, request: Request) -> Response:

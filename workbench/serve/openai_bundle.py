@@ -377,6 +377,13 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """The error responses of the ``/v1`` routes, for the OpenAPI description."""
 
+STREAMED_RESPONSE: dict[str, Any] = {
+    "description": "The chat completion (JSON), or with stream: true server-sent events: chat.completion.chunk "
+    "objects as `data: {chunk}` lines, then `data: [DONE]`",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+"""The 200 response of ``/v1/chat/completions`` beside its JSON model: the streamed form (for the OpenAPI page)."""
+
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     """The OpenAI error body; ``type`` is ``invalid_request_error`` below 500, ``server_error`` from 500."""

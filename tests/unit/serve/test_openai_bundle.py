@@ -274,6 +274,7 @@ def test_openapi_describes_the_v1_routes(live):
     assert {"/v1/models", "/v1/chat/completions"} <= set(spec["paths"])
     responses = spec["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert {"200", "400", "404", "413", "500", "503", "504"} <= set(responses)
+    assert {"application/json", "text/event-stream"} <= set(responses["200"]["content"])  # whole or streamed
 
 
 # ---------------------------------------------------------------------------------------------------- under load
