@@ -124,6 +124,10 @@ def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_
         # one request over the budget still runs, alone
         big = client.completions.create(model=NAME, prompt=[PROMPT, PROMPT], n=2, max_tokens=4, temperature=0)
         assert len(big.choices) == 4 and sizes[-1] == 2
+    from workbench.serve.openai_server import ModelServeLimits
+
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        ModelServeLimits(max_batch_tokens=0)
 
 
 def test_a_flood_from_one_client_address_does_not_hold_another_back(gen, held_first_call):
