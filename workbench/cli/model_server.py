@@ -50,6 +50,13 @@ def serve_model_command(
             help="Most tokens one batched engine call may generate across requests (prompts × n × max_tokens).",
         ),
     ] = 65536,
+    continuous: Annotated[
+        bool,
+        typer.Option(
+            "--continuous/--no-continuous",
+            help="Continuous batching: requests join a running batch between decoding steps.",
+        ),
+    ] = False,
     embedder: Annotated[
         str,
         typer.Option(
@@ -88,6 +95,7 @@ def serve_model_command(
             max_request_tokens=max_request_tokens,
             max_echo_tokens=max_echo_tokens,
             max_batch_tokens=max_batch_tokens,
+            continuous=continuous,
             max_embed_inputs=max_embed_inputs,
         )
     except ValueError as exc:

@@ -40,6 +40,7 @@ import numpy as np
 
 from workbench.backends.prompts import encode
 from workbench.core.interrupt import check_interrupt
+from workbench.serve.continuous import decode_joining
 from workbench.serve.openai_schema import ApiError, Work
 
 NEG_INF_LOGPROB = -9999.0
@@ -90,10 +91,13 @@ class ModelEngine:
     prompt tokens one request echoes with log-probs. Only one thread may call :meth:`answer` at a time (the
     scheduler's worker)."""
 
-    def __init__(self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384) -> None:
+    def __init__(
+        self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384, max_top_logprobs: int = 20
+    ) -> None:
         self.generator = generator
         self.tokenizer = generator.tokenizer
         self.max_echo_tokens = max_echo_tokens
+        self.max_top_logprobs = max_top_logprobs
         self._seeds = np.random.default_rng(seed)
         self._texts: list[str] | None = None
 
@@ -136,6 +140,42 @@ class ModelEngine:
             ):
                 p.own = own
         return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
+
+    def answer_joining(self, batch: Any, key: str = "") -> None:
+        """Answer a :class:`~workbench.serve.scheduler.RunningBatch` of works of one sampling by continuous batching
+        (:func:`~workbench.serve.continuous.decode_joining`): queued requests join between decoding steps, each is
+        delivered when its sequences end. Every row records the ``max_top_logprobs`` most likely tokens (a request
+        lists its own k of them), so requests asking for different k share the batch."""
+        del key
+        decode_joining(self, batch, self._admitted)
+
+    def _admitted(self, works: Sequence[Work]) -> list[Prepared | ApiError]:
+        """``works`` prepared (or refused), their echoed prompts read (one teacher-forced call for those of them
+        echoing with log-probs)."""
+        prepared: list[Prepared | ApiError] = []
+        for work in works:
+            try:
+                prepared.append(self._prepare(work))
+            except ApiError as exc:
+                prepared.append(exc)
+        prepared = self._within_echo_budget(prepared)
+        echoing = [p for p in prepared if isinstance(p, Prepared) and p.work.echo and p.work.logprobs is not None]
+        if echoing:
+            k = max(p.work.logprobs or 0 for p in echoing)
+            for p, own in zip(
+                echoing, self.generator.prompt_logprobs([p.ids for p in echoing], top_logprobs=k), strict=True
+            ):
+                p.own = own
+        return prepared
+
+    def seed_for(self, sampling: Any) -> int:
+        """A work's sampling seed: the request's, or a fresh one from the engine's stream."""
+        return int(self._seeds.integers(_SEED_BOUND)) if sampling.seed is None else int(sampling.seed)
+
+    def finished(self, p: Prepared, gens: list[Any]) -> Answered:
+        """The answer of a work whose generations (its ``n`` samples, in order; none for echo only) are ``gens``."""
+        p.gens = gens
+        return self._answered(p)
 
     def _calls(self, generating: list[Prepared]) -> list[tuple[int, list[Prepared]]]:
         """``(seed, works)`` of each generate call: one call with the request seed; without one (``seed`` None), one

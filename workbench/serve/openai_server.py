@@ -100,7 +100,8 @@ class ModelServeLimits:
     when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
     ``max_batch_prompts`` prompts per engine call across requests, ``max_batch_tokens`` tokens one engine call may
     generate across requests (prompts × n × max_tokens summed; a single request over it still runs, alone),
-    ``max_gather_s`` how long the worker may wait for
+    ``continuous``: requests join a running batch between decoding steps (:mod:`workbench.serve.continuous`;
+    off: each engine call answers the requests queued when it starts), ``max_gather_s`` how long the worker may wait for
     a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
     of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request (400 beyond)."""
 
@@ -116,6 +117,7 @@ class ModelServeLimits:
     max_batch_prompts: int = 64
     max_batch_tokens: int = 65536
     max_gather_s: float = 0.05
+    continuous: bool = False
     timeout_s: float = 600.0
     max_embed_inputs: int = 2048
 
@@ -203,15 +205,21 @@ def create_model_app(
         default_max_tokens=limits.default_max_tokens,
     )
     engine = ModelEngine(
-        generator, seed=int(getattr(generator, "seed", 0) or 0), max_echo_tokens=limits.max_echo_tokens
+        generator,
+        seed=int(getattr(generator, "seed", 0) or 0),
+        max_echo_tokens=limits.max_echo_tokens,
+        max_top_logprobs=limits.max_logprobs,
     )
     requests = itertools.count(1)  # tells one request's works from another's in an engine call
+    # continuous batching decodes outside Generator.generate: not with a generation cache (its hits skip decoding)
+    joining = limits.continuous and getattr(generator, "cache", None) is None
     scheduler = BatchScheduler(
-        engine.answer,  # type: ignore[arg-type]  # works, not questions; the method is the batching key
+        engine.answer_joining if joining else engine.answer,  # type: ignore[arg-type]  # works; key: the sampling
         max_queue=limits.max_queue,
         max_batch_questions=limits.max_batch_prompts,
-        max_gather_s=limits.max_gather_s,
+        max_gather_s=0.0 if joining else limits.max_gather_s,  # a running batch takes late requests anyway
         max_batch_tokens=limits.max_batch_tokens,
+        joining=joining,
     )
     routes = "GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/embeddings, GET /health"
     # embeddings run one request at a time beside the generator's batches; ``embedding_waiting`` bounds the queue

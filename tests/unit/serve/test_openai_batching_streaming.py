@@ -18,6 +18,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 from tests.unit.serve.test_openai_server_limits import NAME, PROMPT, _start  # noqa: E402
+from workbench.serve.openai_engine import FINISH  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,58 @@ def test_a_flood_from_one_client_address_does_not_hold_another_back(gen, held_fi
     assert all(a.status_code == 200 for a in answers)
     # FIFO alone would answer "other" in the third call; taking clients in turn puts it in the first one it fits
     assert calls[1] == ["flood 1", "other", "flood 2"] and calls[2] == ["flood 3", "flood 4", "flood 5"]
+
+
+def test_continuous_batching_lets_a_request_join_between_steps_and_each_leave_when_done(gen, monkeypatch):
+    body = {"model": NAME, "max_tokens": 20, "temperature": 1.0, "seed": 9}
+    prompts = [PROMPT, "Hello there"]
+    alone = [gen.generate([p], max_new_tokens=20, temperature=1.0, seed=9, stop=None)[0] for p in prompts]
+    assert [g.finish_reason for g in alone] == ["length", "length"]  # both decode 20 steps alone
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):  # 30 ms more per decoding step: the second request arrives mid-decoding
+        steps.append(len(args[1]))  # the rows this step advanced
+        time.sleep(0.03)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    with _start(gen, continuous=True) as running:
+        client = openai.OpenAI(base_url=running.base_url, api_key="x", max_retries=0, timeout=60)
+        scheduler, prefills = running.app.state.scheduler, gen.counter.lm_batches
+
+        def ask(prompt: str):
+            return lambda: (client.completions.create(prompt=prompt, **body), time.monotonic())
+
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(ask(prompts[0]))
+            _until(lambda: len(steps) >= 3, "the first request never started decoding")
+            second = pool.submit(ask(prompts[1]))
+            (a, a_done), (b, b_done) = first.result(30), second.result(30)
+        _until(lambda: scheduler.stats()["batches"], "the running batch never ended")  # counted once it returns
+        assert scheduler.stats()["batches"] == 1 and gen.counter.lm_batches - prefills == 2  # one batch, 2 prefills
+        assert 2 in steps and a_done < b_done  # steps advanced both rows; the first left when its rows ended
+        assert len(steps) < 2 * 19  # fewer steps than one request after the other
+    assert [a.choices[0].text, b.choices[0].text] == [g.text for g in alone]  # as alone (seeded per row)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
+def test_continuous_batching_answers_concurrent_requests_as_alone(gen, temperature):
+    prompts = [f"{PROMPT} {i}" for i in range(6)]
+    stop = gen.generate(prompts[:1], max_new_tokens=8, temperature=temperature, seed=2, stop=None)[0].text[2:4]
+    sampling = {"temperature": temperature, "seed": 2, "n": 2}
+
+    def ask(prompt: str):
+        return client.completions.create(model=NAME, prompt=prompt, max_tokens=8, stop=stop, logprobs=3, **sampling)
+
+    with _start(gen, continuous=True) as running, ThreadPoolExecutor(6) as pool:
+        client = openai.OpenAI(base_url=running.base_url, api_key="x", max_retries=0, timeout=60)
+        answers = list(pool.map(ask, prompts))
+    for prompt, answer in zip(prompts, answers, strict=True):
+        alone = gen.generate([prompt], max_new_tokens=8, stop=[stop], top_logprobs=3, **sampling)
+        assert [c.text for c in answer.choices] == [g.text for g in alone]
+        assert [c.finish_reason for c in answer.choices] == [FINISH[g.finish_reason] for g in alone]
+        listed = answer.choices[1].logprobs.token_logprobs[: len(alone[1].logprobs)]
+        np.testing.assert_allclose(listed, alone[1].logprobs, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------------- streaming

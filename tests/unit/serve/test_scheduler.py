@@ -145,6 +145,64 @@ def test_the_token_budget_bounds_a_batch_and_a_larger_job_still_runs_alone():
     scheduler.close()
 
 
+def test_a_joining_batch_takes_queued_jobs_within_the_bounds_and_each_leaves_when_answered():
+    taken: list[list[list[str]]] = []
+    gate, started = threading.Event(), threading.Event()
+
+    def answer(batch, method):
+        taken.append([job.questions for job in batch.jobs])
+        started.set()
+        gate.wait(5)
+        if method == "m" and len(taken) == 1:
+            taken.append([job.questions for job in batch.more()])  # b and c fit beside a (3 questions), d does not
+            batch.deliver(batch.jobs[0], ["A"])  # a leaves: its client has its answer now
+            assert first.future.done() and not batch.jobs[1].future.done()
+            taken.append([job.questions for job in batch.more()])  # the head is e, another method's: it goes next
+        for job in batch.jobs:
+            if not job.future.done():
+                batch.deliver(job, [f"{method}:{q}" for q in job.questions])
+
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=3, joining=True)
+    first = scheduler.submit(["a"], "m", _later())
+    assert started.wait(5)
+    rest = [scheduler.submit([name], method, _later()) for name, method in
+            [("b", "m"), ("c", "m"), ("e", "n"), ("d", "m")]]  # fmt: skip
+    gate.set()
+    assert first.future.result(5) == ["A"]
+    assert [job.future.result(5) for job in rest] == [["m:b"], ["m:c"], ["n:e"], ["m:d"]]
+    assert taken == [[["a"]], [["b"], ["c"]], [], [["e"]], [["d"]]]
+    assert scheduler.stats()["batches"] == 3 and scheduler.stats()["answered"] == 5
+    scheduler.close()
+
+
+def test_a_joining_batch_that_fails_answers_its_open_jobs_alone_and_keeps_the_answered():
+    gate, started, alone = threading.Event(), threading.Event(), []
+
+    def answer(batch, method):
+        if batch.jobs[0].questions == ["one"]:
+            started.set()
+            gate.wait(5)
+            assert [job.questions for job in batch.more()] == [["two"], ["bad"]]
+            batch.deliver(batch.jobs[0], ["first"])
+            raise RuntimeError("a decoding step failed")
+        alone.append(batch.jobs[0].questions)
+        assert batch.more() == []  # answered alone: nothing joins
+        if batch.jobs[0].questions == ["bad"]:
+            raise ValueError("refused")
+        batch.deliver(batch.jobs[0], ["ok"])
+
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, joining=True)
+    one = scheduler.submit(["one"], "m", _later())
+    assert started.wait(5)
+    two, bad = scheduler.submit(["two"], "m", _later()), scheduler.submit(["bad"], "m", _later())
+    gate.set()
+    assert one.future.result(5) == ["first"] and two.future.result(5) == ["ok"]  # the delivered answer is kept
+    with pytest.raises(ValueError):
+        bad.future.result(5)
+    assert alone == [["two"], ["bad"]]
+    scheduler.close()
+
+
 def test_a_lone_client_never_waits_for_others():
     answer = Recorder()
     scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=1.0)
