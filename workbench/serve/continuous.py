@@ -7,7 +7,9 @@ generator's own pieces — :meth:`Generator.prefill`, :meth:`Generator.step`, th
 (:meth:`~workbench.serve.scheduler.RunningBatch.more`: the scheduler's fair order and bounds), encodes their prompts
 in one prefill and joins that state to the running one (:func:`~workbench.backends.decoding_state.join_states`:
 rows left-padded, each keeps its own positions); rows that end (EOS, a stop string, ``max_tokens``) leave the state
-at once, and a request whose rows all ended is answered there and then.
+at once, and a request whose rows all ended is answered there and then. The rows of a request nobody waits for any
+more (its client left, its deadline passed) leave at the next step; the scheduler interrupts the batch once every
+request of it is abandoned.
 
 **Same answers as alone.** Each sampled row draws from its own random generator seeded from ``(seed, prompt,
 sample index)`` (:mod:`workbench.backends.generator.next_token`), so its samples do not depend on the rows beside
@@ -96,6 +98,8 @@ def decode_joining(engine: Any, batch: Any, admit: Callable[[list[Any]], list[An
             keep = []
             for k, r in enumerate(active):
                 row = rows[r]
+                if owners[r].entry.job.abandoned:
+                    continue  # nobody waits for it (client gone, deadline passed): its rows leave unanswered
                 if gen.finish_row(row, tokens[k], len(row.tokens) - 1, params):
                     _row_done(engine, batch, owners[r], params)
                 else:

@@ -192,6 +192,27 @@ def test_continuous_batching_lets_a_request_join_between_steps_and_each_leave_wh
     assert [a.choices[0].text, b.choices[0].text] == [g.text for g in alone]  # as alone (seeded per row)
 
 
+def test_continuous_batching_drops_the_rows_of_a_request_whose_client_left(gen, monkeypatch):
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):
+        steps.append(len(args[1]))  # the rows this step advanced
+        time.sleep(0.03)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    body = {"model": NAME, "max_tokens": 40, "temperature": 0}
+    with _start(gen, continuous=True) as running, ThreadPoolExecutor(2) as pool:
+        stays = pool.submit(httpx.post, f"{running.base_url}/completions", json={**body, "prompt": PROMPT}, timeout=30)
+        _until(lambda: len(steps) >= 2, "the first request never started decoding")
+        with pytest.raises(httpx.TimeoutException):  # joins, then leaves after 0.4 s
+            httpx.post(f"{running.base_url}/completions", json={**body, "prompt": "Hello"}, timeout=0.4)
+        assert stays.result(30).status_code == 200
+    both = [i for i, rows in enumerate(steps) if rows == 2]
+    assert both and steps[both[-1] + 1 :] and set(steps[both[-1] + 1 :]) == {1}  # after it left: one row a step
+    assert len(both) < 30  # it did not decode to its end
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
 def test_continuous_batching_answers_concurrent_requests_as_alone(gen, temperature):
     prompts = [f"{PROMPT} {i}" for i in range(6)]
