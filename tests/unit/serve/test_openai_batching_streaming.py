@@ -329,3 +329,11 @@ def test_stream_load_times_first_tokens_and_the_report_states_them(server):
     )
     assert first in text and "## Streaming" in text
     assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text
+
+
+def test_bench_served_starts_serve_model_with_continuous_batching_when_asked():
+    from workbench.bench.served.run import serve_model_command
+
+    common = {"top_logprobs": 20, "batch_size": 8, "device": "cpu", "dtype": "float32"}
+    assert "--continuous" not in serve_model_command("smollm2", 8000, "bench", **common)
+    assert serve_model_command("smollm2", 8000, "bench", continuous=True, **common)[-1] == "--continuous"
