@@ -106,13 +106,7 @@ class ModelEngine:
         """One result per work, in order (see the module docstring); ``key`` is the batching key (unused here: the
         works' samplings are equal)."""
         del key
-        prepared: list[Prepared | ApiError] = []
-        for work in works:
-            try:
-                prepared.append(self._prepare(work))
-            except ApiError as exc:
-                prepared.append(exc)
-        prepared = self._within_echo_budget(prepared)
+        prepared = self._admitted(works)
         ready = [p for p in prepared if isinstance(p, Prepared)]
         if not ready:
             return list(prepared)  # type: ignore[arg-type]
@@ -132,13 +126,6 @@ class ModelEngine:
             )
             for i, p in enumerate(call):
                 p.gens = flat[i * sampling.n : (i + 1) * sampling.n]
-        echoing = [p for p in ready if p.work.echo and p.work.logprobs is not None]
-        if echoing:
-            k = max(p.work.logprobs or 0 for p in echoing)
-            for p, own in zip(
-                echoing, self.generator.prompt_logprobs([p.ids for p in echoing], top_logprobs=k), strict=True
-            ):
-                p.own = own
         return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
 
     def answer_joining(self, batch: Any, key: str = "") -> None:
