@@ -31,6 +31,8 @@ bench_served:
   questions: 3
   concurrency: [1, 2]
   top_logprobs: 20
+  stream_requests: 3
+  stream_max_tokens: 4
   features: [confidence, entropy, semantic_entropy, ptrue]
   engines: {engines}
 report: {{dir: {tmp_path}/report}}
@@ -46,6 +48,9 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
     assert served["capabilities"]["echo"] and served["capabilities"]["prompt_lists"]
     assert set(served["rates"]) == {"1", "2"} and bench["in_process"]["questions_per_s"] > 0
     assert set(served["one_prompt_per_request"]) == {"1", "2"}  # prompt lists: also timed one prompt per request
+    assert set(served["streamed"]) == {"1", "2"} and all(
+        load["errors"] == 0 and load["ttft_p50_s"] > 0 for load in served["streamed"].values()
+    )
     agreement = served["agreement"]
     assert agreement["greedy_identical"] == 1.0
     for feature in ("confidence", "entropy", "semantic_entropy", "ptrue"):  # P(True): exact reads, not floored
@@ -53,6 +58,9 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
     assert served["option_reads"]["absent"] == 0 and served["option_reads"]["teacher_forced"] > 0
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Agreement with the in-process values" in report and "Goals for `serve-model`" in report
+    assert (
+        "single-prompt requests at concurrency 2: " in report and "time to first token at concurrency 1 / 2" in report
+    )
 
 
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'workbench[llamacpp]')")

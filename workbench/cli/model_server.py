@@ -43,6 +43,20 @@ def serve_model_command(
     max_echo_tokens: Annotated[
         int, typer.Option("--max-echo-tokens", help="Most prompt tokens one request echoes with logprobs.")
     ] = 16384,
+    max_batch_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-batch-tokens",
+            help="Most tokens one batched engine call may generate across requests (prompts × n × max_tokens).",
+        ),
+    ] = 65536,
+    continuous: Annotated[
+        bool,
+        typer.Option(
+            "--continuous/--no-continuous",
+            help="Continuous batching: requests join a running batch between decoding steps.",
+        ),
+    ] = False,
     embedder: Annotated[
         str,
         typer.Option(
@@ -64,7 +78,8 @@ def serve_model_command(
 
     The reference server of docs/served-models.md: its answers are the in-process generator's (same text, log-probs
     and seeded samples) and the in-process embedder's vectors. Concurrent requests with equal decoding parameters are
-    answered by one generate call.
+    answered by one generate call, within --max-batch-tokens (--continuous: they join a running batch between
+    decoding steps and leave it when done); stream: true is answered as server-sent events.
     """
     try:
         from workbench.serve.openai_server import ModelServeLimits, load_embedder, load_generator, run_model_server
@@ -80,6 +95,8 @@ def serve_model_command(
             max_sequences=max_sequences,
             max_request_tokens=max_request_tokens,
             max_echo_tokens=max_echo_tokens,
+            max_batch_tokens=max_batch_tokens,
+            continuous=continuous,
             max_embed_inputs=max_embed_inputs,
         )
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes over a bundle: ``GET /v1/models``, ``GET /v1/models/{model}`` and
 ``POST /v1/chat/completions`` (one model per method; the request and answer shapes are in
-:mod:`workbench.serve.openai_bundle`)."""
+:mod:`workbench.serve.openai_bundle`; ``stream: true`` sends the whole answer as server-sent events)."""
 
 # No ``from __future__ import annotations``: FastAPI and pydantic read the annotations as objects.
 
@@ -14,6 +14,7 @@ import workbench.serve.openai_bundle as oai
 from workbench.runtime.questions import is_blank
 from workbench.serve.answering import ServeContext, answer_record, json_safe
 from workbench.serve.http_errors import v1_error_response
+from workbench.serve.openai_stream import event_stream
 
 
 def add_chat_routes(app: FastAPI, ctx: ServeContext) -> None:
@@ -39,7 +40,7 @@ def add_chat_routes(app: FastAPI, ctx: ServeContext) -> None:
     @app.post(
         "/v1/chat/completions",
         response_model=oai.ChatCompletion,
-        responses=oai.RESPONSES,
+        responses={**oai.RESPONSES, 200: oai.STREAMED_RESPONSE},
         summary="OpenAI: answer the last user message with the method named by `model`",
     )
     async def chat_completions(body: oai.ChatCompletionRequest, request: Request) -> Response:
@@ -59,6 +60,8 @@ def add_chat_routes(app: FastAPI, ctx: ServeContext) -> None:
         if not isinstance(outcome, list):
             return outcome
         record = answer_record(outcome[0], traces=False)
-        return JSONResponse(
-            json_safe(oai.completion_body(record, bundle=ctx.runtime.name, version=ctx.runtime.version))
-        )
+        answer = json_safe(oai.completion_body(record, bundle=ctx.runtime.name, version=ctx.runtime.version))
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            return event_stream(oai.streamed_chunks(answer, usage))
+        return JSONResponse(answer)

@@ -10,7 +10,7 @@ Contract:
   method answers one question, its prompts are the bundle's own.
 * **parameters** — ``temperature``, ``top_p``, ``max_tokens``, ``max_completion_tokens``, ``seed``, ``user``,
   ``stop``, ``presence_penalty`` and ``frequency_penalty`` are accepted and ignored (the method's recipe decides the
-  decoding). ``n`` > 1, ``stream: true``, ``tools``, ``tool_choice`` (other than ``"none"``), ``logprobs: true``,
+  decoding). ``n`` > 1, ``tools``, ``tool_choice`` (other than ``"none"``), ``logprobs: true``,
   ``top_logprobs`` and a ``response_format`` other than text cannot be honoured: 400 naming the field. Any other field
   is refused as unknown (400), as OpenAI refuses one.
 * **the reply** — a standard ``chat.completion``: ``choices[0].message.content`` is the method's answer,
@@ -19,6 +19,10 @@ Contract:
   tokens). The decision rides in the top-level extension field ``workbench``: the ``POST /answer`` answer record
   (:meth:`~workbench.runtime.runtime.RuntimeAnswer.to_dict` without ``trace``) plus ``"bundle": {"name",
   "version"}``.
+* **streaming** — ``stream: true`` sends the same answer as server-sent events (:mod:`workbench.serve.openai_stream`):
+  the runtime answers whole, so the stream is the role chunk, ONE content chunk holding the whole answer, and the
+  closing chunk with ``finish_reason`` and the ``workbench`` field; ``stream_options.include_usage`` adds the usage
+  chunk. Refusals are still JSON errors (the stream begins once the answer is ready).
 * **errors** — every error on a ``/v1/`` path is OpenAI-shaped: ``{"error": {"message": "<one line>", "type",
   "param", "code"}}``; an invalid request is 400 (``POST /answer``'s 422), an unknown model 404 with ``code:
   "model_not_found"``; 413, 503 (``Retry-After``), 504 and 500 as on ``/answer``.
@@ -31,7 +35,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +45,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from workbench.serve.body_limit import BodySizeLimit
 from workbench.serve.field_checks import has_lone_surrogate
+from workbench.serve.openai_stream import StreamOptions, chat_chunks
 
 V1 = "/v1"
 
@@ -89,7 +94,10 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1, description="The question is the last user message's content.")
     # cannot be honoured unless left at their defaults (400 otherwise)
     n: int | None = Field(None, ge=1, description="1 only: a method gives one answer.")
-    stream: bool | None = Field(None, description="false only: the answer is sent whole.")
+    stream: bool | None = Field(
+        None, description="true: server-sent events (the answer is computed whole, then sent as one content chunk)."
+    )
+    stream_options: StreamOptions | None = Field(None, description="include_usage: a last chunk with the usage.")
     tools: list[dict[str, Any]] | None = Field(None, description="Not supported (none or an empty list only).")
     tool_choice: Any = Field(None, description='Not supported ("none" only).')
     logprobs: bool | None = Field(None, description="false only.")
@@ -119,7 +127,6 @@ class ChatError(Exception):
 def refused_parameter(body: ChatCompletionRequest) -> ChatError | None:
     """The first parameter of ``body`` a bundle cannot honour, as a 400 :class:`ChatError`; None when all can be."""
     unsupported = (
-        ("stream", body.stream is True, "streaming is not supported: the answer is sent whole (stream false)"),
         ("n", body.n is not None and body.n > 1, f"n={body.n}: a method gives one answer (n 1)"),
         ("tools", bool(body.tools), "tools are not supported: a bundle's method answers the question itself"),
         (
@@ -327,6 +334,16 @@ def completion_body(record: dict[str, Any], *, bundle: str, version: str) -> dic
     }
 
 
+def streamed_chunks(body: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The chunks of a streamed chat answer from its whole :func:`completion_body`: the role chunk, one content
+    chunk (the runtime answers whole), the closing chunk carrying the ``workbench`` field, and the usage chunk when
+    ``include_usage``."""
+    head = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+    choices = [(choice, []) for choice in body["choices"]]
+    usage = body["usage"] if include_usage else None
+    return chat_chunks(head, choices, usage, {"workbench": body["workbench"]})
+
+
 def created_at(stamp: Any, fallback: float) -> int:
     """Unix seconds of an ISO ``stamp`` (a manifest's ``created``), else ``fallback``."""
     try:
@@ -348,7 +365,7 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, description in (
         (
             400,
-            "Invalid request: a parameter a bundle cannot honour (n > 1, stream, tools, logprobs …), an unknown field, "
+            "Invalid request: a parameter a bundle cannot honour (n > 1, tools, logprobs …), an unknown field, "
             "no user message, a blank or over-long question (characters or tokens), a question the runtime refused",
         ),
         (404, "Unknown model (code model_not_found): the models are the bundle's methods"),
@@ -359,6 +376,13 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 """The error responses of the ``/v1`` routes, for the OpenAPI description."""
+
+STREAMED_RESPONSE: dict[str, Any] = {
+    "description": "The chat completion (JSON), or with stream: true server-sent events: chat.completion.chunk "
+    "objects as `data: {chunk}` lines, then `data: [DONE]`",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+"""The 200 response of ``/v1/chat/completions`` beside its JSON model: the streamed form (for the OpenAPI page)."""
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:

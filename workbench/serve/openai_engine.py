@@ -40,6 +40,7 @@ import numpy as np
 
 from workbench.backends.prompts import encode
 from workbench.core.interrupt import check_interrupt
+from workbench.serve.continuous import decode_joining
 from workbench.serve.openai_schema import ApiError, Work
 
 NEG_INF_LOGPROB = -9999.0
@@ -64,11 +65,14 @@ class Prepared:
 @dataclass
 class Answered:
     """One work's answer: ``choices`` (its ``n`` choices without ``index``), ``prompt_tokens`` and
-    ``completion_tokens`` (generated tokens over the choices, each EOS included)."""
+    ``completion_tokens`` (generated tokens over the choices, each EOS included). For a streamed work, ``pieces``
+    holds per choice the character offsets where its text's pieces begin (one per listed token, the echoed prompt
+    first; with log-probs, aligned with the choice's log-prob entries); None otherwise."""
 
     choices: list[dict[str, Any]]
     prompt_tokens: int
     completion_tokens: int
+    pieces: list[list[int]] | None = None
 
 
 def _logprob(value: float | None) -> float | None:
@@ -87,10 +91,13 @@ class ModelEngine:
     prompt tokens one request echoes with log-probs. Only one thread may call :meth:`answer` at a time (the
     scheduler's worker)."""
 
-    def __init__(self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384) -> None:
+    def __init__(
+        self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384, max_top_logprobs: int = 20
+    ) -> None:
         self.generator = generator
         self.tokenizer = generator.tokenizer
         self.max_echo_tokens = max_echo_tokens
+        self.max_top_logprobs = max_top_logprobs
         self._seeds = np.random.default_rng(seed)
         self._texts: list[str] | None = None
 
@@ -99,13 +106,7 @@ class ModelEngine:
         """One result per work, in order (see the module docstring); ``key`` is the batching key (unused here: the
         works' samplings are equal)."""
         del key
-        prepared: list[Prepared | ApiError] = []
-        for work in works:
-            try:
-                prepared.append(self._prepare(work))
-            except ApiError as exc:
-                prepared.append(exc)
-        prepared = self._within_echo_budget(prepared)
+        prepared = self._admitted(works)
         ready = [p for p in prepared if isinstance(p, Prepared)]
         if not ready:
             return list(prepared)  # type: ignore[arg-type]
@@ -125,14 +126,43 @@ class ModelEngine:
             )
             for i, p in enumerate(call):
                 p.gens = flat[i * sampling.n : (i + 1) * sampling.n]
-        echoing = [p for p in ready if p.work.echo and p.work.logprobs is not None]
+        return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
+
+    def answer_joining(self, batch: Any, key: str = "") -> None:
+        """Answer a :class:`~workbench.serve.scheduler.RunningBatch` of works of one sampling by continuous batching
+        (:func:`~workbench.serve.continuous.decode_joining`): queued requests join between decoding steps, each is
+        delivered when its sequences end. Every row records the ``max_top_logprobs`` most likely tokens (a request
+        lists its own k of them), so requests asking for different k share the batch."""
+        del key
+        decode_joining(self, batch, self._admitted)
+
+    def _admitted(self, works: Sequence[Work]) -> list[Prepared | ApiError]:
+        """``works`` prepared (or refused), their echoed prompts read (one teacher-forced call for those of them
+        echoing with log-probs)."""
+        prepared: list[Prepared | ApiError] = []
+        for work in works:
+            try:
+                prepared.append(self._prepare(work))
+            except ApiError as exc:
+                prepared.append(exc)
+        prepared = self._within_echo_budget(prepared)
+        echoing = [p for p in prepared if isinstance(p, Prepared) and p.work.echo and p.work.logprobs is not None]
         if echoing:
             k = max(p.work.logprobs or 0 for p in echoing)
             for p, own in zip(
                 echoing, self.generator.prompt_logprobs([p.ids for p in echoing], top_logprobs=k), strict=True
             ):
                 p.own = own
-        return [self._answered(p) if isinstance(p, Prepared) else p for p in prepared]
+        return prepared
+
+    def seed_for(self, sampling: Any) -> int:
+        """A work's sampling seed: the request's, or a fresh one from the engine's stream."""
+        return int(self._seeds.integers(_SEED_BOUND)) if sampling.seed is None else int(sampling.seed)
+
+    def finished(self, p: Prepared, gens: list[Any]) -> Answered:
+        """The answer of a work whose generations (its ``n`` samples, in order; none for echo only) are ``gens``."""
+        p.gens = gens
+        return self._answered(p)
 
     def _calls(self, generating: list[Prepared]) -> list[tuple[int, list[Prepared]]]:
         """``(seed, works)`` of each generate call: one call with the request seed; without one (``seed`` None), one
@@ -212,7 +242,21 @@ class ModelEngine:
         gens = p.gens or [None] * work.sampling.n
         choices = [self._chat_choice(p, g) if work.kind == "chat" else self._completion_choice(p, g) for g in gens]
         completion = sum(len(g.token_ids) + (g.finish_reason == "eos") for g in p.gens)
-        return Answered(choices, len(p.ids), int(completion))
+        pieces = [self._pieces(p, g, c) for g, c in zip(gens, choices, strict=True)] if work.stream else None
+        return Answered(choices, len(p.ids), int(completion), pieces)
+
+    def _pieces(self, p: Prepared, gen: Any, choice: dict[str, Any]) -> list[int]:
+        """Where a streamed choice's pieces begin: each listed token's text offset (with log-probs, exactly the
+        offsets of the choice's log-prob entries, so piece i carries entry i); without log-probs the echoed prompt
+        is one piece."""
+        work = p.work
+        if work.logprobs is not None:
+            if work.kind == "completion":
+                return list(choice["logprobs"]["text_offset"])
+            return [offset for *_, offset in self._steps(gen, work.logprobs)]
+        prefix = len(p.echo_text) if work.kind == "completion" and work.echo else 0
+        answer = [] if gen is None else self._offsets([int(i) for i in gen.token_ids], gen.text, special=False)
+        return ([0] if prefix else []) + [prefix + offset for offset in answer]
 
     # ------------------------------------------------------------------ the OpenAI shapes
     def _completion_choice(self, p: Prepared, gen: Any) -> dict[str, Any]:

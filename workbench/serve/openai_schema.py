@@ -10,8 +10,9 @@ Contract:
   1..``max_n``, ``temperature`` < 0, ``top_p`` outside (0, 1], ``top_k`` outside -1..2³¹-1, ``seed`` outside the
   signed 64-bit range, ``logprobs`` / ``top_logprobs`` outside 0..``max_logprobs``, ``top_logprobs`` without
   ``logprobs: true``, an empty stop string, an empty prompt, a token id outside 0..2³¹-1, text (a prompt, a stop
-  string, a message) holding a lone surrogate, ``stream: true`` (answers are sent whole), a chat role other than
-  system / user / assistant. A huge integer is never quoted back (:func:`~workbench.serve.field_checks.shown_int`).
+  string, a message) holding a lone surrogate, a chat role other than system / user / assistant. A huge integer is
+  never quoted back (:func:`~workbench.serve.field_checks.shown_int`). ``stream: true`` is taken, with
+  ``stream_options.include_usage`` (:mod:`workbench.serve.openai_stream`).
 * **work per request** — prompts × ``n`` sequences at most ``max_sequences`` (400 naming ``n``), and those sequences
   × ``max_tokens`` tokens to generate at most ``max_request_tokens`` (400 naming ``max_tokens``); the engine bounds
   the prompt tokens a request echoes with log-probs (:mod:`workbench.serve.openai_engine`).
@@ -20,7 +21,7 @@ Contract:
   A request without ``seed`` has ``Sampling.seed`` None: the engine draws it a fresh seed, so its samples differ
   from every other request's (a request with a seed is reproducible).
 
-Imports pydantic only.
+Imports pydantic (and Starlette, with :mod:`workbench.serve.openai_stream`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from workbench.serve.field_checks import has_lone_surrogate, shown_int
+from workbench.serve.openai_stream import StreamOptions
 
 ROLES = ("system", "user", "assistant")
 """The chat roles the server renders with the model's chat template."""
@@ -74,6 +76,7 @@ class _RequestFields(BaseModel):
     stop: str | list[str] | None = None
     return_tokens_as_token_ids: bool | None = None
     stream: bool | None = None
+    stream_options: StreamOptions | None = None
 
 
 class CompletionRequest(_RequestFields):
@@ -138,7 +141,8 @@ class Work:
     """One prompt of one request. ``kind`` is ``completion`` or ``chat``; ``prompt`` is text, token ids or (chat) the
     message list; ``logprobs`` is how many alternatives per position (None: no log-probs at all); ``echo`` puts the
     prompt first; ``as_ids`` writes tokens as ``token_id:<id>``; ``request`` tells the works of one request apart
-    from those of others in one engine call."""
+    from those of others in one engine call; ``stream``: the answer is sent as server-sent events (the engine then
+    marks where each token's text begins)."""
 
     kind: str
     prompt: str | tuple[int, ...] | tuple[tuple[str, str], ...]
@@ -147,6 +151,7 @@ class Work:
     echo: bool = False
     as_ids: bool = False
     request: int = 0
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,8 +178,6 @@ def check_model(model: str, served: str) -> None:
 
 def _sampling(body: CompletionRequest | ChatRequest, max_tokens: int, limits: Limits) -> Sampling:
     """The request's :class:`Sampling`, every value range-checked (400 naming the field)."""
-    if body.stream:
-        raise ApiError(400, "streaming is not supported: answers are sent whole (stream false)", "stream")
     temperature = 1.0 if body.temperature is None else float(body.temperature)
     top_p = 1.0 if body.top_p is None else float(body.top_p)
     top_k = 0 if body.top_k is None else int(body.top_k)
@@ -275,7 +278,8 @@ def completion_works(body: CompletionRequest, served: str, limits: Limits, reque
             raise ApiError(400, f"prompt {i}: token ids must be between 0 and {MAX_TOP_K}", "prompt")
     _check_work(len(prompts) * sampling.n, sampling, limits)
     as_ids = bool(body.return_tokens_as_token_ids)
-    return [Work("completion", p, sampling, logprobs, echo, as_ids, request) for p in prompts]
+    stream = bool(body.stream)
+    return [Work("completion", p, sampling, logprobs, echo, as_ids, request, stream) for p in prompts]
 
 
 def chat_work(body: ChatRequest, served: str, limits: Limits, request: int = 0) -> Work:
@@ -303,7 +307,8 @@ def chat_work(body: ChatRequest, served: str, limits: Limits, request: int = 0) 
             raise ApiError(400, _SURROGATE_MESSAGE.format(field=f"messages[{i}].content"), "messages")
         messages.append((message.role, content))
     logprobs = (top or 0) if body.logprobs else None
-    return Work("chat", tuple(messages), sampling, logprobs, False, bool(body.return_tokens_as_token_ids), request)
+    as_ids = bool(body.return_tokens_as_token_ids)
+    return Work("chat", tuple(messages), sampling, logprobs, False, as_ids, request, bool(body.stream))
 
 
 def _content(content: str | list[dict[str, Any]] | None, where: str) -> str:

@@ -20,9 +20,12 @@ The reference the served backend (:mod:`workbench.backends.served`) is tested ag
 Requests are checked (:mod:`workbench.serve.openai_schema`), split into one work per prompt and queued on a
 :class:`~workbench.serve.scheduler.BatchScheduler` whose batching key is the decoding parameters: the works waiting
 together with equal parameters are answered by ONE ``Generator.generate`` call (:mod:`workbench.serve.openai_engine`);
-greedy and sampled requests never share one. A request without ``seed`` gets a fresh seed (its samples differ from
-every other request's); one with a seed is reproducible. The generation cache is off unless the generator was given
-one.
+greedy and sampled requests never share one. This is request-level batching: a request joins the next call, not a
+running one. One call generates at most ``max_batch_tokens`` tokens (prompts × n × max_tokens over its requests), and
+takes the clients (their IP addresses) in turn behind the head request. ``stream: true`` answers the same result as
+server-sent events (:mod:`workbench.serve.openai_stream`), once it is computed. A request without ``seed`` gets a
+fresh seed (its samples differ from every other request's); one with a seed is reproducible. The generation cache is
+off unless the generator was given one.
 
 **Work per request** is bounded (:class:`ModelServeLimits`): prompts × ``n``, those sequences × ``max_tokens``, the
 prompt tokens echoed with log-probs. **A request whose client disconnects** is dropped from the queue, and a running
@@ -77,6 +80,7 @@ from workbench.serve.openai_schema import (
     check_model,
     completion_works,
 )
+from workbench.serve.openai_stream import chat_chunks, completion_chunks, event_stream
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
 from workbench.serve.uvicorn_run import ServerThread, run_uvicorn
@@ -94,7 +98,10 @@ class ModelServeLimits:
     ``max_request_tokens`` sequences × max_tokens per request (the tokens a request may have generated),
     ``max_echo_tokens`` prompt tokens a request may echo with log-probs (400 beyond each), ``default_max_tokens``
     when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
-    ``max_batch_prompts`` prompts per engine call across requests, ``max_gather_s`` how long the worker may wait for
+    ``max_batch_prompts`` prompts per engine call across requests, ``max_batch_tokens`` tokens one engine call may
+    generate across requests (prompts × n × max_tokens summed; a single request over it still runs, alone),
+    ``continuous``: requests join a running batch between decoding steps (:mod:`workbench.serve.continuous`;
+    off: each engine call answers the requests queued when it starts), ``max_gather_s`` how long the worker may wait for
     a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
     of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request (400 beyond)."""
 
@@ -108,7 +115,9 @@ class ModelServeLimits:
     max_body_bytes: int = 8 << 20
     max_queue: int = 1024
     max_batch_prompts: int = 64
+    max_batch_tokens: int = 65536
     max_gather_s: float = 0.05
+    continuous: bool = False
     timeout_s: float = 600.0
     max_embed_inputs: int = 2048
 
@@ -124,6 +133,7 @@ class ModelServeLimits:
             "max_body_bytes",
             "max_queue",
             "max_batch_prompts",
+            "max_batch_tokens",
         )
         for name in counts:
             value = getattr(self, name)
@@ -195,14 +205,21 @@ def create_model_app(
         default_max_tokens=limits.default_max_tokens,
     )
     engine = ModelEngine(
-        generator, seed=int(getattr(generator, "seed", 0) or 0), max_echo_tokens=limits.max_echo_tokens
+        generator,
+        seed=int(getattr(generator, "seed", 0) or 0),
+        max_echo_tokens=limits.max_echo_tokens,
+        max_top_logprobs=limits.max_logprobs,
     )
     requests = itertools.count(1)  # tells one request's works from another's in an engine call
+    # continuous batching decodes outside Generator.generate: not with a generation cache (its hits skip decoding)
+    joining = limits.continuous and getattr(generator, "cache", None) is None
     scheduler = BatchScheduler(
-        engine.answer,  # type: ignore[arg-type]  # works, not questions; the method is the batching key
+        engine.answer_joining if joining else engine.answer,  # type: ignore[arg-type]  # works; key: the sampling
         max_queue=limits.max_queue,
         max_batch_questions=limits.max_batch_prompts,
-        max_gather_s=limits.max_gather_s,
+        max_gather_s=0.0 if joining else limits.max_gather_s,  # a running batch takes late requests anyway
+        max_batch_tokens=limits.max_batch_tokens,
+        joining=joining,
     )
     routes = "GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /v1/embeddings, GET /health"
     # embeddings run one request at a time beside the generator's batches; ``embedding_waiting`` bounds the queue
@@ -285,7 +302,13 @@ def create_model_app(
         the client disconnected first (the works are then dropped, or their batch interrupted)."""
         deadline = time.monotonic() + limits.timeout_s
         try:
-            job = scheduler.submit(works, works[0].sampling.key(), deadline)  # type: ignore[arg-type]
+            job = scheduler.submit(
+                works,  # type: ignore[arg-type]
+                works[0].sampling.key(),
+                deadline,
+                client=request.client.host if request.client else "",
+                tokens=sum(w.sampling.n * w.sampling.max_tokens for w in works),
+            )
         except QueueFull as exc:
             raise ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except SchedulerClosed as exc:
@@ -322,6 +345,12 @@ def create_model_app(
         completion = sum(r.completion_tokens for r in results)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
+    def head(kind: str, prefix: str) -> dict[str, Any]:
+        return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": served_name}
+
+    def include_usage(body: CompletionRequest | ChatRequest) -> bool:
+        return bool(body.stream_options and body.stream_options.include_usage)
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         try:
@@ -330,12 +359,13 @@ def create_model_app(
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)  # never sent: the access log shows it
+        if body.stream:
+            pieces = [(c, s) for r in results for c, s in zip(r.choices, r.pieces or [], strict=True)]
+            streamed = usage(results) if include_usage(body) else None
+            return event_stream(completion_chunks(head("text_completion", "cmpl"), pieces, streamed))
         choices = [choice for result in results for choice in result.choices]
         payload = {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": served_name,
+            **head("text_completion", "cmpl"),
             "choices": [{"index": i, **choice} for i, choice in enumerate(choices)],
             "usage": usage(results),
         }
@@ -349,11 +379,12 @@ def create_model_app(
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
+        if body.stream:
+            pieces = list(zip(results[0].choices, results[0].pieces or [], strict=True))
+            streamed = usage(results) if include_usage(body) else None
+            return event_stream(chat_chunks(head("chat.completion.chunk", "chatcmpl"), pieces, streamed))
         payload = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": served_name,
+            **head("chat.completion", "chatcmpl"),
             "choices": [{"index": i, **choice} for i, choice in enumerate(results[0].choices)],
             "usage": usage(results),
         }

@@ -17,13 +17,26 @@ Guarantees:
   checks before every model forward, so within one decoding step — and its jobs fail with :class:`Abandoned`.
 * **one request's failure stays its own** — when a batch with several jobs raises, each job is answered again alone,
   so a question the runtime refuses fails only the request that sent it.
-* **FIFO per method** — the head job is always in the next batch; jobs of another method wait at most one batch.
+* **FIFO per method, fair between clients** — the head job is always in the next batch; jobs of another method wait
+  at most one batch. Behind the head, a batch takes each client's first waiting job before anyone's second (round
+  robin over :attr:`Job.client`, FIFO within a client), so a flood of requests from one client does not hold
+  another client's request back for more than one batch when it fits.
+* **a token budget** — with ``max_batch_tokens``, a batch takes jobs while their :attr:`Job.tokens` (the caller's
+  measure of their work, e.g. the tokens they may generate) add up to at most it; a single job over it still runs,
+  alone.
 * **batches stay full under a closed loop** — when a batch's clients get their answers they ask again a few
   milliseconds later, one by one; a worker that started on the first of them would alternate a batch of 1 with a
   batch of 7. So when the last batch served several requests and the queue holds fewer, the worker waits for them a
   little — until as many requests are queued as the last batch served, or the batch is full, or ``max_gather_s``
   (at most a tenth of the last batch's answering time) has passed. A lone client (last batch: one request) never
   waits.
+
+**Joining a running batch** (``joining=True``): the answering function is then called with a :class:`RunningBatch`
+instead of a question list. Between its steps it may take more queued jobs of its method (:meth:`RunningBatch.more`,
+in the same fair order and within the same bounds, counting the jobs still running) and it hands each job its
+answers as soon as they are ready (:meth:`RunningBatch.deliver`): continuous batching, where requests enter a running
+batch and leave it when done. The guarantees above hold for every job it took; when it raises, each job it did not
+answer is answered again alone (without joining).
 
 The scheduler knows nothing of HTTP: the app maps :class:`QueueFull`, :class:`DeadlineExpired` and
 :class:`SchedulerClosed` to status codes. It also keeps, per batching key, the fastest rate it has answered at
@@ -84,13 +97,16 @@ class Abandoned(Exception):
 class Job:
     """One request's work: ``questions`` for ``method``, to start before ``deadline`` (a ``time.monotonic()``
     instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them;
-    ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`)."""
+    ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`).
+    ``client`` names who sent it (batches take clients in turn); ``tokens`` is its share of ``max_batch_tokens``."""
 
     questions: list[str]
     method: str
     deadline: float
     future: Future[list[Any]] = field(default_factory=Future)
     abandoned: bool = False
+    client: str = ""
+    tokens: int = 0
 
 
 class BatchScheduler:
@@ -99,14 +115,26 @@ class BatchScheduler:
     ``answer(questions, method)`` must return one answer per question, in order; it is only ever called from the
     worker thread, one call at a time. ``max_queue`` bounds the questions waiting; ``max_batch_questions`` bounds the
     questions of one call, except that a single job larger than it is still answered whole (in one call);
-    ``max_gather_s`` bounds the wait for a batch's clients to come back (0: never wait). The worker starts with the
+    ``max_gather_s`` bounds the wait for a batch's clients to come back (0: never wait); ``max_batch_tokens`` (None:
+    no bound) bounds the :attr:`Job.tokens` of one call, except that a single job over it is still answered whole.
+    With ``joining``, ``answer`` takes a :class:`RunningBatch` (see the module docstring). The worker starts with the
     first :meth:`submit` and stops at :meth:`close`.
     """
 
     def __init__(
-        self, answer: AnswerFn, *, max_queue: int, max_batch_questions: int, max_gather_s: float = 0.05
+        self,
+        answer: AnswerFn,
+        *,
+        max_queue: int,
+        max_batch_questions: int,
+        max_gather_s: float = 0.05,
+        max_batch_tokens: int | None = None,
+        joining: bool = False,
     ) -> None:
-        for name, value in (("max_queue", max_queue), ("max_batch_questions", max_batch_questions)):
+        bounds = [("max_queue", max_queue), ("max_batch_questions", max_batch_questions)]
+        if max_batch_tokens is not None:
+            bounds.append(("max_batch_tokens", max_batch_tokens))
+        for name, value in bounds:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not max_gather_s >= 0:
@@ -115,6 +143,8 @@ class BatchScheduler:
         self.max_queue = max_queue
         self.max_batch_questions = max_batch_questions
         self.max_gather_s = max_gather_s
+        self.max_batch_tokens = max_batch_tokens
+        self.joining = joining
         self._last_batch = (0, 0.0)  # requests served and seconds taken by the last batch
         self._cond = threading.Condition()
         self._queue: deque[Job] = deque()
@@ -128,13 +158,16 @@ class BatchScheduler:
         self._counts = {"batches": 0, "answered": 0, "dropped": 0, "interrupted": 0}
 
     # ------------------------------------------------------------------ the request side (event loop)
-    def submit(self, questions: Sequence[str], method: str, deadline: float) -> Job:
-        """Queue ``questions`` for ``method``; the returned job's future carries the answers.
+    def submit(
+        self, questions: Sequence[str], method: str, deadline: float, *, client: str = "", tokens: int = 0
+    ) -> Job:
+        """Queue ``questions`` for ``method`` from ``client``, ``tokens`` its share of ``max_batch_tokens``; the
+        returned job's future carries the answers.
 
         Raises :class:`QueueFull` when they do not fit under ``max_queue`` and :class:`SchedulerClosed` after
         :meth:`close`. Never blocks on the model.
         """
-        job = Job(list(questions), method, deadline)
+        job = Job(list(questions), method, deadline, client=client, tokens=tokens)
         with self._cond:
             if self._closed:
                 raise SchedulerClosed("the server is shutting down")
@@ -251,19 +284,21 @@ class BatchScheduler:
         ):
             self._cond.wait(left)
 
-    def _take_locked(self) -> tuple[str, list[Job]]:
-        """Remove the next batch from the queue: the head job's method, jobs in queue order while they fit. Jobs
-        cancelled or past their deadline are removed and skipped (never computed)."""
-        method = self._queue[0].method
+    def _take_locked(self, method: str | None = None, running: Sequence[Job] = ()) -> tuple[str, list[Job]]:
+        """Remove the next batch from the queue: the jobs of ``method`` (None: the head job's) in :meth:`_fair_order`
+        while they fit, with the ``running`` jobs, under ``max_batch_questions`` and ``max_batch_tokens`` (the first
+        job fits whatever its size when nothing runs). Jobs cancelled or past their deadline are removed and skipped
+        (never computed)."""
+        method = self._queue[0].method if method is None else method
         now = time.monotonic()
         taken: list[Job] = []
-        total = 0
-        for job in list(self._queue):
-            if job.method != method:
-                continue
+        total = sum(len(j.questions) for j in running)
+        tokens = sum(j.tokens for j in running)
+        budget = math.inf if self.max_batch_tokens is None else self.max_batch_tokens
+        for job in self._fair_order(method):
             size = len(job.questions)
-            if taken and total + size > self.max_batch_questions:
-                break  # FIFO within a method: a later, smaller job does not overtake this one
+            if (taken or running) and (total + size > self.max_batch_questions or tokens + job.tokens > budget):
+                break  # in fair order: a later, smaller job does not overtake this one
             self._queue.remove(job)
             self._queued_questions -= size
             if not job.future.set_running_or_notify_cancel():
@@ -275,9 +310,25 @@ class BatchScheduler:
                 continue
             taken.append(job)
             total += size
+            tokens += job.tokens
         return method, taken
 
-    def _answer_batch(self, method: str, jobs: list[Job]) -> None:
+    def _fair_order(self, method: str) -> list[Job]:
+        """The queued jobs of ``method``, clients in turn: every client's first job (in queue order), then every
+        client's second, and so on — the head job first, each client's jobs in their own order."""
+        turns: dict[str, int] = {}
+        ranked = []
+        for position, job in enumerate(self._queue):
+            if job.method == method:
+                turn = turns.get(job.client, 0)
+                turns[job.client] = turn + 1
+                ranked.append((turn, position, job))
+        return [job for _, _, job in sorted(ranked, key=lambda r: (r[0], r[1]))]
+
+    def _answer_batch(self, method: str, jobs: list[Job], *, join: bool = True) -> None:
+        if self.joining:
+            self._answer_joining(method, jobs, join=join)
+            return
         questions = [q for job in jobs for q in job.questions]
         began = time.monotonic()
         try:
@@ -312,22 +363,97 @@ class BatchScheduler:
                 else:
                     self._answer_batch(method, [job])
             return
-        elapsed = time.monotonic() - began
-        with self._cond:
-            per_question = elapsed / len(questions)
-            previous = self._seconds_per_question
-            self._seconds_per_question = (
-                per_question if previous is None else (1 - _EMA_WEIGHT) * previous + _EMA_WEIGHT * per_question
-            )
-            self._counts["batches"] += 1
-            self._counts["answered"] += len(questions)
-            self._last_batch = (len(jobs), elapsed)
-            if method in self._first_seen:
-                self._fastest[method] = min(per_question, self._fastest.get(method, math.inf))
-            self._first_seen.add(method)
-        logger.debug("answered %d question(s) of %d request(s) in %.2f s", len(questions), len(jobs), elapsed)
+        self._record_batch(method, len(jobs), len(questions), time.monotonic() - began)
+        logger.debug("answered %d question(s) of %d request(s)", len(questions), len(jobs))
         start = 0
         for job in jobs:
             end = start + len(job.questions)
             job.future.set_result(answers[start:end])
             start = end
+
+    def _record_batch(self, method: str, requests: int, questions: int, elapsed: float) -> None:
+        """Count an answered batch and update the rate estimates (Retry-After, the fastest rate, the gathering)."""
+        with self._cond:
+            per_question = elapsed / max(questions, 1)
+            previous = self._seconds_per_question
+            self._seconds_per_question = (
+                per_question if previous is None else (1 - _EMA_WEIGHT) * previous + _EMA_WEIGHT * per_question
+            )
+            self._counts["batches"] += 1
+            self._counts["answered"] += questions
+            self._last_batch = (requests, elapsed)
+            if method in self._first_seen:
+                self._fastest[method] = min(per_question, self._fastest.get(method, math.inf))
+            self._first_seen.add(method)
+
+    def _answer_joining(self, method: str, jobs: list[Job], *, join: bool) -> None:
+        """Run a joining answering function on ``jobs`` (and what joins them; see the module docstring)."""
+        batch = RunningBatch(self, method, jobs, join=join)
+        began = time.monotonic()
+        try:
+            with interruptible(lambda: self._closed or all(j.abandoned for j in batch.jobs if not j.future.done())):
+                self._answer(batch, method)  # type: ignore[arg-type]
+        except Interrupted:
+            closed = self._closed
+            with self._cond:
+                self._counts["interrupted"] += 1
+            for job in batch.jobs:
+                if not job.future.done():
+                    job.future.set_exception(
+                        SchedulerClosed("the server is shutting down")
+                        if closed
+                        else Abandoned("every client of the batch left or passed its deadline")
+                    )
+            return
+        except Exception as exc:
+            left = [job for job in batch.jobs if not job.future.done()]
+            if len(batch.jobs) == 1 or not join:
+                for job in left:
+                    job.future.set_exception(exc)
+                return
+            logger.info("a joined batch failed (%s); answering its %d open request(s) one by one", exc, len(left))
+            for job in left:
+                if time.monotonic() >= job.deadline:
+                    job.future.set_exception(DeadlineExpired("the request's deadline passed while it was queued"))
+                else:
+                    self._answer_batch(method, [job], join=False)
+            return
+        finally:
+            with self._cond:
+                self._running_questions = 0
+        for job in batch.jobs:
+            if not job.future.done():
+                job.future.set_exception(RuntimeError("the answering function left a request unanswered"))
+        questions = sum(len(job.questions) for job in batch.jobs)
+        self._record_batch(method, len(batch.jobs), questions, time.monotonic() - began)
+
+
+class RunningBatch:
+    """The jobs a joining answering function runs (see the module docstring): ``jobs`` (those it started with, then
+    those it took), ``method``. Made by the scheduler's worker; used from the worker thread only."""
+
+    def __init__(self, scheduler: BatchScheduler, method: str, jobs: list[Job], *, join: bool = True) -> None:
+        self._scheduler, self.method, self.jobs, self._join = scheduler, method, list(jobs), join
+
+    def more(self) -> list[Job]:
+        """Take the queued jobs of this batch's method that fit beside the jobs still running (fair order, the
+        scheduler's bounds); they are running from now on. Empty when none wait, none fit, joining is off, or the
+        job at the head of the queue is of another method (it goes next: the batch then drains)."""
+        if not self._join:
+            return []
+        scheduler = self._scheduler
+        with scheduler._cond:
+            if scheduler._closed or not scheduler._queue or scheduler._queue[0].method != self.method:
+                return []
+            running = [job for job in self.jobs if not job.future.done()]
+            _, taken = scheduler._take_locked(self.method, running)
+            scheduler._running_questions = sum(len(j.questions) for j in running + taken)
+        self.jobs.extend(taken)
+        return taken
+
+    def deliver(self, job: Job, answers: Sequence[Any]) -> None:
+        """``job``'s answers (one per question, in order): its future resolves now, whatever else still runs."""
+        if len(answers) != len(job.questions):
+            raise RuntimeError(f"{len(answers)} answers for {len(job.questions)} questions")
+        if not job.future.done():
+            job.future.set_result(list(answers))

@@ -106,6 +106,32 @@ def test_the_extension_field_carries_d2rags_decision(live):
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
 
 
+def test_a_streamed_chat_sends_the_whole_answer_as_chunks_the_openai_client_reads(live):
+    url, runtime, http = live
+    whole = _client(url).chat.completions.create(model="d2rag", messages=_ask("Is it raining?"))
+    stream = _client(url).chat.completions.create(
+        model="d2rag", messages=_ask("Is it raining?"), stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert runtime.calls[-1] == (["Is it raining?"], "d2rag")
+    assert all(c.object == "chat.completion.chunk" and c.model == "d2rag" for c in chunks)
+    body = [c for c in chunks if c.choices]
+    assert body[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in body) == whole.choices[0].message.content
+    closing = body[-1]
+    assert closing.choices[0].finish_reason == "stop"
+    decision = closing.to_dict()["workbench"]
+    assert decision["method"] == "d2rag" and decision["bundle"] == {"name": "fake-bundle", "version": "1.2.3"}
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    raw = http.post("/v1/chat/completions", json={"model": "dtr", "messages": _ask("raw"), "stream": True})
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
+    assert raw.text.endswith("data: [DONE]\n\n") and all(
+        line.startswith("data: ") for line in raw.text.split("\n\n") if line
+    )
+    refused = http.post("/v1/chat/completions", json={"model": "nope", "messages": _ask("x"), "stream": True})
+    assert _openai_error(refused, 404)["code"] == "model_not_found"  # a refusal is still a JSON error
+
+
 def test_parameters_a_bundle_ignores_are_accepted(live):
     url, runtime, _ = live
     resp = _client(url).chat.completions.create(
@@ -137,7 +163,6 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
     ("extra", "param"),
     [
         ({"n": 2}, "n"),
-        ({"stream": True}, "stream"),
         ({"tools": [TOOL]}, "tools"),
         ({"logprobs": True}, "logprobs"),
         ({"top_logprobs": 2}, "top_logprobs"),
@@ -145,7 +170,7 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"extra_body": {"logit_bias": {"1": 5}}}, "logit_bias"),
     ],
-    ids=["n", "stream", "tools", "logprobs", "top_logprobs", "tool_choice", "response_format", "unknown-field"],
+    ids=["n", "tools", "logprobs", "top_logprobs", "tool_choice", "response_format", "unknown-field"],
 )
 def test_parameters_a_bundle_cannot_honour_are_400(live, extra, param):
     url, runtime, http = live
@@ -249,6 +274,7 @@ def test_openapi_describes_the_v1_routes(live):
     assert {"/v1/models", "/v1/chat/completions"} <= set(spec["paths"])
     responses = spec["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert {"200", "400", "404", "413", "500", "503", "504"} <= set(responses)
+    assert {"application/json", "text/event-stream"} <= set(responses["200"]["content"])  # whole or streamed
 
 
 # ---------------------------------------------------------------------------------------------------- under load

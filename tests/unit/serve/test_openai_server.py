@@ -276,7 +276,7 @@ def test_errors_are_one_line_openai_bodies(server, client, gen):
     for path, body, status in (
         ("/completions", "{bad json", 422),
         ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": "3"}), 422),
-        ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "stream": True}), 400),
+        ("/completions", json.dumps({"model": NAME, "prompt": "Hi", "n": "2", "stream": True}), 422),
         ("/nope", "{}", 404),
     ):
         reply = httpx.post(f"{server.base_url}{path}", content=body, headers={"content-type": "application/json"})
@@ -298,6 +298,7 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     seen = {}
     monkeypatch.setattr(openai_server, "run_model_server", lambda generator, **kw: seen.update(gen=generator, **kw))
     limits = ["--max-sequences", "12", "--max-request-tokens", "900", "--max-echo-tokens", "300"]
+    limits += ["--max-batch-tokens", "4000", "--continuous"]
     result = CliRunner().invoke(
         cli.app,
         [
@@ -322,6 +323,7 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     assert seen["served_name"] == str(tiny_lm_dir) and seen["limits"].max_logprobs == 7 and seen["port"] == 0
     chosen = seen["limits"]
     assert (chosen.max_sequences, chosen.max_request_tokens, chosen.max_echo_tokens) == (12, 900, 300)
+    assert chosen.max_batch_tokens == 4000 and chosen.continuous is True
     assert seen["embedder_name"] == "enc" and seen["embedder"].dim == 32 and seen["embedder"]._cache is None
     same = CliRunner().invoke(cli.app, ["serve-model", "--model", "x", "--embedder", "x"])
     assert "both named 'x'" in str(same.exception)

@@ -107,6 +107,102 @@ def test_cancelled_and_expired_jobs_are_never_computed():
     scheduler.close()
 
 
+def test_a_flood_from_one_client_does_not_hold_another_back():
+    answer = Recorder()
+    scheduler, _ = _held(answer, "hold", max_queue=32, max_batch_questions=4)
+    flood = [scheduler.submit([f"a{i}"], "m", _later(), client="A") for i in range(8)]
+    other = scheduler.submit(["b0"], "m", _later(), client="B")
+    answer.gate.set()
+    assert other.future.result(5) == ["m:b0"] and [job.future.result(5) for job in flood]
+    # the head job leads; B's only job goes before A's second: B is in the first batch behind the running one
+    assert answer.calls == [["hold"], ["a0", "b0", "a1", "a2"], ["a3", "a4", "a5", "a6"], ["a7"]]
+    scheduler.close()
+
+
+def test_one_client_keeps_its_own_order_and_the_fifo_of_one_client_is_unchanged():
+    answer = Recorder()
+    scheduler, _ = _held(answer, "hold", max_batch_questions=3)
+    jobs = [scheduler.submit([name], "m", _later(), client=client) for name, client in
+            [("a0", "A"), ("a1", "A"), ("b0", "B"), ("b1", "B"), ("c0", "C")]]  # fmt: skip
+    answer.gate.set()
+    assert [job.future.result(5) for job in jobs]
+    assert answer.calls == [["hold"], ["a0", "b0", "c0"], ["a1", "b1"]]
+    scheduler.close()
+
+
+def test_the_token_budget_bounds_a_batch_and_a_larger_job_still_runs_alone():
+    answer = Recorder()
+    answer.gate.clear()
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_batch_tokens=10)
+    running = scheduler.submit(["hold"], "m", _later(), tokens=1)
+    assert answer.started.wait(5)
+    jobs = [scheduler.submit([name], "m", _later(), tokens=tokens) for name, tokens in
+            [("a", 4), ("b", 4), ("c", 4), ("big", 30), ("d", 2)]]  # fmt: skip
+    answer.gate.set()
+    assert running.future.result(5) and [job.future.result(5) for job in jobs]
+    # a + b = 8 fit under 10, c would make 12; the job over the budget is answered alone, in its turn
+    assert answer.calls == [["hold"], ["a", "b"], ["c"], ["big"], ["d"]]
+    scheduler.close()
+
+
+def test_a_joining_batch_takes_queued_jobs_within_the_bounds_and_each_leaves_when_answered():
+    taken: list[list[list[str]]] = []
+    gate, started = threading.Event(), threading.Event()
+
+    def answer(batch, method):
+        taken.append([job.questions for job in batch.jobs])
+        started.set()
+        gate.wait(5)
+        if method == "m" and len(taken) == 1:
+            taken.append([job.questions for job in batch.more()])  # b and c fit beside a (3 questions), d does not
+            batch.deliver(batch.jobs[0], ["A"])  # a leaves: its client has its answer now
+            assert first.future.done() and not batch.jobs[1].future.done()
+            taken.append([job.questions for job in batch.more()])  # the head is e, another method's: it goes next
+        for job in batch.jobs:
+            if not job.future.done():
+                batch.deliver(job, [f"{method}:{q}" for q in job.questions])
+
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=3, joining=True)
+    first = scheduler.submit(["a"], "m", _later())
+    assert started.wait(5)
+    rest = [scheduler.submit([name], method, _later()) for name, method in
+            [("b", "m"), ("c", "m"), ("e", "n"), ("d", "m")]]  # fmt: skip
+    gate.set()
+    assert first.future.result(5) == ["A"]
+    assert [job.future.result(5) for job in rest] == [["m:b"], ["m:c"], ["n:e"], ["m:d"]]
+    assert taken == [[["a"]], [["b"], ["c"]], [], [["e"]], [["d"]]]
+    assert scheduler.stats()["batches"] == 3 and scheduler.stats()["answered"] == 5
+    scheduler.close()
+
+
+def test_a_joining_batch_that_fails_answers_its_open_jobs_alone_and_keeps_the_answered():
+    gate, started, alone = threading.Event(), threading.Event(), []
+
+    def answer(batch, method):
+        if batch.jobs[0].questions == ["one"]:
+            started.set()
+            gate.wait(5)
+            assert [job.questions for job in batch.more()] == [["two"], ["bad"]]
+            batch.deliver(batch.jobs[0], ["first"])
+            raise RuntimeError("a decoding step failed")
+        alone.append(batch.jobs[0].questions)
+        assert batch.more() == []  # answered alone: nothing joins
+        if batch.jobs[0].questions == ["bad"]:
+            raise ValueError("refused")
+        batch.deliver(batch.jobs[0], ["ok"])
+
+    scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, joining=True)
+    one = scheduler.submit(["one"], "m", _later())
+    assert started.wait(5)
+    two, bad = scheduler.submit(["two"], "m", _later()), scheduler.submit(["bad"], "m", _later())
+    gate.set()
+    assert one.future.result(5) == ["first"] and two.future.result(5) == ["ok"]  # the delivered answer is kept
+    with pytest.raises(ValueError):
+        bad.future.result(5)
+    assert alone == [["two"], ["bad"]]
+    scheduler.close()
+
+
 def test_a_lone_client_never_waits_for_others():
     answer = Recorder()
     scheduler = BatchScheduler(answer, max_queue=16, max_batch_questions=8, max_gather_s=1.0)
@@ -231,7 +327,15 @@ def test_the_fastest_rate_per_method_is_kept():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_queue": 0}, {"max_batch_questions": 0}, {"max_queue": True}, {"max_gather_s": -1.0}]
+    "kwargs",
+    [
+        {"max_queue": 0},
+        {"max_batch_questions": 0},
+        {"max_queue": True},
+        {"max_gather_s": -1.0},
+        {"max_batch_tokens": 0},
+        {"max_batch_tokens": 2.5},
+    ],
 )
 def test_bad_settings_are_refused(kwargs):
     settings = {"max_queue": 4, "max_batch_questions": 4, **kwargs}

@@ -54,6 +54,14 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             ]
     if "serve_model" in engines:
         row, top = engines["serve_model"], levels[-1]
+        single = (row.get("one_prompt_per_request") or {}).get(top)
+        if single:
+            share = single["questions_per_s"] / bench["in_process"]["questions_per_s"]
+            lines += [
+                "",
+                f"single-prompt requests at concurrency {top}: {share:.2f}x the in-process batched rate "
+                f"(goal ≥ {GOAL_VS_IN_PROCESS:.1f}x: **{'met' if share >= GOAL_VS_IN_PROCESS else 'missed'}**).",
+            ]
         lines += [
             "",
             f"Goals for `serve-model` at concurrency {top}: ≥ {GOAL_VS_IN_PROCESS:.1f}x the in-process batched rate — "
@@ -61,6 +69,7 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
             f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
         ]
+    lines += _streamed_lines(engines, levels)
     lines += ["", "## Capabilities probed", ""]
     if engines:
         caps = list(next(iter(engines.values()))["capabilities"])
@@ -95,6 +104,42 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
                 f"| {_fmt(a['auroc_in_process'])} | {_fmt(a['auroc_served'])} | {_fmt(a['auroc_diff'], '+.3f')} |"
             )
         lines.append("")
+    return lines
+
+
+def _streamed_lines(engines: dict[str, Any], levels: list[str]) -> list[str]:
+    """The streaming table: per engine and concurrency, time to first token and whole-request latency (p50 / p95)
+    and tokens/s of one-question streamed chat requests; then the time to first token at the lowest and highest
+    concurrency in one line per engine."""
+    streamed = {name: row["streamed"] for name, row in engines.items() if row.get("streamed")}
+    if not streamed:
+        return []
+    lines = [
+        "",
+        "## Streaming",
+        "",
+        "One-question chat requests with `stream: true` (greedy), a closed loop at each concurrency: time to the first "
+        "chunk with text (TTFT), to the end of the stream, and completion tokens per second.",
+        "",
+        "| engine | concurrency | TTFT p50 s | TTFT p95 s | latency p50 s | latency p95 s | tokens/s | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, loads in streamed.items():
+        for c in levels:
+            m = loads.get(c)
+            if m:
+                lines.append(
+                    f"| {name} | {c} | {_fmt(m['ttft_p50_s'])} | {_fmt(m['ttft_p95_s'])} | {_fmt(m['p50_s'])} "
+                    f"| {_fmt(m['p95_s'])} | {_fmt(m['tokens_per_s'], '.1f')} | {m['errors']} |"
+                )
+    for name, loads in streamed.items():
+        low, top = loads.get(levels[0]), loads.get(levels[-1])
+        if low and top:
+            lines += [
+                "",
+                f"`{name}`: time to first token at concurrency {levels[0]} / {levels[-1]}: "
+                f"{_fmt(low['ttft_p50_s'])} s / {_fmt(top['ttft_p50_s'])} s (p50).",
+            ]
     return lines
 
 

@@ -5,15 +5,17 @@ compares them, in one run on one machine:
 
 1. **in-process** — the generator loaded here, batched (``generator.batch_size``), no generation cache;
 2. **serve-model** — ``workbench serve-model`` started as a separate process on the same model, reached by the served
-   backend at each concurrency of ``bench_served.concurrency`` (requests in flight);
+   backend at each concurrency of ``bench_served.concurrency`` (requests in flight); ``serve_model_continuous`` is
+   the same server with continuous batching (``--continuous``), when ``bench_served.engines`` names it;
 3. **llama.cpp** — ``llama-cpp-python``'s OpenAI-compatible server on the embedded GGUF file (the quantised weights
    the embedded SmolLM2 is converted from), when the package is installed; else one line says it was not run.
 
-Per engine: the probed capabilities, questions/s per concurrency, and per feature the agreement with the in-process
-values — Spearman rank correlation, the largest absolute difference, and AUROC of the greedy answer's correctness
-in-process vs served. Features an engine cannot serve are listed with the capability it lacks. Output:
-``bench.json``; the report stage ``report_bench_served`` turns it into tables and plots
-(:mod:`workbench.bench.served.report`).
+Per engine: the probed capabilities, questions/s per concurrency, streamed one-question chat requests per
+concurrency (time to first token, latency, tokens/s: :mod:`workbench.bench.served.streamed`), and per feature the
+agreement with the in-process values — Spearman rank correlation, the largest absolute difference, and AUROC of
+the greedy answer's correctness in-process vs served. Features an engine cannot serve are listed with the
+capability it lacks. Output: ``bench.json``; the report stage ``report_bench_served`` turns it into tables and
+plots (:mod:`workbench.bench.served.report`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from workbench.backends.lora import resolve_model
 from workbench.bench.harness import thread_counts, timed
 from workbench.bench.report import write_bench_report
 from workbench.bench.served.report import write_served_report
+from workbench.bench.served.streamed import stream_load
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.methods.backend_needs import feature_needs
@@ -155,6 +158,18 @@ def _bench_engine(
             option_reads=dict(generator.option_reads),
         )
         generator.close()
+    questions = [str(row["question"]) for row in rows]
+    result["streamed"] = {}
+    for concurrency in section.concurrency:  # a chat front-end's load: one question per streamed request
+        requests = max(section.stream_requests, concurrency)
+        load = stream_load(
+            base_url, served_name, questions, concurrency=concurrency, requests=requests,
+            max_tokens=section.stream_max_tokens,
+        )  # fmt: skip
+        result["streamed"][str(concurrency)] = load
+        ctx.log.info(
+            "%s streamed at concurrency %d: first token after %s s (p50)", name, concurrency, load["ttft_p50_s"]
+        )
     top = str(max(section.concurrency))
     low = str(min(section.concurrency))
     result["vs_in_process"] = result["rates"][top]["questions_per_s"] / in_process_rate
@@ -176,20 +191,28 @@ def _bench_engine(
 
 
 def serve_model_command(
-    model: str, port: int, served_name: str, *, top_logprobs: int, batch_size: int, device: str, dtype: str
+    model: str,
+    port: int,
+    served_name: str,
+    *,
+    top_logprobs: int,
+    batch_size: int,
+    device: str,
+    dtype: str,
+    continuous: bool = False,
 ) -> list[str]:
     """The command line that starts ``workbench serve-model`` on ``model`` (a generator reference) with this
     interpreter, on ``127.0.0.1:port`` under ``served_name``, as a process of its own (run it with
     :func:`workbench.serve.load.server_process`); no generation cache, no embedder (the measurement is the
-    generator's)."""
+    generator's); ``continuous``: with continuous batching (``--continuous``)."""
     return [
         sys.executable, "-m", "workbench", "serve-model", "--model", model, "--port", str(port),
         "--served-name", served_name, "--max-logprobs", str(top_logprobs), "--batch-size", str(batch_size),
-        "--device", device, "--dtype", dtype, "--embedder", "none",
+        "--device", device, "--dtype", dtype, "--embedder", "none", *(["--continuous"] if continuous else []),
     ]  # fmt: skip
 
 
-def _serve_model_command(ctx: StageContext, port: int, served_name: str) -> list[str]:
+def _serve_model_command(ctx: StageContext, port: int, served_name: str, continuous: bool) -> list[str]:
     generator = ctx.config.generator
     return serve_model_command(
         str(generator.model),
@@ -199,6 +222,7 @@ def _serve_model_command(ctx: StageContext, port: int, served_name: str) -> list
         batch_size=generator.batch_size,
         device=generator.device,
         dtype=generator.dtype,
+        continuous=continuous,
     )
 
 
@@ -268,8 +292,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}/v1"
         log_path = ctx.out_dir / f"{engine}.log"
-        if engine == "serve_model":
-            command, served_name = _serve_model_command(ctx, port, "bench"), "bench"
+        if engine in ("serve_model", "serve_model_continuous"):
+            continuous = engine == "serve_model_continuous"
+            command, served_name = _serve_model_command(ctx, port, "bench", continuous), "bench"
         else:
             gguf = _embedded_gguf(str(ctx.config.generator.model))
             if importlib.util.find_spec("llama_cpp") is None:

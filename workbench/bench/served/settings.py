@@ -29,9 +29,14 @@ class BenchServedSection:
         ],
     )
     concurrency: list[int] = doc("requests in flight per served measurement", [1, 4, 16])
+    stream_requests: int = doc(
+        "streamed one-question chat requests sent per concurrency level (time to first token, latency, tokens/s)", 32
+    )
+    stream_max_tokens: int = doc("max_tokens of each streamed request", 16)
     top_logprobs: int = doc("alternatives per token asked of the servers (and serve-model's --max-logprobs)", 20)
-    engines: list[Literal["serve_model", "llama_cpp"]] = doc(
-        "servers measured: serve_model (`workbench serve-model`), llama_cpp (llama-cpp-python's server on the embedded"
-        " GGUF file; skipped with a note when the package is not installed)",
+    engines: list[Literal["serve_model", "serve_model_continuous", "llama_cpp"]] = doc(
+        "servers measured: serve_model (`workbench serve-model`), serve_model_continuous (the same with --continuous),"
+        " llama_cpp (llama-cpp-python's server on the embedded GGUF file; skipped with a note when the package is not"
+        " installed)",
         ["serve_model", "llama_cpp"],
     )

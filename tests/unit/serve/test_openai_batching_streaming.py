@@ -1,0 +1,339 @@
+"""``workbench serve-model`` across requests and streamed: concurrent one-prompt requests answered in fewer forward
+batches than requests with the answers each would get alone, the token budget of one engine call, and ``stream:
+true`` read by the official ``openai`` client — against a live server over a tiny random model."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from tests.unit.serve.test_openai_server_limits import NAME, PROMPT, _start  # noqa: E402
+from workbench.serve.openai_engine import FINISH  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_lm_dir):
+    """The tiny random model, loaded once for this module (and the server below)."""
+    from workbench.backends.generator import Generator
+
+    return Generator(tiny_lm_dir, max_context=128)
+
+
+@pytest.fixture(scope="module")
+def server(gen):
+    """A live ``serve-model`` over ``gen``, with the limits tests' settings."""
+    with _start(gen) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official ``openai`` client of ``server``."""
+    return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
+
+
+calls: list[list] = []  # the prompts of each generate call under held_first_call (cleared by it)
+
+
+@pytest.fixture
+def held_first_call(gen, monkeypatch) -> Iterator[tuple[threading.Event, list[int]]]:
+    """``gen.generate`` records each call's prompt count (and prompts: ``calls``); its first call waits for the yielded
+    event, so the requests sent meanwhile queue up behind it."""
+    inner, release, sizes = gen.generate, threading.Event(), []
+    calls.clear()
+
+    def generate(prompts, **kwargs):
+        sizes.append(len(prompts))
+        calls.append(list(prompts))
+        if len(sizes) == 1:
+            release.wait(10)
+        return inner(prompts, **kwargs)
+
+    monkeypatch.setattr(gen, "generate", generate)
+    yield release, sizes
+    release.set()
+
+
+def _queued_requests(server) -> int:
+    return httpx.get(f"{server.url}/health", timeout=5).json()["queue"]["queued_requests"]
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def _concurrently(server, held: tuple[threading.Event, list[int]], asks: list) -> list:
+    """Run ``asks`` at once while the first holds the worker; release it once all the others are queued."""
+    release, sizes = held
+    with ThreadPoolExecutor(len(asks)) as pool:
+        first = pool.submit(asks[0])
+        _until(lambda: sizes, "the first request never reached the engine")
+        rest = [pool.submit(ask) for ask in asks[1:]]
+        _until(lambda: _queued_requests(server) == len(asks) - 1, "the requests never queued up")
+        release.set()
+        return [first.result(30)] + [f.result(30) for f in rest]
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
+def test_concurrent_one_prompt_requests_share_forwards_and_answer_as_alone(server, gen, held_first_call, temperature):
+    sizes = held_first_call[1]
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
+    prompts = [f"{PROMPT} {i}" for i in range(8)]
+    batches = gen.counter.lm_batches
+
+    def ask(prompt: str):
+        return lambda: client.completions.create(
+            model=NAME, prompt=prompt, max_tokens=4, temperature=temperature, seed=11, logprobs=2
+        )
+
+    answers = _concurrently(server, held_first_call, [ask(p) for p in prompts])
+    forwards = gen.counter.lm_batches - batches
+    assert sizes == [1, 7] and forwards == 2  # 8 requests: the held one, then the other 7 in one forward batch
+    for prompt, answer in zip(prompts, answers, strict=True):
+        alone = gen.generate([prompt], max_new_tokens=4, temperature=temperature, seed=11, stop=None, top_logprobs=2)
+        choice = answer.choices[0]
+        assert choice.text == alone[0].text  # the rule: a sample depends on (seed, prompt, index), not its batch
+        np.testing.assert_allclose(choice.logprobs.token_logprobs, alone[0].logprobs, atol=1e-4)
+
+
+def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_call):
+    sizes = held_first_call[1]
+    with _start(gen, max_batch_tokens=8) as small:  # two requests of 4 tokens per call
+        client = openai.OpenAI(base_url=small.base_url, api_key="x", max_retries=0, timeout=60)
+        asks = [
+            lambda i=i: client.completions.create(model=NAME, prompt=f"{PROMPT} {i}", max_tokens=4, temperature=0)
+            for i in range(7)
+        ]
+        answers = _concurrently(small, held_first_call, asks)
+        assert sizes == [1, 2, 2, 2] and all(a.choices[0].text is not None for a in answers)
+        # one request over the budget still runs, alone
+        big = client.completions.create(model=NAME, prompt=[PROMPT, PROMPT], n=2, max_tokens=4, temperature=0)
+        assert len(big.choices) == 4 and sizes[-1] == 2
+    from workbench.serve.openai_server import ModelServeLimits
+
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        ModelServeLimits(max_batch_tokens=0)
+
+
+def test_a_flood_from_one_client_address_does_not_hold_another_back(gen, held_first_call):
+    release, _ = held_first_call
+    with _start(gen, max_batch_prompts=3) as small:
+
+        def post(prompt: str, address: str):
+            def send() -> httpx.Response:
+                transport = httpx.HTTPTransport(local_address=address)  # another source address: another client
+                with httpx.Client(transport=transport, timeout=30) as http:
+                    body = {"model": NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+                    return http.post(f"{small.base_url}/completions", json=body)
+
+            return send
+
+        with ThreadPoolExecutor(7) as pool:
+            first = pool.submit(post("flood 0", "127.0.0.1"))
+            _until(lambda: calls, "the first request never reached the engine")
+            flood = []
+            for i in range(1, 6):  # queued one after another: their order is known
+                flood.append(pool.submit(post(f"flood {i}", "127.0.0.1")))
+                _until(lambda i=i: _queued_requests(small) == i, "the flood never queued up")
+            other = pool.submit(post("other", "127.0.0.2"))  # last in the queue
+            _until(lambda: _queued_requests(small) == 6, "the other client's request never queued")
+            release.set()
+            answers = [first.result(30), *(f.result(30) for f in flood), other.result(30)]
+    assert all(a.status_code == 200 for a in answers)
+    # FIFO alone would answer "other" in the third call; taking clients in turn puts it in the first one it fits
+    assert calls[1] == ["flood 1", "other", "flood 2"] and calls[2] == ["flood 3", "flood 4", "flood 5"]
+
+
+def test_continuous_batching_lets_a_request_join_between_steps_and_each_leave_when_done(gen, monkeypatch):
+    body = {"model": NAME, "max_tokens": 20, "temperature": 1.0, "seed": 9}
+    prompts = [PROMPT, "Hello there"]
+    alone = [gen.generate([p], max_new_tokens=20, temperature=1.0, seed=9, stop=None)[0] for p in prompts]
+    assert [g.finish_reason for g in alone] == ["length", "length"]  # both decode 20 steps alone
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):  # 30 ms more per decoding step: the second request arrives mid-decoding
+        steps.append(len(args[1]))  # the rows this step advanced
+        time.sleep(0.03)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    with _start(gen, continuous=True) as running:
+        client = openai.OpenAI(base_url=running.base_url, api_key="x", max_retries=0, timeout=60)
+        scheduler, prefills = running.app.state.scheduler, gen.counter.lm_batches
+
+        def ask(prompt: str):
+            return lambda: (client.completions.create(prompt=prompt, **body), time.monotonic())
+
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(ask(prompts[0]))
+            _until(lambda: len(steps) >= 3, "the first request never started decoding")
+            second = pool.submit(ask(prompts[1]))
+            (a, a_done), (b, b_done) = first.result(30), second.result(30)
+        _until(lambda: scheduler.stats()["batches"], "the running batch never ended")  # counted once it returns
+        assert scheduler.stats()["batches"] == 1 and gen.counter.lm_batches - prefills == 2  # one batch, 2 prefills
+        assert 2 in steps and a_done < b_done  # steps advanced both rows; the first left when its rows ended
+        assert len(steps) < 2 * 19  # fewer steps than one request after the other
+    assert [a.choices[0].text, b.choices[0].text] == [g.text for g in alone]  # as alone (seeded per row)
+
+
+def test_continuous_batching_drops_the_rows_of_a_request_whose_client_left(gen, monkeypatch):
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):
+        steps.append(len(args[1]))  # the rows this step advanced
+        time.sleep(0.03)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    body = {"model": NAME, "max_tokens": 40, "temperature": 0}
+    with _start(gen, continuous=True) as running, ThreadPoolExecutor(2) as pool:
+        stays = pool.submit(httpx.post, f"{running.base_url}/completions", json={**body, "prompt": PROMPT}, timeout=30)
+        _until(lambda: len(steps) >= 2, "the first request never started decoding")
+        with pytest.raises(httpx.TimeoutException):  # joins, then leaves after 0.4 s
+            httpx.post(f"{running.base_url}/completions", json={**body, "prompt": "Hello"}, timeout=0.4)
+        assert stays.result(30).status_code == 200
+    both = [i for i, rows in enumerate(steps) if rows == 2]
+    assert both and steps[both[-1] + 1 :] and set(steps[both[-1] + 1 :]) == {1}  # after it left: one row a step
+    assert len(both) < 30  # it did not decode to its end
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "seeded"])
+def test_continuous_batching_answers_concurrent_requests_as_alone(gen, temperature):
+    prompts = [f"{PROMPT} {i}" for i in range(6)]
+    stop = gen.generate(prompts[:1], max_new_tokens=8, temperature=temperature, seed=2, stop=None)[0].text[2:4]
+    sampling = {"temperature": temperature, "seed": 2, "n": 2}
+
+    def ask(prompt: str):
+        return client.completions.create(model=NAME, prompt=prompt, max_tokens=8, stop=stop, logprobs=3, **sampling)
+
+    with _start(gen, continuous=True) as running, ThreadPoolExecutor(6) as pool:
+        client = openai.OpenAI(base_url=running.base_url, api_key="x", max_retries=0, timeout=60)
+        answers = list(pool.map(ask, prompts))
+    for prompt, answer in zip(prompts, answers, strict=True):
+        alone = gen.generate([prompt], max_new_tokens=8, stop=[stop], top_logprobs=3, **sampling)
+        assert [c.text for c in answer.choices] == [g.text for g in alone]
+        assert [c.finish_reason for c in answer.choices] == [FINISH[g.finish_reason] for g in alone]
+        listed = answer.choices[1].logprobs.token_logprobs[: len(alone[1].logprobs)]
+        np.testing.assert_allclose(listed, alone[1].logprobs, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------- streaming
+
+
+def _events(response: httpx.Response) -> list[dict | str]:
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    out: list[dict | str] = []
+    for block in response.text.split("\n\n"):
+        if block:
+            assert block.startswith("data: ")
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_streamed_chat_joins_to_the_whole_answer_with_the_openai_client(client, gen):
+    messages = [{"role": "user", "content": "Who wrote Hamlet?"}]
+    kwargs = {"model": NAME, "messages": messages, "max_tokens": 8, "temperature": 1.0, "seed": 1, "logprobs": True}
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
+    assert all(c.object == "chat.completion.chunk" for c in chunks) and len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    body = [c for c in chunks if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in body)
+    assert text == whole.choices[0].message.content and text
+    entries = [e for c in body if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in entries] == [e.token for e in whole.choices[0].logprobs.content]
+    assert len([c for c in body if c.choices[0].delta.content]) > 1  # sent in pieces, not in one
+    assert [c.choices[0].finish_reason for c in body][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_streamed_completions_of_several_prompts_and_samples(server, client):
+    kwargs = {"model": NAME, "prompt": [PROMPT, "Hello"], "max_tokens": 5, "temperature": 1.0, "seed": 3, "n": 2}
+    whole = client.completions.create(**kwargs, logprobs=1)
+    chunks = list(client.completions.create(**kwargs, logprobs=1, stream=True))
+    for choice in whole.choices:
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == choice.index]
+        assert "".join(m.text for m in mine) == choice.text and mine[-1].finish_reason == choice.finish_reason
+        assert [t for m in mine for t in m.logprobs.tokens] == choice.logprobs.tokens
+    # raw events: the OpenAI shape, ending with [DONE]; echo puts the prompt first
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 3, "temperature": 0, "echo": True, "stream": True}
+    events = _events(httpx.post(f"{server.base_url}/completions", json=body, timeout=30))
+    assert events[-1] == "[DONE]" and all(e["object"] == "text_completion" for e in events[:-1])
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]).startswith(PROMPT)
+    assert all("usage" not in e for e in events[:-1])  # no include_usage: no usage field at all
+
+
+def test_a_refused_streamed_request_is_an_ordinary_json_error(server):
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 3, "n": 0, "stream": True}
+    reply = httpx.post(f"{server.base_url}/completions", json=body, timeout=30)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "n"
+    wrong = {"model": NAME, "prompt": PROMPT, "stream": True, "stream_options": {"include_usage": "yes"}}
+    assert httpx.post(f"{server.base_url}/completions", json=wrong, timeout=30).status_code == 422
+
+
+# ---------------------------------------------------------------------------------------------------- bench-served
+
+
+def test_stream_load_times_first_tokens_and_the_report_states_them(server):
+    from workbench.bench.served.report import report_lines
+    from workbench.bench.served.streamed import stream_load
+
+    questions = ["Who wrote Hamlet?", "What is the capital of France?"]
+    loads = {
+        str(c): stream_load(server.base_url, NAME, questions, concurrency=c, requests=4, max_tokens=3) for c in (1, 4)
+    }
+    for load in loads.values():
+        assert load["errors"] == 0 and load["requests"] == 4
+        assert 0 < load["ttft_p50_s"] <= load["p50_s"] <= load["p95_s"] and load["tokens_per_s"] > 0
+    bad = stream_load(server.base_url, "no-such-model", questions, concurrency=1, requests=2, max_tokens=3)
+    assert bad["errors"] == 2 and bad["ttft_p50_s"] is None  # a 404 is counted, never timed
+    row = {
+        "rates": {"1": {"questions_per_s": 0.4}, "4": {"questions_per_s": 0.6}},
+        "vs_in_process": 0.6,
+        "vs_own_lowest": 1.5,
+        "one_prompt_per_request": {"1": {"questions_per_s": 0.3}, "4": {"questions_per_s": 0.9}},
+        "streamed": loads,
+        "capabilities": {"n": True},
+        "skipped": {},
+        "agreement": {"greedy_identical": 1.0},
+    }
+    bench = {
+        "questions": 2,
+        "features": [],
+        "settings": {"concurrency": [1, 4]},
+        "in_process": {"questions_per_s": 1.0, "batch_size": 8},
+        "engines": {"serve_model": row},
+        "accuracy": 0.5,
+    }
+    text = "\n".join(report_lines(bench))
+    assert "single-prompt requests at concurrency 4: 0.90x the in-process batched rate (goal ≥ 0.8x: **met**)" in text
+    first = (
+        f"time to first token at concurrency 1 / 4: {loads['1']['ttft_p50_s']:.3f} s / {loads['4']['ttft_p50_s']:.3f} s"
+    )
+    assert first in text and "## Streaming" in text
+    assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text
+
+
+def test_bench_served_starts_serve_model_with_continuous_batching_when_asked():
+    from workbench.bench.served.run import serve_model_command
+
+    common = {"top_logprobs": 20, "batch_size": 8, "device": "cpu", "dtype": "float32"}
+    assert "--continuous" not in serve_model_command("smollm2", 8000, "bench", **common)
+    assert serve_model_command("smollm2", 8000, "bench", continuous=True, **common)[-1] == "--continuous"

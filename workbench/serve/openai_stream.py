@@ -1,0 +1,114 @@
+"""Streamed answers (``stream: true``): OpenAI's chunk objects sent as server-sent events, as OpenAI and vLLM send
+them (docs/served-models.md).
+
+A streamed response is ``text/event-stream``: one ``data: {chunk}`` event per piece of an answer, then ``data:
+[DONE]``. A request is checked, queued and answered exactly as when it is not streamed, and the stream begins once
+its answer is ready: every refusal (400, 404, 503, 504 …) is still an ordinary JSON error with its status, never an
+event in a stream that began with 200. The chunks then carry the answer piece by piece:
+
+* ``/v1/completions`` — ``object: "text_completion"``; one chunk per listed token of each choice (``text`` its
+  piece, ``logprobs`` the entries of that token when the request asked for them), the choice's last chunk carrying
+  its ``finish_reason``;
+* ``/v1/chat/completions`` — ``object: "chat.completion.chunk"``; per choice a first ``delta`` ``{"role":
+  "assistant", "content": ""}``, one ``delta.content`` per token (with its ``logprobs.content`` entry when asked
+  for), then an empty ``delta`` with the ``finish_reason``;
+* ``stream_options: {"include_usage": true}`` — one more chunk before ``[DONE]``: ``choices: []`` and the request's
+  ``usage`` (other chunks then carry ``usage: null``, as OpenAI writes them).
+
+Imports pydantic and Starlette only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import StreamingResponse
+
+DONE = "data: [DONE]\n\n"
+"""The event that ends every stream."""
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk with the request's ``usage`` (and no choices)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    include_usage: bool | None = None
+
+
+def event_stream(chunks: Iterable[dict[str, Any]]) -> StreamingResponse:
+    """A ``text/event-stream`` response sending each chunk as a ``data:`` event, then ``data: [DONE]``."""
+
+    def events() -> Iterator[str]:
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n"
+        yield DONE
+
+    # no-cache and no proxy buffering: each event reaches the client as it is written
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+def split_pieces(text: str, starts: Sequence[int]) -> list[str]:
+    """``text`` cut at ``starts`` (character offsets, not decreasing): piece i runs from ``starts[i]`` (the first
+    from 0) to ``starts[i + 1]`` (the last to the end), so the pieces join to ``text``; no offsets: one piece."""
+    if not starts:
+        return [text]
+    bounds = [0, *starts[1:], len(text)]
+    return [text[bounds[i] : max(bounds[i], bounds[i + 1])] for i in range(len(starts))]
+
+
+def usage_chunk(head: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
+    """The ``include_usage`` chunk: no choices, the request's ``usage``."""
+    return {**head, "choices": [], "usage": usage}
+
+
+def completion_chunks(
+    head: dict[str, Any], choices: Sequence[tuple[dict[str, Any], list[int]]], usage: dict[str, int] | None
+) -> Iterator[dict[str, Any]]:
+    """The chunks of a streamed ``/v1/completions`` answer: ``head`` is ``{"id", "object", "created", "model"}``,
+    ``choices`` each choice (as the whole answer writes it, without ``index``) with where its pieces begin;
+    ``usage`` (or None) adds the usage chunk."""
+    tail = {"usage": None} if usage is not None else {}
+    for index, (choice, starts) in enumerate(choices):
+        block = choice.get("logprobs")
+        pieces = split_pieces(choice["text"], starts)
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            if not piece and block is None and not last:
+                continue  # a token that adds no character (part of one): nothing to send without its log-prob
+            logprobs = None if block is None else {field: values[i : i + 1] for field, values in block.items()}
+            finish = choice["finish_reason"] if last else None
+            entry = {"index": index, "text": piece, "logprobs": logprobs, "finish_reason": finish}
+            yield {**head, "choices": [entry], **tail}
+    if usage is not None:
+        yield usage_chunk(head, usage)
+
+
+def chat_chunks(
+    head: dict[str, Any],
+    choices: Sequence[tuple[dict[str, Any], list[int]]],
+    usage: dict[str, int] | None,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The chunks of a streamed ``/v1/chat/completions`` answer (``head`` and ``choices`` as for
+    :func:`completion_chunks`, each choice with its ``message``); ``extra`` fields (the bundle's ``workbench``
+    record) ride on each choice's last chunk."""
+    tail = {"usage": None} if usage is not None else {}
+    for index, (choice, starts) in enumerate(choices):
+        entries = (choice.get("logprobs") or {}).get("content")
+        opening = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+        yield {**head, "choices": [{**opening, "finish_reason": None}], **tail}
+        for i, piece in enumerate(split_pieces(choice["message"]["content"] or "", starts)):
+            if not piece and entries is None:
+                continue
+            logprobs = None if entries is None else {"content": entries[i : i + 1]}
+            delta = {"index": index, "delta": {"content": piece}, "logprobs": logprobs, "finish_reason": None}
+            yield {**head, "choices": [delta], **tail}
+        closing = {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+        yield {**head, "choices": [closing], **tail, **(extra or {})}
+    if usage is not None:
+        yield usage_chunk(head, usage)
