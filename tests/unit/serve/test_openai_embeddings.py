@@ -46,7 +46,9 @@ def test_answer_is_the_in_process_vectors_as_numbers_or_base64(server, local):
     assert [d["index"] for d in answer["data"]] == [0, 1] and answer["usage"]["prompt_tokens"] > 0
     np.testing.assert_array_equal(np.asarray([d["embedding"] for d in answer["data"]], dtype=np.float32), want)
     packed = _post(server, {"model": NAME, "input": "a cat", "encoding_format": "base64"}).json()["data"][0]
-    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(packed["embedding"]), "<f4"), want[0])
+    # the same single input in-process: a batch's padding may change the float summation order of "a cat"'s vector
+    alone = local.encode(["a cat"])[0]
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(packed["embedding"]), "<f4"), alone)
     assert _post(server, {"model": NAME, "input": "a cat", "dimensions": local.dim}).status_code == 200
 
 
