@@ -22,12 +22,14 @@ class FLARESettings:
     flare.md lists the paper's values beside ours.
 
     * ``theta`` = 0.8 — θ: retrieve for a look-ahead sentence iff one of its tokens has probability below θ (§3.2).
-      The paper's value for its QA tasks (appendix, hyper-parameters table); the study tunes it.
+      The paper's value for 2WikiMultihopQA, ASQA and WikiAsp (its appendix's hyper-parameter table; 0.4 for
+      StrategyQA); the study tunes it.
     * ``beta`` = 0.4 — β: tokens of probability below β are left out of the query (§3.2.1, masked implicit
-      queries); the paper's value. 0 keeps every token (the unmasked sentence as the query).
+      queries); the paper's value on every dataset. 0 keeps every token (the unmasked sentence as the query).
     * ``look_ahead_tokens`` = None — token budget of each look-ahead sentence (None: what is left of the answer's
-      budget, ``answer_max_tokens``). The paper looks 64 tokens ahead and cuts at the first sentence end; our
-      answers are short (16 tokens, stopping at a newline), so one look-ahead usually covers the whole answer.
+      budget, ``answer_max_tokens``). The paper looks one sentence ahead (its code: a window of tokens cut at the
+      first sentence end); our answers are short (16 tokens, stopping at a newline), so one look-ahead usually
+      covers the whole answer.
     * ``max_sentences`` = 8 — rounds of look-ahead (one sentence each) at most. The paper loops until the answer
       is complete; the answer's token budget ends the loop first on our short answers.
     * ``max_retrievals`` = None — retrievals per question at most (None: any sentence may retrieve, as the paper).
