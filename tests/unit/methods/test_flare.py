@@ -144,7 +144,9 @@ def test_theta_one_retrieves_with_the_masked_sentence_and_regenerates_with_the_p
         assert [s.name for s in answer.trace.steps].count("retrieve") <= 1
 
 
-def test_flare_is_evaluated_exported_and_answered_through_the_runtime(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+def test_flare_is_studied_evaluated_exported_and_answered_through_the_runtime(
+    tmp_path, tiny_lm_long_dir, tiny_encoder_dir
+):
     from tests.bundle_run import run_overrides
     from workbench.recipe import load_recipe
     from workbench.runtime import load_bundle
@@ -154,20 +156,29 @@ def test_flare_is_evaluated_exported_and_answered_through_the_runtime(tmp_path, 
         tmp_path,
         tiny_lm_long_dir,
         tiny_encoder_dir,
-        "stages=[build_data,evaluate,export]",
+        "stages=[build_data,study,evaluate,export]",
         "export.name=flare",
         "evaluate.methods=[no_rag,flare]",
-        "evaluate.options={flare: {theta: 1.0, beta: 0.0}}",
+        "evaluate.options={flare: {beta: 0.0}}",
         "evaluate.limit=3",
+        "study.methods=[flare]",
+        "study.space={}",
+        "study.limit=2",
+        "study.n_trials=2",
     )
     result = run_recipe(load_recipe("quickstart", overrides))
-    summary = json.loads((result.run_dir / "stages" / "evaluate" / "summary.json").read_text())
-    assert "flare" in json.dumps(summary)
+    stages = result.run_dir / "stages"
+    assert "flare" in json.dumps(json.loads((stages / "evaluate" / "summary.json").read_text()))
+    studied = json.loads((stages / "study" / "params" / "flare.json").read_text())["options"]["theta"]
+    assert 0.05 <= studied <= 0.95  # drawn from FLARE's own study space
     bundle = next((tmp_path / "bundles" / "flare").glob("1.*"))
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["methods"]["flare"]["options"]["theta"] == 1.0
+    assert manifest["methods"]["flare"]["options"]["theta"] == studied  # evaluate laid the study's pick over it
+    assert manifest["methods"]["flare"]["options"]["beta"] == 0.0
     runtime = load_bundle(bundle, {"allow_model_mismatch": True})
     answer = runtime.answer("What is the capital of France?", "flare")
-    steps = answer.trace["steps"]
-    assert steps[0]["name"] == "look_ahead" and steps[0]["detail"]["retrieve"] is True
-    assert steps[1]["name"] == "retrieve" and steps[1]["detail"]["ids"]
+    look = answer.trace["steps"][0]
+    assert look["name"] == "look_ahead" and look["detail"]["theta"] == studied
+    assert look["detail"]["retrieve"] == (look["detail"]["min_prob"] < studied)  # the bundle's θ decides
+    names = [s["name"] for s in answer.trace["steps"]]
+    assert ("retrieve" in names) == look["detail"]["retrieve"]
