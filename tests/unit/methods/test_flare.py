@@ -105,6 +105,97 @@ def test_the_spec_declares_its_needs_its_study_space_and_a_served_model_lacking_
     assert caught.value.where == "flare" and "generator.tokenizer" in str(caught.value)
 
 
+VOCAB = [" Hamlet", " was", " written", " by", " Shakespeare", ".", " He", " born", " in", " London", " Stratford"]
+
+
+class _Tokenizer:
+    """Token ids of :data:`VOCAB` (id = position + 1) to text."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(VOCAB[i - 1] for i in ids)
+
+
+class _ScriptedGenerator:
+    """A generator that answers a script: continuation (tokens, probabilities) by (closed-book or not, answer so far);
+    every prompt it was sent is kept."""
+
+    tokenizer = _Tokenizer()
+
+    def __init__(self, script):
+        self.script, self.prompts = script, []
+
+    def build_prompt(self, question, context, *, max_new_tokens, system=None):
+        return SimpleNamespace(text=f"<{context or 'closed'}>", n_tokens=10, truncated=False)
+
+    def generate(self, prompts, *, temperature, max_new_tokens, stop):
+        self.prompts += prompts
+        outputs = []
+        for prompt in prompts:
+            context, prefix = prompt[1:].split(">", 1)
+            words, probs = self.script[(context == "closed", prefix)]
+            ids = [VOCAB.index(w) + 1 for w in words]
+            text = "".join(words)
+            outputs.append(SimpleNamespace(text=text, token_ids=ids, logprobs=_log(probs), finish_reason="eos"))
+        return outputs
+
+
+FIRST = " Hamlet was written by Shakespeare."
+SCRIPT = {
+    # the first look-ahead: a confident sentence, then an uncertain one (" London" at p = 0.1)
+    (True, ""): (
+        [" Hamlet", " was", " written", " by", " Shakespeare", ".", " He", " was", " born", " in", " London", "."],
+        [0.9] * 10 + [0.1, 0.9],
+    ),
+    # the second look-ahead, after the first sentence: the uncertain sentence again
+    (True, FIRST): ([" He", " was", " born", " in", " London", "."], [0.9, 0.9, 0.9, 0.9, 0.1, 0.9]),
+    # regenerated with the passages
+    (False, FIRST): ([" He", " was", " born", " in", " Stratford", "."], [0.9] * 6),
+}
+
+
+def _scripted_tools(script):
+    from tests.unit.methods.conftest import make_corpus
+    from workbench.backends.cost import CostCounter
+    from workbench.backends.retrievers import BM25Retriever
+    from workbench.methods.base import Tools
+
+    counter, corpus = CostCounter(), make_corpus()
+    generator = _ScriptedGenerator(script)
+    retriever = BM25Retriever(corpus, counter=counter)
+    tools = Tools(generator=generator, retriever=retriever, corpus=corpus, counter=counter, max_new_tokens=32)
+    return tools, generator
+
+
+def test_the_sentence_loop_keeps_confident_sentences_and_regenerates_an_uncertain_one_with_its_passages():
+    from workbench.methods.flare.method import FLARE
+
+    tools, generator = _scripted_tools(SCRIPT)
+    answer = FLARE(tools, FLARESettings(theta=0.8, beta=0.4).validate()).answer({"question": "Who wrote Hamlet?"})
+    assert answer.text == "Hamlet was written by Shakespeare. He was born in Stratford."
+    steps = answer.trace.steps
+    assert [(s.name, s.detail["sentence"]) for s in steps] == [
+        ("look_ahead", 0),
+        ("look_ahead", 1),
+        ("retrieve", 1),
+        ("regenerate", 1),
+    ]
+    assert steps[0].detail["retrieve"] is False and steps[0].detail["text"] == FIRST  # cut at its sentence end
+    assert steps[0].detail["min_prob"] == pytest.approx(0.9)  # the next sentence's doubt is not the first's
+    assert steps[1].detail["retrieve"] is True and steps[1].detail["min_prob"] == pytest.approx(0.1)
+    assert steps[2].detail["query"] == "He was born in."  # " London" (p = 0.1 < β) masked out
+    assert "d3#0" in steps[2].detail["ids"] and answer.trace.retrieved and "d3#0" in answer.trace.passages
+    # the regeneration continues the answer so far, with the passages in its prompt
+    regenerated = generator.prompts[-1]
+    assert regenerated.endswith(">" + FIRST) and "Stratford" in regenerated.split(">")[0]
+    assert answer.trace.totals()["retrieval_calls"] == 1
+
+    # θ below every token's probability: the look-ahead sentences are kept as they are, nothing is retrieved
+    tools, _ = _scripted_tools(SCRIPT)
+    kept = FLARE(tools, FLARESettings(theta=0.05).validate()).answer({"question": "Who wrote Hamlet?"})
+    assert kept.text == "Hamlet was written by Shakespeare. He was born in London." and not kept.trace.retrieved
+    assert [s.name for s in kept.trace.steps] == ["look_ahead", "look_ahead"]
+
+
 QUESTIONS = [{"question": "Who painted the Mona Lisa?"}, {"question": "What is the capital of France?"}]
 
 
