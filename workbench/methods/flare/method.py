@@ -113,10 +113,14 @@ class FLARE(Method):
         if ended or not sentence.text.strip() or w.left <= 0:
             w.done = True
 
+    def _sentence_budget(self, w: _Work) -> int:
+        """Tokens one sentence may take: ``look_ahead_tokens``, within what is left of the answer's budget."""
+        return min(w.left, self.settings.look_ahead_tokens or w.left)
+
     def _look_ahead(self, work: list[_Work], sentence: int) -> list[_Work]:
         """The closed-book next sentence of each answer and the decision; returns the questions that retrieve."""
         s = self.settings
-        budgets = [min(w.left, s.look_ahead_tokens or w.left) for w in work]
+        budgets = [self._sentence_budget(w) for w in work]
         retrieving = []
         own: list[dict[str, float] | None] = [None] * len(work)
         with shared_step([w.trace for w in work], "look_ahead", self.tools.counter, own) as details:
@@ -197,7 +201,11 @@ class FLARE(Method):
         own: list[dict[str, float] | None] = [None] * len(work)
         with shared_step([w.trace for w in work], "regenerate", tools.counter, own) as details:
             outputs = continue_answers(
-                tools, [w.question for w in work], contexts, [w.answer for w in work], [w.left for w in work]
+                tools,
+                [w.question for w in work],
+                contexts,
+                [w.answer for w in work],
+                [self._sentence_budget(w) for w in work],
             )
             own[:] = [generation_cost(out) for out in outputs]
             for w, out, detail in zip(work, outputs, details, strict=True):
