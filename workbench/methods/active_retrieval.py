@@ -57,8 +57,8 @@ def min_token_prob(logprobs: Sequence[float] | np.ndarray) -> float:
 
 
 def masked_query(token_ids: Sequence[int], logprobs: Sequence[float] | np.ndarray, beta: float, decode: Decode) -> str:
-    """The sentence's text with every token of probability below ``beta`` left out (Jiang et al., 2023, §3.2.1,
-    "masked sentences as implicit queries": tokens with ``p < β`` are masked so that a possibly wrong token does not
+    """The sentence's text with every token of probability below ``beta`` left out (Jiang et al., 2023, §3.2.2,
+    masked sentences as implicit queries: tokens with ``p < β`` are masked so that a possibly wrong token does not
     steer the search). ``beta = 0`` keeps every token. Returns the kept tokens decoded together, stripped."""
     keep = token_probs(logprobs) >= beta
     if len(keep) != len(token_ids):

@@ -8,9 +8,9 @@ __all__ = ["decide"]
 
 
 def decide(min_prob: Any, theta: float) -> Any:
-    """Retrieve iff some token of the look-ahead sentence has probability below θ (Jiang et al., 2023, §3.2, eq. 3:
-    "if the LM is confident about ŝ_t — all its tokens have probabilities ≥ θ — accept it without retrieving;
-    otherwise retrieve"), i.e. iff the sentence's lowest token probability ``min_prob < θ``. ``θ = 0`` never
-    retrieves, ``θ = 1`` retrieves for every sentence that has a token below certainty. ``min_prob``: a float or a
-    numpy array; the result is a bool or a bool array of its shape."""
+    """Retrieve iff some token of the look-ahead sentence has probability below θ (Jiang et al., 2023, §3.2.1,
+    confidence-based active retrieval: a sentence whose tokens all have probability ≥ θ is accepted as it is,
+    otherwise FLARE retrieves and regenerates it), i.e. iff the sentence's lowest token probability
+    ``min_prob < θ``. ``θ = 0`` never retrieves; ``θ = 1`` retrieves for every sentence with a token below
+    certainty. ``min_prob``: a float or a numpy array; the result is a bool or a bool array of its shape."""
     return min_prob < theta
