@@ -96,6 +96,7 @@ BUILTIN_PACKAGES: tuple[str, ...] = (
     "workbench.methods.dense_rag",
     "workbench.methods.d2rag",
     "workbench.methods.insemrag",
+    "workbench.methods.dragin",
 )
 """The built-in method packages, in the table's order (baselines first)."""
 
