@@ -11,17 +11,9 @@ import numpy as np
 import pytest
 
 from workbench.core.errors import ConfigError
+from workbench.methods.dragin import rind
 from workbench.methods.dragin.method import find_trigger
 from workbench.methods.dragin.reading import AnswerReading
-from workbench.methods.dragin.rind import (
-    attention_influence,
-    first_trigger,
-    is_significant,
-    qfs_query,
-    rind_scores,
-    token_groups,
-    word_spans,
-)
 from workbench.methods.dragin.settings import DraginSettings
 from workbench.methods.registry import METHOD_TABLE, build_method, configure
 
@@ -37,33 +29,33 @@ def test_attention_influence_is_the_largest_weight_any_later_token_pays():
         ]
     )
     # a_max(0) = max(0.7, 0.1, 0.5); a_max(1) = max(0.6, 0.2); a_max(2) = 0.1; the last token: no later token
-    assert attention_influence(a).tolist() == pytest.approx([0.7, 0.6, 0.1, 0.0])
+    assert rind.attention_influence(a).tolist() == pytest.approx([0.7, 0.6, 0.1, 0.0])
 
 
 def test_rind_is_entropy_times_mean_one_influence_times_significance():
     entropies = [2.0, 1.0, 0.5, 3.0]
     influence = [0.2, 0.2, 0.4, 0.2]
     groups = [[0, 1], [2], [3]]  # a two-token word, then two one-token words
-    scores = rind_scores(entropies, influence, groups, [True, True, False])
+    scores = rind.rind_scores(entropies, influence, groups, [True, True, False])
     # H = (1.5, 0.5, 3.0); a = (0.4, 0.4, 0.2) rescaled to mean 1 over 3 words: (1.2, 1.2, 0.6); s = (1, 1, 0)
     assert scores.tolist() == pytest.approx([1.8, 0.6, 0.0])
-    assert rind_scores([1.0], [0.0], [[0]], [True]).tolist() == [0.0]  # no influence at all: nothing to weigh
-    assert first_trigger(scores, 1.2) == 0 and first_trigger(scores, 0.6) == 0
-    assert first_trigger([0.5, 1.2, 1.3], 1.2) == 2  # strictly above the threshold
-    assert first_trigger(scores, 1.81) is None
+    assert rind.rind_scores([1.0], [0.0], [[0]], [True]).tolist() == [0.0]  # no influence at all: nothing to weigh
+    assert rind.first_trigger(scores, 1.2) == 0 and rind.first_trigger(scores, 0.6) == 0
+    assert rind.first_trigger([0.5, 1.2, 1.3], 1.2) == 2  # strictly above the threshold
+    assert rind.first_trigger(scores, 1.81) is None
 
 
 def test_semantic_significance_drops_stopwords_and_punctuation():
-    assert is_significant("Shakespeare") and is_significant("1905")
-    assert not is_significant("The") and not is_significant("of") and not is_significant("--")
+    assert rind.is_significant("Shakespeare") and rind.is_significant("1905")
+    assert not rind.is_significant("The") and not rind.is_significant("of") and not rind.is_significant("--")
 
 
 def test_words_are_tied_to_the_tokens_that_overlap_them():
     text = "<s>Who wrote Hamlet?"
     spans = [(0, 0), (3, 6), (6, 9), (9, 12), (12, 16), (16, 19), (19, 20)]  # BOS; "Who", " wr", "ote", " Ham", ...
-    words = word_spans(text, 3)
+    words = rind.word_spans(text, 3)
     assert [text[a:b] for a, b in words] == ["Who", "wrote", "Hamlet"]
-    assert token_groups(spans, words) == [[1], [2, 3], [4, 5]]
+    assert rind.token_groups(spans, words) == [[1], [2, 3], [4, 5]]
 
 
 def test_qfs_keeps_the_most_attended_significant_words_in_text_order():
@@ -71,10 +63,10 @@ def test_qfs_keeps_the_most_attended_significant_words_in_text_order():
     groups = [[0], [1], [2, 3], [4], [5], [6]]
     weights = [0.30, 0.05, 0.10, 0.15, 0.40, 0.12, 0.20]
     # word weights: who .30 (stopword), wrote .05, Hamlet .25, the .40 (stopword), play .12, Shakespeare .20
-    assert qfs_query(weights, groups, words, 2) == "Hamlet Shakespeare"
-    assert qfs_query(weights, groups, words, 3) == "Hamlet play Shakespeare"
-    assert qfs_query([0.1, 0.1], [[0], [1]], ["alpha", "beta"], 1) == "alpha"  # a tie goes to the earlier word
-    assert qfs_query([0.5], [[0]], ["the"], 3) == ""
+    assert rind.qfs_query(weights, groups, words, 2) == "Hamlet Shakespeare"
+    assert rind.qfs_query(weights, groups, words, 3) == "Hamlet play Shakespeare"
+    assert rind.qfs_query([0.1, 0.1], [[0], [1]], ["alpha", "beta"], 1) == "alpha"  # a tie goes to the earlier word
+    assert rind.qfs_query([0.5], [[0]], ["the"], 3) == ""
 
 
 def test_the_trigger_cuts_before_its_word_and_queries_the_question_and_the_answer_before_it():
@@ -166,19 +158,48 @@ def test_dragin_cuts_retrieves_with_its_query_and_regenerates(peaked_generator):
     assert retrieved, "threshold 0: any significant word with entropy and influence triggers"
     for answer, example in zip(answers, QUESTIONS, strict=True):
         steps = [s.name for s in answer.trace.steps]
-        rind = answer.trace.find("rind").detail
+        scored = answer.trace.find("rind").detail
         if not answer.trace.retrieved:
             continue
         assert steps == ["generate", "rind", "retrieve", "generate"]  # one retrieval allowed: no second RIND pass
         query = answer.trace.find("retrieve").detail["query"]
         assert (
-            rind["query"] == query
+            scored["query"] == query
             and query
-            and set(query.split()) <= set(example["question"].replace("?", "").split() + rind["words"])
+            and set(query.split()) <= set(example["question"].replace("?", "").split() + scored["words"])
         )
         assert len(answer.trace.passages) == 2
         second = [s for s in answer.trace.steps if s.name == "generate"][1].detail
         assert second["round"] == 1 and answer.text.startswith(second["kept"].strip())
+
+
+def test_without_query_words_dragin_searches_with_the_question(peaked_generator, monkeypatch):
+    import workbench.methods.dragin.method as dragin_method
+    from tests.unit.methods.conftest import _tools_over, make_corpus
+
+    monkeypatch.setattr(dragin_method, "qfs_query", lambda *args: "")  # QFS finds no significant word
+    tools = _tools_over(peaked_generator, make_corpus(), max_new_tokens=8)
+    answers = build_method("dragin", tools, {"threshold": 0.0, "max_retrievals": 1}, None).answer_many(QUESTIONS)
+    queries = [a.trace.find("retrieve").detail["query"] for a in answers if a.trace.find("retrieve")]
+    assert queries and set(queries) <= {q["question"] for q in QUESTIONS}
+
+
+def test_a_tokenizer_without_offsets_leaves_the_prompt_out_of_the_query(peaked_generator):
+    from workbench.methods.dragin.reading import _prompt_spans
+
+    class Slow:
+        """The tiny tokenizer as a slow one: no offset mapping."""
+
+        bos_token = peaked_generator.tokenizer.bos_token
+
+        def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+            if return_offsets_mapping:
+                raise NotImplementedError("return_offset_mapping is not available when using Python tokenizers")
+            return peaked_generator.tokenizer(text, add_special_tokens=add_special_tokens)
+
+    fast_ids, fast_spans = _prompt_spans(peaked_generator.tokenizer, "Who wrote Hamlet?", 100)
+    slow_ids, slow_spans = _prompt_spans(Slow(), "Who wrote Hamlet?", 100)
+    assert slow_ids == fast_ids and any(a < b for a, b in fast_spans) and all(a == b for a, b in slow_spans)
 
 
 # ------------------------------------------------------------------------------------------------ through the runtime

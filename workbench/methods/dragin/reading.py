@@ -31,12 +31,18 @@ class AnswerReading:
 
 
 def _prompt_spans(tokenizer: Any, prompt: str, kept: int) -> tuple[list[int], list[tuple[int, int]]]:
-    """The prompt's ids as the generator feeds them (:func:`encode`) and their character spans, the last ``kept``."""
+    """The prompt's ids as the generator feeds them (:func:`encode`) and their character spans, the last ``kept``.
+    A tokenizer that gives no offsets (a slow one), or other ids with them, leaves every span empty: QFS then reads
+    the answer's words only."""
     ids = encode(tokenizer, prompt)
     bos = getattr(tokenizer, "bos_token", None)
-    marked = tokenizer(prompt, add_special_tokens=not (bos and prompt.startswith(bos)), return_offsets_mapping=True)
-    spans = [(int(a), int(b)) for a, b in marked["offset_mapping"]]
-    if list(marked["input_ids"]) != ids:  # a slow tokenizer without offsets would not get here; be safe anyway
+    try:
+        marked = tokenizer(prompt, add_special_tokens=not (bos and prompt.startswith(bos)), return_offsets_mapping=True)
+        spans = [(int(a), int(b)) for a, b in marked["offset_mapping"]]
+        same = list(marked["input_ids"]) == ids
+    except NotImplementedError:  # transformers' slow tokenizers have no offset mapping
+        spans, same = [], False
+    if not same:
         spans = [(0, 0)] * len(ids)
     return ids[-kept:], spans[-kept:]
 
