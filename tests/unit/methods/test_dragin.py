@@ -207,6 +207,8 @@ def test_a_bundle_with_dragin_answers_through_the_runtime(tmp_path, peaked_lm_di
     from tests.bundle_run import FIXTURE, write_corpus
     from workbench.bundle.manifest import content_digest
     from workbench.runtime import load_bundle
+    from workbench.scoring.decisions import bundle_decider
+    from workbench.scoring.records import GivenText, ScoreRecord
 
     bundle = shutil.copytree(FIXTURE, tmp_path / "tiny" / "1.0.0")
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -225,11 +227,17 @@ def test_a_bundle_with_dragin_answers_through_the_runtime(tmp_path, peaked_lm_di
     questions = [f"Where is {title} found?", "What is the capital of France?"]
     answers = rt.answer_many(questions, "dragin")
     assert any(a.retrieved for a in answers)
-    for answer in answers:
+    decide = bundle_decider(rt)  # workbench score's decisions: DRAGIN's round 0 on the logged question
+    features = dict.fromkeys(rt.policy.features, -0.5)  # D²-RAG decides too: any values
+    for question, answer in zip(questions, answers, strict=True):
         steps = [s["name"] for s in answer.trace["steps"]]
         assert steps[:2] == ["generate", "rind"]
         if answer.retrieved:
             assert answer.passages and answer.retrieval_calls >= 1 and "retrieve" in steps
+        first = answer.trace["steps"][1]["detail"]
+        made = decide(features, {}, ScoreRecord(0, "x", question, GivenText("a logged answer")))["decisions"]["dragin"]
+        assert made["retrieve"] == first["retrieve"] and made["max_rind"] == pytest.approx(first["max_rind"], rel=1e-4)
+        assert made.get("query") == first.get("query")
     never = load_bundle(bundle, {**overrides, "methods": {"dragin": {"threshold": 1000.0}}})  # never retrieves
     assert [a.text for a in never.answer_many(questions, "dragin")] == [
         a.text for a in never.answer_many(questions, "no_rag")

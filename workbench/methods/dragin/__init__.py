@@ -32,6 +32,11 @@ def _build(req: BuildRequest) -> Any:
     return DRAGIN(req.tools, settings=req.settings())
 
 
+def _record_decision(method: Any, question: str, contexts: Any) -> dict[str, Any]:
+    """DRAGIN's first decision on a logged question: its closed-book answer's RIND (round 0 of its answers)."""
+    return method.question_decision(question)
+
+
 METHOD = MethodSpec(
     "dragin",
     "DRAGIN: retrieve where a word's entropy x attention influence x significance exceeds threshold; query from "
@@ -48,6 +53,7 @@ METHOD = MethodSpec(
     # the cut moves with the threshold, so no replay: every trial runs the method; log scale around the code's 1.2
     space={"threshold": {"low": 0.1, "high": 10.0, "log": True}},
     decide=decide,
+    record_decision=_record_decision,
     # RIND reads each token's entropy (its full next-token distribution) and the model's attention
     needs=frozenset({"logprobs", "top_logprobs", "attentions"}),
 )

@@ -130,6 +130,17 @@ class DRAGIN(Method):
             w.trace.passages = [p.chunk_id for p in w.passages]
         return [Answer(w.text, w.trace) for w in work]
 
+    def question_decision(self, question: str) -> dict[str, Any]:
+        """DRAGIN's first decision on ``question`` (what ``workbench score`` reports for a logged question): round 0
+        of its answers — the closed-book answer and its RIND — without retrieving. ``{retrieve, max_rind,
+        threshold}`` and, when it would retrieve, the ``trigger`` word and the QFS ``query``."""
+        work = _Work(question, Trace(self.name))
+        prompts, outputs = self._generate([work], 0)
+        self._rind([work], prompts, outputs, 0)
+        detail = work.trace.find("rind").detail
+        keys = ("retrieve", "max_rind", "threshold", "trigger", "query")
+        return {key: detail[key] for key in keys if key in detail}
+
     # ------------------------------------------------------------------ rounds
     def _generate(self, work: list[_Work], round_: int) -> tuple[list[str], list[Any]]:
         """Greedy continuations of each question's kept answer, with its passages (none in round 0)."""
@@ -153,7 +164,9 @@ class DRAGIN(Method):
         for w, prompt, out in zip(work, prompts, outputs, strict=True):
             with w.trace.step("rind", self.tools.counter) as detail:
                 if len(out.token_ids) == 0:
-                    detail.update(round=round_, words=[], rind=[], threshold=self.settings.threshold, retrieve=False)
+                    detail.update(
+                        round=round_, words=[], rind=[], max_rind=0.0, threshold=self.settings.threshold, retrieve=False
+                    )
                     continue
                 reading = read_answer(self.tools.generator, prompt, out)
                 kept_at = len(prompt) - len(w.kept)
