@@ -107,7 +107,7 @@ def test_the_settings_are_checked_at_their_own_key_and_the_spec_says_what_it_nee
     from workbench.tuning.space import parse_spaces
 
     (param,) = parse_spaces(["dragin"], {}, "study.space")["dragin"]
-    assert (param.name, param.low, param.high, param.log) == ("threshold", 0.1, 10.0, True)
+    assert (param.name, param.low, param.high, param.log) == ("threshold", 0.1, 20.0, True)
 
 
 def test_a_served_backend_without_attentions_is_refused_in_one_line():
