@@ -97,6 +97,7 @@ BUILTIN_PACKAGES: tuple[str, ...] = (
     "workbench.methods.d2rag",
     "workbench.methods.insemrag",
     "workbench.methods.flare",
+    "workbench.methods.dragin",
 )
 """The built-in method packages, in the table's order (baselines first)."""
 
