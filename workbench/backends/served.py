@@ -195,6 +195,16 @@ def context_window(setting: int | None, stated: int | None, config: int | None, 
     )
 
 
+@dataclass(frozen=True)
+class _Round:
+    """One round of a batched call: ``n`` choices asked per payload, the request fields ``params``, and ``read``,
+    which turns one payload's choices (and its index) into a value."""
+
+    n: int
+    read: Callable[[list[dict[str, Any]], int], Any]
+    params: dict[str, Any]
+
+
 class ServedGenerator(CachedGenerations):
     """A served causal LM behind the in-process generator's interface (see the module docstring).
 
@@ -430,21 +440,36 @@ class ServedGenerator(CachedGenerations):
         return prompt
 
     def _generate_missing(self, prompts: list[str], needed: int, params: DecodingParams) -> list[list[Generation]]:
-        """The ``needed`` samples of each prompt: ``batch_size`` prompts per request where the server takes prompt
-        lists and ``n`` (so the engine batches them as in-process), else one request per prompt (or per sample)."""
-        if any(p.startswith(CHAT_MARK) for p in prompts) or not (needed == 1 or self.capabilities.n):
-            return self.client.map(lambda p: self._request(p, needed, params), prompts)
+        """The ``needed`` samples of each prompt, every request of the call in flight together (up to
+        ``max_concurrency``): ``batch_size`` prompts per request where the server takes prompt lists, each asking
+        ``n = needed`` where the server honours ``n`` (so the engine batches them as in-process). Without ``n``, each
+        sample ``j`` is its own choice with its own seed :func:`sample_seed` (``seed``, ``j``) — still sent as prompt
+        lists where the server takes them (one list per sample index) — so a server without ``n`` still sees every
+        sample of the call at once. Chat-only prompts: :meth:`_chat_missing`."""
+        if any(p.startswith(CHAT_MARK) for p in prompts):
+            return self._chat_missing(prompts, needed, params)
         payloads = [self._prompt_payload(p, params) for p in prompts]
+        base = self._request_params(params)
 
-        def read(group: list[dict[str, Any]], index: int) -> list[Generation]:
-            return [self._parse_choice(c, prompts[index], j, params, f"choice {j}") for j, c in enumerate(group)]
+        def reader(first: int) -> Callable[[list[dict[str, Any]], int], list[Generation]]:
+            def read(group: list[dict[str, Any]], index: int) -> list[Generation]:
+                return [
+                    self._parse_choice(c, prompts[index], first + k, params, f"choice {k}") for k, c in enumerate(group)
+                ]
 
-        answers = self._batched(payloads, needed, read, 0, params.max_new_tokens, **self._request_params(params))
-        out = []
-        for gens, prompt_tokens in answers:
-            for gen in gens:
-                gen.prompt_tokens = prompt_tokens
-            out.append(gens)
+            return read
+
+        if needed == 1 or self.capabilities.n:
+            rounds = [_Round(needed, reader(0), base)]
+        else:  # one choice per sample index, each index with its own seed
+            rounds = [_Round(1, reader(j), {**base, "seed": sample_seed(params.seed, j)}) for j in range(needed)]
+        answered = self._batched_rounds(payloads, rounds, 0, params.max_new_tokens)
+        out: list[list[Generation]] = [[] for _ in prompts]
+        for answers in answered:  # sample-index order: the samples of each prompt in order
+            for i, (gens, prompt_tokens) in enumerate(answers):
+                for gen in gens:
+                    gen.prompt_tokens = prompt_tokens
+                out[i].extend(gens)
         return out
 
     def _batched(
@@ -456,84 +481,63 @@ class ServedGenerator(CachedGenerations):
         new_tokens: int,
         **params: Any,
     ) -> list[tuple[Any, int]]:
-        """``(read(choices, i), prompt tokens)`` of each payload ``i`` (a text or a token-id list): ``batch_size``
-        payloads per request where the server takes prompt lists (``capabilities.prompt_lists``), fewer when their
-        answers could pass :data:`ANSWER_BYTES_PER_REQUEST` (``echoed`` prompt positions per token of the payload,
-        ``new_tokens`` per choice); ``max_concurrency`` requests in flight; each answer checked by ``read`` inside
-        the client's retry loop. Costs: one LM call per payload, the server's token counts."""
-        width = int(params.get("logprobs") or 0)
+        """:meth:`_batched_rounds` with one round: ``(read(choices, i), prompt tokens)`` of each payload ``i``."""
+        return self._batched_rounds(payloads, [_Round(n, read, params)], echoed, new_tokens)[0]
 
-        def positions(payload: Any) -> int:
-            return echoed * len(payload) + n * (new_tokens + 1)
-
+    def _batched_rounds(
+        self, payloads: list[Any], rounds: Sequence[_Round], echoed: int, new_tokens: int
+    ) -> list[list[tuple[Any, int]]]:
+        """Per round, ``(round.read(choices, i), prompt tokens)`` of each payload ``i`` (a text or a token-id list),
+        asking ``round.n`` choices per payload with the round's request fields. ``batch_size`` payloads per request
+        where the server takes prompt lists (``capabilities.prompt_lists``), fewer when their answers could pass
+        :data:`ANSWER_BYTES_PER_REQUEST` (``echoed`` prompt positions per token of the payload, ``new_tokens`` per
+        choice); the requests of every round go out together, ``max_concurrency`` in flight, in order; each answer
+        checked by its ``read`` inside the client's retry loop; the first request that fails after its retries
+        fails the call (:meth:`ServedClient.map`). Costs: one LM call per payload and round, the server's token
+        counts."""
         size = self.batch_size if self.capabilities.prompt_lists else 1
-        chunks: list[list[int]] = []  # payload indices
-        for i, payload in enumerate(payloads):
-            last = chunks[-1] if chunks else None
-            grown = sum(positions(payloads[j]) for j in last or []) + positions(payload)
-            if last and len(last) < size and answer_size_cap(grown, width) <= ANSWER_BYTES_PER_REQUEST:
-                last.append(i)
-            else:
-                chunks.append([i])
+        jobs: list[tuple[int, list[int], int]] = []  # (round, payload indices, answer size cap)
+        for r, round_ in enumerate(rounds):
+            width = int(round_.params.get("logprobs") or 0)
 
-        def call(chunk: list[int]) -> tuple[list[Any], tuple[int, int]]:
+            def positions(payload: Any, n: int = round_.n) -> int:
+                return echoed * len(payload) + n * (new_tokens + 1)
+
+            chunks: list[list[int]] = []
+            for i, payload in enumerate(payloads):
+                last = chunks[-1] if chunks else None
+                grown = sum(positions(payloads[j]) for j in last or []) + positions(payload)
+                if last and len(last) < size and answer_size_cap(grown, width) <= ANSWER_BYTES_PER_REQUEST:
+                    last.append(i)
+                else:
+                    chunks.append([i])
+            jobs.extend(
+                (r, chunk, answer_size_cap(sum(positions(payloads[i]) for i in chunk), width)) for chunk in chunks
+            )
+
+        def call(job: tuple[int, list[int], int]) -> tuple[list[Any], tuple[int, int]]:
+            r, chunk, cap = job
+            round_ = rounds[r]
+
             def read_all(answer: dict[str, Any]) -> tuple[list[Any], tuple[int, int]]:
-                found = choices(answer, len(chunk) * n)
-                values = [read(found[k * n : (k + 1) * n], i) for k, i in enumerate(chunk)]
+                found = choices(answer, len(chunk) * round_.n)
+                values = [round_.read(found[k * round_.n : (k + 1) * round_.n], i) for k, i in enumerate(chunk)]
                 return values, usage_tokens(answer)
 
-            cap = answer_size_cap(sum(positions(payloads[i]) for i in chunk), width)
             prompt = [payloads[i] for i in chunk] if len(chunk) > 1 else payloads[chunk[0]]
-            return self.client.completion(prompt, n=n, read=read_all, cap=cap, **params)
+            return self.client.completion(prompt, n=round_.n, read=read_all, cap=cap, **round_.params)
 
-        out: list[tuple[Any, int]] = []
-        for chunk, (values, (prompt_total, completion_total)) in zip(
-            chunks, self.client.map(call, chunks), strict=True
+        out: list[list[tuple[Any, int]]] = [[None] * len(payloads) for _ in rounds]  # type: ignore[list-item]
+        for (r, chunk, _), (values, (prompt_total, completion_total)) in zip(
+            jobs, self.client.map(call, jobs), strict=True
         ):
             self.counter.lm_calls += len(chunk)
             self.counter.prefill_tokens += prompt_total
             self.counter.decoded_tokens += completion_total
             for i, value in zip(chunk, values, strict=True):
                 payload = payloads[i]
-                out.append((value, len(payload) if isinstance(payload, list) else prompt_total // len(chunk)))
+                out[r][i] = (value, len(payload) if isinstance(payload, list) else prompt_total // len(chunk))
         return out
-
-    def _request(self, prompt: str, needed: int, params: DecodingParams) -> list[Generation]:
-        """The ``needed`` samples of one prompt (one request with ``n``, or one per sample, each with its own
-        :func:`sample_seed`)."""
-        if prompt.startswith(CHAT_MARK):
-            return self._chat_request(prompt, needed, params)
-        payload = self._prompt_payload(prompt, params)
-        base = self._request_params(params)
-        echoed = len(payload) if isinstance(payload, list) else 0
-        cap = answer_size_cap(echoed + needed * (params.max_new_tokens + 1), int(base.get("logprobs") or 0))
-
-        def reader(count: int, first: int) -> Callable[[dict[str, Any]], tuple[list[Generation], tuple[int, int]]]:
-            def read(answer: dict[str, Any]) -> tuple[list[Generation], tuple[int, int]]:
-                found = choices(answer, count)
-                gens = [self._parse_choice(c, prompt, first + j, params, f"choice {j}") for j, c in enumerate(found)]
-                return gens, usage_tokens(answer)
-
-            return read
-
-        if needed == 1 or self.capabilities.n:
-            answers = [self.client.completion(payload, n=needed, read=reader(needed, 0), cap=cap, **base)]
-        else:
-            answers = [
-                self.client.completion(
-                    payload, n=1, read=reader(1, j), cap=cap, **{**base, "seed": sample_seed(params.seed, j)}
-                )
-                for j in range(needed)
-            ]
-        gens: list[Generation] = []
-        for found, (prompt_tokens, completion_tokens) in answers:
-            self.counter.lm_calls += 1
-            self.counter.prefill_tokens += prompt_tokens
-            self.counter.decoded_tokens += completion_tokens
-            for gen in found:
-                gen.prompt_tokens = prompt_tokens
-            gens.extend(found)
-        return gens
 
     def _parse_choice(
         self, choice: dict[str, Any], prompt: str, index: int, params: DecodingParams, where: str
@@ -629,57 +633,65 @@ class ServedGenerator(CachedGenerations):
                 return k
         return len(tokens)
 
-    def _chat_request(self, prompt: str, needed: int, params: DecodingParams) -> list[Generation]:
-        """Chat-only mode: the messages go to the chat route, the server's template renders them. One request with
-        ``n`` where the server takes it; a sample the server left out (or every sample, without ``n``) is asked for
-        on its own with its :func:`sample_seed`."""
-        messages = json.loads(prompt[len(CHAT_MARK) :])
+    def _chat_missing(self, prompts: list[str], needed: int, params: DecodingParams) -> list[list[Generation]]:
+        """Chat-only mode: the messages go to the chat route, the server's template renders them, one request per
+        prompt with ``n`` where the server takes it; the samples the server left out (or every sample, without
+        ``n``) are then asked for each on its own with its :func:`sample_seed`. Each round's requests are in flight
+        together (``max_concurrency``)."""
         base = self._request_params(params)
         base.pop("logprobs", None)
         base["extra_body"].pop("return_tokens_as_token_ids", None)
         if self.capabilities.logprobs:
             base["logprobs"] = True
             base["top_logprobs"] = self.top_logprobs
-        cap = answer_size_cap(needed * (params.max_new_tokens + 1), self.top_logprobs)
+        count = 1 if needed == 1 or params.greedy else needed
+        if count == 1 or self.capabilities.n:
+            out = self.client.map(lambda p: self._chat_ask(p, count, 0, base, params), prompts)
+        else:
+            out = [[] for _ in prompts]
+        refills = [(i, j) for i, gens in enumerate(out) for j in range(len(gens), count)]
+        asked = self.client.map(
+            lambda job: self._chat_ask(
+                prompts[job[0]], 1, job[1], {**base, "seed": sample_seed(params.seed, job[1])}, params
+            ),
+            refills,
+        )
+        for (i, _), gens in zip(refills, asked, strict=True):  # sample-index order within each prompt
+            out[i].extend(gens)
+        return [gens[:count] for gens in out]
 
-        def ask(count: int, first: int, fields: dict[str, Any]) -> list[Generation]:
-            def read(answer: dict[str, Any]) -> tuple[list[Generation], tuple[int, int]]:
-                items = answer.get("choices") if isinstance(answer, dict) else None
-                got = min(len(items), count) if isinstance(items, list) and items else count
-                found = choices({**answer, "choices": items[:got]} if got < count else answer, got)
-                gens = []
-                for j, choice in enumerate(found):
-                    where = f"choice {j}"
-                    block = LogprobBlock([], [], [])
-                    if self.capabilities.logprobs:
-                        block = chat_logprobs(choice, where, width=self.top_logprobs)
-                    gens.append(
-                        self._generation(
-                            chat_text(choice, where),
-                            block,
-                            finish_reason(choice, where),
-                            prompt,
-                            first + j,
-                            params,
-                            where,
-                        )
+    def _chat_ask(
+        self, prompt: str, count: int, first: int, fields: dict[str, Any], params: DecodingParams
+    ) -> list[Generation]:
+        """One chat request for ``count`` samples of the chat-mode ``prompt`` (numbered from ``first``); the server
+        may answer fewer than ``count`` (the caller asks for the rest)."""
+        messages = json.loads(prompt[len(CHAT_MARK) :])
+        cap = answer_size_cap(count * (params.max_new_tokens + 1), self.top_logprobs)
+
+        def read(answer: dict[str, Any]) -> tuple[list[Generation], tuple[int, int]]:
+            items = answer.get("choices") if isinstance(answer, dict) else None
+            got = min(len(items), count) if isinstance(items, list) and items else count
+            found = choices({**answer, "choices": items[:got]} if got < count else answer, got)
+            gens = []
+            for j, choice in enumerate(found):
+                where = f"choice {j}"
+                block = LogprobBlock([], [], [])
+                if self.capabilities.logprobs:
+                    block = chat_logprobs(choice, where, width=self.top_logprobs)
+                gens.append(
+                    self._generation(
+                        chat_text(choice, where), block, finish_reason(choice, where), prompt, first + j, params, where
                     )
-                return gens, usage_tokens(answer)
+                )
+            return gens, usage_tokens(answer)
 
-            gens, (prompt_tokens, completion_tokens) = self.client.chat(messages, n=count, read=read, cap=cap, **fields)
-            self.counter.lm_calls += 1
-            self.counter.prefill_tokens += prompt_tokens
-            self.counter.decoded_tokens += completion_tokens
-            for gen in gens:
-                gen.prompt_tokens = prompt_tokens
-            return gens
-
-        if needed == 1 or params.greedy:
-            return ask(1, 0, base)[:needed]
-        gens = ask(needed, 0, base) if self.capabilities.n else []
-        for j in range(len(gens), needed):  # the samples the server left out, each with its own seed
-            gens.extend(ask(1, j, {**base, "seed": sample_seed(params.seed, j)}))
-        return gens[:needed]
+        gens, (prompt_tokens, completion_tokens) = self.client.chat(messages, n=count, read=read, cap=cap, **fields)
+        self.counter.lm_calls += 1
+        self.counter.prefill_tokens += prompt_tokens
+        self.counter.decoded_tokens += completion_tokens
+        for gen in gens:
+            gen.prompt_tokens = prompt_tokens
+        return gens
 
     # ------------------------------------------------------------------ scoring and next-token reads
     def _need(self, *names: str, what: str) -> None:

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -304,20 +304,20 @@ class ServedClient:
         return self._post("chat/completions", body, "a chat completion request failed", read, cap, retry)
 
     def map(self, call: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """``[call(item) for item in items]`` with up to ``max_concurrency`` calls in flight; the first error raises
-        (after the others finished or failed), so no answer is half-used."""
+        """``[call(item) for item in items]``, in the items' order, with up to ``max_concurrency`` calls in flight.
+        A call that fails (after its own retries) fails the whole map: the calls not yet started are dropped, the
+        running ones are waited for (no request outlives the map, no answer is half-used), then the error of the
+        first failed item, in the items' order, is raised."""
         if len(items) <= 1:
             return [call(item) for item in items]
         futures = [self._pool.submit(call, item) for item in items]
-        results, first_error = [], None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except Exception as exc:  # keep the first; wait for the rest so no request outlives the call
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
-        return results
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.done() and not f.cancelled() and f.exception() is not None for f in futures):
+            for future in futures:
+                future.cancel()  # only the ones not started yet
+            wait(futures)
+            raise next(f.exception() for f in futures if not f.cancelled() and f.exception() is not None)
+        return [future.result() for future in futures]
 
     def close(self) -> None:
         """Stop the worker threads and close the HTTP connections (the shared event loop keeps running)."""

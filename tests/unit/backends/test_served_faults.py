@@ -68,7 +68,10 @@ class FaultPeer:
     """The misbehaving server (see the module docstring): answers ``GET /v1/models`` with one model ``tiny`` (and
     ``card``'s extra fields), and completions / chat completions validly, except the first ``bad`` answers, which
     carry the fault ``mode``. ``choice`` replaces the completion choice it answers with. Records every request body;
-    the chat route answers ONE choice whatever ``n`` asks."""
+    the chat route answers ONE choice whatever ``n`` asks. For the collection tests: each completion waits
+    ``delay_s`` (the most requests it held at once is :attr:`most_in_flight`); ``refuse`` lists what it answers 400
+    to (``"n"``: n > 1, ``"lists"``: a list of text prompts); ``echo_text`` answers each choice with the text
+    ``"<prompt>|<seed>|<choice index within its prompt>"`` (one token) instead of ``choice``."""
 
     def __init__(
         self,
@@ -77,9 +80,14 @@ class FaultPeer:
         bad: int = 1_000_000,
         card: dict[str, Any] | None = None,
         choice: dict[str, Any] | None = None,
+        delay_s: float = 0.0,
+        refuse: tuple[str, ...] = (),
+        echo_text: bool = False,
     ) -> None:
         self.mode, self.bad, self.card = mode, bad, {"max_model_len": 256, **(card or {})}
         self.choice = choice or VALID_CHOICE
+        self.delay_s, self.refuse, self.echo_text = delay_s, refuse, echo_text
+        self.in_flight = self.most_in_flight = 0
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         peer = self
@@ -112,13 +120,32 @@ class FaultPeer:
                 with peer.lock:
                     peer.bodies.append(body)
                     faulty = peer.mode != "ok" and len(peer.bodies) <= peer.bad
+                with peer.lock:
+                    peer.in_flight += 1
+                    peer.most_in_flight = max(peer.most_in_flight, peer.in_flight)
+                time.sleep(peer.delay_s)
+                with peer.lock:
+                    peer.in_flight -= 1
                 if self.path.endswith("/chat/completions"):
                     choice = {"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}
                     answer = {"object": "chat.completion", "model": "tiny", "choices": [choice]}
                     self._send(json.dumps(answer).encode())
                     return
-                count = _prompt_count(body["prompt"]) * int(body.get("n") or 1)
+                refused = ("n" in peer.refuse and int(body.get("n") or 1) > 1) or (
+                    "lists" in peer.refuse and _prompt_count(body["prompt"]) > 1
+                )
+                if refused:
+                    self.send_error(400, "not supported")
+                    return
+                n = int(body.get("n") or 1)
+                count = _prompt_count(body["prompt"]) * n
                 choices = [{**json.loads(json.dumps(peer.choice)), "index": i} for i in range(count)]
+                if peer.echo_text:
+                    prompts = body["prompt"] if _prompt_count(body["prompt"]) > 1 else [body["prompt"]]
+                    for i, choice in enumerate(choices):
+                        text = f"{prompts[i // n]}|{body.get('seed')}|{i % n}"
+                        block = {"tokens": [text], "token_logprobs": [-0.5], "top_logprobs": [{text: -0.5}]}
+                        choice.update(text=text, logprobs={**block, "text_offset": [0]})
                 answer = {"object": "text_completion", "model": "tiny", "choices": choices, "usage": {}}
                 if faulty:
                     answer = _break(answer, peer.mode)
@@ -261,7 +288,10 @@ def test_samples_asked_one_at_a_time_never_share_a_seed_with_another_call(tiny_l
     caps = Capabilities(n=True, completions=False, chat_template="server")
     with FaultPeer() as peer:
         gen = ServedGenerator(
-            ServedSettings(peer.base_url, "tiny"), capabilities=caps, probe_record=PROBED, max_context=256
+            ServedSettings(peer.base_url, "tiny", max_concurrency=1),  # one at a time: the seeds arrive in order
+            capabilities=caps,
+            probe_record=PROBED,
+            max_context=256,
         )
         try:
             prompt = gen.render_chat("Who wrote Hamlet?")

@@ -4,6 +4,7 @@ in-process; the probe; the top-k approximation; and one-line errors for every fa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from workbench.backends.factory import build_served_generator
 from workbench.backends.prompts import ANSWER_SYSTEM
-from workbench.backends.served import ServedGenerator, topk_entropy
+from workbench.backends.served import ServedGenerator, sample_seed, topk_entropy
 from workbench.backends.served_client import ServedModelError, ServedSettings
 
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
@@ -70,6 +71,28 @@ def test_seeded_samples_equal_in_process(served, local):
     for a, b in zip(want, got, strict=True):
         np.testing.assert_allclose(b.logprobs, a.logprobs, atol=1e-4)
     assert [g.sample_index for g in got] == [0, 1, 2, 0, 1, 2]
+
+
+def test_every_sending_path_gives_the_samples_its_seed_rule_states(served, local, tiny_lm_dir):
+    """Besides n with prompt lists (as probed: the test above), n one prompt per request gives in-process sample j
+    of the seed too; without n (one choice per sample, as prompt lists), sample j is the first sample of
+    ``sample_seed(seed, j)``."""
+    prompts = _prompts(local)[:2]
+    kwargs = {"max_new_tokens": 6, "temperature": 0.9, "stop": ()}
+    want = [g.text for g in local.generate(prompts, n=3, seed=11, **kwargs)]
+    alone = [local.generate([p], n=1, seed=sample_seed(11, j), **kwargs)[0].text for p in prompts for j in range(3)]
+    for change, expected in (({"prompt_lists": False}, want), ({"n": False}, alone)):
+        generator = ServedGenerator(
+            served.settings,
+            tokenizer=str(tiny_lm_dir),
+            capabilities=dataclasses.replace(served.capabilities, **change),
+            probe_record=served.probe_record,
+            top_logprobs=served.top_logprobs,
+        )
+        try:
+            assert [g.text for g in generator.generate(prompts, n=3, seed=11, **kwargs)] == expected, change
+        finally:
+            generator.close()
 
 
 def test_scores_and_next_token_reads_equal_in_process(served, local):

@@ -69,6 +69,7 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
             f"≥ {GOAL_VS_OWN_LOWEST:.0f}x its own concurrency-{levels[0]} rate — **{row['vs_own_lowest']:.2f}x, "
             f"{'met' if row['vs_own_lowest'] >= GOAL_VS_OWN_LOWEST else 'missed'}**.",
         ]
+    lines += collection_lines(bench)
     lines += _streamed_lines(engines, levels)
     lines += ["", "## Capabilities probed", ""]
     if engines:
@@ -140,6 +141,20 @@ def _streamed_lines(engines: dict[str, Any], levels: list[str]) -> list[str]:
                 f"`{name}`: time to first token at concurrency {levels[0]} / {levels[-1]}: "
                 f"{_fmt(low['ttft_p50_s'])} s / {_fmt(top['ttft_p50_s'])} s (p50).",
             ]
+    return lines
+
+
+def collection_lines(bench: dict[str, Any]) -> list[str]:
+    """One line per engine, in this exact form: "served collection at concurrency N: N.NNx in-process" — its rate at
+    the highest concurrency measured over the in-process batched rate (issue 46's goal for ``serve-model``: at least
+    :data:`GOAL_VS_IN_PROCESS`)."""
+    top = max(int(c) for c in bench["settings"]["concurrency"])
+    base = bench["in_process"]["questions_per_s"]
+    lines = []
+    for name, row in bench["engines"].items():
+        rate = row["rates"].get(str(top), {}).get("questions_per_s")
+        if rate is not None and base:
+            lines += ["", f"`{name}`: served collection at concurrency {top}: {rate / base:.2f}x in-process"]
     return lines
 
 
