@@ -12,6 +12,7 @@ import numpy as np
 
 from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
+from workbench.methods.learned import ROUTER_NAMES
 from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
 from workbench.metrics.ranking import auroc, auroc_rows
 from workbench.metrics.rejection import prr
@@ -29,7 +30,7 @@ def _role_lines(selection: dict) -> list[str]:
     names = {
         "weights": "classifier weights",
         "mlp_early_stopping": "MLP early stopping",
-        "model_choice": "model choice (LR vs MLP)",
+        "model_choice": "model choice (between the kinds)",
         "seed_choice": "seed choice",
         "tau": "classifier τ",
         "single_feature_tau": "single-feature τ",
@@ -59,7 +60,7 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         "where τ was chosen |",
         "|---|---:|---|---|---:|---:|",
     ]
-    short = {"logistic": "LR", "mlp": "MLP"}
+    short = ROUTER_NAMES
     for kind, info in selection["kinds"].items():
         s = info["summary"][kind]
         t = selection["thresholds"][short[kind]]
@@ -74,7 +75,7 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     features = pred["features"]
     best = max(features, key=lambda f: _auroc(features[f], labels))
     lines += classifier_vs_feature_lines(pred, labels, best, split)
-    curves = {k: pred[k] for k in ("LR", "MLP") if k in pred}
+    curves = {k: pred[k] for k in ROUTER_NAMES.values() if k in pred}
     curves[f"{best} (best feature)"] = features[best]
     roc_curves(out_dir / "roc.png", curves, labels, title=f"ROC for closed-book correctness on {split}")
     rejection_curves(out_dir / "rejection.png", curves, labels, title=f"Prediction-rejection curves on {split}")
@@ -145,7 +146,7 @@ def routing_table_lines(routing: dict, split: str) -> list[str]:
 
 
 def _bold(name: str) -> str:
-    return f"**{name}**" if name in ("LR", "MLP", "Router") else name
+    return f"**{name}**" if name in (*ROUTER_NAMES.values(), "Router") else name
 
 
 def paired_bootstrap(
@@ -180,9 +181,10 @@ def paired_bootstrap(
 
 
 def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: str, split: str) -> list[str]:
-    """Markdown: do LR / MLP over the calibrated features rank correctness better than the best single feature?"""
+    """Markdown: do the classifiers (LR, MLP, k-NN, tree) over the calibrated features rank correctness better than
+    the best single feature?"""
 
-    scores = {k: pred[k] for k in ("LR", "MLP") if k in pred}
+    scores = {k: pred[k] for k in ROUTER_NAMES.values() if k in pred}
     if not scores:
         return []
     scores[best] = pred["features"][best]

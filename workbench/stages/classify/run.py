@@ -41,10 +41,11 @@ from workbench.classify.select import out_of_fold_proba, split_train_val, train_
 from workbench.classify.threshold import choose_threshold
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
-from workbench.methods.learned import CLASSIFIER_KINDS, load_learned, save_learned
+from workbench.methods.learned import CLASSIFIER_KINDS, ROUTER_NAMES, load_learned, save_learned
 from workbench.routing.search import decision_cost
 from workbench.routing.sweep import sweep_rows
 from workbench.stages.classify.router import cost_model, mlp_config, search_router
+from workbench.stages.classify.settings import knn_config_of, tree_config_of
 from workbench.stages.context import StageContext
 from workbench.uncertainty.stat_costs import load_stat_costs
 
@@ -203,6 +204,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             mlp_config=mlp_config(section),
             feature_names=features,
             logistic_C=section.logistic_c,
+            knn_config=knn_config_of(section),
+            tree_config=tree_config_of(section),
         )
         if folds is None:
             choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
@@ -217,6 +220,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 mlp_config=mlp_config(section),
                 feature_names=features,
                 logistic_C=section.logistic_c,
+                knn_config=knn_config_of(section),
+                tree_config=tree_config_of(section),
             )
             choice = threshold(oof, y_fit, np.arange(y_fit.size))
         results[kind] = {"selection": selection, "threshold": choice}
@@ -241,7 +246,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "features": {f: X_eval[:, j].tolist() for j, f in enumerate(features)},
     }
     parity: dict[str, float] = {}
-    names = {"logistic": "LR", "mlp": "MLP"}
+    names = ROUTER_NAMES
     for kind, result in results.items():
         model = result["selection"].model
         p_eval = model.predict_proba(X_eval)
@@ -257,7 +262,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             predictions["lr_weights"] = model.weights()
 
     router = search_router(ctx, data, features, fit_split, eval_split)
-    features_of = {name: [name] for name in features} | {"LR": list(features), "MLP": list(features)}
+    features_of = {name: [name] for name in features} | {names[kind]: list(features) for kind in results}
     if router is not None:
         shipped = router["spec"]["features"]
         raw_eval = np.asarray([data[eval_split]["raw"][f] for f in shipped], dtype=float).T
