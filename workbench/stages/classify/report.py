@@ -117,11 +117,14 @@ def routing_table_lines(routing: dict, split: str) -> list[str]:
             intro + "Feature routers pay for the whole feature collection (all collected features; it includes the "
             "closed-book answer) plus one RAG answer when they retrieve.",
             "",
-            "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            IN_ACCURACY_NOTE,
+            "",
+            "| router | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
                 f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
-                f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} |"
+                f"| {protocol_cells(row)} | {row['lm_calls']:.2f} "
+                f"| {row['tokens']:.0f} |"
                 for row in routing["rows"]
             ),
         ]
@@ -132,17 +135,38 @@ def routing_table_lines(routing: dict, split: str) -> list[str]:
         "question; Always-RAG pays the retrieval only. LR / MLP read every collected feature; **Router** is the "
         f"router the search picked (below). Cost unit for picking: **{unit}**.",
         "",
-        "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
-        "| seconds / q |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        IN_ACCURACY_NOTE,
+        "",
+        "| router | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
+        "| NLI pairs / q | seconds / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in routing["rows"]:
         lines.append(
             f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
-            f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} | {row['nli_pairs']:.1f} "
-            f"| {row['seconds']:.3f} |"
+            f"| {protocol_cells(row)} | {row['lm_calls']:.2f} "
+            f"| {row['tokens']:.0f} | {row['nli_pairs']:.1f} | {row['seconds']:.3f} |"
         )
     return lines
+
+
+IN_ACCURACY_NOTE = (
+    "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being \"the "
+    'closed-book answer is wrong" (containment); RC: retrieval calls per question; LMC: LM calls per question.'
+)
+
+
+def protocol_cells(row: dict) -> str:
+    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
+    rate = optional_cell(row, "retrieval_rate", 2)
+    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
+
+
+def optional_cell(row: dict, key: str, digits: int) -> str:
+    """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
+    None / NaN: e.g. in-accuracy without a closed-book label)."""
+    value = row.get(key)
+    return "–" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def _bold(name: str) -> str:
