@@ -184,3 +184,26 @@ def test_a_knn_without_its_points_or_with_foreign_labels_is_refused(knn):
         KNNModel.from_dict(knn.to_dict(), tensors={"points": knn.points, "labels": labels})
     with pytest.raises(DataError, match="neighbours"):
         KNNModel.from_dict(knn.to_dict() | {"n_neighbors": knn.labels.size + 1}, tensors=knn.tensors())
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("classify.tree_max_depth=40", "classify.tree_max_depth"),
+        ("classify.tree_min_samples_leaf=0", "classify.tree_min_samples_leaf"),
+        ("classify.knn_neighbors=0", "classify.knn_neighbors"),
+        ("classify.kinds=[knn,forest]", "classify.kinds"),
+    ],
+)
+def test_a_recipe_with_a_bad_router_setting_is_refused_at_load_naming_the_key(override, key):
+    from workbench.recipe import load_recipe
+
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_recipe("quickstart", [override])
+
+
+def test_a_recipe_may_train_the_new_kinds():
+    from workbench.recipe import load_recipe
+
+    loaded = load_recipe("quickstart", ["classify.kinds=[knn,tree]", "classify.knn_neighbors=9"])
+    assert loaded.config.classify.kinds == ["knn", "tree"] and knn_config_of(loaded.config.classify).n_neighbors == 9

@@ -60,5 +60,5 @@ def test_a_bundle_with_a_knn_or_tree_decides_the_same_in_numpy_and_onnx(tmp_path
 
 def test_a_bundle_naming_another_kind_than_its_files_is_refused(tmp_path):
     root = _bundle(tmp_path, "tree", declared="knn")
-    with pytest.raises(DataError, match="decision.classifier' is knn"):
+    with pytest.raises(DataError, match=r"decision\.classifier' is knn"):
         load_bundle(root)
