@@ -142,6 +142,8 @@ def out_of_fold_proba(
     yt = as_labels(y, xt.shape[0], where="y")
     names = resolve_feature_names(feature_names, xt.shape[1])
     config = mlp_config or MLPConfig()
+    settings = {"mlp_config": config, "feature_names": names, "logistic_C": logistic_C}
+    settings |= {"knn_config": knn_config, "tree_config": tree_config}  # each kind reads its own
     out = np.full(yt.size, np.nan)
     for fold in np.unique(folds):
         held = folds == fold
@@ -153,19 +155,7 @@ def out_of_fold_proba(
             x_part, y_part = x_part[train], y_part[train]
         else:
             x_stop = y_stop = None
-        model = fit_one(
-            kind,
-            x_part,
-            y_part,
-            x_stop,
-            y_stop,
-            seed=seed,
-            mlp_config=config,
-            feature_names=names,
-            logistic_C=logistic_C,
-            knn_config=knn_config,
-            tree_config=tree_config,
-        )
+        model = fit_one(kind, x_part, y_part, x_stop, y_stop, seed=seed, **settings)
         out[held] = model.predict_proba(xt[held])
     return out
 
@@ -215,24 +205,14 @@ def train_classifiers(
     yv = as_labels(y_val, xv.shape[0], where="y_val")
     names = resolve_feature_names(feature_names, xt.shape[1])
     config = mlp_config or MLPConfig()
+    settings = {"mlp_config": config, "feature_names": names, "logistic_C": logistic_C}
+    settings |= {"knn_config": knn_config, "tree_config": tree_config}  # each kind reads its own
 
     runs: list[RunScore] = []
     models: dict[tuple[str, int], Classifier] = {}
     for kind in kinds:
         for seed in seeds:
-            model = fit_one(
-                kind,
-                xt,
-                yt,
-                xv,
-                yv,
-                seed=seed,
-                mlp_config=config,
-                feature_names=names,
-                logistic_C=logistic_C,
-                knn_config=knn_config,
-                tree_config=tree_config,
-            )
+            model = fit_one(kind, xt, yt, xv, yv, seed=seed, **settings)
             prr_value, auroc_value = _score(model.predict_proba(xv), yv)
             runs.append(RunScore(kind, seed, prr_value, auroc_value))
             models[kind, seed] = model

@@ -137,7 +137,9 @@ class TreeModel:
         return cls(ints["feature"], floats["threshold"], ints["left"], ints["right"], floats["value"], depth, names)
 
 
-def _check_structure(ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], n: int, depth: int, where: str):
+def _check_structure(
+    ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], n: int, depth: int, where: str
+) -> None:
     """DataError unless the node arrays make one tree of ``depth`` over ``n`` features (see ``from_dict``)."""
     left, right, feature = ints["left"], ints["right"], ints["feature"]
     index = np.arange(left.size)

@@ -1,11 +1,11 @@
 """Stage ``classify``: retrieval-decision classifiers on the calibrated features, τ, ONNX, and the routing table.
 
 Reads the ``calibrate`` stage's ``calibrated.json``. The fit split (out-of-fold calibrated features) is divided into
-a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds``
-(logistic regression, the Lightning MLP) is trained with binary cross-entropy over ``classify.seeds`` and scored on
-validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic), and each kind's best seed is
-kept. The validation split thus does early stopping (MLP), model choice and seed choice. The threshold τ of each
-classifier (retrieve iff P(correct) < τ) is chosen by ``classify.threshold_rule`` on rows that did none of that:
+a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds`` (logistic
+regression and the Lightning MLP with binary cross-entropy; k-NN; a decision tree) is fitted over ``classify.seeds``
+and scored on validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic), and each kind's
+best seed is kept. The validation split thus does early stopping (MLP), model choice and seed choice. The threshold τ
+of each classifier (retrieve iff P(correct) < τ) is chosen by ``classify.threshold_rule`` on rows that did none of that:
 with ``classify.tau_from: oof`` (the default) on out-of-fold predictions over the whole fit split
 (:func:`~workbench.classify.select.out_of_fold_proba`: ``tau_folds`` stratified folds, each predicted by the kind
 at its chosen seed refitted on the other folds); with ``tau_from: val`` on the validation predictions (the earlier
@@ -21,8 +21,9 @@ No-RAG = the greedy closed-book answer; Always-RAG = one answer with passages; O
 retrieved; feature routers = the collection of all features (measured by ``collect``; it includes the closed-book
 answer) + RAG where retrieved.
 
-Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
-ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
+Every classifier trained is saved as a learned artifact (``<kind>.json``: ``logistic.json``, ``mlp.json``,
+``knn.json`` with its reference points in ``knn.safetensors``, ``tree.json``), exported to ONNX (``<kind>.onnx``) and
+checked against numpy on the evaluation split (max |Δ| recorded; the stage
 fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it). The router
 search (:mod:`~workbench.stages.classify.router`) picks the router the run ships by the user's rule
 (``classify.pick``), and ``tau_sweep.json`` sweeps the shipped decision's τ on the evaluation split
