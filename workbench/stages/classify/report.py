@@ -13,6 +13,7 @@ import numpy as np
 from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
 from workbench.methods.learned import ROUTER_NAMES
+from workbench.metrics.adaptive import protocol_cells
 from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
 from workbench.metrics.ranking import auroc, auroc_rows
 from workbench.metrics.rejection import prr
@@ -154,19 +155,6 @@ IN_ACCURACY_NOTE = (
     "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being \"the "
     'closed-book answer is wrong" (containment); RC: retrieval calls per question; LMC: LM calls per question.'
 )
-
-
-def protocol_cells(row: dict) -> str:
-    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
-    rate = optional_cell(row, "retrieval_rate", 2)
-    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
-
-
-def optional_cell(row: dict, key: str, digits: int) -> str:
-    """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
-    None / NaN: e.g. in-accuracy without a closed-book label)."""
-    value = row.get(key)
-    return "–" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def _bold(name: str) -> str:

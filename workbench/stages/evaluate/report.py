@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 from workbench.core.formatting import counted
+from workbench.metrics.adaptive import protocol_cells
+from workbench.plots import grouped_bars, unit_panels
 from workbench.reports.section import Section, SectionInput
-from workbench.stages.classify.report import protocol_cells
 
 
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
     from workbench.methods.registry import METHODS
-    from workbench.plots import grouped_bars, unit_panels
 
     summary = json.loads((evaluate_dir / "summary.json").read_text())
     rank = {name: i for i, name in enumerate(METHODS)}  # summaries written before "order" existed: registry order
