@@ -5,8 +5,8 @@
 * **RC** — retrieval (retriever) calls per question.
 * **LMC** — LM calls per question (the workbench's ``lm_calls``: prompts run through the model).
 
-The routing table (``classify``) and the evaluate table both compute in-accuracy and write the three cells here, so
-one table reads like the protocol's.
+The routing table (``classify``) and the evaluate table both compute in-accuracy here, and write the three cells
+with :func:`workbench.stages.evaluate.report.protocol_cells`, so one table reads like the protocol's.
 """
 
 from __future__ import annotations
@@ -24,16 +24,3 @@ def in_accuracy(retrieved: object, closed_book_wrong: object) -> float:
     if decided.size != needed.size:
         raise DataError(f"{decided.size} decisions for {needed.size} labels", "in_accuracy")
     return float((decided == needed).mean()) if decided.size else float("nan")
-
-
-def protocol_cells(row: dict) -> str:
-    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
-    rate = optional_cell(row, "retrieval_rate", 2)
-    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
-
-
-def optional_cell(row: dict, key: str, digits: int) -> str:
-    """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
-    None / NaN: e.g. in-accuracy without a closed-book label)."""
-    value = row.get(key)
-    return "–" if value is None or value != value else f"{value:.{digits}f}"

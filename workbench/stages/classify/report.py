@@ -13,7 +13,6 @@ import numpy as np
 from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
 from workbench.methods.learned import ROUTER_NAMES
-from workbench.metrics.adaptive import protocol_cells
 from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
 from workbench.metrics.ranking import auroc, auroc_rows
 from workbench.metrics.rejection import prr
@@ -21,6 +20,7 @@ from workbench.plots import horizontal_bars, rejection_curves, roc_curves
 from workbench.reports.section import Section, SectionInput
 from workbench.stages.calibrate.ood_report import ood_section
 from workbench.stages.classify.router_report import router_lines, shipped_lines
+from workbench.stages.evaluate.report import protocol_cells
 
 
 def _role_lines(selection: dict) -> list[str]:

@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 from workbench.core.formatting import counted
-from workbench.metrics.adaptive import protocol_cells
-from workbench.plots import grouped_bars, unit_panels
 from workbench.reports.section import Section, SectionInput
 
 
 def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
     """Markdown lines comparing every evaluated method, with ``methods_quality.png`` / ``methods_cost.png``."""
     from workbench.methods.registry import METHODS
+    from workbench.plots import grouped_bars, unit_panels
 
     summary = json.loads((evaluate_dir / "summary.json").read_text())
     rank = {name: i for i, name in enumerate(METHODS)}  # summaries written before "order" existed: registry order
@@ -80,6 +79,19 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         lines.append(f"\n*{method}*: {note}.")
     lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
     return lines + method_sections(evaluate_dir, names)
+
+
+def protocol_cells(row: dict) -> str:
+    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
+    rate = optional_cell(row, "retrieval_rate", 2)
+    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
+
+
+def optional_cell(row: dict, key: str, digits: int) -> str:
+    """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
+    None / NaN: e.g. in-accuracy without a closed-book label)."""
+    value = row.get(key)
+    return "–" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def method_sections(evaluate_dir: Path, names: list[str]) -> list[str]:
