@@ -207,3 +207,31 @@ def test_a_recipe_may_train_the_new_kinds():
 
     loaded = load_recipe("quickstart", ["classify.kinds=[knn,tree]", "classify.knn_neighbors=9"])
     assert loaded.config.classify.kinds == ["knn", "tree"] and knn_config_of(loaded.config.classify).n_neighbors == 9
+
+
+class _Files:
+    """A verified bundle's files, reduced to the one learned classifier a parent decision reads."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+
+    def learned(self, *args: object) -> object:
+        return self.model
+
+
+def _manifest(**classify: object) -> dict:
+    decision = {"files": {"classifier": "learned/classifier.json"}, "tau": 0.5, "rule": "max_f1"}
+    return {"decision": decision, "recipe": {"resolved": {"classify": classify}}}
+
+
+def test_recalibrate_refits_a_knn_or_tree_with_the_parents_settings(data, knn, tree):
+    from workbench.recalibration.decision import parent_decision, refit_router
+
+    manifest = _manifest(tree_max_depth=2, tree_min_samples_leaf=3)
+    parent = parent_decision(manifest, _Files(knn))
+    refitted = refit_router(parent, data.X_train, data.y_train, FEATURE_NAMES, 0)
+    assert refitted.kind == "knn" and refitted.n_neighbors == knn.n_neighbors == 7  # not the default 5
+    refitted = refit_router(parent_decision(manifest, _Files(tree)), data.X_train, data.y_train, FEATURE_NAMES, 0)
+    assert refitted.kind == "tree" and refitted.depth == 2  # the recipe's depth, not the default 5
+    with pytest.raises(ConfigError, match=r"classify\.tree_max_depth"):
+        parent_decision(_manifest(tree_max_depth=40), _Files(tree))
