@@ -235,3 +235,28 @@ def test_recalibrate_refits_a_knn_or_tree_with_the_parents_settings(data, knn, t
     assert refitted.kind == "tree" and refitted.depth == 2  # the recipe's depth, not the default 5
     with pytest.raises(ConfigError, match=r"classify\.tree_max_depth"):
         parent_decision(_manifest(tree_max_depth=40), _Files(tree))
+
+
+@pytest.mark.parametrize("kind", ["knn", "tree"])
+def test_the_router_search_fits_knn_and_tree_routers_with_the_recipes_settings(data, kind):
+    from workbench.routing.candidates import RouterSpec, RoutingData, fit_router
+
+    rng = np.random.default_rng(0)
+    n = data.y_train.size
+    routing = RoutingData(
+        FEATURE_NAMES,
+        data.X_train,
+        data.y_train,
+        data.y_train,
+        rng.integers(0, 2, n).astype(float),
+        folds=np.arange(n) % 3,
+        knn_config=KNNConfig(11),
+        tree_config=TreeConfig(max_depth=2),
+    )
+    spec = RouterSpec(("conf", "entropy"), kind=kind)
+    assert spec.label.startswith({"knn": "kNN(", "tree": "Tree("}[kind])
+    oof = routing.oof_proba(spec)
+    assert np.isfinite(oof).all() and ((oof >= 0) & (oof <= 1)).all()
+    fitted = fit_router(spec, routing, 0.5).classifier
+    assert fitted.kind == kind
+    assert (fitted.n_neighbors == 11) if kind == "knn" else (fitted.depth == 2)

@@ -96,8 +96,10 @@ class ClassifySection:
         "retrieval cost model: prompt tokens the retrieved context adds to the answer's prompt; null: as measured",
         None,
     )
-    router_kinds: list[Literal["logistic", "mlp"]] = doc(
-        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow)", ["logistic"]
+    router_kinds: list[Literal["logistic", "mlp", "knn", "tree"]] = doc(
+        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow; knn and tree take "
+        "classify.knn_* / tree_* settings)",
+        ["logistic"],
     )
     router_inputs: list[Literal["calibrated", "raw"]] = doc(
         "router study: classifier inputs searched (raw: the imputed raw features, which the classifier standardises)",
