@@ -2,7 +2,8 @@
 
 P(correct) of a row is the share of correct answers among its ``n_neighbors`` nearest reference points (Euclidean
 distance on standardised features, uniform weights: scikit-learn's ``KNeighborsClassifier`` defaults, as AdaRAGUE's
-k-NN router uses them). Nearest means the ``k`` smallest distances, ties broken by the lower reference index — the
+k-NN router uses them). Nearest means the ``k`` smallest squared distances (summed in float64, ranked
+at float32 precision so that summation order cannot split a tie), ties broken by the lower reference index — the
 rule the ONNX ``TopK`` operator follows, so numpy and the exported graph pick the same neighbours.
 
 The reference points travel as safetensors (``tensors()``: the standardised points and their labels), the settings
@@ -69,7 +70,9 @@ class KNNModel:
         """Indices ``[rows, n_neighbors]`` of each row's nearest reference points, nearest first (ties: lower
         index first)."""
         diff = self.standardise(X)[:, None, :] - self.points[None, :, :]
-        distances = (diff * diff).sum(axis=2)
+        # ranked in float32: two float64 sums of the same squares in another order (ONNX Runtime's) differ in the
+        # last bits, which would break a tie between equidistant points differently; float32 keeps the tie
+        distances = (diff * diff).sum(axis=2).astype(np.float32)
         return np.argsort(distances, axis=1, kind="stable")[:, : self.n_neighbors]
 
     def predict_proba(self, X: object) -> np.ndarray:

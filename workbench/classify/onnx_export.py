@@ -90,8 +90,8 @@ def _classifier_proto(nodes: list, inits: list, name: str, n_features: int):
 def _knn_graph(model: KNNModel):
     """The k-NN as an ONNX ModelProto (plain operators; float64 inside, as numpy computes it): the input cast to
     float64 and standardised, squared distances to every reference point (Sub, Mul, ReduceSum over
-    ``[batch, points, features]``), the ``n_neighbors`` nearest by ``TopK`` (smallest first, ties to the lower
-    index), their labels gathered and averaged."""
+    ``[batch, points, features]``) ranked at float32 precision, the ``n_neighbors`` nearest by ``TopK`` (smallest
+    first, ties to the lower index), their labels gathered and averaged."""
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [
@@ -111,7 +111,8 @@ def _knn_graph(model: KNNModel):
         helper.make_node("Unsqueeze", ["standardised", "axis1"], ["rows3"]),
         helper.make_node("Sub", ["rows3", "points"], ["diff"]),
         helper.make_node("Mul", ["diff", "diff"], ["squared"]),
-        helper.make_node("ReduceSum", ["squared", "axis2"], ["distances"], keepdims=0),
+        helper.make_node("ReduceSum", ["squared", "axis2"], ["distances64"], keepdims=0),
+        helper.make_node("Cast", ["distances64"], ["distances"], to=TensorProto.FLOAT),  # ranked as numpy ranks them
         helper.make_node("TopK", ["distances", "k"], ["nearest", "neighbours"], axis=1, largest=0, sorted=1),
         helper.make_node("Gather", ["labels", "neighbours"], ["neighbour_labels"], axis=0),
         helper.make_node("ReduceSum", ["neighbour_labels", "axis1"], ["correct"], keepdims=0),

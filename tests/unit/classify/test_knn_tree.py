@@ -4,6 +4,7 @@ answer, and refuse bad hyperparameters and tampered files in one line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from types import SimpleNamespace
 
@@ -260,3 +261,19 @@ def test_the_router_search_fits_knn_and_tree_routers_with_the_recipes_settings(d
     fitted = fit_router(spec, routing, 0.5).classifier
     assert fitted.kind == kind
     assert (fitted.n_neighbors == 11) if kind == "knn" else (fitted.depth == 2)
+
+
+def test_knn_equidistant_points_summed_in_any_order_tie_the_same_way_in_numpy_and_onnx(tmp_path):
+    # every permutation of one point: from the centre all are equally far, but ONNX Runtime's float64 sums of the
+    # squares differ from numpy's in the last bit — ranked in float64, the two picked different neighbours
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        base = rng.random(4)
+        X = np.array(list(itertools.permutations(base)))
+        y = (rng.random(len(X)) < 0.5).astype(float)
+        y[:2] = (0.0, 1.0)
+        rows = np.vstack([X.mean(axis=0), np.full(4, base.mean()), np.full(4, 0.5)])
+        for k in (3, 5, 7):
+            model = fit_knn(X, y, KNNConfig(k))
+            graph = OnnxClassifier(export_onnx(model, tmp_path / "ties.onnx"))
+            np.testing.assert_allclose(graph.predict_proba(rows), model.predict_proba(rows), atol=1e-6)
