@@ -96,7 +96,7 @@ from workbench.core.hashing import stable_hash
 from workbench.core.paths import PROJECT_ROOT
 from workbench.data.article_splits import training_data_leak
 from workbench.data.corpus import corpus_fingerprint
-from workbench.methods.learned import save_learned
+from workbench.methods.learned import ROUTER_NAMES, save_learned
 from workbench.methods.registry import METHOD_TABLE, METHODS, method_spec, uses_decision_policy
 from workbench.monitoring.reference import REFERENCE_FILE, build_reference
 from workbench.plots import grouped_bars
@@ -345,7 +345,7 @@ def _metrics(run: _Run) -> dict[str, Any]:
     selection = run.json("classify", "selection.json")
     routing = run.json("classify", "routing.json")
     if selection and routing:
-        chosen = "Router" if selection.get("router") else {"logistic": "LR", "mlp": "MLP"}[selection["chosen"]]
+        chosen = "Router" if selection.get("router") else ROUTER_NAMES[selection["chosen"]]
         keep = {"No-RAG", "Always-RAG", "Oracle", chosen}
         out["routing"] = {
             "split": routing["split"],

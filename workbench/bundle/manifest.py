@@ -284,7 +284,7 @@ class DecisionBlock:
     """``decision``: D²-RAG's stage 1 (retrieve iff P(correct) < τ)."""
 
     features: list[str]
-    classifier: Literal["logistic", "mlp"]
+    classifier: Literal["logistic", "mlp", "knn", "tree"]
     tau: float
     files: DecisionFiles
     rule: str = ""

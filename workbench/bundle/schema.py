@@ -7,7 +7,8 @@ A bundle is a directory ``<name>/<version>/`` (and the same files in one ``.tar.
                                file with its sha256 and size
     README.md                  the model card
     learned/calibrators.json   the calibrator set (features, fit-split medians and ranges, one calibrator each)
-    learned/classifier.json    the decision classifier's weights (numpy path)
+    learned/classifier.json    the decision classifier's weights (numpy path; a k-NN's reference points beside it,
+                               learned/classifier.safetensors)
     learned/classifier.onnx    the whole decision as an ONNX graph (ONNX Runtime path): raw features in, the imputation
                                and the calibrators inside, P(correct) and retrieve = P < τ out (bundles before it:
                                the classifier alone, reading the calibrated features)

@@ -37,8 +37,10 @@ from workbench.bundle.learned import (
     tau_setter,
 )
 from workbench.core.formatting import fmt, markdown_table
+from workbench.methods.learned import ROUTER_NAMES
 
-KINDS = {"logistic": "LR", "mlp": "MLP"}
+KINDS = ROUTER_NAMES
+"""Classifier kind → its name on the card and in the report (LR, MLP, kNN, Tree)."""
 GREEK_LETTERS = {"alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "theta": "θ", "lambda": "λ", "tau": "τ"}
 """A setting whose name starts with a Greek letter's is printed with the letter (``alpha_pos`` as ``α_pos``)."""
 SETTER_WORDS = {"study": "the study", "params": "a parameters file", "decide": "`workbench decide`"}

@@ -16,7 +16,8 @@ run on the parsed protobuf, before any session exists:
   batch (at most once per value) — so the work of a run grows linearly with the number of rows, at most
   :data:`MAX_ROW_ELEMENTS` elements per row over all values. The load-time parity check runs a few dozen rows, so it
   ends in milliseconds and a few megabytes whatever the graph says.
-* :func:`graph_kind` — ``logistic`` or ``mlp``, read from the graph's structure (not from its metadata).
+* :func:`graph_kind` — ``logistic``, ``mlp``, ``knn`` or ``tree``, read from the graph's structure (not from its
+  metadata).
 
 Refusals name the graph and what is wrong, never a value computed from the file's bytes.
 """
@@ -56,11 +57,18 @@ ALLOWED_OPS = frozenset(
         "Log",
         "Exp",
         "Neg",
+        # the k-NN (its k nearest reference points: k is a constant, so shape inference gives [batch, k]) and the
+        # tree (its unrolled steps: gather a node's feature and threshold, compare, pick a child)
+        "TopK",
+        "Gather",
+        "GatherElements",
+        "LessOrEqual",
     }
 )
 """The operators the workbench's ONNX exporters write (:mod:`workbench.classify.onnx_export`,
-:mod:`workbench.classify.onnx_decision`): elementwise arithmetic, two matrix products, a reduction and static
-reshapes. None of them loops, branches or makes a shape from data."""
+:mod:`workbench.classify.onnx_decision`): elementwise arithmetic, two matrix products, a reduction, static
+reshapes, gathers by index and a top-k whose k shape inference must read as a constant. None of them loops, branches
+or makes a shape from data (a TopK whose k is computed leaves its output's shape unknown: refused)."""
 
 DOMAINS = ("", "ai.onnx")
 """The only operator domain allowed: the ONNX standard operators."""
@@ -256,9 +264,14 @@ def check_bounded_graph(proto: Any, where: str) -> None:
 
 
 def graph_kind(proto: Any) -> str:
-    """``"mlp"`` when the graph has a hidden layer (a ``Relu``), ``"logistic"`` when its only product is one
+    """``"knn"`` when the graph picks neighbours (a ``TopK``), ``"tree"`` when it walks nodes (a ``LessOrEqual``: a
+    split's test), ``"mlp"`` when it has a hidden layer (a ``Relu``), ``"logistic"`` when its only product is one
     ``MatMul``, else ``"unknown"``: the classifier's kind as its structure shows it, whatever its metadata says."""
     ops = [node.op_type for node in proto.graph.node]
+    if "TopK" in ops:
+        return "knn"
+    if "LessOrEqual" in ops:
+        return "tree"
     if "Relu" in ops:
         return "mlp"
     if ops.count("MatMul") == 1 and "Gemm" not in ops:

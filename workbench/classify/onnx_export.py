@@ -1,9 +1,10 @@
 """ONNX export of the retrieval-decision classifiers, and running an exported graph with onnxruntime.
 
 Two graphs. The **classifier graph** (:func:`export_onnx`: the classify stage's ``logistic.onnx``, ``mlp.onnx``,
-``router.onnx``), for both kinds: input ``calibrated_features`` float32 ``[batch, n_features]`` — the *calibrated*
-features u (the calibrators' outputs; un-standardised, in the model's feature order) → output ``p_correct`` float32
-``[batch]``; the standardisation is inside the graph. The **decision graph**
+``knn.onnx``, ``tree.onnx``, ``router.onnx``), for every kind: input ``calibrated_features`` float32
+``[batch, n_features]`` — the *calibrated* features u (the calibrators' outputs; un-standardised, in the model's
+feature order) → output ``p_correct`` float32 ``[batch]``; the standardisation (where the kind has one) is inside the
+graph. The **decision graph**
 (:func:`~workbench.classify.onnx_decision.export_decision_onnx`, the
 bundle's ``learned/classifier.onnx``): input ``raw_features`` float64 — the raw oriented features as collected —
 with the imputation and the calibrators inside (:mod:`workbench.classify.onnx_decision`), so the file alone gives
@@ -23,9 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from workbench.classify.inputs import as_features
+from workbench.classify.knn import KNNModel
 from workbench.classify.logistic import LogisticModel
 from workbench.classify.mlp import MLPModel
 from workbench.classify.onnx_check import check_bounded_graph, check_self_contained, graph_kind, parse_model
+from workbench.classify.tree import TreeModel
 from workbench.core.atomic import atomic_write_bytes
 from workbench.core.errors import ConfigError, DataError
 from workbench.core.strict_json import loads_strict
@@ -44,8 +47,7 @@ IR_VERSION = 8  # onnx IR for opset 17; readable by onnxruntime releases since 1
 
 def _logistic_graph(model: LogisticModel):
     """The logistic model as an ONNX ModelProto: Sub, Div, MatMul, Add, Sigmoid, Squeeze."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     n = model.n_features
     inits = [
@@ -63,10 +65,19 @@ def _logistic_graph(model: LogisticModel):
         helper.make_node("Sigmoid", ["logit"], ["p_column"]),
         helper.make_node("Squeeze", ["p_column", "squeeze_axes"], [OUTPUT_NAME]),
     ]
+    return _classifier_proto(nodes, inits, "logistic_p_correct", n)
+
+
+def _classifier_proto(nodes: list, inits: list, name: str, n_features: int):
+    """A checked ModelProto of a classifier graph: ``calibrated_features`` float32 ``[batch, n_features]`` →
+    ``p_correct`` float32 ``[batch]`` (opset :data:`OPSET`, IR :data:`IR_VERSION`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
     graph = helper.make_graph(
         nodes,
-        "logistic_p_correct",
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", n])],
+        name,
+        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", n_features])],
         [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch"])],
         initializer=inits,
     )
@@ -74,6 +85,85 @@ def _logistic_graph(model: LogisticModel):
     proto.ir_version = IR_VERSION
     onnx.checker.check_model(proto)
     return proto
+
+
+def _knn_graph(model: KNNModel):
+    """The k-NN as an ONNX ModelProto (plain operators; float64 inside, as numpy computes it): the input cast to
+    float64 and standardised, squared distances to every reference point (Sub, Mul, ReduceSum over
+    ``[batch, points, features]``) ranked at float32 precision, the ``n_neighbors`` nearest by ``TopK`` (smallest
+    first, ties to the lower index), their labels gathered and averaged."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(model.mean, "mean"),
+        numpy_helper.from_array(model.scale, "scale"),
+        numpy_helper.from_array(np.ascontiguousarray(model.points), "points"),
+        numpy_helper.from_array(np.ascontiguousarray(model.labels), "labels"),
+        numpy_helper.from_array(np.array([model.n_neighbors], dtype=np.int64), "k"),
+        numpy_helper.from_array(np.array(float(model.n_neighbors)), "k_float"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"),
+        numpy_helper.from_array(np.array([2], dtype=np.int64), "axis2"),
+    ]
+    nodes = [
+        helper.make_node("Cast", [INPUT_NAME], ["x64"], to=TensorProto.DOUBLE),
+        helper.make_node("Sub", ["x64", "mean"], ["centred"]),
+        helper.make_node("Div", ["centred", "scale"], ["standardised"]),
+        helper.make_node("Unsqueeze", ["standardised", "axis1"], ["rows3"]),
+        helper.make_node("Sub", ["rows3", "points"], ["diff"]),
+        helper.make_node("Mul", ["diff", "diff"], ["squared"]),
+        helper.make_node("ReduceSum", ["squared", "axis2"], ["distances64"], keepdims=0),
+        helper.make_node("Cast", ["distances64"], ["distances"], to=TensorProto.FLOAT),  # ranked as numpy ranks them
+        helper.make_node("TopK", ["distances", "k"], ["nearest", "neighbours"], axis=1, largest=0, sorted=1),
+        helper.make_node("Gather", ["labels", "neighbours"], ["neighbour_labels"], axis=0),
+        helper.make_node("ReduceSum", ["neighbour_labels", "axis1"], ["correct"], keepdims=0),
+        helper.make_node("Div", ["correct", "k_float"], ["share"]),
+        helper.make_node("Cast", ["share"], [OUTPUT_NAME], to=TensorProto.FLOAT),
+    ]
+    return _classifier_proto(nodes, inits, "knn_p_correct", model.n_features)
+
+
+def _tree_graph(model: TreeModel):
+    """The tree as an ONNX ModelProto (plain operators, no ``ai.onnx.ml`` domain): the root's split on every row,
+    then ``depth − 1`` unrolled steps — gather the node's feature (GatherElements) and threshold, go left iff the
+    float64 value is <= the threshold (LessOrEqual, Where) — leaves pointing to themselves; then the leaf's value."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    feature, threshold, left, right = model.step_tables()
+    inits = [
+        numpy_helper.from_array(model.value, "value"),
+        numpy_helper.from_array(np.array(feature[0]), "root_feature"),
+        numpy_helper.from_array(np.array(threshold[0]), "root_threshold"),
+        numpy_helper.from_array(np.array(left[0]), "root_left"),
+        numpy_helper.from_array(np.array(right[0]), "root_right"),
+    ]
+    if model.depth > 1:  # the node tables are read only by the steps after the root's
+        tables = {"feature": feature, "threshold": threshold, "left": left, "right": right}
+        inits += [numpy_helper.from_array(v, k) for k, v in tables.items()]
+        inits.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"))
+    nodes = [
+        helper.make_node("Cast", [INPUT_NAME], ["x64"], to=TensorProto.DOUBLE),
+        helper.make_node("Gather", ["x64", "root_feature"], ["root_x"], axis=1),
+        helper.make_node("LessOrEqual", ["root_x", "root_threshold"], ["root_goes_left"]),
+        helper.make_node("Where", ["root_goes_left", "root_left", "root_right"], ["node_1"]),
+    ]
+    for step in range(1, max(model.depth, 1)):
+        node, s = f"node_{step}", f"s{step}_"
+        nodes += [
+            helper.make_node("Gather", ["feature", node], [s + "feature"], axis=0),
+            helper.make_node("Unsqueeze", [s + "feature", "axis1"], [s + "column"]),
+            helper.make_node("GatherElements", ["x64", s + "column"], [s + "x_column"], axis=1),
+            helper.make_node("Squeeze", [s + "x_column", "axis1"], [s + "x"]),
+            helper.make_node("Gather", ["threshold", node], [s + "threshold"], axis=0),
+            helper.make_node("LessOrEqual", [s + "x", s + "threshold"], [s + "goes_left"]),
+            helper.make_node("Gather", ["left", node], [s + "left"], axis=0),
+            helper.make_node("Gather", ["right", node], [s + "right"], axis=0),
+            helper.make_node("Where", [s + "goes_left", s + "left", s + "right"], [f"node_{step + 1}"]),
+        ]
+    nodes += [
+        helper.make_node("Gather", ["value", f"node_{max(model.depth, 1)}"], ["leaf_value"], axis=0),
+        helper.make_node("Cast", ["leaf_value"], [OUTPUT_NAME], to=TensorProto.FLOAT),
+    ]
+    return _classifier_proto(nodes, inits, "tree_p_correct", model.n_features)
 
 
 def _mlp_graph(model: MLPModel):
@@ -100,7 +190,14 @@ def _mlp_graph(model: MLPModel):
     return proto
 
 
-def export_onnx(model: LogisticModel | MLPModel, path: str | Path, feature_names: Sequence[str] | None = None) -> Path:
+Classifier = LogisticModel | MLPModel | KNNModel | TreeModel
+"""The classifier models the workbench fits and exports."""
+
+GRAPH_BUILDERS = {LogisticModel: _logistic_graph, MLPModel: _mlp_graph, KNNModel: _knn_graph, TreeModel: _tree_graph}
+"""Model class → the function that writes its classifier graph."""
+
+
+def export_onnx(model: Classifier, path: str | Path, feature_names: Sequence[str] | None = None) -> Path:
     """Write ``model`` as an ONNX graph to ``path`` (atomically) and return the path.
 
     ``feature_names``, when given, must equal the model's own feature names (same order): it guards against
@@ -112,12 +209,10 @@ def export_onnx(model: LogisticModel | MLPModel, path: str | Path, feature_names
         raise DataError(
             f"feature names {list(feature_names)} differ from the model's {list(model.feature_names)}", "feature_names"
         )
-    if isinstance(model, LogisticModel):
-        proto = _logistic_graph(model)
-    elif isinstance(model, MLPModel):
-        proto = _mlp_graph(model)
-    else:
+    builder = GRAPH_BUILDERS.get(type(model))
+    if builder is None:
         raise ConfigError(f"cannot export a {type(model).__name__} to ONNX", "model")
+    proto = builder(model)
     meta = {
         "kind": model.kind,
         "input": "calibrated",
@@ -159,8 +254,9 @@ class OnnxClassifier:
     hundred numbers, so threads only add latency).
 
     The graph is checked before ONNX Runtime sees it (:mod:`workbench.classify.onnx_check`): self-contained, only the
-    operators the workbench exports, static shapes linear in the batch. ``classifier_kind`` is ``logistic`` or
-    ``mlp`` as its structure shows (``unknown`` otherwise), ``declared_kind`` what its ``kind`` metadata says.
+    operators the workbench exports, static shapes linear in the batch. ``classifier_kind`` is ``logistic``,
+    ``mlp``, ``knn`` or ``tree`` as its structure shows (``unknown`` otherwise), ``declared_kind`` what its ``kind``
+    metadata says.
     """
 
     kind = "onnx"
@@ -179,7 +275,7 @@ class OnnxClassifier:
         proto = parse_model(data, where)
         check_self_contained(proto, where)
         check_bounded_graph(proto, where)  # before ONNX Runtime sees it: no loop, no runaway shape
-        self.classifier_kind = graph_kind(proto)  # logistic / mlp as the graph's structure shows, not its metadata
+        self.classifier_kind = graph_kind(proto)  # the kind as the graph's structure shows, not its metadata
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1

@@ -19,13 +19,19 @@ from typing import Any
 import numpy as np
 
 from workbench.classify.inputs import as_features, as_labels, resolve_feature_names
-from workbench.classify.logistic import LogisticModel, fit_logistic
-from workbench.classify.mlp import MLPConfig, MLPModel, fit_mlp
+from workbench.classify.knn import KNNConfig, fit_knn
+from workbench.classify.logistic import fit_logistic
+from workbench.classify.mlp import MLPConfig, fit_mlp
+from workbench.classify.onnx_export import Classifier
+from workbench.classify.tree import TreeConfig, fit_tree
 from workbench.core.errors import ConfigError
 from workbench.metrics.ranking import auroc
 from workbench.metrics.rejection import prr
 
-KINDS = ("logistic", "mlp")
+KINDS = ("logistic", "mlp", "knn", "tree")
+"""Every classifier kind; only the MLP uses a validation split (early stopping)."""
+DEFAULT_KINDS = ("logistic", "mlp")
+"""The kinds :func:`train_classifiers` fits unless told otherwise (``classify.kinds``' default)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class SelectionResult:
 
     kind: str
     seed: int
-    model: LogisticModel | MLPModel
+    model: Classifier
     runs: tuple[RunScore, ...]
     summary: dict[str, KindSummary]
 
@@ -101,11 +107,17 @@ def fit_one(
     mlp_config: MLPConfig,
     feature_names: Sequence[str],
     logistic_C: float,
-) -> LogisticModel | MLPModel:
-    """One classifier of ``kind`` fitted with ``seed`` (the MLP early-stops on ``X_val`` / ``y_val``; the logistic
-    model ignores them)."""
+    knn_config: KNNConfig | None = None,
+    tree_config: TreeConfig | None = None,
+) -> Classifier:
+    """One classifier of ``kind`` fitted with ``seed`` (the MLP early-stops on ``X_val`` / ``y_val``; the other
+    kinds ignore them). ``knn_config`` / ``tree_config`` default to their classes' defaults."""
     if kind == "logistic":
         return fit_logistic(X_train, y_train, C=logistic_C, seed=seed, feature_names=feature_names)
+    if kind == "knn":
+        return fit_knn(X_train, y_train, knn_config, seed=seed, feature_names=feature_names)
+    if kind == "tree":
+        return fit_tree(X_train, y_train, tree_config, seed=seed, feature_names=feature_names)
     return fit_mlp(X_train, y_train, X_val, y_val, mlp_config, seed, feature_names=feature_names)
 
 
@@ -120,6 +132,8 @@ def out_of_fold_proba(
     mlp_config: MLPConfig | None = None,
     feature_names: Sequence[str] | None = None,
     logistic_C: float = 1.0,
+    knn_config: KNNConfig | None = None,
+    tree_config: TreeConfig | None = None,
 ) -> np.ndarray:
     """P(correct) of every row of ``X`` from a ``kind`` model (``seed``) fitted on the rows of the other folds
     (``folds``: a fold index per row). The MLP early-stops on a stratified ``val_fraction`` of those training rows
@@ -128,6 +142,8 @@ def out_of_fold_proba(
     yt = as_labels(y, xt.shape[0], where="y")
     names = resolve_feature_names(feature_names, xt.shape[1])
     config = mlp_config or MLPConfig()
+    settings = {"mlp_config": config, "feature_names": names, "logistic_C": logistic_C}
+    settings |= {"knn_config": knn_config, "tree_config": tree_config}  # each kind reads its own
     out = np.full(yt.size, np.nan)
     for fold in np.unique(folds):
         held = folds == fold
@@ -139,17 +155,7 @@ def out_of_fold_proba(
             x_part, y_part = x_part[train], y_part[train]
         else:
             x_stop = y_stop = None
-        model = fit_one(
-            kind,
-            x_part,
-            y_part,
-            x_stop,
-            y_stop,
-            seed=seed,
-            mlp_config=config,
-            feature_names=names,
-            logistic_C=logistic_C,
-        )
+        model = fit_one(kind, x_part, y_part, x_stop, y_stop, seed=seed, **settings)
         out[held] = model.predict_proba(xt[held])
     return out
 
@@ -169,19 +175,22 @@ def train_classifiers(
     X_val: object,
     y_val: object,
     *,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] = DEFAULT_KINDS,
     seeds: Sequence[int] = (0, 1, 2),
     mlp_config: MLPConfig | None = None,
     feature_names: Sequence[str] | None = None,
     logistic_C: float = 1.0,
+    knn_config: KNNConfig | None = None,
+    tree_config: TreeConfig | None = None,
 ) -> SelectionResult:
     """Fit every kind in ``kinds`` once per seed on the training split; select by mean validation PRR.
 
-    Labels: 1 = correct (no retrieval needed). ``mlp_config`` defaults to :class:`MLPConfig`'s defaults; the
-    MLP's early stopping uses the validation split. Ties in mean PRR (exact) go to ``"logistic"``, then to the order
-    of ``kinds``; within the chosen kind the run with the highest PRR wins (ties → the earlier seed).
-    ConfigError on an unknown or repeated kind or an empty ``seeds``; DataError on bad data (one-class labels on
-    either split included).
+    Labels: 1 = correct (no retrieval needed). ``mlp_config`` / ``knn_config`` / ``tree_config`` default to their
+    classes' defaults; the MLP's early stopping uses the validation split (the k-NN is deterministic, so its seeds
+    repeat one model; the tree's seed breaks ties between equally good splits). Ties in mean PRR (exact) go to
+    ``"logistic"``, then to the order of ``kinds``; within the chosen kind the run with the highest PRR wins (ties →
+    the earlier seed). ConfigError on an unknown or repeated kind or an empty ``seeds``; DataError on bad data
+    (one-class labels on either split included).
     """
     kinds = tuple(kinds)
     seeds = tuple(int(s) for s in seeds)
@@ -196,14 +205,14 @@ def train_classifiers(
     yv = as_labels(y_val, xv.shape[0], where="y_val")
     names = resolve_feature_names(feature_names, xt.shape[1])
     config = mlp_config or MLPConfig()
+    settings = {"mlp_config": config, "feature_names": names, "logistic_C": logistic_C}
+    settings |= {"knn_config": knn_config, "tree_config": tree_config}  # each kind reads its own
 
     runs: list[RunScore] = []
-    models: dict[tuple[str, int], LogisticModel | MLPModel] = {}
+    models: dict[tuple[str, int], Classifier] = {}
     for kind in kinds:
         for seed in seeds:
-            model = fit_one(
-                kind, xt, yt, xv, yv, seed=seed, mlp_config=config, feature_names=names, logistic_C=logistic_C
-            )
+            model = fit_one(kind, xt, yt, xv, yv, seed=seed, **settings)
             prr_value, auroc_value = _score(model.predict_proba(xv), yv)
             runs.append(RunScore(kind, seed, prr_value, auroc_value))
             models[kind, seed] = model

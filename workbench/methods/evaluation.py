@@ -29,6 +29,7 @@ import numpy as np
 
 from workbench.core.logs import track
 from workbench.methods.registry import build_method
+from workbench.metrics.adaptive import in_accuracy
 from workbench.metrics.qa import score_answer
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ MEAN_KEYS = (
     "prompt_tokens",
     "generated_tokens",
     "nli_pairs",
+    "retrieval_calls",
     "cached_lm_calls",
     "cached_tokens",
     "lm_calls_uncached",
@@ -171,6 +173,25 @@ def summary_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "latency_p95": float(np.percentile(seconds, 95)),
         "fallbacks": int(sum(r["fallbacks"] for r in rows)),
     }
+
+
+CLOSED_BOOK_METHOD = "no_rag"
+"""The method whose answers label each question for in-accuracy: its closed-book answer is right or wrong."""
+
+
+def in_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """Per method (first-seen order): AdaRAGUE's in-accuracy (:func:`~workbench.metrics.adaptive.in_accuracy`) of
+    its ``retrieved`` decisions, the label being that :data:`CLOSED_BOOK_METHOD`'s answer to the same question (by
+    ``id``) is wrong (containment < 0.5); questions the closed-book method did not answer are left out (NaN when none
+    is left). None when the records hold no closed-book answers."""
+    wrong = {r["id"]: r["contains"] < 0.5 for r in records if r["method"] == CLOSED_BOOK_METHOD}
+    if not wrong:
+        return None
+    out: dict[str, float] = {}
+    for method in dict.fromkeys(r["method"] for r in records):
+        rows = [r for r in records if r["method"] == method and r["id"] in wrong]
+        out[method] = in_accuracy([r["retrieved"] for r in rows], [wrong[r["id"]] for r in rows])
+    return out
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

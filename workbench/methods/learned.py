@@ -18,6 +18,8 @@ kind                   class                                                    
 ``isotonic`` …         one calibrator (:mod:`workbench.calibration`)                inside a calibrator set
 ``logistic``           :class:`~workbench.classify.logistic.LogisticModel`          ``classify``
 ``mlp``                :class:`~workbench.classify.mlp.MLPModel`                    ``classify``
+``knn``                :class:`~workbench.classify.knn.KNNModel` (+ safetensors)     ``classify``
+``tree``               :class:`~workbench.classify.tree.TreeModel`                  ``classify``
 ``lars``               :class:`~workbench.uncertainty.features.probability.LarsLikeScorer`  ``collect``
 ``logistic_utility``   :class:`~workbench.methods.seper.utility_classifier.UtilityClassifier`  ``fit_utility``
 ``ridge_utility``      :class:`~workbench.methods.seper.utility.UtilityPredictor`  ``fit_utility`` (model: ridge)
@@ -35,8 +37,11 @@ from typing import Any
 from workbench.core.artifact_io import envelope_check, parse_artifact, read_artifact, write_artifact
 from workbench.core.errors import ConfigError, DataError
 
-CLASSIFIER_KINDS = frozenset({"logistic", "mlp"})
+CLASSIFIER_KINDS = frozenset({"logistic", "mlp", "knn", "tree"})
 """Kinds a retrieval-decision classifier can be."""
+
+ROUTER_NAMES = {"logistic": "LR", "mlp": "MLP", "knn": "kNN", "tree": "Tree"}
+"""Classifier kind → its row in the classify stage's routing table (and its name in the reports)."""
 
 UTILITY_KINDS = frozenset({"logistic_utility", "ridge_utility"})
 """Kinds D²-RAG's gold-free utility can be (a run's ``fit_utility/utility.json``, a bundle's ``learned/utility.json``);

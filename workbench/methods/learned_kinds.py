@@ -13,8 +13,10 @@ from workbench.calibration.isotonic import IsotonicCalibrator
 from workbench.calibration.ood import OODProfile
 from workbench.calibration.platt import PlattCalibrator
 from workbench.calibration.raw import RawCalibrator
+from workbench.classify.knn import KNNModel
 from workbench.classify.logistic import LogisticModel
 from workbench.classify.mlp import MLPModel
+from workbench.classify.tree import TreeModel
 from workbench.methods.seper.utility import UtilityPredictor
 from workbench.methods.seper.utility_classifier import UtilityClassifier
 from workbench.uncertainty.features.probability import LarsLikeScorer
@@ -28,6 +30,8 @@ LEARNED_KINDS: dict[str, type] = {
     "raw": RawCalibrator,
     "logistic": LogisticModel,
     "mlp": MLPModel,
+    "knn": KNNModel,
+    "tree": TreeModel,
     "lars": LarsLikeScorer,
     "ridge_utility": UtilityPredictor,
     "logistic_utility": UtilityClassifier,

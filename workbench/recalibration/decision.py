@@ -22,19 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.oof import stratified_folds
+from workbench.classify.knn import KNNConfig
 from workbench.classify.mlp import MLPConfig
 from workbench.classify.policy import DecisionPolicy, check_tau
 from workbench.classify.select import out_of_fold_proba, split_train_val, train_classifiers
 from workbench.classify.threshold import RULES, ThresholdChoice, choose_threshold
+from workbench.classify.tree import TreeConfig
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.learned import CLASSIFIER_KINDS
-from workbench.stages.classify.settings import ClassifySection
+from workbench.stages.classify.settings import ClassifySection, tree_config_of
 
 REFITS = ("calibrators", "tau", "router")
 """What ``--refit`` may name; the calibrators are refitted always."""
@@ -43,8 +46,9 @@ REFITS = ("calibrators", "tau", "router")
 @dataclass(frozen=True)
 class ParentDecision:
     """The parent's ``classifier`` (numpy, over calibrated features), ``tau`` and the ``rule`` that chose it, and the
-    recipe's classify settings a refit uses: ``target_rate`` (rule ``target_rate``), ``tau_folds``, ``val_fraction``
-    and ``logistic_c``."""
+    recipe's classify settings a refit uses: ``target_rate`` (rule ``target_rate``), ``tau_folds``, ``val_fraction``,
+    ``logistic_c`` and the k-NN / tree settings (``knn_config``: the parent k-NN's own k; ``tree_config``: the
+    recipe's ``tree_max_depth`` / ``tree_min_samples_leaf``)."""
 
     classifier: Any
     tau: float
@@ -53,6 +57,8 @@ class ParentDecision:
     tau_folds: int = 5
     val_fraction: float = 0.3
     logistic_c: float = 1.0
+    knn_config: KNNConfig | None = None
+    tree_config: TreeConfig | None = None
 
     def policy(self, calibrators: CalibratorSet, classifier: Any = None, tau: float | None = None) -> DecisionPolicy:
         """The decision with ``calibrators`` and, unless given, the parent's classifier and τ."""
@@ -72,6 +78,7 @@ def parent_decision(manifest: dict[str, Any], files: Any) -> ParentDecision:
     classifier = files.learned(decision["files"]["classifier"], "decision.files.classifier", CLASSIFIER_KINDS)
     classify = ((manifest.get("recipe") or {}).get("resolved") or {}).get("classify") or {}
     defaults = ClassifySection()
+    tree_keys = ("tree_max_depth", "tree_min_samples_leaf")  # a refitted tree grows as the recipe said
     return ParentDecision(
         classifier=classifier,
         tau=check_tau(decision["tau"], "decision.tau"),
@@ -80,6 +87,8 @@ def parent_decision(manifest: dict[str, Any], files: Any) -> ParentDecision:
         tau_folds=int(classify.get("tau_folds", defaults.tau_folds)),
         val_fraction=float(classify.get("val_fraction", defaults.val_fraction)),
         logistic_c=float(classify.get("logistic_c", defaults.logistic_c)),
+        knn_config=KNNConfig(classifier.n_neighbors) if classifier.kind == "knn" else None,
+        tree_config=tree_config_of(SimpleNamespace(**{k: classify.get(k, getattr(defaults, k)) for k in tree_keys})),
     )
 
 
@@ -133,6 +142,8 @@ def refit_router(
         mlp_config=config,
         feature_names=list(features),
         logistic_C=decision.logistic_c,
+        knn_config=decision.knn_config,
+        tree_config=decision.tree_config,
     )
     return selection.model
 
@@ -162,6 +173,8 @@ def oof_p_correct(
         mlp_config=config,
         feature_names=list(features),
         logistic_C=decision.logistic_c,
+        knn_config=decision.knn_config,
+        tree_config=decision.tree_config,
     )
 
 

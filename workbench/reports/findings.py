@@ -30,6 +30,7 @@ from typing import Any
 from workbench.bundle.shipped import run_decision, shipped_decision, tau_text
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import counted, fmt
+from workbench.methods.learned import ROUTER_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def decision_lines(config: Any, stage_dir: StageDir) -> list[str]:
         routing = json.loads((classify / "routing.json").read_text())
         selection = json.loads((classify / "selection.json").read_text())
         references = _reference_rows(routing["rows"])
-        chosen = "Router" if selection.get("router") else {"logistic": "LR", "mlp": "MLP"}[selection["chosen"]]
+        chosen = "Router" if selection.get("router") else ROUTER_NAMES[selection["chosen"]]
         split, questions = routing["split"], None
         row = references.get(chosen)
         # classify's row was measured at classify's τ: it is this decision's only when classify set τ

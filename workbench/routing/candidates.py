@@ -20,8 +20,9 @@ import numpy as np
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.registry import make_calibrator
 from workbench.classify.mlp import MLPConfig
-from workbench.classify.select import fit_one, split_train_val
+from workbench.classify.select import KINDS, fit_one, split_train_val
 from workbench.core.errors import ConfigError, DataError
+from workbench.methods.learned import ROUTER_NAMES
 
 INPUTS = ("calibrated", "raw")
 """What a router's classifier reads: calibrated features, or the raw (imputed) ones."""
@@ -41,7 +42,7 @@ class RouterSpec:
         object.__setattr__(self, "features", tuple(self.features))
         if not self.features:
             raise ConfigError("a router needs at least one feature", "router")
-        if self.kind not in ("logistic", "mlp"):
+        if self.kind not in KINDS:
             raise ConfigError(f"unknown classifier kind {self.kind!r}", "router.kind")
         if self.inputs not in INPUTS:
             raise ConfigError(f"inputs must be one of {list(INPUTS)}, got {self.inputs!r}", "router.inputs")
@@ -51,7 +52,7 @@ class RouterSpec:
     @property
     def label(self) -> str:
         """A short human-readable name, e.g. ``LR(confidence+entropy; isotonic)``."""
-        kind = {"logistic": "LR", "mlp": "MLP"}[self.kind]
+        kind = ROUTER_NAMES[self.kind]
         return f"{kind}({'+'.join(self.features)}; {self.calibrator})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +83,8 @@ class RoutingData:
     logistic_c: float = 1.0
     mlp_config: Any = None
     val_fraction: float = 0.3
+    knn_config: Any = None
+    tree_config: Any = None
     _oof: dict[RouterSpec, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +153,8 @@ def _fit_parts(spec: RouterSpec, x: np.ndarray, y: np.ndarray, data: RoutingData
         mlp_config=config,
         feature_names=list(spec.features),
         logistic_C=data.logistic_c,
+        knn_config=data.knn_config,
+        tree_config=data.tree_config,
     )
     return calibrators, model
 

@@ -104,7 +104,8 @@ def check_backends_agree(calibrators: Any, numpy_model: Any, onnx_model: Any, wh
 
 def check_classifier_kind(declared: str, numpy_model: Any, onnx_model: Any, where: str) -> None:
     """Refuse a bundle whose ``decision.classifier`` is not what its files are: the numpy weights' kind, the ONNX
-    graph's structure (a hidden layer or one product) and its ``kind`` metadata must all be ``declared``."""
+    graph's structure (a hidden layer, one product, a top-k or a split test) and its ``kind`` metadata must all be
+    ``declared``."""
     found = {
         "decision.files.classifier": getattr(numpy_model, "kind", None),
         "decision.files.classifier_onnx": getattr(onnx_model, "classifier_kind", None),
@@ -112,7 +113,7 @@ def check_classifier_kind(declared: str, numpy_model: Any, onnx_model: Any, wher
     }
     for field, kind in found.items():
         if kind != declared:
-            shown = kind if kind in ("logistic", "mlp") else "neither logistic nor mlp"
+            shown = kind if kind in CLASSIFIER_KINDS else f"none of {', '.join(sorted(CLASSIFIER_KINDS))}"
             raise DataError(f"'decision.classifier' is {declared}, but {field} is {shown}", where)
 
 

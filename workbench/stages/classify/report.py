@@ -12,6 +12,7 @@ import numpy as np
 
 from workbench.classify.weight_flags import describe_flags, flag_weights
 from workbench.core.formatting import fmt, markdown_table
+from workbench.methods.learned import ROUTER_NAMES
 from workbench.metrics.bootstrap import N_RESAMPLES, bootstrap_intervals, describe
 from workbench.metrics.ranking import auroc, auroc_rows
 from workbench.metrics.rejection import prr
@@ -19,6 +20,7 @@ from workbench.plots import horizontal_bars, rejection_curves, roc_curves
 from workbench.reports.section import Section, SectionInput
 from workbench.stages.calibrate.ood_report import ood_section
 from workbench.stages.classify.router_report import router_lines, shipped_lines
+from workbench.stages.evaluate.report import protocol_cells
 
 
 def _role_lines(selection: dict) -> list[str]:
@@ -29,7 +31,7 @@ def _role_lines(selection: dict) -> list[str]:
     names = {
         "weights": "classifier weights",
         "mlp_early_stopping": "MLP early stopping",
-        "model_choice": "model choice (LR vs MLP)",
+        "model_choice": "model choice (between the kinds)",
         "seed_choice": "seed choice",
         "tau": "classifier τ",
         "single_feature_tau": "single-feature τ",
@@ -59,7 +61,7 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
         "where τ was chosen |",
         "|---|---:|---|---|---:|---:|",
     ]
-    short = {"logistic": "LR", "mlp": "MLP"}
+    short = ROUTER_NAMES
     for kind, info in selection["kinds"].items():
         s = info["summary"][kind]
         t = selection["thresholds"][short[kind]]
@@ -74,7 +76,7 @@ def routing_lines(classify_dir: Path, out_dir: Path) -> list[str]:
     features = pred["features"]
     best = max(features, key=lambda f: _auroc(features[f], labels))
     lines += classifier_vs_feature_lines(pred, labels, best, split)
-    curves = {k: pred[k] for k in ("LR", "MLP") if k in pred}
+    curves = {k: pred[k] for k in ROUTER_NAMES.values() if k in pred}
     curves[f"{best} (best feature)"] = features[best]
     roc_curves(out_dir / "roc.png", curves, labels, title=f"ROC for closed-book correctness on {split}")
     rejection_curves(out_dir / "rejection.png", curves, labels, title=f"Prediction-rejection curves on {split}")
@@ -116,11 +118,14 @@ def routing_table_lines(routing: dict, split: str) -> list[str]:
             intro + "Feature routers pay for the whole feature collection (all collected features; it includes the "
             "closed-book answer) plus one RAG answer when they retrieve.",
             "",
-            "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            IN_ACCURACY_NOTE,
+            "",
+            "| router | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(
                 f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
-                f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} |"
+                f"| {protocol_cells(row)} | {row['lm_calls']:.2f} "
+                f"| {row['tokens']:.0f} |"
                 for row in routing["rows"]
             ),
         ]
@@ -131,21 +136,29 @@ def routing_table_lines(routing: dict, split: str) -> list[str]:
         "question; Always-RAG pays the retrieval only. LR / MLP read every collected feature; **Router** is the "
         f"router the search picked (below). Cost unit for picking: **{unit}**.",
         "",
-        "| router | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
-        "| seconds / q |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        IN_ACCURACY_NOTE,
+        "",
+        "| router | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
+        "| NLI pairs / q | seconds / q |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in routing["rows"]:
         lines.append(
             f"| {_bold(row['router'])} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
-            f"| {row['retrieval_rate']:.2f} | {row['lm_calls']:.2f} | {row['tokens']:.0f} | {row['nli_pairs']:.1f} "
-            f"| {row['seconds']:.3f} |"
+            f"| {protocol_cells(row)} | {row['lm_calls']:.2f} "
+            f"| {row['tokens']:.0f} | {row['nli_pairs']:.1f} | {row['seconds']:.3f} |"
         )
     return lines
 
 
+IN_ACCURACY_NOTE = (
+    "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being \"the "
+    'closed-book answer is wrong" (containment); RC: retrieval calls per question; LMC: LM calls per question.'
+)
+
+
 def _bold(name: str) -> str:
-    return f"**{name}**" if name in ("LR", "MLP", "Router") else name
+    return f"**{name}**" if name in (*ROUTER_NAMES.values(), "Router") else name
 
 
 def paired_bootstrap(
@@ -180,9 +193,10 @@ def paired_bootstrap(
 
 
 def classifier_vs_feature_lines(pred: dict[str, Any], labels: np.ndarray, best: str, split: str) -> list[str]:
-    """Markdown: do LR / MLP over the calibrated features rank correctness better than the best single feature?"""
+    """Markdown: do the classifiers (LR, MLP, k-NN, tree) over the calibrated features rank correctness better than
+    the best single feature?"""
 
-    scores = {k: pred[k] for k in ("LR", "MLP") if k in pred}
+    scores = {k: pred[k] for k in ROUTER_NAMES.values() if k in pred}
     if not scores:
         return []
     scores[best] = pred["features"][best]

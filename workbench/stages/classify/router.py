@@ -29,7 +29,7 @@ from workbench.methods.learned import load_learned, save_learned
 from workbench.routing.candidates import RoutingData
 from workbench.routing.choose import RouterSearch, choose_router
 from workbench.routing.cost import CostModel, retrieval_cost
-from workbench.stages.classify.settings import pick_rule_of
+from workbench.stages.classify.settings import knn_config_of, pick_rule_of, tree_config_of
 from workbench.stages.context import StageContext
 from workbench.uncertainty.stat_costs import load_stat_costs
 
@@ -85,6 +85,8 @@ def routing_data(split_data: dict[str, Any], features: list[str], section: Any, 
         logistic_c=section.logistic_c,
         mlp_config=mlp_config(section),
         val_fraction=section.val_fraction,
+        knn_config=knn_config_of(section),
+        tree_config=tree_config_of(section),
     )
 
 

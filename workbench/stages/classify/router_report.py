@@ -10,6 +10,7 @@ from typing import Any
 
 from workbench.bundle.shipped import SETTER_WORDS, decision_line, run_decision, shipped_decision
 from workbench.core.formatting import fmt, markdown_table
+from workbench.methods.learned import ROUTER_NAMES
 from workbench.plots import cost_quality_front, tau_sweep_plot
 from workbench.routing.pick import points_text
 from workbench.routing.sweep import row_at
@@ -28,7 +29,7 @@ def headline(record: dict[str, Any]) -> list[str]:
     ev, unit = record["evaluation"], record["unit"]
     words = UNIT_WORDS[unit]
     spec = record["spec"]
-    kind = {"logistic": "LR", "mlp": "MLP"}[spec["kind"]]
+    kind = ROUTER_NAMES[spec["kind"]]
     name = f"{kind}({' + '.join(spec['features'])}; {spec['calibrator']})"
     d_lo, d_hi = ev["difference_interval"]
     s_lo, s_hi = ev["saving_interval"]

@@ -1,11 +1,11 @@
 """Stage ``classify``: retrieval-decision classifiers on the calibrated features, τ, ONNX, and the routing table.
 
 Reads the ``calibrate`` stage's ``calibrated.json``. The fit split (out-of-fold calibrated features) is divided into
-a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds``
-(logistic regression, the Lightning MLP) is trained with binary cross-entropy over ``classify.seeds`` and scored on
-validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic), and each kind's best seed is
-kept. The validation split thus does early stopping (MLP), model choice and seed choice. The threshold τ of each
-classifier (retrieve iff P(correct) < τ) is chosen by ``classify.threshold_rule`` on rows that did none of that:
+a training and a validation part (stratified, ``classify.val_fraction``). Each kind in ``classify.kinds`` (logistic
+regression and the Lightning MLP with binary cross-entropy; k-NN; a decision tree) is fitted over ``classify.seeds``
+and scored on validation by PRR; the kind with the best mean PRR is **selected** (ties → logistic), and each kind's
+best seed is kept. The validation split thus does early stopping (MLP), model choice and seed choice. The threshold τ
+of each classifier (retrieve iff P(correct) < τ) is chosen by ``classify.threshold_rule`` on rows that did none of that:
 with ``classify.tau_from: oof`` (the default) on out-of-fold predictions over the whole fit split
 (:func:`~workbench.classify.select.out_of_fold_proba`: ``tau_folds`` stratified folds, each predicted by the kind
 at its chosen seed refitted on the other folds); with ``tau_from: val`` on the validation predictions (the earlier
@@ -14,13 +14,16 @@ own τ by the same rule on the whole fit split (a feature has nothing fitted).
 
 On the evaluation split (the first collected split other than the fit split) the **routing table** compares No-RAG,
 Always-RAG, Oracle (retrieve iff the closed-book answer is wrong: needs the gold answer, an upper bound), every
-single feature, LR and MLP: routed EM / F1 / containment, retrieval rate, LM calls and tokens per question. Costs:
+single feature and each classifier kind trained (LR, MLP, kNN, Tree): routed EM / F1 / containment, retrieval rate,
+AdaRAGUE's in-accuracy (the retrieve decision against "the closed-book answer is wrong"), retrieval calls (RC) and LM
+calls (LMC) per question, and tokens per question. Costs:
 No-RAG = the greedy closed-book answer; Always-RAG = one answer with passages; Oracle = closed-book + RAG where
 retrieved; feature routers = the collection of all features (measured by ``collect``; it includes the closed-book
 answer) + RAG where retrieved.
 
-Both classifiers are saved as JSON (``logistic.json``, ``mlp.json``: learned artifacts, weights included), exported to
-ONNX (``logistic.onnx``, ``mlp.onnx``) and checked against numpy on the evaluation split (max |Δ| recorded; the stage
+Every classifier trained is saved as a learned artifact (``<kind>.json``: ``logistic.json``, ``mlp.json``,
+``knn.json`` with its reference points in ``knn.safetensors``, ``tree.json``), exported to ONNX (``<kind>.onnx``) and
+checked against numpy on the evaluation split (max |Δ| recorded; the stage
 fails above 1e-5). ``selection.json`` records the chosen kind and every τ (with the rule that chose it). The router
 search (:mod:`~workbench.stages.classify.router`) picks the router the run ships by the user's rule
 (``classify.pick``), and ``tau_sweep.json`` sweeps the shipped decision's τ on the evaluation split
@@ -41,10 +44,12 @@ from workbench.classify.select import out_of_fold_proba, split_train_val, train_
 from workbench.classify.threshold import choose_threshold
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
-from workbench.methods.learned import CLASSIFIER_KINDS, load_learned, save_learned
+from workbench.methods.learned import CLASSIFIER_KINDS, ROUTER_NAMES, load_learned, save_learned
+from workbench.metrics.adaptive import in_accuracy
 from workbench.routing.search import decision_cost
 from workbench.routing.sweep import sweep_rows
 from workbench.stages.classify.router import cost_model, mlp_config, search_router
+from workbench.stages.classify.settings import knn_config_of, tree_config_of
 from workbench.stages.context import StageContext
 from workbench.uncertainty.stat_costs import load_stat_costs
 
@@ -65,9 +70,14 @@ def routing_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], ba
 
 
 def _scores(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray]) -> dict[str, Any]:
-    row: dict[str, Any] = {"router": name, "retrieval_rate": float(retrieve.astype(float).mean())}
+    """A row's routed QA scores, retrieval rate, in-accuracy (the decision against "the closed-book answer is wrong",
+    the Oracle's label) and retrieval calls per question (one retriever call per retrieved question)."""
+    rate = float(retrieve.astype(float).mean())
+    row: dict[str, Any] = {"router": name, "retrieval_rate": rate}
     for score in QA_SCORES:
         row[score] = float(np.where(retrieve, cols[f"rag_{score}"], cols[f"correct_{score}"]).mean())
+    row["in_accuracy"] = in_accuracy(retrieve, cols["correct_contains"] < 0.5)
+    row["retrieval_calls"] = rate
     return row
 
 
@@ -203,6 +213,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
             mlp_config=mlp_config(section),
             feature_names=features,
             logistic_C=section.logistic_c,
+            knn_config=knn_config_of(section),
+            tree_config=tree_config_of(section),
         )
         if folds is None:
             choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
@@ -217,6 +229,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 mlp_config=mlp_config(section),
                 feature_names=features,
                 logistic_C=section.logistic_c,
+                knn_config=knn_config_of(section),
+                tree_config=tree_config_of(section),
             )
             choice = threshold(oof, y_fit, np.arange(y_fit.size))
         results[kind] = {"selection": selection, "threshold": choice}
@@ -241,7 +255,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "features": {f: X_eval[:, j].tolist() for j, f in enumerate(features)},
     }
     parity: dict[str, float] = {}
-    names = {"logistic": "LR", "mlp": "MLP"}
+    names = ROUTER_NAMES
     for kind, result in results.items():
         model = result["selection"].model
         p_eval = model.predict_proba(X_eval)
@@ -257,7 +271,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             predictions["lr_weights"] = model.weights()
 
     router = search_router(ctx, data, features, fit_split, eval_split)
-    features_of = {name: [name] for name in features} | {"LR": list(features), "MLP": list(features)}
+    features_of = {name: [name] for name in features} | {names[kind]: list(features) for kind in results}
     if router is not None:
         shipped = router["spec"]["features"]
         raw_eval = np.asarray([data[eval_split]["raw"][f] for f in shipped], dtype=float).T

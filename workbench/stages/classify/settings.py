@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,10 +14,13 @@ from workbench.core.settings import RecipeView
 
 @dataclass
 class ClassifySection:
-    """The 'classify' stage: LR / MLP retrieval-decision classifiers, threshold τ, ONNX export, routing table."""
+    """The 'classify' stage: LR / MLP / k-NN / tree retrieval-decision classifiers, threshold τ, ONNX export, routing
+    table."""
 
-    kinds: list[Literal["logistic", "mlp"]] = doc(
-        "classifier kinds to train (the best mean PRR is chosen)", ["logistic", "mlp"]
+    kinds: list[Literal["logistic", "mlp", "knn", "tree"]] = doc(
+        "classifier kinds to train (the best mean PRR is chosen): logistic, mlp, knn (k nearest neighbours), tree "
+        "(a decision tree)",
+        ["logistic", "mlp"],
     )
     seeds: list[int] = doc("training seeds per kind", [0, 1, 2], minimum=0)
     val_fraction: float = doc(
@@ -44,6 +49,9 @@ class ClassifySection:
     mlp_max_epochs: int = doc("MLP epoch cap", 200)
     mlp_batch_size: int = doc("MLP mini-batch size", 32)
     mlp_patience: int = doc("MLP early stopping: epochs without validation-loss improvement", 10, minimum=0)
+    knn_neighbors: int = doc("k-NN: neighbours per decision (scikit-learn's default)", 5, minimum=1)
+    tree_max_depth: int = doc("decision tree: deepest level (1 to 32: the ONNX graph unrolls each)", 5, minimum=1)
+    tree_min_samples_leaf: int = doc("decision tree: fewest fit-split questions in a leaf", 10, minimum=1)
     router_search: Literal["forward", "study", "none"] = doc(
         "the router the run ships (D²-RAG's Stage 1; docs/routing.md): forward — greedy forward selection by AUROC "
         "gain per cost, then the pick rule; study — that plus an Optuna multi-objective study over feature subsets, "
@@ -88,8 +96,10 @@ class ClassifySection:
         "retrieval cost model: prompt tokens the retrieved context adds to the answer's prompt; null: as measured",
         None,
     )
-    router_kinds: list[Literal["logistic", "mlp"]] = doc(
-        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow)", ["logistic"]
+    router_kinds: list[Literal["logistic", "mlp", "knn", "tree"]] = doc(
+        "router study: classifier kinds searched (the MLP trains with Lightning per fold: slow; knn and tree take "
+        "classify.knn_* / tree_* settings)",
+        ["logistic"],
     )
     router_inputs: list[Literal["calibrated", "raw"]] = doc(
         "router study: classifier inputs searched (raw: the imputed raw features, which the classifier standardises)",
@@ -130,6 +140,34 @@ def pick_rule_of(section: Any) -> Any:
     )
 
 
+def knn_config_of(section: Any) -> Any:
+    """The k-NN settings of a ``classify`` section (:class:`~workbench.classify.knn.KNNConfig`); ConfigError naming
+    the recipe key when out of range."""
+    from workbench.classify.knn import KNNConfig
+
+    with _recipe_keys({"knn.n_neighbors": "classify.knn_neighbors"}):
+        return KNNConfig(n_neighbors=section.knn_neighbors)
+
+
+def tree_config_of(section: Any) -> Any:
+    """The tree settings of a ``classify`` section (:class:`~workbench.classify.tree.TreeConfig`); ConfigError
+    naming the recipe key when out of range."""
+    from workbench.classify.tree import TreeConfig
+
+    keys = {"tree.max_depth": "classify.tree_max_depth", "tree.min_samples_leaf": "classify.tree_min_samples_leaf"}
+    with _recipe_keys(keys):
+        return TreeConfig(max_depth=section.tree_max_depth, min_samples_leaf=section.tree_min_samples_leaf)
+
+
+@contextmanager
+def _recipe_keys(keys: dict[str, str]) -> Iterator[None]:
+    """Re-raise a config class's ConfigError under the recipe key it comes from (``keys``: its where → the key)."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(exc.what, keys.get(exc.where or "", exc.where)) from None
+
+
 def check(config: RecipeView) -> None:
     """classify's load check: collect answers with retrieval (the routing table) and collects a split besides
     calibrate.fit_split to evaluate on; the router search's settings are in range."""
@@ -143,6 +181,8 @@ def check(config: RecipeView) -> None:
         )
     section = config.classify
     pick_rule_of(section)
+    knn_config_of(section)
+    tree_config_of(section)
     for key in ("retrieval_seconds", "retrieval_tokens"):
         value = getattr(section, key)
         if value is not None and not (isinstance(value, int | float) and value >= 0):

@@ -60,20 +60,38 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
             else ""
         ),
         "",
-        "| method | EM | token F1 | containment | retrieval rate | LM calls / q | tokens / q | NLI pairs / q "
-        "| latency p50 (s) | p95 (s) | fallbacks |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being "
+        '"`no_rag`\'s closed-book answer is wrong" (containment; – without `no_rag` in the run); RC: retrieval calls '
+        "per question; LMC: LM calls per question.",
+        "",
+        "| method | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
+        "| NLI pairs / q | latency p50 (s) | p95 (s) | fallbacks |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in methods.items():
         lines.append(
-            f"| {name} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} | {row['retrieval_rate']:.2f} "
-            f"| {row['lm_calls']:.1f} | {row['tokens']:.0f} | {row['nli_pairs']:.0f} | {row['latency_p50']:.2f} "
-            f"| {row['latency_p95']:.2f} | {row['fallbacks']} |"
+            f"| {name} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
+            f"| {protocol_cells(row)} | {row['lm_calls']:.1f} "
+            f"| {row['tokens']:.0f} | {row['nli_pairs']:.0f} | {row['latency_p50']:.2f} | {row['latency_p95']:.2f} "
+            f"| {row['fallbacks']} |"
         )
     for method, note in summary.get("notes", {}).items():
         lines.append(f"\n*{method}*: {note}.")
     lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
     return lines + method_sections(evaluate_dir, names)
+
+
+def protocol_cells(row: dict) -> str:
+    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
+    rate = optional_cell(row, "retrieval_rate", 2)
+    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
+
+
+def optional_cell(row: dict, key: str, digits: int) -> str:
+    """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
+    None / NaN: e.g. in-accuracy without a closed-book label)."""
+    value = row.get(key)
+    return "–" if value is None or value != value else f"{value:.{digits}f}"
 
 
 def method_sections(evaluate_dir: Path, names: list[str]) -> list[str]:
