@@ -9,7 +9,10 @@ in one prefill and joins that state to the running one (:func:`~workbench.backen
 rows left-padded, each keeps its own positions); rows that end (EOS, a stop string, ``max_tokens``) leave the state
 at once, and a request whose rows all ended is answered there and then. The rows of a request nobody waits for any
 more (its client left, its deadline passed) leave at the next step; the scheduler interrupts the batch once every
-request of it is abandoned.
+request of it is abandoned. **Streaming**: after every step, each streamed request still decoding is handed its
+answer so far (:meth:`~workbench.serve.openai_engine.ModelEngine.progress`, through
+:meth:`~workbench.serve.scheduler.RunningBatch.report`), and each of its works once it is answered, so its stream
+sends every token's piece as soon as it is settled.
 
 **Same answers as alone.** Each sampled row draws from its own random generator seeded from ``(seed, prompt,
 sample index)`` (:mod:`workbench.backends.generator.next_token`), so its samples do not depend on the rows beside

@@ -23,7 +23,8 @@ together with equal parameters are answered by ONE ``Generator.generate`` call (
 greedy and sampled requests never share one. This is request-level batching: a request joins the next call, not a
 running one. One call generates at most ``max_batch_tokens`` tokens (prompts × n × max_tokens over its requests), and
 takes the clients (their IP addresses) in turn behind the head request. ``stream: true`` answers the same result as
-server-sent events (:mod:`workbench.serve.openai_stream`), once it is computed. A request without ``seed`` gets a
+server-sent events (:mod:`workbench.serve.openai_stream`): with continuous batching token by token as it is decoded,
+at the request level once it is computed. A request without ``seed`` gets a
 fresh seed (its samples differ from every other request's); one with a seed is reproducible. The generation cache is
 off unless the generator was given one.
 
@@ -347,7 +348,7 @@ def create_model_app(
         feed = ProgressFeed(asyncio.get_running_loop())
         job, deadline = submitted(works, request, feed if joining else None)
         waiting = asyncio.ensure_future(_wait(job, request, deadline))
-        update = asyncio.ensure_future(feed.updates.get())
+        update = asyncio.ensure_future(feed.next())
         try:
             await asyncio.wait({waiting, update}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -373,15 +374,14 @@ def create_model_app(
                 await asyncio.wait({waiting, pending}, return_when=asyncio.FIRST_COMPLETED)
                 if not pending.done():
                     break
-                index, answer = pending.result()
-                states[index] = answer
+                states.update(pending.result())
                 choices, _, decoding = answered_so_far(states, count)
                 # usage null on every chunk when include_usage: pass a placeholder, its own chunk comes at the end
                 out = list(chunks(choices, {} if include else None, complete=False, decoding=decoding))
                 for chunk in out[sent:]:
                     yield event(chunk)
                 sent = max(sent, len(out))
-                pending = asyncio.ensure_future(feed.updates.get())
+                pending = asyncio.ensure_future(feed.next())
             try:
                 results = checked(waiting.result())
             except ApiError as exc:

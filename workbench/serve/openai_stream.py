@@ -2,9 +2,12 @@
 them (docs/served-models.md).
 
 A streamed response is ``text/event-stream``: one ``data: {chunk}`` event per piece of an answer, then ``data:
-[DONE]``. A request is checked, queued and answered exactly as when it is not streamed, and the stream begins once
-its answer is ready: every refusal (400, 404, 503, 504 …) is still an ordinary JSON error with its status, never an
-event in a stream that began with 200. The chunks then carry the answer piece by piece:
+[DONE]``. A request is checked, queued and answered exactly as when it is not streamed. The stream begins once its
+answer is ready or — where the answering function reports answers so far (``serve-model --continuous``: a
+:class:`ProgressFeed` per request) — once its first piece is settled (:func:`settled`); every refusal (400, 404, 503,
+504 …) before that is still an ordinary JSON error with its status, never an event in a stream that began with 200.
+The chunks carry the answer piece by piece, the same chunks whether sent live or from the whole answer (an answer
+so far gives the first chunks of the whole answer's: :func:`answered_so_far`):
 
 * ``/v1/completions`` — ``object: "text_completion"``; one chunk per listed token of each choice (``text`` its
   piece, ``logprobs`` the entries of that token when the request asked for them), the choice's last chunk carrying
@@ -109,14 +112,28 @@ def answered_so_far(states: dict[int, Any], count: int) -> tuple[list[tuple[dict
 class ProgressFeed:
     """A streamed request's answers so far, handed over from the answering thread (:attr:`Job.progress
     <workbench.serve.scheduler.Job.progress>`: called as ``feed(index, answer)``) to the event loop ``loop``, where
-    :attr:`updates` yields them in order."""
+    :meth:`next` returns them. Only each work's latest answer is kept: a client that reads slowly gets fewer, larger
+    updates, and memory stays one answer per work."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self.updates: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self._latest: dict[int, Any] = {}
+        self._changed = asyncio.Event()
 
     def __call__(self, index: int, answer: Any) -> None:
-        self._loop.call_soon_threadsafe(self.updates.put_nowait, (index, answer))
+        self._loop.call_soon_threadsafe(self._put, index, answer)
+
+    def _put(self, index: int, answer: Any) -> None:
+        self._latest[index] = answer
+        self._changed.set()
+
+    async def next(self) -> dict[int, Any]:
+        """The works' answers reported since the last call (``{index: answer}``, each work's latest), once there are
+        any."""
+        await self._changed.wait()
+        self._changed.clear()
+        latest, self._latest = self._latest, {}
+        return latest
 
 
 def usage_chunk(head: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:

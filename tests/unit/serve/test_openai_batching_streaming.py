@@ -327,7 +327,7 @@ def test_stream_load_times_first_tokens_and_the_report_states_them(server):
     first = (
         f"time to first token at concurrency 1 / 4: {loads['1']['ttft_p50_s']:.3f} s / {loads['4']['ttft_p50_s']:.3f} s"
     )
-    assert first in text and "## Streaming" in text
+    assert first in text and "## Streaming" in text and "sends each token as it is decoded" in text
     assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text
 
 
