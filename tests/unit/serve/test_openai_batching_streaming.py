@@ -422,3 +422,27 @@ def test_settled_pieces_never_split_a_character_nor_reach_past_a_possible_stop(g
         count = settled(text, starts, 0)
         sent = text[: starts[count]] if count < len(starts) else text
         assert "\ufffd" not in sent and final.startswith(sent)
+
+
+def test_a_live_stream_ends_with_an_error_event_past_its_deadline_and_frees_its_rows_when_the_client_leaves(
+    gen, monkeypatch
+):
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):  # 50 ms a step: 40 steps outlast the 1 s deadline
+        steps.append(len(args[1]))
+        time.sleep(0.05)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 40, "temperature": 1.0, "seed": 9}
+    with _start(gen, continuous=True, timeout_s=1.0) as running:
+        events = _stream(f"{running.base_url}/completions", body)
+        assert events[-1] != "[DONE]" and events[-1]["error"]["code"] is None
+        assert "deadline" in events[-1]["error"]["message"] and len(events) > 2  # pieces were sent before it
+        steps.clear()
+        with httpx.stream("POST", f"{running.base_url}/completions", json={**body, "stream": True}) as response:
+            next(response.iter_lines())  # the first chunk, then the client leaves
+        left = len(steps)
+        time.sleep(0.5)
+        assert left < 30 and len(steps) <= left + 2  # its rows left the batch within a step or two
