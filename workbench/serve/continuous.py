@@ -9,7 +9,10 @@ in one prefill and joins that state to the running one (:func:`~workbench.backen
 rows left-padded, each keeps its own positions); rows that end (EOS, a stop string, ``max_tokens``) leave the state
 at once, and a request whose rows all ended is answered there and then. The rows of a request nobody waits for any
 more (its client left, its deadline passed) leave at the next step; the scheduler interrupts the batch once every
-request of it is abandoned.
+request of it is abandoned. **Streaming**: after every step, each streamed request still decoding is handed its
+answer so far (:meth:`~workbench.serve.openai_engine.ModelEngine.progress`, through
+:meth:`~workbench.serve.scheduler.RunningBatch.report`), and each of its works once it is answered, so its stream
+sends every token's piece as soon as it is settled.
 
 **Same answers as alone.** Each sampled row draws from its own random generator seeded from ``(seed, prompt,
 sample index)`` (:mod:`workbench.backends.generator.next_token`), so its samples do not depend on the rows beside
@@ -104,6 +107,7 @@ def decode_joining(engine: Any, batch: Any, admit: Callable[[list[Any]], list[An
                     _row_done(engine, batch, owners[r], params)
                 else:
                     keep.append(k)
+            _report(engine, batch, [owners[r] for r in active], params)
             if not keep:
                 state, active = None, []
             elif len(keep) < len(active):
@@ -162,13 +166,41 @@ def _row_done(engine: Any, batch: Any, decoding: Decoding, params: Any) -> None:
     entry.open_rows[decoding.index] -= 1
     if entry.open_rows[decoding.index]:
         return
+    entry.results[decoding.index] = engine.finished(decoding.prepared, _generations(engine, decoding, params))
+    if not any(isinstance(r, ApiError) for r in entry.results):
+        batch.report(entry.job, decoding.index, entry.results[decoding.index])  # a stream sends it before the rest
+    _deliver_if_done(batch, entry)
+
+
+def _report(engine: Any, batch: Any, decodings: list[Decoding], params: Any) -> None:
+    """Send each streamed work of this step that is still decoding its answer so far (its settled pieces:
+    :meth:`~workbench.serve.openai_engine.ModelEngine.progress`), so its first tokens leave before its last is
+    decoded."""
+    seen: set[int] = set()
+    for decoding in decodings:
+        if id(decoding) in seen:  # each work once, in row order
+            continue
+        seen.add(id(decoding))
+        entry = decoding.entry
+        if not decoding.prepared.work.stream or not entry.open_rows[decoding.index] or entry.job.abandoned:
+            continue
+        if entry.job.progress is None or any(isinstance(r, ApiError) for r in entry.results):
+            continue  # nobody reads it, or the request is refused whole (a JSON error, not a stream)
+        gens = _generations(engine, decoding, params)
+        still = [row.finish is None for row in decoding.rows]
+        if len(still) < len(gens):  # greedy copies
+            still = still * len(gens)
+        batch.report(entry.job, decoding.index, engine.progress(decoding.prepared, gens, still))
+
+
+def _generations(engine: Any, decoding: Decoding, params: Any) -> list[Any]:
+    """A work's ``n`` generations from its rows as they stand (greedy: copies of the one row)."""
     gen = engine.generator
     gens = [gen._finalise(row, decoding.job, params) for row in decoding.rows]
     n = decoding.prepared.work.sampling.n
     if params.greedy and n > 1:  # greedy samples are copies of the one decoded
         gens = [gens[0] if j == 0 else gen_copy(gens[0], j) for j in range(n)]
-    entry.results[decoding.index] = engine.finished(decoding.prepared, gens)
-    _deliver_if_done(batch, entry)
+    return gens
 
 
 def gen_copy(generation: Any, index: int) -> Any:

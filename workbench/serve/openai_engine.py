@@ -42,6 +42,7 @@ from workbench.backends.prompts import encode
 from workbench.core.interrupt import check_interrupt
 from workbench.serve.continuous import decode_joining
 from workbench.serve.openai_schema import ApiError, Work
+from workbench.serve.openai_stream import settled
 
 NEG_INF_LOGPROB = -9999.0
 """The log-prob written for -inf (vLLM's convention: JSON has no infinity)."""
@@ -67,12 +68,15 @@ class Answered:
     """One work's answer: ``choices`` (its ``n`` choices without ``index``), ``prompt_tokens`` and
     ``completion_tokens`` (generated tokens over the choices, each EOS included). For a streamed work, ``pieces``
     holds per choice the character offsets where its text's pieces begin (one per listed token, the echoed prompt
-    first; with log-probs, aligned with the choice's log-prob entries); None otherwise."""
+    first; with log-probs, aligned with the choice's log-prob entries); None otherwise. ``open`` (a streamed work's
+    answer so far, :meth:`ModelEngine.progress`): per choice, whether it is still being decoded (its choice then holds
+    its settled pieces only, ``finish_reason`` None); None for a finished answer."""
 
     choices: list[dict[str, Any]]
     prompt_tokens: int
     completion_tokens: int
     pieces: list[list[int]] | None = None
+    open: list[bool] | None = None
 
 
 def _logprob(value: float | None) -> float | None:
@@ -163,6 +167,19 @@ class ModelEngine:
         """The answer of a work whose generations (its ``n`` samples, in order; none for echo only) are ``gens``."""
         p.gens = gens
         return self._answered(p)
+
+    def progress(self, p: Prepared, gens: list[Any], decoding: list[bool]) -> Answered:
+        """A streamed work's answer so far: ``gens`` its ``n`` generations as decoded up to now (a choice still
+        ``decoding`` reads as cut at its length), each open choice cut to the pieces that are settled
+        (:func:`~workbench.serve.openai_stream.settled`: they are then the first pieces of its finished answer)."""
+        answer = self.finished(p, gens)
+        stops = p.work.sampling.stop or ()
+        hold = max((len(stop) for stop in stops), default=1) - 1
+        for choice, starts, still in zip(answer.choices, answer.pieces or [], decoding, strict=True):
+            if still:
+                _cut_choice(choice, starts, hold)
+        answer.open = list(decoding)
+        return answer
 
     def _calls(self, generating: list[Prepared]) -> list[tuple[int, list[Prepared]]]:
         """``(seed, works)`` of each generate call: one call with the request seed; without one (``seed`` None), one
@@ -407,6 +424,24 @@ def _exact_prefix_lengths(decode: Callable[[list[int]], str], ids: list[int]) ->
         check_interrupt()
         out.append(len(decode(ids[:t])))
     return out
+
+
+def _cut_choice(choice: dict[str, Any], starts: list[int], hold: int) -> None:
+    """Cut an open choice (and its ``starts``, in place) to its settled pieces; it has no ``finish_reason`` yet."""
+    message = choice.get("message")
+    text = message["content"] if message is not None else choice["text"]
+    count = settled(text, starts, hold)
+    end = starts[count] if count < len(starts) else len(text)
+    del starts[count:]
+    choice["finish_reason"] = None
+    if message is not None:
+        message["content"] = text[:end]
+        if choice["logprobs"] is not None:
+            del choice["logprobs"]["content"][count:]
+    else:
+        choice["text"] = text[:end]
+        for values in (choice["logprobs"] or {}).values():
+            del values[count:]
 
 
 def _bytes(token: str) -> list[int]:

@@ -23,7 +23,8 @@ together with equal parameters are answered by ONE ``Generator.generate`` call (
 greedy and sampled requests never share one. This is request-level batching: a request joins the next call, not a
 running one. One call generates at most ``max_batch_tokens`` tokens (prompts × n × max_tokens over its requests), and
 takes the clients (their IP addresses) in turn behind the head request. ``stream: true`` answers the same result as
-server-sent events (:mod:`workbench.serve.openai_stream`), once it is computed. A request without ``seed`` gets a
+server-sent events (:mod:`workbench.serve.openai_stream`): with continuous batching token by token as it is decoded,
+at the request level once it is computed. A request without ``seed`` gets a
 fresh seed (its samples differ from every other request's); one with a seed is reproducible. The generation cache is
 off unless the generator was given one.
 
@@ -80,7 +81,16 @@ from workbench.serve.openai_schema import (
     check_model,
     completion_works,
 )
-from workbench.serve.openai_stream import chat_chunks, completion_chunks, event_stream
+from workbench.serve.openai_stream import (
+    DONE,
+    ProgressFeed,
+    answered_so_far,
+    chat_chunks,
+    completion_chunks,
+    event,
+    event_stream,
+    events_response,
+)
 from workbench.serve.scheduler import BatchScheduler, DeadlineExpired, Job, QueueFull, SchedulerClosed
 from workbench.serve.strict_body import StrictJSONRoute, install_refusal_handlers
 from workbench.serve.uvicorn_run import ServerThread, run_uvicorn
@@ -297,9 +307,9 @@ def create_model_app(
             return _error(exc.status, exc.message, param=exc.param, code=exc.code)
         return JSONResponse(card())
 
-    async def answered(works: list[Work], request: Request) -> list[Answered]:
-        """The works' answers, through the scheduler: an :class:`ApiError` for any refusal, :class:`ClientGone` when
-        the client disconnected first (the works are then dropped, or their batch interrupted)."""
+    def submitted(works: list[Work], request: Request, progress: Any = None) -> tuple[Job, float]:
+        """The works queued on the scheduler as one job (``progress``: its :attr:`Job.progress`), with its deadline;
+        503 when the queue is full or the server shutting down."""
         deadline = time.monotonic() + limits.timeout_s
         try:
             job = scheduler.submit(
@@ -308,16 +318,83 @@ def create_model_app(
                 deadline,
                 client=request.client.host if request.client else "",
                 tokens=sum(w.sampling.n * w.sampling.max_tokens for w in works),
+                progress=progress,
             )
         except QueueFull as exc:
             raise ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except SchedulerClosed as exc:
             raise ApiError(503, str(exc)) from None
-        results = await _wait(job, request, deadline)
+        return job, deadline
+
+    def checked(results: list[Any]) -> list[Answered]:
         for result in results:
             if isinstance(result, ApiError):
                 raise result
         return results
+
+    async def answered(works: list[Work], request: Request) -> list[Answered]:
+        """The works' answers, through the scheduler: an :class:`ApiError` for any refusal, :class:`ClientGone` when
+        the client disconnected first (the works are then dropped, or their batch interrupted)."""
+        job, deadline = submitted(works, request)
+        return checked(await _wait(job, request, deadline))
+
+    def whole(results: Sequence[Answered]) -> list[tuple[dict[str, Any], list[int]]]:
+        return [(c, s) for r in results for c, s in zip(r.choices, r.pieces or [], strict=True)]
+
+    async def streamed(works: list[Work], request: Request, chunks: Any, include: bool) -> Response:
+        """A streamed answer (``chunks(choices, usage, complete=, decoding=)`` writes its chunks). With continuous
+        batching the stream begins with the first settled piece and sends each step's new pieces as they are
+        decoded; a request refused (or answered) before its first piece gets its JSON error (or its whole stream)."""
+        feed = ProgressFeed(asyncio.get_running_loop())
+        job, deadline = submitted(works, request, feed if joining else None)
+        waiting = asyncio.ensure_future(_wait(job, request, deadline))
+        update = asyncio.ensure_future(feed.next())
+        try:
+            await asyncio.wait({waiting, update}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            waiting.cancel()
+            update.cancel()
+            raise
+        if waiting.done():
+            update.cancel()
+            results = checked(waiting.result())
+            return event_stream(chunks(whole(results), usage(results) if include else None))
+        return events_response(live(len(works), feed, update, waiting, chunks, include))
+
+    async def live(
+        count: int, feed: ProgressFeed, pending: Any, waiting: Any, chunks: Any, include: bool
+    ) -> AsyncIterator[str]:
+        """The events of a stream under way: each update's new chunks (those of the answer so far not sent yet),
+        then the rest of the complete answer's and ``[DONE]``; a failure after the stream began is one ``error``
+        event, without ``[DONE]``."""
+        states: dict[int, Answered] = {}
+        sent = 0
+        try:
+            while True:
+                await asyncio.wait({waiting, pending}, return_when=asyncio.FIRST_COMPLETED)
+                if not pending.done():
+                    break
+                states.update(pending.result())
+                choices, _, decoding = answered_so_far(states, count)
+                # usage null on every chunk when include_usage: pass a placeholder, its own chunk comes at the end
+                out = list(chunks(choices, {} if include else None, complete=False, decoding=decoding))
+                for chunk in out[sent:]:
+                    yield event(chunk)
+                sent = max(sent, len(out))
+                pending = asyncio.ensure_future(feed.next())
+            try:
+                results = checked(waiting.result())
+            except ApiError as exc:
+                yield event(error_body(exc.status, _one_line(exc.message), param=exc.param, code=exc.code))
+                return
+            except ClientGone:
+                return
+            for chunk in list(chunks(whole(results), usage(results) if include else None))[sent:]:
+                yield event(chunk)
+            yield DONE
+        finally:
+            pending.cancel()
+            waiting.cancel()  # a client gone mid-stream: the job is cancelled (its rows leave the batch)
 
     async def _wait(job: Job, request: Request, deadline: float) -> list[Any]:
         try:
@@ -354,15 +431,17 @@ def create_model_app(
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         try:
-            results = await answered(completion_works(body, served_name, request_limits, next(requests)), request)
+            works = completion_works(body, served_name, request_limits, next(requests))
+            if body.stream:
+                top = head("text_completion", "cmpl")
+                return await streamed(
+                    works, request, lambda *a, **k: completion_chunks(top, *a, **k), include_usage(body)
+                )
+            results = await answered(works, request)
         except ApiError as exc:
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)  # never sent: the access log shows it
-        if body.stream:
-            pieces = [(c, s) for r in results for c, s in zip(r.choices, r.pieces or [], strict=True)]
-            streamed = usage(results) if include_usage(body) else None
-            return event_stream(completion_chunks(head("text_completion", "cmpl"), pieces, streamed))
         choices = [choice for result in results for choice in result.choices]
         payload = {
             **head("text_completion", "cmpl"),
@@ -374,15 +453,15 @@ def create_model_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
         try:
-            results = await answered([chat_work(body, served_name, request_limits, next(requests))], request)
+            works = [chat_work(body, served_name, request_limits, next(requests))]
+            if body.stream:
+                top = head("chat.completion.chunk", "chatcmpl")
+                return await streamed(works, request, lambda *a, **k: chat_chunks(top, *a, **k), include_usage(body))
+            results = await answered(works, request)
         except ApiError as exc:
             return _error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED)
-        if body.stream:
-            pieces = list(zip(results[0].choices, results[0].pieces or [], strict=True))
-            streamed = usage(results) if include_usage(body) else None
-            return event_stream(chat_chunks(head("chat.completion.chunk", "chatcmpl"), pieces, streamed))
         payload = {
             **head("chat.completion", "chatcmpl"),
             "choices": [{"index": i, **choice} for i, choice in enumerate(results[0].choices)],

@@ -34,9 +34,10 @@ Guarantees:
 **Joining a running batch** (``joining=True``): the answering function is then called with a :class:`RunningBatch`
 instead of a question list. Between its steps it may take more queued jobs of its method (:meth:`RunningBatch.more`,
 in the same fair order and within the same bounds, counting the jobs still running) and it hands each job its
-answers as soon as they are ready (:meth:`RunningBatch.deliver`): continuous batching, where requests enter a running
-batch and leave it when done. The guarantees above hold for every job it took; when it raises, each job it did not
-answer is answered again alone (without joining).
+answers as soon as they are ready (:meth:`RunningBatch.deliver`) — and, to a job with a :attr:`Job.progress`, its
+answers so far after every step (:meth:`RunningBatch.report`: streaming): continuous batching, where requests enter
+a running batch and leave it when done. The guarantees above hold for every job it took; when it raises, each job it
+did not answer is answered again alone (without joining).
 
 The scheduler knows nothing of HTTP: the app maps :class:`QueueFull`, :class:`DeadlineExpired` and
 :class:`SchedulerClosed` to status codes. It also keeps, per batching key, the fastest rate it has answered at
@@ -98,7 +99,9 @@ class Job:
     """One request's work: ``questions`` for ``method``, to start before ``deadline`` (a ``time.monotonic()``
     instant). ``future`` resolves to the answers (one per question, in order) or to the exception that stopped them;
     ``abandoned`` is set when nobody waits for them any more while they run (:meth:`BatchScheduler.cancel`).
-    ``client`` names who sent it (batches take clients in turn); ``tokens`` is its share of ``max_batch_tokens``."""
+    ``client`` names who sent it (batches take clients in turn); ``tokens`` is its share of ``max_batch_tokens``.
+    ``progress`` (None: none) receives a joining answering function's partial answers before the whole
+    (:meth:`RunningBatch.report`); it is called on the worker thread and must not block."""
 
     questions: list[str]
     method: str
@@ -107,6 +110,7 @@ class Job:
     abandoned: bool = False
     client: str = ""
     tokens: int = 0
+    progress: Callable[[int, Any], None] | None = None
 
 
 class BatchScheduler:
@@ -159,15 +163,22 @@ class BatchScheduler:
 
     # ------------------------------------------------------------------ the request side (event loop)
     def submit(
-        self, questions: Sequence[str], method: str, deadline: float, *, client: str = "", tokens: int = 0
+        self,
+        questions: Sequence[str],
+        method: str,
+        deadline: float,
+        *,
+        client: str = "",
+        tokens: int = 0,
+        progress: Callable[[int, Any], None] | None = None,
     ) -> Job:
         """Queue ``questions`` for ``method`` from ``client``, ``tokens`` its share of ``max_batch_tokens``; the
-        returned job's future carries the answers.
+        returned job's future carries the answers, ``progress`` (:attr:`Job.progress`) its partial answers.
 
         Raises :class:`QueueFull` when they do not fit under ``max_queue`` and :class:`SchedulerClosed` after
         :meth:`close`. Never blocks on the model.
         """
-        job = Job(list(questions), method, deadline, client=client, tokens=tokens)
+        job = Job(list(questions), method, deadline, client=client, tokens=tokens, progress=progress)
         with self._cond:
             if self._closed:
                 raise SchedulerClosed("the server is shutting down")
@@ -450,6 +461,12 @@ class RunningBatch:
             scheduler._running_questions = sum(len(j.questions) for j in running + taken)
         self.jobs.extend(taken)
         return taken
+
+    def report(self, job: Job, index: int, partial: Any) -> None:
+        """``job``'s question ``index`` answered so far (``partial``), handed to its :attr:`Job.progress` while the
+        job is still running; a job without one, or already resolved, gets nothing."""
+        if job.progress is not None and not job.future.done():
+            job.progress(index, partial)
 
     def deliver(self, job: Job, answers: Sequence[Any]) -> None:
         """``job``'s answers (one per question, in order): its future resolves now, whatever else still runs."""

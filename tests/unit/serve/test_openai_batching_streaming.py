@@ -327,7 +327,7 @@ def test_stream_load_times_first_tokens_and_the_report_states_them(server):
     first = (
         f"time to first token at concurrency 1 / 4: {loads['1']['ttft_p50_s']:.3f} s / {loads['4']['ttft_p50_s']:.3f} s"
     )
-    assert first in text and "## Streaming" in text
+    assert first in text and "## Streaming" in text and "sends each token as it is decoded" in text
     assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text
 
 
@@ -337,3 +337,112 @@ def test_bench_served_starts_serve_model_with_continuous_batching_when_asked():
     common = {"top_logprobs": 20, "batch_size": 8, "device": "cpu", "dtype": "float32"}
     assert "--continuous" not in serve_model_command("smollm2", 8000, "bench", **common)
     assert serve_model_command("smollm2", 8000, "bench", continuous=True, **common)[-1] == "--continuous"
+
+
+# ---------------------------------------------------------------------------------------------------- token by token
+
+
+def _stream(url: str, body: dict, on_first=None) -> list[dict | str]:
+    """The events of a streamed request read as they arrive; ``on_first()`` runs once the first one is read."""
+    out: list[dict | str] = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                data = line[len("data: ") :]
+                out.append(data if data == "[DONE]" else json.loads(data))
+                if len(out) == 1 and on_first is not None:
+                    on_first()
+    return out
+
+
+def _content(events: list[dict | str]) -> list:
+    """The events without what differs between two responses (their id and creation time)."""
+    return [e if isinstance(e, str) else {k: v for k, v in e.items() if k not in ("id", "created")} for e in events]
+
+
+def test_continuous_streaming_sends_the_first_chunk_before_the_last_token_is_decoded(gen, monkeypatch):
+    seen, held = threading.Event(), []
+    inner = gen.step
+
+    def step(*args, **kwargs):  # the 3rd step waits for the client to have read the first chunk
+        held.append(None)
+        if len(held) == 3:
+            held.append(seen.wait(5))  # whole-then-send: nothing is sent before the end, so this times out
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", step)
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 20, "temperature": 1.0, "seed": 9}
+    with _start(gen, continuous=True) as running:
+        events = _stream(f"{running.base_url}/completions", body, on_first=seen.set)
+        whole = httpx.post(f"{running.base_url}/completions", json=body, timeout=30).json()
+    assert True in held  # the first chunk reached the client while the 3rd of 20 steps was held
+    assert events[-1] == "[DONE]" and len(events) > 3
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == whole["choices"][0]["text"]
+    assert events[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        (
+            "completions",
+            {"prompt": [PROMPT, "Hello"], "n": 2, "temperature": 1.0, "seed": 3, "logprobs": 2, "echo": True},
+        ),
+        ("completions", {"prompt": PROMPT, "temperature": 0, "n": 2}),
+        ("chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "logprobs": True, "top_logprobs": 2}),
+    ],
+    ids=["completions-logprobs-echo", "completions-greedy-n2", "chat-logprobs"],
+)
+def test_continuous_streaming_sends_the_same_chunks_as_the_whole_answer(server, gen, route, body):
+    body = {"model": NAME, "max_tokens": 12, "seed": 5, "stream_options": {"include_usage": True}, **body}
+    first = gen.generate([PROMPT], max_new_tokens=12, temperature=1.0, seed=5, stop=None)[0].text
+    body["stop"] = [first[3:5]] if len(first) > 5 else None  # a stop string some answers may meet
+    today = _stream(f"{server.base_url}/{route}", body)  # request-level: the whole answer, then its chunks
+    with _start(gen, continuous=True) as running:
+        live = _stream(f"{running.base_url}/{route}", body)
+    assert _content(live) == _content(today) and live[-1] == "[DONE]"
+    assert live[-2]["usage"]["completion_tokens"] > 0
+
+
+def test_settled_pieces_never_split_a_character_nor_reach_past_a_possible_stop(gen):
+    from workbench.serve.openai_engine import ModelEngine
+    from workbench.serve.openai_stream import settled
+
+    assert settled("ab\ufffd", [0, 1, 2], 0) == 2  # the piece with the half-decoded character waits
+    assert settled("abcd", [0, 1, 2, 3], 0) == 3  # the last piece waits for the next token
+    assert settled("abcd", [0, 1, 2, 3], 2) == 2  # a 3-character stop string could begin at "c"
+    engine = ModelEngine(gen)
+    ids = engine.tokenizer.encode("é€ ok", add_special_tokens=False)
+    texts = [engine._decode(ids[:t], special=False) for t in range(1, len(ids) + 1)]
+    assert any(text.endswith("\ufffd") for text in texts)  # the byte-level tokenizer splits these characters
+    final = texts[-1]
+    for t, text in enumerate(texts, start=1):
+        starts = engine._offsets(ids[:t], text, special=False)
+        count = settled(text, starts, 0)
+        sent = text[: starts[count]] if count < len(starts) else text
+        assert "\ufffd" not in sent and final.startswith(sent)
+
+
+def test_a_live_stream_ends_with_an_error_event_past_its_deadline_and_frees_its_rows_when_the_client_leaves(
+    gen, monkeypatch
+):
+    inner, steps = gen.step, []
+
+    def slow_step(*args, **kwargs):  # 50 ms a step: 40 steps outlast the 1 s deadline
+        steps.append(len(args[1]))
+        time.sleep(0.05)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "step", slow_step)
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": 40, "temperature": 1.0, "seed": 9}
+    with _start(gen, continuous=True, timeout_s=1.0) as running:
+        events = _stream(f"{running.base_url}/completions", body)
+        assert events[-1] != "[DONE]" and events[-1]["error"]["code"] is None
+        assert "deadline" in events[-1]["error"]["message"] and len(events) > 2  # pieces were sent before it
+        steps.clear()
+        with httpx.stream("POST", f"{running.base_url}/completions", json={**body, "stream": True}) as response:
+            next(response.iter_lines())  # the first chunk, then the client leaves
+        left = len(steps)
+        time.sleep(0.5)
+        assert left < 30 and len(steps) <= left + 2  # its rows left the batch within a step or two

@@ -120,7 +120,9 @@ def _streamed_lines(engines: dict[str, Any], levels: list[str]) -> list[str]:
         "## Streaming",
         "",
         "One-question chat requests with `stream: true` (greedy), a closed loop at each concurrency: time to the first "
-        "chunk with text (TTFT), to the end of the stream, and completion tokens per second.",
+        "chunk with text (TTFT), to the end of the stream, and completion tokens per second. "
+        "`serve_model_continuous` (`serve-model --continuous`) sends each token as it is decoded; `serve_model` "
+        "(request level) computes the answer whole first, so its TTFT is close to its latency.",
         "",
         "| engine | concurrency | TTFT p50 s | TTFT p95 s | latency p50 s | latency p95 s | tokens/s | errors |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
