@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.features.report import component_lines
+from workbench.bench.features.report import COMPONENT_ORDER, component_lines, cost_lines
 from workbench.bench.features.run import median_components
+from workbench.uncertainty.stat_costs import COMPONENTS
 
 
 def _cost(seconds: float, lm_calls: float = 0.0, **more: float) -> dict[str, float]:
     fields = ("prefill_tokens", "decoded_tokens", "scored_tokens", "nli_pairs", "embed_texts")
     return {"seconds": seconds, "lm_calls": lm_calls, **dict.fromkeys(fields, 0.0), **more}
+
+
+def test_the_table_knows_every_component_in_the_graphs_order():
+    assert tuple(COMPONENTS) == COMPONENT_ORDER
 
 
 def test_median_components_takes_each_fields_median_and_counts_a_missing_component_as_zero():
@@ -40,8 +45,18 @@ def test_component_table_shows_each_components_share_and_the_self_prompting_sum(
             "nli_paraphrase": _cost(0.5, nli_pairs=60, embed_texts=30),
         },
     }
+    bench["workbench_components"] = dict(sorted(bench["workbench_components"].items()))  # as bench.json holds them
     lines = component_lines(bench)
     text = "\n".join(lines)
+    # the rows in the order the stats graph runs the components, not bench.json's sorted keys
+    firsts = [line.split(" | ")[0] for line in lines if line.startswith("| ") and " | " in line][1:]
+    assert firsts[:5] == [
+        "| greedy answer",
+        "| N samples",
+        "| Self-Detection: paraphrases + their answers",
+        "| P(True) + Verbalized: self-check forward",
+        "| NLI: paraphrase answers' matrix",
+    ]
     row = next(line for line in lines if line.startswith("| Self-Detection: paraphrases"))
     assert row.split(" | ")[1:4] == ["3.50", "35%", "0.88x"]  # of the run's 10 s; of the 4 s bare generation
     assert "| 40 | 2000 | 700 | 0 | 0 | 0 |" in row
@@ -65,8 +80,6 @@ def test_component_table_states_time_outside_every_component():
 
 @pytest.mark.parametrize("with_parts", [True, False])
 def test_cost_report_has_the_component_section_only_when_measured(with_parts):
-    from workbench.bench.features.report import cost_lines
-
     cost = {"seconds": 1.0, "token_forwards": 10, "lm_calls": 1, "nli_pairs": 0, "embed_texts": 0}
     bench = {
         "questions": 1,

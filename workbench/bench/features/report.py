@@ -212,6 +212,7 @@ COMPONENT_LABELS = {  # the stats graph's components (uncertainty.stat_costs.COM
     "sts": "SentSAR: embedder pass",
     "dense": "DENSE",
 }
+COMPONENT_ORDER = tuple(COMPONENT_LABELS)  # the order the graph runs them (a test holds it to COMPONENTS')
 SELF_PROMPTING_COMPONENTS = ("paraphrase", "self_check", "nli_paraphrase")  # what only the self-prompting features pay
 
 
@@ -233,7 +234,9 @@ def component_lines(bench: dict[str, Any]) -> list[str]:
         "| NLI pairs | embedded texts |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, cost in parts.items():
+    ordered = sorted(parts, key=lambda name: COMPONENT_ORDER.index(name) if name in COMPONENT_ORDER else len(parts))
+    for name in ordered:  # in the order the graph runs them (bench.json keeps its keys sorted)
+        cost = parts[name]
         share = fmt(_share(cost["seconds"], total), 0, style="%")
         rows.append(
             f"| {COMPONENT_LABELS.get(name, name)} | {cost['seconds']:.2f} | {share} "

@@ -204,7 +204,8 @@ def collect_stats(
 
 
 def median_components(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per stats-graph component (:data:`~workbench.uncertainty.stat_costs.COMPONENTS`, in the order they ran), the
+    """Per stats-graph component (:data:`~workbench.uncertainty.stat_costs.COMPONENTS`; bench.json sorts the keys, the
+    report puts them back in the graph's order), the
     median of each of its :meth:`~workbench.uncertainty.stat_costs.StatCostMeter.totals` fields over ``runs`` (one
     meter's totals per timed run); a component missing from a run counts 0 there. ``{}`` for no run."""
     names = list(dict.fromkeys(name for run in runs for name in run))
