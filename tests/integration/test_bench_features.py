@@ -74,9 +74,17 @@ def test_bench_features_reports_both_ratios_and_the_attention_recorders_memory(t
         "lars",
     ]  # ptrue prompts the model itself
     assert ratios["workbench_over_naive"]["seconds"] == pytest.approx(work["seconds"] / naive["seconds"])
+    # where the workbench's time goes: every LM call and judge pair of its run charged to a stats-graph component
+    parts = bench["workbench_components"]
+    assert {"greedy", "samples", "self_check", "nli_answers"} <= set(parts)
+    for key in ("lm_calls", "nli_pairs"):
+        assert sum(part[key] for part in parts.values()) == pytest.approx(work[key]), key
+    assert parts["self_check"]["lm_calls"] == 2 and parts["self_check"]["scored_tokens"] > 0  # one read a question
+    assert 0 < sum(part["seconds"] for part in parts.values()) <= work["seconds_max"]
     report = (tmp_path / "report" / "report.md").read_text()
     assert "target ≥ 5x" in report and "≤ 2.5x" in report and "≤ 1x" in report and "| lars |" in report
     assert "transformers `generate`" in report and "TruthTorchLM" in report and "5 features" in report
+    assert "## Where the workbench's time goes" in report and "| P(True) + Verbalized: self-check forward |" in report
     assert (tmp_path / "report" / "per_feature.png").stat().st_size > 1000
     # the attention recorder: the full-matrix way raises the prefill's peak by about its two (2, 8, 1024, 1024)
     # float32 arrays (134 MB); the recorder as it is, by a few MB (it reads the prefill's last query only)

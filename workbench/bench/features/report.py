@@ -105,7 +105,8 @@ def bare_lines(bench: dict[str, Any]) -> list[str]:
         "parallel, so wall time is the better measure of cost on a CPU), less the prompt prefixes the engine encoded "
         "once for several rows (the row *saved by prefix reuse*). The features that need more than the greedy answer "
         "and the samples pay for their own model calls (Self-Detection: paraphrases and their answers; P(True) and "
-        "Verbalized Confidence: a self-check prompt). The tables below show what each feature costs alone.",
+        "Verbalized Confidence: a self-check prompt). The tables below show where the workbench's time goes, "
+        "component by component, and what each feature costs alone.",
     ]
     return lines
 
@@ -180,6 +181,7 @@ def cost_lines(bench: dict[str, Any], rerun: str) -> list[str]:
     lines += [
         "",
         *bare_lines(bench),
+        *(["", *component_lines(bench)] if bench.get("workbench_components") else []),
         "",
         "## Each feature alone",
         "",
@@ -196,6 +198,69 @@ def cost_lines(bench: dict[str, Any], rerun: str) -> list[str]:
             f"| {row['lm_calls']:.0f} | {row['nli_pairs']:.0f} | {row['embed_texts']:.0f} | {_seconds(row)} |"
         )
     return lines
+
+
+COMPONENT_LABELS = {  # the stats graph's components (uncertainty.stat_costs.COMPONENTS), as the table names them
+    "greedy": "greedy answer",
+    "samples": "N samples",
+    "paraphrase": "Self-Detection: paraphrases + their answers",
+    "attention": "Attention Score: teacher-forced pass",
+    "self_check": "P(True) + Verbalized: self-check forward",
+    "nli_answers": "NLI: answer matrix",
+    "nli_paraphrase": "NLI: paraphrase answers' matrix",
+    "token_relevance": "TokenSAR: embedder pass",
+    "sts": "SentSAR: embedder pass",
+    "dense": "DENSE",
+}
+COMPONENT_ORDER = tuple(COMPONENT_LABELS)  # the order the graph runs them (a test holds it to COMPONENTS')
+SELF_PROMPTING_COMPONENTS = ("paraphrase", "self_check", "nli_paraphrase")  # what only the self-prompting features pay
+
+
+def component_lines(bench: dict[str, Any]) -> list[str]:
+    """Where the workbench's time goes: its all-features run split by stats-graph component (the
+    :class:`~workbench.uncertainty.stat_costs.StatCostMeter` of each timed run, medians), each component's wall
+    time also as a share of the run and as a multiple of the engine's bare generation, and the self-prompting
+    features' components summed."""
+    parts, bare = bench["workbench_components"], bench["bare"]["seconds"]
+    total = bench["workbench"]["seconds"]
+    rows = [
+        "## Where the workbench's time goes",
+        "",
+        f"The all-{len(bench['features'])}-features run split by the stats graph's components (each step's counts and "
+        "wall time, charged as `collect` charges them in `stat_costs.json`; one decode loop serving two components "
+        "split by prompt; medians over the timed runs). Prompt tokens are before prefix reuse.",
+        "",
+        "| component | wall s | share of the run | / engine bare | LM calls | prompt tokens | decoded | scored "
+        "| NLI pairs | embedded texts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    ordered = sorted(parts, key=lambda name: COMPONENT_ORDER.index(name) if name in COMPONENT_ORDER else len(parts))
+    for name in ordered:  # in the order the graph runs them (bench.json keeps its keys sorted)
+        cost = parts[name]
+        share = fmt(_share(cost["seconds"], total), 0, style="%")
+        rows.append(
+            f"| {COMPONENT_LABELS.get(name, name)} | {cost['seconds']:.2f} | {share} "
+            f"| {fmt(_share(cost['seconds'], bare), 2, suffix='x')} | {cost['lm_calls']:.0f} "
+            f"| {cost['prefill_tokens']:.0f} | {cost['decoded_tokens']:.0f} | {cost['scored_tokens']:.0f} "
+            f"| {cost['nli_pairs']:.0f} | {cost['embed_texts']:.0f} |"
+        )
+    counted = sum(cost["seconds"] for cost in parts.values())
+    rows.append(
+        f"| not in a component (prompt building, derived stats) | {max(total - counted, 0.0):.2f} "
+        f"| {fmt(_share(max(total - counted, 0.0), total), 0, style='%')} | | | | | | | |"
+    )
+    own = sum(parts[name]["seconds"] for name in SELF_PROMPTING_COMPONENTS if name in parts)
+    rows += [
+        "",
+        f"The self-prompting features' own components ({', '.join(SELF_PROMPTING_COMPONENTS)}) take {own:.2f} s, "
+        f"{fmt(_share(own, bare), 2, suffix='x')} the engine's bare generation; the rest of the run "
+        f"{fmt(_share(total - own, bare), 2, suffix='x')}.",
+    ]
+    return rows
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
 
 
 def _rise(result: dict[str, Any]) -> int | None:

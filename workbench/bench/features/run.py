@@ -22,6 +22,10 @@ with hidden states, attention, NLI, embedding, HF ``generate``); the bare, naive
 ``bench_features.repeats`` times in rotated order, each feature alone ``per_feature_repeats`` times with the two
 per-feature ways alternating; medians are reported with their min–max spread.
 
+The workbench way is metered (:class:`~workbench.uncertainty.stat_costs.StatCostMeter`): ``workbench_components``
+holds, per stats-graph component, the median of its wall seconds and counts over the timed runs — where the time of
+the 18 features goes beyond the bare generation (:func:`median_components`).
+
 Token-forwards = prefill + decoded + teacher-forced (scored) tokens. Targets (issue 15,
 :data:`~workbench.bench.features.report.TARGETS`): per-feature library / workbench ≥ 5x in token-forwards, NLI pairs
 and wall time; workbench / bare ≤ 2.0x, workbench core / bare ≤ 1.15x, workbench / naive bare ≤ 1.0x (wall time).
@@ -58,6 +62,7 @@ from workbench.stages.context import StageContext
 from workbench.stages.nli_eval import build_judge
 from workbench.uncertainty.calculators import ANSWER_SYSTEM, UNAVAILABLE_STATS, StatSettings, compute_stats
 from workbench.uncertainty.features import required_stats
+from workbench.uncertainty.stat_costs import StatCostMeter
 
 
 def _forwards(cost: Any) -> int:
@@ -172,16 +177,43 @@ def stats_for(features: list[str]) -> set[str]:
 
 
 def collect_stats(
-    rows: list[dict], features: list[str], *, generator: Any, judge: Any, embedder: Any, settings: Any
+    rows: list[dict],
+    features: list[str],
+    *,
+    generator: Any,
+    judge: Any,
+    embedder: Any,
+    settings: Any,
+    cost_meter: Any = None,
 ) -> list[dict[str, Any]]:
     """Every stat ``features`` need for ``rows`` by one :func:`~workbench.uncertainty.calculators.compute_stats` call
     (each stat once per question, batched over questions, one NLI matrix shared): the *workbench* way this stage
     times, and what ``bench_gpu`` times per batch size and through ``serve-model``. ``generator`` is any generator
-    (in-process or served); ``settings`` a :class:`~workbench.uncertainty.calculators.StatSettings`."""
+    (in-process or served); ``settings`` a :class:`~workbench.uncertainty.calculators.StatSettings`; ``cost_meter``
+    (optional) a :class:`~workbench.uncertainty.stat_costs.StatCostMeter` that receives each step's cost."""
 
     return compute_stats(
-        rows, stats_for(features), generator=generator, judge=judge, embedder=embedder, settings=settings
+        rows,
+        stats_for(features),
+        generator=generator,
+        judge=judge,
+        embedder=embedder,
+        settings=settings,
+        cost_meter=cost_meter,
     )
+
+
+def median_components(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per stats-graph component (:data:`~workbench.uncertainty.stat_costs.COMPONENTS`; bench.json sorts the keys, the
+    report puts them back in the graph's order), the
+    median of each of its :meth:`~workbench.uncertainty.stat_costs.StatCostMeter.totals` fields over ``runs`` (one
+    meter's totals per timed run); a component missing from a run counts 0 there. ``{}`` for no run."""
+    names = list(dict.fromkeys(name for run in runs for name in run))
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        fields = list(dict.fromkeys(key for run in runs for key in run.get(name, {})))
+        out[name] = {key: statistics.median(run.get(name, {}).get(key, 0.0) for run in runs) for key in fields}
+    return out
 
 
 def uncached_scorers(ctx: StageContext, counter: Any, *, device: str | None = None) -> tuple[Any, Any]:
@@ -286,10 +318,23 @@ def measure_cost(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any]]:
         paraphrases=section.paraphrases,
     )
 
-    def stats(names: list[str], batch: list[dict] | None = None, engine: Any = generator) -> None:
+    def stats(names: list[str], batch: list[dict] | None = None, engine: Any = generator, meter: Any = None) -> None:
         collect_stats(
-            rows if batch is None else batch, names, generator=engine, judge=judge, embedder=embedder, settings=settings
+            rows if batch is None else batch,
+            names,
+            generator=engine,
+            judge=judge,
+            embedder=embedder,
+            settings=settings,
+            cost_meter=meter,
         )
+
+    component_runs: list[dict[str, dict[str, float]]] = []  # the workbench way's cost per component, run by run
+
+    def workbench() -> None:  # all the features, metered: where its time goes, component by component
+        meter = StatCostMeter(counter, generator, judge, embedder)
+        stats(features, meter=meter)
+        component_runs.append(meter.totals())
 
     def library(name: str) -> None:
         for row in rows:
@@ -320,10 +365,11 @@ def measure_cost(ctx: StageContext) -> tuple[dict[str, Any], dict[str, Any]]:
         )
 
     core = [f for f in features if f not in SELF_PROMPTING]
-    ways: dict[str, Callable[[], Any]] = {"bare": bare, "naive": naive, "workbench": lambda: stats(features)}
+    ways: dict[str, Callable[[], Any]] = {"bare": bare, "naive": naive, "workbench": workbench}
     if core and len(core) < len(features):
         ways["workbench_core"] = lambda: stats(core)
     results: dict[str, Any] = measure_ways(counter, ways, section.repeats)
+    results["workbench_components"] = median_components(component_runs[1:])  # the first run is the warm-up
     keys = ("seconds", "token_forwards", "lm_calls", "nli_pairs", "embed_texts")
     per_way: dict[str, dict[str, Any]] = {"library": {}, "per_feature": {}}
     for i, name in enumerate(track(features, "bench (one feature at a time)", total=len(features))):
