@@ -3,8 +3,10 @@
 1. **Traffic** — the run's first ``in_distribution`` test questions answered closed-book by the bundle (the answer
    stage's own answers, from the generation cache), scored by ``workbench score``'s functions with the bundle
    (features, P(correct), decisions; :func:`~workbench.scoring.bundle.bundle_scorer`).
-2. **Shifts** — each of ``shifts`` (:mod:`~workbench.bench.lifecycle.streams`), ``shift_limit`` questions answered
-   closed-book and with retrieval, the closed-book answers scored the same way, both labelled by gold containment.
+2. **Shifts** — each of ``shifts`` (:mod:`~workbench.bench.lifecycle.streams`): the feedback shift's
+   ``shift_limit`` questions answered closed-book and with retrieval, every other shift's ``drift_limit`` questions
+   closed-book only (they are streamed for drift); closed-book answers scored the same way, answers labelled by gold
+   containment.
 3. **Drift** — the traffic alone, then the traffic followed by each shift, through serve's rolling window against the
    bundle's reference (:mod:`~workbench.bench.lifecycle.drift`): false alarms, requests until the alarm fires.
 4. **Recalibration** — the ``feedback_shift`` stream's labelled answers as feedback to ``recalibrate`` and
@@ -87,17 +89,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     traffic_labels = streams.labels(traffic_rows, traffic_answers)
     shifts: dict[str, Any] = {}
     for shift in section.shifts:
-        rows = streams.shift_rows(qa, shift, section.shift_limit, run_config)
-        ctx.log.info("shift %s: %d questions, closed-book and with retrieval", shift, len(rows))
+        feedback = shift == section.feedback_shift
+        rows = streams.shift_rows(qa, shift, section.shift_limit if feedback else section.drift_limit, run_config)
+        ctx.log.info(
+            "shift %s: %d questions, closed-book%s", shift, len(rows), " and with retrieval" if feedback else ""
+        )
         closed, ood = streams.answer(runtime, rows, streams.CLOSED_BOOK)
-        retrieved, _ = streams.answer(runtime, rows, streams.RETRIEVED)
         scored = score_answers(runtime, bundle, rows, closed, ctx.out_dir / f"shift-{shift}")
-        shifts[shift] = {
-            "rows": scored,
-            "labels": streams.labels(rows, closed),
-            "labels_retrieved": streams.labels(rows, retrieved),
-            "ood": ood,
-        }
+        shifts[shift] = {"rows": scored, "labels": streams.labels(rows, closed), "ood": ood, "labels_retrieved": None}
+        if feedback:  # the feedback carries the answer with retrieval's label too: routed quality is measured with it
+            retrieved, _ = streams.answer(runtime, rows, streams.RETRIEVED)
+            shifts[shift]["labels_retrieved"] = streams.labels(rows, retrieved)
 
     monitoring: dict[str, Any] = {"reference": None}
     if reference is not None:
@@ -147,6 +149,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "in_distribution": section.in_distribution,
             "shifts": list(section.shifts),
             "shift_limit": section.shift_limit,
+            "drift_limit": section.drift_limit,
             "feedback_shift": section.feedback_shift,
             "holdout": section.holdout,
         },
@@ -155,7 +158,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             **{
                 name: {
                     **_stream_summary(d["rows"], d["labels"], tau, d["ood"]),
-                    "accuracy_retrieved": _mean(d["labels_retrieved"]),
+                    "accuracy_retrieved": _mean(d["labels_retrieved"] or []),
                 }
                 for name, d in shifts.items()
             },

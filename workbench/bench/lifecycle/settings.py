@@ -31,7 +31,12 @@ class LifecycleSection:
         "about the run's test articles (cloze, description, two_hop: another task)",
         ["ood", "cloze"],
     )
-    shift_limit: int = doc("questions per shifted stream (each answered closed-book and with retrieval)", 160)
+    shift_limit: int = doc(
+        "questions of the feedback shift (answered closed-book and with retrieval: its labels are the feedback)", 160
+    )
+    drift_limit: int = doc(
+        "questions of every other shift (answered closed-book: they are streamed for drift only)", 64
+    )
     feedback_shift: str = doc("the shift whose labelled answers are the simulated feedback recalibrated on", "ood")
     holdout: float = doc("fraction of the feedback held out to compare before / after (recalibrate --holdout)", 0.3)
     force: bool = doc("write the recalibrated version even when it is not better (recalibrate --force)", False)
@@ -47,7 +52,7 @@ def check(config: RecipeView) -> None:
     from workbench.data.wikiqa import TEMPLATES
 
     section = config.lifecycle
-    for key in ("in_distribution", "shift_limit"):
+    for key in ("in_distribution", "shift_limit", "drift_limit"):
         if getattr(section, key) < 1:
             raise ConfigError(f"must be >= 1, got {getattr(section, key)}", f"lifecycle.{key}")
     if not section.shifts or len(set(section.shifts)) != len(section.shifts):
