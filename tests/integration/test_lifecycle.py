@@ -74,6 +74,12 @@ def test_every_stream_is_answered_scored_labelled_and_reported(lifecycle):
     for part in ("## Streams", "## Drift", "## Recalibration", "refused", "drift-cloze.png"):
         assert part in report
     assert (tmp / "report/drift-cloze.png").stat().st_size > 0
+    header, previous = 0, ""
+    for line in report.splitlines():  # every row of a table has as many cells as its header
+        if line.startswith("|"):
+            header = line.count("|") if not previous.startswith("|") else header
+            assert line.count("|") == header, line
+        previous = line
 
 
 def test_the_ood_series_alarms_on_another_task_and_not_on_the_traffic(lifecycle):

@@ -66,9 +66,9 @@ def _drift(bench: dict[str, Any], out: Path) -> list[str]:
         row = monitoring["shifts"][name]
         fired = sorted((n, s) for s, n in row["series"].items() if n is not None)
         first = ", ".join(s for n, s in fired if n == fired[0][0]) if fired else "none"
-        lines.append(
-            f"| {name} | {row['shifted']} | {row['any'] if row['any'] is not None else 'no alarm'} | {first} |"
-        )
+        fired_at = row["any"] if row["any"] is not None else "no alarm"
+        before = ", ".join(row["alarming_before"]) or "none"
+        lines.append(f"| {name} | {row['shifted']} | {fired_at} | {first} | {before} |")
     lines += ["", "Per series (shifted requests until it alarms; – never):", ""]
     names = sorted({s for row in monitoring["shifts"].values() for s in row["series"]})
     lines += [f"| series | in-distribution alarms | {' | '.join(shifts)} |", "|---|---|" + "---|" * len(shifts)]
@@ -145,7 +145,8 @@ def write_lifecycle_report(bench: dict[str, Any], out: Path, *, name: str) -> Pa
         "",
         f"Bundle {b['name']} {b['version']} (`{b['path']}`), exported from `{bench['run']}`; it decides on "
         f"{', '.join(b['features'])} with τ {b['tau']:.3f}. Its traffic is the run's test split answered closed-book; "
-        "each shift is answered closed-book and with retrieval and labelled by gold containment (simulated feedback).",
+        "each shift is answered closed-book (the feedback shift with retrieval too), and every answer is labelled by "
+        "gold containment (simulated user feedback).",
         "",
         *_streams(bench),
         *_drift(bench, out),
