@@ -56,7 +56,7 @@ def _drift(bench: dict[str, Any], out: Path) -> list[str]:
         f"{ref['split']} split).",
         "",
         f"**In distribution** ({ind['requests']} traffic requests): {ind['alarms']} of {ind['judged']} judged requests "
-        "alarmed (every one a false alarm).",
+        "alarmed (on this traffic any alarm is a false one).",
         "",
         "| stream | shifted requests | requests until the alarm | first series to alarm | alarming before the shift |",
         "|---|---|---|---|---|",
@@ -139,7 +139,7 @@ def _recalibration(bench: dict[str, Any], out: Path) -> list[str]:
 
 def write_lifecycle_report(bench: dict[str, Any], out: Path, *, name: str) -> Path:
     """Write ``report.md`` and the plots into ``out`` from the lifecycle stage's ``bench.json``."""
-    b = bench["bundle"]
+    b, sizes = bench["bundle"], bench["settings"]
     lines = [
         f"# {name}: a bundle's life after export",
         "",
@@ -147,6 +147,10 @@ def write_lifecycle_report(bench: dict[str, Any], out: Path, *, name: str) -> Pa
         f"{', '.join(b['features'])} with τ {b['tau']:.3f}. Its traffic is the run's test split answered closed-book; "
         "each shift is answered closed-book (the feedback shift with retrieval too), and every answer is labelled by "
         "gold containment (simulated user feedback).",
+        "",
+        f"Made by `workbench run {name}` after `workbench run quickstart`; sizes: {sizes['in_distribution']} traffic "
+        f"questions, {sizes['shift_limit']} of the feedback shift ({sizes['feedback_shift']}), up to "
+        f"{sizes.get('drift_limit', '–')} of every other shift; held-out feedback share {sizes['holdout']}.",
         "",
         *_streams(bench),
         *_drift(bench, out),
