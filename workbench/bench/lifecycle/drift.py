@@ -93,11 +93,12 @@ def requests_to_alarm(steps: Sequence[dict[str, Any]], start: int) -> dict[str, 
     }
 
 
-def psi_trace(steps: Sequence[dict[str, Any]]) -> dict[str, list[float | None]]:
-    """Each series' PSI after every request (None while it has too few answers): the drift-over-time plot's lines."""
+def alarm_ratio_trace(steps: Sequence[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """Each series' PSI over the threshold it alarms above (max of ``psi_alarm`` and its sampling bound) after every
+    request, None while it has too few answers: the drift-over-time plot's lines (a series alarms above 1)."""
     names = list(steps[0]) if steps else []
     return {
-        name: [s[name]["psi"] if s[name]["status"] != "too_few" else None for s in steps]
+        name: [s[name]["psi"] / s[name]["threshold"] if s[name]["status"] != "too_few" else None for s in steps]
         for name in names
         if any(s[name]["status"] != "too_few" for s in steps)
     }

@@ -78,10 +78,18 @@ def _drift(bench: dict[str, Any], out: Path) -> list[str]:
         lines.append(f"| {series} | {ind_row['alarms']} / {ind_row['judged']} | {' | '.join(cells)} |")
     for name in shifts:
         row = monitoring["shifts"][name]
-        if row["psi"]:
+        if row["ratio"]:
             path = out / f"drift-{name}.png"
             title = f"Drift: {row['start']} traffic requests, then shift '{name}' (from request {row['start'] + 1})"
-            drift_over_time(path, row["psi"], settings["psi_alarm"], xlabel="request", title=title)
+            drift_over_time(
+                path,
+                row["ratio"],
+                1.0,
+                xlabel="request",
+                title=title,
+                ylabel="PSI / the threshold it alarms above",
+                alarm_label="alarm (PSI over its threshold)",
+            )
             lines += ["", f"![drift on shift {name}]({path.name})"]
     return [*lines, ""]
 

@@ -110,14 +110,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "reference": {"split": ref.split, "rows": ref.rows, "series": list(ref.series)},
             "settings": {k: getattr(ref.settings, k) for k in ("window", "min_count", "psi_alarm", "alpha", "bins")},
             "in_distribution": drift.false_alarms(steps),
-            "in_distribution_psi": drift.psi_trace(steps),
+            "in_distribution_ratio": drift.alarm_ratio_trace(steps),
             "shifts": {},
         }
         for shift, data in shifts.items():
             shifted = drift.stream(ref, [*base, *drift.log_records(data["rows"], features, tau, data["ood"])])
             monitoring["shifts"][shift] = {
                 **drift.requests_to_alarm(shifted, len(base)),
-                "psi": drift.psi_trace(shifted),
+                "ratio": drift.alarm_ratio_trace(shifted),
                 "start": len(base),
             }
 
