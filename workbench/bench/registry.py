@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from workbench.stages.spec import StageSpec, gather_specs
 
-BENCHMARKS: tuple[str, ...] = ("backends", "features", "decoding", "served", "retrievers", "runtime", "gpu")
+BENCHMARKS: tuple[str, ...] = (
+    "backends",
+    "features",
+    "decoding",
+    "served",
+    "retrievers",
+    "runtime",
+    "gpu",
+    "lifecycle",
+)
 """The benchmark packages below ``workbench.bench``, each holding ``SPECS`` (its measuring and report stages)."""
 
 

@@ -74,6 +74,7 @@ def score_command(
     records give none), with a bundle's model, a local --model, or --model served at --base-url (echo); with
     --bundle, P(correct) and each method's decision. Writes OUT/scores.jsonl."""
     silence_third_party(verbose)
+    from workbench.scoring.bundle import bundle_scorer
     from workbench.scoring.records import read_records
     from workbench.scoring.run import run_fingerprint, score_file
 
@@ -82,7 +83,7 @@ def score_command(
     if bundle is not None:
         served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
         runtime = load_runtime(bundle, overrides, None, device, **served)
-        scorer, settings, ref = _bundle_scorer(runtime, chosen, batch, shard)
+        scorer, settings, ref = bundle_scorer(runtime, chosen, batch, shard)
     else:
         if model is None:
             raise ConfigError(
@@ -106,32 +107,6 @@ def score_command(
             scorer.generator.close()  # the served generator's HTTP client (a bundle's runtime keeps its own)
     nans = ", ".join(f"{name} {count}" for name, count in summary["nan_count"].items() if count)
     typer.echo(f"{summary['rows']} records scored → {out / 'scores.jsonl'}" + (f" (NaN: {nans})" if nans else ""))
-
-
-def _bundle_scorer(runtime: Any, chosen: tuple[str, ...], batch: int, shard: str) -> tuple[Any, Any, str]:
-    """The scorer of a loaded bundle: its generator, judge and embedder, its collection's stats settings, its LARS
-    scorer and its decisions; the features are its decision features plus ``chosen``."""
-    from workbench.scoring.decisions import bundle_decider, decision_features, decision_stats
-    from workbench.scoring.run import Scorer, ScoreSettings
-    from workbench.uncertainty.calculators import StatSettings
-
-    names = tuple(dict.fromkeys([*decision_features(runtime), *chosen]))
-    if not names:
-        raise ConfigError("the bundle decides on no features: name some with --features", "--features")
-    tools = runtime.tools()
-    learned = runtime.learned
-    stats = learned.stats if learned is not None and learned.stats is not None else None
-    if stats is None:
-        stats = StatSettings(max_new_tokens=int(runtime.manifest["answering"].get("max_new_tokens", 16)))
-    scorer = Scorer(
-        tools.generator,
-        judge=tools.judge,
-        embedder=tools.embedder,
-        lars_scorer=getattr(learned, "lars_scorer", None),
-        decide=bundle_decider(runtime),
-        decision_stats=decision_stats(runtime),
-    )
-    return scorer, ScoreSettings(names, stats, batch, shard), f"{runtime.name} {runtime.version}"
 
 
 def _model_settings(
