@@ -582,7 +582,7 @@ def test_a_served_model_teacher_forces_only_with_echo_token_prompts_and_a_tokeni
 
 def test_dtrs_decision_on_its_own_closed_book_answers_equals_the_runtimes(tmp_path, lm_dir, tiny_encoder_dir):
     from tests.bundle_run import write_corpus
-    from workbench.cli.score import _bundle_scorer
+    from workbench.scoring.bundle import bundle_scorer
     from workbench.methods.common import generate_answers
     from workbench.runtime import load_bundle
 
@@ -598,7 +598,7 @@ def test_dtrs_decision_on_its_own_closed_book_answers_equals_the_runtimes(tmp_pa
         rows.append({"id": i, "question": question, "answer": step["answer"], "token_ids": ids, "eos": False})
         steps.append(step)
     path = _write(tmp_path / "log.jsonl", rows)
-    scorer, settings, ref = _bundle_scorer(runtime, (), 8, "0/1")
+    scorer, settings, ref = bundle_scorer(runtime, (), 8, "0/1")
     score_file(read_records(path), tmp_path / "out", settings, scorer, run_fingerprint(path, settings, ref, None))
     decided = [row["decisions"]["dtr"] for row in _rows(tmp_path / "out")]
     for dtr, step in zip(decided, steps, strict=True):
