@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.recalibration.feedback_data import TINY, shifted_rows, write_jsonl
 from workbench.bench.lifecycle import drift
-from workbench.bench.lifecycle.feedback import recalibrate_on, routed
+from workbench.bench.lifecycle.feedback import recalibrate_on
 from workbench.bench.lifecycle.settings import LifecycleSection, check
 from workbench.bundle.integrity import verify_bundle_dir
 from workbench.core.errors import ConfigError
@@ -34,9 +34,9 @@ def test_recalibration_step_writes_a_version_under_the_stage_and_compares_p_corr
     feedback, retrieved = _feedback(tmp_path, 200)
     out = tmp_path / "stage" / "bundles"
     result = recalibrate_on(
-        parent, feedback, retrieved, out, holdout=0.3, seed=0, force=False, overrides={}, n_resamples=50
+        parent, feedback, retrieved, out, holdout=0.3, seed=0, force=False, overrides={}, refit=(), n_resamples=50
     )
-    assert result["version"] == "1.1.0" and result["better"]
+    assert result["version"] == "1.1.0" and result["better"] and result["refitted"] == ["calibrators"]
     assert verify_bundle_dir(out / "1.1.0")["recalibration"]["parent"] == "1.0.0"
     assert sorted(p.name for p in parent.parent.iterdir()) == ["1.0.0"]  # nothing written beside the shipped one
     held = result["holdout_rows"]
@@ -49,9 +49,11 @@ def test_recalibration_step_writes_a_version_under_the_stage_and_compares_p_corr
     before, after = (np.array(v) for v in result["reliability"]["p_correct"])
     assert after.mean() < before.mean()
     assert result["p_correct"]["ece"]["after"] < result["p_correct"]["ece"]["before"]
-    rate = result["routed"]
-    assert rate["retrieval_rate_after"] >= rate["retrieval_rate_before"]  # lower P(correct): more retrieval
-    assert min(rate["closed_book"], rate["always_retrieve"]) <= rate["after"] <= max(1.0, rate["always_retrieve"])
+    routed = result["routed"]  # recalibrate's own routing figures, at the parent's τ (not refitted here)
+    assert routed["metric"] == "routed_quality" and routed["tau"]["after"] == routed["tau"]["before"]
+    rate, quality = routed["retrieval_rate"], routed["quality"]
+    assert rate["after"] >= rate["before"]  # lower P(correct): more retrieval
+    assert min(routed["closed_book"], routed["always_retrieve"]) <= quality["after"] <= routed["always_retrieve"]
 
 
 def test_a_refusal_of_the_library_is_the_result_and_nothing_is_written(tmp_path):
@@ -64,10 +66,16 @@ def test_a_refusal_of_the_library_is_the_result_and_nothing_is_written(tmp_path)
     assert result["rows"] == 40 and not out.exists()
 
 
-def test_routed_quality_takes_the_retrieved_answer_exactly_under_tau():
-    p = np.array([0.1, 0.4, 0.6, 0.9])
-    closed, retrieved = np.array([0, 0, 1, 1]), np.array([1, 0, 0, 1])
-    assert routed(p, 0.5, closed, retrieved) == pytest.approx((1 + 0 + 1 + 1) / 4)
+def test_the_recalibration_step_refits_tau_with_the_bundles_rule_when_asked(tmp_path):
+    parent = shutil.copytree(TINY, tmp_path / "shipped" / "tiny" / "1.0.0")
+    feedback, retrieved = _feedback(tmp_path, 200)
+    out = tmp_path / "stage" / "bundles"
+    result = recalibrate_on(
+        parent, feedback, retrieved, out, holdout=0.3, seed=0, force=True, overrides={}, refit=("tau",), n_resamples=50
+    )
+    tau = result["routed"]["tau"]
+    assert result["refitted"] == ["calibrators", "tau"] and tau["after"] != tau["before"]
+    assert verify_bundle_dir(out / "1.1.0")["decision"]["tau"] == pytest.approx(tau["after"])
 
 
 def test_drift_stream_counts_false_alarms_and_requests_until_the_alarm():

@@ -23,7 +23,7 @@ from workbench.core.errors import DataError
 from workbench.metrics.bootstrap import N_RESAMPLES
 from workbench.recalibration.compare import comparison, holdout_split, recalibrate
 from workbench.recalibration.feedback import read_feedback
-from workbench.recalibration.version import bundle_calibrators, write_version
+from workbench.recalibration.version import bundle_decision, write_version
 from workbench.runtime import load_bundle
 
 
@@ -50,11 +50,6 @@ def write_feedback(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     return path
 
 
-def routed(p_correct: np.ndarray, tau: float, closed: np.ndarray, retrieved: np.ndarray) -> float:
-    """Routed quality: the share correct when a question retrieves exactly when its P(correct) is under τ."""
-    return float(np.mean(np.where(p_correct < tau, retrieved, closed)))
-
-
 def recalibrate_on(
     bundle: Path,
     feedback: Path,
@@ -65,18 +60,28 @@ def recalibrate_on(
     seed: int,
     force: bool,
     overrides: dict[str, Any],
+    refit: Sequence[str] = ("tau",),
     n_resamples: int = N_RESAMPLES,
 ) -> dict[str, Any]:
     """Recalibrate ``bundle`` on ``feedback`` (whose rows' ``label_retrieved`` are ``retrieved_labels``, in file
-    order) and write the new version under ``out`` (a name directory); then the
-    bundle's P(correct) before (the parent) and after (the new version) on the held-out part, with paired BCa
-    intervals of its AUROC and ECE, and routed quality at the bundle's τ. ``{"refused": line}`` when the library
-    refuses; ``{"version", "path", "metrics", "p_correct", "routed", "reliability"}`` otherwise."""
-    manifest, calibrators = bundle_calibrators(bundle)
+    order) and write the new version under ``out`` (a name directory), refitting the calibrators and ``refit``
+    (``tau`` / ``router``, as ``recalibrate --refit``); then the bundle's P(correct) before (the parent) and after (the
+    new version) on the held-out part, with paired BCa intervals of its AUROC and ECE. Routed quality and the
+    retrieval rate of each decision are recalibrate's own (``metrics.routing``). ``{"refused": line}`` when the
+    library refuses; ``{"version", "path", "metrics", "p_correct", "routed", "reliability"}`` otherwise."""
+    manifest, calibrators, decision = bundle_decision(bundle)
     rows = read_feedback(feedback, calibrators.features)
     try:
         result = recalibrate(
-            calibrators, rows, holdout=holdout, seed=seed, force=force, n_resamples=n_resamples, where=feedback.name
+            calibrators,
+            rows,
+            holdout=holdout,
+            seed=seed,
+            force=force,
+            n_resamples=n_resamples,
+            where=feedback.name,
+            decision=decision,
+            refit=("calibrators", *refit),
         )
     except DataError as exc:
         return {"refused": str(exc), "rows": len(rows), "correct": sum(r.label for r in rows)}
@@ -90,7 +95,6 @@ def recalibrate_on(
     p_metrics = comparison(["p_correct"], before[:, None], after[:, None], labels[held], seed, n_resamples)
     closed = labels[held]
     retrieved = np.asarray(retrieved_labels, dtype=int)[held]
-    tau = float(parent.policy.tau)
     per_feature = {
         name: (
             calibrators.transform(np.array([calibrators.clean(x)[0] for x in raw]))[:, j].tolist(),
@@ -107,14 +111,11 @@ def recalibrate_on(
         "holdout_rows": result.holdout_rows,
         "metrics": result.metrics,
         "p_correct": p_metrics["features"]["p_correct"],
+        "refitted": list(result.refitted),
         "routed": {
-            "tau": tau,
-            "before": routed(before, tau, closed, retrieved),
-            "after": routed(after, tau, closed, retrieved),
+            **result.metrics["routing"],
             "closed_book": float(closed.mean()),
             "always_retrieve": float(retrieved.mean()),
-            "retrieval_rate_before": float(np.mean(before < tau)),
-            "retrieval_rate_after": float(np.mean(after < tau)),
         },
         "reliability": {
             "labels": closed.tolist(),

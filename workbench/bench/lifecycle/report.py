@@ -133,9 +133,23 @@ def _recalibration(bench: dict[str, Any], out: Path) -> list[str]:
         f"Mean ECE over the features {_f(mean['before'])} → {_f(mean['after'])} (change {mean['change']:+.3f}, "
         f"[{_f(change['low'])}, {_f(change['high'])}]).",
         "",
-        f"Routed quality on the held-out feedback at τ {routed['tau']:.3f} (retrieve when P(correct) < τ): "
-        f"{_f(routed['before'])} before (retrieving for {_f(routed['retrieval_rate_before'])}), "
-        f"{_f(routed['after'])} after (retrieving for {_f(routed['retrieval_rate_after'])}); closed-book "
+        f"Refitted: {', '.join(result.get('refitted') or ['calibrators'])}. The decision on the held-out feedback "
+        "(retrieve when P(correct) < τ; routed quality: the closed-book answer's label where it does not retrieve, "
+        "the answer with retrieval's where it does):",
+        "",
+        "| decision | τ | retrieval rate | routed quality |",
+        "|---|---|---|---|",
+        *(
+            f"| {who} | {routed['tau'][key]:.3f} | {_ci(routed['retrieval_rate'], key)} | "
+            f"{_ci(routed['quality'], key)} |"
+            for who, key in (
+                (f"{result['parent']} (parent)", "before"),
+                (f"{result['version']} (recalibrated)", "after"),
+            )
+        ),
+        "",
+        f"Change in routed quality {routed['quality']['change']:+.3f} "
+        f"[{_f(routed['quality']['change_ci']['low'])}, {_f(routed['quality']['change_ci']['high'])}]; closed-book "
         f"{_f(routed['closed_book'])}, always retrieving {_f(routed['always_retrieve'])}.",
     ]
     rel = result["reliability"]

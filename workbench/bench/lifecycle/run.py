@@ -135,6 +135,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         seed=ctx.config.seed,
         force=section.force,
         overrides=overrides,
+        refit=section.refit,
     )
     bench = {
         "bundle": {

@@ -40,6 +40,12 @@ class LifecycleSection:
     feedback_shift: str = doc("the shift whose labelled answers are the simulated feedback recalibrated on", "ood")
     holdout: float = doc("fraction of the feedback held out to compare before / after (recalibrate --holdout)", 0.3)
     force: bool = doc("write the recalibrated version even when it is not better (recalibrate --force)", False)
+    refit: list[str] = doc(
+        "what recalibrate refits beside the calibrators (recalibrate --refit): tau re-chooses τ with the bundle's "
+        "own rule on the feedback (its answers with retrieval are labelled, so max_routed_score can), router "
+        "refits the classifier",
+        ["tau"],
+    )
     window: int | None = doc("answers per drift window (null: the bundle's drift.window)", None)
     min_count: int | None = doc(
         "answers a series needs in the window to alarm (null: the bundle's drift.min_count)", None
@@ -66,6 +72,9 @@ def check(config: RecipeView) -> None:
         raise ConfigError(f"must be one of lifecycle.shifts {section.shifts}", "lifecycle.feedback_shift")
     if not 0.0 < section.holdout < 1.0:
         raise ConfigError(f"must be in (0, 1), got {section.holdout}", "lifecycle.holdout")
+    bad = [r for r in section.refit if r not in ("tau", "router")]
+    if bad or len(set(section.refit)) != len(section.refit):
+        raise ConfigError(f"name distinct parts among tau, router; got {section.refit}", "lifecycle.refit")
     if section.window is not None and section.window < 10:
         raise ConfigError(f"must be >= 10 (or null), got {section.window}", "lifecycle.window")
     if section.min_count is not None and (
