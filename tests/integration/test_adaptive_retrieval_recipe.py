@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.bundle_run import run_overrides, run_with_synthetic_collect
+from tests.bundle_run import FEATURES, run_overrides, run_with_synthetic_collect
 from workbench.recipe import load_recipe
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,7 @@ def test_the_recipe_holds_the_protocol():
     transfer stage on the other template family, before the report; BCa resamples everywhere they are drawn."""
     config = load_recipe(RECIPE).config
     assert set(config.evaluate.methods) == SEEDS | BASELINES | {"flare", "dragin"}
-    assert set(config.classify.kinds) == {"logistic", "mlp", "knn", "tree"}
+    assert set(config.classify.kinds) == set(config.classify.single_feature_kinds) == {"logistic", "mlp", "knn", "tree"}
     stages = list(config.stages)
     assert stages.index("classify") < stages.index("evaluate") < stages.index("transfer") < stages.index("report")
     assert config.transfer.templates == OPEN and not set(OPEN) & set(config.data.templates)
@@ -41,6 +41,7 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
         tiny_encoder_dir,
         f"stages=[{','.join(config.stages)}]",  # the recipe's own stage list (the quickstart overrides name theirs)
         "classify.kinds=[logistic,knn,tree]",  # the MLP costs a Lightning fit per seed and fold; unit tests train it
+        "classify.single_feature_kinds=[logistic,knn,tree]",
         "classify.router_search=forward",
         f"evaluate.methods=[{methods}]",
         "evaluate.limit=1",
@@ -54,6 +55,13 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     assert set(summary) == set(config.evaluate.methods)
     for row in summary.values():  # every method gets the protocol's columns
         assert {"in_accuracy", "retrieval_calls", "lm_calls"} <= set(row)
+    routing = {row["router"]: row for row in json.loads((stages / "classify" / "routing.json").read_text())["rows"]}
+    selection = json.loads((stages / "classify" / "selection.json").read_text())
+    grid = [f"{short}({feature})" for short in ("LR", "kNN", "Tree") for feature in FEATURES]
+    assert set(grid) <= set(routing) and set(selection["single_feature_thresholds"]) == set(grid)
+    for name in grid:  # each a router of its own: a τ, a decision per question, the protocol's columns
+        assert 0.0 <= routing[name]["retrieval_rate"] <= 1.0 and routing[name]["in_accuracy"] is not None
+        assert selection["single_feature_thresholds"][name]["tau"] is not None
     transfer = json.loads((stages / "transfer" / "transfer.json").read_text())
     assert transfer["conditions"]["shifted"]["rows"] == 4
     assert set(transfer["conditions"]["shifted"]["templates"]) <= set(OPEN)
