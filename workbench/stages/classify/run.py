@@ -201,39 +201,42 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 "classify",
             )
         folds = stratified_folds(y_fit, section.tau_folds, ctx.config.seed)
-    results: dict[str, Any] = {}
-    for kind in section.kinds:
+
+    def fit_kind(kind: str, X: np.ndarray, columns: list[str]) -> dict[str, Any]:
+        """``kind`` trained over the seeds on the fit split's calibrated ``columns`` (``X``), and its τ."""
         selection = train_classifiers(
-            X_fit[train],
+            X[train],
             y_fit[train],
-            X_fit[val],
+            X[val],
             y_fit[val],
             kinds=(kind,),
             seeds=tuple(section.seeds),
             mlp_config=mlp_config(section),
-            feature_names=features,
+            feature_names=columns,
             logistic_C=section.logistic_c,
             knn_config=knn_config_of(section),
             tree_config=tree_config_of(section),
         )
         if folds is None:
-            choice = threshold(selection.model.predict_proba(X_fit[val]), y_fit[val], val)
+            choice = threshold(selection.model.predict_proba(X[val]), y_fit[val], val)
         else:
             oof = out_of_fold_proba(
                 kind,
-                X_fit,
+                X,
                 y_fit,
                 folds,
                 seed=selection.seed,
                 val_fraction=section.val_fraction,
                 mlp_config=mlp_config(section),
-                feature_names=features,
+                feature_names=columns,
                 logistic_C=section.logistic_c,
                 knn_config=knn_config_of(section),
                 tree_config=tree_config_of(section),
             )
             choice = threshold(oof, y_fit, np.arange(y_fit.size))
-        results[kind] = {"selection": selection, "threshold": choice}
+        return {"selection": selection, "threshold": choice}
+
+    results = {kind: fit_kind(kind, X_fit, features) for kind in section.kinds}
     ranked = sorted(
         results,
         key=lambda k: (
@@ -279,6 +282,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
         routers["Router"] = p_router < router["tau"]
         predictions["Router"] = p_router.tolist()
         features_of["Router"] = list(shipped) if router["tau"] <= 1.0 else None  # τ > 1: retrieves, decides nothing
+    # AdaRAGUE's estimator × classifier grid: each kind over each single feature, one routing row apiece
+    grid_thresholds: dict[str, Any] = {}
+    for kind in section.single_feature_kinds:
+        for j, name in enumerate(features):
+            single = fit_kind(kind, X_fit[:, [j]], [name])
+            label = f"{names[kind]}({name})"
+            routers[label] = single["selection"].model.predict_proba(X_eval[:, [j]]) < single["threshold"].tau
+            grid_thresholds[label] = single["threshold"].to_dict()
+            features_of[label] = [name]
     costs = load_stat_costs(ctx.inputs["collect"]) if ctx.inputs.get("collect") is not None else None
     model = cost_model(costs, eval_split, data[eval_split]["columns"], section) if costs is not None else None
     table = routing_table(cols, routers, model, features_of)
@@ -311,6 +323,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "eval_split": eval_split,
             "kinds": {k: r["selection"].to_dict() for k, r in results.items()},
             "thresholds": thresholds,
+            **({"single_feature_thresholds": grid_thresholds} if grid_thresholds else {}),
             "onnx_max_abs_diff": parity,
             **({"router": router} if router is not None else {}),
         },

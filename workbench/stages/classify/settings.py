@@ -22,6 +22,11 @@ class ClassifySection:
         "(a decision tree)",
         ["logistic", "mlp"],
     )
+    single_feature_kinds: list[Literal["logistic", "mlp", "knn", "tree"]] = doc(
+        "classifier kinds also trained on each single calibrated feature (AdaRAGUE's estimator × classifier grid): "
+        "one routing-table row per kind and feature, e.g. kNN(entropy); [] adds none",
+        [],
+    )
     seeds: list[int] = doc("training seeds per kind", [0, 1, 2], minimum=0)
     val_fraction: float = doc(
         "share of the fit split held out for validation (MLP early stopping, model and seed choice; τ too when "
