@@ -42,6 +42,14 @@ def score_command(
         str | None,
         typer.Option("--features", help="Comma-separated features (default with --bundle: the ones it decides on)."),
     ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help="With --bundle: comma-separated methods whose decisions to give (default all; InSemRAG's controller "
+            "costs an LM call per record).",
+        ),
+    ] = None,
     nli: Annotated[str, typer.Option("--nli", help="Without --bundle: the NLI judge kind.")] = "answer_equivalence",
     embedder: Annotated[
         str | None, typer.Option("--embedder", help="Without --bundle: the embedder (when a feature needs one).")
@@ -83,14 +91,15 @@ def score_command(
     if bundle is not None:
         served = {"base_url": base_url, "served_model": served_model, "api_key_env": api_key_env}
         runtime = load_runtime(bundle, overrides, None, device, **served)
-        scorer, settings, ref = bundle_scorer(runtime, chosen, batch, shard)
+        picked = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+        scorer, settings, ref = bundle_scorer(runtime, chosen, batch, shard, picked)
     else:
         if model is None:
             raise ConfigError(
                 "give --model (a local model directory, or with --base-url its name there) or --bundle", "score"
             )
-        if overrides or served_model is not None:
-            raise ConfigError("--set and --served-model apply to a bundle: give --bundle too", "score")
+        if overrides or served_model is not None or methods is not None:
+            raise ConfigError("--set, --served-model and --methods apply to a bundle: give --bundle too", "score")
         if base_url is None and (tokenizer is not None or api_key_env is not None):
             raise ConfigError("--tokenizer and --api-key-env apply to a served model: give --base-url too", "score")
         settings = _model_settings(chosen, nli, embedder, samples, max_new_tokens, batch, shard)

@@ -2,7 +2,8 @@
 generated ones, resumable and shardable, with a bundle's P(correct) and decisions on top.
 
 It sits beside the runtime (layer 5 of docs/architecture.md): it reads user records, runs the uncertainty layer's
-stats graph and may load a bundle through :func:`workbench.runtime.load_bundle`; no pipeline stage imports it (the ``lifecycle`` benchmark does).
+stats graph and may load a bundle through :func:`workbench.runtime.load_bundle`; no pipeline stage imports it (the
+``lifecycle`` benchmark does).
 
 * :mod:`~workbench.scoring.records` — the record schema and its checks;
 * :mod:`~workbench.scoring.given` — given answers teacher-forced into the graph's Generations;

@@ -12,11 +12,16 @@ from workbench.uncertainty.calculators import StatSettings
 
 
 def bundle_scorer(
-    runtime: Any, chosen: Sequence[str] = (), batch: int = 8, shard: str = "0/1"
+    runtime: Any,
+    chosen: Sequence[str] = (),
+    batch: int = 8,
+    shard: str = "0/1",
+    methods: Sequence[str] | None = None,
 ) -> tuple[Scorer, ScoreSettings, str]:
     """``(scorer, settings, reference)`` of the bundle loaded as ``runtime``: its generator, judge and embedder, its
     collection's stats settings, its LARS scorer and its decisions; the features are its decision features plus
-    ``chosen``; ``reference`` names the bundle and version (for :func:`~workbench.scoring.run.run_fingerprint`).
+    ``chosen``; the decisions are those of ``methods`` (default all the bundle's); ``reference`` names the bundle and
+    version (for :func:`~workbench.scoring.run.run_fingerprint`).
     ConfigError when that leaves no feature."""
     names = tuple(dict.fromkeys([*decision_features(runtime), *chosen]))
     if not names:
@@ -31,7 +36,7 @@ def bundle_scorer(
         judge=tools.judge,
         embedder=tools.embedder,
         lars_scorer=getattr(learned, "lars_scorer", None),
-        decide=bundle_decider(runtime),
-        decision_stats=decision_stats(runtime),
+        decide=bundle_decider(runtime, methods),
+        decision_stats=decision_stats(runtime, methods),
     )
     return scorer, ScoreSettings(names, stats, batch, shard), f"{runtime.name} {runtime.version}"

@@ -17,10 +17,10 @@ SePer exports no method (ΔSePer reads the gold answer: it never reaches a bundl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import ConfigError, WorkbenchError
 from workbench.methods.registry import METHOD_TABLE, uses_decision_policy
 
 NOT_FROM_FEATURES = "decides inside its own answering pipeline, not from the scored features"
@@ -38,9 +38,10 @@ def decision_features(runtime: Any) -> tuple[str, ...]:
     return tuple(runtime.policy.features) if runtime.policy is not None else ()
 
 
-def decision_stats(runtime: Any) -> frozenset[str]:
-    """The stats the bundle's methods' own decision scores read (``MethodSpec.decision_stats``)."""
-    return frozenset(s for m in runtime.methods if _rule(m) is not None for s in METHOD_TABLE[m].decision_stats)
+def decision_stats(runtime: Any, methods: Sequence[str] | None = None) -> frozenset[str]:
+    """The stats the decision scores of the bundle's ``methods`` (default all) read (``MethodSpec.decision_stats``)."""
+    names = chosen_methods(runtime, methods)
+    return frozenset(s for m in names if _rule(m) is not None for s in METHOD_TABLE[m].decision_stats)
 
 
 def _rule(method: str) -> Any:
@@ -91,21 +92,23 @@ def method_decision(runtime: Any, method: str, stats: Mapping[str, Any], record:
     return {"retrieve": None, "reason": NOT_FROM_FEATURES}
 
 
-def bundle_decider(runtime: Any) -> Callable[..., dict[str, Any]]:
+def bundle_decider(runtime: Any, methods: Sequence[str] | None = None) -> Callable[..., dict[str, Any]]:
     """``(features, stats, record=None) -> {"p_correct": ..., "decisions": {method: ...}}`` for the bundle loaded as
-    ``runtime``.
+    ``runtime``: the decisions of ``methods`` (:func:`chosen_methods`; default every method of the bundle — some run
+    the bundle's models per record, e.g. InSemRAG's controller, so a caller that needs only the policy's names it).
 
     A method that decides with the policy gets ``{"retrieve": P(correct) < τ, "tau": τ, "imputed": [...]}`` (NaN
     features are imputed by the policy's calibrators, as at answer time, and named); the others
     :func:`method_decision`'s. ``p_correct`` is null when the bundle has no decision policy."""
-    policy_methods = [m for m in runtime.methods if uses_decision_policy(m)]
+    names = chosen_methods(runtime, methods)
+    policy_methods = [m for m in names if uses_decision_policy(m)]
     features = decision_features(runtime)
 
     def decide(values: dict[str, float], stats: Mapping[str, Any], record: Any = None) -> dict[str, Any]:
-        decisions = {m: method_decision(runtime, m, stats, record) for m in runtime.methods if m not in policy_methods}
+        decisions = {m: method_decision(runtime, m, stats, record) for m in names if m not in policy_methods}
         if runtime.policy is None:
             decisions.update({m: {"retrieve": None, "reason": NOT_FROM_FEATURES} for m in policy_methods})
-            return {"p_correct": None, "decisions": {m: decisions[m] for m in runtime.methods}}
+            return {"p_correct": None, "decisions": {m: decisions[m] for m in names}}
         raw = {f: (None if math.isnan(values[f]) else float(values[f])) for f in features}
         made = runtime.decide(raw)
         for method in policy_methods:
@@ -114,6 +117,17 @@ def bundle_decider(runtime: Any) -> Callable[..., dict[str, Any]]:
                 "tau": float(runtime.policy.tau),
                 "imputed": list(made.imputed),
             }
-        return {"p_correct": float(made.p_correct), "decisions": {m: decisions[m] for m in runtime.methods}}
+        return {"p_correct": float(made.p_correct), "decisions": {m: decisions[m] for m in names}}
 
     return decide
+
+
+def chosen_methods(runtime: Any, methods: Sequence[str] | None) -> tuple[str, ...]:
+    """``methods`` in the bundle's order (None: all of the bundle's); ConfigError (``--methods``) naming any the
+    bundle does not ship."""
+    if methods is None:
+        return tuple(runtime.methods)
+    unknown = [m for m in methods if m not in runtime.methods]
+    if unknown:
+        raise ConfigError(f"the bundle ships no {unknown}: it has {list(runtime.methods)}", "--methods")
+    return tuple(m for m in runtime.methods if m in methods)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from workbench.backends.capabilities import Capabilities
-from workbench.core.errors import DataError
+from workbench.core.errors import DataError, WorkbenchError
 from workbench.scoring.records import read_records
 from workbench.scoring.run import UNDEFINED, Scorer, ScoreSettings, merge_scores, run_fingerprint, score_file
 from workbench.uncertainty.calculators import ANSWER_SYSTEM, StatSettings
@@ -540,13 +540,19 @@ def test_a_distilled_insemrag_without_its_adapter_decides_nothing_and_says_why(
     assert distilled["retrieve"] is None and "cannot build it here" in distilled["reason"]
     assert "distilled controller needs controller_model" in distilled["reason"]
     assert bundle_decider(runtime)(values, {})["decisions"]["insemrag_distilled"]["reason"] == NO_RECORD
+    # a caller names the methods it needs: only theirs are decided (the others' may cost an LM call per record)
+    only = bundle_decider(runtime, ["d2rag", "no_rag"])(values, {})
+    assert list(only["decisions"]) == ["d2rag", "no_rag"] and only["p_correct"] is not None
+    with pytest.raises(WorkbenchError, match="ships no"):
+        bundle_decider(runtime, ["flare"])
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--tokenizer", "t"], "--tokenizer and --api-key-env apply to a served model"),
-        (["--served-model", "m"], "--set and --served-model apply to a bundle"),
+        (["--served-model", "m"], "--set, --served-model and --methods apply to a bundle"),
+        (["--methods", "d2rag"], "--set, --served-model and --methods apply to a bundle"),
     ],
 )
 def test_served_options_without_their_server_or_bundle_are_refused_in_one_line(
@@ -582,9 +588,9 @@ def test_a_served_model_teacher_forces_only_with_echo_token_prompts_and_a_tokeni
 
 def test_dtrs_decision_on_its_own_closed_book_answers_equals_the_runtimes(tmp_path, lm_dir, tiny_encoder_dir):
     from tests.bundle_run import write_corpus
-    from workbench.scoring.bundle import bundle_scorer
     from workbench.methods.common import generate_answers
     from workbench.runtime import load_bundle
+    from workbench.scoring.bundle import bundle_scorer
 
     overrides = _overrides(lm_dir, tiny_encoder_dir, write_corpus(tmp_path / "corpus.jsonl", n=20))
     runtime = load_bundle(_bundle_with(tmp_path, {"dtr": {"tau": 0.4}}), overrides)

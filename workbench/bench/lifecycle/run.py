@@ -31,6 +31,7 @@ from workbench.bundle.files import BundleFiles
 from workbench.core.atomic import atomic_write_json, atomic_write_text
 from workbench.core.errors import ConfigError, DataError
 from workbench.data.dataset_store import load_saved_dataset_dict
+from workbench.methods.registry import uses_decision_policy
 from workbench.monitoring.reference import read_reference
 from workbench.recipe import load_recipe
 from workbench.runtime import load_bundle
@@ -49,7 +50,8 @@ def score_answers(runtime: Any, bundle: Path, rows: list[dict[str, Any]], answer
         {"id": str(r["id"]), "question": str(r["question"]), "answer": a} for r, a in zip(rows, answers, strict=True)
     ]
     atomic_write_text(records_path, "".join(json.dumps(line) + "\n" for line in lines))
-    scorer, settings, ref = bundle_scorer(runtime)
+    # the decision policy's methods only: the others' record decisions (InSemRAG's controllers) cost an LM call each
+    scorer, settings, ref = bundle_scorer(runtime, methods=[m for m in runtime.methods if uses_decision_policy(m)])
     records = read_records(records_path)
     score_file(records, out / "score", settings, scorer, run_fingerprint(records_path, settings, ref, str(bundle)))
     return [json.loads(line) for line in (out / "score" / "scores.jsonl").read_text().splitlines()]
