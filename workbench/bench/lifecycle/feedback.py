@@ -61,14 +61,16 @@ def recalibrate_on(
     force: bool,
     overrides: dict[str, Any],
     refit: Sequence[str] = ("tau",),
+    tau_rule: str | None = None,
     n_resamples: int = N_RESAMPLES,
 ) -> dict[str, Any]:
     """Recalibrate ``bundle`` on ``feedback`` (whose rows' ``label_retrieved`` are ``retrieved_labels``, in file
-    order) and write the new version under ``out`` (a name directory), refitting the calibrators and ``refit``
-    (``tau`` / ``router``, as ``recalibrate --refit``); then the bundle's P(correct) before (the parent) and after (the
-    new version) on the held-out part, with paired BCa intervals of its AUROC and ECE. Routed quality and the
-    retrieval rate of each decision are recalibrate's own (``metrics.routing``). ``{"refused": line}`` when the
-    library refuses; ``{"version", "path", "metrics", "p_correct", "routed", "reliability"}`` otherwise."""
+        order) and write the new version under ``out`` (a name directory), refitting the calibrators and ``refit``
+        (``tau`` / ``router``, as ``recalibrate --refit``; ``tau_rule`` as ``--tau-rule``); then the bundle's P(correct)
+    before (the parent) and after (the
+        new version) on the held-out part, with paired BCa intervals of its AUROC and ECE. Routed quality and the
+        retrieval rate of each decision are recalibrate's own (``metrics.routing``). ``{"refused": line}`` when the
+        library refuses; ``{"version", "path", "metrics", "p_correct", "routed", "reliability"}`` otherwise."""
     manifest, calibrators, decision = bundle_decision(bundle)
     rows = read_feedback(feedback, calibrators.features)
     try:
@@ -82,6 +84,7 @@ def recalibrate_on(
             where=feedback.name,
             decision=decision,
             refit=("calibrators", *refit),
+            tau_rule=tau_rule,
         )
     except DataError as exc:
         return {"refused": str(exc), "rows": len(rows), "correct": sum(r.label for r in rows)}

@@ -138,6 +138,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         force=section.force,
         overrides=overrides,
         refit=section.refit,
+        tau_rule=section.tau_rule,
     )
     bench = {
         "bundle": {

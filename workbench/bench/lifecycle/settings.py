@@ -46,6 +46,11 @@ class LifecycleSection:
         "refits the classifier",
         ["tau"],
     )
+    tau_rule: str | None = doc(
+        "the threshold rule τ is re-chosen by (recalibrate --tau-rule): max_f1 | target_rate | max_routed_score; null: "
+        "the bundle's own (refused when a router pick or a study set τ: they have no threshold rule to re-run)",
+        None,
+    )
     window: int | None = doc("answers per drift window (null: the bundle's drift.window)", None)
     min_count: int | None = doc(
         "answers a series needs in the window to alarm (null: the bundle's drift.min_count)", None
@@ -75,6 +80,12 @@ def check(config: RecipeView) -> None:
     bad = [r for r in section.refit if r not in ("tau", "router")]
     if bad or len(set(section.refit)) != len(section.refit):
         raise ConfigError(f"name distinct parts among tau, router; got {section.refit}", "lifecycle.refit")
+    if section.tau_rule is not None and section.tau_rule not in ("max_f1", "target_rate", "max_routed_score"):
+        raise ConfigError(
+            f"must be max_f1, target_rate or max_routed_score (or null), got {section.tau_rule!r}", "lifecycle.tau_rule"
+        )
+    if section.tau_rule is not None and "tau" not in section.refit:
+        raise ConfigError("re-chooses τ: add tau to lifecycle.refit", "lifecycle.tau_rule")
     if section.window is not None and section.window < 10:
         raise ConfigError(f"must be >= 10 (or null), got {section.window}", "lifecycle.window")
     if section.min_count is not None and (
