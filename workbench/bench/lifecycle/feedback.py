@@ -65,12 +65,12 @@ def recalibrate_on(
     n_resamples: int = N_RESAMPLES,
 ) -> dict[str, Any]:
     """Recalibrate ``bundle`` on ``feedback`` (whose rows' ``label_retrieved`` are ``retrieved_labels``, in file
-        order) and write the new version under ``out`` (a name directory), refitting the calibrators and ``refit``
-        (``tau`` / ``router``, as ``recalibrate --refit``; ``tau_rule`` as ``--tau-rule``); then the bundle's P(correct)
-    before (the parent) and after (the
-        new version) on the held-out part, with paired BCa intervals of its AUROC and ECE. Routed quality and the
-        retrieval rate of each decision are recalibrate's own (``metrics.routing``). ``{"refused": line}`` when the
-        library refuses; ``{"version", "path", "metrics", "p_correct", "routed", "reliability"}`` otherwise."""
+    order) and write the new version under ``out`` (a name directory), refitting the calibrators and ``refit``
+    (``tau`` / ``router``, as ``recalibrate --refit``; ``tau_rule`` as ``--tau-rule``); then the bundle's P(correct)
+    before (the parent) and after (the new version) on the held-out part, with paired BCa intervals of its AUROC and
+    ECE. Routed quality and the retrieval rate of each decision are recalibrate's own (``metrics.routing``).
+    ``{"refused": line}`` when the library refuses; ``{"version", "path", "metrics", "p_correct", "routed",
+    "reliability"}`` otherwise."""
     manifest, calibrators, decision = bundle_decision(bundle)
     rows = read_feedback(feedback, calibrators.features)
     try:
