@@ -115,6 +115,9 @@ def test_drift_stream_counts_false_alarms_and_requests_until_the_alarm():
         ({"holdout": 1.0}, "lifecycle.holdout"),
         ({"window": 20, "min_count": 30}, "lifecycle.min_count"),
         ({"shift_limit": 0}, "lifecycle.shift_limit"),
+        ({"refit": ["tau", "calibrators"]}, "lifecycle.refit"),
+        ({"tau_rule": "max_quality_under"}, "lifecycle.tau_rule"),
+        ({"refit": [], "tau_rule": "target_rate"}, "lifecycle.tau_rule"),
     ],
 )
 def test_the_section_check_names_the_bad_key(change, key):
