@@ -62,6 +62,8 @@ STAGE_NEEDS: dict[str, tuple[str, ...]] = {
     "report_bench_decoding": _PLOTS,
     "bench_served": _REPORT,
     "report_bench_served": _REPORT,
+    "bench_lifecycle": ("sklearn", "lightning"),  # recalibrate: the calibrate stage's fitting, a router refit
+    "report_bench_lifecycle": ("matplotlib",),
     "bench_runtime": ("optuna", "matplotlib"),
     "report_bench_runtime": ("optuna", "matplotlib"),
     "bench_gpu": _PLOTS,
