@@ -147,7 +147,10 @@ def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(t
             trials = []
         # inside a trial: RUNNING and already stamped with its worker (a kill between Optuna creating the trial and
         # the stamp leaves a trial no host can claim: SQLite has no heartbeat to fail it)
-        running_stamped = any(t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs for t in trials)
+        # and past its parameter suggestions (a kill before them leaves nothing to retry with: the retry samples anew)
+        running_stamped = any(
+            t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs and t.params for t in trials
+        )
         if running_stamped and sum(t.state == TrialState.COMPLETE for t in trials):
             break
         time.sleep(0.2)
