@@ -9,14 +9,13 @@ questions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from workbench.methods.evaluation import closed_book_wrong
-from workbench.metrics.bootstrap import LEVEL, N_RESAMPLES, bootstrap_intervals
+from workbench.metrics.bootstrap import LEVEL, N_RESAMPLES, mean_intervals
 
 QUALITY_KEYS = ("em", "f1", "contains")
 """The per-question scores of a trace record whose means the evaluate table reports."""
@@ -47,15 +46,5 @@ def _mean_intervals(
     """The interval of each column's mean, all columns (of equal length) on the same resamples."""
     names = list(columns)
     matrix = np.asarray([columns[name] for name in names], dtype=float).reshape(len(names), -1)
-    intervals = bootstrap_intervals(
-        lambda idx: matrix[:, idx].mean(axis=-1),
-        matrix.shape[1],
-        n_resamples=draws,
-        level=level,
-        seed=seed,
-        vectorized=True,
-    )
-    return {
-        name: [i.low, i.high] if math.isfinite(i.low) and math.isfinite(i.high) else [None, None]
-        for name, i in zip(names, intervals, strict=True)
-    }
+    intervals = mean_intervals(matrix, n_resamples=draws, level=level, seed=seed)
+    return {name: i.as_bounds() for name, i in zip(names, intervals, strict=True)}
