@@ -74,7 +74,7 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     assert "| kNN |" in report and "| Tree |" in report and "| LR |" in report
     assert "## Calibration transfer" in report
     assert "### Routers on cloze, description, two_hop questions: fitted in-task vs transferred" in report
-    assert "No in-task routers: the shifted questions hold 0 of their rarer class" in report
+    assert "No in-task routers: the shifted questions hold 0 of their rarer class: no in-task router" in report
     assert "each with its 90% BCa bootstrap interval (2,000 resamples of the questions) in brackets" in report
     _check_the_router_table_on_the_collected_test_questions(load_recipe(RECIPE, overrides).config, stages, routing)
 
@@ -98,7 +98,7 @@ def _check_the_router_table_on_the_collected_test_questions(config, stages, rout
     inputs = {stage: stages / stage for stage in ("calibrate", "classify")}
     ctx = SimpleNamespace(config=config, inputs=inputs)
     table = router_table(ctx, rows, calibrators, labels)
-    assert table["skipped"] is None
+    assert table["skipped"] is None and table["unfit"] == {} and table["folds"] == config.transfer.in_task_folds
     by_name = {row["router"]: row for row in table["rows"]}
     routers = [*FEATURES, "LR", "kNN", "Tree", *(f"{s}({f})" for s in ("LR", "kNN", "Tree") for f in FEATURES)]
     assert list(by_name) == ["No-RAG", "Always-RAG", "Oracle", *routers]

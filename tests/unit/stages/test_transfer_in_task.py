@@ -69,7 +69,7 @@ def test_in_task_routers_fit_every_kind_and_the_grid_cross_fitted():
     section = ClassifySection()
     closed, rag = labels.copy(), np.ones(n)
     folds = np.arange(n) % 4
-    routers = in_task_routers(
+    routers, unfit = in_task_routers(
         X,
         labels,
         ["signal", "noise"],
@@ -81,7 +81,7 @@ def test_in_task_routers_fit_every_kind_and_the_grid_cross_fitted():
         val_fraction=section.val_fraction,
         settings=classifier_settings(section),
     )
-    assert list(routers) == ["signal", "noise", "LR", "kNN", "Tree(signal)", "Tree(noise)"]
+    assert list(routers) == ["signal", "noise", "LR", "kNN", "Tree(signal)", "Tree(noise)"] and unfit == {}
     wrong = labels < 0.5
     accuracy = {name: float((mask == wrong).mean()) for name, mask in routers.items()}
     assert accuracy["signal"] > 0.85 and accuracy["LR"] > 0.85 and accuracy["Tree(signal)"] > 0.85
@@ -112,3 +112,26 @@ def test_the_router_lines_show_each_side_and_the_difference_or_why_there_are_non
     skipped = router_lines(_record("the shifted questions hold 0 of their rarer class", []))
     assert "No in-task routers: the shifted questions hold 0 of their rarer class." in skipped
     assert router_lines({"shifted_templates": []}) == []
+
+
+def test_a_classifier_a_fold_cannot_fit_is_left_out_and_said_why():
+    labels = np.array([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    X = np.array([[0.9], [0.8], [0.2], [0.3], [0.1], [0.4]])
+    folds = np.array([0, 0, 1, 1, 2, 2])  # fold 0 held out: its training part holds one class only
+    routers, unfit = in_task_routers(
+        X,
+        labels,
+        ["confidence"],
+        kinds=["logistic"],
+        grid_kinds=["tree"],
+        folds=folds,
+        choose=_mean_of_others,
+        seed=0,
+        val_fraction=0.2,
+        settings=classifier_settings(ClassifySection()),
+    )
+    assert list(routers) == ["confidence"] and set(unfit) == {"LR", "Tree(confidence)"}
+    assert all(why and "\n" not in why for why in unfit.values())
+    record = _record(None, compare_routers(routers, {}, labels, np.ones(6), draws=50, seed=0))
+    record["routers"]["unfit"] = unfit
+    assert any(line.startswith("Not fitted in-task: LR (") for line in router_lines(record))

@@ -34,6 +34,7 @@ import numpy as np
 
 from workbench.classify.select import out_of_fold_proba, split_train_val, train_classifiers
 from workbench.classify.threshold import choose_threshold
+from workbench.core.errors import DataError
 from workbench.methods.learned import CLASSIFIER_KINDS, ROUTER_NAMES, load_learned
 from workbench.metrics.adaptive import in_accuracy
 from workbench.metrics.bootstrap import mean_intervals
@@ -98,25 +99,41 @@ def in_task_routers(
     seed: int,
     val_fraction: float,
     settings: dict[str, Any],
-) -> dict[str, np.ndarray]:
-    """Name → cross-fitted retrieve mask of every router fitted on these rows (``X``: calibrated features, one
-    column per name of ``features``): the threshold routers, each of ``kinds`` over all features, each of
-    ``grid_kinds`` over each feature. A classifier's P(correct) is out-of-fold (``folds``; the MLP early-stops on
-    ``val_fraction`` of each training part), its τ chosen fold by fold (:func:`cross_fitted_retrieve`)."""
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``(routers, unfit)``: name → cross-fitted retrieve mask of every router fitted on these rows (``X``:
+    calibrated features, one column per name of ``features``) — the threshold routers, each of ``kinds`` over all
+    features, each of ``grid_kinds`` over each feature —, and name → why for a classifier that could not be fitted
+    on a fold's training part (a DataError: e.g. too few questions of a class for its validation rows), left out of
+    ``routers``. A classifier's P(correct) is out-of-fold (``folds``; the MLP early-stops on ``val_fraction`` of each
+    training part), its τ chosen fold by fold (:func:`cross_fitted_retrieve`)."""
+    unfit: dict[str, str] = {}
 
-    def classifier(kind: str, columns: list[int]) -> np.ndarray:
+    def classifier(label: str, kind: str, columns: list[int]) -> np.ndarray | None:
         names = [features[j] for j in columns]
-        p = out_of_fold_proba(
-            kind, X[:, columns], labels, folds, seed=seed, val_fraction=val_fraction, feature_names=names, **settings
-        )
+        try:
+            p = out_of_fold_proba(
+                kind,
+                X[:, columns],
+                labels,
+                folds,
+                seed=seed,
+                val_fraction=val_fraction,
+                feature_names=names,
+                **settings,
+            )
+        except DataError as exc:  # small target tasks: one router missing, not the stage
+            unfit[label] = exc.what
+            return None
         return cross_fitted_retrieve(p, labels, folds, choose)
 
-    routers = {name: cross_fitted_retrieve(X[:, j], labels, folds, choose) for j, name in enumerate(features)}
+    fitted: dict[str, np.ndarray | None] = {
+        name: cross_fitted_retrieve(X[:, j], labels, folds, choose) for j, name in enumerate(features)
+    }
     everything = list(range(len(features)))
-    routers |= {ROUTER_NAMES[kind]: classifier(kind, everything) for kind in kinds}
+    fitted |= {ROUTER_NAMES[kind]: classifier(ROUTER_NAMES[kind], kind, everything) for kind in kinds}
     for kind in grid_kinds:
-        routers |= {grid_label(kind, name): classifier(kind, [j]) for j, name in enumerate(features)}
-    return routers
+        fitted |= {grid_label(kind, f): classifier(grid_label(kind, f), kind, [j]) for j, f in enumerate(features)}
+    return {name: mask for name, mask in fitted.items() if mask is not None}, unfit
 
 
 def transferred_routers(

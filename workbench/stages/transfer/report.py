@@ -231,6 +231,9 @@ def router_lines(record: dict[str, Any]) -> list[str]:
             f"| {_delta_cell(delta, bounds, 'routed')} | {fmt(a['retrieval_rate'])} "
             f"| {fmt(b.get('retrieval_rate'))} |"
         )
+    unfit = table.get("unfit") or {}
+    if unfit:
+        lines += ["", "Not fitted in-task: " + "; ".join(f"{name} ({why})" for name, why in unfit.items()) + "."]
     return [*lines, ""]
 
 

@@ -368,18 +368,20 @@ def _decision_record(classify_dir: Path, parts: Any) -> dict[str, Any]:
 
 def router_table(ctx: StageContext, rows: list[dict[str, Any]], calibrators: Any, labels: np.ndarray) -> dict:
     """``transfer.json``'s ``routers``: every classify router fitted in-task on the shifted ``rows`` (cross-fitted,
-    ``transfer.in_task_folds``) against the run's own on the same rows (:mod:`workbench.stages.transfer.in_task`);
-    ``skipped`` says why there are no rows (folds 0, or a class with fewer questions than folds)."""
+    ``transfer.in_task_folds``, fewer when the rarer class has fewer questions: ``folds``) against the run's own on
+    the same rows (:mod:`workbench.stages.transfer.in_task`); ``unfit``: the in-task classifiers that could not be
+    fitted, and why; ``skipped`` says why there are no rows (folds 0, or fewer than 2 questions of a class)."""
     config, folds_wanted = ctx.config, ctx.config.transfer.in_task_folds
     section = config.classify
-    record: dict[str, Any] = {"folds": folds_wanted, "seed": section.seeds[0], "rows": [], "skipped": None}
     smallest = int(min((labels > 0.5).sum(), (labels <= 0.5).sum()))
+    folds = min(folds_wanted, smallest)  # every fold holds a question of each class
+    record: dict[str, Any] = {"folds": folds, "seed": section.seeds[0], "rows": [], "unfit": {}, "skipped": None}
     if folds_wanted == 0:
         return record | {"skipped": "transfer.in_task_folds is 0"}
-    if smallest < folds_wanted:
+    if folds < 2:
         return record | {
-            "skipped": f"the shifted questions hold {smallest} of their rarer class, fewer than "
-            f"transfer.in_task_folds={folds_wanted}: no in-task router can be cross-fitted"
+            "skipped": f"the shifted questions hold {smallest} of their rarer class: no in-task router can be "
+            "cross-fitted (2 folds need 2)"
         }
     features = json.loads((ctx.inputs["classify"] / "selection.json").read_text())["features"]
     order = [list(calibrators.features).index(f) for f in features]
@@ -387,13 +389,13 @@ def router_table(ctx: StageContext, rows: list[dict[str, Any]], calibrators: Any
     score = section.routed_score
     closed = np.asarray([r[f"correct_{score}"] for r in rows], dtype=float)
     rag = np.asarray([r[f"rag_{score}"] for r in rows], dtype=float)
-    in_task = in_task_routers(
+    in_task, record["unfit"] = in_task_routers(
         X,
         labels,
         features,
         kinds=section.kinds,
         grid_kinds=section.single_feature_kinds,
-        folds=stratified_folds(labels, folds_wanted, config.seed),
+        folds=stratified_folds(labels, folds, config.seed),
         choose=threshold_chooser(section, closed, rag),
         seed=section.seeds[0],
         val_fraction=section.val_fraction,
