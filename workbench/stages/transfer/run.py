@@ -20,7 +20,12 @@ the oracle, the retrieval rate and the share of Always-RAG's lift kept — with 
 false-positive rate, shifted its detection rate), with a Wilson interval and the count of each failed check; and the
 same per template.
 
-Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, settings) and ``shifted/`` (an
+On the shifted questions it also sets every router of classify's routing table fitted in-task (cross-fitted on those
+questions) against the same router transferred from ``data.templates`` (:func:`router_table`,
+:mod:`workbench.stages.transfer.in_task`): the target task's own routing table and, router by router, in-task −
+transferred with paired BCa intervals.
+
+Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, ``routers``, settings) and ``shifted/`` (an
 HF dataset: the shifted rows as collect writes them, plus ``template`` and ``doc_ids``). Checkpointed per chunk like
 collect, so an interrupted stage resumes.
 """
