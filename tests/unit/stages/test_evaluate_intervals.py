@@ -52,3 +52,14 @@ def test_quality_cells_show_the_interval_or_fall_back_to_the_plain_value():
     assert quality_cell(row, "em") == "0.62 [0.48, 0.75]"
     assert quality_cell(row, "in_accuracy") == "–"
     assert quality_cell({"f1": 0.5}, "f1") == "0.500"
+
+
+def test_the_table_says_how_its_intervals_were_made_and_nothing_for_an_older_summary():
+    from workbench.stages.evaluate.report import interval_words
+
+    words = interval_words({"bootstrap": {"draws": 2000, "level": 0.9}})
+    assert words == (
+        " EM, token F1, containment and in-accuracy are means over the questions, each with its 90% BCa bootstrap "
+        "interval (2,000 resamples of the questions) in brackets."
+    )
+    assert interval_words({}) == ""

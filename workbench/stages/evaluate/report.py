@@ -62,8 +62,7 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         "",
         "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being "
         '"`no_rag`\'s closed-book answer is wrong" (containment; – without `no_rag` in the run); RC: retrieval calls '
-        "per question; LMC: LM calls per question. EM, token F1, containment and in-accuracy are means over the "
-        f"questions, each with its {interval_words(summary)} in brackets.",
+        "per question; LMC: LM calls per question." + interval_words(summary),
         "",
         "| method | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
         "| NLI pairs / q | latency p50 (s) | p95 (s) | fallbacks |",
@@ -84,14 +83,15 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
 
 
 def interval_words(summary: dict) -> str:
-    """How the evaluate table's intervals were made (the summary's ``bootstrap``), e.g. "90% BCa bootstrap interval
-    (2,000 resamples of the questions)"."""
+    """The sentence saying how the evaluate table's intervals were made (the summary's ``bootstrap``), with a leading
+    space; empty for a summary written before intervals existed."""
     from workbench.metrics.bootstrap import describe
 
     boot = summary.get("bootstrap")
-    if boot is None:  # a summary written before intervals existed
-        return "interval (none in this summary)"
-    return describe(boot["draws"], boot["level"]).replace("intervals", "interval")
+    if boot is None:
+        return ""
+    made = describe(boot["draws"], boot["level"]).replace("intervals", "interval")
+    return f" EM, token F1, containment and in-accuracy are means over the questions, each with its {made} in brackets."
 
 
 def quality_cell(row: dict, key: str) -> str:
