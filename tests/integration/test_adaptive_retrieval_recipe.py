@@ -53,8 +53,10 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     stages = tmp_path / "run" / "stages"
     summary = json.loads((stages / "evaluate" / "summary.json").read_text())["methods"]
     assert set(summary) == set(config.evaluate.methods)
-    for row in summary.values():  # every method gets the protocol's columns
+    for row in summary.values():  # every method gets the protocol's columns, its quality means an interval each
         assert {"in_accuracy", "retrieval_calls", "lm_calls"} <= set(row)
+        assert set(row["intervals"]) == {"em", "f1", "contains", "in_accuracy"}
+        assert all(bounds == [None, None] for bounds in row["intervals"].values())  # one question: no interval
     routing = {row["router"]: row for row in json.loads((stages / "classify" / "routing.json").read_text())["rows"]}
     selection = json.loads((stages / "classify" / "selection.json").read_text())
     grid = [f"{short}({feature})" for short in ("LR", "kNN", "Tree") for feature in FEATURES]
@@ -65,7 +67,44 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     transfer = json.loads((stages / "transfer" / "transfer.json").read_text())
     assert transfer["conditions"]["shifted"]["rows"] == 4
     assert set(transfer["conditions"]["shifted"]["templates"]) <= set(OPEN)
+    # a random model never answers an open question: one class, so no in-task router (said so, not faked)
+    assert transfer["routers"]["rows"] == [] and "rarer class" in transfer["routers"]["skipped"]
     report = (tmp_path / "report" / "report.md").read_text()
     assert all(f"| {m} |" in report for m in ("flare", "dragin", "d2rag"))
     assert "| kNN |" in report and "| Tree |" in report and "| LR |" in report
     assert "## Calibration transfer" in report
+    assert "### Routers on cloze, description, two_hop questions: fitted in-task vs transferred" in report
+    assert "No in-task routers: the shifted questions hold 0 of their rarer class: no in-task router" in report
+    assert "each with its 90% BCa bootstrap interval (2,000 resamples of the questions) in brackets" in report
+    _check_the_router_table_on_the_collected_test_questions(load_recipe(RECIPE, overrides).config, stages, routing)
+
+
+def _check_the_router_table_on_the_collected_test_questions(config, stages, routing):
+    """The transfer stage's router table on the run's own test questions (two classes, where the shifted ones have
+    one): its transferred routers are classify's (the same decisions: the routing table's retrieval rates, the
+    refitted single-feature grid included), and every router also gets an in-task row with a paired interval."""
+    from types import SimpleNamespace
+
+    import datasets
+
+    from workbench.methods.learned import load_learned
+    from workbench.stages.calibrate.run import binary_labels
+    from workbench.stages.transfer.run import router_table
+
+    rows = datasets.load_from_disk(str(stages / "collect" / "test")).to_list()
+    meta = json.loads((stages / "calibrate" / "summary.json").read_text())
+    labels = binary_labels(rows, meta["label"], meta["label_threshold"], "test")
+    calibrators = load_learned(stages / "calibrate" / "calibrators.json", expect={"calibrator_set"})
+    inputs = {stage: stages / stage for stage in ("calibrate", "classify")}
+    ctx = SimpleNamespace(config=config, inputs=inputs)
+    table = router_table(ctx, rows, calibrators, labels)
+    assert table["skipped"] is None and table["unfit"] == {} and table["folds"] == config.transfer.in_task_folds
+    by_name = {row["router"]: row for row in table["rows"]}
+    routers = [*FEATURES, "LR", "kNN", "Tree", *(f"{s}({f})" for s in ("LR", "kNN", "Tree") for f in FEATURES)]
+    assert list(by_name) == ["No-RAG", "Always-RAG", "Oracle", *routers]
+    for name in routers:
+        row = by_name[name]
+        assert row["transferred"]["retrieval_rate"] == pytest.approx(routing[name]["retrieval_rate"])
+        assert row["transferred"]["in_accuracy"] == pytest.approx(routing[name]["in_accuracy"])
+        low, high = row["intervals"]["routed"]
+        assert low is None or low <= row["difference"]["routed"] <= high

@@ -88,6 +88,7 @@ def test_the_report_has_the_transfer_section(transfer_run):
         ("transfer.templates=[cloze,choice_cloze]", "transfer.templates", "choice_cloze"),
         ("transfer.split=calib", "transfer.split", "in-sample"),
         ("transfer.split=val", "transfer.split", "not among collect.splits"),
+        ("transfer.in_task_folds=1", "transfer.in_task_folds", "at least 2 folds"),
     ],
 )
 def test_bad_transfer_settings_fail_at_load(override, key, words):

@@ -184,7 +184,7 @@ def in_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
     its ``retrieved`` decisions, the label being that :data:`CLOSED_BOOK_METHOD`'s answer to the same question (by
     ``id``) is wrong (containment < 0.5); questions the closed-book method did not answer are left out (NaN when none
     is left). None when the records hold no closed-book answers."""
-    wrong = {r["id"]: r["contains"] < 0.5 for r in records if r["method"] == CLOSED_BOOK_METHOD}
+    wrong = closed_book_wrong(records)
     if not wrong:
         return None
     out: dict[str, float] = {}
@@ -192,6 +192,12 @@ def in_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
         rows = [r for r in records if r["method"] == method and r["id"] in wrong]
         out[method] = in_accuracy([r["retrieved"] for r in rows], [wrong[r["id"]] for r in rows])
     return out
+
+
+def closed_book_wrong(records: Sequence[dict[str, Any]]) -> dict[Any, bool]:
+    """In-accuracy's label per question ``id``: :data:`CLOSED_BOOK_METHOD`'s answer is wrong (containment < 0.5);
+    empty when the records hold no closed-book answers."""
+    return {r["id"]: r["contains"] < 0.5 for r in records if r["method"] == CLOSED_BOOK_METHOD}
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

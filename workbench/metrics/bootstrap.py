@@ -48,6 +48,11 @@ class Interval:
         """``(low, high)``."""
         return self.low, self.high
 
+    def as_bounds(self) -> list[float | None]:
+        """``[low, high]`` for a JSON record; ``[None, None]`` when either end is not finite (no interval)."""
+        finite = math.isfinite(self.low) and math.isfinite(self.high)
+        return [self.low, self.high] if finite else [None, None]
+
 
 NO_INTERVAL = Interval(math.nan, math.nan, "none")
 
@@ -152,7 +157,26 @@ def mean_interval(
     values: Sequence[float], *, n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = 0
 ) -> Interval:
     """The BCa interval of the mean of ``values`` (one per question); NaN values make it ``none``."""
-    x = np.asarray(values, dtype=float).reshape(-1)
-    return bootstrap_interval(
-        lambda idx: x[idx].mean(axis=-1), x.size, n_resamples=n_resamples, level=level, seed=seed, vectorized=True
+    return mean_intervals(
+        np.asarray(values, dtype=float).reshape(1, -1), n_resamples=n_resamples, level=level, seed=seed
+    )[0]
+
+
+def mean_intervals(
+    values: np.ndarray, *, n_resamples: int = N_RESAMPLES, level: float = LEVEL, seed: int = 0
+) -> list[Interval]:
+    """The BCa interval of the mean of each row of ``values`` (shape ``(k, n)``: k figures, one value per question
+    each), every row on the same resamples of the n questions (paired); ``[]`` for k = 0."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"values must be a (figures, questions) matrix, got shape {x.shape}")
+    if x.shape[0] == 0:
+        return []
+    return bootstrap_intervals(
+        lambda idx: x[:, idx].mean(axis=-1),
+        x.shape[1],
+        n_resamples=n_resamples,
+        level=level,
+        seed=seed,
+        vectorized=True,
     )

@@ -49,7 +49,7 @@ STAGE_NEEDS: dict[str, tuple[str, ...]] = {
     "distill": ("lightning",),
     "tune_reader": ("lightning",),
     "export": _PLOTS,  # the bundle's plots
-    "transfer": ("sklearn",),
+    "transfer": ("sklearn", "lightning"),  # AUROC; the in-task routers (the MLP kind among them)
     "report": _REPORT,
     "train_nli": (),
     "eval_nli": (),

@@ -17,6 +17,7 @@ from workbench.metrics.bootstrap import (
     bootstrap_intervals,
     describe,
     mean_interval,
+    mean_intervals,
 )
 from workbench.metrics.ranking import auroc, auroc_rows
 
@@ -131,3 +132,17 @@ def test_a_vectorized_statistic_gives_the_same_intervals_faster():
     many = bootstrap_interval(lambda idx: auroc_rows(s[idx], y[idx]), 50, n_resamples=300, seed=4, vectorized=True)
     assert one.method == many.method
     assert many.as_tuple() == pytest.approx(one.as_tuple(), abs=1e-12)
+
+
+def test_mean_intervals_are_each_rows_interval_on_shared_resamples():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(0, 1, 30), rng.normal(2, 1, 30)
+    both = mean_intervals(np.stack([a, b]), n_resamples=300, seed=5)
+    for row, interval in zip((a, b), both, strict=True):
+        alone = mean_interval(row, n_resamples=300, seed=5)
+        assert interval.method == "BCa" and np.allclose(interval.as_tuple(), alone.as_tuple())
+    assert mean_intervals(np.empty((0, 30))) == []
+    with pytest.raises(ValueError, match="matrix"):
+        mean_intervals(a)
+    assert mean_interval([1.0], n_resamples=10).as_bounds() == [None, None]
+    assert both[1].as_bounds() == [both[1].low, both[1].high]

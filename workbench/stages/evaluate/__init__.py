@@ -18,10 +18,10 @@ SPECS: tuple[StageSpec, ...] = (
         sections=("evaluate", "generator", "embedder", "nli", "retrieval"),
         inputs=("build_data",),
         optional_inputs=("collect", "calibrate", "classify", "fit_utility", "study", "distill"),
-        version=4,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
+        version=5,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
         # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs;
         # 4: InSemRAG's controller options and keep_threshold; a refine round that drops every candidate keeps
-        # the top k2
+        # the top k2; 5: 90% BCa intervals of each method's EM / F1 / containment / in-accuracy in summary.json
         uses=("generator", "embedder"),
         settings=EvaluateSection,
         check=check,

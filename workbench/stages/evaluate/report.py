@@ -62,16 +62,17 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         "",
         "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being "
         '"`no_rag`\'s closed-book answer is wrong" (containment; – without `no_rag` in the run); RC: retrieval calls '
-        "per question; LMC: LM calls per question.",
+        "per question; LMC: LM calls per question." + interval_words(summary),
         "",
         "| method | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
         "| NLI pairs / q | latency p50 (s) | p95 (s) | fallbacks |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in methods.items():
+        quality = " | ".join(quality_cell(row, key) for key in ("em", "f1", "contains", "in_accuracy"))
+        rest = f"{optional_cell(row, 'retrieval_rate', 2)} | {optional_cell(row, 'retrieval_calls', 2)}"
         lines.append(
-            f"| {name} | {row['em']:.3f} | {row['f1']:.3f} | {row['contains']:.3f} "
-            f"| {protocol_cells(row)} | {row['lm_calls']:.1f} "
+            f"| {name} | {quality} | {rest} | {row['lm_calls']:.1f} "
             f"| {row['tokens']:.0f} | {row['nli_pairs']:.0f} | {row['latency_p50']:.2f} | {row['latency_p95']:.2f} "
             f"| {row['fallbacks']} |"
         )
@@ -79,6 +80,28 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
         lines.append(f"\n*{method}*: {note}.")
     lines += ["", "![methods quality](methods_quality.png) ![methods cost](methods_cost.png)", ""]
     return lines + method_sections(evaluate_dir, names)
+
+
+def interval_words(summary: dict) -> str:
+    """The sentence saying how the evaluate table's intervals were made (the summary's ``bootstrap``), with a leading
+    space; empty for a summary written before intervals existed."""
+    from workbench.metrics.bootstrap import describe
+
+    boot = summary.get("bootstrap")
+    if boot is None:
+        return ""
+    made = describe(boot["draws"], boot["level"]).replace("intervals", "interval")
+    return f" EM, token F1, containment and in-accuracy are means over the questions, each with its {made} in brackets."
+
+
+def quality_cell(row: dict, key: str) -> str:
+    """An evaluate-table quality cell: ``row[key]`` with its BCa interval (``row["intervals"][key]``) as
+    ``0.62 [0.48, 0.75]``; to three decimals without one (a summary written before intervals existed), – when the
+    value is missing or NaN."""
+    interval = (row.get("intervals") or {}).get(key)
+    if interval is None or interval[0] is None or interval[1] is None:
+        return optional_cell(row, key, 3)
+    return f"{optional_cell(row, key, 2)} [{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 def protocol_cells(row: dict) -> str:

@@ -19,7 +19,9 @@ Outputs:
   retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
   tokens and the uncached totals per question, retrieval calls (RC) per question, latency p50 / p95, fallbacks, and
   with ``no_rag`` among the methods AdaRAGUE's ``in_accuracy`` (:func:`~workbench.methods.evaluation.in_accuracies`:
-  the retrieve decision against "no_rag's closed-book answer is wrong"); and ``options`` (each method's options
+  the retrieve decision against "no_rag's closed-book answer is wrong"), with ``intervals``: a 90% BCa interval of
+  each of EM / F1 / containment / in-accuracy (:func:`~workbench.stages.evaluate.intervals.quality_intervals`;
+  ``bootstrap`` says how many resamples); and ``options`` (each method's options
   as it ran: :func:`evaluated_options`) and the decision policy's τ (:func:`evaluated_learned`; under each key of
   :func:`~workbench.methods.registry.learned_keys` for ``tau``, ``<method>_tau`` of D²-RAG) — the export
   builds the bundle with the same two functions, and ``bench_runtime`` checks the bundle against these records —
@@ -60,7 +62,9 @@ from workbench.core.formatting import counted
 from workbench.methods.base import Tools
 from workbench.methods.evaluation import evaluate_built, in_accuracies, summarise
 from workbench.methods.registry import build_method, learned_keys
+from workbench.metrics.bootstrap import LEVEL, N_RESAMPLES
 from workbench.stages.context import StageContext
+from workbench.stages.evaluate.intervals import quality_intervals
 
 
 def run_learned(ctx: StageContext, *, with_study: bool = True) -> Any:
@@ -152,6 +156,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     summary = summarise(records)  # the same as each result's summary, keyed in the recipe's order
     for name, value in (in_accuracies(records) or {}).items():  # only when no_rag answered: it gives the label
         summary[name]["in_accuracy"] = value
+    for name, intervals in quality_intervals(records, seed=ctx.config.seed).items():
+        summary[name]["intervals"] = intervals
     notes = _notes(methods)
     atomic_write_json(
         ctx.out_dir / "summary.json",
@@ -161,6 +167,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             "methods": summary,
             "order": list(summary),  # the recipe's order (the JSON keys are sorted)
             "notes": notes,
+            "bootstrap": {"draws": N_RESAMPLES, "level": LEVEL},  # of each method's "intervals"
             "reuse_generations": section.reuse_generations,
             "options": options,  # what each method ran with (study and evaluate.params laid over the recipe's)
             **{key: learned.tau if learned is not None else None for key in learned_keys("tau")},

@@ -198,6 +198,50 @@ def template_table(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def router_lines(record: dict[str, Any]) -> list[str]:
+    """The in-task vs transferred router table (``record["routers"]``) in Markdown, with its heading and how to
+    read it; a sentence saying why there is none when it was skipped; [] for a record written before it existed."""
+    table = record.get("routers")
+    if table is None:
+        return []
+    family = ", ".join(record["shifted_templates"])
+    heading = [f"### Routers on {family} questions: fitted in-task vs transferred", ""]
+    if table["skipped"]:
+        return [*heading, f"No in-task routers: {table['skipped']}.", ""]
+    score = record["routed_score"]
+    lines = [
+        *heading,
+        f"Every router of the routing table on the {record['conditions']['shifted']['rows']} shifted questions: "
+        f"*in-task* fitted on these questions ({table['folds']}-fold cross-fitted: each fold decided by a classifier "
+        "and a τ fitted on the other folds), *transferred* fitted by classify on "
+        f"{', '.join(record['in_templates'])}. Δ = in-task − transferred, with its "
+        f"{int(100 * record['bootstrap']['level'])} % paired BCa interval: how much routing quality the transfer "
+        "loses (Δ > 0) against fitting on the task itself.",
+        "",
+        f"| router | in-accuracy in-task | transferred | Δ in-accuracy | routed {score} in-task | transferred "
+        "| Δ routed | retrieval rate in-task | transferred |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in table["rows"]:
+        a, b = row["in_task"], row["transferred"] or {}
+        delta, bounds = row.get("difference") or {}, row.get("intervals") or {}
+        lines.append(
+            f"| {row['router']} | {fmt(a['in_accuracy'])} | {fmt(b.get('in_accuracy'))} "
+            f"| {_delta_cell(delta, bounds, 'in_accuracy')} | {fmt(a['routed'])} | {fmt(b.get('routed'))} "
+            f"| {_delta_cell(delta, bounds, 'routed')} | {fmt(a['retrieval_rate'])} "
+            f"| {fmt(b.get('retrieval_rate'))} |"
+        )
+    unfit = table.get("unfit") or {}
+    if unfit:
+        lines += ["", "Not fitted in-task: " + "; ".join(f"{name} ({why})" for name, why in unfit.items()) + "."]
+    return [*lines, ""]
+
+
+def _delta_cell(delta: dict[str, Any], bounds: dict[str, Any], key: str) -> str:
+    """A Δ cell: the signed difference with its interval; empty for a row with nothing to compare (the baselines)."""
+    return _with_interval(delta[key], bounds.get(key), signed=True) if key in delta else ""
+
+
 def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
     """Markdown for the "Calibration transfer" section, with ``transfer.png`` written to ``out_dir``."""
     from workbench.plots import transfer_panels
@@ -246,6 +290,7 @@ def transfer_section(transfer_dir: Path, out_dir: Path) -> list[str]:
         "",
         *template_table(record),
         "",
+        *router_lines(record),
         "A bundle travels as far as its decision's AUROC stays above 0.5 and its routed score near Always-RAG's: an "
         "ECE that grows under the shift means P(correct) can no longer be read as a probability there, even when the "
         "ranking survives; the OOD flag's detection rate says how many shifted questions a runtime would flag, and "

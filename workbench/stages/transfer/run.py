@@ -20,7 +20,12 @@ the oracle, the retrieval rate and the share of Always-RAG's lift kept — with 
 false-positive rate, shifted its detection rate), with a Wilson interval and the count of each failed check; and the
 same per template.
 
-Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, settings) and ``shifted/`` (an
+On the shifted questions it also sets every router of classify's routing table fitted in-task (cross-fitted on those
+questions) against the same router transferred from ``data.templates`` (:func:`router_table`,
+:mod:`workbench.stages.transfer.in_task`): the target task's own routing table and, router by router, in-task −
+transferred with paired BCa intervals.
+
+Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, ``routers``, settings) and ``shifted/`` (an
 HF dataset: the shifted rows as collect writes them, plus ``template`` and ``doc_ids``). Checkpointed per chunk like
 collect, so an interrupted stage resumes.
 """
@@ -40,6 +45,7 @@ from workbench.bundle.learned import load_learned as load_shipped
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.ood_features import FeatureNovelty
 from workbench.calibration.ood_rates import flag_summary
+from workbench.calibration.oof import stratified_folds
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError, DataError
 from workbench.methods.learned import load_learned
@@ -49,6 +55,13 @@ from workbench.metrics.ranking import auroc
 from workbench.stages.calibrate.run import binary_labels
 from workbench.stages.collect.run import LABELS, build_tools, collect_split
 from workbench.stages.context import StageContext
+from workbench.stages.transfer.in_task import (
+    classifier_settings,
+    compare_routers,
+    in_task_routers,
+    threshold_chooser,
+    transferred_routers,
+)
 
 CONDITIONS = ("in_distribution", "shifted")
 """The two conditions of ``transfer.json``, in report order."""
@@ -78,6 +91,8 @@ def check_recipe(config: Any) -> None:
         raise ConfigError(
             f"unknown template(s) {unknown or 'none given'} (known: {', '.join(TEMPLATES)})", "transfer.templates"
         )
+    if section.in_task_folds == 1:
+        raise ConfigError("cross-fitting needs at least 2 folds (0: no in-task routers)", "transfer.in_task_folds")
     shared = [t for t in section.templates if t in config.data.templates]
     if shared:
         raise ConfigError(
@@ -356,6 +371,48 @@ def _decision_record(classify_dir: Path, parts: Any) -> dict[str, Any]:
     }
 
 
+def router_table(ctx: StageContext, rows: list[dict[str, Any]], calibrators: Any, labels: np.ndarray) -> dict:
+    """``transfer.json``'s ``routers``: every classify router fitted in-task on the shifted ``rows`` (cross-fitted,
+    ``transfer.in_task_folds``, fewer when the rarer class has fewer questions: ``folds``) against the run's own on
+    the same rows (:mod:`workbench.stages.transfer.in_task`); ``unfit``: the in-task classifiers that could not be
+    fitted, and why; ``skipped`` says why there are no rows (folds 0, or fewer than 2 questions of a class)."""
+    config, folds_wanted = ctx.config, ctx.config.transfer.in_task_folds
+    section = config.classify
+    smallest = int(min((labels > 0.5).sum(), (labels <= 0.5).sum()))
+    folds = min(folds_wanted, smallest)  # every fold holds a question of each class
+    record: dict[str, Any] = {"folds": folds, "seed": section.seeds[0], "rows": [], "unfit": {}, "skipped": None}
+    if folds_wanted == 0:
+        return record | {"skipped": "transfer.in_task_folds is 0"}
+    if folds < 2:
+        return record | {
+            "skipped": f"the shifted questions hold {smallest} of their rarer class: no in-task router can be "
+            "cross-fitted (2 folds need 2)"
+        }
+    features = json.loads((ctx.inputs["classify"] / "selection.json").read_text())["features"]
+    order = [list(calibrators.features).index(f) for f in features]
+    X = calibrators.transform(cleaned_features(calibrators, rows))[:, order]
+    score = section.routed_score
+    closed = np.asarray([r[f"correct_{score}"] for r in rows], dtype=float)
+    rag = np.asarray([r[f"rag_{score}"] for r in rows], dtype=float)
+    in_task, record["unfit"] = in_task_routers(
+        X,
+        labels,
+        features,
+        kinds=section.kinds,
+        grid_kinds=section.single_feature_kinds,
+        folds=stratified_folds(labels, folds, config.seed),
+        choose=threshold_chooser(section, closed, rag),
+        seed=section.seeds[0],
+        val_fraction=section.val_fraction,
+        settings=classifier_settings(section),
+    )
+    inputs = ctx.inputs
+    transferred = transferred_routers(X, features, inputs["classify"], inputs["calibrate"], section, config.seed)
+    draws = config.transfer.bootstrap
+    record["rows"] = compare_routers(in_task, transferred, closed, rag, draws=draws, seed=config.seed)
+    return record
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
     """Build and collect the shifted questions, measure both conditions, write ``transfer.json`` and ``shifted/``."""
     import datasets
@@ -385,11 +442,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     score = config.classify.routed_score
     features_detector = _features_detector(inputs["calibrate"])
-    conditions = {}
+    conditions, labels = {}, {}
     for name, rows in zip(CONDITIONS, (in_rows, shifted_rows), strict=True):
+        labels[name] = binary_labels(rows, label, threshold, f"transfer ({name})")
         conditions[name] = measure(
             rows,
-            labels=binary_labels(rows, label, threshold, f"transfer ({name})"),
+            labels=labels[name],
             calibrators=calibrators,
             policy=policy,
             routed_score=score,
@@ -412,6 +470,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "ood": None if parts.ood is None else {**parts.ood.calibration, "profile": parts.ood.describe()},
         "conditions": conditions,
         "shift": shift(conditions["in_distribution"], conditions["shifted"]),
+        "routers": router_table(
+            ctx, shifted_rows, calibrators, binary_labels(shifted_rows, label, threshold, "transfer")
+        ),
     }
     atomic_write_json(ctx.out_dir / "transfer.json", record)
     datasets.Dataset.from_list(shifted_rows).save_to_disk(str(ctx.out_dir / SHIFTED))

@@ -23,6 +23,12 @@ class TransferSection:
     )
     limit: int | None = doc("collect the first N shifted questions (null: all)", 120)
     bootstrap: int = doc("paired bootstrap resamples of the questions for the 90% BCa intervals", 2000)
+    in_task_folds: int = doc(
+        "folds of the in-task routers: every classify router also fitted on the shifted questions, cross-fitted, "
+        "against the transferred one (0: no in-task table)",
+        5,
+        minimum=0,
+    )
 
 
 def check(config: RecipeView) -> None:
