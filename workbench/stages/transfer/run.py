@@ -25,9 +25,9 @@ questions) against the same router transferred from ``data.templates`` (:func:`r
 :mod:`workbench.stages.transfer.in_task`): the target task's own routing table and, router by router, in-task −
 transferred with paired BCa intervals.
 
-Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, ``routers``, settings) and ``shifted/`` (an
-HF dataset: the shifted rows as collect writes them, plus ``template`` and ``doc_ids``). Checkpointed per chunk like
-collect, so an interrupted stage resumes.
+Outputs: ``transfer.json`` (both conditions, the shift Δ = shifted − in distribution, ``routers``, settings) and
+``shifted/`` (an HF dataset: the shifted rows as collect writes them, plus ``template`` and ``doc_ids``). Checkpointed
+per chunk like collect, so an interrupted stage resumes.
 """
 
 from __future__ import annotations
