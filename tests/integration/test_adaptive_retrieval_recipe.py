@@ -21,7 +21,7 @@ OPEN = ["cloze", "description", "two_hop"]
 
 
 def test_the_recipe_holds_the_protocol():
-    """Seeds, FLARE, DRAGIN and the baselines (No-RAG gives in-accuracy its label); all four classifier kinds; the
+    """Seeds, FLARE, DRAGIN and the baselines (No-RAG gives decision accuracy its label); all four classifier kinds; the
     transfer stage on the other template family, before the report; BCa resamples everywhere they are drawn."""
     config = load_recipe(RECIPE).config
     assert set(config.evaluate.methods) == SEEDS | BASELINES | {"flare", "dragin"}
@@ -54,15 +54,15 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     summary = json.loads((stages / "evaluate" / "summary.json").read_text())["methods"]
     assert set(summary) == set(config.evaluate.methods)
     for row in summary.values():  # every method gets the protocol's columns, its quality means an interval each
-        assert {"in_accuracy", "retrieval_calls", "lm_calls"} <= set(row)
-        assert set(row["intervals"]) == {"em", "f1", "contains", "in_accuracy"}
+        assert {"decision_accuracy", "retrieval_calls", "lm_calls"} <= set(row)
+        assert set(row["intervals"]) == {"em", "f1", "contains", "decision_accuracy"}
         assert all(bounds == [None, None] for bounds in row["intervals"].values())  # one question: no interval
     routing = {row["router"]: row for row in json.loads((stages / "classify" / "routing.json").read_text())["rows"]}
     selection = json.loads((stages / "classify" / "selection.json").read_text())
     grid = [f"{short}({feature})" for short in ("LR", "kNN", "Tree") for feature in FEATURES]
     assert set(grid) <= set(routing) and set(selection["single_feature_thresholds"]) == set(grid)
     for name in grid:  # each a router of its own: a τ, a decision per question, the protocol's columns
-        assert 0.0 <= routing[name]["retrieval_rate"] <= 1.0 and routing[name]["in_accuracy"] is not None
+        assert 0.0 <= routing[name]["retrieval_rate"] <= 1.0 and routing[name]["decision_accuracy"] is not None
         assert selection["single_feature_thresholds"][name]["tau"] is not None
     transfer = json.loads((stages / "transfer" / "transfer.json").read_text())
     assert transfer["conditions"]["shifted"]["rows"] == 4
@@ -105,6 +105,6 @@ def _check_the_router_table_on_the_collected_test_questions(config, stages, rout
     for name in routers:
         row = by_name[name]
         assert row["transferred"]["retrieval_rate"] == pytest.approx(routing[name]["retrieval_rate"])
-        assert row["transferred"]["in_accuracy"] == pytest.approx(routing[name]["in_accuracy"])
+        assert row["transferred"]["decision_accuracy"] == pytest.approx(routing[name]["decision_accuracy"])
         low, high = row["intervals"]["routed"]
         assert low is None or low <= row["difference"]["routed"] <= high

@@ -29,7 +29,7 @@ import numpy as np
 
 from workbench.core.logs import track
 from workbench.methods.registry import build_method
-from workbench.metrics.adaptive import in_accuracy
+from workbench.metrics.adaptive import decision_accuracy
 from workbench.metrics.qa import score_answer
 
 if TYPE_CHECKING:
@@ -176,12 +176,12 @@ def summary_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 CLOSED_BOOK_METHOD = "no_rag"
-"""The method whose answers label each question for in-accuracy: its closed-book answer is right or wrong."""
+"""The method whose answers label each question for decision accuracy: its closed-book answer is right or wrong."""
 
 
-def in_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
-    """Per method (first-seen order): AdaRAGUE's in-accuracy (:func:`~workbench.metrics.adaptive.in_accuracy`) of
-    its ``retrieved`` decisions, the label being that :data:`CLOSED_BOOK_METHOD`'s answer to the same question (by
+def decision_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """Per method (first-seen order): the decision accuracy (:func:`~workbench.metrics.adaptive.decision_accuracy`)
+    of its ``retrieved`` decisions, the label being that :data:`CLOSED_BOOK_METHOD`'s answer to the same question (by
     ``id``) is wrong (containment < 0.5); questions the closed-book method did not answer are left out (NaN when none
     is left). None when the records hold no closed-book answers."""
     wrong = closed_book_wrong(records)
@@ -190,12 +190,12 @@ def in_accuracies(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
     out: dict[str, float] = {}
     for method in dict.fromkeys(r["method"] for r in records):
         rows = [r for r in records if r["method"] == method and r["id"] in wrong]
-        out[method] = in_accuracy([r["retrieved"] for r in rows], [wrong[r["id"]] for r in rows])
+        out[method] = decision_accuracy([r["retrieved"] for r in rows], [wrong[r["id"]] for r in rows])
     return out
 
 
 def closed_book_wrong(records: Sequence[dict[str, Any]]) -> dict[Any, bool]:
-    """In-accuracy's label per question ``id``: :data:`CLOSED_BOOK_METHOD`'s answer is wrong (containment < 0.5);
+    """Decision accuracy's label per question ``id``: :data:`CLOSED_BOOK_METHOD`'s answer is wrong (containment < 0.5);
     empty when the records hold no closed-book answers."""
     return {r["id"]: r["contains"] < 0.5 for r in records if r["method"] == CLOSED_BOOK_METHOD}
 

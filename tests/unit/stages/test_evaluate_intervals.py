@@ -28,19 +28,19 @@ def test_each_method_gets_the_bootstrap_helpers_interval_of_its_means():
         expected = mean_interval(rag, n_resamples=400, seed=3)
         assert np.allclose(intervals["router"][key], [expected.low, expected.high])
     assert np.allclose(intervals["router"]["f1"], [expected.low / 2, expected.high / 2])
-    # in-accuracy per question: the router decided right where retrieved == (no_rag wrong)
+    # decision accuracy per question: the router decided right where retrieved == (no_rag wrong)
     decided = [float(r == (c < 0.5)) for r, c in zip(routed, closed, strict=True)]
     assert np.mean(decided) == 0.6
     expected = mean_interval(decided, n_resamples=400, seed=3)
-    assert np.allclose(intervals["router"]["in_accuracy"], [expected.low, expected.high])
-    low, high = intervals["router"]["in_accuracy"]
+    assert np.allclose(intervals["router"]["decision_accuracy"], [expected.low, expected.high])
+    low, high = intervals["router"]["decision_accuracy"]
     assert low < 0.6 < high
     # no_rag never retrieves: right exactly where its own answer is right (4 of 10)
-    low, high = intervals["no_rag"]["in_accuracy"]
+    low, high = intervals["no_rag"]["decision_accuracy"]
     assert low < 0.4 < high
 
 
-def test_without_a_closed_book_method_there_is_no_in_accuracy_interval_and_one_question_gives_none():
+def test_without_a_closed_book_method_there_is_no_decision_accuracy_interval_and_one_question_gives_none():
     records = _records("standard_rag", [1.0, 0.0, 1.0], [True] * 3) + _records("flare", [1.0], [True])
     intervals = quality_intervals(records, draws=100)
     assert set(intervals["standard_rag"]) == {"em", "f1", "contains"}
@@ -48,9 +48,13 @@ def test_without_a_closed_book_method_there_is_no_in_accuracy_interval_and_one_q
 
 
 def test_quality_cells_show_the_interval_or_fall_back_to_the_plain_value():
-    row = {"em": 0.625, "in_accuracy": float("nan"), "intervals": {"em": [0.48, 0.75], "in_accuracy": [None, None]}}
+    row = {
+        "em": 0.625,
+        "decision_accuracy": float("nan"),
+        "intervals": {"em": [0.48, 0.75], "decision_accuracy": [None, None]},
+    }
     assert quality_cell(row, "em") == "0.62 [0.48, 0.75]"
-    assert quality_cell(row, "in_accuracy") == "–"
+    assert quality_cell(row, "decision_accuracy") == "–"
     assert quality_cell({"f1": 0.5}, "f1") == "0.500"
 
 
@@ -59,7 +63,7 @@ def test_the_table_says_how_its_intervals_were_made_and_nothing_for_an_older_sum
 
     words = interval_words({"bootstrap": {"draws": 2000, "level": 0.9}})
     assert words == (
-        " EM, token F1, containment and in-accuracy are means over the questions, each with its 90% BCa bootstrap "
-        "interval (2,000 resamples of the questions) in brackets."
+        " EM, token F1, containment and decision accuracy are means over the questions, each with its 90% BCa "
+        "bootstrap interval (2,000 resamples of the questions) in brackets."
     )
     assert interval_words({}) == ""

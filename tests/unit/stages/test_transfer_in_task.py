@@ -46,17 +46,17 @@ def test_compare_routers_gives_both_sides_and_a_paired_interval_of_the_differenc
     by_name = {row["router"]: row for row in rows}
     assert [row["router"] for row in rows] == ["No-RAG", "Always-RAG", "Oracle", "entropy", "LR"]
     entropy = by_name["entropy"]
-    assert entropy["in_task"] == {"in_accuracy": 1.0, "routed": 0.875, "retrieval_rate": 0.625}
-    assert entropy["transferred"] == {"in_accuracy": 0.375, "routed": 0.375, "retrieval_rate": 0.0}
-    assert entropy["difference"] == pytest.approx({"in_accuracy": 0.625, "routed": 0.5})
+    assert entropy["in_task"] == {"decision_accuracy": 1.0, "routed": 0.875, "retrieval_rate": 0.625}
+    assert entropy["transferred"] == {"decision_accuracy": 0.375, "routed": 0.375, "retrieval_rate": 0.0}
+    assert entropy["difference"] == pytest.approx({"decision_accuracy": 0.625, "routed": 0.5})
     decided = (in_task["entropy"] == wrong).astype(float) - (transferred["entropy"] == wrong).astype(float)
     routed = np.where(in_task["entropy"], rag, closed) - closed
     expected = mean_intervals(np.stack([decided, routed]), n_resamples=300, seed=1)
-    assert entropy["intervals"] == {"in_accuracy": expected[0].as_bounds(), "routed": expected[1].as_bounds()}
+    assert entropy["intervals"] == {"decision_accuracy": expected[0].as_bounds(), "routed": expected[1].as_bounds()}
     assert entropy["intervals"]["routed"][0] <= 0.5 <= entropy["intervals"]["routed"][1]
     # a router the run lacks: in-task figures only
     assert by_name["LR"]["transferred"] is None and "difference" not in by_name["LR"]
-    assert by_name["Oracle"]["in_task"]["in_accuracy"] == 1.0 and by_name["No-RAG"]["in_task"]["routed"] == 0.375
+    assert by_name["Oracle"]["in_task"]["decision_accuracy"] == 1.0 and by_name["No-RAG"]["in_task"]["routed"] == 0.375
 
 
 def test_in_task_routers_fit_every_kind_and_the_grid_cross_fitted():

@@ -15,8 +15,9 @@ own τ by the same rule on the whole fit split (a feature has nothing fitted).
 On the evaluation split (the first collected split other than the fit split) the **routing table** compares No-RAG,
 Always-RAG, Oracle (retrieve iff the closed-book answer is wrong: needs the gold answer, an upper bound), every
 single feature and each classifier kind trained (LR, MLP, kNN, Tree): routed EM / F1 / containment, retrieval rate,
-AdaRAGUE's in-accuracy (the retrieve decision against "the closed-book answer is wrong"), retrieval calls (RC) and LM
-calls (LMC) per question, and tokens per question. Costs:
+decision accuracy (the retrieve decision against "the closed-book answer is wrong"), retrieval calls (RC) and LM
+calls (LMC) per question (AdaRAGUE's columns; its In-Accuracy is the containment column), and tokens per question.
+Costs:
 No-RAG = the greedy closed-book answer; Always-RAG = one answer with passages; Oracle = closed-book + RAG where
 retrieved; feature routers = the collection of all features (measured by ``collect``; it includes the closed-book
 answer) + RAG where retrieved.
@@ -45,7 +46,7 @@ from workbench.classify.threshold import choose_threshold
 from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import DataError
 from workbench.methods.learned import CLASSIFIER_KINDS, ROUTER_NAMES, load_learned, save_learned
-from workbench.metrics.adaptive import in_accuracy
+from workbench.metrics.adaptive import decision_accuracy
 from workbench.routing.search import decision_cost
 from workbench.routing.sweep import sweep_rows
 from workbench.stages.classify.router import cost_model, mlp_config, search_router
@@ -70,13 +71,13 @@ def routing_row(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray], ba
 
 
 def _scores(name: str, retrieve: np.ndarray, cols: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A row's routed QA scores, retrieval rate, in-accuracy (the decision against "the closed-book answer is wrong",
-    the Oracle's label) and retrieval calls per question (one retriever call per retrieved question)."""
+    """A row's routed QA scores, retrieval rate, decision accuracy (the decision against "the closed-book answer is
+    wrong", the Oracle's label) and retrieval calls per question (one retriever call per retrieved question)."""
     rate = float(retrieve.astype(float).mean())
     row: dict[str, Any] = {"router": name, "retrieval_rate": rate}
     for score in QA_SCORES:
         row[score] = float(np.where(retrieve, cols[f"rag_{score}"], cols[f"correct_{score}"]).mean())
-    row["in_accuracy"] = in_accuracy(retrieve, cols["correct_contains"] < 0.5)
+    row["decision_accuracy"] = decision_accuracy(retrieve, cols["correct_contains"] < 0.5)
     row["retrieval_calls"] = rate
     return row
 

@@ -21,7 +21,7 @@ SPECS: tuple[StageSpec, ...] = (
         version=5,  # 2: DENSE-RAG / InSemRAG chunk by their papers, DTR searches densely, choice scoring;
         # 3: the generation cache's savings (cached_*, *_uncached) and prompt / generated tokens in the outputs;
         # 4: InSemRAG's controller options and keep_threshold; a refine round that drops every candidate keeps
-        # the top k2; 5: 90% BCa intervals of each method's EM / F1 / containment / in-accuracy in summary.json
+        # the top k2; 5: 90% BCa intervals of each method's EM / F1 / containment / decision accuracy in summary.json
         uses=("generator", "embedder"),
         settings=EvaluateSection,
         check=check,

@@ -1,6 +1,6 @@
 """The evaluate table's intervals: a BCa interval of each method's per-question quality means.
 
-Each method's EM, token F1 and containment are means over its questions, and its in-accuracy a mean over the
+Each method's EM, token F1 and containment are means over its questions, and its decision accuracy a mean over the
 questions the closed-book method answered (its retrieve decision against "that answer is wrong"); each gets a
 :data:`~workbench.metrics.bootstrap.LEVEL` BCa interval from the workbench's one bootstrap helper
 (:func:`~workbench.metrics.bootstrap.bootstrap_intervals`), the method's figures on the same resamples of its
@@ -25,7 +25,7 @@ def quality_intervals(
     records: Sequence[dict[str, Any]], *, draws: int = N_RESAMPLES, level: float = LEVEL, seed: int = 0
 ) -> dict[str, dict[str, list[float | None]]]:
     """Per method (first-seen order of ``record["method"]``): ``{key: [low, high]}`` for each of
-    :data:`QUALITY_KEYS` and, when the records hold closed-book answers, ``in_accuracy`` (over the questions the
+    :data:`QUALITY_KEYS` and, when the records hold closed-book answers, ``decision_accuracy`` (over the questions the
     closed-book method answered). ``[None, None]`` where the helper gives no interval (fewer than two questions, a
     NaN figure)."""
     wrong = closed_book_wrong(records)
@@ -36,7 +36,7 @@ def quality_intervals(
         out[method] = _mean_intervals(columns, draws=draws, level=level, seed=seed)
         if wrong:
             decided = [float(bool(r["retrieved"]) == wrong[r["id"]]) for r in rows if r["id"] in wrong]
-            out[method] |= _mean_intervals({"in_accuracy": decided}, draws=draws, level=level, seed=seed)
+            out[method] |= _mean_intervals({"decision_accuracy": decided}, draws=draws, level=level, seed=seed)
     return out
 
 

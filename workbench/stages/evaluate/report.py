@@ -60,16 +60,17 @@ def evaluate_section(evaluate_dir: Path, out_dir: Path) -> list[str]:
             else ""
         ),
         "",
-        "In-accuracy (AdaRAGUE's): the share of questions whose retrieve decision is right, the label being "
-        '"`no_rag`\'s closed-book answer is wrong" (containment; – without `no_rag` in the run); RC: retrieval calls '
+        "Decision accuracy: the share of questions whose retrieve decision is right, the label being "
+        '"`no_rag`\'s closed-book answer is wrong" (containment; – without `no_rag` in the run); containment is '
+        "AdaRAGUE's In-Accuracy (the gold answer in the output); RC: retrieval calls "
         "per question; LMC: LM calls per question." + interval_words(summary),
         "",
-        "| method | EM | token F1 | containment | in-accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
+        "| method | EM | token F1 | containment | decision accuracy | retrieval rate | RC / q | LMC / q | tokens / q "
         "| NLI pairs / q | latency p50 (s) | p95 (s) | fallbacks |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in methods.items():
-        quality = " | ".join(quality_cell(row, key) for key in ("em", "f1", "contains", "in_accuracy"))
+        quality = " | ".join(quality_cell(row, key) for key in ("em", "f1", "contains", "decision_accuracy"))
         rest = f"{optional_cell(row, 'retrieval_rate', 2)} | {optional_cell(row, 'retrieval_calls', 2)}"
         lines.append(
             f"| {name} | {quality} | {rest} | {row['lm_calls']:.1f} "
@@ -91,7 +92,10 @@ def interval_words(summary: dict) -> str:
     if boot is None:
         return ""
     made = describe(boot["draws"], boot["level"]).replace("intervals", "interval")
-    return f" EM, token F1, containment and in-accuracy are means over the questions, each with its {made} in brackets."
+    return (
+        f" EM, token F1, containment and decision accuracy are means over the questions, each with its {made} in"
+        " brackets."
+    )
 
 
 def quality_cell(row: dict, key: str) -> str:
@@ -105,14 +109,14 @@ def quality_cell(row: dict, key: str) -> str:
 
 
 def protocol_cells(row: dict) -> str:
-    """The cells in-accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
+    """The cells decision accuracy | retrieval rate | RC of a routing-table or evaluate-table row (Markdown)."""
     rate = optional_cell(row, "retrieval_rate", 2)
-    return f"{optional_cell(row, 'in_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
+    return f"{optional_cell(row, 'decision_accuracy', 3)} | {rate} | {optional_cell(row, 'retrieval_calls', 2)}"
 
 
 def optional_cell(row: dict, key: str, digits: int) -> str:
     """``row[key]`` to ``digits`` decimals, or – where a table written before the column existed lacks it (or holds
-    None / NaN: e.g. in-accuracy without a closed-book label)."""
+    None / NaN: e.g. decision accuracy without a closed-book label)."""
     value = row.get(key)
     return "–" if value is None or value != value else f"{value:.{digits}f}"
 

@@ -18,9 +18,9 @@ Outputs:
 * ``summary.json`` — per method (:func:`~workbench.methods.evaluation.summary_metrics`): mean EM / F1 / containment,
   retrieval rate, LM calls, tokens, prompt (prefill) and generated (decoded) tokens, NLI pairs, cached LM calls and
   tokens and the uncached totals per question, retrieval calls (RC) per question, latency p50 / p95, fallbacks, and
-  with ``no_rag`` among the methods AdaRAGUE's ``in_accuracy`` (:func:`~workbench.methods.evaluation.in_accuracies`:
+  with ``no_rag`` among the methods ``decision_accuracy`` (:func:`~workbench.methods.evaluation.decision_accuracies`:
   the retrieve decision against "no_rag's closed-book answer is wrong"), with ``intervals``: a 90% BCa interval of
-  each of EM / F1 / containment / in-accuracy (:func:`~workbench.stages.evaluate.intervals.quality_intervals`;
+  each of EM / F1 / containment / decision accuracy (:func:`~workbench.stages.evaluate.intervals.quality_intervals`;
   ``bootstrap`` says how many resamples); and ``options`` (each method's options
   as it ran: :func:`evaluated_options`) and the decision policy's τ (:func:`evaluated_learned`; under each key of
   :func:`~workbench.methods.registry.learned_keys` for ``tau``, ``<method>_tau`` of D²-RAG) — the export
@@ -60,7 +60,7 @@ from workbench.core.atomic import atomic_write_json
 from workbench.core.errors import ConfigError
 from workbench.core.formatting import counted
 from workbench.methods.base import Tools
-from workbench.methods.evaluation import evaluate_built, in_accuracies, summarise
+from workbench.methods.evaluation import decision_accuracies, evaluate_built, summarise
 from workbench.methods.registry import build_method, learned_keys
 from workbench.metrics.bootstrap import LEVEL, N_RESAMPLES
 from workbench.stages.context import StageContext
@@ -154,8 +154,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     records = [record for result in results for record in result.records]
     datasets.Dataset.from_list(records).save_to_disk(str(ctx.out_dir / "traces"))
     summary = summarise(records)  # the same as each result's summary, keyed in the recipe's order
-    for name, value in (in_accuracies(records) or {}).items():  # only when no_rag answered: it gives the label
-        summary[name]["in_accuracy"] = value
+    for name, value in (decision_accuracies(records) or {}).items():  # only when no_rag answered: it gives the label
+        summary[name]["decision_accuracy"] = value
     for name, intervals in quality_intervals(records, seed=ctx.config.seed).items():
         summary[name]["intervals"] = intervals
     notes = _notes(methods)

@@ -17,10 +17,10 @@ depend on it, the classifiers see the inputs they were built for).
   chosen by ``classify.threshold_rule`` on the other folds' out-of-fold predictions (:func:`cross_fitted_retrieve`),
   so no question's own label picks its decision.
 
-:func:`compare_routers` gives each router's in-accuracy, routed score and retrieval rate on both sides, and the
-in-task − transferred difference of in-accuracy and routed score with a paired 90% BCa interval (the same resamples
-of the questions for every figure; :func:`~workbench.metrics.bootstrap.mean_intervals`): how much of the routing
-quality is lost by not fitting on the task.
+:func:`compare_routers` gives each router's decision accuracy, routed score and retrieval rate on both sides, and the
+in-task − transferred difference of decision accuracy and routed score with a paired 90% BCa interval (the same
+resamples of the questions for every figure; :func:`~workbench.metrics.bootstrap.mean_intervals`): how much of the
+routing quality is lost by not fitting on the task.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from workbench.classify.select import out_of_fold_proba, split_train_val, train_
 from workbench.classify.threshold import choose_threshold
 from workbench.core.errors import DataError
 from workbench.methods.learned import CLASSIFIER_KINDS, ROUTER_NAMES, load_learned
-from workbench.metrics.adaptive import in_accuracy
+from workbench.metrics.adaptive import decision_accuracy
 from workbench.metrics.bootstrap import mean_intervals
 from workbench.stages.classify.router import mlp_config
 from workbench.stages.classify.settings import knn_config_of, tree_config_of
@@ -178,7 +178,7 @@ def transferred_routers(
 
 def _side(retrieve: np.ndarray, closed: np.ndarray, rag: np.ndarray, wrong: np.ndarray) -> dict[str, float]:
     return {
-        "in_accuracy": in_accuracy(retrieve, wrong),
+        "decision_accuracy": decision_accuracy(retrieve, wrong),
         "routed": float(np.where(retrieve, rag, closed).mean()),
         "retrieval_rate": float(retrieve.mean()),
     }
@@ -194,9 +194,9 @@ def compare_routers(
     seed: int,
 ) -> list[dict[str, Any]]:
     """One row per router of ``in_task`` (its order), after No-RAG, Always-RAG and the oracle: ``in_task`` and
-    ``transferred`` figures (in-accuracy against "the closed-book answer is wrong" — ``closed`` < 0.5 —, the routed
-    score — ``rag`` where retrieved, else ``closed`` —, the retrieval rate; ``transferred`` None for a router the run
-    lacks), and the in-task − transferred ``difference`` of in-accuracy and routed score with its paired BCa
+    ``transferred`` figures (decision accuracy against "the closed-book answer is wrong" — ``closed`` < 0.5 —, the
+    routed score — ``rag`` where retrieved, else ``closed`` —, the retrieval rate; ``transferred`` None for a router the
+    run lacks), and the in-task − transferred ``difference`` of decision accuracy and routed score with its paired BCa
     ``intervals`` (``draws`` resamples, ``seed``; ``[None, None]`` where undefined)."""
     n = closed.size
     wrong = closed < 0.5
@@ -219,8 +219,8 @@ def compare_routers(
         if name in paired:
             k = 2 * paired.index(name)
             row["difference"] = {
-                key: row["in_task"][key] - row["transferred"][key] for key in ("in_accuracy", "routed")
+                key: row["in_task"][key] - row["transferred"][key] for key in ("decision_accuracy", "routed")
             }
-            row["intervals"] = {"in_accuracy": bounds[k], "routed": bounds[k + 1]}
+            row["intervals"] = {"decision_accuracy": bounds[k], "routed": bounds[k + 1]}
         rows.append(row)
     return rows

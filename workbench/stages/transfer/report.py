@@ -218,16 +218,16 @@ def router_lines(record: dict[str, Any]) -> list[str]:
         f"{int(100 * record['bootstrap']['level'])} % paired BCa interval: how much routing quality the transfer "
         "loses (Δ > 0) against fitting on the task itself.",
         "",
-        f"| router | in-accuracy in-task | transferred | Δ in-accuracy | routed {score} in-task | transferred "
-        "| Δ routed | retrieval rate in-task | transferred |",
+        f"| router | decision accuracy in-task | transferred | Δ decision accuracy | routed {score} in-task "
+        "| transferred | Δ routed | retrieval rate in-task | transferred |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in table["rows"]:
         a, b = row["in_task"], row["transferred"] or {}
         delta, bounds = row.get("difference") or {}, row.get("intervals") or {}
         lines.append(
-            f"| {row['router']} | {fmt(a['in_accuracy'])} | {fmt(b.get('in_accuracy'))} "
-            f"| {_delta_cell(delta, bounds, 'in_accuracy')} | {fmt(a['routed'])} | {fmt(b.get('routed'))} "
+            f"| {row['router']} | {fmt(a['decision_accuracy'])} | {fmt(b.get('decision_accuracy'))} "
+            f"| {_delta_cell(delta, bounds, 'decision_accuracy')} | {fmt(a['routed'])} | {fmt(b.get('routed'))} "
             f"| {_delta_cell(delta, bounds, 'routed')} | {fmt(a['retrieval_rate'])} "
             f"| {fmt(b.get('retrieval_rate'))} |"
         )
