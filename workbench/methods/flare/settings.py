@@ -22,10 +22,11 @@ class FLARESettings:
     flare.md lists the paper's values beside ours.
 
     * ``theta`` = 0.8 — θ: retrieve for a look-ahead sentence iff one of its tokens has probability below θ (§3.2.1).
-      The paper's value for 2WikiMultihopQA, ASQA and WikiAsp (its appendix's hyper-parameter table; 0.4 for
-      StrategyQA); the study tunes it.
+      The authors' released 2WikiMultihopQA configuration (``look_ahead_filter_prob`` 0.8); docs/methods/flare.md
+      says what the other datasets use. The study tunes it.
     * ``beta`` = 0.4 — β: tokens of probability below β are left out of the query (§3.2.2, masked implicit
-      queries); the paper's value on every dataset. 0 keeps every token (the unmasked sentence as the query).
+      queries); ``look_ahead_mask_prob`` 0.4 in both released configurations. 0 keeps every token (the unmasked
+      sentence as the query).
     * ``look_ahead_tokens`` = None — token budget of each look-ahead sentence (None: what is left of the answer's
       budget, ``answer_max_tokens``). The paper looks one sentence ahead (its code: a window of tokens cut at the
       first sentence end); our answers are short (16 tokens, stopping at a newline), so one look-ahead usually
