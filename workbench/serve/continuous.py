@@ -140,8 +140,8 @@ def _start(
         for i, prepared in enumerate(results):
             if isinstance(prepared, ApiError):
                 continue
-            if sampling.max_tokens == 0:  # echo only
-                entry.results[i] = engine.finished(prepared, [])
+            if sampling.max_tokens == 0 or prepared.gens:  # echo only, or answered by the echo pass
+                entry.results[i] = engine.finished(prepared, prepared.gens)
                 continue
             seed = engine.seed_for(sampling)
             key = gen._prompt_key(prepared.gen_prompt)

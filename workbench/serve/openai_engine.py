@@ -5,7 +5,9 @@ the in-process :class:`~workbench.backends.generator.Generator`, and write the a
 of one call has the same :class:`~workbench.serve.openai_schema.Sampling`, so all their prompts go to **one**
 ``Generator.generate`` call (``n`` samples per prompt, the prefill shared, the k most likely tokens recorded for the
 largest ``logprobs`` asked; unseeded works: one call per round of distinct prompts, see **Seeds**), and the prompts
-of all works with ``echo`` and log-probs to one ``Generator.prompt_logprobs`` call. Everything that touches the
+of all works with ``echo`` and log-probs to one ``Generator.prompt_logprobs`` call. An echoing work that asks one
+greedy token and one choice (``max_tokens`` 1, temperature 0, ``n`` 1: a log-likelihood read) takes its token from
+that same forward (``Generator.prompt_logprobs_and_step``) and is not generated again. Everything that touches the
 tokenizer runs here, on the scheduler's one worker thread. A work refused on its own (a prompt over the context
 window, a token id outside the vocabulary) gets its :class:`~workbench.serve.openai_schema.ApiError` as its result;
 the others are answered. A request whose prompts echoed with log-probs hold more than ``max_echo_tokens`` tokens in
@@ -85,6 +87,13 @@ def _logprob(value: float | None) -> float | None:
     return float(value) if math.isfinite(value) else NEG_INF_LOGPROB
 
 
+def _one_greedy_step(sampling: Any) -> bool:
+    """Whether a work echoing with log-probs is answered by its echo pass alone: one greedy token, one choice (the
+    teacher-forced forward over the prompt already holds the next token's distribution; lm-eval's log-likelihood
+    requests and the served backend's teacher-forced reads ask exactly this)."""
+    return sampling.max_tokens == 1 and sampling.temperature == 0 and sampling.n == 1
+
+
 _SEED_BOUND = 2**63
 """Fresh seeds are drawn from [0, 2**63)."""
 
@@ -115,7 +124,7 @@ class ModelEngine:
         if not ready:
             return list(prepared)  # type: ignore[arg-type]
         sampling = ready[0].work.sampling
-        generating = [p for p in ready if sampling.max_tokens > 0]
+        generating = [p for p in ready if sampling.max_tokens > 0 and not p.gens]  # not answered by the echo pass
         for seed, call in self._calls(generating):
             flat = self.generator.generate(
                 [p.gen_prompt for p in call],
@@ -151,12 +160,19 @@ class ModelEngine:
                 prepared.append(exc)
         prepared = self._within_echo_budget(prepared)
         echoing = [p for p in prepared if isinstance(p, Prepared) and p.work.echo and p.work.logprobs is not None]
-        if echoing:
-            k = max(p.work.logprobs or 0 for p in echoing)
-            for p, own in zip(
-                echoing, self.generator.prompt_logprobs([p.ids for p in echoing], top_logprobs=k), strict=True
-            ):
-                p.own = own
+        if not echoing:
+            return prepared
+        k = max(p.work.logprobs or 0 for p in echoing)
+        stepping = [p for p in echoing if _one_greedy_step(p.work.sampling)]
+        if stepping and hasattr(self.generator, "prompt_logprobs_and_step"):
+            owns, gens = self.generator.prompt_logprobs_and_step(
+                [p.gen_prompt for p in stepping], top_logprobs=k, stop=stepping[0].work.sampling.stop
+            )
+            for p, own, gen in zip(stepping, owns, gens, strict=True):
+                p.own, p.gens = own, [gen]
+        rest = [p for p in echoing if p.own is None]
+        for p, own in zip(rest, self.generator.prompt_logprobs([p.ids for p in rest], top_logprobs=k), strict=True):
+            p.own = own
         return prepared
 
     def seed_for(self, sampling: Any) -> int:

@@ -170,3 +170,33 @@ def test_prompt_logprobs_equal_score_and_count_costs(gen):
     assert len(gen.prompt_logprobs([[5]])[0].logprobs) == 0
     with pytest.raises(ValueError):
         gen.prompt_logprobs([[]])
+
+
+def test_prompt_logprobs_and_step_equal_an_echo_then_a_one_token_generation(gen):
+    """One forward gives what an echo pass and a greedy one-token generation give: the same own log-probs, the same
+    token with its log-prob, entropy and top k, the same EOS and stop-string endings."""
+    ids = [encode(gen.tokenizer, p) for p in PROMPTS]
+    own, gens = gen.prompt_logprobs_and_step([PROMPTS[0], ids[1]], top_logprobs=4)
+    alone = gen.prompt_logprobs(ids, top_logprobs=4)
+    stepped = gen.generate(PROMPTS, max_new_tokens=1, stop=None, top_logprobs=4)
+    for o, a in zip(own, alone, strict=True):
+        np.testing.assert_allclose(o.logprobs, a.logprobs, atol=1e-5)
+        np.testing.assert_array_equal(o.top_ids, a.top_ids)
+    for g, s in zip(gens, stepped, strict=True):
+        assert g.text == s.text and g.finish_reason == s.finish_reason == "length"
+        np.testing.assert_array_equal(g.token_ids, s.token_ids)
+        np.testing.assert_array_equal(g.top_ids, s.top_ids)
+        np.testing.assert_allclose(g.logprobs, s.logprobs, atol=1e-5)
+        np.testing.assert_allclose(g.entropies, s.entropies, atol=1e-5)
+        assert g.prompt == s.prompt and g.prompt_tokens == s.prompt_tokens
+    gen.counter = CostCounter()
+    gen.eos_ids = gen.eos_ids | {int(stepped[0].token_ids[0])}  # the greedy token now ends the sequence
+    (_,), (ended,) = gen.prompt_logprobs_and_step([PROMPTS[0]], top_logprobs=2)
+    assert ended.finish_reason == "eos" and len(ended.token_ids) == 0 and ended.eos_top_ids.shape == (2,)
+    assert ended.eos_logprob == pytest.approx(float(stepped[0].logprobs[0]), abs=1e-5)
+    assert gen.counter.decoded_tokens == 1 and gen.counter.lm_calls == 1
+    text = stepped[1].text
+    if text.strip():  # a stop string inside the chosen token cuts the text as generate does
+        (_,), (cut,) = gen.prompt_logprobs_and_step([PROMPTS[1]], stop=[text.strip()[-1]])
+        (ref,) = gen.generate([PROMPTS[1]], max_new_tokens=1, stop=[text.strip()[-1]])
+        assert cut.finish_reason == ref.finish_reason == "stop" and cut.text == ref.text

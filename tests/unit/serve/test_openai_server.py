@@ -145,6 +145,23 @@ def test_echo_logprobs_equal_score_on_the_same_ids(client, gen):
     np.testing.assert_array_equal(_lp(lp.token_logprobs[len(p_ids) :]), ref.logprobs)
 
 
+def test_a_one_token_echo_read_is_answered_by_one_forward(client, gen, monkeypatch):
+    """echo + max_tokens 1 at temperature 0 (lm-eval's log-likelihood request, the served backend's teacher-forced
+    read): the generated token comes from the echo pass itself — ``generate`` is not called — and equals generate's."""
+    ref = gen.generate(PROMPTS, max_new_tokens=1, temperature=0, stop=None, top_logprobs=3)
+    calls = []
+    monkeypatch.setattr(gen, "generate", lambda *a, **k: calls.append(a) or pytest.fail("generate was called"))
+    answer = client.completions.create(model=NAME, prompt=PROMPTS, max_tokens=1, echo=True, logprobs=3, temperature=0)
+    assert not calls and len(answer.choices) == 2
+    for choice, r, prompt in zip(sorted(answer.choices, key=lambda c: c.index), ref, PROMPTS, strict=True):
+        n = len(encode(gen.tokenizer, prompt))
+        assert choice.text == prompt + r.text and len(choice.logprobs.tokens) == n + 1
+        assert choice.logprobs.token_logprobs[n] == pytest.approx(float(r.logprobs[0]), abs=1e-5)
+        top = choice.logprobs.top_logprobs[n]
+        assert len(top) >= 3 and max(top.values()) == pytest.approx(float(r.top_logprobs[0, 0]), abs=1e-5)
+    assert answer.usage.completion_tokens == 2
+
+
 def test_eos_is_the_last_logprobs_entry(server, client, gen):
     ref = gen.generate(PROMPTS[:1], max_new_tokens=6, temperature=0, stop=None)[0]
     eos = int(ref.token_ids[2])

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.assets import declared_prompt_format
 from workbench.backends.cost import CostCounter
-from workbench.backends.decoding_state import cache_argument
+from workbench.backends.decoding_state import DecodingRow, cache_argument
 from workbench.backends.generation_lookup import decoding_params
-from workbench.backends.generation_types import Generation
+from workbench.backends.generation_types import Generation, PromptLogprobs
 from workbench.backends.generator.decode_loop import DecodeLoop
 from workbench.backends.generator.jobs import Prompt
 from workbench.backends.generator.loading import load_causal_lm, model_eos_ids, resolve_generator_model
@@ -186,6 +186,43 @@ class Generator(DecodeLoop, Scoring):
             found.update(fresh)
             self._store(fresh, params)
         return self._assemble(keys, n, found, params.greedy)
+
+    def prompt_logprobs_and_step(
+        self, prompts: Sequence[Prompt], *, top_logprobs: int = 0, stop: Sequence[str] | None = None
+    ) -> tuple[list[PromptLogprobs], list[Generation]]:
+        """Each prompt's own log-probs (:meth:`prompt_logprobs`) and its greedy one-token continuation, from ONE
+        teacher-forced forward: what a server answers to ``echo`` with log-probs and ``max_tokens: 1`` at temperature
+        0 (lm-eval's log-likelihood requests, the served backend's teacher-forced reads), with one prefill instead of
+        an echo pass and then a generation pass.
+
+        The continuation is chosen and recorded by the decoding loop's own code (``_choose_tokens``, ``finish_row``,
+        ``_finalise``) from the logits at the prompt's last position, so it is
+        ``generate(prompts, max_new_tokens=1, temperature=0, stop=stop, top_logprobs=top_logprobs)``'s up to the float
+        rounding of a differently batched forward (the same token unless two are tied to that rounding). Prompts are
+        as :meth:`generate` takes them; the generation cache is neither read nor written. Counts as
+        :meth:`prompt_logprobs` does, plus one ``decoded_tokens`` per prompt."""
+        import torch
+
+        params = decoding_params(
+            max_new_tokens=1, temperature=0.0, top_p=1.0, top_k=0, stop=stop, seed=self.seed, n=1,
+            top_logprobs=top_logprobs,
+        )  # fmt: skip
+        keys = [self._prompt_key(p) for p in prompts]
+        jobs = {job.key: job for job in self._missing_jobs(keys, 1, params, {})}
+        ordered = [jobs[key] for key in keys]
+        last: list[Any] = []
+        own = self.prompt_logprobs([job.ids for job in ordered], top_logprobs=top_logprobs, next_logits=last)
+        if not ordered:
+            return own, []
+        rows = [DecodingRow(job=i, sample=0, generator=None) for i in range(len(ordered))]
+        with torch.inference_mode():
+            self._choose_tokens(rows, list(range(len(rows))), torch.stack(last), params)
+        self.counter.decoded_tokens += len(rows)
+        gens = []
+        for row, job in zip(rows, ordered, strict=True):
+            self.finish_row(row, row.tokens[-1], 0, params)
+            gens.append(self._finalise(row, job, params))
+        return own, gens
 
     def sample(self, prompts: Sequence[Prompt], n: int, **kwargs: Any) -> list[list[Generation]]:
         """:meth:`generate` grouped per prompt: ``result[i]`` holds the ``n`` samples of ``prompts[i]``."""

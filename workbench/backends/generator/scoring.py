@@ -81,14 +81,19 @@ class Scoring(PromptJobs, PrefillEngine):
             results.append(Scored(prompt, cont, np.asarray(ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return results
 
-    def prompt_logprobs(self, id_lists: Sequence[Sequence[int]], *, top_logprobs: int = 0) -> list[PromptLogprobs]:
+    def prompt_logprobs(
+        self, id_lists: Sequence[Sequence[int]], *, top_logprobs: int = 0, next_logits: list[Any] | None = None
+    ) -> list[PromptLogprobs]:
         """Teacher-forced log-probs of each token-id sequence's own tokens (what ``echo`` reports), in order.
 
         Per sequence, for every token after the first: its raw (T=1) log-prob given the tokens before it, the entropy
         there and the ``top_logprobs`` most likely tokens (see :class:`PromptLogprobs`). The same forward as
         :meth:`score` (positions from each row's first real token), so a sequence's log-probs equal ``score``'s on the
         same ids. Sequences share a left-padded forward while rows × the widest stays within
-        :data:`SCORE_POSITIONS`. ``ValueError`` for an empty sequence or one longer than ``max_context``. Counts:
+        :data:`SCORE_POSITIONS`. ``next_logits`` (a list, optional) receives, in order, each sequence's logits at its
+        last position (float32, ``(V,)``): the distribution of the token after it, which the same forward computes
+        (:meth:`~workbench.backends.generator.Generator.prompt_logprobs_and_step` decodes one token from it).
+        ``ValueError`` for an empty sequence or one longer than ``max_context``. Counts:
         ``lm_calls`` +1 per sequence, ``lm_batches`` +1 per forward, all tokens in ``prefill_tokens``, all but the
         first in ``scored_tokens``.
         """
@@ -112,6 +117,7 @@ class Scoring(PromptJobs, PrefillEngine):
                     continue
             groups.append([b])
         out: list[PromptLogprobs | None] = [None] * len(seqs)
+        last: list[Any] = [None] * len(seqs)
         with torch.inference_mode():
             for group in groups:
                 batch = [seqs[b] for b in group]
@@ -124,6 +130,10 @@ class Scoring(PromptJobs, PrefillEngine):
                 self.counter.scored_tokens += sum(len(ids) - 1 for ids in batch)
                 for row, b in enumerate(group):
                     out[b] = own_logprobs(logits[row, width - len(seqs[b]) : width - 1], seqs[b], top_logprobs)
+                    if next_logits is not None:
+                        last[b] = logits[row, width - 1].clone()
+        if next_logits is not None:
+            next_logits.extend(last)
         return [item for item in out if item is not None]
 
     def tail_logits(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
