@@ -744,10 +744,12 @@ class ServedGenerator(CachedGenerations):
             out.append(Scored(prompt, cont, np.asarray(c_ids, dtype=np.int64), lp, ent, float(lp.sum()), mean))
         return out
 
-    def _echo(self, id_lists: list[list[int]], width: int) -> list[LogprobBlock]:
+    def _echo(self, id_lists: list[list[int]], width: int, *, with_next: bool = False) -> list[LogprobBlock]:
         """Per id list, its tokens' raw log-probs and top-``width`` entries (position 0: NaN / None), read back with
-        ``echo``; one token is generated and dropped (not every server takes ``max_tokens = 0``). The echoed tokens
-        must be the ids sent where the server names tokens by id."""
+        ``echo``; one greedy token is generated (not every server takes ``max_tokens = 0``) and dropped, or, with
+        ``with_next``, kept as the block's last entry when the answer lists it (its top-``width`` entries are the
+        distribution after the whole list). The echoed tokens must be the ids sent where the server names tokens by
+        id."""
         extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
         params = {"max_tokens": 1, "echo": True, "logprobs": width, "temperature": 0.0, "extra_body": extra}
 
@@ -760,7 +762,8 @@ class ServedGenerator(CachedGenerations):
                 raise InvalidAnswer("the echoed prompt tokens are not the ids sent")
             if any(math.isnan(v) for v in block.values[1 : len(ids)]):
                 raise InvalidAnswer("an echoed prompt token after the first has no log-prob")
-            return LogprobBlock(block.tokens[: len(ids)], block.values[: len(ids)], block.tops[: len(ids)])
+            kept = len(ids) + 1 if with_next else len(ids)
+            return LogprobBlock(block.tokens[:kept], block.values[:kept], block.tops[:kept])
 
         return [block for block, _ in self._batched(id_lists, 1, read, 1, 1, **params)]
 
@@ -791,7 +794,6 @@ class ServedGenerator(CachedGenerations):
         out = np.full((len(rows), len(option_ids)), np.nan, dtype=np.float64)
         with self.counter.timed("score"):
             if self.top_logprobs and rows:
-                names = self._option_names(option_ids)
                 extra = {"return_tokens_as_token_ids": True} if self.capabilities.token_ids else None
                 params = {"max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs, "extra_body": extra}
 
@@ -801,22 +803,58 @@ class ServedGenerator(CachedGenerations):
                         raise InvalidAnswer("choice 0 has no top-k entry for its first token")
                     return block.tops[0]
 
-                for r, (top, _) in enumerate(self._batched(rows, 1, read, 0, 1, **params)):
-                    for c, name in enumerate(names):
-                        if name is not None and name in top:
-                            out[r, c] = top[name]
-            missing = [(int(r), int(c)) for r, c in np.argwhere(np.isnan(out))]
-            self.option_reads["top_k"] += out.size - len(missing)
-            if missing and self.capabilities.echo:
-                forced = self._echo([rows[r] + [int(option_ids[c])] for r, c in missing], 1)
-                for (r, c), block in zip(missing, forced, strict=True):
-                    out[r, c] = block.values[-1]
-                self.option_reads["teacher_forced"] += len(missing)
-            elif missing:
-                self.option_reads["absent"] += len(missing)
-                self.absent_reads[ABSENT_WITHOUT_ECHO] += len(missing)
+                self._from_tops(out, [top for top, _ in self._batched(rows, 1, read, 0, 1, **params)], option_ids)
+            self._teacher_force(out, rows, option_ids)
         self.counter.lm_batches += 1
         return out
+
+    def read_next_pair(
+        self, heads: Sequence[list[int]], tail: Sequence[int], first_ids: Sequence[int], second_ids: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(first, second)``: :meth:`read_next` of ``first_ids`` after each head and of ``second_ids`` after each
+        head + ``tail`` — exact or NaN, as there — from ONE echoed request per batch where the server echoes: head +
+        tail with ``echo``, the top k at every position and one greedy token, so the top k at the tail's first
+        position is the distribution after the head and the generated token's is the one after head + tail (one
+        prefill instead of two). The options outside those top k are teacher-forced as in :meth:`read_next`. Without
+        echo or top-k log-probs (or an empty ``tail``): two :meth:`read_next` calls."""
+        heads, tail = [list(h) for h in heads], [int(t) for t in tail]
+        rows = [h + tail for h in heads]
+        if not (self.capabilities.echo and self.top_logprobs and tail and heads):
+            return self.read_next(heads, first_ids), self.read_next(rows, second_ids)
+        self._need("token_prompts", what="reading next-token log-probabilities")
+        first = np.full((len(rows), len(first_ids)), np.nan, dtype=np.float64)
+        second = np.full((len(rows), len(second_ids)), np.nan, dtype=np.float64)
+        with self.counter.timed("score"):
+            blocks = self._echo(rows, self.top_logprobs, with_next=True)
+            self._from_tops(first, [b.tops[len(h)] for b, h in zip(blocks, heads, strict=True)], first_ids)
+            after = [b.tops[len(r)] if len(b.tops) > len(r) else None for b, r in zip(blocks, rows, strict=True)]
+            self._from_tops(second, after, second_ids)
+            self._teacher_force(first, heads, first_ids)
+            self._teacher_force(second, rows, second_ids)
+        self.counter.lm_batches += 1
+        return first, second
+
+    def _from_tops(self, out: np.ndarray, tops: Sequence[dict[str, float] | None], option_ids: Sequence[int]) -> None:
+        """Fill ``out[r, c]`` with option ``c``'s log-prob where row ``r``'s top-k mapping ``tops[r]`` lists it."""
+        names = self._option_names(option_ids)
+        for r, top in enumerate(tops):
+            for c, name in enumerate(names):
+                if top is not None and name is not None and name in top:
+                    out[r, c] = top[name]
+
+    def _teacher_force(self, out: np.ndarray, rows: list[list[int]], option_ids: Sequence[int]) -> None:
+        """Fill the NaN cells of ``out`` by teacher forcing (row + option, with ``echo``), or count them absent
+        without echo; :attr:`option_reads` counts every cell by source."""
+        missing = [(int(r), int(c)) for r, c in np.argwhere(np.isnan(out))]
+        self.option_reads["top_k"] += out.size - len(missing)
+        if missing and self.capabilities.echo:
+            forced = self._echo([rows[r] + [int(option_ids[c])] for r, c in missing], 1)
+            for (r, c), block in zip(missing, forced, strict=True):
+                out[r, c] = block.values[-1]
+            self.option_reads["teacher_forced"] += len(missing)
+        elif missing:
+            self.option_reads["absent"] += len(missing)
+            self.absent_reads[ABSENT_WITHOUT_ECHO] += len(missing)
 
     def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
         """As :meth:`Generator.next_token_logprobs`, through :meth:`read_next` (exact or NaN: see there); a prompt

@@ -174,9 +174,10 @@ def two_position_read(
 def _served_two_position_read(
     generator: Any, chats: Sequence[str], suffix: str, first_options: Sequence[str], second_options: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), each position
-    read by :meth:`~workbench.backends.served.ServedGenerator.read_next` — exact or NaN: an option in the server's
-    top k is read there, the others teacher-forced with echo (chat + option), NaN without echo (then P(True) /
+    """:func:`two_position_read` on a served generator: the same token ids (chat, then chat + suffix), both positions
+    read by :meth:`~workbench.backends.served.ServedGenerator.read_next_pair` (one echoed request of chat + suffix
+    where the server echoes) — exact or NaN: an option in the server's top k is read there, the others
+    teacher-forced with echo (chat + option), NaN without echo (then P(True) /
     verbalized confidence are NaN: absent, never a floor). A chat longer than ``max_context − len(suffix) − 2``
     tokens loses its leftmost tokens — two less than in-process: a teacher-forced read sends the option token and
     one generated token more (not every server takes ``max_tokens = 0``)."""
@@ -186,8 +187,9 @@ def _served_two_position_read(
     tail = list(tokenizer(suffix, add_special_tokens=False)["input_ids"])
     budget = max(int(generator.max_context) - len(tail) - 2, 1)
     heads = [generator.encode_prompt(chat, budget) for chat in chats]
-    first = generator.read_next(heads, _first_token_ids(tokenizer, first_options))
-    second = generator.read_next([ids + tail for ids in heads], _first_token_ids(tokenizer, second_options))
+    first, second = generator.read_next_pair(
+        heads, tail, _first_token_ids(tokenizer, first_options), _first_token_ids(tokenizer, second_options)
+    )
     generator.counter.scored_tokens += len(tail) * len(heads)
     return np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
 

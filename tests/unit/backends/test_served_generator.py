@@ -253,3 +253,34 @@ def test_without_a_tokenizer_the_servers_chat_template_renders_the_prompts(serve
         assert isinstance(got.text, str)
     finally:
         chat_only.close()
+
+
+def test_a_pair_of_reads_takes_one_echoed_request_and_equals_two_reads(server, tiny_lm_dir, local):
+    """read_next_pair: the reads after each head and after head + tail from one echoed request per batch (one
+    prefill of head + tail on the server), equal to two read_next calls and to in-process, options outside the top k
+    teacher-forced."""
+    narrow = build_served_generator(
+        base_url=server.base_url, model="tiny", tokenizer=str(tiny_lm_dir), top_logprobs=3, cache=False
+    )
+    try:
+        tok = local.tokenizer
+        heads = [narrow.encode_prompt(p, 100) for p in _prompts(local)]
+        tail = list(tok(" Answer:", add_special_tokens=False)["input_ids"])
+        first_ids = [int(tok(w, add_special_tokens=False)["input_ids"][0]) for w in (" yes", " no", " the")]
+        second_ids = [int(tok(w, add_special_tokens=False)["input_ids"][0]) for w in (" 1", " 2", " Paris", " a")]
+        # each position's greedy token too: in the top 3, read there
+        first_ids += [int(g.token_ids[0]) for g in local.generate(heads, max_new_tokens=1, stop=None)]
+        second_ids += [int(g.token_ids[0]) for g in local.generate([h + tail for h in heads], max_new_tokens=1)]
+        calls = narrow.counter.lm_calls
+        first, second = narrow.read_next_pair(heads, tail, first_ids, second_ids)
+        forced = narrow.option_reads["teacher_forced"]
+        assert narrow.counter.lm_calls - calls == len(heads) + forced  # one echoed read per head (two reads: 2)
+        np.testing.assert_allclose(first, narrow.read_next(heads, first_ids), atol=1e-4)
+        np.testing.assert_allclose(second, narrow.read_next([h + tail for h in heads], second_ids), atol=1e-4)
+        for r, head in enumerate(heads):  # in-process, teacher-forced one option at a time
+            own = local.prompt_logprobs([[*head, o] for o in first_ids] + [[*head, *tail, o] for o in second_ids])
+            np.testing.assert_allclose(first[r], [o.logprobs[-1] for o in own[: len(first_ids)]], atol=1e-4)
+            np.testing.assert_allclose(second[r], [o.logprobs[-1] for o in own[len(first_ids) :]], atol=1e-4)
+        assert 0 < forced < first.size + second.size and not narrow.absent_reads
+    finally:
+        narrow.close()
