@@ -200,3 +200,23 @@ def test_prompt_logprobs_and_step_equal_an_echo_then_a_one_token_generation(gen)
         (_,), (cut,) = gen.prompt_logprobs_and_step([PROMPTS[1]], stop=[text.strip()[-1]])
         (ref,) = gen.generate([PROMPTS[1]], max_new_tokens=1, stop=[text.strip()[-1]])
         assert cut.finish_reason == ref.finish_reason == "stop" and cut.text == ref.text
+
+
+def test_prompt_logprobs_reuse_a_shared_prefix_and_give_the_same_numbers(gen):
+    """Echo reads of one prompt + each option (a served teacher-forced read) encode the prompt once: the same
+    log-probs, entropies, top k and next-token logits as each sequence alone."""
+    head = encode(gen.tokenizer, PROMPTS[1] + " and the play was first staged in London by his company")
+    assert len(head) >= gen.prefix_min_tokens
+    seqs = [[*head, 7], [*head, 9, 11], [*head, 13], encode(gen.tokenizer, PROMPTS[0])]
+    gen.counter = CostCounter()
+    nexts: list = []
+    together = gen.prompt_logprobs(seqs, top_logprobs=3, next_logits=nexts)
+    assert gen.counter.prefix_reused_tokens == 2 * len(head)  # the head encoded once for three rows
+    assert gen.counter.lm_calls == 4 and gen.counter.prefill_tokens == sum(map(len, seqs))
+    for seq, joint, nxt in zip(seqs, together, nexts, strict=True):
+        alone_next: list = []
+        (alone,) = gen.prompt_logprobs([seq], top_logprobs=3, next_logits=alone_next)
+        np.testing.assert_allclose(joint.logprobs, alone.logprobs, atol=1e-5)
+        np.testing.assert_allclose(joint.entropies, alone.entropies, atol=1e-4)
+        np.testing.assert_array_equal(joint.top_ids[:, 0], alone.top_ids[:, 0])
+        np.testing.assert_allclose(nxt.numpy(), alone_next[0].numpy(), atol=1e-4)

@@ -159,6 +159,11 @@ class PrefillEngine(GeneratorState):
     def _encode_prefix(self, prefix: list[int]) -> Any:
         """The KV cache of one prefix (batch 1, positions from 0), or None when it cannot be copied and joined
         (learned once into ``joinable_cache``). Counts nothing (the caller counts the rows' tokens)."""
+        return self._prefix_forward(prefix, 1)[0]
+
+    def _prefix_forward(self, prefix: list[int], keep: int) -> tuple[Any, Any]:
+        """``(cache, logits)``: :meth:`_encode_prefix`'s cache (None when not joinable) and the logits of the
+        prefix's last ``keep`` positions ([1, keep, V]) from the same forward."""
         import torch
 
         ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
@@ -167,12 +172,12 @@ class PrefillEngine(GeneratorState):
             attention_mask=torch.ones_like(ids),
             position_ids=torch.arange(len(prefix), device=self.device)[None],
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
         )
         cache = returned_cache(out)
         if self.joinable_cache is None:
             self.joinable_cache = joinable({"cache": cache, "mask": ids})
-        return cache if self.joinable_cache else None
+        return (cache if self.joinable_cache else None), out.logits
 
     def _suffix_chunks(self, id_lists: list[list[int]], group: PrefixGroup) -> list[list[int]]:
         """The rows of ``group``, shortest suffix first, in chunks forwarded together: on a GPU ``batch_size`` rows a

@@ -107,34 +107,56 @@ class Scoring(PromptJobs, PrefillEngine):
                 raise ValueError(f"a sequence of {len(ids)} tokens is longer than max_context={self.max_context}")
         if top_logprobs < 0:
             raise ValueError(f"top_logprobs must be >= 0, got {top_logprobs}")
-        groups: list[list[int]] = []
-        for b in range(len(seqs)):
-            group = groups[-1] if groups else None
-            if group and len(group) < self.batch_size:
-                width = max(len(seqs[i]) for i in [*group, b])
-                if width * (len(group) + 1) <= SCORE_POSITIONS:
-                    group.append(b)
-                    continue
-            groups.append([b])
         out: list[PromptLogprobs | None] = [None] * len(seqs)
         last: list[Any] = [None] * len(seqs)
         with torch.inference_mode():
-            for group in groups:
-                batch = [seqs[b] for b in group]
-                width = max(len(ids) for ids in batch)
-                with self.counter.timed("score"):
-                    logits = self._forward_tail(batch, width)
-                self.counter.lm_calls += len(batch)
+            for rows, logits in self._whole_logits(seqs):
+                self.counter.lm_calls += len(rows)
                 self.counter.lm_batches += 1
-                self.counter.prefill_tokens += sum(len(ids) for ids in batch)
-                self.counter.scored_tokens += sum(len(ids) - 1 for ids in batch)
-                for row, b in enumerate(group):
-                    out[b] = own_logprobs(logits[row, width - len(seqs[b]) : width - 1], seqs[b], top_logprobs)
+                self.counter.prefill_tokens += sum(len(seqs[b]) for b in rows)
+                self.counter.scored_tokens += sum(len(seqs[b]) - 1 for b in rows)
+                for b, full in zip(rows, logits, strict=True):
+                    out[b] = own_logprobs(full[:-1], seqs[b], top_logprobs)
                     if next_logits is not None:
-                        last[b] = logits[row, width - 1].clone()
+                        last[b] = full[-1].clone()
         if next_logits is not None:
             next_logits.extend(last)
         return [item for item in out if item is not None]
+
+    def _whole_logits(self, seqs: list[list[int]]) -> Any:
+        """Yield ``(rows, logits)`` per forward: the indices of the sequences it covered and, per row, the logits
+        (float32 ``[len(seq), V]``) of every position of that sequence. Rows sharing a prefix worth reusing
+        (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`, one own token at least) encode it once and
+        continue over copies of its cache, the prefix's logits shared (the saved tokens in
+        ``counter.prefix_reused_tokens``); the others share left-padded forwards while rows × the widest stays within
+        :data:`SCORE_POSITIONS`. Equal to one plain forward per row up to float rounding."""
+        groups = plan_prefix_groups(seqs, self.prefix_min_tokens, 1) if self.reuses_prefixes() else []
+        grouped: set[int] = set()
+        for group in groups:
+            prefix = seqs[group.rows[0]][: group.length]
+            with self.counter.timed("score"):
+                head, head_logits = self._prefix_forward(prefix, group.length)
+            if head is None:  # a cache that cannot be copied: everything plain
+                break
+            self.counter.prefix_reused_tokens += group.saved
+            for chunk in _chunks(list(group.rows), [len(seqs[r]) - group.length for r in group.rows], self.batch_size):
+                suffixes = [seqs[r][group.length :] for r in chunk]
+                width = max(len(x) for x in suffixes)
+                with self.counter.timed("score"):
+                    tail, _, _ = self._continue_prefix(head, group.length, suffixes, width, None)
+                tails = tail.logits.float()
+                yield (
+                    chunk,
+                    [_cat(head_logits[0].float(), tails[k, width - len(x) :]) for k, x in enumerate(suffixes)],
+                )
+                grouped.update(chunk)
+        plain = [b for b in range(len(seqs)) if b not in grouped]
+        for chunk in _chunks(plain, [len(seqs[b]) for b in plain], self.batch_size):
+            batch = [seqs[b] for b in chunk]
+            width = max(len(ids) for ids in batch)
+            with self.counter.timed("score"):
+                logits = self._forward_tail(batch, width)
+            yield chunk, [logits[k, width - len(ids) :] for k, ids in enumerate(batch)]
 
     def tail_logits(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
         """Logits (float32 tensor [rows, keep, V]) of the last ``keep`` positions of each token-id sequence, as one
@@ -225,3 +247,25 @@ def own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
         top_ids = np.zeros((len(ids) - 1, 0), dtype=np.int64)
         top_lps = np.zeros((len(ids) - 1, 0), dtype=np.float32)
     return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
+
+
+def _chunks(rows: list[int], widths: list[int], batch_size: int) -> list[list[int]]:
+    """Consecutive chunks of ``rows`` (``widths`` their lengths, in order) of at most ``batch_size`` rows whose rows
+    × the widest stays within :data:`SCORE_POSITIONS` (a row alone may exceed it)."""
+    chunks: list[list[int]] = []
+    widest = 0
+    for row, width in zip(rows, widths, strict=True):
+        if chunks and len(chunks[-1]) < batch_size and max(widest, width) * (len(chunks[-1]) + 1) <= SCORE_POSITIONS:
+            chunks[-1].append(row)
+            widest = max(widest, width)
+        else:
+            chunks.append([row])
+            widest = width
+    return chunks
+
+
+def _cat(*parts: Any) -> Any:
+    """``torch.cat`` of tensors along the first dimension (imported lazily: the runtime never loads torch here)."""
+    import torch
+
+    return torch.cat(parts, dim=0)
