@@ -108,3 +108,35 @@ def _check_the_router_table_on_the_collected_test_questions(config, stages, rout
         assert row["transferred"]["decision_accuracy"] == pytest.approx(routing[name]["decision_accuracy"])
         low, high = row["intervals"]["routed"]
         assert low is None or low <= row["difference"]["routed"] <= high
+
+
+def test_the_other_direction_is_the_recipe_with_the_families_swapped(tmp_path, tiny_lm_long_dir, tiny_encoder_dir):
+    """The open-answer task as the run's own (methods and routers on it), the either-or family as the transfer test:
+    the recipe's header command, at toy sizes."""
+    either_or = ["choice_cloze", "choice_nationality", "choice_country"]
+    overrides = run_overrides(
+        tmp_path,
+        tiny_lm_long_dir,
+        tiny_encoder_dir,
+        f"stages=[{','.join(load_recipe(RECIPE).config.stages)}]",
+        f"data.templates=[{','.join(OPEN)}]",
+        f"transfer.templates=[{','.join(either_or)}]",
+        "classify.kinds=[logistic,knn]",
+        "classify.single_feature_kinds=[logistic]",
+        "classify.router_search=forward",
+        "evaluate.methods=[no_rag,standard_rag,flare,dragin]",
+        "evaluate.limit=1",
+        "transfer.limit=4",
+        "transfer.bootstrap=50",
+        "classify.router_bootstrap=100",
+    )
+    run_with_synthetic_collect(RECIPE, overrides)
+    stages = tmp_path / "run" / "stages"
+    assert set(json.loads((stages / "evaluate" / "summary.json").read_text())["methods"]) == {
+        "no_rag", "standard_rag", "flare", "dragin"
+    }  # fmt: skip
+    transfer = json.loads((stages / "transfer" / "transfer.json").read_text())
+    assert set(transfer["conditions"]["shifted"]["templates"]) <= set(either_or)
+    assert transfer["conditions"]["shifted"]["rows"] == 4
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "### Routers on choice_cloze, choice_nationality, choice_country questions" in report
