@@ -76,6 +76,11 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
     assert "### Routers on cloze, description, two_hop questions: fitted in-task vs transferred" in report
     assert "No in-task routers: the shifted questions hold 0 of their rarer class: no in-task router" in report
     assert "each with its 90% BCa bootstrap interval (2,000 resamples of the questions) in brackets" in report
+    # no export: what ships is classify's pick at classify's τ, with the routing table's row of it as its figure
+    short = {"logistic": "LR", "knn": "kNN", "tree": "Tree"}
+    pick = "Router" if selection.get("router") else short[selection["chosen"]]
+    rate = f"retrieval rate {routing[pick]['retrieval_rate']:.2f}"
+    assert f"held out (`test`): {rate}" in report and "no held-out figure" not in report
     _check_the_router_table_on_the_collected_test_questions(load_recipe(RECIPE, overrides).config, stages, routing)
 
 

@@ -85,6 +85,7 @@ from workbench.bundle.provenance import (
     run_held_out,
 )
 from workbench.bundle.schema import FORMAT, MANIFEST, SCHEMA_VERSION, bundle_versions, check_name, parse_semver
+from workbench.bundle.shipped import classify_pick_name
 from workbench.calibration.calibrator_set import CalibratorSet
 from workbench.calibration.choice import choice_notes
 from workbench.classify.onnx_decision import export_decision_onnx
@@ -96,7 +97,7 @@ from workbench.core.hashing import stable_hash
 from workbench.core.paths import PROJECT_ROOT
 from workbench.data.article_splits import training_data_leak
 from workbench.data.corpus import corpus_fingerprint
-from workbench.methods.learned import ROUTER_NAMES, save_learned
+from workbench.methods.learned import save_learned
 from workbench.methods.registry import METHOD_TABLE, METHODS, method_spec, uses_decision_policy
 from workbench.monitoring.reference import REFERENCE_FILE, build_reference
 from workbench.plots import grouped_bars
@@ -345,7 +346,7 @@ def _metrics(run: _Run) -> dict[str, Any]:
     selection = run.json("classify", "selection.json")
     routing = run.json("classify", "routing.json")
     if selection and routing:
-        chosen = "Router" if selection.get("router") else ROUTER_NAMES[selection["chosen"]]
+        chosen = classify_pick_name(selection)
         keep = {"No-RAG", "Always-RAG", "Oracle", chosen}
         out["routing"] = {
             "split": routing["split"],

@@ -356,8 +356,9 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     """The decision a finished run would ship, before any export (what its report shows when the run exports
     nothing): D²-RAG's parts as evaluate runs them (:func:`~workbench.bundle.learned.evaluated_learned`), who set τ
     and the deciding method's decision settings (that of ``evaluate.methods``' gold-free ones, else of every known
-    method), no held-out figure (only the export routes the evaluation split again at a moved τ). None without
-    classify's outputs."""
+    method), and the held-out figure where classify set τ: its routing table's row of the pick on the evaluation split
+    (the export's figure too); a τ that a study or a parameters file moved has none here (only the export routes the
+    evaluation split again at a moved τ). None without classify's outputs."""
 
     learned = evaluated_learned(config, stage_dir)
     if learned is None:
@@ -369,6 +370,12 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
     setter = tau_setter(config, stage_dir("study"), learned)
     from workbench.methods.registry import GOLD_METHODS
 
+    held_out = None
+    routing_file = stage_dir("classify") / "routing.json"
+    if setter.stage == "classify" and routing_file.exists():  # τ unmoved: classify's own row is the figure at τ
+        routing = json.loads(routing_file.read_text())
+        pick = {"split": routing.get("split"), "chosen": classify_pick_name(chosen), "rows": routing.get("rows")}
+        held_out = _held_out({"metrics": {"routing": pick}}, True)
     method, shown = _decider([m for m in config.evaluate.methods if m not in GOLD_METHODS])
     options = evaluated_options(config, str(method), stage_dir("study"))
     setters = option_setters(config, str(method), stage_dir("study"))
@@ -386,8 +393,14 @@ def run_decision(config: Any, stage_dir: Any) -> ShippedDecision | None:
         tau=_run_setting(learned.tau, setter, stage_dir("study")),
         alphas=alphas,
         always_retrieve=learned.tau > 1.0,
-        held_out=None,
+        held_out=held_out,
     )
+
+
+def classify_pick_name(selection: dict[str, Any]) -> str:
+    """The routing table's row of classify's pick (``selection.json``): ``Router`` for a router search's pick, else the
+    chosen classifier kind's short name (``LR``, ``MLP``, ...)."""
+    return "Router" if selection.get("router") else ROUTER_NAMES[selection["chosen"]]
 
 
 def _run_setting(value: Any, setter: Any, study_dir: Any) -> Setting:
