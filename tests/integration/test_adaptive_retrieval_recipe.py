@@ -18,6 +18,8 @@ RECIPE = "adaptive-retrieval"
 SEEDS = {"dtr", "dense_rag", "d2rag", "insemrag"}
 BASELINES = {"no_rag", "standard_rag", "oracle"}
 OPEN = ["cloze", "description", "two_hop"]
+TOY_SIZES = ["evaluate.limit=1", "transfer.limit=4", "transfer.bootstrap=50", "classify.router_bootstrap=100"]
+"""One question per method, four shifted questions, few resamples: the toy runs' sizes."""
 
 
 def test_the_recipe_holds_the_protocol():
@@ -44,10 +46,7 @@ def test_the_recipe_runs_its_stages_at_toy_sizes(tmp_path, tiny_lm_long_dir, tin
         "classify.single_feature_kinds=[logistic,knn,tree]",
         "classify.router_search=forward",
         f"evaluate.methods=[{methods}]",
-        "evaluate.limit=1",
-        "transfer.limit=4",
-        "transfer.bootstrap=50",
-        "classify.router_bootstrap=100",
+        *TOY_SIZES,
     )
     run_with_synthetic_collect(RECIPE, overrides)
     stages = tmp_path / "run" / "stages"
@@ -130,10 +129,7 @@ def test_the_other_direction_is_the_recipe_with_the_families_swapped(tmp_path, t
         "classify.single_feature_kinds=[logistic]",
         "classify.router_search=forward",
         "evaluate.methods=[no_rag,standard_rag,flare,dragin]",
-        "evaluate.limit=1",
-        "transfer.limit=4",
-        "transfer.bootstrap=50",
-        "classify.router_bootstrap=100",
+        *TOY_SIZES,
     )
     run_with_synthetic_collect(RECIPE, overrides)
     stages = tmp_path / "run" / "stages"

@@ -40,9 +40,10 @@ def test_two_workers_one_killed_mid_trial_the_other_finishes(pg_server):
     url = fresh_database(pg_server, "studies").replace("postgresql://", "postgresql+psycopg://", 1)
     victim, survivor = _worker(url, "pg", N_TRIALS, 1.5), _worker(url, "pg", N_TRIALS, 1.5)
     deadline = time.time() + 240
-    while time.time() < deadline:  # both are working: at least one trial done and the victim inside another
-        trials = _trials(url)
-        if any(t.state == TrialState.COMPLETE for t in trials) and _running_on(trials, victim.pid):
+    while time.time() < deadline:  # both are working: one trial done, the victim inside another with its parameters
+        trials = _trials(url)  # (a kill before the suggestion leaves a dead trial without any: its retry samples anew)
+        running = _running_on(trials, victim.pid)
+        if any(t.state == TrialState.COMPLETE for t in trials) and running and running[0].params:
             break
         time.sleep(0.2)
     os.kill(victim.pid, signal.SIGKILL)
