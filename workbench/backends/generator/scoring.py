@@ -124,8 +124,9 @@ class Scoring(PromptJobs, PrefillEngine):
         return [item for item in out if item is not None]
 
     def _whole_logits(self, seqs: list[list[int]]) -> Any:
-        """Yield ``(rows, logits)`` per forward: the indices of the sequences it covered and, per row, the logits
-        (float32 ``[len(seq), V]``) of every position of that sequence. Rows sharing a prefix worth reusing
+        """Yield ``(rows, logits)`` per forward: the indices of the sequences it covered and, per row in order (an
+        iterable: a prefix group's rows are joined to the prefix one at a time), the logits (float32 ``[len(seq), V]``)
+        of every position of that sequence. Rows sharing a prefix worth reusing
         (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`, one own token at least) encode it once and
         continue over copies of its cache, the prefix's logits shared (the saved tokens in
         ``counter.prefix_reused_tokens``); the others share left-padded forwards while rows × the widest stays within
@@ -144,11 +145,9 @@ class Scoring(PromptJobs, PrefillEngine):
                 width = max(len(x) for x in suffixes)
                 with self.counter.timed("score"):
                     tail, _, _ = self._continue_prefix(head, group.length, suffixes, width, None)
-                tails = tail.logits.float()
-                yield (
-                    chunk,
-                    [_cat(head_logits[0].float(), tails[k, width - len(x) :]) for k, x in enumerate(suffixes)],
-                )
+                tails, head_rows = tail.logits.float(), head_logits[0].float()
+                # lazily, one row's whole logits at a time: the prefix's are not copied for every row at once
+                yield chunk, (_cat(head_rows, tails[k, width - len(x) :]) for k, x in enumerate(suffixes))
                 grouped.update(chunk)
         plain = [b for b in range(len(seqs)) if b not in grouped]
         for chunk in _chunks(plain, [len(seqs[b]) for b in plain], self.batch_size):
