@@ -1,10 +1,14 @@
-"""bench-served on the tiny model (serve-model as its own process), and llama.cpp's server where it is installed."""
+"""bench-served on the tiny model (serve-model as its own process), and llama.cpp's servers where they are installed
+(llama-cpp-python's; llama.cpp's own ``llama-server``, found on PATH or at ``$WORKBENCH_LLAMA_SERVER``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 
+import numpy as np
 import pytest
 
 from workbench.recipe import load_recipe
@@ -13,6 +17,7 @@ from workbench.stages.runner import run_recipe
 pytestmark = pytest.mark.integration
 
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+LLAMA_SERVER = shutil.which(os.environ.get("WORKBENCH_LLAMA_SERVER", "llama-server"))
 
 
 def _recipe(tmp_path, model, encoder, engines):
@@ -57,7 +62,7 @@ def test_bench_served_compares_a_served_copy_with_the_in_process_model(tmp_path,
         assert agreement[feature]["max_abs_diff"] < 1e-3, feature
     assert served["option_reads"]["absent"] == 0 and served["option_reads"]["teacher_forced"] > 0
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "## Agreement with the in-process values" in report and "Goals for `serve-model`" in report
+    assert "## Agreement with the in-process values" in report and "Goals for `serve_model` at concurrency 2" in report
     assert (
         "single-prompt requests at concurrency 2: " in report and "time to first token at concurrency 1 / 2" in report
     )
@@ -88,3 +93,36 @@ def test_llama_cpp_serves_the_embedded_gguf_and_its_probe_reports_what_it_lacks(
             assert answer.text and len(answer.logprobs) >= 1
         finally:
             generator.close()
+
+
+@pytest.mark.skipif(LLAMA_SERVER is None, reason="no llama-server binary (docs/served-models.md says how to build one)")
+def test_llama_server_with_parallel_slots_collects_features_from_prompt_lists(tmp_path):
+    """llama.cpp's own server with 4 slots: its probe finds log-probs (answered in the per-token form), token prompts
+    and prompt lists (answered as one completion per prompt), no echo, no n; the features collect, and concurrent
+    streamed chat requests all answer."""
+    from workbench.backends.factory import build_served_generator
+    from workbench.bench.served.run import LLAMA_CPP_NAME, _embedded_gguf, free_port, llama_server_command
+    from workbench.bench.served.streamed import stream_load
+    from workbench.serve.load import server_process
+    from workbench.uncertainty.calculators import compute_stats
+
+    port, gguf = free_port(), _embedded_gguf("smollm2")
+    assert gguf is not None and LLAMA_SERVER is not None
+    url = f"http://127.0.0.1:{port}"
+    command = llama_server_command(LLAMA_SERVER, port, gguf, threads=2, slots=4)
+    with server_process(command, f"{url}/health", what="llama-server", log_path=tmp_path / "server.log"):
+        generator = build_served_generator(
+            base_url=f"{url}/v1", model=LLAMA_CPP_NAME, tokenizer="smollm2", cache=False, max_concurrency=4
+        )
+        try:
+            caps = generator.capabilities
+            assert caps.logprobs and caps.top_logprobs >= 20 and caps.token_prompts and caps.prompt_lists
+            assert not caps.echo and not caps.n
+            rows = [{"question": q} for q in ("What is the capital of France?", "Who wrote Hamlet?", "What is 2+2?")]
+            stats = compute_stats(rows, {"greedy_text", "greedy_logprobs", "sample_texts"}, generator=generator)
+            for st in stats:
+                assert st["greedy_text"] and np.isfinite(st["greedy_logprobs"]).all() and len(st["sample_texts"]) == 5
+        finally:
+            generator.close()
+        load = stream_load(f"{url}/v1", LLAMA_CPP_NAME, ["Name a colour."], concurrency=4, requests=8, max_tokens=4)
+        assert load["errors"] == 0 and load["ttft_p50_s"] > 0

@@ -62,6 +62,33 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+def joined_completions(answer: Any) -> Any:
+    """``answer`` as one completion object: a JSON array of completion objects — how llama.cpp's ``llama-server``
+    answers a list of prompts, one object per prompt, each holding that prompt's choice(s) with their ``index`` in
+    the whole list — becomes one object with every choice (in order), the first object's other fields and the
+    ``usage`` counts summed; an object is returned as it is. The choices' indices are checked by :func:`choices`."""
+    if not isinstance(answer, list):
+        return answer
+    if not answer:
+        raise InvalidAnswer("the answer is an empty list")
+    parts = [_mapping(part, f"answer {i}") for i, part in enumerate(answer)]
+    models = {part.get("model") for part in parts}
+    if len(models) > 1:
+        raise InvalidAnswer("the answer's completions name different models")
+    joined = {
+        **parts[0],
+        "choices": [c for i, part in enumerate(parts) for c in _list(part.get("choices"), f"answer {i}: 'choices'")],
+    }
+    usages = [part.get("usage") for part in parts]
+    if all(isinstance(u, dict) for u in usages):
+        joined["usage"] = {
+            key: sum(u.get(key) or 0 for u in usages)
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+            if all(isinstance(u.get(key) or 0, int) and not isinstance(u.get(key), bool) for u in usages)
+        }
+    return joined
+
+
 def choices(answer: Any, count: int) -> list[dict[str, Any]]:
     """The ``count`` choices of an answer, ordered by ``index`` (each index ``0 .. count-1`` exactly once)."""
     items = _list(_mapping(answer, "the answer").get("choices"), "'choices'")
@@ -116,8 +143,15 @@ def _top(value: Any, where: str, width: int) -> dict[str, float]:
 def completion_logprobs(choice: dict[str, Any], where: str, *, width: int, echo: bool = False) -> LogprobBlock:
     """A completion choice's ``logprobs`` block, checked (see the module docstring): ``width`` is the number of
     alternatives asked per position (0: none asked, the top-k list may be absent); ``echo``: position 0 is the first
-    prompt token, whose log-prob and top-k are null."""
+    prompt token, whose log-prob and top-k are null.
+
+    A block in the chat form (``content``: one item per token, no ``tokens`` list) is read as :func:`chat_logprobs`
+    reads it: llama.cpp's ``llama-server`` answers ``/v1/completions`` so. That form carries no echoed prompt."""
     block = _mapping(choice.get("logprobs"), f"{where}: 'logprobs'")
+    if "tokens" not in block and "content" in block:
+        if echo:
+            raise InvalidAnswer(f"{where}: 'logprobs.content' (the per-token form) holds no echoed prompt")
+        return chat_logprobs(choice, where, width=width)
     tokens = _list(block.get("tokens"), f"{where}: 'logprobs.tokens'")
     raw_values = _list(block.get("token_logprobs"), f"{where}: 'logprobs.token_logprobs'")
     raw_tops = block.get("top_logprobs")
@@ -167,7 +201,7 @@ def chat_logprobs(choice: dict[str, Any], where: str, *, width: int) -> LogprobB
             if not isinstance(name, str):
                 raise InvalidAnswer(f"{where}: top-k {i} has an entry without a token string")
             top.setdefault(name, logprob(entry.get("logprob"), f"{where}: top-k {i} entry"))
-        tops.append(top if width > 0 else None)
+        tops.append(top if width > 0 or alternatives else None)  # as the legacy form: kept when given
     return LogprobBlock(tokens, values, tops)
 
 

@@ -35,7 +35,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workbench.backends.served_answers import InvalidAnswer
+from workbench.backends.served_answers import InvalidAnswer, joined_completions
 from workbench.core.errors import WorkbenchError, one_line
 
 T = TypeVar("T")
@@ -288,7 +288,15 @@ class ServedClient:
         ``extra_body``. Returns ``read(answer)`` (default: the answer, as a dict, checked only to be an object of the
         asked model); see :meth:`request`."""
         body = self._body(dict(params), prompt=prompt)
-        return self._post("completions", body, "a completion request failed", read, cap, retry)
+        check = read or _as_object
+        return self._post(  # llama-server answers a list of prompts with a list of completions: joined first
+            "completions",
+            body,
+            "a completion request failed",
+            lambda answer: check(self._same_model(joined_completions(answer))),
+            cap,
+            retry,
+        )
 
     def chat(
         self,

@@ -54,9 +54,10 @@ def serve_model_command(
         bool,
         typer.Option(
             "--continuous/--no-continuous",
-            help="Continuous batching: requests join a running batch between decoding steps.",
+            help="Continuous batching: requests join a running batch between decoding steps (--no-continuous:"
+            " each engine call answers the requests queued when it starts).",
         ),
-    ] = False,
+    ] = True,
     embedder: Annotated[
         str,
         typer.Option(

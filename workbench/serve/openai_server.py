@@ -127,7 +127,7 @@ class ModelServeLimits:
     max_batch_prompts: int = 64
     max_batch_tokens: int = 65536
     max_gather_s: float = 0.05
-    continuous: bool = False
+    continuous: bool = True
     timeout_s: float = 600.0
     max_embed_inputs: int = 2048
 

@@ -71,7 +71,8 @@ class FaultPeer:
     the chat route answers ONE choice whatever ``n`` asks. For the collection tests: each completion waits
     ``delay_s`` (the most requests it held at once is :attr:`most_in_flight`); ``refuse`` lists what it answers 400
     to (``"n"``: n > 1, ``"lists"``: a list of text prompts); ``echo_text`` answers each choice with the text
-    ``"<prompt>|<seed>|<choice index within its prompt>"`` (one token) instead of ``choice``."""
+    ``"<prompt>|<seed>|<choice index within its prompt>"`` (one token) instead of ``choice``; ``per_prompt`` answers a
+    list of prompts as llama.cpp's llama-server does, with a JSON array of one completion object per prompt."""
 
     def __init__(
         self,
@@ -83,10 +84,11 @@ class FaultPeer:
         delay_s: float = 0.0,
         refuse: tuple[str, ...] = (),
         echo_text: bool = False,
+        per_prompt: bool = False,
     ) -> None:
         self.mode, self.bad, self.card = mode, bad, {"max_model_len": 256, **(card or {})}
         self.choice = choice or VALID_CHOICE
-        self.delay_s, self.refuse, self.echo_text = delay_s, refuse, echo_text
+        self.delay_s, self.refuse, self.echo_text, self.per_prompt = delay_s, refuse, echo_text, per_prompt
         self.in_flight = self.most_in_flight = 0
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -147,6 +149,11 @@ class FaultPeer:
                         block = {"tokens": [text], "token_logprobs": [-0.5], "top_logprobs": [{text: -0.5}]}
                         choice.update(text=text, logprobs={**block, "text_offset": [0]})
                 answer = {"object": "text_completion", "model": "tiny", "choices": choices, "usage": {}}
+                if peer.per_prompt and isinstance(body["prompt"], list):  # llama-server: one object per prompt
+                    parts = [choices[i : i + n] for i in range(0, count, n)]
+                    usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+                    self._send(json.dumps([{**answer, "choices": c, "usage": usage} for c in parts]).encode())
+                    return
                 if faulty:
                     answer = _break(answer, peer.mode)
                 self._send(json.dumps(answer).encode(), dribble=faulty and peer.mode == "dribble")
@@ -326,3 +333,52 @@ def test_tokens_a_server_writes_empty_for_part_of_a_character_still_make_up_the_
     with FaultPeer(choice=choice) as peer, generator(peer.base_url, str(tiny_lm_dir), retries=0) as gen:
         got = gen.generate(["Q?"], max_new_tokens=4)[0]
     assert got.text == "Café" and len(got.logprobs) == 3
+
+
+def test_a_completion_whose_logprobs_come_in_the_per_token_form_reads_as_the_legacy_one(tiny_lm_dir):
+    """llama.cpp's llama-server answers /v1/completions with ``logprobs.content`` (one item per token, as chat does)
+    instead of the legacy token lists: the same tokens, log-probs and top k."""
+    items = [
+        {"token": token, "logprob": value, "top_logprobs": [{"token": k, "logprob": v} for k, v in top.items()]}
+        for token, value, top in zip(
+            VALID_CHOICE["logprobs"]["tokens"],
+            VALID_CHOICE["logprobs"]["token_logprobs"],
+            VALID_CHOICE["logprobs"]["top_logprobs"],
+            strict=True,
+        )
+    ]
+    per_token = {**VALID_CHOICE, "logprobs": {"content": items}}
+    got = []
+    for choice in (VALID_CHOICE, per_token):
+        with FaultPeer(choice=choice) as peer, generator(peer.base_url, str(tiny_lm_dir), retries=0) as gen:
+            got.append(gen.generate(["Q?"], max_new_tokens=4)[0])
+    assert got[1].text == got[0].text == "Paris"
+    np.testing.assert_array_equal(got[1].logprobs, [-0.5, -0.25])
+    np.testing.assert_array_equal(got[1].entropies, got[0].entropies)  # read from the top k
+    from workbench.backends.served_answers import InvalidAnswer, completion_logprobs
+
+    with pytest.raises(InvalidAnswer, match="holds no echoed prompt"):
+        completion_logprobs(per_token, "choice 0", width=2, echo=True)
+
+
+def test_a_list_of_prompts_answered_with_one_completion_object_per_prompt_is_joined_in_order(tiny_lm_dir):
+    """llama-server answers a list of prompts with a JSON array, one completion per prompt, each holding its choice
+    with its index in the whole list: the client joins them, so prompt lists work against it."""
+    from dataclasses import replace
+
+    from workbench.backends.served_answers import InvalidAnswer, joined_completions
+
+    caps = replace(CAPS, prompt_lists=True)
+    with (
+        FaultPeer(echo_text=True, per_prompt=True) as peer,
+        generator(peer.base_url, str(tiny_lm_dir), retries=0, capabilities=caps, batch_size=8) as gen,
+    ):
+        got = gen.generate(["a", "b", "c"], max_new_tokens=1)
+    assert [g.text.split("|")[0] for g in got] == ["a", "b", "c"]
+    assert len(peer.bodies) == 1 and peer.bodies[0]["prompt"] == ["a", "b", "c"]  # one request for the three
+    usage = joined_completions([{"model": "m", "choices": [], "usage": {"prompt_tokens": 2}}] * 2)["usage"]
+    assert usage["prompt_tokens"] == 4
+    with pytest.raises(InvalidAnswer, match="different models"):
+        joined_completions([{"model": "a", "choices": []}, {"model": "b", "choices": []}])
+    with pytest.raises(InvalidAnswer, match="empty list"):
+        joined_completions([])

@@ -31,8 +31,8 @@ def gen(tiny_lm_dir):
 
 @pytest.fixture(scope="module")
 def server(gen):
-    """A live ``serve-model`` over ``gen``, with the limits tests' settings."""
-    with _start(gen) as running:
+    """A live request-level ``serve-model`` (``--no-continuous``) over ``gen``, with the limits tests' settings."""
+    with _start(gen, continuous=False) as running:  # request level: the held_first_call tests count its calls
         yield running
 
 
@@ -114,7 +114,7 @@ def test_concurrent_one_prompt_requests_share_forwards_and_answer_as_alone(serve
 
 def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_call):
     sizes = held_first_call[1]
-    with _start(gen, max_batch_tokens=8) as small:  # two requests of 4 tokens per call
+    with _start(gen, max_batch_tokens=8, continuous=False) as small:  # two requests of 4 tokens per call
         client = openai.OpenAI(base_url=small.base_url, api_key="x", max_retries=0, timeout=60)
         asks = [
             lambda i=i: client.completions.create(model=NAME, prompt=f"{PROMPT} {i}", max_tokens=4, temperature=0)
@@ -133,7 +133,7 @@ def test_the_token_budget_bounds_what_one_engine_call_generates(gen, held_first_
 
 def test_a_flood_from_one_client_address_does_not_hold_another_back(gen, held_first_call):
     release, _ = held_first_call
-    with _start(gen, max_batch_prompts=3) as small:
+    with _start(gen, max_batch_prompts=3, continuous=False) as small:
 
         def post(prompt: str, address: str):
             def send() -> httpx.Response:
@@ -331,12 +331,39 @@ def test_stream_load_times_first_tokens_and_the_report_states_them(server):
     assert "| serve_model | 1 | " in text and "| serve_model | 4 | " in text
 
 
-def test_bench_served_starts_serve_model_with_continuous_batching_when_asked():
+def test_bench_served_names_serve_models_batching_either_way():
     from workbench.bench.served.run import serve_model_command
 
     common = {"top_logprobs": 20, "batch_size": 8, "device": "cpu", "dtype": "float32"}
-    assert "--continuous" not in serve_model_command("smollm2", 8000, "bench", **common)
+    request_level = serve_model_command("smollm2", 8000, "bench", **common)
+    assert request_level[-1] == "--no-continuous" and "--continuous" not in request_level
     assert serve_model_command("smollm2", 8000, "bench", continuous=True, **common)[-1] == "--continuous"
+
+
+def test_bench_served_starts_llama_server_with_its_slots_or_says_why_not(tmp_path):
+    from types import SimpleNamespace
+
+    from workbench.bench.served.run import _engine_command, llama_server_command
+    from workbench.bench.served.settings import BenchServedSection
+
+    command = llama_server_command("/opt/llama-server", 9000, tmp_path / "m.gguf", threads=2, slots=4)
+    flags = {flag: command[i + 1] for i, flag in enumerate(command[:-1]) if flag.startswith("--")}
+    assert command[0] == "/opt/llama-server" and flags["--parallel"] == "4" and flags["--ctx-size"] == str(4 * 2048)
+    assert flags["--port"] == "9000" and flags["--threads"] == flags["--threads-batch"] == "2"
+
+    def ctx(model: str, binary: str):
+        section = BenchServedSection(llama_server=binary, llama_server_slots=3)
+        return SimpleNamespace(config=SimpleNamespace(bench_served=section, generator=SimpleNamespace(model=model)))
+
+    missing = _engine_command(ctx("smollm2", str(tmp_path / "nowhere")), "llama_server", 9000, 2)
+    assert isinstance(missing, str) and "no llama-server binary at" in missing
+    assert "has no embedded GGUF file" in _engine_command(ctx(str(tmp_path), "x"), "llama_server", 9000, 2)
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    started, name, ready = _engine_command(ctx("smollm2", str(fake)), "llama_server", 9000, 2)
+    assert started[0] == str(fake) and "--parallel" in started and started[started.index("--parallel") + 1] == "3"
+    assert name == "gguf" and ready == "http://127.0.0.1:9000/health"  # not /v1/models: it answers while loading
 
 
 # ---------------------------------------------------------------------------------------------------- token by token

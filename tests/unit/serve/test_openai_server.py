@@ -237,7 +237,11 @@ def test_chat_route_applies_the_chat_template(client, gen):
     assert again.choices[0].message.content == alone[0].text and again.choices[0].logprobs is None
 
 
-def test_concurrent_requests_share_generate_calls(server, gen, monkeypatch):
+def test_concurrent_requests_share_generate_calls(gen, monkeypatch):
+    """Request-level batching (``--no-continuous``): the requests queued while an engine call runs share the next
+    ``generate`` call, one per sampling."""
+    from workbench.serve.openai_server import ModelServeLimits, start_in_thread
+
     calls: list[tuple[float, int]] = []
     inner = gen.generate
     started = threading.Event()
@@ -249,17 +253,18 @@ def test_concurrent_requests_share_generate_calls(server, gen, monkeypatch):
         return inner(prompts, **kwargs)
 
     monkeypatch.setattr(gen, "generate", counted)
-    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
     prompts = [f"{PROMPTS[0]} {i}" for i in range(6)]
+    with start_in_thread(gen, served_name=NAME, limits=ModelServeLimits(continuous=False)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=60)
 
-    def ask(i: int):
-        sampled = i % 2 == 1
-        return client.completions.create(
-            model=NAME, prompt=prompts[i], max_tokens=3, temperature=1.0 if sampled else 0.0, seed=5
-        )
+        def ask(i: int):
+            sampled = i % 2 == 1
+            return client.completions.create(
+                model=NAME, prompt=prompts[i], max_tokens=3, temperature=1.0 if sampled else 0.0, seed=5
+            )
 
-    with ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(ask, range(6)))
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(ask, range(6)))
     assert 2 <= len(calls) < 6  # batched, and greedy never shares a call with sampled
     assert sum(n for _, n in calls) == 6
     monkeypatch.undo()
@@ -315,7 +320,7 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     seen = {}
     monkeypatch.setattr(openai_server, "run_model_server", lambda generator, **kw: seen.update(gen=generator, **kw))
     limits = ["--max-sequences", "12", "--max-request-tokens", "900", "--max-echo-tokens", "300"]
-    limits += ["--max-batch-tokens", "4000", "--continuous"]
+    limits += ["--max-batch-tokens", "4000", "--no-continuous"]
     result = CliRunner().invoke(
         cli.app,
         [
@@ -340,8 +345,12 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     assert seen["served_name"] == str(tiny_lm_dir) and seen["limits"].max_logprobs == 7 and seen["port"] == 0
     chosen = seen["limits"]
     assert (chosen.max_sequences, chosen.max_request_tokens, chosen.max_echo_tokens) == (12, 900, 300)
-    assert chosen.max_batch_tokens == 4000 and chosen.continuous is True
+    assert chosen.max_batch_tokens == 4000 and chosen.continuous is False
     assert seen["embedder_name"] == "enc" and seen["embedder"].dim == 32 and seen["embedder"]._cache is None
+    seen.clear()
+    default = CliRunner().invoke(cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--embedder", "none"])
+    assert default.exit_code == 0, default.output
+    assert seen["limits"].continuous is True and seen["embedder"] is None  # continuous batching unless told not to
     same = CliRunner().invoke(cli.app, ["serve-model", "--model", "x", "--embedder", "x"])
     assert "both named 'x'" in str(same.exception)
     refused = CliRunner().invoke(cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--max-request-tokens", "0"])

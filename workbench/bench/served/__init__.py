@@ -5,7 +5,7 @@ Its stages' specs; the run code (:mod:`workbench.bench.served.run`) is imported 
 from __future__ import annotations
 
 from workbench.bench.registry import report_spec
-from workbench.bench.served.settings import BenchServedSection
+from workbench.bench.served.settings import BenchServedSection, check
 from workbench.stages.spec import StageSpec
 
 SPECS: tuple[StageSpec, ...] = (
@@ -19,6 +19,7 @@ SPECS: tuple[StageSpec, ...] = (
         uses=("generator", "embedder"),
         cacheable=False,
         settings=BenchServedSection,
+        check=check,
     ),
     report_spec(__name__, "report_bench_served", "write the served-models benchmark report", "bench_served"),
 )

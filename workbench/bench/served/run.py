@@ -5,10 +5,13 @@ compares them, in one run on one machine:
 
 1. **in-process** — the generator loaded here, batched (``generator.batch_size``), no generation cache;
 2. **serve-model** — ``workbench serve-model`` started as a separate process on the same model, reached by the served
-   backend at each concurrency of ``bench_served.concurrency`` (requests in flight); ``serve_model_continuous`` is
-   the same server with continuous batching (``--continuous``), when ``bench_served.engines`` names it;
-3. **llama.cpp** — ``llama-cpp-python``'s OpenAI-compatible server on the embedded GGUF file (the quantised weights
-   the embedded SmolLM2 is converted from), when the package is installed; else one line says it was not run.
+   backend at each concurrency of ``bench_served.concurrency`` (requests in flight): ``serve_model`` with request-level
+   batching (``--no-continuous``), ``serve_model_continuous`` with continuous batching (the server's default), each
+   when ``bench_served.engines`` names it;
+3. **llama.cpp** — ``llama_cpp``: ``llama-cpp-python``'s OpenAI-compatible server on the embedded GGUF file (the
+   quantised weights the embedded SmolLM2 is converted from), when the package is installed; ``llama_server``:
+   llama.cpp's own ``llama-server`` on the same file with ``bench_served.llama_server_slots`` parallel slots, when
+   the binary ``bench_served.llama_server`` is found; else one line says it was not run.
 
 Per engine: the probed capabilities, questions/s per concurrency, streamed one-question chat requests per
 concurrency (time to first token, latency, tokens/s: :mod:`workbench.bench.served.streamed`), and per feature the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -204,11 +208,13 @@ def serve_model_command(
     """The command line that starts ``workbench serve-model`` on ``model`` (a generator reference) with this
     interpreter, on ``127.0.0.1:port`` under ``served_name``, as a process of its own (run it with
     :func:`workbench.serve.load.server_process`); no generation cache, no embedder (the measurement is the
-    generator's); ``continuous``: with continuous batching (``--continuous``)."""
+    generator's); ``continuous``: with continuous batching (``--continuous``, serve-model's default), else
+    request-level batching (``--no-continuous``) — named either way, so the row means the same whatever the default."""
     return [
         sys.executable, "-m", "workbench", "serve-model", "--model", model, "--port", str(port),
         "--served-name", served_name, "--max-logprobs", str(top_logprobs), "--batch-size", str(batch_size),
-        "--device", device, "--dtype", dtype, "--embedder", "none", *(["--continuous"] if continuous else []),
+        "--device", device, "--dtype", dtype, "--embedder", "none",
+        "--continuous" if continuous else "--no-continuous",
     ]  # fmt: skip
 
 
@@ -232,6 +238,44 @@ def _llama_cpp_command(port: int, gguf: Path, threads: int) -> list[str]:
         "--port", str(port), "--n_ctx", "2048", "--logits_all", "true", "--n_threads", str(threads),
         "--model_alias", LLAMA_CPP_NAME,
     ]  # fmt: skip
+
+
+LLAMA_SERVER_SLOT_CONTEXT = 2048
+"""Context tokens per llama-server slot (llama-server splits ``--ctx-size`` evenly among its ``--parallel`` slots)."""
+
+
+def llama_server_command(binary: str, port: int, gguf: Path, *, threads: int, slots: int) -> list[str]:
+    """The command line that starts llama.cpp's own ``llama-server`` (``binary``) on ``gguf`` at ``127.0.0.1:port``
+    with ``slots`` parallel slots (continuous batching, its default), :data:`LLAMA_SERVER_SLOT_CONTEXT` tokens of
+    context each, ``threads`` threads for decoding and prompt processing, served as :data:`LLAMA_CPP_NAME`."""
+    return [
+        binary, "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        "--ctx-size", str(LLAMA_SERVER_SLOT_CONTEXT * slots), "--parallel", str(slots), "--cont-batching",
+        "--threads", str(threads), "--threads-batch", str(threads), "--alias", LLAMA_CPP_NAME,
+    ]  # fmt: skip
+
+
+def _engine_command(ctx: StageContext, engine: str, port: int, threads: int) -> tuple[list[str], str, str] | str:
+    """The command that starts ``engine`` on ``port``, the model name it serves and the URL that answers 200 once it
+    is ready; or why it is not run. (llama-server answers ``/v1/models`` while it still loads the model, and 503 to
+    a completion then: its ``/health`` says when it is ready.)"""
+
+    models = f"http://127.0.0.1:{port}/v1/models"
+    if engine in ("serve_model", "serve_model_continuous"):
+        return _serve_model_command(ctx, port, "bench", engine == "serve_model_continuous"), "bench", models
+    gguf = _embedded_gguf(str(ctx.config.generator.model))
+    if gguf is None:
+        return f"{ctx.config.generator.model!r} has no embedded GGUF file to serve"
+    if engine == "llama_cpp":
+        if importlib.util.find_spec("llama_cpp") is None:
+            return "llama-cpp-python is not installed (pip install 'workbench[llamacpp]')"
+        return _llama_cpp_command(port, gguf, threads), LLAMA_CPP_NAME, models
+    section = ctx.config.bench_served
+    binary = shutil.which(section.llama_server)
+    if binary is None:
+        return f"no llama-server binary at {section.llama_server!r} (bench_served.llama_server; docs/served-models.md)"
+    command = llama_server_command(binary, port, gguf, threads=threads, slots=section.llama_server_slots)
+    return command, LLAMA_CPP_NAME, f"http://127.0.0.1:{port}/health"
 
 
 def _embedded_gguf(ref: str) -> Path | None:
@@ -292,19 +336,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}/v1"
         log_path = ctx.out_dir / f"{engine}.log"
-        if engine in ("serve_model", "serve_model_continuous"):
-            continuous = engine == "serve_model_continuous"
-            command, served_name = _serve_model_command(ctx, port, "bench", continuous), "bench"
-        else:
-            gguf = _embedded_gguf(str(ctx.config.generator.model))
-            if importlib.util.find_spec("llama_cpp") is None:
-                result["not_run"][engine] = "llama-cpp-python is not installed (pip install 'workbench[llamacpp]')"
-                continue
-            if gguf is None:
-                result["not_run"][engine] = f"{ctx.config.generator.model!r} has no embedded GGUF file to serve"
-                continue
-            command, served_name = _llama_cpp_command(port, gguf, threads["torch"]), LLAMA_CPP_NAME
-        with server_process(command, f"{base_url}/models", what=engine, log_path=log_path):
+        started = _engine_command(ctx, engine, port, threads["torch"])
+        if isinstance(started, str):
+            result["not_run"][engine] = started
+            continue
+        command, served_name, ready_url = started
+        with server_process(command, ready_url, what=engine, log_path=log_path):
             result["engines"][engine] = _bench_engine(
                 ctx, engine, base_url, served_name, rows, exact, labels, in_process_rate
             )

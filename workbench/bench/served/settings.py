@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.core.config import doc
+from workbench.core.errors import ConfigError
+from workbench.core.settings import RecipeView, check_own_section
 
 
 @dataclass
@@ -34,9 +36,37 @@ class BenchServedSection:
     )
     stream_max_tokens: int = doc("max_tokens of each streamed request", 16)
     top_logprobs: int = doc("alternatives per token asked of the servers (and serve-model's --max-logprobs)", 20)
-    engines: list[Literal["serve_model", "serve_model_continuous", "llama_cpp"]] = doc(
-        "servers measured: serve_model (`workbench serve-model`), serve_model_continuous (the same with --continuous),"
-        " llama_cpp (llama-cpp-python's server on the embedded GGUF file; skipped with a note when the package is not"
-        " installed)",
+    engines: list[Literal["serve_model", "serve_model_continuous", "llama_cpp", "llama_server"]] = doc(
+        "servers measured: serve_model (`workbench serve-model --no-continuous`: request-level batching),"
+        " serve_model_continuous (`workbench serve-model`, continuous batching: its default), llama_cpp"
+        " (llama-cpp-python's server on the embedded GGUF file; skipped with a note when the package is not"
+        " installed), llama_server (llama.cpp's own `llama-server` with parallel slots on the same file; skipped with"
+        " a note when the binary is not found)",
         ["serve_model", "llama_cpp"],
     )
+    llama_server: str = doc(
+        "the llama_server engine's binary: a path, or a name looked up on PATH (build it from llama.cpp's sources:"
+        " docs/served-models.md)",
+        "llama-server",
+    )
+    llama_server_slots: int = doc(
+        "llama-server's parallel slots (--parallel): the requests it decodes together, in one continuous batch", 16
+    )
+
+
+def check(config: RecipeView) -> None:
+    """bench_served's load check: :func:`validate_section` on its section."""
+    check_own_section("bench_served", validate_section, config)
+
+
+def validate_section(section: Any) -> None:
+    """Raise a one-line :class:`ConfigError` naming ``bench_served.<key>`` for a count below 1 (questions, streamed
+    requests and their max_tokens, top log-probs, llama-server slots) or a concurrency level below 1."""
+
+    keys = ("questions", "stream_requests", "stream_max_tokens", "top_logprobs", "llama_server_slots")
+    for key in keys:
+        value = getattr(section, key)
+        if value < 1:
+            raise ConfigError(f"must be >= 1, got {value}", f"bench_served.{key}")
+    if not section.concurrency or min(section.concurrency) < 1:
+        raise ConfigError(f"levels must be >= 1, got {list(section.concurrency)}", "bench_served.concurrency")

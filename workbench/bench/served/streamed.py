@@ -51,16 +51,18 @@ def stream_load(
     """Send ``requests`` streamed chat requests to ``{base_url}/chat/completions`` (``base_url`` ends in ``/v1``), one
     question each (cycling through ``questions``), greedy, ``max_tokens`` tokens at most, ``concurrency`` at a time.
 
-    Returns ``{"concurrency", "requests", "errors", "ttft_p50_s", "ttft_p95_s", "p50_s", "p95_s", "tokens_per_s",
-    "seconds"}``: time-to-first-token and whole-request percentiles over the requests that succeeded (None when none
-    did), and completion tokens (from ``stream_options.include_usage``) per wall-clock second."""
+    Returns ``{"concurrency", "requests", "errors", "reconnects", "ttft_p50_s", "ttft_p95_s", "p50_s", "p95_s",
+    "tokens_per_s", "seconds"}``: time-to-first-token and whole-request percentiles over the requests that succeeded
+    (None when none did), and completion tokens (from ``stream_options.include_usage``) per wall-clock second. A
+    request whose kept-alive connection the server had closed is sent once more (``reconnects``); one that fails
+    again counts in ``errors``."""
     if not questions or concurrency < 1 or requests < 1:
         raise ValueError("stream_load needs questions, concurrency >= 1 and requests >= 1")
     url = base_url.rstrip("/") + "/chat/completions"
     lock, taken = threading.Lock(), [0]
     firsts: list[float] = []
     totals: list[float] = []
-    tokens, errors = [0], [0]
+    tokens, errors, reconnects = [0], [0], [0]
 
     def worker(client: httpx.Client) -> None:
         while True:
@@ -78,7 +80,14 @@ def stream_load(
                 "stream_options": {"include_usage": True},
             }
             try:
-                first, total, count = _streamed(client, url, body)
+                try:
+                    first, total, count = _streamed(client, url, body)
+                except httpx.RemoteProtocolError:
+                    # a kept-alive connection the server had closed (llama-server does, now and then): sent again
+                    # on a new one, as the openai client does; the failed attempt took no server time
+                    with lock:
+                        reconnects[0] += 1
+                    first, total, count = _streamed(client, url, body)
             except (httpx.HTTPError, ValueError):
                 with lock:
                     errors[0] += 1
@@ -104,6 +113,7 @@ def stream_load(
         "concurrency": workers,
         "requests": requests,
         "errors": errors[0],
+        "reconnects": reconnects[0],
         "ttft_p50_s": pct(firsts, 50),
         "ttft_p95_s": pct(firsts, 95),
         "p50_s": pct(totals, 50),
