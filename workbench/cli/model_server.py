@@ -78,9 +78,10 @@ def serve_model_command(
     POST /v1/completions, POST /v1/chat/completions, POST /v1/embeddings, GET /health.
 
     The reference server of docs/served-models.md: its answers are the in-process generator's (same text, log-probs
-    and seeded samples) and the in-process embedder's vectors. Concurrent requests with equal decoding parameters are
-    answered by one generate call, within --max-batch-tokens (--continuous: they join a running batch between
-    decoding steps and leave it when done); stream: true is answered as server-sent events.
+    and seeded samples) and the in-process embedder's vectors. Concurrent requests with equal decoding parameters join
+    a running batch between decoding steps and leave it when done (continuous batching; --no-continuous: one
+    generate call answers the requests queued when it starts), within --max-batch-tokens; stream: true is answered
+    as server-sent events.
     """
     try:
         from workbench.serve.openai_server import ModelServeLimits, load_embedder, load_generator, run_model_server

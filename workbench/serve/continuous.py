@@ -1,5 +1,5 @@
-"""Continuous batching for ``workbench serve-model`` (``--continuous``): requests enter a running decoding batch
-between its steps, and each leaves it — its answer sent — as soon as its own sequences end.
+"""Continuous batching for ``workbench serve-model`` (its default; ``--no-continuous`` turns it off): requests enter a
+running decoding batch between its steps, and each leaves it — its answer sent — as soon as its own sequences end.
 
 :func:`decode_joining` is :meth:`~workbench.serve.openai_engine.ModelEngine.answer_joining`'s loop. It runs the
 generator's own pieces — :meth:`Generator.prefill`, :meth:`Generator.step`, the token choice and the finishing rule

@@ -3,7 +3,7 @@ them (docs/served-models.md).
 
 A streamed response is ``text/event-stream``: one ``data: {chunk}`` event per piece of an answer, then ``data:
 [DONE]``. A request is checked, queued and answered exactly as when it is not streamed. The stream begins once its
-answer is ready or — where the answering function reports answers so far (``serve-model --continuous``: a
+answer is ready or — where the answering function reports answers so far (``serve-model``'s continuous batching: a
 :class:`ProgressFeed` per request) — once its first piece is settled (:func:`settled`); every refusal (400, 404, 503,
 504 …) before that is still an ordinary JSON error with its status, never an event in a stream that began with 200.
 The chunks carry the answer piece by piece, the same chunks whether sent live or from the whole answer (an answer
