@@ -74,8 +74,11 @@ def report_lines(bench: dict[str, Any]) -> list[str]:
     if {"llama_cpp", "llama_server"} & set(engines):
         lines += [
             "llama.cpp computes with the GGUF file's quantised (Q4_1) weights in quantised matrix products; the "
-            "in-process model holds the same weights dequantised to float32. Its agreement is approximate by "
-            "construction; serve-model's is the same model's.",
+            "in-process model holds the same weights dequantised to float32. And llama.cpp draws its samples with "
+            "its own sampler and random numbers, so the features computed from samples (entropy, semantic entropy, "
+            "the graph features; P(True) and Verbalized Confidence, whose prompt lists the samples) agree only in "
+            "distribution, question by question noisy at N = 5. Its agreement is approximate by construction; "
+            "serve-model's is the same model's, with the same samples.",
             "",
         ]
     for name, row in engines.items():
