@@ -1,8 +1,10 @@
 """Served parity on a model whose generation config ends sequences at a second EOS id (as a Llama-3-style model ends
 a turn with ``<|eot_id|>`` beside the tokenizer's ``<|end_of_text|>``): through a live ``serve-model``, the served
 generator answers exactly as in-process — same texts, finish reasons, EOS ids and log-probs — and the token-level
-features (and P(True) / verbalized confidence, read exactly: top k or teacher-forced) agree to 1e-6. Also when the
-server does not know that EOS id and runs past it: the client cuts the answer there, as in-process decoding stops."""
+features (and P(True) / verbalized confidence, read exactly: top k or teacher-forced) agree to 1e-5 (float rounding:
+the server's continuous batch is shaped otherwise than the in-process one, which moves the last bits — 2e-6 seen on a
+sample-based entropy). Also when the server does not know that EOS id and runs past it: the client cuts the answer
+there, as in-process decoding stops."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from workbench.uncertainty.features import compute_features, required_stats
 QUESTIONS = ["Who wrote Hamlet?", "Which river flows through Paris?", "What is the capital of France?"]
 FEATURES = ["confidence", "dtr_nll", "mars", "entropy", "ptrue", "verbalized_confidence"]
 SETTINGS = StatSettings(samples=3, max_new_tokens=12)
-TOLERANCE = 1e-6
+TOLERANCE = 1e-5
 
 
 def _prompts(generator) -> list[str]:
