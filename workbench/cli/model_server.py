@@ -58,6 +58,14 @@ def serve_model_command(
             " each engine call answers the requests queued when it starts).",
         ),
     ] = True,
+    echo_cache_tokens: Annotated[
+        int,
+        typer.Option(
+            "--echo-cache-tokens",
+            help="Tokens of echoed prompts whose KV caches are kept across requests, so an echo continuing one (an"
+            " option teacher-forced after its prompt) encodes only what is new; 0 turns it off.",
+        ),
+    ] = 8192,
     embedder: Annotated[
         str,
         typer.Option(
@@ -99,6 +107,7 @@ def serve_model_command(
             max_echo_tokens=max_echo_tokens,
             max_batch_tokens=max_batch_tokens,
             continuous=continuous,
+            echo_cache_tokens=echo_cache_tokens,
             max_embed_inputs=max_embed_inputs,
         )
     except ValueError as exc:

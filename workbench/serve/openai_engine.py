@@ -33,6 +33,7 @@ capped at the text's length. Log-probs that JSON cannot carry are written -9999.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.backends.echo_cache import EchoCache
 from workbench.backends.prompts import encode
 from workbench.core.interrupt import check_interrupt
 from workbench.serve.continuous import decode_joining
@@ -101,13 +103,24 @@ _SEED_BOUND = 2**63
 class ModelEngine:
     """Answers works with ``generator`` (a :class:`~workbench.backends.generator.Generator`); see the module
     docstring. ``seed`` starts the stream of fresh seeds for requests that give none; ``max_echo_tokens`` bounds the
-    prompt tokens one request echoes with log-probs. Only one thread may call :meth:`answer` at a time (the
-    scheduler's worker)."""
+    prompt tokens one request echoes with log-probs; ``echo_cache_tokens`` (0: none) bounds the echoed prompts whose KV
+    caches are kept across requests (:mod:`workbench.backends.echo_cache`). Only one thread may call :meth:`answer` at a
+    time (the scheduler's worker)."""
 
     def __init__(
-        self, generator: Any, *, seed: int = 0, max_echo_tokens: int = 16384, max_top_logprobs: int = 20
+        self,
+        generator: Any,
+        *,
+        seed: int = 0,
+        max_echo_tokens: int = 16384,
+        max_top_logprobs: int = 20,
+        echo_cache_tokens: int = 0,
     ) -> None:
         self.generator = generator
+        # echoed prompts' KV kept across requests (backends.echo_cache): an option read teacher-forced after its
+        # prompt's echo encodes only the option
+        takes = "echo_cache" in inspect.signature(getattr(generator, "prompt_logprobs", lambda: None)).parameters
+        self.echo_cache = EchoCache(echo_cache_tokens) if echo_cache_tokens and takes else None
         self.tokenizer = generator.tokenizer
         self.max_echo_tokens = max_echo_tokens
         self.max_top_logprobs = max_top_logprobs
@@ -166,14 +179,22 @@ class ModelEngine:
         stepping = [p for p in echoing if _one_greedy_step(p.work.sampling)]
         if stepping and hasattr(self.generator, "prompt_logprobs_and_step"):
             owns, gens = self.generator.prompt_logprobs_and_step(
-                [p.gen_prompt for p in stepping], top_logprobs=k, stop=stepping[0].work.sampling.stop
+                [p.gen_prompt for p in stepping],
+                top_logprobs=k,
+                stop=stepping[0].work.sampling.stop,
+                **self._echo_cache_arg(),
             )
             for p, own, gen in zip(stepping, owns, gens, strict=True):
                 p.own, p.gens = own, [gen]
         rest = [p for p in echoing if p.own is None]
-        for p, own in zip(rest, self.generator.prompt_logprobs([p.ids for p in rest], top_logprobs=k), strict=True):
+        owns = self.generator.prompt_logprobs([p.ids for p in rest], top_logprobs=k, **self._echo_cache_arg())
+        for p, own in zip(rest, owns, strict=True):
             p.own = own
         return prepared
+
+    def _echo_cache_arg(self) -> dict[str, Any]:
+        """``{"echo_cache": ...}`` where the engine keeps one (an in-process generator), else nothing."""
+        return {} if self.echo_cache is None else {"echo_cache": self.echo_cache}
 
     def seed_for(self, sampling: Any) -> int:
         """A work's sampling seed: the request's, or a fresh one from the engine's stream."""

@@ -106,14 +106,16 @@ class ModelServeLimits:
     """Limits and scheduling of ``serve-model``: ``max_logprobs`` alternatives per position (400 beyond), ``max_n``
     samples per prompt, ``max_prompts`` prompts per request, ``max_sequences`` prompts × n per request,
     ``max_request_tokens`` sequences × max_tokens per request (the tokens a request may have generated),
-    ``max_echo_tokens`` prompt tokens a request may echo with log-probs (400 beyond each), ``default_max_tokens``
-    when a request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
+    ``max_echo_tokens`` prompt tokens a request may echo with log-probs (400 beyond each), ``default_max_tokens`` when a
+    request names none, ``max_body_bytes`` (413 beyond), ``max_queue`` prompts waiting (503 beyond),
     ``max_batch_prompts`` prompts per engine call across requests, ``max_batch_tokens`` tokens one engine call may
     generate across requests (prompts × n × max_tokens summed; a single request over it still runs, alone),
-    ``continuous``: requests join a running batch between decoding steps (:mod:`workbench.serve.continuous`;
-    off: each engine call answers the requests queued when it starts), ``max_gather_s`` how long the worker may wait for
-    a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504 beyond; a running batch
-    of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request (400 beyond)."""
+    ``continuous``: requests join a running batch between decoding steps (:mod:`workbench.serve.continuous`; off: each
+    engine call answers the requests queued when it starts), ``echo_cache_tokens`` the tokens of echoed prompts whose KV
+    caches are kept across requests (0: none; :mod:`workbench.backends.echo_cache`), ``max_gather_s`` how long the
+    worker may wait for a batch's clients to come back, ``timeout_s`` from a request's arrival to its answer (504
+    beyond; a running batch of requests all past it is interrupted), ``max_embed_inputs`` texts per embeddings request
+    (400 beyond)."""
 
     max_logprobs: int = 20
     max_n: int = 64
@@ -128,6 +130,7 @@ class ModelServeLimits:
     max_batch_tokens: int = 65536
     max_gather_s: float = 0.05
     continuous: bool = True
+    echo_cache_tokens: int = 8192
     timeout_s: float = 600.0
     max_embed_inputs: int = 2048
 
@@ -149,8 +152,10 @@ class ModelServeLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.max_logprobs, bool) or not isinstance(self.max_logprobs, int) or self.max_logprobs < 0:
-            raise ValueError(f"max_logprobs must be an integer >= 0, got {self.max_logprobs!r}")
+        for name in ("max_logprobs", "echo_cache_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if not self.timeout_s > 0 or not self.max_gather_s >= 0:
             raise ValueError("timeout_s must be > 0 and max_gather_s >= 0")
 
@@ -219,6 +224,7 @@ def create_model_app(
         seed=int(getattr(generator, "seed", 0) or 0),
         max_echo_tokens=limits.max_echo_tokens,
         max_top_logprobs=limits.max_logprobs,
+        echo_cache_tokens=limits.echo_cache_tokens,
     )
     requests = itertools.count(1)  # tells one request's works from another's in an engine call
     # continuous batching decodes outside Generator.generate: not with a generation cache (its hits skip decoding)

@@ -121,6 +121,28 @@ def test_full_vocabulary_top_logprobs_give_the_exact_entropy(client, gen):
     np.testing.assert_allclose(-(np.exp(values) * values).sum(1), ref.entropies, atol=1e-4)
 
 
+def test_an_echo_continuing_an_earlier_request_s_echo_reuses_its_kv_with_the_same_values(server, client, gen):
+    """An option read teacher-forced after its prompt's echo (the prompt + one token, a later request) is continued
+    from the kept KV cache of the earlier echo (backends.echo_cache): only the new tokens are encoded, the values
+    are a whole forward's."""
+    cache = server.app.state.engine.echo_cache
+    assert cache is not None and cache.max_tokens == 8192  # on by default
+    ids = encode(gen.tokenizer, PROMPTS[1] + " Shakespeare, the playwright from Stratford, in the year")
+    first = client.completions.create(model=NAME, prompt=ids, max_tokens=1, echo=True, logprobs=2, temperature=0)
+    hits = cache.hits
+    option = int(ids[3])  # any token
+    forced = client.completions.create(
+        model=NAME, prompt=[*ids, option], max_tokens=1, echo=True, logprobs=2, temperature=0
+    )
+    assert cache.hits == hits + 1
+    want = gen.prompt_logprobs([[*ids, option]], top_logprobs=2)[0]
+    np.testing.assert_allclose(
+        _lp(forced.choices[0].logprobs.token_logprobs[1 : len(ids) + 1]), want.logprobs, atol=1e-4
+    )
+    earlier = _lp(first.choices[0].logprobs.token_logprobs[1 : len(ids)])
+    np.testing.assert_allclose(_lp(forced.choices[0].logprobs.token_logprobs[1 : len(ids)]), earlier, atol=1e-5)
+
+
 def test_echo_logprobs_equal_score_on_the_same_ids(client, gen):
     prompt, cont = PROMPTS[1], " Shakespeare wrote Hamlet."
     p_ids = encode(gen.tokenizer, prompt)
@@ -320,7 +342,7 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     seen = {}
     monkeypatch.setattr(openai_server, "run_model_server", lambda generator, **kw: seen.update(gen=generator, **kw))
     limits = ["--max-sequences", "12", "--max-request-tokens", "900", "--max-echo-tokens", "300"]
-    limits += ["--max-batch-tokens", "4000", "--no-continuous"]
+    limits += ["--max-batch-tokens", "4000", "--no-continuous", "--echo-cache-tokens", "100"]
     result = CliRunner().invoke(
         cli.app,
         [
@@ -345,7 +367,7 @@ def test_cli_serve_model_builds_a_cacheless_generator(tiny_lm_dir, tiny_encoder_
     assert seen["served_name"] == str(tiny_lm_dir) and seen["limits"].max_logprobs == 7 and seen["port"] == 0
     chosen = seen["limits"]
     assert (chosen.max_sequences, chosen.max_request_tokens, chosen.max_echo_tokens) == (12, 900, 300)
-    assert chosen.max_batch_tokens == 4000 and chosen.continuous is False
+    assert chosen.max_batch_tokens == 4000 and chosen.continuous is False and chosen.echo_cache_tokens == 100
     assert seen["embedder_name"] == "enc" and seen["embedder"].dim == 32 and seen["embedder"]._cache is None
     seen.clear()
     default = CliRunner().invoke(cli.app, ["serve-model", "--model", str(tiny_lm_dir), "--embedder", "none"])

@@ -188,7 +188,12 @@ class Generator(DecodeLoop, Scoring):
         return self._assemble(keys, n, found, params.greedy)
 
     def prompt_logprobs_and_step(
-        self, prompts: Sequence[Prompt], *, top_logprobs: int = 0, stop: Sequence[str] | None = None
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        top_logprobs: int = 0,
+        stop: Sequence[str] | None = None,
+        echo_cache: Any = None,
     ) -> tuple[list[PromptLogprobs], list[Generation]]:
         """Each prompt's own log-probs (:meth:`prompt_logprobs`) and its greedy one-token continuation, from ONE
         teacher-forced forward: what a server answers to ``echo`` with log-probs and ``max_tokens: 1`` at temperature
@@ -199,8 +204,8 @@ class Generator(DecodeLoop, Scoring):
         ``_finalise``) from the logits at the prompt's last position, so it is
         ``generate(prompts, max_new_tokens=1, temperature=0, stop=stop, top_logprobs=top_logprobs)``'s up to the float
         rounding of a differently batched forward (the same token unless two are tied to that rounding). Prompts are
-        as :meth:`generate` takes them; the generation cache is neither read nor written. Counts as
-        :meth:`prompt_logprobs` does, plus one ``decoded_tokens`` per prompt."""
+        as :meth:`generate` takes them; the generation cache is neither read nor written; ``echo_cache`` as in
+        :meth:`prompt_logprobs`. Counts as :meth:`prompt_logprobs` does, plus one ``decoded_tokens`` per prompt."""
         import torch
 
         params = decoding_params(
@@ -211,7 +216,8 @@ class Generator(DecodeLoop, Scoring):
         jobs = {job.key: job for job in self._missing_jobs(keys, 1, params, {})}
         ordered = [jobs[key] for key in keys]
         last: list[Any] = []
-        own = self.prompt_logprobs([job.ids for job in ordered], top_logprobs=top_logprobs, next_logits=last)
+        ids = [job.ids for job in ordered]
+        own = self.prompt_logprobs(ids, top_logprobs=top_logprobs, next_logits=last, echo_cache=echo_cache)
         if not ordered:
             return own, []
         rows = [DecodingRow(job=i, sample=0, generator=None) for i in range(len(ordered))]

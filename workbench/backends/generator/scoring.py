@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from workbench.backends.decoding_state import left_padded_batch
+from workbench.backends.decoding_state import joinable, left_padded_batch, returned_cache
 from workbench.backends.generation_types import PromptLogprobs, Scored
 from workbench.backends.generator.jobs import PromptJobs
 from workbench.backends.generator.prefill import PrefillEngine
-from workbench.backends.prefix_reuse import plan_prefix_groups
+from workbench.backends.prefix_reuse import plan_prefix_groups, row_prefix_cache
 from workbench.core.interrupt import check_interrupt
 
 SCORE_POSITIONS = 2048
@@ -82,7 +82,12 @@ class Scoring(PromptJobs, PrefillEngine):
         return results
 
     def prompt_logprobs(
-        self, id_lists: Sequence[Sequence[int]], *, top_logprobs: int = 0, next_logits: list[Any] | None = None
+        self,
+        id_lists: Sequence[Sequence[int]],
+        *,
+        top_logprobs: int = 0,
+        next_logits: list[Any] | None = None,
+        echo_cache: Any = None,
     ) -> list[PromptLogprobs]:
         """Teacher-forced log-probs of each token-id sequence's own tokens (what ``echo`` reports), in order.
 
@@ -96,6 +101,11 @@ class Scoring(PromptJobs, PrefillEngine):
         ``ValueError`` for an empty sequence or one longer than ``max_context``. Counts:
         ``lm_calls`` +1 per sequence, ``lm_batches`` +1 per forward, all tokens in ``prefill_tokens``, all but the
         first in ``scored_tokens``.
+
+        With an ``echo_cache`` (:class:`~workbench.backends.echo_cache.EchoCache`; ``serve-model`` keeps one), a
+        sequence sharing at least ``prefix_min_tokens`` tokens with one echoed before (by any call) is continued from
+        that one's KV cache from their last shared token but one, its earlier log-probs taken from the kept entry
+        (``prefix_reused_tokens`` counts the tokens not encoded again), and every sequence read is kept.
         """
         import torch
 
@@ -109,24 +119,73 @@ class Scoring(PromptJobs, PrefillEngine):
             raise ValueError(f"top_logprobs must be >= 0, got {top_logprobs}")
         out: list[PromptLogprobs | None] = [None] * len(seqs)
         last: list[Any] = [None] * len(seqs)
+        kept = echo_cache if self.reuses_prefixes() else None
         with torch.inference_mode():
-            for rows, logits in self._whole_logits(seqs):
+            found = {}
+            if kept is not None:
+                found = {
+                    b: hit
+                    for b, ids in enumerate(seqs)
+                    if (hit := kept.lookup(ids, self.prefix_min_tokens, top_logprobs))
+                }
+            for b, (entry, shared) in found.items():
+                out[b], last[b] = self._continue_echoed(entry, shared, seqs[b], top_logprobs, kept)
+            rest = [b for b in range(len(seqs)) if b not in found]
+            for rows, logits, kv_of in self._whole_logits([seqs[b] for b in rest], keep_kv=kept is not None):
                 self.counter.lm_calls += len(rows)
                 self.counter.lm_batches += 1
-                self.counter.prefill_tokens += sum(len(seqs[b]) for b in rows)
-                self.counter.scored_tokens += sum(len(seqs[b]) - 1 for b in rows)
-                for b, full in zip(rows, logits, strict=True):
+                self.counter.prefill_tokens += sum(len(seqs[rest[r]]) for r in rows)
+                self.counter.scored_tokens += sum(len(seqs[rest[r]]) - 1 for r in rows)
+                for k, (r, full) in enumerate(zip(rows, logits, strict=True)):
+                    b = rest[r]
                     out[b] = own_logprobs(full[:-1], seqs[b], top_logprobs)
-                    if next_logits is not None:
-                        last[b] = full[-1].clone()
+                    last[b] = full[-1].clone() if next_logits is not None else None
+                    if kept is not None and kv_of is not None:
+                        kept.put(seqs[b], kv_of(k, len(seqs[b])), out[b])
         if next_logits is not None:
             next_logits.extend(last)
         return [item for item in out if item is not None]
 
-    def _whole_logits(self, seqs: list[list[int]]) -> Any:
-        """Yield ``(rows, logits)`` per forward: the indices of the sequences it covered and, per row in order (an
-        iterable: a prefix group's rows are joined to the prefix one at a time), the logits (float32 ``[len(seq), V]``)
-        of every position of that sequence. Rows sharing a prefix worth reusing
+    def _continue_echoed(
+        self, entry: Any, shared: int, ids: list[int], top_logprobs: int, kept: Any
+    ) -> tuple[PromptLogprobs, Any]:
+        """``ids``' own log-probs and its last position's logits, continuing the kept echo ``entry`` that shares its
+        first ``shared`` tokens: the entry's KV cache cut to ``shared`` − 1 tokens, the rest of ``ids`` forwarded over
+        it (the last shared token is fed again: its logits predict the first token that differs), the log-probs of
+        the tokens before it taken from the entry. Keeps the result in ``kept`` (the echo cache). Counts one call and
+        one batch, every token in ``prefill_tokens`` (as a reused prefix is counted) and the cut in
+        ``prefix_reused_tokens``."""
+        import torch
+
+        check_interrupt()
+        cut = shared - 1
+        head = row_prefix_cache(entry.kv, torch.ones((1, len(entry.ids)), dtype=torch.long), 0, cut)
+        with self.counter.timed("score"):
+            output, mask, _ = self._continue_prefix(head, cut, [ids[cut:]], len(ids) - cut, None)
+        logits = output.logits[0].float()  # positions cut … len(ids) − 1
+        tail = own_logprobs(logits[:-1], ids[cut:], top_logprobs)
+        before, k = entry.logprobs, top_logprobs
+        result = PromptLogprobs(
+            np.asarray(ids, dtype=np.int64),
+            np.concatenate([before.logprobs[:cut], tail.logprobs]),
+            np.concatenate([before.entropies[:cut], tail.entropies]),
+            np.concatenate([before.top_ids[:cut, :k], tail.top_ids]),
+            np.concatenate([before.top_logprobs[:cut, :k], tail.top_logprobs]),
+        )
+        self.counter.lm_calls += 1
+        self.counter.lm_batches += 1
+        self.counter.prefill_tokens += len(ids)
+        self.counter.scored_tokens += len(ids) - 1
+        self.counter.prefix_reused_tokens += cut
+        kept.put(ids, row_prefix_cache(returned_cache(output), mask, 0, len(ids)), result)
+        return result, logits[-1].clone()
+
+    def _whole_logits(self, seqs: list[list[int]], *, keep_kv: bool = False) -> Any:
+        """Yield ``(rows, logits, kv_of)`` per forward: the indices of the sequences it covered and, per row in order
+        (an iterable: a prefix group's rows are joined to the prefix one at a time), the logits (float32
+        ``[len(seq), V]``) of every position of that sequence; with ``keep_kv``, ``kv_of(k, length)`` cuts the one-row
+        KV cache of the ``k``-th row's first ``length`` tokens out of the forward's (None without, or when the cache
+        cannot be cut). Rows sharing a prefix worth reusing
         (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`, one own token at least) encode it once and
         continue over copies of its cache, the prefix's logits shared (the saved tokens in
         ``counter.prefix_reused_tokens``); the others share left-padded forwards while rows × the widest stays within
@@ -144,18 +203,39 @@ class Scoring(PromptJobs, PrefillEngine):
                 suffixes = [seqs[r][group.length :] for r in chunk]
                 width = max(len(x) for x in suffixes)
                 with self.counter.timed("score"):
-                    tail, _, _ = self._continue_prefix(head, group.length, suffixes, width, None)
+                    tail, mask, _ = self._continue_prefix(head, group.length, suffixes, width, None)
                 tails, head_rows = tail.logits.float(), head_logits[0].float()
                 # lazily, one row's whole logits at a time: the prefix's are not copied for every row at once
-                yield chunk, (_cat(head_rows, tails[k, width - len(x) :]) for k, x in enumerate(suffixes))
+                rows = (_cat(head_rows, tails[k, width - len(x) :]) for k, x in enumerate(suffixes))
+                yield chunk, rows, _kv_cutter(returned_cache(tail), mask) if keep_kv else None
                 grouped.update(chunk)
         plain = [b for b in range(len(seqs)) if b not in grouped]
         for chunk in _chunks(plain, [len(seqs[b]) for b in plain], self.batch_size):
             batch = [seqs[b] for b in chunk]
             width = max(len(ids) for ids in batch)
             with self.counter.timed("score"):
-                logits = self._forward_tail(batch, width)
-            yield chunk, [logits[k, width - len(ids) :] for k, ids in enumerate(batch)]
+                logits, kv_of = self._forward_whole(batch, width, keep_kv)
+            yield chunk, [logits[k, width - len(ids) :] for k, ids in enumerate(batch)], kv_of
+
+    def _forward_whole(self, seqs: list[list[int]], keep: int, keep_kv: bool) -> tuple[Any, Any]:
+        """:meth:`_forward_tail`'s logits and, with ``keep_kv``, a ``kv_of(k, length)`` cutting row ``k``'s KV cache
+        out of the same forward (None when not asked or when the model's cache cannot be cut: not plain layers)."""
+        if not keep_kv:
+            return self._forward_tail(seqs, keep), None
+        check_interrupt()
+        input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
+        mask = mask.to(self.device)
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask,
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        cache = returned_cache(out)
+        if self.joinable_cache is None:
+            self.joinable_cache = joinable({"cache": cache, "mask": mask})
+        return out.logits.float(), (_kv_cutter(cache, mask) if self.joinable_cache else None)
 
     def tail_logits(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
         """Logits (float32 tensor [rows, keep, V]) of the last ``keep`` positions of each token-id sequence, as one
@@ -246,6 +326,12 @@ def own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
         top_ids = np.zeros((len(ids) - 1, 0), dtype=np.int64)
         top_lps = np.zeros((len(ids) - 1, 0), dtype=np.float32)
     return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
+
+
+def _kv_cutter(cache: Any, mask: Any) -> Any:
+    """``kv_of(k, length)``: the one-row KV cache of row ``k``'s first ``length`` real tokens of a forward's
+    ``cache`` and attention ``mask`` (:func:`~workbench.backends.prefix_reuse.row_prefix_cache`)."""
+    return lambda k, length: row_prefix_cache(cache, mask, k, length)
 
 
 def _chunks(rows: list[int], widths: list[int], batch_size: int) -> list[list[int]]:
