@@ -220,18 +220,9 @@ class Scoring(PromptJobs, PrefillEngine):
     def _forward_whole(self, seqs: list[list[int]], keep: int, keep_kv: bool) -> tuple[Any, Any]:
         """:meth:`_forward_tail`'s logits and, with ``keep_kv``, a ``kv_of(k, length)`` cutting row ``k``'s KV cache
         out of the same forward (None when not asked or when the model's cache cannot be cut: not plain layers)."""
+        out, mask = self._padded_forward(seqs, keep, use_cache=keep_kv)
         if not keep_kv:
-            return self._forward_tail(seqs, keep), None
-        check_interrupt()
-        input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
-        mask = mask.to(self.device)
-        out = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=mask,
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            logits_to_keep=keep,
-        )
+            return out.logits.float(), None
         cache = returned_cache(out)
         if self.joinable_cache is None:
             self.joinable_cache = joinable({"cache": cache, "mask": mask})
@@ -271,14 +262,23 @@ class Scoring(PromptJobs, PrefillEngine):
     def _forward_tail(self, seqs: list[list[int]], keep: int) -> Any:
         """Logits (float32) of the last ``keep`` positions of each sequence, in one left-padded forward pass (no
         prefix reuse)."""
+        return self._padded_forward(seqs, keep)[0].logits.float()
+
+    def _padded_forward(self, seqs: list[list[int]], keep: int, *, use_cache: bool = False) -> tuple[Any, Any]:
+        """``(output, mask)``: one left-padded forward pass over ``seqs`` (positions from each row's first real
+        token), the logits of the last ``keep`` positions, the KV cache kept with ``use_cache``; the attention mask on
+        the model's device."""
         check_interrupt()  # between teacher-forced batches (core.interrupt)
         input_ids, mask, positions = left_padded_batch(seqs, self.tokenizer.pad_token_id)
-        return self.model(
+        mask = mask.to(self.device)
+        out = self.model(
             input_ids=input_ids.to(self.device),
-            attention_mask=mask.to(self.device),
+            attention_mask=mask,
             position_ids=positions.to(self.device),
+            use_cache=use_cache,
             logits_to_keep=keep,
-        ).logits.float()
+        )
+        return out, mask
 
     def next_token_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> np.ndarray:
         """Log-probability (raw, T=1) of the first token of each option as the token following each prompt.
