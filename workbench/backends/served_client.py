@@ -249,10 +249,17 @@ class ServedClient:
         return {k: v for k, v in body.items() if v is not None}
 
     def _post(self, route: str, body: dict[str, Any], what: str, read: Any, cap: int, retry: bool) -> Any:
-        """``POST route`` through :meth:`request`: the answer must be the asked model's, then ``read`` reads it."""
+        """``POST route`` through :meth:`request`: the answer (a list of completions, as llama-server answers a list
+        of prompts, joined into one first) must be the asked model's, then ``read`` reads it."""
         check = read or _as_object
         return self.request(
-            "POST", route, body, what=what, read=lambda answer: check(self._same_model(answer)), cap=cap, retry=retry
+            "POST",
+            route,
+            body,
+            what=what,
+            read=lambda answer: check(self._same_model(joined_completions(answer))),
+            cap=cap,
+            retry=retry,
         )
 
     def _same_model(self, answer: Any) -> Any:
@@ -288,15 +295,7 @@ class ServedClient:
         ``extra_body``. Returns ``read(answer)`` (default: the answer, as a dict, checked only to be an object of the
         asked model); see :meth:`request`."""
         body = self._body(dict(params), prompt=prompt)
-        check = read or _as_object
-        return self._post(  # llama-server answers a list of prompts with a list of completions: joined first
-            "completions",
-            body,
-            "a completion request failed",
-            lambda answer: check(self._same_model(joined_completions(answer))),
-            cap,
-            retry,
-        )
+        return self._post("completions", body, "a completion request failed", read, cap, retry)
 
     def chat(
         self,
