@@ -220,3 +220,31 @@ def test_prompt_logprobs_reuse_a_shared_prefix_and_give_the_same_numbers(gen):
         np.testing.assert_allclose(joint.entropies, alone.entropies, atol=1e-4)
         np.testing.assert_array_equal(joint.top_ids[:, 0], alone.top_ids[:, 0])
         np.testing.assert_allclose(nxt.numpy(), alone_next[0].numpy(), atol=1e-4)
+
+
+def test_a_shared_prefix_is_read_once_for_its_whole_group(gen, monkeypatch):
+    """The log-softmax, entropy and top k of a prefix group's shared positions are computed once, not once per row:
+    the positions read are the prefix's own plus each row's after it (the prefix's last position predicts each
+    row's first own token), and the values are those of each sequence read alone."""
+    from workbench.backends.generator import scoring
+
+    head = encode(gen.tokenizer, PROMPTS[1] + " and the play was first staged in London by his company")
+    seqs = [[*head, 7], [*head, 9, 11], [*head, 13, 5, 3], encode(gen.tokenizer, PROMPTS[0])]
+    alone = [gen.prompt_logprobs([seq], top_logprobs=2)[0] for seq in seqs]
+    read: list[int] = []
+    real = scoring.own_logprobs
+
+    def counting(logits, ids, k):
+        read.append(int(logits.shape[0]))
+        return real(logits, ids, k)
+
+    monkeypatch.setattr(scoring, "own_logprobs", counting)
+    together = gen.prompt_logprobs(seqs, top_logprobs=2)
+    grouped, plain = seqs[:3], seqs[3]
+    assert sum(read) == (len(head) - 1) + sum(len(s) - len(head) for s in grouped) + (len(plain) - 1)
+    assert sum(read) < sum(len(s) - 1 for s in seqs) - len(head)  # each row's read of the prefix skipped
+    for joint, single in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(joint.token_ids, single.token_ids)
+        np.testing.assert_allclose(joint.logprobs, single.logprobs, atol=1e-5)
+        np.testing.assert_allclose(joint.top_logprobs, single.top_logprobs, atol=1e-5)
+        np.testing.assert_array_equal(joint.top_ids, single.top_ids)

@@ -131,15 +131,25 @@ class Scoring(PromptJobs, PrefillEngine):
             for b, (entry, shared) in found.items():
                 out[b], last[b] = self._continue_echoed(entry, shared, seqs[b], top_logprobs, kept)
             rest = [b for b in range(len(seqs)) if b not in found]
-            for rows, logits, kv_of in self._whole_logits([seqs[b] for b in rest], keep_kv=kept is not None):
+            held: tuple[Any, PromptLogprobs] | None = None  # a prefix group's shared read, for all of its chunks
+            for rows, logits, kv_of, head in self._whole_logits([seqs[b] for b in rest], keep_kv=kept is not None):
                 self.counter.lm_calls += len(rows)
                 self.counter.lm_batches += 1
                 self.counter.prefill_tokens += sum(len(seqs[rest[r]]) for r in rows)
                 self.counter.scored_tokens += sum(len(seqs[rest[r]]) - 1 for r in rows)
-                for k, (r, full) in enumerate(zip(rows, logits, strict=True)):
+                # a prefix group's shared positions are read once (log-softmax, entropy, top k), not once per row
+                cut = 0 if head is None else len(head) - 1
+                if head is not None and (held is None or held[0] is not head):
+                    held = (head, own_logprobs(head[:-1], seqs[rest[rows[0]]][: cut + 1], top_logprobs))
+                for k, (r, own) in enumerate(zip(rows, logits, strict=True)):
                     b = rest[r]
-                    out[b] = own_logprobs(full[:-1], seqs[b], top_logprobs)
-                    last[b] = full[-1].clone() if next_logits is not None else None
+                    if head is None:
+                        out[b] = own_logprobs(own[:-1], seqs[b], top_logprobs)
+                    else:  # the prefix's last position predicts this row's first own token
+                        assert held is not None
+                        tail = own_logprobs(_cat(head[-1:], own[:-1]), seqs[b][cut:], top_logprobs)
+                        out[b] = _joined(seqs[b], held[1], cut, tail, top_logprobs)
+                    last[b] = own[-1].clone() if next_logits is not None else None
                     if kept is not None and kv_of is not None:
                         kept.put(seqs[b], kv_of(k, len(seqs[b])), out[b])
         if next_logits is not None:
@@ -164,14 +174,7 @@ class Scoring(PromptJobs, PrefillEngine):
             output, mask, _ = self._continue_prefix(head, cut, [ids[cut:]], len(ids) - cut, None)
         logits = output.logits[0].float()  # positions cut … len(ids) − 1
         tail = own_logprobs(logits[:-1], ids[cut:], top_logprobs)
-        before, k = entry.logprobs, top_logprobs
-        result = PromptLogprobs(
-            np.asarray(ids, dtype=np.int64),
-            np.concatenate([before.logprobs[:cut], tail.logprobs]),
-            np.concatenate([before.entropies[:cut], tail.entropies]),
-            np.concatenate([before.top_ids[:cut, :k], tail.top_ids]),
-            np.concatenate([before.top_logprobs[:cut, :k], tail.top_logprobs]),
-        )
+        result = _joined(ids, entry.logprobs, cut, tail, top_logprobs)
         self.counter.lm_calls += 1
         self.counter.lm_batches += 1
         self.counter.prefill_tokens += len(ids)
@@ -181,14 +184,14 @@ class Scoring(PromptJobs, PrefillEngine):
         return result, logits[-1].clone()
 
     def _whole_logits(self, seqs: list[list[int]], *, keep_kv: bool = False) -> Any:
-        """Yield ``(rows, logits, kv_of)`` per forward: the indices of the sequences it covered and, per row in order
-        (an iterable: a prefix group's rows are joined to the prefix one at a time), the logits (float32
-        ``[len(seq), V]``) of every position of that sequence; with ``keep_kv``, ``kv_of(k, length)`` cuts the one-row
+        """Yield ``(rows, logits, kv_of, head)`` per forward: the indices of the sequences it covered; per row in
+        order, the logits (float32) of that sequence's own positions — every position (``[len(seq), V]``) where
+        ``head`` is None, else those after the shared prefix (``[len(seq) − len(head), V]``); ``head``, for rows
+        sharing a prefix worth reusing (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`, one own token at
+        least), the prefix's logits (``[len(head), V]``), computed once and continued over copies of its cache (the
+        saved tokens in ``counter.prefix_reused_tokens``); with ``keep_kv``, ``kv_of(k, length)`` cuts the one-row
         KV cache of the ``k``-th row's first ``length`` tokens out of the forward's (None without, or when the cache
-        cannot be cut). Rows sharing a prefix worth reusing
-        (:func:`~workbench.backends.prefix_reuse.plan_prefix_groups`, one own token at least) encode it once and
-        continue over copies of its cache, the prefix's logits shared (the saved tokens in
-        ``counter.prefix_reused_tokens``); the others share left-padded forwards while rows × the widest stays within
+        cannot be cut). Rows with no such prefix share left-padded forwards while rows × the widest stays within
         :data:`SCORE_POSITIONS`. Equal to one plain forward per row up to float rounding."""
         groups = plan_prefix_groups(seqs, self.prefix_min_tokens, 1) if self.reuses_prefixes() else []
         grouped: set[int] = set()
@@ -199,15 +202,15 @@ class Scoring(PromptJobs, PrefillEngine):
             if head is None:  # a cache that cannot be copied: everything plain
                 break
             self.counter.prefix_reused_tokens += group.saved
+            head_rows = head_logits[0].float()
             for chunk in _chunks(list(group.rows), [len(seqs[r]) - group.length for r in group.rows], self.batch_size):
                 suffixes = [seqs[r][group.length :] for r in chunk]
                 width = max(len(x) for x in suffixes)
                 with self.counter.timed("score"):
                     tail, mask, _ = self._continue_prefix(head, group.length, suffixes, width, None)
-                tails, head_rows = tail.logits.float(), head_logits[0].float()
-                # lazily, one row's whole logits at a time: the prefix's are not copied for every row at once
-                rows = (_cat(head_rows, tails[k, width - len(x) :]) for k, x in enumerate(suffixes))
-                yield chunk, rows, _kv_cutter(returned_cache(tail), mask) if keep_kv else None
+                tails = tail.logits.float()
+                rows = [tails[k, width - len(x) :] for k, x in enumerate(suffixes)]
+                yield chunk, rows, _kv_cutter(returned_cache(tail), mask) if keep_kv else None, head_rows
                 grouped.update(chunk)
         plain = [b for b in range(len(seqs)) if b not in grouped]
         for chunk in _chunks(plain, [len(seqs[b]) for b in plain], self.batch_size):
@@ -215,7 +218,7 @@ class Scoring(PromptJobs, PrefillEngine):
             width = max(len(ids) for ids in batch)
             with self.counter.timed("score"):
                 logits, kv_of = self._forward_whole(batch, width, keep_kv)
-            yield chunk, [logits[k, width - len(ids) :] for k, ids in enumerate(batch)], kv_of
+            yield chunk, [logits[k, width - len(ids) :] for k, ids in enumerate(batch)], kv_of, None
 
     def _forward_whole(self, seqs: list[list[int]], keep: int, keep_kv: bool) -> tuple[Any, Any]:
         """:meth:`_forward_tail`'s logits and, with ``keep_kv``, a ``kv_of(k, length)`` cutting row ``k``'s KV cache
@@ -326,6 +329,18 @@ def own_logprobs(logits: Any, ids: list[int], k: int) -> PromptLogprobs:
         top_ids = np.zeros((len(ids) - 1, 0), dtype=np.int64)
         top_lps = np.zeros((len(ids) - 1, 0), dtype=np.float32)
     return PromptLogprobs(np.asarray(ids, dtype=np.int64), lp, ent, top_ids, top_lps)
+
+
+def _joined(ids: list[int], before: PromptLogprobs, cut: int, tail: PromptLogprobs, k: int) -> PromptLogprobs:
+    """``ids``' :class:`PromptLogprobs` from ``before``'s first ``cut`` positions (a read of the same first ``cut`` + 1
+    tokens, at least ``k`` wide) followed by ``tail`` (the read of ``ids[cut:]``)."""
+    return PromptLogprobs(
+        np.asarray(ids, dtype=np.int64),
+        np.concatenate([before.logprobs[:cut], tail.logprobs]),
+        np.concatenate([before.entropies[:cut], tail.entropies]),
+        np.concatenate([before.top_ids[:cut, :k], tail.top_ids]),
+        np.concatenate([before.top_logprobs[:cut, :k], tail.top_logprobs]),
+    )
 
 
 def _kv_cutter(cache: Any, mask: Any) -> Any:
