@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 
-from workbench.core.errors import ConfigError, DataError
+from workbench.core.errors import AssetError, ConfigError, DataError
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ("q_proj", "v_proj")}
 TRAIN = {"learning_rate": 1e-2, "epochs": 2, "batch_size": 8, "checkpoint_every": 4, "seed": 0}
@@ -204,5 +204,31 @@ def test_bad_input_fails_before_any_model_is_loaded(tmp_path, monkeypatch):
     monkeypatch.setattr(train.shutil, "which", lambda cmd, *a, **k: None if cmd in ("c++", "g++") else real_which(cmd))
     monkeypatch.delenv("CXX", raising=False)
     with pytest.raises(ConfigError, match="needs a C\\+\\+ compiler") as err:
-        _train(missing_model, tmp_path, strategy="deepspeed_stage_3", accelerator="cpu")
+        _train(missing_model, tmp_path, strategy="deepspeed_stage_3", accelerator="cpu", devices=2)
     assert err.value.where == "distill.strategy"
+    # one process builds no communication op, so it needs no compiler: the missing model is what stops it
+    with pytest.raises(AssetError):
+        _train(missing_model, tmp_path, strategy="deepspeed_stage_3", accelerator="cpu")
+
+
+def test_a_one_process_cpu_run_marks_deepspeeds_shared_memory_collective_unbuildable(monkeypatch):
+    """DeepSpeed compiles its shared-memory collective when its backend starts on CPU (57 s on 2 cores, a C++
+    compiler needed); a one-process run has nothing to reduce across processes, so the strategy marks it unbuildable
+    first — and leaves it alone when several processes share the node."""
+    pytest.importorskip("deepspeed")
+    import deepspeed.ops
+    import torch
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from workbench.distill.train import TrainSettings, build_strategy
+
+    flags = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(flags, ShareMemCommBuilder.NAME, True)
+    monkeypatch.setattr(DDPStrategy, "setup_environment", lambda self: None)  # no process group in this test
+    two = build_strategy(TrainSettings(strategy="deepspeed_stage_2", devices=2), "cpu")
+    assert two.parallel_devices == [torch.device("cpu", 0), torch.device("cpu", 1)]
+    two.setup_environment()
+    assert flags[ShareMemCommBuilder.NAME] is True
+    build_strategy(TrainSettings(strategy="deepspeed_stage_2"), "cpu").setup_environment()
+    assert flags[ShareMemCommBuilder.NAME] is False
