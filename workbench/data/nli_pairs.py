@@ -23,6 +23,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from workbench.core.errors import DataError
 from workbench.data.nli_labels import CONTRADICTION, ENTAILMENT, NEUTRAL
@@ -170,13 +171,48 @@ def _window(sentences: list[str], i: int, size: int, rng: random.Random) -> str:
     return " ".join(sentences[first : first + size])
 
 
-def _donors(item: _Indexed, by_topic: dict[str, list[_Indexed]], pool: list[_Indexed]) -> list[_Indexed]:
-    same = [d for d in by_topic[item.article.topic] if d.article.doc_id != item.article.doc_id]
-    return same or [d for d in pool if d.article.doc_id != item.article.doc_id]
+class _AllBut(Sequence):
+    """``items`` but the one at position ``skip``, as a read-only view of the same list: an article's donors are the
+    rest of its topic, and copying that list for every article made pairing quadratic in the topic's size."""
+
+    def __init__(self, items: list[_Indexed], skip: int) -> None:
+        self.items, self.skip = items, skip
+
+    def __len__(self) -> int:
+        return len(self.items) - 1
+
+    def __getitem__(self, i: Any) -> Any:  # random.sample and random.choice ask ints
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.items[i if i < self.skip else i + 1]
+
+
+def _donor_lists(pool: list[_Indexed]) -> list[Sequence[_Indexed]]:
+    """Per article of ``pool`` (in order), the articles it may borrow spans and sentences from: the others of its
+    topic, else every other article; never one sharing its doc id (ids may repeat in a caller's list)."""
+    topics: dict[str, list[_Indexed]] = defaultdict(list)
+    position: list[int] = []  # each article's place in its topic's list
+    for item in pool:
+        members = topics[item.article.topic]
+        position.append(len(members))
+        members.append(item)
+    unique = len({item.article.doc_id for item in pool}) == len(pool)
+    out: list[Sequence[_Indexed]] = []
+    for k, item in enumerate(pool):
+        same = topics[item.article.topic]
+        if not unique:  # the general rule, by doc id
+            doc = item.article.doc_id
+            kin = [d for d in same if d.article.doc_id != doc]
+            out.append(kin or [d for d in pool if d.article.doc_id != doc])
+        else:
+            out.append(_AllBut(same, position[k]) if len(same) > 1 else _AllBut(pool, k))
+    return out
 
 
 def _contradiction(
-    item: _Indexed, premise: str, sentence: str, donors: list[_Indexed], rng: random.Random
+    item: _Indexed, premise: str, sentence: str, donors: Sequence[_Indexed], rng: random.Random
 ) -> NLIPair | None:
     spans = swappable_spans(sentence)
     kinds = [k for k in SWAP_KINDS if spans[k]]
@@ -195,12 +231,9 @@ def _contradiction(
     return None
 
 
-def _pairs_for_article(
-    item: _Indexed, by_topic: dict[str, list[_Indexed]], pool: list[_Indexed], window: int, rng: random.Random
-) -> list[NLIPair]:
+def _pairs_for_article(item: _Indexed, donors: Sequence[_Indexed], window: int, rng: random.Random) -> list[NLIPair]:
     """Entailment and contradiction form a minimal pair when possible (same premise, the same sentence with and
     without one swapped span), which forces a model to read the span rather than count shared words."""
-    donors = _donors(item, by_topic, pool)
     if not donors:
         return []
     sentences, key = item.sentences, item.article.doc_id
@@ -227,12 +260,9 @@ def build_split_pairs(
     every donor taken from ``articles`` only. Deterministic given ``seed`` and the article set."""
     rng = random.Random(seed)
     pool = _index(sorted(articles, key=lambda a: a.doc_id), min_words)
-    by_topic: dict[str, list[_Indexed]] = defaultdict(list)
-    for item in pool:
-        by_topic[item.article.topic].append(item)
     pairs: list[NLIPair] = []
-    for item in pool:
-        pairs.extend(_pairs_for_article(item, by_topic, pool, window, rng))
+    for item, donors in zip(pool, _donor_lists(pool), strict=True):
+        pairs.extend(_pairs_for_article(item, donors, window, rng))
     rng.shuffle(pairs)
     return pairs
 

@@ -174,3 +174,27 @@ def test_answer_pairs():
     assert build_answer_pairs(ARTICLES, n=8, seed=0) == pairs
     assert len(BUILTIN_ANSWER_PAIRS) >= 12
     assert pairs_to_records(pairs[:1])[0]["question"] == pairs[0].question
+
+
+def test_donors_are_every_other_article_of_the_topic_by_doc_id():
+    """An article borrows from the other articles of its topic, or from every other article when it is alone in
+    its topic, never from one with its own doc id — the view over the topic's list gives what filtering by doc id
+    gives, and the general rule holds when a caller's list repeats a doc id."""
+    import random
+
+    from workbench.data.nli_pairs import _donor_lists, _index
+
+    text = "Paris is the capital of France. It lies on the Seine. The city was founded in 250 BC."
+    topics = ["cities", "cities", "rivers", "cities", "people"]
+    for keys in (["a", "b", "c", "d", "e"], ["a", "b", "c", "a", "e"]):
+        pool = _index([_article(k, t, text) for k, t in zip(keys, topics, strict=True)], 5)
+        for item, donors in zip(pool, _donor_lists(pool), strict=True):
+            doc = item.article.doc_id
+            same = [d for d in pool if d.article.topic == item.article.topic and d.article.doc_id != doc]
+            expected = same or [d for d in pool if d.article.doc_id != doc]
+            assert [d.article.doc_id for d in donors] == [d.article.doc_id for d in expected]
+            assert len(donors) == len(expected) and all(d is e for d, e in zip(donors, expected, strict=True))
+            rng = random.Random(0)
+            assert rng.sample(donors, min(2, len(donors))) == random.Random(0).sample(expected, min(2, len(expected)))
+    with pytest.raises(IndexError):
+        _donor_lists(pool)[0][len(_donor_lists(pool)[0])]
