@@ -52,6 +52,7 @@ from workbench.core.memory import (
     PeakMemory,
     large_allocations_mapped,
     megabytes,
+    older_objects_frozen,
     process_peak_bytes,
     return_freed_memory,
 )
@@ -250,7 +251,7 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None, adopt_ru
     config = recipe.config
     rank = launch_rank()
     if rank > 0 and any(STAGES[name].multi_process for name in config.stages):
-        with _large_allocations_mapped_if_training(config.stages):
+        with _large_allocations_mapped_if_training(config.stages), older_objects_frozen():
             return run_other_rank(recipe, rank, force=force, adopt_run_dir=adopt_run_dir)
     run_dir = config.resolved_run_dir
     check_run_dir(run_dir, adopt=adopt_run_dir, adopt_hint=_adopt_hint(recipe))
@@ -263,7 +264,7 @@ def run_recipe(recipe: LoadedRecipe, *, force: list[str] | None = None, adopt_ru
     except Timeout:
         raise WorkbenchError("another workbench process is using this run directory", str(run_dir)) from None
     try:
-        with _large_allocations_mapped_if_training(config.stages):
+        with _large_allocations_mapped_if_training(config.stages), older_objects_frozen():
             return _run_locked(recipe, run_dir, set(force or ()))
     finally:
         lock.release()

@@ -332,3 +332,48 @@ def test_the_threshold_the_environment_fixed_is_the_one_a_span_restores(monkeypa
     assert memory._threshold_from_environment() == 128 * 1024
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "262144")
     assert memory._threshold_from_environment() == 262144
+
+
+def test_a_run_leaves_older_objects_out_of_its_collections_and_thaws_them_after():
+    """Inside the block the objects alive when it opened are frozen (a collection then scans only newer ones); a
+    cycle made inside is still collected; nested blocks freeze once and the last one out thaws; on error too."""
+    import gc
+    import weakref
+
+    from workbench.core.memory import older_objects_frozen
+
+    class Node:
+        pass
+
+    assert gc.get_freeze_count() == 0
+    with older_objects_frozen() as froze:
+        assert froze and gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+        cycle = Node()
+        cycle.me = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None  # made inside the block: collected as before
+        with older_objects_frozen() as inner:
+            assert inner and gc.get_freeze_count() == frozen  # nested: no second freeze
+        assert gc.get_freeze_count() == frozen  # the outer block still holds them
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), older_objects_frozen():
+        raise RuntimeError("a stage failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_is_left_alone():
+    import gc
+
+    from workbench.core.memory import older_objects_frozen
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with older_objects_frozen() as froze:
+            assert not froze
+        assert gc.get_freeze_count() == frozen  # not thawed by the block
+    finally:
+        gc.unfreeze()
