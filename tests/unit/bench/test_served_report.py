@@ -52,8 +52,11 @@ def test_each_serve_model_engine_states_its_goals_and_llama_cpp_its_quantised_we
     assert "**0.85x, met**" in goals[0] and "**3.40x, met**" in goals[0]
     assert any(line.startswith("llama.cpp computes with the GGUF file's quantised") for line in lines)
     assert any(line.startswith("| llama_server | 1 |") and line.endswith("| 0 (3 resent) |") for line in lines)
+    assert any(line.startswith("serve-model runs the same float32 model with the same seeds") for line in lines)
     del bench["engines"]["llama_server"]
     assert not any(line.startswith("llama.cpp computes") for line in report_lines(bench))
+    bench["engines"] = {"llama_server": {**base, **streamed}}  # no serve-model engine: no word on its rounding
+    assert not any(line.startswith("serve-model runs") for line in report_lines(bench))
 
 
 def _stream(**counts: int) -> dict:
