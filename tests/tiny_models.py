@@ -88,15 +88,13 @@ def build_tiny_encoder(
     MiniLM: ``modules.json`` (Transformer → mean Pooling → Normalize), ``sentence_bert_config.json`` and
     ``1_Pooling/config.json``."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers.processors import TemplateProcessing
     from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    core = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    core.normalizer = normalizers.BertNormalizer(lowercase=True)
-    core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    core.train_from_iterator(_CORPUS * 4, trainer=trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
-    from tokenizers.processors import TemplateProcessing
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    core = Tokenizer(models.WordPiece(_wordpiece_vocab(normalizer, pre_tokenizer), unk_token="[UNK]"))
+    core.normalizer, core.pre_tokenizer = normalizer, pre_tokenizer
 
     core.post_processor = TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -130,6 +128,35 @@ def build_tiny_encoder(
     if sentence_transformers and not num_labels:
         write_sentence_transformers_layout(save_dir, dim=32, max_seq_length=128)
     return Path(save_dir)
+
+
+def _wordpiece_vocab(normalizer, pre_tokenizer) -> dict[str, int]:
+    """The tiny encoder's WordPiece vocabulary, the same in every process: the special tokens, every lowercase ASCII
+    letter, digit and punctuation mark alone and as a ``##`` continuation (so any ASCII word splits into pieces
+    rather than one [UNK]), then the corpus's words by falling count (ties alphabetical). Built by hand because
+    ``tokenizers``' WordPiece trainer breaks ties in hash order: its vocabulary, and with it every embedding of the
+    random encoder, changed from one process to the next."""
+    import string
+    from collections import Counter
+
+    counts = Counter(
+        word
+        for line in _CORPUS
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line))
+        if len(word) > 1
+    )
+    pieces = list(string.ascii_lowercase + string.digits + string.punctuation)
+    tokens = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *pieces,
+        *(f"##{p}" for p in pieces),
+        *sorted(counts, key=lambda w: (-counts[w], w)),
+    ]
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def write_sentence_transformers_layout(save_dir: str | Path, dim: int, max_seq_length: int) -> None:

@@ -91,5 +91,6 @@ def test_the_ood_series_alarms_on_another_task_and_not_on_the_traffic(lifecycle)
     assert "ood" not in cloze["alarming_before"]
     assert cloze["series"]["ood"] is not None and cloze["series"]["ood"] <= CLOZE_ALARM_WITHIN
     # the flag's 5% false-positive target holds on average over calibration sets; given the tiny run's 53 val
-    # questions, the rate on 30 requests is noisy (a fresh CI clone flagged 5 of 30), so the bound here is loose
+    # questions, the rate on 30 requests is noisy (0 to 5 of 30 while the tiny encoder's vocabulary still changed
+    # from one process to the next), so the bound here is loose
     assert bench["streams"]["cloze"]["ood_rate"] > 0.9 > 0.33 > bench["streams"]["traffic"]["ood_rate"]
