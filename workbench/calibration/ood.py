@@ -177,19 +177,23 @@ class EmbeddingCheck:
         center = matrix.mean(axis=0).astype(np.float32)  # stored as float32: centre with exactly what is stored
         return cls(center, _centred(matrix, center), int(neighbours), str(embedder))
 
-    def novelty(self, embeddings: np.ndarray, *, leave_one_out: bool = False) -> np.ndarray:
+    def novelty(
+        self, embeddings: np.ndarray, *, leave_one_out: bool = False, own: Sequence[int] | None = None
+    ) -> np.ndarray:
         """Each row's mean cosine distance to its ``neighbours`` nearest reference rows (both centred), computed
         :data:`BLOCK` rows at a time. With ``leave_one_out`` the rows *are* the reference, in order, and each is
-        scored against the others."""
+        scored against the others; ``own`` generalises it: per row, the reference row it is (−1: none), left out of
+        that row's neighbours. DataError on a mismatched ``own`` or a reference row out of range."""
         rows = _centred(_matrix(embeddings, "question embeddings", self.reference.shape[1]), self.center)
         if leave_one_out and rows.shape[0] != self.reference.shape[0]:
             raise DataError("leave-one-out scores the reference itself", "ood profile")
+        skip = np.arange(rows.shape[0]) if leave_one_out else _own_rows(own, rows.shape[0], self.reference.shape[0])
         reference = self.reference.astype(np.float64)
         out = np.zeros(rows.shape[0])
         for start in range(0, rows.shape[0], BLOCK):
             block = 1.0 - rows[start : start + BLOCK].astype(np.float64) @ reference.T
-            own = start + np.arange(block.shape[0]) if leave_one_out else None
-            out[start : start + BLOCK] = nearest_mean(block, self.neighbours, skip=own)
+            mine = None if skip is None else skip[start : start + BLOCK]
+            out[start : start + BLOCK] = nearest_mean(block, self.neighbours, skip=mine)
         return out
 
     def fails(self, novelty: float) -> bool:
@@ -199,14 +203,28 @@ class EmbeddingCheck:
 
 def nearest_mean(distance: np.ndarray, neighbours: int, *, skip: np.ndarray | None = None) -> np.ndarray:
     """Each row's mean over its ``neighbours`` smallest entries of the ``(rows, reference)`` ``distance`` matrix (the
-    k-NN novelty); ``skip`` (one reference column per row) leaves out a row's own entry when the rows are reference
-    rows (leave one out)."""
+    k-NN novelty); ``skip`` (one reference column per row, −1 for none) leaves out a row's own entry when the row is
+    a reference row (leave one out)."""
     distance = np.array(distance, dtype=np.float64)
     if skip is not None:
-        distance[np.arange(distance.shape[0]), skip] = np.inf
+        skip = np.asarray(skip, dtype=np.int64)
+        mine = skip >= 0
+        distance[np.arange(distance.shape[0])[mine], skip[mine]] = np.inf
     if distance.shape[0] == 0:
         return np.zeros(0)
     return np.partition(distance, neighbours - 1, axis=1)[:, :neighbours].mean(axis=1)
+
+
+def _own_rows(own: Sequence[int] | None, rows: int, reference: int) -> np.ndarray | None:
+    """``own`` checked as one reference row index (or −1) per scored row; None stays None."""
+    if own is None:
+        return None
+    index = np.asarray(own, dtype=np.int64).reshape(-1)
+    if index.size != rows or (index.size and (index.min() < -1 or index.max() >= reference)):
+        raise DataError(
+            f"'own' must give each of the {rows} rows a reference row in [0, {reference}) or -1", "ood profile"
+        )
+    return index
 
 
 def _matrix(values: Any, what: str, dim: int | None = None) -> np.ndarray:
@@ -360,13 +378,18 @@ class OODProfile:
             out.append("question_length")
         return out
 
-    def check_questions(self, questions: Sequence[str], embed: Embed | None = None) -> list[OODResult]:
+    def check_questions(
+        self, questions: Sequence[str], embed: Embed | None = None, *, own: Sequence[int] | None = None
+    ) -> list[OODResult]:
         """One result per question: the embedding check (when the profile has one and ``embed`` is given — see
-        :meth:`embedder_for`), then the form and length checks."""
+        :meth:`embedder_for`), then the form and length checks. ``own`` names, per question, the fit question it is
+        (its index among the questions the profile was fitted on; −1: none): the embedding check then leaves that
+        reference row out, so a fit question is judged as a new in-distribution one would be (a question is its own
+        nearest neighbour, at distance 0, which would pull its novelty down by a k-th)."""
         questions = [str(q) for q in questions]
         failed = [[] for _ in questions]  # type: list[list[str]]
         if self.embedding is not None and embed is not None and questions:
-            for names, value in zip(failed, self.embedding.novelty(embed(questions)), strict=True):
+            for names, value in zip(failed, self.embedding.novelty(embed(questions), own=own), strict=True):
                 if self.embedding.fails(float(value)):
                     names.append("question_embedding")
         return [OODResult.of([*names, *self.check_rules(q)]) for names, q in zip(failed, questions, strict=True)]

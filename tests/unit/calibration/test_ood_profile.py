@@ -120,6 +120,18 @@ def test_novelty_is_the_same_whatever_the_block_and_leave_one_out_skips_only_the
     assert (whole < crossed).all()  # scored against all the reference, a fit question meets itself at distance 0
     with pytest.raises(DataError, match="leave-one-out"):
         check.novelty(fit[:30], leave_one_out=True)
+    # `own` names each row's reference row (-1: none): all of them is leave-one-out, none is the plain novelty, and
+    # a few reordered rows skip exactly their own
+    n = len(fit)
+    assert np.allclose(check.novelty(fit, own=range(n)), crossed) and np.allclose(
+        check.novelty(fit, own=[-1] * n), whole
+    )
+    picked = [5, 0, 17, 3]
+    mixed = check.novelty(fit[picked], own=[5, -1, 17, -1])
+    assert np.allclose(mixed, [crossed[5], whole[0], crossed[17], whole[3]])
+    for bad in ([0] * (n - 1), [n] * n, [-2] * n):
+        with pytest.raises(DataError, match="'own' must give each"):
+            check.novelty(fit, own=bad)
 
 
 def test_the_conformal_rank_and_its_limits():

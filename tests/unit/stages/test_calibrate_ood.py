@@ -234,3 +234,23 @@ def test_the_default_and_a_cross_fitted_threshold_load():
     stages = "stages=[build_data,collect,calibrate,classify]"
     crossed = load_recipe("quickstart", [stages, "data.fractions=[0.6,0.2,0.0,0.2]", "calibrate.ood_split=null"])
     assert crossed.config.calibrate.ood_split is None
+
+
+def test_the_fit_splits_rows_are_checked_leave_one_out_as_new_questions_of_its_distribution(calibrated):
+    # export's drift reference of the flag is these checks: in-sample, each fit question meets itself at distance 0
+    # and is flagged less often than in-distribution traffic is, which made the window's ood series alarm on traffic
+    from workbench.methods.learned import load_learned
+
+    out, _ = calibrated
+    profile = load_learned(out / "ood.json", expect={"ood_profile"})
+    checks = json.loads((out / "ood_checks.json").read_text())
+    data = json.loads((out / "calibrated.json").read_text())
+    questions = _questions(200, 0, SEEN)[:120]  # calib's collected rows are its first 120 questions, in order
+    assert [r["question"] for r in _rows(questions, 0)] == questions and len(checks["calib"]["id"]) == 120
+    embed = WordEmbedder().encode
+    crossed = [r.checks for r in profile.check_questions(questions, embed, own=range(120))]
+    in_sample = [r.checks for r in profile.check_questions(questions, embed)]
+    assert checks["calib"]["checks"] == crossed != in_sample
+    rate = np.mean([bool(c) for c in crossed])
+    assert sum(map(bool, in_sample)) < sum(map(bool, crossed)) and 0.0 < rate <= 0.12
+    assert len(data["calib"]["id"]) == 120  # every collected calib row was kept, so the row order is the questions'

@@ -253,9 +253,10 @@ def write_ood(
     (:func:`measure_ood`) into ``ood_rates.json``; beside it, the detector on the uncertainty features
     (:class:`~workbench.calibration.ood_features.FeatureNovelty`, measured only, fitted on the ``clean`` fit-split
     rows: ``ood_features.json``; left out, with a log line, when they are too few for the target), and
-    ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order), for
-    the report's per-feature table. Returns the profile's one-line description (or why none was fitted: a
-    collection without a ``question`` column)."""
+    ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order; the
+    fit split's rows scored leave-one-out, as new questions of its distribution would be), for the report's
+    per-feature table and export's drift reference. Returns the profile's one-line description (or why none was
+    fitted: a collection without a ``question`` column)."""
     from workbench.data.dataset_store import load_saved_dataset_dict
 
     section = ctx.config.calibrate
@@ -276,9 +277,17 @@ def write_ood(
     others = [split for split in dict.fromkeys([*rows, OOD_SPLIT]) if split != fit_split]
     rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
+    fitted: dict[str, int] = {}  # each fit question's row in the profile's reference (the first, if repeated)
+    for i, question in enumerate(split_questions(qa, fit_split, section.ood_limit)):
+        fitted.setdefault(question, i)
     for split, split_rows in rows.items():
         kept = [r for r, k in zip(split_rows, keep.get(split, []), strict=True) if k]
-        results = profile.check_questions([str(r["question"]) for r in kept], embedder.encode)
+        questions = [str(r["question"]) for r in kept]
+        # the fit split's own questions are scored leave-one-out: export's drift reference of the flag is these
+        # checks, and in-sample (each question its own nearest neighbour) they would flag below the calibrated rate
+        # that in-distribution traffic meets, so the window's OOD series would alarm on traffic
+        own = [fitted.get(q, -1) for q in questions] if split == fit_split else None
+        results = profile.check_questions(questions, embedder.encode, own=own)
         checks[split] = {"id": [str(r["id"]) for r in kept], "checks": [r.checks for r in results]}
     atomic_write_json(ctx.out_dir / "ood_rates.json", rates)
     atomic_write_json(ctx.out_dir / "ood_checks.json", checks)
