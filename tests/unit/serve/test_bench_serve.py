@@ -1,4 +1,4 @@
-"""Batching pays off under concurrency, and the bench-runtime report renders the serve measurements.
+"""Concurrent requests share the engine's batched calls, and the bench-runtime report renders the serve measurements.
 
 A fake engine whose every answering call costs the same 50 ms whatever its batch size (as a batched forward pass
 roughly does) is served live; ``run_load`` at concurrency 1 and 8 and ``run_abandoned`` measure it, and the report's
@@ -31,22 +31,29 @@ class BatchCostRuntime(FakeRuntime):
 def measured() -> dict:
     runtime = BatchCostRuntime()
     bodies = [{"question": f"question {i}", "method": "dtr"} for i in range(5)]
+    loads, calls = [], []
     with serving(create_app(runtime, ServeLimits(max_batch_questions=8))) as url:
-        loads = [
-            {"mode": "every request generates", **run_load(url, bodies, total=total, concurrency=c, timeout=10)}
-            for c, total in ((1, 16), (8, 48))
-        ]
+        for c, total in ((1, 16), (8, 48)):
+            before = len(runtime.calls)
+            loads.append(
+                {"mode": "every request generates", **run_load(url, bodies, total=total, concurrency=c, timeout=10)}
+            )
+            calls.append(runtime.calls[before:])
         abandoned = run_abandoned(url, bodies, abandoned=4, give_up_s=0.01, timeout=10)
-    return {"loads": loads, "abandoned": abandoned, "runtime": runtime}
+    return {"loads": loads, "abandoned": abandoned, "runtime": runtime, "calls": calls}
 
 
-def test_eight_concurrent_clients_get_well_above_the_single_answer_rate(measured):
+def test_eight_concurrent_clients_share_the_engines_calls(measured):
+    # what concurrency buys is structural: requests that arrive while a call runs join the next one. How much
+    # throughput that is depends on the machine (the HTTP clients and the server share its cores), so the rates are
+    # bench-runtime's to report; here the engine's calls are counted per load
     single, eight = measured["loads"]
     assert single["errors"] == eight["errors"] == 0
     assert single["throughput_rps"] <= 1.2 / CALL_S  # one request per call
-    assert eight["throughput_rps"] >= 3 * single["throughput_rps"]
-    # the batches really were shared: far fewer calls than requests
-    assert len(measured["runtime"].calls) < 16 + 48 / 2
+    one_by_one, shared = measured["calls"]
+    assert [len(questions) for questions, _ in one_by_one] == [1] * 16
+    assert sum(len(questions) for questions, _ in shared) == 48 and max(len(q) for q, _ in shared) <= 8
+    assert len(shared) <= 48 / 3  # on average at least three requests per engine call
 
 
 def test_report_renders_the_serve_table_gain_and_abandoned_requests(measured):
