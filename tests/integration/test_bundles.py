@@ -315,6 +315,10 @@ def test_the_bundle_carries_reference_distributions_of_its_calibration_split(tin
     assert list(reference.series["p_correct"].sample) == pytest.approx(sorted(p.tolist()))
     retrieval = reference.series["retrieval"].proportions[1]
     assert retrieval == pytest.approx(float((p < manifest["decision"]["tau"]).mean()))
+    # the OOD flag's series: every fit question the profile holds, each checked leave-one-out by calibrate
+    whole = json.loads((stages / "calibrate/ood_reference.json").read_text())
+    assert whole["split"] == split and reference.series["ood"].n == whole["questions"] >= len(rows["id"])
+    assert reference.series["ood"].proportions[1] == pytest.approx(whole["flagged"] / whole["questions"])
     with serve_process(root, args=["--max-batch", "2"]) as url:
         httpx.post(f"{url}/answer", json={"question": "Who wrote Hamlet?", "method": "d2rag"}, timeout=60)
         drift = httpx.get(f"{url}/drift", timeout=60).json()
@@ -334,6 +338,39 @@ def test_a_re_run_with_another_report_directory_keeps_the_version_and_the_bytes(
     again = export_run(run, name="same", root=tmp_path / "bundles")
     assert (again.version, again.unchanged) == (first.version, True)
     assert again.manifest["recipe"] == first.manifest["recipe"]  # the first export's provenance is kept
+
+
+def test_the_flags_reference_is_read_from_ood_reference_json_and_else_from_the_fit_splits_rows(tiny_run, tmp_path):
+    import shutil
+
+    from workbench.bundle.files import BundleFiles
+    from workbench.core.errors import DataError
+    from workbench.monitoring.reference import read_reference
+
+    def exported_ood_series(name):
+        root = export_run(run, name=name, root=tmp_path / "bundles").path
+        manifest = json.loads((root / "manifest.json").read_text())
+        return read_reference(BundleFiles(root, manifest), manifest, str(root)).series["ood"]
+
+    tmp, _ = tiny_run
+    run = Path(shutil.copytree(tmp / "run", tmp_path / "run"))
+    calibrate = run / "stages/calibrate"
+    split = json.loads((calibrate / "summary.json").read_text())["fit_split"]
+    (calibrate / "ood_reference.json").write_text(json.dumps({"split": split, "questions": 1000, "flagged": 50}))
+    series = exported_ood_series("whole")
+    assert series.n == 1000 and series.proportions == pytest.approx([0.95, 0.05])
+    (calibrate / "ood_reference.json").write_text(json.dumps({"split": split, "questions": 10, "flagged": 11}))
+    with pytest.raises(DataError, match=r"ood_reference\.json: 'flagged' must be a count in \[0, questions\]"):
+        exported_ood_series("tampered")
+    assert not (tmp_path / "bundles" / "tampered").exists()  # nothing half-written
+    # a calibrate output made before ood_reference.json: the flag on the fit split's collected rows (here doctored
+    # to all flagged, so the source is plain)
+    (calibrate / "ood_reference.json").unlink()
+    checks = json.loads((calibrate / "ood_checks.json").read_text())
+    checks[split]["checks"] = [["question_embedding"]] * len(checks[split]["checks"])
+    (calibrate / "ood_checks.json").write_text(json.dumps(checks))
+    series = exported_ood_series("rows")
+    assert series.n == len(checks[split]["checks"]) and series.proportions == pytest.approx([0.0, 1.0])
 
 
 # ---------------------------------------------------------------------- a bundle answering with a served model

@@ -505,9 +505,10 @@ def _write_ood(learned: Any, tmp: Path, decision: dict[str, Any]) -> None:
 
 def _write_reference(run: _Run, learned: Any, tmp: Path) -> dict[str, Any] | None:
     """``monitoring/reference.json`` (:mod:`workbench.monitoring.reference`): the reference distributions of the
-    decision's raw features, its P(correct), its retrieval decision and the OOD flag on the calibrate stage's fit
-    split, with ``export.drift``'s settings; returns the manifest's ``monitoring`` block (None: the run has no
-    calibrated rows to describe)."""
+    decision's raw features, its P(correct) and its retrieval decision on the calibrate stage's fit split's rows, and
+    the OOD flag's on every fit question its profile holds, each checked leave-one-out (``ood_reference.json``; a
+    calibrate output made before it: the flag on the same rows, ``ood_checks.json``), with ``export.drift``'s
+    settings; returns the manifest's ``monitoring`` block (None: the run has no calibrated rows to describe)."""
 
     calibrated = run.json("calibrate", "calibrated.json")
     summary = run.json("calibrate", "summary.json") or {}
@@ -520,9 +521,17 @@ def _write_reference(run: _Run, learned: Any, tmp: Path) -> dict[str, Any] | Non
         return None
     raw = np.column_stack([np.asarray(rows["raw"][f], dtype=float) for f in features])
     p_correct = learned.policy().p_correct(raw)
-    checks = (run.json("calibrate", "ood_checks.json") or {}).get(split)
     flags = None
-    if learned.ood is not None and checks and checks["id"] == rows["id"]:  # the flag on the same rows
+    whole = run.json("calibrate", "ood_reference.json") or {}
+    checks = (run.json("calibrate", "ood_checks.json") or {}).get(split)
+    if learned.ood is not None and whole.get("split") == split and whole.get("questions"):
+        n, flagged = whole["questions"], whole.get("flagged")
+        if not (isinstance(n, int) and isinstance(flagged, int) and 0 <= flagged <= n):
+            raise DataError(
+                f"'flagged' must be a count in [0, questions], got {flagged!r} of {n!r}", "ood_reference.json"
+            )
+        flags = np.repeat([1.0, 0.0], [flagged, n - flagged])
+    elif learned.ood is not None and checks and checks["id"] == rows["id"]:  # the flag on the same rows
         flags = np.asarray([bool(c) for c in checks["checks"]], dtype=float)
     reference = build_reference(
         split,
@@ -704,6 +713,7 @@ def export_run(
         notes.append(decided.note)
     provenance = _provenance(run, methods, learned, metrics, evaluated, decided)
     bundle_root = Path(root) / name
+    new_name = not bundle_root.exists()
     bundle_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.export.", dir=bundle_root))
     (staging / "learned").mkdir()
@@ -784,6 +794,8 @@ def export_run(
                 shutil.copyfile(path, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if new_name and not any(bundle_root.iterdir()):  # a failed first export leaves no empty name behind
+            bundle_root.rmdir()
     archive_path = None
     if archive:
         archive_path = write_archive(target, bundle_root / f"{name}-{version}.tar.gz", f"{name}-{version}")

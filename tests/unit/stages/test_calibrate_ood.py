@@ -254,3 +254,9 @@ def test_the_fit_splits_rows_are_checked_leave_one_out_as_new_questions_of_its_d
     rate = np.mean([bool(c) for c in crossed])
     assert sum(map(bool, in_sample)) < sum(map(bool, crossed)) and 0.0 < rate <= 0.12
     assert len(data["calib"]["id"]) == 120  # every collected calib row was kept, so the row order is the questions'
+    # the drift reference: every one of the 200 fit questions the profile holds, each checked leave-one-out
+    fit = _questions(200, 0, SEEN)
+    whole = json.loads((out / "ood_reference.json").read_text())
+    every = [r.checks for r in profile.check_questions(fit, embed, own=range(200))]
+    assert whole["split"] == "calib" and whole["questions"] == 200 and whole["flagged"] == sum(map(bool, every))
+    assert whole["flagged"] > sum(r.ood for r in profile.check_questions(fit, embed))

@@ -29,8 +29,9 @@ columns the routing table needs), ``metrics.json``, ``summary.json`` (the settin
 NaN counts; and rows per split), and the OOD flag (:func:`write_ood`, docs/ood.md): ``ood.json`` +
 ``ood.safetensors`` (the fit split's :class:`~workbench.calibration.ood.OODProfile`: question embeddings, forms and
 lengths, the threshold calibrated to ``calibrate.ood_fpr`` on ``calibrate.ood_split``), ``ood_rates.json`` (its flag
-rate on each measured split, with a Wilson interval), ``ood_checks.json`` (each collected row's failed checks) and
-``ood_features.json`` (the features-only detector measured beside the flag, not part of it).
+rate on each measured split, with a Wilson interval), ``ood_reference.json`` (its rate on every fit question, each
+against the others: export's drift reference of the flag), ``ood_checks.json`` (each collected row's failed checks)
+and ``ood_features.json`` (the features-only detector measured beside the flag, not part of it).
 """
 
 from __future__ import annotations
@@ -254,9 +255,12 @@ def write_ood(
     (:class:`~workbench.calibration.ood_features.FeatureNovelty`, measured only, fitted on the ``clean`` fit-split
     rows: ``ood_features.json``; left out, with a log line, when they are too few for the target), and
     ``ood_checks.json``: per collected split, the failed checks of each kept row (calibrated.json's row order; the
-    fit split's rows scored leave-one-out, as new questions of its distribution would be), for the report's
-    per-feature table and export's drift reference. Returns the profile's one-line description (or why none was
-    fitted: a collection without a ``question`` column)."""
+    fit split's rows checked leave-one-out, as new questions of its distribution would be), for the report's
+    per-feature table; and ``ood_reference.json``: the flag's :func:`flag_summary` over every question the profile
+    was fitted on, each checked leave-one-out (``split`` names the fit split) — export's drift reference of the flag:
+    the rate in-distribution traffic meets, estimated on all those questions rather than the collected rows alone.
+    Returns the profile's one-line description (or why none was fitted: a collection without a ``question``
+    column)."""
     from workbench.data.dataset_store import load_saved_dataset_dict
 
     section = ctx.config.calibrate
@@ -277,20 +281,24 @@ def write_ood(
     others = [split for split in dict.fromkeys([*rows, OOD_SPLIT]) if split != fit_split]
     rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
+    fit_questions = split_questions(qa, fit_split, section.ood_limit)  # the profile's reference rows, in order
     fitted: dict[str, int] = {}  # each fit question's row in the profile's reference (the first, if repeated)
-    for i, question in enumerate(split_questions(qa, fit_split, section.ood_limit)):
+    for i, question in enumerate(fit_questions):
         fitted.setdefault(question, i)
+    # in-sample (each question its own nearest neighbour, at distance 0) a fit question is flagged less often than a
+    # new in-distribution one; leave-one-out it is checked as that new question would be
+    crossed = profile.check_questions(fit_questions, embedder.encode, own=range(len(fit_questions)))
     for split, split_rows in rows.items():
         kept = [r for r, k in zip(split_rows, keep.get(split, []), strict=True) if k]
         questions = [str(r["question"]) for r in kept]
-        # the fit split's own questions are scored leave-one-out: export's drift reference of the flag is these
-        # checks, and in-sample (each question its own nearest neighbour) they would flag below the calibrated rate
-        # that in-distribution traffic meets, so the window's OOD series would alarm on traffic
         own = [fitted.get(q, -1) for q in questions] if split == fit_split else None
         results = profile.check_questions(questions, embedder.encode, own=own)
         checks[split] = {"id": [str(r["id"]) for r in kept], "checks": [r.checks for r in results]}
     atomic_write_json(ctx.out_dir / "ood_rates.json", rates)
     atomic_write_json(ctx.out_dir / "ood_checks.json", checks)
+    atomic_write_json(
+        ctx.out_dir / "ood_reference.json", {"split": fit_split, **flag_summary([r.checks for r in crossed])}
+    )
     return profile.describe()
 
 
