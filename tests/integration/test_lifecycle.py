@@ -94,3 +94,23 @@ def test_the_ood_series_alarms_on_another_task_and_not_on_the_traffic(lifecycle)
     # questions, the rate on 30 requests is noisy (0 to 5 of 30 while the tiny encoder's vocabulary still changed
     # from one process to the next), so the bound here is loose
     assert bench["streams"]["cloze"]["ood_rate"] > 0.9 > 0.33 > bench["streams"]["traffic"]["ood_rate"]
+
+
+def test_the_flags_reference_is_every_fit_question_and_the_report_says_so_where_it_outgrows_the_rows(
+    lifecycle, tmp_path
+):
+    import copy
+
+    from workbench.bench.lifecycle.report import write_lifecycle_report
+
+    tmp, bench = lifecycle
+    reference = bench["monitoring"]["reference"]
+    whole = json.loads((tmp / "run/stages/calibrate/ood_reference.json").read_text())
+    assert reference["ood_questions"] == whole["questions"] and "ood" in reference["series"]
+    text = (tmp / "report/report.md").read_text()
+    assert f"({reference['rows']} rows of its {reference['split']} split)" in text  # the tiny run: as many
+    larger = copy.deepcopy(bench)
+    larger["monitoring"]["reference"]["ood_questions"] = 500
+    text = write_lifecycle_report(larger, tmp_path, name="lifecycle").read_text()
+    wanted = f"{reference['rows']} rows of its {reference['split']} split; the OOD flag's series: 500 questions of it"
+    assert wanted in text

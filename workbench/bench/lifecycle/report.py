@@ -49,11 +49,17 @@ def _drift(bench: dict[str, Any], out: Path) -> list[str]:
         return [*lines, "The bundle carries no reference distributions (exported before schema 1.6): not measured.", ""]
     ref, settings = monitoring["reference"], monitoring["settings"]
     ind = monitoring["in_distribution"]
+    flag = ref.get("ood_questions")
+    flag_part = (
+        f"; the OOD flag's series: {flag} questions of it, each checked against the others"
+        if flag and flag != ref["rows"]
+        else ""
+    )
     lines += [
         f"Every request joins serve's rolling window ({settings['window']} answers; a series may alarm from "
         f"{settings['min_count']} on, above PSI {settings['psi_alarm']:g} and the sampling bound at α "
         f"{settings['alpha']:g}) and is checked against the bundle's reference ({ref['rows']} rows of its "
-        f"{ref['split']} split).",
+        f"{ref['split']} split{flag_part}).",
         "",
         f"**In distribution** ({ind['requests']} traffic requests): {ind['alarms']} of {ind['judged']} judged requests "
         "alarmed (on this traffic any alarm is a false one).",

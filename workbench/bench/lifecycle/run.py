@@ -109,7 +109,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         base = drift.log_records(traffic, features, tau, traffic_ood)
         steps = drift.stream(ref, base)
         monitoring = {
-            "reference": {"split": ref.split, "rows": ref.rows, "series": list(ref.series)},
+            "reference": {
+                "split": ref.split,
+                "rows": ref.rows,
+                "series": list(ref.series),
+                "ood_questions": ref.series["ood"].n if "ood" in ref.series else None,
+            },
             "settings": {k: getattr(ref.settings, k) for k in ("window", "min_count", "psi_alarm", "alpha", "bins")},
             "in_distribution": drift.false_alarms(steps),
             "in_distribution_ratio": drift.alarm_ratio_trace(steps),
