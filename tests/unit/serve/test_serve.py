@@ -357,17 +357,22 @@ def test_health_stays_responsive_while_an_answer_runs(live):
         with httpx.Client(base_url=url, timeout=10) as other:
             result["status"] = other.post("/answer", json={"question": "slow"}).status_code
 
-    worker = threading.Thread(target=slow_request)
-    worker.start()
-    assert runtime.slow_started.wait(5)
-    began = time.perf_counter()
-    health = client.get("/health")
-    elapsed = time.perf_counter() - began
-    still_answering = worker.is_alive()
-    worker.join(10)
+    # a 3 s answer and a bound of half that: /health must not wait for the model, with room for a loaded machine
+    runtime.slow_seconds, before = 3.0, runtime.slow_seconds
+    try:
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        assert runtime.slow_started.wait(5)
+        began = time.perf_counter()
+        health = client.get("/health")
+        elapsed = time.perf_counter() - began
+        still_answering = worker.is_alive()
+        worker.join(10)
+    finally:
+        runtime.slow_seconds = before
     assert health.status_code == 200
     assert still_answering, "the slow answer finished before /health was asked: the check proves nothing"
-    assert elapsed < 0.25
+    assert elapsed < 1.5
     assert result == {"status": 200}
 
 

@@ -251,7 +251,7 @@ def test_health_answers_at_once_while_the_queue_is_full_and_the_worker_busy():
             began = time.monotonic()
             health = client.get("/health")
             elapsed = time.monotonic() - began
-    assert health.status_code == 200 and elapsed < 0.25
+    assert health.status_code == 200 and elapsed < 1.0  # the worker stays blocked (up to 10 s): /health did not wait
     assert health.json()["queue"]["running"] == 1 and health.json()["queue"]["queued"] == 2
 
 
