@@ -282,17 +282,20 @@ def write_ood(
     rates = measure_ood(section, qa, embedder.encode, profile, detector, others, clean)
     checks: dict[str, Any] = {}
     fit_questions = split_questions(qa, fit_split, section.ood_limit)  # the profile's reference rows, in order
-    fitted: dict[str, int] = {}  # each fit question's row in the profile's reference (the first, if repeated)
-    for i, question in enumerate(fit_questions):
-        fitted.setdefault(question, i)
     # in-sample (each question its own nearest neighbour, at distance 0) a fit question is flagged less often than a
-    # new in-distribution one; leave-one-out it is checked as that new question would be
+    # new in-distribution one; leave-one-out it is checked as that new question would be — once, for the reference
+    # and for the fit split's collected rows alike
     crossed = profile.check_questions(fit_questions, embedder.encode, own=range(len(fit_questions)))
+    fitted: dict[str, Any] = {}  # each fit question's leave-one-out result (the first, if repeated)
+    for question, result in zip(fit_questions, crossed, strict=True):
+        fitted.setdefault(question, result)
     for split, split_rows in rows.items():
         kept = [r for r, k in zip(split_rows, keep.get(split, []), strict=True) if k]
         questions = [str(r["question"]) for r in kept]
-        own = [fitted.get(q, -1) for q in questions] if split == fit_split else None
-        results = profile.check_questions(questions, embedder.encode, own=own)
+        known = fitted if split == fit_split else {}
+        new = [q for q in questions if q not in known]  # beyond calibrate.ood_limit, or another split's
+        checked = dict(zip(new, profile.check_questions(new, embedder.encode), strict=True))
+        results = [known[q] if q in known else checked[q] for q in questions]
         checks[split] = {"id": [str(r["id"]) for r in kept], "checks": [r.checks for r in results]}
     atomic_write_json(ctx.out_dir / "ood_rates.json", rates)
     atomic_write_json(ctx.out_dir / "ood_checks.json", checks)
