@@ -345,10 +345,14 @@ def test_a_run_leaves_older_objects_out_of_its_collections_and_thaws_them_after(
     class Node:
         pass
 
+    # Frozen objects are still freed by reference counting (another thread of the test process may drop some at
+    # any time), so the frozen count can only be bounded from above; the objects made inside the block, kept alive,
+    # are what a second freeze would add and what must stay in the collector's generations.
     assert gc.get_freeze_count() == 0
     with older_objects_frozen() as froze:
         assert froze and gc.get_freeze_count() > 0
         frozen = gc.get_freeze_count()
+        made_inside = [Node() for _ in range(2000)]
         cycle = Node()
         cycle.me = cycle
         gone = weakref.ref(cycle)
@@ -356,8 +360,10 @@ def test_a_run_leaves_older_objects_out_of_its_collections_and_thaws_them_after(
         gc.collect()
         assert gone() is None  # made inside the block: collected as before
         with older_objects_frozen() as inner:
-            assert inner and gc.get_freeze_count() == frozen  # nested: no second freeze
-        assert gc.get_freeze_count() == frozen  # the outer block still holds them
+            assert inner and gc.get_freeze_count() <= frozen  # nested: no second freeze
+        assert 0 < gc.get_freeze_count() <= frozen  # the outer block still holds them
+        tracked = {id(obj) for obj in gc.get_objects()}  # the generations the collector scans, frozen ones not
+        assert all(id(node) in tracked for node in made_inside)
     assert gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError), older_objects_frozen():
         raise RuntimeError("a stage failed")
@@ -374,6 +380,6 @@ def test_a_process_that_froze_objects_itself_is_left_alone():
         frozen = gc.get_freeze_count()
         with older_objects_frozen() as froze:
             assert not froze
-        assert gc.get_freeze_count() == frozen  # not thawed by the block
+        assert 0 < gc.get_freeze_count() <= frozen  # not thawed by the block (refcounting may free some)
     finally:
         gc.unfreeze()
