@@ -113,9 +113,10 @@ def test_unreachable_storage_is_one_line(tmp_path):
     assert "secret" not in info.value.what and "\n" not in info.value.what
 
 
-def _worker(url: str, name: str, n: int, sleep: float) -> subprocess.Popen:
+def _worker(url: str, name: str, n: int, sleep: float, hold: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "tests.unit.tuning.worker", url, name, str(n), str(sleep)]
+    cmd += [str(hold)] if hold is not None else []
     return subprocess.Popen(cmd, cwd=ROOT, env=env)
 
 
@@ -125,7 +126,7 @@ def test_two_workers_on_one_journal_share_the_trials(tmp_path):
 
     url = f"journal:{tmp_path}/study.journal"
     workers = [_worker(url, "shared", 12, 0.2) for _ in range(2)]
-    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    assert [w.wait(timeout=300) for w in workers] == [0, 0]
     trials = optuna.load_study(study_name="shared", storage=open_storage(url)).trials
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert 12 <= len(complete) <= 13  # a worker busy when the 12th finished completes its trial
@@ -138,22 +139,16 @@ def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(t
     from optuna.trial import TrialState
 
     url = f"sqlite:///{tmp_path}/s.db"
-    worker = _worker(url, "killed", 8, 1.5)
-    deadline = time.time() + 60
-    while time.time() < deadline:  # wait until it is inside a trial that has completed none... or a few
-        try:
-            trials = optuna.load_study(study_name="killed", storage=open_storage(url)).trials
-        except (KeyError, ConfigError):
-            trials = []
-        # inside a trial: RUNNING and already stamped with its worker (a kill between Optuna creating the trial and
-        # the stamp leaves a trial no host can claim: SQLite has no heartbeat to fail it)
-        # and past its parameter suggestions (a kill before them leaves nothing to retry with: the retry samples anew)
-        running_stamped = any(
-            t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs and t.params for t in trials
-        )
-        if running_stamped and sum(t.state == TrialState.COMPLETE for t in trials):
-            break
-        time.sleep(0.2)
+    hold = tmp_path / "inside-a-trial"
+    # The worker creates the file inside its second trial — RUNNING, stamped with its worker, past its parameter
+    # suggestions, one trial complete — and stays there: the kill lands there however loaded the machine is.
+    worker = _worker(url, "killed", 8, 0.1, hold)
+    deadline = time.monotonic() + 300
+    while not hold.exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not hold.exists():
+        worker.kill()
+        pytest.fail(f"the study worker never reached its second trial (exit code {worker.poll()})")
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     running = [
@@ -161,9 +156,9 @@ def test_kill_9_mid_study_then_rerun_completes_without_counting_the_dead_trial(t
         for t in optuna.load_study(study_name="killed", storage=open_storage(url)).trials
         if t.state == TrialState.RUNNING
     ]
-    assert len(running) == 1
+    assert len(running) == 1 and WORKER_ATTR in running[0].user_attrs and running[0].params
     rerun = _worker(url, "killed", 8, 0.0)
-    assert rerun.wait(timeout=120) == 0
+    assert rerun.wait(timeout=300) == 0
     trials = optuna.load_study(study_name="killed", storage=open_storage(url)).trials
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) == 8 and states.count(TrialState.FAIL) == 1

@@ -1,16 +1,25 @@
-"""A study worker for the multi-process tests: ``python -m tests.unit.tuning.worker URL NAME N_TRIALS SLEEP``.
+"""A study worker for the multi-process tests: ``python -m tests.unit.tuning.worker URL NAME N_TRIALS SLEEP [HOLD]``.
 
 Scores a made-up quality curve (no model), sleeping ``SLEEP`` seconds per trial so workers overlap; prints nothing.
+With ``HOLD`` (a file path), the second trial it scores creates that file and then waits to be killed: a test that
+kills the worker mid-trial waits for the file instead of racing the trials by polling the storage.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+_SCORED = [0]
 
 
 def score(params: dict, report=None) -> tuple[dict, str]:
     """Quality peaks at tau = 1; tokens grow with tau."""
+    _SCORED[0] += 1
+    if len(sys.argv) > 5 and _SCORED[0] == 2:  # inside a stamped trial with its parameters, one trial complete
+        Path(sys.argv[5]).touch()
+        time.sleep(600)  # until the test kills the process
     time.sleep(float(sys.argv[4]))
     tau = float(params["tau"])
     quality = 1.0 / (1.0 + (tau - 1.0) ** 2)
